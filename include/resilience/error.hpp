@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+/// \file error.hpp
+/// The library's error codes, their category, and the exception types policies throw.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace resilience {
+
+/// Why a policy refused or ended a call. Values are stable: they are part of the ABI of logs.
+enum class errc {
+    timeout = 1,         ///< an attempt ran past its deadline
+    cancelled,           ///< the caller asked to stop
+    circuit_open,        ///< a circuit breaker refused the call
+    bulkhead_rejected,   ///< a bulkhead had no slot and no queue place (or the queue wait ran out)
+    rate_limited,        ///< a rate limiter had no token and would not wait
+    budget_exhausted,    ///< a retry budget had no token left
+};
+
+namespace detail {
+class error_category_impl final : public std::error_category {
+public:
+    const char* name() const noexcept override { return "resilience"; }
+    std::string message(int value) const override {
+        switch (static_cast<errc>(value)) {
+        case errc::timeout: return "timed out";
+        case errc::cancelled: return "cancelled";
+        case errc::circuit_open: return "circuit open";
+        case errc::bulkhead_rejected: return "bulkhead rejected the call";
+        case errc::rate_limited: return "rate limited";
+        case errc::budget_exhausted: return "retry budget exhausted";
+        }
+        return "unknown resilience error";
+    }
+};
+} // namespace detail
+
+/// The category of `errc`; one object for the whole program (an inline variable).
+inline const std::error_category& error_category() noexcept {
+    static const detail::error_category_impl category;
+    return category;
+}
+
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), error_category()}; }
+
+/// Base of every exception this library throws of its own. A `std::system_error`, so code that
+/// already catches those sees ours too; `code()` is an `errc` in `error_category()`.
+class error : public std::system_error {
+public:
+    explicit error(errc e) : std::system_error(make_error_code(e)) {}
+    error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
+};
+
+/// An attempt ran past its deadline. When the attempt failed after the deadline, `cause()` holds
+/// that failure; when it was stopped and finished without one, `cause()` is null.
+class timeout_error : public error {
+public:
+    explicit timeout_error(std::exception_ptr cause = nullptr)
+        : error(errc::timeout), cause_(std::move(cause)) {}
+    const std::exception_ptr& cause() const noexcept { return cause_; }
+
+private:
+    std::exception_ptr cause_;
+};
+
+/// The caller asked to stop (through the stop token it passed in). Never retried, never a timeout.
+class cancelled_error : public error {
+public:
+    cancelled_error() : error(errc::cancelled) {}
+};
+
+/// Thrown by the code that refuses a call because a wait would be needed: carries how long until
+/// asking again may succeed. Shared by `circuit_open_error` and `rate_limited_error`.
+class retry_after_error : public error {
+public:
+    retry_after_error(errc e, std::chrono::nanoseconds retry_after) : error(e), retry_after_(retry_after) {}
+    /// Time from the refusal until the policy may admit a call (exact on virtual time).
+    std::chrono::nanoseconds retry_after() const noexcept { return retry_after_; }
+
+private:
+    std::chrono::nanoseconds retry_after_;
+};
+
+} // namespace resilience
+
+template <> struct std::is_error_code_enum<resilience::errc> : std::true_type {};

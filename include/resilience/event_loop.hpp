@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: MIT
+/// \file event_loop.hpp
+/// `event_loop`: the embedded single-threaded runtime (timers and posted work), real or virtual time.
+#pragma once
+
+#include "concepts.hpp"
+#include "detail/ring.hpp"
+#include "task.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace resilience {
+
+namespace detail {
+
+/// Work handed to a loop: a function and its argument, no allocation.
+struct job {
+    void (*fn)(void*) = nullptr;
+    void* arg = nullptr;
+    void operator()() const { fn(arg); }
+    static job resume(std::coroutine_handle<> h) noexcept {
+        return {[](void* a) { std::coroutine_handle<>::from_address(a).resume(); }, h.address()};
+    }
+};
+
+/// A timer owned by whoever armed it (usually an awaiter in a coroutine frame). The loop keeps a
+/// pointer in its heap until the timer fires or is removed; `fire` runs on the loop's thread.
+struct timer_node {
+    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+    std::chrono::nanoseconds when{};
+    std::uint64_t seq = 0;
+    std::size_t index = npos;
+    void (*fire)(timer_node*) = nullptr;
+    void* owner = nullptr; ///< for `fire` to find its way back to whoever armed the timer
+    bool armed() const noexcept { return index != npos; }
+};
+
+struct virtual_time_t {
+    explicit virtual_time_t() = default;
+};
+
+template <class T>
+struct result_slot {
+    std::optional<T> value;
+    std::exception_ptr error;
+};
+template <>
+struct result_slot<void> {
+    bool value = false;
+    std::exception_ptr error;
+};
+
+} // namespace detail
+
+/// Tag that makes an `event_loop` run on virtual time (see `testing::simulation`).
+inline constexpr detail::virtual_time_t virtual_time{};
+
+/// A single-threaded event loop: posted work, timers, and coroutines spawned onto it.
+///
+/// `run()` processes work on the calling thread until every spawned coroutine has finished.
+/// On real time it blocks between timers; on virtual time (`event_loop{virtual_time}`) it never
+/// blocks: when nothing is ready it jumps the clock to the next timer. While `run()` executes,
+/// `event_loop::current()` on that thread names this loop, which is how the default clock finds
+/// where to sleep. `post` and `spawn` may be called from any thread; timers are armed only from
+/// the loop's own thread. Several loops on several threads may share stateful policies.
+/// The loop must outlive everything spawned on it.
+class event_loop {
+public:
+    event_loop() = default;
+    explicit event_loop(detail::virtual_time_t) noexcept : virtual_(true) {}
+    event_loop(const event_loop&) = delete;
+    event_loop& operator=(const event_loop&) = delete;
+    ~event_loop() = default;
+
+    /// The loop running on this thread, or null.
+    static event_loop* current() noexcept { return current_; }
+
+    bool is_virtual() const noexcept { return virtual_; }
+
+    /// Time on this loop's clock, as time since its epoch: `std::chrono::steady_clock`'s for a
+    /// real-time loop, the simulation's start for a virtual one.
+    std::chrono::nanoseconds now() const noexcept {
+        if (virtual_) return vnow_;
+        return std::chrono::steady_clock::now().time_since_epoch();
+    }
+
+    /// Runs `j` on the loop's thread, after the work already queued. Thread-safe.
+    void post(detail::job j) {
+        if (current_ == this) {
+            local_.push(j);
+            return;
+        }
+        {
+            std::lock_guard lock(mutex_);
+            remote_.push_back(j);
+            remote_pending_.store(true, std::memory_order_release);
+        }
+        wake_.notify_one();
+    }
+    void post(std::coroutine_handle<> h) { post(detail::job::resume(h)); }
+
+    /// Starts `a` on this loop; `run()` does not return before it finishes. An exception escaping
+    /// it is kept and rethrown by `run()`. The awaitable is moved into the coroutine that runs it.
+    template <awaitable A>
+    void spawn(A&& a) {
+        outstanding_.fetch_add(1, std::memory_order_relaxed);
+        auto h = drive(std::forward<A>(a), this).release();
+        post(h);
+    }
+
+    /// Runs until every spawned coroutine has finished, then rethrows the first exception one of
+    /// them let escape, if any.
+    void run() {
+        event_loop* previous = std::exchange(current_, this);
+        struct restore {
+            event_loop* p;
+            ~restore() { current_ = p; }
+        } guard{previous};
+        loop();
+        if (auto e = std::exchange(failed_, nullptr)) std::rethrow_exception(e);
+    }
+
+    /// Runs `a` to completion on this loop (with anything else spawned) and returns its result.
+    template <awaitable A>
+    await_result_t<A> run(A&& a) {
+        using R = await_result_t<A>;
+        detail::result_slot<R> slot;
+        spawn(capture<R>(std::forward<A>(a), slot));
+        run();
+        if (slot.error) std::rethrow_exception(slot.error);
+        if constexpr (!std::is_void_v<R>) return std::move(*slot.value);
+    }
+
+    // ---- timers: the loop's own thread only ----
+    void add_timer(detail::timer_node* t) {
+        t->seq = next_seq_++;
+        t->index = heap_.size();
+        heap_.push_back(t);
+        sift_up(t->index);
+    }
+    void remove_timer(detail::timer_node* t) noexcept {
+        if (!t->armed()) return;
+        const std::size_t i = t->index;
+        detail::timer_node* last = heap_.back();
+        heap_.pop_back();
+        t->index = detail::timer_node::npos;
+        if (last != t) {
+            heap_[i] = last;
+            last->index = i;
+            sift_down(i);
+            sift_up(last->index);
+        }
+    }
+    std::size_t timers() const noexcept { return heap_.size(); }
+
+private:
+    struct drive_task {
+        struct promise_type : detail::recycled_frame {
+            event_loop* loop;
+            template <class A>
+            promise_type(A&, event_loop* l) noexcept : loop(l) {}
+            drive_task get_return_object() noexcept {
+                return {std::coroutine_handle<promise_type>::from_promise(*this)};
+            }
+            std::suspend_always initial_suspend() const noexcept { return {}; }
+            struct final_awaiter {
+                bool await_ready() const noexcept { return false; }
+                void await_suspend(std::coroutine_handle<promise_type> h) noexcept {
+                    event_loop* l = h.promise().loop;
+                    h.destroy();
+                    l->outstanding_.fetch_sub(1, std::memory_order_acq_rel);
+                }
+                void await_resume() const noexcept {}
+            };
+            final_awaiter final_suspend() const noexcept { return {}; }
+            void return_void() noexcept {}
+            void unhandled_exception() noexcept {
+                if (!loop->failed_) loop->failed_ = std::current_exception();
+            }
+        };
+        std::coroutine_handle<promise_type> handle;
+        std::coroutine_handle<> release() noexcept { return handle; }
+    };
+
+    template <class A>
+    static drive_task drive(A a, event_loop*) {
+        co_await std::move(a);
+    }
+
+    template <class R, class A>
+    static task<void> capture(A a, detail::result_slot<R>& slot) {
+        try {
+            if constexpr (std::is_void_v<R>) {
+                co_await std::move(a);
+                slot.value = true;
+            } else {
+                slot.value.emplace(co_await std::move(a));
+            }
+        } catch (...) {
+            slot.error = std::current_exception();
+        }
+    }
+
+    bool earlier(std::size_t a, std::size_t b) const noexcept {
+        const auto* x = heap_[a];
+        const auto* y = heap_[b];
+        return x->when < y->when || (x->when == y->when && x->seq < y->seq);
+    }
+    void swap_nodes(std::size_t a, std::size_t b) noexcept {
+        std::swap(heap_[a], heap_[b]);
+        heap_[a]->index = a;
+        heap_[b]->index = b;
+    }
+    void sift_up(std::size_t i) noexcept {
+        while (i > 0) {
+            std::size_t parent = (i - 1) / 2;
+            if (!earlier(i, parent)) break;
+            swap_nodes(i, parent);
+            i = parent;
+        }
+    }
+    void sift_down(std::size_t i) noexcept {
+        for (;;) {
+            std::size_t l = 2 * i + 1, r = l + 1, best = i;
+            if (l < heap_.size() && earlier(l, best)) best = l;
+            if (r < heap_.size() && earlier(r, best)) best = r;
+            if (best == i) return;
+            swap_nodes(i, best);
+            i = best;
+        }
+    }
+
+    void take_remote() {
+        if (!remote_pending_.load(std::memory_order_acquire)) return;
+        std::lock_guard lock(mutex_);
+        for (const auto& j : remote_) local_.push(j);
+        remote_.clear();
+        remote_pending_.store(false, std::memory_order_relaxed);
+    }
+
+    // Fires every timer due at `now`, in deadline order (ties in arming order).
+    void fire_due(std::chrono::nanoseconds now) {
+        while (!heap_.empty() && heap_.front()->when <= now) {
+            detail::timer_node* t = heap_.front();
+            remove_timer(t);
+            t->fire(t);
+        }
+    }
+
+    void loop() {
+        for (;;) {
+            take_remote();
+            while (!local_.empty()) {
+                local_.pop()();
+                take_remote();
+            }
+            if (!heap_.empty()) {
+                if (virtual_) {
+                    if (heap_.front()->when > vnow_) vnow_ = heap_.front()->when;
+                    fire_due(vnow_);
+                    continue;
+                }
+                const auto now = this->now();
+                if (heap_.front()->when <= now) {
+                    fire_due(now);
+                    continue;
+                }
+            }
+            if (outstanding_.load(std::memory_order_acquire) == 0) return;
+            if (virtual_ && heap_.empty()) {
+                std::unique_lock lock(mutex_);
+                if (remote_.empty())
+                    throw std::logic_error("resilience::event_loop: virtual-time loop is stuck: " +
+                                           std::to_string(outstanding_.load()) +
+                                           " coroutine(s) wait for something no timer or posted work will bring");
+                continue;
+            }
+            std::unique_lock lock(mutex_);
+            if (!remote_.empty()) continue;
+            if (heap_.empty())
+                wake_.wait(lock, [&] { return !remote_.empty(); });
+            else
+                wake_.wait_until(lock,
+                                 std::chrono::steady_clock::time_point(
+                                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                         heap_.front()->when)),
+                                 [&] { return !remote_.empty(); });
+        }
+    }
+
+    static inline thread_local event_loop* current_ = nullptr;
+
+    bool virtual_ = false;
+    std::chrono::nanoseconds vnow_{0};
+    std::uint64_t next_seq_ = 0;
+    std::vector<detail::timer_node*> heap_;
+    detail::ring<detail::job> local_;
+    std::atomic<std::size_t> outstanding_{0};
+    std::exception_ptr failed_;
+
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::vector<detail::job> remote_;
+    std::atomic<bool> remote_pending_{false};
+};
+
+/// Runs `a` to completion on the calling thread, on a fresh real-time `event_loop`, and returns
+/// its result (or rethrows its exception). Timers and the default clock work inside it.
+template <awaitable A>
+await_result_t<A> sync_wait(A&& a) {
+    event_loop loop;
+    return loop.run(std::forward<A>(a));
+}
+
+} // namespace resilience

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+/// \file policy.hpp
+/// The `policy` concept and `policy_base`, which gives every policy its `execute` family from one
+/// `run` member.
+///
+/// How a policy is built. A policy implements one member template:
+///
+///     template <class Next>
+///     task<outcome<R>> run(Next next, const context& ctx);
+///
+/// `next(ctx)` runs the rest of the pipeline (the inner policies, then the user's action) once and
+/// returns an awaitable of `outcome<R>`: failures travel as values between policies, so a
+/// rejection reported through `execute_outcome` never throws. `next` is a small copyable handle;
+/// `ctx` must stay alive until the returned task finishes (every caller in the library awaits it
+/// at once). `policy_base<Derived>` turns that into the public calls:
+///
+///     co_await p.execute(action);                  // R, or rethrows the failure unchanged
+///     co_await p.execute(action, stop_token);      // the caller's stop token reaches every attempt
+///     co_await p.execute(action, ctx);             // from inside another attempt
+///     co_await p.execute_outcome(action);          // outcome<R>, never throws for the action's failure
+///
+/// The action is taken by value and kept alive until the call ends; the policy object must
+/// outlive the call, as an Asio I/O object must outlive its operations:
+///
+///     rs::task<int> ok(rs::retry<>& r) { co_return co_await r.execute(fetch); }   // OK: r outlives the call
+///     rs::task<int> bad() { return rs::retry<>{}.execute(fetch); }               // dangling: the policy dies first
+#pragma once
+
+#include "concepts.hpp"
+#include "context.hpp"
+#include "outcome.hpp"
+#include "task.hpp"
+
+#include <concepts>
+#include <functional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+namespace resilience {
+
+namespace detail {
+
+/// Calls an action the way it asks to be called: with the context, with the stop token, or bare.
+template <class A>
+decltype(auto) invoke_action(A& a, const context& ctx) {
+    if constexpr (std::is_invocable_v<A&, const context&>) return std::invoke(a, ctx);
+    else if constexpr (std::is_invocable_v<A&, std::stop_token>) return std::invoke(a, ctx.stop_token());
+    else {
+        static_assert(std::is_invocable_v<A&>,
+                      "an action must be callable with (rs::context const&), (std::stop_token) or ()");
+        return std::invoke(a);
+    }
+}
+
+template <class A>
+using action_awaitable_t = decltype(invoke_action(std::declval<A&>(), std::declval<const context&>()));
+
+/// The type an action's awaitable produces: what `execute` returns.
+template <class A>
+using action_result_t = await_result_t<action_awaitable_t<A>>;
+
+/// What `next(ctx)` yields once awaited: `outcome<R>`.
+template <class Next>
+using next_outcome_t = await_result_t<std::invoke_result_t<Next&, const context&>>;
+template <class Next>
+using next_value_t = typename next_outcome_t<Next>::value_type;
+
+/// The innermost `next`: runs the user's action once and turns whatever it throws into a failure.
+template <class A>
+struct guarded {
+    A* action;
+    using value_type = action_result_t<A>;
+
+    task<outcome<value_type>> operator()(context ctx) const {
+        try {
+            if constexpr (std::is_void_v<value_type>) {
+                co_await invoke_action(*action, ctx);
+                co_return outcome<void>{};
+            } else {
+                co_return outcome<value_type>(co_await invoke_action(*action, ctx));
+            }
+        } catch (...) {
+            co_return failure::current();
+        }
+    }
+};
+
+struct probe_action {
+    task<int> operator()() const;
+};
+struct probe_next {
+    task<outcome<int>> operator()(const context&) const;
+};
+
+} // namespace detail
+
+/// Gives a policy its public calls; `Derived` provides `run(next, ctx)` (see the file comment).
+template <class Derived>
+class policy_base {
+public:
+    /// Runs `action` under this policy; returns its value or rethrows the final failure as it was.
+    template <class A>
+    task<detail::action_result_t<A>> execute(A action, context ctx) const {
+        auto result = co_await self().run(detail::guarded<A>{&action}, ctx);
+        co_return std::move(result).value();
+    }
+    template <class A>
+    task<detail::action_result_t<A>> execute(A action, std::stop_token token = {}) const {
+        return execute(std::move(action), context{std::move(token)});
+    }
+
+    /// Like `execute`, but reports the final failure as a value instead of throwing it.
+    template <class A>
+    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) const {
+        co_return co_await self().run(detail::guarded<A>{&action}, ctx);
+    }
+    template <class A>
+    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const {
+        return execute_outcome(std::move(action), context{std::move(token)});
+    }
+
+private:
+    const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
+};
+
+/// A policy: wraps an action (a callable returning an awaitable) and is itself callable through
+/// `execute`, `execute_outcome` and `run`, so policies compose. Checked with a probe action that
+/// returns `task<int>`, since a policy is a template over every action type. Copyable, because a
+/// pipeline holds its policies by value (a stateful policy's copy is a handle to the same state).
+template <class P>
+concept policy = std::copy_constructible<P> &&
+                 requires(const P& p, detail::probe_action a, std::stop_token st, const context& c, detail::probe_next n) {
+                     { p.execute(a) } -> awaitable_of<int>;
+                     { p.execute(a, st) } -> awaitable_of<int>;
+                     { p.execute_outcome(a) } -> awaitable_of<outcome<int>>;
+                     { p.run(n, c) } -> awaitable_of<outcome<int>>;
+                 };
+
+} // namespace resilience

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: MIT
+/// \file task.hpp
+/// `task<T>`: the lazy coroutine type every policy returns.
+#pragma once
+
+#include "detail/frame_allocator.hpp"
+
+#include <coroutine>
+#include <exception>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace resilience {
+
+template <class T = void>
+class task;
+
+namespace detail {
+
+struct task_promise_base : recycled_frame {
+    struct final_awaiter {
+        bool await_ready() const noexcept { return false; }
+        template <class Promise>
+        std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> self) noexcept {
+            return self.promise().continuation_;
+        }
+        void await_resume() const noexcept {}
+    };
+
+    std::suspend_always initial_suspend() const noexcept { return {}; }
+    final_awaiter final_suspend() const noexcept { return {}; }
+
+    std::coroutine_handle<> continuation_ = std::noop_coroutine();
+};
+
+template <class T>
+struct task_promise : task_promise_base {
+    task<T> get_return_object() noexcept;
+    template <class U = T>
+        requires std::is_convertible_v<U &&, T>
+    void return_value(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+        result_.template emplace<1>(std::forward<U>(v));
+    }
+    void unhandled_exception() noexcept { result_.template emplace<2>(std::current_exception()); }
+
+    T take() {
+        if (result_.index() == 2) std::rethrow_exception(std::get<2>(result_));
+        return std::move(std::get<1>(result_));
+    }
+
+    std::variant<std::monostate, T, std::exception_ptr> result_;
+};
+
+template <>
+struct task_promise<void> : task_promise_base {
+    task<void> get_return_object() noexcept;
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { error_ = std::current_exception(); }
+    void take() {
+        if (error_) std::rethrow_exception(error_);
+    }
+    std::exception_ptr error_;
+};
+
+} // namespace detail
+
+/// A lazy coroutine producing a `T`. Nothing runs until the task is awaited; awaiting it runs it
+/// to its end and hands back its value, or rethrows its exception. Move-only and awaitable once,
+/// as an rvalue (`co_await std::move(t)` or `co_await make_task()`). The frame is owned by the
+/// task object: destroying an un-awaited task destroys the coroutine without running it.
+/// Completion resumes the awaiter by symmetric transfer, so long chains do not grow the stack.
+/// Frames come from a per-thread recycling allocator.
+template <class T>
+class [[nodiscard]] task {
+    static_assert(!std::is_reference_v<T>, "task<T&> is not supported: return a pointer or a reference_wrapper");
+
+public:
+    using promise_type = detail::task_promise<T>;
+    using value_type = T;
+
+    task() noexcept = default;
+    explicit task(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+    task(task&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+    task& operator=(task&& other) noexcept {
+        if (this != &other) {
+            destroy();
+            handle_ = std::exchange(other.handle_, {});
+        }
+        return *this;
+    }
+    ~task() { destroy(); }
+
+    /// False for a default-constructed or moved-from task.
+    bool valid() const noexcept { return static_cast<bool>(handle_); }
+
+    auto operator co_await() && noexcept {
+        struct awaiter {
+            std::coroutine_handle<promise_type> handle;
+            bool await_ready() const noexcept { return !handle || handle.done(); }
+            std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+                handle.promise().continuation_ = awaiting;
+                return handle;
+            }
+            T await_resume() {
+                if (!handle) throw std::logic_error("resilience::task: awaiting an empty task");
+                return handle.promise().take();
+            }
+        };
+        return awaiter{handle_};
+    }
+
+private:
+    void destroy() noexcept {
+        if (handle_) handle_.destroy();
+    }
+    std::coroutine_handle<promise_type> handle_;
+};
+
+namespace detail {
+template <class T>
+task<T> task_promise<T>::get_return_object() noexcept {
+    return task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};
+}
+inline task<void> task_promise<void>::get_return_object() noexcept {
+    return task<void>{std::coroutine_handle<task_promise<void>>::from_promise(*this)};
+}
+} // namespace detail
+
+} // namespace resilience

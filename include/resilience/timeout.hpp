@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: MIT
+/// \file timeout.hpp
+/// `timeout`: a structured deadline per call, reporting the outcome that really happened.
+#pragma once
+
+#include "clock.hpp"
+#include "concepts.hpp"
+#include "context.hpp"
+#include "detail/stop.hpp"
+#include "error.hpp"
+#include "outcome.hpp"
+#include "policy.hpp"
+#include "task.hpp"
+#include "when_all.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace resilience {
+
+struct timeout_options {
+    /// How long an attempt may run before it is asked to stop. Must be positive.
+    std::chrono::nanoseconds after{};
+};
+
+/// Gives each call it wraps its own deadline, structured and honest about the outcome:
+/// - the wrapped call gets its own stop token (linked to the caller's) and `context::deadline()`;
+/// - at the deadline that token is stopped, and the timeout then *waits for the call to finish*:
+///   nothing it started outlives it, so the action may safely reference the caller's locals;
+/// - a failure before the deadline is reported at once, unchanged;
+/// - a failure after the deadline becomes `timeout_error`, with that failure as `cause()`;
+/// - a value that arrives after the deadline anyway is returned, not thrown away;
+/// - a stop requested by the caller is cancellation, never reported as a timeout.
+/// An action that ignores its stop token therefore delays the caller past the deadline: the
+/// timeout bounds the work only as far as the work listens. Stateless value; `C` serves every
+/// use of time (see `clock`).
+///
+/// Inside a retry it bounds each attempt; outside, the whole retried operation:
+///
+///     rs::pipeline per_attempt{rs::retry{}, rs::timeout{2s}};
+///     rs::pipeline overall{rs::timeout{10s}, rs::retry{}};
+template <clock C = steady_clock>
+class timeout : public policy_base<timeout<C>> {
+public:
+    explicit timeout(timeout_options options, C clock = C{}) : after_(options.after), clock_(std::move(clock)) {
+        if (after_ <= std::chrono::nanoseconds::zero())
+            throw std::invalid_argument("resilience::timeout: after must be positive, got " +
+                                        std::to_string(after_.count()) + "ns");
+    }
+    template <class Rep, class Period>
+    explicit timeout(std::chrono::duration<Rep, Period> after, C clock = C{})
+        : timeout(timeout_options{std::chrono::duration_cast<std::chrono::nanoseconds>(after)}, std::move(clock)) {}
+
+    std::chrono::nanoseconds after() const noexcept { return after_; }
+    const C& clock() const noexcept { return clock_; }
+
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        using result_t = detail::next_outcome_t<Next>;
+        if (ctx.stop_token().stop_requested()) co_return failure::make(cancelled_error{});
+
+        const auto deadline = clock_.now() + std::chrono::duration_cast<typename C::duration>(after_);
+        detail::pooled_stop_source attempt_stop;
+        detail::stop_link link{ctx.stop_token(), attempt_stop};
+        const context child = ctx.with_stop_token(attempt_stop.get_token())
+                                  .with_deadline(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      deadline.time_since_epoch()));
+        detail::pooled_stop_source timer_stop;
+        bool expired = false;
+
+        auto [ignored, result] = co_await when_all(
+            watch(deadline, timer_stop, attempt_stop, expired),
+            attempt(std::move(next), child, timer_stop));
+        (void)ignored;
+
+        if (!expired || result.has_value() || ctx.stop_token().stop_requested()) co_return std::move(result);
+        co_return result_t{failure::make(timeout_error{result.error().exception()})};
+    }
+
+private:
+    // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it.
+    task<void> watch(typename C::time_point deadline, detail::pooled_stop_source& timer_stop,
+                     detail::pooled_stop_source& attempt_stop, bool& expired) const {
+        co_await clock_.sleep_until(deadline, timer_stop.get_token());
+        if (!timer_stop.stop_requested()) {
+            expired = true;
+            attempt_stop.request_stop();
+        }
+    }
+    template <class Next>
+    static task<detail::next_outcome_t<Next>> attempt(Next next, const context& child, detail::pooled_stop_source& timer_stop) {
+        auto result = co_await next(child);
+        timer_stop.request_stop();
+        co_return result;
+    }
+
+    std::chrono::nanoseconds after_;
+    C clock_;
+};
+
+template <class Rep, class Period>
+timeout(std::chrono::duration<Rep, Period>) -> timeout<steady_clock>;
+template <class Rep, class Period, clock C>
+timeout(std::chrono::duration<Rep, Period>, C) -> timeout<C>;
+timeout(timeout_options) -> timeout<steady_clock>;
+template <clock C>
+timeout(timeout_options, C) -> timeout<C>;
+
+} // namespace resilience
