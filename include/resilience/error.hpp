@@ -85,6 +85,33 @@ private:
     std::chrono::nanoseconds retry_after_;
 };
 
+/// A circuit breaker refused the call without running it. `retry_after()` is the time until the
+/// breaker will admit a probe (zero while half-open and all probes are taken, or when isolated:
+/// then nothing but `reset()` admits calls). `cause()` is the failure that opened the circuit,
+/// null when slowness alone opened it or it was isolated by hand.
+class circuit_open_error : public retry_after_error {
+public:
+    explicit circuit_open_error(std::chrono::nanoseconds retry_after, std::exception_ptr cause = nullptr)
+        : retry_after_error(errc::circuit_open, retry_after), cause_(std::move(cause)) {}
+    const std::exception_ptr& cause() const noexcept { return cause_; }
+
+private:
+    std::exception_ptr cause_;
+};
+
+/// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out.
+class bulkhead_rejected_error : public error {
+public:
+    bulkhead_rejected_error() : error(errc::bulkhead_rejected) {}
+};
+
+/// A rate limiter refused the call; `retry_after()` is when a token will be there for it.
+class rate_limited_error : public retry_after_error {
+public:
+    explicit rate_limited_error(std::chrono::nanoseconds retry_after)
+        : retry_after_error(errc::rate_limited, retry_after) {}
+};
+
 } // namespace resilience
 
 template <> struct std::is_error_code_enum<resilience::errc> : std::true_type {};
