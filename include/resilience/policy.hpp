@@ -86,11 +86,13 @@ struct guarded {
     }
 };
 
+// Stand-ins used to check the `policy` concept. Defined, because checking a policy whose `run`
+// has a deduced return type instantiates bodies that call them (they are never run).
 struct probe_action {
-    task<int> operator()() const;
+    task<int> operator()() const { co_return 0; }
 };
 struct probe_next {
-    task<outcome<int>> operator()(const context&) const;
+    task<outcome<int>> operator()(const context&) const { co_return outcome<int>{0}; }
 };
 
 } // namespace detail

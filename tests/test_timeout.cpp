@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: MIT
+#include "catch.hpp"
+
+#include <resilience/pipeline.hpp>
+#include <resilience/testing/scripted.hpp>
+#include <resilience/testing/simulation.hpp>
+#include <resilience/timeout.hpp>
+#include <resilience/when_all.hpp>
+
+#include <chrono>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using rs::testing::script;
+using rs::testing::scripted_action;
+
+static_assert(rs::policy<rs::timeout<>>);
+static_assert(rs::policy<rs::timeout<rs::testing::virtual_clock>>);
+
+TEST_CASE("timeout: fires at the deadline and stops the attempt", "[timeout]") {
+    rs::testing::simulation sim;
+    scripted_action slow{sim.clock(), script<int>{.latency = 10s, .value = 1}};
+    rs::timeout limit{2s, sim.clock()};
+    auto result = sim.run(limit.execute_outcome(slow));
+    CHECK(sim.now() == 2s);
+    REQUIRE(result.has_failure());
+    CHECK(result.error().code() == rs::errc::timeout);
+    auto* err = result.error().as<rs::timeout_error>();
+    REQUIRE(err != nullptr);
+    CHECK(err->cause() != nullptr); // the attempt's own failure (here: it was cancelled) is nested
+    CHECK(slow.stopped() == 1);
+    CHECK(slow.in_flight() == 0);
+}
+
+TEST_CASE("timeout: a failure before the deadline is reported at its own instant, unchanged", "[timeout]") {
+    rs::testing::simulation sim;
+    scripted_action flaky{sim.clock(), script<int>{.failures = 1, .latency = 300ms}};
+    rs::timeout limit{2s, sim.clock()};
+    CHECK_THROWS_AS(sim.run(limit.execute(flaky)), rs::testing::scripted_failure);
+    CHECK(sim.now() == 300ms);
+}
+
+TEST_CASE("timeout: a value that arrives after the deadline is returned, not discarded", "[timeout]") {
+    rs::testing::simulation sim;
+    scripted_action stubborn{sim.clock(), script<int>{.latency = 3s, .value = 9, .ignore_stop = true}};
+    rs::timeout limit{1s, sim.clock()};
+    CHECK(sim.run(limit.execute(stubborn)) == 9);
+    CHECK(sim.now() == 3s); // structured: it waited for the attempt instead of abandoning it
+}
+
+TEST_CASE("timeout: a failure after the deadline becomes timeout_error with that failure as cause",
+          "[timeout]") {
+    rs::testing::simulation sim;
+    auto ignores_stop = [&]() -> rs::task<int> {
+        co_await sim.sleep_for(5s);
+        throw std::runtime_error("late failure");
+    };
+    rs::timeout limit{1s, sim.clock()};
+    try {
+        sim.run(limit.execute(ignores_stop));
+        FAIL("expected a timeout");
+    } catch (const rs::timeout_error& e) {
+        CHECK(sim.now() == 5s);
+        REQUIRE(e.cause() != nullptr);
+        CHECK_THROWS_WITH(std::rethrow_exception(e.cause()), "late failure");
+    }
+}
+
+TEST_CASE("timeout: a stop requested by the caller is cancellation, not a timeout", "[timeout]") {
+    rs::testing::simulation sim;
+    scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
+    rs::timeout limit{5s, sim.clock()};
+    std::stop_source caller;
+    auto stop_at_1s = [&]() -> rs::task<void> {
+        co_await sim.sleep_for(1s);
+        caller.request_stop();
+    };
+    auto [result, ignored] = sim.run(rs::when_all(limit.execute_outcome(slow, caller.get_token()), stop_at_1s()));
+    CHECK(sim.now() == 1s);
+    REQUIRE(result.has_failure());
+    CHECK(rs::is_cancellation(result.error()));
+    CHECK_FALSE(result.error().is<rs::timeout_error>());
+}
+
+TEST_CASE("timeout: a caller that already stopped is refused without running the action", "[timeout]") {
+    rs::testing::simulation sim;
+    scripted_action act{sim.clock(), script<int>{.value = 1}};
+    std::stop_source caller;
+    caller.request_stop();
+    rs::timeout limit{1s, sim.clock()};
+    auto result = sim.run(limit.execute_outcome(act, caller.get_token()));
+    CHECK(rs::is_cancellation(result.error()));
+    CHECK(act.calls() == 0);
+}
+
+TEST_CASE("timeout: the attempt sees its deadline and its own stop token in the context", "[timeout]") {
+    rs::testing::simulation sim;
+    rs::timeout limit{750ms, sim.clock()};
+    std::optional<std::chrono::nanoseconds> seen;
+    bool stoppable = false;
+    sim.run([&]() -> rs::task<void> {
+        co_await sim.sleep_for(250ms);
+        co_await limit.execute([&](const rs::context& ctx) -> rs::task<void> {
+            seen = ctx.deadline();
+            stoppable = ctx.stop_token().stop_possible();
+            co_return;
+        });
+    }());
+    CHECK(seen == std::optional<std::chrono::nanoseconds>{1s});
+    CHECK(stoppable);
+}
+
+TEST_CASE("timeout: nested timeouts keep the earlier deadline", "[timeout]") {
+    rs::testing::simulation sim;
+    scripted_action slow{sim.clock(), script<int>{.latency = 1h}};
+    rs::pipeline outer_short{rs::timeout{1s, sim.clock()}, rs::timeout{10s, sim.clock()}};
+    CHECK_THROWS_AS(sim.run(outer_short.execute(slow)), rs::timeout_error);
+    CHECK(sim.now() == 1s);
+    rs::pipeline inner_short{rs::timeout{10s, sim.clock()}, rs::timeout{1s, sim.clock()}};
+    CHECK_THROWS_AS(sim.run(inner_short.execute(slow)), rs::timeout_error);
+    CHECK(sim.now() == 2s);
+}
+
+TEST_CASE("timeout: a successful call leaves no timer behind", "[timeout]") {
+    rs::testing::simulation sim;
+    scripted_action fast{sim.clock(), script<int>{.latency = 10ms, .value = 3}};
+    rs::timeout limit{1h, sim.clock()};
+    CHECK(sim.run(limit.execute(fast)) == 3);
+    CHECK(sim.now() == 10ms); // the hour-long timer was cancelled, not waited out
+    CHECK(sim.loop().timers() == 0);
+}
+
+TEST_CASE("timeout: a non-positive duration is refused, naming the field", "[timeout]") {
+    CHECK_THROWS_AS(rs::timeout{0s}, std::invalid_argument);
+    try {
+        rs::timeout bad{-5ms};
+        FAIL("expected std::invalid_argument");
+    } catch (const std::invalid_argument& e) {
+        CHECK_THAT(e.what(), Catch::Matchers::Contains("after") && Catch::Matchers::Contains("-5000000"));
+    }
+}
