@@ -22,10 +22,13 @@ TEST_CASE("simulation: hours of virtual time pass instantly and exactly", "[simu
 TEST_CASE("simulation: spawned coroutines run with the next run and time is shared", "[simulation]") {
     rs::testing::simulation sim;
     std::chrono::nanoseconds spawned_done{};
-    sim.spawn([&]() -> rs::task<void> {
+    // Named, not a temporary: a spawned coroutine outlives the statement that spawned it, and a
+    // lambda's captures live in the lambda object, not in the coroutine frame.
+    auto body = [&]() -> rs::task<void> {
         co_await sim.sleep_for(3s);
         spawned_done = sim.now();
-    }());
+    };
+    sim.spawn(body());
     sim.run_all();
     CHECK(spawned_done == 3s);
     CHECK(sim.now() == 3s);

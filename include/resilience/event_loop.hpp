@@ -82,7 +82,22 @@ public:
     explicit event_loop(detail::virtual_time_t) noexcept : virtual_(true) {}
     event_loop(const event_loop&) = delete;
     event_loop& operator=(const event_loop&) = delete;
-    ~event_loop() = default;
+    /// Destroys every spawned coroutine that has not finished (suspended for good, or never
+    /// started), with its whole chain of awaited tasks, as an I/O context destroys pending handlers.
+    ~event_loop() {
+        drive_node* n = nullptr;
+        {
+            std::lock_guard lock(mutex_);
+            n = std::exchange(spawned_, nullptr);
+        }
+        while (n) {
+            drive_node* next = n->next;
+            n->next = n->prev = nullptr;
+            n->orphaned = true;
+            std::coroutine_handle<drive_task::promise_type>::from_promise(static_cast<drive_task::promise_type&>(*n)).destroy();
+            n = next;
+        }
+    }
 
     /// The loop running on this thread, or null.
     static event_loop* current() noexcept { return current_; }
@@ -116,7 +131,8 @@ public:
     template <awaitable A>
     void spawn(A&& a) {
         outstanding_.fetch_add(1, std::memory_order_relaxed);
-        auto h = drive(std::forward<A>(a), this).release();
+        auto h = drive(std::forward<A>(a), this).handle;
+        link(&h.promise());
         post(h);
     }
 
@@ -166,11 +182,34 @@ public:
     std::size_t timers() const noexcept { return heap_.size(); }
 
 private:
+    // Every spawned coroutine is on an intrusive list until it finishes, so the destructor can
+    // reclaim the ones that never do.
+    struct drive_node : detail::recycled_frame {
+        event_loop* loop = nullptr;
+        drive_node* prev = nullptr;
+        drive_node* next = nullptr;
+        bool orphaned = false;
+    };
+    void link(drive_node* n) {
+        std::lock_guard lock(mutex_);
+        n->next = spawned_;
+        if (spawned_) spawned_->prev = n;
+        spawned_ = n;
+    }
+    void unlink(drive_node* n) {
+        std::lock_guard lock(mutex_);
+        if (n->orphaned) return;
+        if (n->prev) n->prev->next = n->next;
+        else spawned_ = n->next;
+        if (n->next) n->next->prev = n->prev;
+    }
+
     struct drive_task {
-        struct promise_type : detail::recycled_frame {
-            event_loop* loop;
+        struct promise_type : drive_node {
             template <class A>
-            promise_type(A&, event_loop* l) noexcept : loop(l) {}
+            promise_type(A&, event_loop* l) noexcept {
+                loop = l;
+            }
             drive_task get_return_object() noexcept {
                 return {std::coroutine_handle<promise_type>::from_promise(*this)};
             }
@@ -179,6 +218,7 @@ private:
                 bool await_ready() const noexcept { return false; }
                 void await_suspend(std::coroutine_handle<promise_type> h) noexcept {
                     event_loop* l = h.promise().loop;
+                    l->unlink(&h.promise());
                     h.destroy();
                     l->outstanding_.fetch_sub(1, std::memory_order_acq_rel);
                 }
@@ -191,7 +231,6 @@ private:
             }
         };
         std::coroutine_handle<promise_type> handle;
-        std::coroutine_handle<> release() noexcept { return handle; }
     };
 
     template <class A>
@@ -314,6 +353,7 @@ private:
     std::condition_variable wake_;
     std::vector<detail::job> remote_;
     std::atomic<bool> remote_pending_{false};
+    drive_node* spawned_ = nullptr;
 };
 
 /// Runs `a` to completion on the calling thread, on a fresh real-time `event_loop`, and returns

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+/// \file resilience.hpp
+/// The whole library: every core piece and every policy. Testing helpers live in
+/// `resilience/testing/`, optional integrations in `resilience/fmt.hpp` and `resilience/asio.hpp`.
+#pragma once
+
+#include "clock.hpp"
+#include "concepts.hpp"
+#include "context.hpp"
+#include "error.hpp"
+#include "event_loop.hpp"
+#include "outcome.hpp"
+#include "pipeline.hpp"
+#include "policy.hpp"
+#include "random.hpp"
+#include "task.hpp"
+#include "timeout.hpp"
+#include "when_all.hpp"
