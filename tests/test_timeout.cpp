@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <thread>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
@@ -141,4 +142,63 @@ TEST_CASE("timeout: a non-positive duration is refused, naming the field", "[tim
     } catch (const std::invalid_argument& e) {
         CHECK_THAT(e.what(), Catch::Matchers::Contains("after") && Catch::Matchers::Contains("-5000000"));
     }
+}
+
+namespace {
+// A clock with only what the `clock` concept asks for, so the timeout takes its generic path
+// (a sleeping coroutine beside the attempt) instead of arming a loop timer directly.
+struct minimal_clock {
+    rs::testing::virtual_clock inner;
+    using duration = rs::testing::virtual_clock::duration;
+    using time_point = rs::testing::virtual_clock::time_point;
+    time_point now() const { return inner.now(); }
+    auto sleep_until(time_point tp, std::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+};
+static_assert(rs::clock<minimal_clock> && !rs::detail::loop_timer_clock<minimal_clock>);
+} // namespace
+
+TEST_CASE("timeout: with any clock, fires at the deadline and reports failures at their instant", "[timeout]") {
+    rs::testing::simulation sim;
+    rs::timeout limit{1s, minimal_clock{sim.clock()}};
+
+    scripted_action slow{sim.clock(), script<int>{.latency = 1h}};
+    CHECK_THROWS_AS(sim.run(limit.execute(slow)), rs::timeout_error);
+    CHECK(sim.now() == 1s);
+
+    scripted_action flaky{sim.clock(), script<int>{.failures = 1, .latency = 200ms}};
+    CHECK_THROWS_AS(sim.run(limit.execute(flaky)), rs::testing::scripted_failure);
+    CHECK(sim.now() == 1s + 200ms);
+
+    scripted_action stubborn{sim.clock(), script<int>{.latency = 3s, .value = 4, .ignore_stop = true}};
+    CHECK(sim.run(limit.execute(stubborn)) == 4);
+    CHECK(sim.now() == 4s + 200ms);
+    CHECK(sim.loop().timers() == 0);
+}
+
+TEST_CASE("timeout: a call that completes on another thread disarms its timer safely",
+          "[timeout][concurrency]") {
+    rs::event_loop loop;
+    rs::timeout limit{1h};
+    std::thread worker;
+    struct finish_elsewhere {
+        std::thread* worker;
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<> h) {
+            *worker = std::thread([h] { h.resume(); }); // resumes the attempt off the loop's thread
+        }
+        void await_resume() const noexcept {}
+    };
+    std::thread::id after_call;
+    int v = loop.run([&]() -> rs::task<int> {
+        int r = co_await limit.execute([&]() -> rs::task<int> {
+            co_await finish_elsewhere{&worker};
+            co_return 8;
+        });
+        after_call = std::this_thread::get_id();
+        co_return r;
+    }());
+    worker.join();
+    CHECK(v == 8);
+    CHECK(after_call == std::this_thread::get_id()); // the timeout brought the caller back to its loop
+    CHECK(loop.timers() == 0);
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
+#include <thread>
 
 namespace resilience {
 
@@ -68,6 +69,94 @@ private:
     std::optional<std::stop_callback<on_stop>> stop_;
 };
 
+/// A clock whose sleeps are timers of an `event_loop` can hand out that loop, so a policy can arm
+/// a timer directly instead of running a sleeping coroutine beside the call (see `deadline_timer`).
+template <class C>
+concept loop_timer_clock = requires(const C& c) {
+    { c.timer_loop() } -> std::same_as<event_loop*>;
+};
+
+/// A one-shot timer that runs `on_expiry` on the loop's thread at `when`, unless disarmed first.
+/// Used by policies that race a deadline against a call they are awaiting (timeout): arming and
+/// disarming cost a heap push and pop, with no coroutine, stop source or allocation.
+///
+/// Disarming from the loop's thread is immediate. A call that finished on another thread disarms
+/// by posting the removal to the loop and resuming there once it is done, and if the timer is
+/// firing at that moment it waits for `on_expiry` to return, so the owner never leaves while the
+/// callback still runs.
+class deadline_timer {
+public:
+    using callback = void (*)(void*);
+
+    deadline_timer(event_loop* loop, std::chrono::nanoseconds when, callback on_expiry, void* arg)
+        : loop_(loop), on_expiry_(on_expiry), arg_(arg) {
+        node_.when = when;
+        node_.owner = this;
+        node_.fire = [](timer_node* n) {
+            auto* self = static_cast<deadline_timer*>(n->owner);
+            int expected = armed;
+            if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel)) return;
+            self->on_expiry_(self->arg_);
+            self->state_.store(fired, std::memory_order_release);
+        };
+        loop_->add_timer(&node_);
+    }
+    deadline_timer(const deadline_timer&) = delete;
+    deadline_timer& operator=(const deadline_timer&) = delete;
+    ~deadline_timer() {
+        // Only reached armed when the owning coroutine is destroyed without finishing (loop teardown).
+        if (node_.armed() && event_loop::current() == loop_) loop_->remove_timer(&node_);
+    }
+
+    /// True once the deadline passed and `on_expiry` ran. Read after `disarm()`.
+    bool expired() const noexcept { return state_.load(std::memory_order_acquire) == fired; }
+
+    /// Awaitable: the timer will not fire after this completes.
+    auto disarm() noexcept {
+        struct awaiter {
+            deadline_timer* self;
+            bool await_ready() noexcept { return self->try_disarm_here(); }
+            void await_suspend(std::coroutine_handle<> h) {
+                self->waiter_ = h;
+                self->loop_->post(job{[](void* p) {
+                                          auto* t = static_cast<deadline_timer*>(p);
+                                          t->loop_->remove_timer(&t->node_);
+                                          t->waiter_.resume();
+                                      },
+                                      self});
+            }
+            void await_resume() const noexcept {}
+        };
+        return awaiter{this};
+    }
+
+private:
+    enum : int { armed, firing, fired, cancelled };
+
+    // True when done without suspending; false when the removal has to be posted to the loop.
+    bool try_disarm_here() noexcept {
+        if (event_loop::current() == loop_) {
+            // Same thread as the timer: it cannot be firing right now.
+            if (state_.load(std::memory_order_relaxed) == armed) {
+                state_.store(cancelled, std::memory_order_relaxed);
+                loop_->remove_timer(&node_);
+            }
+            return true;
+        }
+        int expected = armed;
+        if (state_.compare_exchange_strong(expected, cancelled, std::memory_order_acq_rel)) return false;
+        while (state_.load(std::memory_order_acquire) == firing) std::this_thread::yield();
+        return true;
+    }
+
+    timer_node node_;
+    event_loop* loop_;
+    callback on_expiry_;
+    void* arg_;
+    std::atomic<int> state_{armed};
+    std::coroutine_handle<> waiter_;
+};
+
 } // namespace detail
 
 /// The default clock: `std::chrono::steady_clock` time, sleeping on the event loop that runs the
@@ -94,6 +183,15 @@ struct steady_clock {
         return awaitable{tp.time_since_epoch(), std::move(token)};
     }
     auto sleep_for(duration d, std::stop_token token) const { return sleep_until(now() + d, std::move(token)); }
+
+    /// The loop that timers of this clock run on: the calling thread's (see `detail::loop_timer_clock`).
+    event_loop* timer_loop() const {
+        event_loop* loop = event_loop::current();
+        if (!loop || loop->is_virtual())
+            throw std::logic_error("resilience::steady_clock: timers need a real-time event loop on this thread "
+                                   "(sync_wait, event_loop::run); on virtual time use the simulation's clock()");
+        return loop;
+    }
 };
 
 static_assert(clock<steady_clock>);

@@ -66,19 +66,32 @@ public:
         const context child = ctx.with_stop_token(attempt_stop.get_token())
                                   .with_deadline(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                       deadline.time_since_epoch()));
-        detail::pooled_stop_source timer_stop;
-        bool expired = false;
-
-        auto [ignored, result] = co_await when_all(
-            watch(deadline, timer_stop, attempt_stop, expired),
-            attempt(std::move(next), child, timer_stop));
-        (void)ignored;
-
-        if (!expired || result.has_value() || ctx.stop_token().stop_requested()) co_return std::move(result);
-        co_return result_t{failure::make(timeout_error{result.error().exception()})};
+        if constexpr (detail::loop_timer_clock<C>) {
+            // Fast path: a timer on the loop stops the attempt at the deadline.
+            detail::deadline_timer timer{clock_.timer_loop(), child.deadline().value(),
+                                         [](void* stop) { static_cast<detail::pooled_stop_source*>(stop)->request_stop(); },
+                                         &attempt_stop};
+            result_t result = co_await next(child);
+            co_await timer.disarm();
+            co_return finish(std::move(result), timer.expired(), ctx);
+        } else {
+            // Any other clock: a sleeping coroutine beside the attempt, joined before returning.
+            detail::pooled_stop_source timer_stop;
+            bool expired = false;
+            auto [ignored, result] = co_await when_all(watch(deadline, timer_stop, attempt_stop, expired),
+                                                       attempt(std::move(next), child, timer_stop));
+            (void)ignored;
+            co_return finish(std::move(result), expired, ctx);
+        }
     }
 
 private:
+    template <class Outcome>
+    static Outcome finish(Outcome result, bool expired, const context& ctx) {
+        if (!expired || result.has_value() || ctx.stop_token().stop_requested()) return result;
+        return Outcome{failure::make(timeout_error{result.error().exception()})};
+    }
+
     // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it.
     task<void> watch(typename C::time_point deadline, detail::pooled_stop_source& timer_stop,
                      detail::pooled_stop_source& attempt_stop, bool& expired) const {

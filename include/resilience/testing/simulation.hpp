@@ -32,6 +32,7 @@ public:
     detail::sleep_awaiter sleep_for(duration d, std::stop_token token) const noexcept {
         return sleep_until(now() + d, std::move(token));
     }
+    event_loop* timer_loop() const noexcept { return loop_; }
 
 private:
     event_loop* loop_;
