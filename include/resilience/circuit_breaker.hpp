@@ -1,0 +1,654 @@
+// SPDX-License-Identifier: MIT
+/// \file circuit_breaker.hpp
+/// `circuit_breaker`: stops calling a dependency that keeps failing or dragging, then probes it back.
+#pragma once
+
+#include "clock.hpp"
+#include "concepts.hpp"
+#include "context.hpp"
+#include "detail/breaker_window.hpp"
+#include "detail/ring.hpp"
+#include "error.hpp"
+#include "outcome.hpp"
+#include "policy.hpp"
+#include "task.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace resilience {
+
+/// Where a breaker stands. `closed`: calls run and are recorded. `open`: calls are refused until the
+/// break is over. `half_open`: the break is over and up to `probes` calls test the dependency.
+/// `isolated`: held open by hand (`isolate()`) until `reset()`.
+enum class circuit_state { closed, open, half_open, isolated };
+
+/// "closed", "open", "half_open" or "isolated": a static string, for logs.
+constexpr const char* to_string(circuit_state s) noexcept {
+    switch (s) {
+    case circuit_state::closed:
+        return "closed";
+    case circuit_state::open:
+        return "open";
+    case circuit_state::half_open:
+        return "half_open";
+    case circuit_state::isolated:
+        return "isolated";
+    }
+    return "unknown";
+}
+
+/// The recent calls over which a breaker judges rates. Set exactly one of `size` (the last N
+/// calls, however long ago) and `within` (the calls of the last D of time, however many), and at
+/// least one of `failure_rate` and `slow_call_rate`.
+struct breaker_window {
+    /// Count-based: the last `size` calls. Positive.
+    std::optional<int> size{};
+    /// Time-based: the calls of the last `within`. Positive.
+    std::optional<std::chrono::nanoseconds> within{};
+    /// Time-based only: `within` is kept in this many buckets of `within / buckets` (rounded down)
+    /// each, so memory is fixed; a call stops counting at most `within` after it was made, and not
+    /// before `within - within / buckets`. Positive, and at most `within` in nanoseconds.
+    int buckets = 10;
+    /// Calls the window must hold before a rate can open the circuit, so two failures in a quiet
+    /// hour do not read as 100%. Default: `size` for a count window (it must be full), 20 for a time
+    /// window. Positive, and at most `size`.
+    std::optional<int> minimum_calls{};
+    /// Opens when at least this share of the window failed; in (0, 1].
+    std::optional<double> failure_rate{};
+    /// A call taking at least this long is slow, whether it succeeded or failed; positive.
+    std::optional<std::chrono::nanoseconds> slow_call_duration{};
+    /// Opens when at least this share of the window was slow; in (0, 1]; needs `slow_call_duration`.
+    std::optional<double> slow_call_rate{};
+};
+
+/// How a `circuit_breaker` decides. Needs at least one trip condition: `failure_threshold`, or a
+/// `window` with a rate. Checked by the constructor (`std::invalid_argument` naming field and value).
+struct circuit_breaker_options {
+    /// Opens after this many consecutive recorded failures (a recorded success resets the run).
+    /// Unset: no consecutive rule. Positive.
+    std::optional<int> failure_threshold{};
+    /// Opens on a failure or slow-call rate over recent calls. Unset: no window.
+    std::optional<breaker_window> window{};
+    /// How long the circuit stays open after its first opening. Positive.
+    std::chrono::nanoseconds break_duration = std::chrono::seconds{30};
+    /// Each re-opening without a close in between multiplies the break by this factor: the n-th
+    /// consecutive opening breaks for `break_duration * growth^(n-1)`, capped at
+    /// `max_break_duration`. 1 (the default) keeps it constant. Finite and at least 1.
+    double break_duration_growth = 1.0;
+    /// The longest break. Unset: no cap, but the break saturates at the longest time the clock can
+    /// represent instead of overflowing. At least `break_duration`.
+    std::optional<std::chrono::nanoseconds> max_break_duration{};
+    /// How many calls half-open admits, all of which must succeed to close it. At least 1.
+    int probes = 1;
+    /// Which failures count against the dependency. A failure it declines is not recorded at all
+    /// (neither opens nor closes the circuit, frees a probe slot) and is passed on unchanged.
+    /// Empty: everything but cancellation (`is_cancellation`). Called without any lock held.
+    std::function<bool(const failure&)> is_failure{};
+    /// Told of every change of state, one at a time and in the order they happened, without any
+    /// lock held (so it may call back into the breaker), on the thread of a call that made or saw
+    /// a change. An exception it throws is ignored. Empty: nothing is told.
+    std::function<void(circuit_state from, circuit_state to)> on_state_change{};
+};
+
+/// A consistent snapshot of a breaker, taken under its lock at one instant.
+struct circuit_metrics {
+    circuit_state state = circuit_state::closed; ///< as `state()` reports it
+    std::uint64_t calls = 0;                     ///< calls in the window now (0 without a window)
+    std::uint64_t failures = 0;                  ///< recorded failures in the window now
+    std::uint64_t slow_calls = 0;                ///< slow calls in the window now
+    std::uint64_t consecutive_failures = 0;      ///< the current run of recorded failures
+    std::uint64_t consecutive_opens = 0;         ///< openings since the circuit last closed
+};
+
+namespace detail {
+
+// "0.5", "-1", "nan": a double as a person would write it, for validation messages.
+inline std::string breaker_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+[[noreturn]] inline void bad_breaker_option(const std::string& what) {
+    throw std::invalid_argument("resilience::circuit_breaker: " + what);
+}
+inline void check_breaker_rate(const std::optional<double>& rate, const char* name) {
+    if (rate && !(*rate > 0.0 && *rate <= 1.0))
+        bad_breaker_option(std::string(name) + " must be in (0, 1], got " + breaker_number(*rate));
+}
+inline void check_breaker_duration(const std::optional<std::chrono::nanoseconds>& d, const char* name) {
+    if (d && *d <= std::chrono::nanoseconds::zero())
+        bad_breaker_option(std::string(name) + " must be positive, got " + std::to_string(d->count()) + "ns");
+}
+
+/// Throws `std::invalid_argument` for the first thing wrong with `o`.
+inline void validate_breaker_options(const circuit_breaker_options& o) {
+    if (o.failure_threshold && *o.failure_threshold < 1)
+        bad_breaker_option("failure_threshold must be positive, got " + std::to_string(*o.failure_threshold));
+    check_breaker_duration(o.break_duration, "break_duration");
+    if (!(o.break_duration_growth >= 1.0 && std::isfinite(o.break_duration_growth)))
+        bad_breaker_option("break_duration_growth must be finite and at least 1, got " +
+                           breaker_number(o.break_duration_growth));
+    check_breaker_duration(o.max_break_duration, "max_break_duration");
+    if (o.max_break_duration && *o.max_break_duration < o.break_duration)
+        bad_breaker_option("max_break_duration must be at least break_duration (" +
+                           std::to_string(o.break_duration.count()) + "ns), got " +
+                           std::to_string(o.max_break_duration->count()) + "ns");
+    if (o.probes < 1)
+        bad_breaker_option("probes must be at least 1, got " + std::to_string(o.probes));
+    if (o.window) {
+        const breaker_window& w = *o.window;
+        if (w.size.has_value() == w.within.has_value())
+            bad_breaker_option(
+                std::string("window needs exactly one of window.size and window.within, got ") +
+                (w.size ? "both" : "neither"));
+        if (w.size && *w.size < 1)
+            bad_breaker_option("window.size must be positive, got " + std::to_string(*w.size));
+        check_breaker_duration(w.within, "window.within");
+        if (w.within) {
+            if (w.buckets < 1)
+                bad_breaker_option("window.buckets must be positive, got " + std::to_string(w.buckets));
+            if (w.within->count() < w.buckets)
+                bad_breaker_option("window.buckets must not exceed window.within in nanoseconds (" +
+                                   std::to_string(w.within->count()) + "), got " + std::to_string(w.buckets));
+        }
+        if (w.minimum_calls && *w.minimum_calls < 1)
+            bad_breaker_option("window.minimum_calls must be positive, got " +
+                               std::to_string(*w.minimum_calls));
+        if (w.minimum_calls && w.size && *w.minimum_calls > *w.size)
+            bad_breaker_option("window.minimum_calls must not exceed window.size (" +
+                               std::to_string(*w.size) + "), got " + std::to_string(*w.minimum_calls));
+        check_breaker_rate(w.failure_rate, "window.failure_rate");
+        check_breaker_rate(w.slow_call_rate, "window.slow_call_rate");
+        check_breaker_duration(w.slow_call_duration, "window.slow_call_duration");
+        if (w.slow_call_rate && !w.slow_call_duration)
+            bad_breaker_option("window.slow_call_rate needs window.slow_call_duration, got none");
+        if (!w.failure_rate && !w.slow_call_rate)
+            bad_breaker_option("window needs window.failure_rate or window.slow_call_rate, got neither");
+    }
+    if (!o.failure_threshold && !o.window)
+        bad_breaker_option("no trip condition: set failure_threshold or window, got neither");
+}
+
+/// How a finished call is recorded.
+enum class breaker_verdict : std::uint8_t { success, failure, ignored };
+
+/// The shared state of one breaker. Every member is guarded by `mutex_`, which is held only to
+/// admit a call and to record its result, never across user code: the clock, `is_failure` and
+/// `on_state_change` are called with it released.
+///
+/// Each change of state bumps `generation_`; a call remembers the generation that admitted it,
+/// and its result is dropped when the generation has moved on, so a call that started before
+/// the circuit opened (or was reset) cannot change what came after.
+template <class C>
+class breaker_core {
+public:
+    using time_point = typename C::time_point;
+    using duration = typename C::duration;
+
+    /// What `admit` decided.
+    struct ticket {
+        bool admitted = false;
+        bool probe = false;
+        std::uint64_t generation = 0;
+        time_point start{};
+        std::chrono::nanoseconds retry_after{};
+        std::exception_ptr cause;
+    };
+
+    breaker_core(circuit_breaker_options o, C clock) : options_(std::move(o)), clock_(std::move(clock)) {
+        if (options_.window) {
+            const breaker_window& w = *options_.window;
+            if (w.size) {
+                count_window_.emplace(static_cast<std::size_t>(*w.size));
+                minimum_calls_ = static_cast<std::uint64_t>(w.minimum_calls.value_or(*w.size));
+            } else {
+                time_window_.emplace(*w.within / w.buckets, static_cast<std::size_t>(w.buckets));
+                minimum_calls_ = static_cast<std::uint64_t>(w.minimum_calls.value_or(20));
+            }
+            slow_duration_ = w.slow_call_duration;
+            slow_trips_ = w.slow_call_rate.has_value();
+        }
+    }
+
+    const circuit_breaker_options& options() const noexcept { return options_; }
+    const C& clock() const noexcept { return clock_; }
+
+    ticket admit() {
+        // A closed circuit admits without knowing the time, so the clock is read up front only when
+        // the call's start is needed (slow-call rules); otherwise only once the state turns out to
+        // need it, with the lock dropped while reading.
+        std::optional<time_point> read;
+        if (slow_duration_)
+            read = clock_.now();
+        ticket t;
+        bool changed = false;
+        for (;;) {
+            std::unique_lock lock(mutex_);
+            if (state_ != circuit_state::closed && state_ != circuit_state::isolated && !read) {
+                lock.unlock();
+                read = clock_.now();
+                continue;
+            }
+            const time_point now = read ? monotonic(*read) : time_point{};
+            switch (state_) {
+            case circuit_state::closed:
+                t.admitted = true;
+                break;
+            case circuit_state::open:
+                if (now < open_until_) {
+                    t.retry_after = to_nanoseconds(open_until_ - now);
+                    t.cause = cause_;
+                    return t;
+                }
+                transition(circuit_state::half_open);
+                probes_taken_ = 0;
+                probes_passed_ = 0;
+                changed = true;
+                [[fallthrough]];
+            case circuit_state::half_open:
+                if (probes_taken_ < options_.probes) {
+                    ++probes_taken_;
+                    t.admitted = true;
+                    t.probe = true;
+                } else {
+                    t.cause = cause_; // retry_after stays zero: a probe slot may free up at any moment
+                }
+                break;
+            case circuit_state::isolated:
+                break;
+            }
+            t.generation = generation_;
+            t.start = now;
+            break;
+        }
+        if (changed)
+            notify();
+        return t;
+    }
+
+    /// Is `f` counted against the dependency? Calls the user's classifier: no lock held.
+    bool counts_as_failure(const failure& f) const {
+        return options_.is_failure ? options_.is_failure(f) : !is_cancellation(f);
+    }
+
+    void record(const ticket& t, breaker_verdict v, const std::exception_ptr& error) {
+        // The clock is read only when the result may need it: a success of a breaker with no
+        // window and no slow-call rule needs no time at all.
+        const bool needs_time =
+            v == breaker_verdict::failure || (v == breaker_verdict::success && options_.window.has_value());
+        const time_point read = needs_time ? clock_.now() : time_point{};
+        bool changed = false;
+        {
+            std::lock_guard lock(mutex_);
+            if (t.generation != generation_)
+                return;
+            const time_point now = needs_time ? monotonic(read) : time_point{};
+            const bool slow =
+                needs_time && slow_duration_ && to_nanoseconds(now - t.start) >= *slow_duration_;
+            if (t.probe)
+                changed = record_probe(v, slow, error, now);
+            else
+                changed = record_closed(v, slow, error, now);
+        }
+        if (changed)
+            notify();
+    }
+
+    circuit_state state() {
+        const time_point read = clock_.now();
+        std::lock_guard lock(mutex_);
+        return visible_state(std::max(read, last_now_));
+    }
+
+    circuit_metrics metrics() {
+        const time_point read = clock_.now();
+        std::lock_guard lock(mutex_);
+        const time_point now = std::max(read, last_now_);
+        circuit_metrics m;
+        m.state = visible_state(now);
+        detail::window_counts c;
+        if (count_window_)
+            c = count_window_->counts();
+        if (time_window_)
+            c = time_window_->counts(since_epoch(now));
+        m.calls = c.calls;
+        m.failures = c.failures;
+        m.slow_calls = c.slow;
+        m.consecutive_failures = consecutive_failures_;
+        m.consecutive_opens = consecutive_opens_;
+        return m;
+    }
+
+    void isolate() {
+        {
+            std::lock_guard lock(mutex_);
+            if (state_ == circuit_state::isolated)
+                return;
+            cause_ = nullptr;
+            transition(circuit_state::isolated);
+        }
+        notify();
+    }
+
+    void reset() {
+        bool changed = false;
+        {
+            std::lock_guard lock(mutex_);
+            changed = state_ != circuit_state::closed;
+            clear();
+            if (changed)
+                transition(circuit_state::closed);
+            else
+                ++generation_; // calls in flight belong to the window just cleared
+        }
+        if (changed)
+            notify();
+    }
+
+private:
+    struct change {
+        circuit_state from{}, to{};
+    };
+
+    static std::chrono::nanoseconds since_epoch(time_point t) noexcept {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+    }
+    // Saturates instead of overflowing, for the breaks that grew past what nanoseconds hold.
+    static std::chrono::nanoseconds to_nanoseconds(duration d) noexcept {
+        using wide = std::chrono::duration<long double, std::nano>;
+        if (wide(d) >= wide(std::chrono::nanoseconds::max()))
+            return std::chrono::nanoseconds::max();
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(d);
+    }
+    // `now + d`, or the latest representable time point when that would overflow. (A clock whose
+    // duration is finer than a nanosecond could overflow in the conversion of a huge break.)
+    static time_point add_saturating(time_point now, std::chrono::nanoseconds d) noexcept {
+        const duration step = std::chrono::ceil<duration>(d);
+        if (now.time_since_epoch() >= duration::zero() && step > time_point::max() - now)
+            return time_point::max();
+        return now + step;
+    }
+    // Threads read the clock before taking the lock, so a late reader may bring an earlier time:
+    // time inside the breaker never goes back.
+    time_point monotonic(time_point read) noexcept {
+        if (read > last_now_)
+            last_now_ = read;
+        return last_now_;
+    }
+
+    circuit_state visible_state(time_point now) const noexcept {
+        if (state_ == circuit_state::open && now >= open_until_)
+            return circuit_state::half_open;
+        return state_;
+    }
+
+    std::chrono::nanoseconds break_for(std::uint64_t opens) const noexcept {
+        const std::chrono::nanoseconds cap =
+            options_.max_break_duration.value_or(std::chrono::nanoseconds::max());
+        const double growth = options_.break_duration_growth;
+        if (opens <= 1 || growth == 1.0)
+            return std::min(options_.break_duration, cap);
+        const long double d = static_cast<long double>(options_.break_duration.count()) *
+                              std::pow(static_cast<long double>(growth), static_cast<long double>(opens - 1));
+        if (!(d < static_cast<long double>(cap.count())))
+            return cap; // also catches infinity
+        return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(d)};
+    }
+
+    bool record_closed(breaker_verdict v, bool slow, const std::exception_ptr& error, time_point now) {
+        if (v == breaker_verdict::ignored)
+            return false;
+        const bool failed = v == breaker_verdict::failure;
+        if (failed) {
+            ++consecutive_failures_;
+            last_failure_ = error;
+        } else {
+            consecutive_failures_ = 0;
+        }
+        if (options_.failure_threshold && failed &&
+            consecutive_failures_ >= static_cast<std::uint64_t>(*options_.failure_threshold)) {
+            open(now, error);
+            return true;
+        }
+        if (!options_.window)
+            return false;
+        detail::window_counts c;
+        if (count_window_) {
+            count_window_->add(failed, slow);
+            c = count_window_->counts();
+        } else {
+            time_window_->add(since_epoch(now), failed, slow);
+            c = time_window_->counts(since_epoch(now));
+        }
+        if (c.calls < minimum_calls_)
+            return false;
+        const breaker_window& w = *options_.window;
+        const auto calls = static_cast<double>(c.calls);
+        // A share computed by one division compares exactly with the decimal the user wrote
+        // (3/10 rounds to the same double as 0.3), where `failures >= rate * calls` would not.
+        if (w.failure_rate && c.failures > 0 && static_cast<double>(c.failures) / calls >= *w.failure_rate) {
+            open(now, last_failure_);
+            return true;
+        }
+        if (w.slow_call_rate && c.slow > 0 && static_cast<double>(c.slow) / calls >= *w.slow_call_rate) {
+            open(now, nullptr); // slowness alone: no failure to report
+            return true;
+        }
+        return false;
+    }
+
+    bool record_probe(breaker_verdict v, bool slow, const std::exception_ptr& error, time_point now) {
+        switch (v) {
+        case breaker_verdict::ignored:
+            --probes_taken_; // the slot goes to the next caller
+            return false;
+        case breaker_verdict::failure:
+            open(now, error);
+            return true;
+        case breaker_verdict::success:
+            if (slow && slow_trips_) {
+                open(now, nullptr);
+                return true;
+            }
+            if (++probes_passed_ < options_.probes)
+                return false;
+            clear();
+            transition(circuit_state::closed);
+            return true;
+        }
+        return false;
+    }
+
+    void open(time_point now, std::exception_ptr cause) {
+        if (consecutive_opens_ != std::numeric_limits<std::uint64_t>::max())
+            ++consecutive_opens_;
+        open_until_ = add_saturating(now, break_for(consecutive_opens_));
+        cause_ = std::move(cause);
+        transition(circuit_state::open);
+    }
+
+    void clear() noexcept {
+        if (count_window_)
+            count_window_->clear();
+        if (time_window_)
+            time_window_->clear();
+        consecutive_failures_ = 0;
+        consecutive_opens_ = 0;
+        cause_ = nullptr;
+        last_failure_ = nullptr;
+    }
+
+    void transition(circuit_state to) {
+        if (options_.on_state_change)
+            changes_.push(change{state_, to});
+        state_ = to;
+        ++generation_;
+    }
+
+    // Runs the callback for queued changes, outside the lock. One thread drains at a time, so the
+    // callback sees changes one by one in the order they were made; a change queued while another
+    // thread drains is left to that thread, which looks at the queue again before it stops.
+    void notify() {
+        if (!options_.on_state_change)
+            return;
+        std::unique_lock lock(mutex_);
+        if (draining_)
+            return;
+        draining_ = true;
+        while (!changes_.empty()) {
+            const change c = changes_.pop();
+            lock.unlock();
+            try {
+                options_.on_state_change(c.from, c.to);
+            } catch (...) {
+                // a throwing observer must not break the calls it observes
+            }
+            lock.lock();
+        }
+        draining_ = false;
+    }
+
+    const circuit_breaker_options options_;
+    C clock_;
+    std::optional<detail::count_window> count_window_;
+    std::optional<detail::time_window> time_window_;
+    std::uint64_t minimum_calls_ = 0;
+    std::optional<std::chrono::nanoseconds> slow_duration_;
+    bool slow_trips_ = false;
+
+    std::mutex mutex_;
+    circuit_state state_ = circuit_state::closed;
+    std::uint64_t generation_ = 0;
+    time_point last_now_ = time_point::min();
+    time_point open_until_{};
+    std::exception_ptr cause_;        // what opened the circuit
+    std::exception_ptr last_failure_; // the latest failure recorded while closed
+    std::uint64_t consecutive_failures_ = 0;
+    std::uint64_t consecutive_opens_ = 0;
+    int probes_taken_ = 0;
+    int probes_passed_ = 0;
+    detail::ring<change> changes_;
+    bool draining_ = false;
+};
+
+/// Records a call's result once; if the call ends without one (the classifier threw, the
+/// coroutine was destroyed), records it as ignored so a probe slot is never lost.
+template <class C>
+class breaker_call {
+public:
+    breaker_call(breaker_core<C>& core, typename breaker_core<C>::ticket t) noexcept
+        : core_(&core), ticket_(std::move(t)) {}
+    breaker_call(const breaker_call&) = delete;
+    breaker_call& operator=(const breaker_call&) = delete;
+    ~breaker_call() {
+        if (core_)
+            core_->record(ticket_, breaker_verdict::ignored, nullptr);
+    }
+    void finish(breaker_verdict v, const std::exception_ptr& error) {
+        std::exchange(core_, nullptr)->record(ticket_, v, error);
+    }
+
+private:
+    breaker_core<C>* core_;
+    typename breaker_core<C>::ticket ticket_;
+};
+
+} // namespace detail
+
+/// Stops calling a dependency that keeps failing (or answering too slowly), refusing calls at
+/// once for a while, then lets a few probe calls decide whether it has recovered.
+///
+/// - **closed**: calls run. It opens when `failure_threshold` consecutive failures are recorded,
+///   or when, with at least `minimum_calls` in the window, the share of failures reaches
+///   `failure_rate` or the share of slow calls reaches `slow_call_rate`: whichever comes first.
+///   Rules are checked after each recorded call.
+/// - **open**: every call is refused without running, with a `circuit_open_error` carrying
+///   `retry_after()` (the exact time left) and `cause()` (the failure that opened it; null when
+///   slowness alone did). The break lasts `break_duration`, growing on consecutive re-openings.
+/// - **half_open**: once the break is over, exactly `probes` calls are admitted (even under many
+///   concurrent callers; others are refused with `retry_after() == 0`); when all of them succeed
+///   it closes, and any failure (or, with a `slow_call_rate`, a slow success) re-opens it. A probe
+///   whose result is not recorded (cancelled, or declined by `is_failure`) frees its slot.
+/// - **isolated**: refused until `reset()`, by hand.
+///
+/// The refusal is a failure value (`failure::make`), so `execute_outcome` reports it without an
+/// exception. A failure is recorded when `is_failure` says so (default: all but cancellation),
+/// and never when the caller's own stop token was stopped; a declined failure passes through
+/// unchanged. Values are successes. A result from a call admitted before the last change of
+/// state is dropped. Time rules are read lazily from the clock: nothing runs while idle, and the
+/// move from open to half-open happens (and is reported to `on_state_change`) when the first
+/// call after the break arrives; `state()` already shows it without changing anything.
+///
+/// A cheap copyable handle: copies are the same breaker, thread-safe, usable from many event
+/// loops at once. The state lives as long as any copy; each call needs the handle it was made
+/// through to outlive it (as for every policy). The closed-state path locks a mutex briefly to
+/// admit and to record, never across the action or user callbacks, and allocates nothing.
+///
+///     rs::circuit_breaker breaker{{.failure_threshold = 5, .break_duration = 30s}};
+///     rs::outcome<page> r = co_await breaker.execute_outcome(fetch);
+///     if (!r && r.error().code() == rs::errc::circuit_open) { /* refused without an exception */ }
+template <clock C = steady_clock>
+class circuit_breaker : public policy_base<circuit_breaker<C>> {
+public:
+    /// Validates `options` (`std::invalid_argument` naming the field and value). Starts no timer.
+    explicit circuit_breaker(circuit_breaker_options options, C clock = C{})
+        : core_((detail::validate_breaker_options(options),
+                 std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock)))) {}
+
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        using result_t = detail::next_outcome_t<Next>;
+        if (ctx.stop_token().stop_requested())
+            co_return result_t{failure::make(cancelled_error{})};
+        detail::breaker_core<C>& core = *core_;
+        auto ticket = core.admit();
+        if (!ticket.admitted)
+            co_return result_t{failure::make(circuit_open_error{ticket.retry_after, ticket.cause})};
+        detail::breaker_call<C> call{core, std::move(ticket)};
+        result_t result = co_await next(ctx);
+        if (result.has_value())
+            call.finish(detail::breaker_verdict::success, nullptr);
+        else if (ctx.stop_token().stop_requested() || !core.counts_as_failure(result.error()))
+            call.finish(detail::breaker_verdict::ignored, nullptr);
+        else
+            call.finish(detail::breaker_verdict::failure, result.error().exception());
+        co_return result;
+    }
+
+    /// The state now, with open turned half-open once the break is over. Changes nothing.
+    circuit_state state() const { return core_->state(); }
+    /// A snapshot taken at one instant. Changes nothing.
+    circuit_metrics metrics() const { return core_->metrics(); }
+    /// Holds the circuit open, refusing every call (`retry_after() == 0`, null cause), until `reset()`.
+    void isolate() const { core_->isolate(); }
+    /// Closes the circuit and forgets everything: window, runs of failures and openings.
+    /// Results of calls still in flight are dropped.
+    void reset() const { core_->reset(); }
+
+    const circuit_breaker_options& options() const noexcept { return core_->options(); }
+    const C& clock() const noexcept { return core_->clock(); }
+
+private:
+    std::shared_ptr<detail::breaker_core<C>> core_;
+};
+
+// clang-format off
+circuit_breaker(circuit_breaker_options) -> circuit_breaker<steady_clock>;
+template <clock C>
+circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
+// clang-format on
+
+} // namespace resilience
