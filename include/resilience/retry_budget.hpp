@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+/// \file retry_budget.hpp
+/// `retry_budget`: a ceiling on retries shared by every call that uses it.
+#pragma once
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace resilience {
+
+struct retry_budget_options {
+    /// Retries earned per call: each call deposits this many tokens (`0.2`: one retry per five
+    /// calls). Must be in `(0, 1]` (and at least 1e-9, the budget's resolution).
+    double ratio = 0.2;
+    /// The most tokens that can be saved up, and so the longest run of retries allowed when
+    /// nothing has been earned yet. The budget starts full. Must be positive and at most 1e9.
+    double capacity = 10.0;
+};
+
+/// A ceiling on retries across every call that shares it. `max_attempts` bounds one call but
+/// cannot see that every other caller is also retrying, which is how a struggling dependency gets
+/// several times its normal load at the moment it can least take it; a budget sees the total.
+///
+/// Every call deposits `ratio` tokens (up to `capacity`); every retry must withdraw one whole
+/// token first, and when none is left the retry does not happen. So over any run, retries granted
+/// never exceed `capacity + ratio * calls`. It counts rather than measures time: no clock, no timer.
+///
+/// A cheap copyable handle: copies share one budget, which is thread-safe (lock-free atomics), so
+/// any number of retries, on any number of threads and event loops, may hold it. Tokens are kept
+/// in fixed point (10^-9 of a token), so deposits and withdrawals are exact and never drift.
+/// Its operations are `const`: they change the shared budget, not the handle.
+///
+///     rs::retry_budget shared{{.ratio = 0.2, .capacity = 10}};
+///     rs::retry a{{.budget = shared}};
+///     rs::retry b{{.max_attempts = 5, .budget = shared}};   // a and b draw from one budget
+///
+/// Not a pipeline stage: hand it to the policies that retry (`retry_options::budget`).
+class retry_budget {
+public:
+    /// Validates `options`: a bad value throws `std::invalid_argument` naming the field and value.
+    explicit retry_budget(retry_budget_options options = {})
+        : state_(std::make_shared<state>(check(options))) {}
+
+    /// Tokens left: the number of retries that may start now (its whole part). Never negative.
+    double tokens() const noexcept {
+        return static_cast<double>(state_->units.load(std::memory_order_relaxed)) / units_per_token;
+    }
+
+    /// Records a call: deposits `ratio` tokens, keeping the total at most `capacity`.
+    void record_call() const noexcept {
+        state& s = *state_;
+        s.calls.fetch_add(1, std::memory_order_relaxed);
+        std::int64_t current = s.units.load(std::memory_order_relaxed);
+        std::int64_t next;
+        do {
+            next = current + s.ratio_units < s.capacity_units ? current + s.ratio_units : s.capacity_units;
+        } while (!s.units.compare_exchange_weak(current, next, std::memory_order_acq_rel,
+                                                std::memory_order_relaxed));
+    }
+
+    /// Takes one token for a retry; false (and nothing taken) when less than one is left.
+    bool try_withdraw() const noexcept {
+        state& s = *state_;
+        std::int64_t current = s.units.load(std::memory_order_relaxed);
+        do {
+            if (current < units_per_token) {
+                s.denied.fetch_add(1, std::memory_order_relaxed);
+                return false;
+            }
+        } while (!s.units.compare_exchange_weak(current, current - units_per_token, std::memory_order_acq_rel,
+                                                std::memory_order_relaxed));
+        s.granted.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+
+    std::uint64_t calls() const noexcept {
+        return state_->calls.load(std::memory_order_relaxed);
+    } ///< calls recorded
+    std::uint64_t granted() const noexcept {
+        return state_->granted.load(std::memory_order_relaxed);
+    } ///< retries allowed
+    std::uint64_t denied() const noexcept {
+        return state_->denied.load(std::memory_order_relaxed);
+    } ///< retries refused
+
+    const retry_budget_options& options() const noexcept { return state_->options; }
+
+    /// True when both handles share one budget.
+    friend bool operator==(const retry_budget& a, const retry_budget& b) noexcept {
+        return a.state_ == b.state_;
+    }
+
+private:
+    static constexpr std::int64_t units_per_token = 1'000'000'000;
+
+    struct state {
+        explicit state(const retry_budget_options& o)
+            : options(o), ratio_units(static_cast<std::int64_t>(o.ratio * units_per_token)),
+              capacity_units(static_cast<std::int64_t>(o.capacity * units_per_token)), units(capacity_units) {
+        }
+        retry_budget_options options;
+        std::int64_t ratio_units; // rounded down, so the bound above holds exactly
+        std::int64_t capacity_units;
+        std::atomic<std::int64_t> units;
+        std::atomic<std::uint64_t> calls{0}, granted{0}, denied{0};
+    };
+
+    static const retry_budget_options& check(const retry_budget_options& o) {
+        auto fail = [](const char* field, const char* rule, double got) {
+            std::ostringstream msg;
+            msg << "resilience::retry_budget: " << field << ' ' << rule << ", got " << got;
+            throw std::invalid_argument(msg.str());
+        };
+        if (!(o.ratio > 0.0 && o.ratio <= 1.0))
+            fail("ratio", "must be in (0, 1]", o.ratio);
+        if (o.ratio < 1e-9)
+            fail("ratio", "must be at least 1e-9", o.ratio);
+        if (!(o.capacity > 0.0))
+            fail("capacity", "must be positive", o.capacity);
+        if (!(o.capacity <= 1e9))
+            fail("capacity", "must be at most 1e9", o.capacity);
+        return o;
+    }
+
+    std::shared_ptr<state> state_;
+};
+
+} // namespace resilience

@@ -1,0 +1,719 @@
+// SPDX-License-Identifier: MIT
+#include "alloc_counter.hpp"
+#include "catch.hpp"
+
+#include <resilience/backoff.hpp>
+#include <resilience/error.hpp>
+#include <resilience/event_loop.hpp>
+#include <resilience/pipeline.hpp>
+#include <resilience/retry.hpp>
+#include <resilience/retry_budget.hpp>
+#include <resilience/testing/scripted.hpp>
+#include <resilience/testing/simulation.hpp>
+#include <resilience/timeout.hpp>
+#include <resilience/when_all.hpp>
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using rs::testing::script;
+using rs::testing::scripted_action;
+using std::chrono::nanoseconds;
+
+static_assert(rs::policy<rs::retry<>>);
+static_assert(rs::policy<rs::retry<rs::testing::virtual_clock, rs::seeded_random>>);
+static_assert(std::is_aggregate_v<rs::retry_options>);
+static_assert(std::is_aggregate_v<rs::exponential_backoff>);
+
+namespace {
+
+const rs::exponential_backoff exact_200ms{200ms, 2.0, 30s, rs::jitter::none};
+
+// An action that records when each attempt started and what the context said, then fails.
+struct recording_action {
+    rs::testing::simulation* sim;
+    std::vector<nanoseconds>* starts;
+    std::vector<int>* attempts;
+    rs::task<int> operator()(const rs::context& ctx) const {
+        starts->push_back(sim->now());
+        attempts->push_back(ctx.attempt());
+        throw std::runtime_error("down");
+        co_return 0;
+    }
+};
+
+template <class F>
+std::string invalid_argument_message(F&& f) {
+    try {
+        f();
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
+    FAIL("expected std::invalid_argument");
+    return {};
+}
+
+} // namespace
+
+TEST_CASE("retry: CTAD deduces the clock and the random source from the constructor", "[retry]") {
+    rs::testing::simulation sim;
+    rs::retry a{};
+    rs::retry b{{.max_attempts = 3}};
+    rs::retry c{{.max_attempts = 3}, sim.clock()};
+    rs::retry d{{.max_attempts = 3}, sim.clock(), rs::seeded_random{7}};
+    STATIC_REQUIRE(std::is_same_v<decltype(a), rs::retry<rs::steady_clock, rs::thread_random>>);
+    STATIC_REQUIRE(std::is_same_v<decltype(b), rs::retry<>>);
+    STATIC_REQUIRE(std::is_same_v<decltype(c), rs::retry<rs::testing::virtual_clock, rs::thread_random>>);
+    STATIC_REQUIRE(std::is_same_v<decltype(d), rs::retry<rs::testing::virtual_clock, rs::seeded_random>>);
+    CHECK(a.options().max_attempts == 3);
+    CHECK(d.options().max_delay == 30s);
+}
+
+TEST_CASE("retry: attempts follow the backoff at exact instants, each with its own attempt number",
+          "[retry]") {
+    rs::testing::simulation sim;
+    std::vector<nanoseconds> starts;
+    std::vector<int> attempts;
+    rs::retry r{{.max_attempts = 4, .backoff = exact_200ms}, sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+    CHECK(starts == std::vector<nanoseconds>{0ms, 200ms, 600ms, 1400ms});
+    CHECK(attempts == std::vector<int>{1, 2, 3, 4});
+    CHECK(sim.now() == 1400ms);
+}
+
+TEST_CASE("retry: a success after failures is returned at its own instant", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action flaky{sim.clock(), script<int>{.failures = 2, .latency = 100ms, .value = 42}};
+    rs::retry r{{.max_attempts = 3, .backoff = exact_200ms}, sim.clock()};
+    CHECK(sim.run(r.execute(flaky)) == 42);
+    // 0-100 fails, wait 200; 300-400 fails, wait 400; 800-900 succeeds.
+    CHECK(sim.now() == 900ms);
+    CHECK(flaky.calls() == 3);
+}
+
+TEST_CASE("retry: max_attempts = 1 never retries", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 100, .latency = 10ms}};
+    rs::retry r{{.max_attempts = 1, .backoff = exact_200ms}, sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(down)), rs::testing::scripted_failure);
+    CHECK(down.calls() == 1);
+    CHECK(sim.now() == 10ms);
+}
+
+TEST_CASE("retry: a failure the classifier rejects is rethrown at once", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 100, .latency = 10ms}};
+    int asked = 0;
+    rs::retry r{{.max_attempts = 5,
+                 .backoff = exact_200ms,
+                 .retry_if =
+                     [&asked](const rs::failure&) {
+                         ++asked;
+                         return false;
+                     }},
+                sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(down)), rs::testing::scripted_failure);
+    CHECK(down.calls() == 1);
+    CHECK(asked == 1);
+    CHECK(sim.now() == 10ms);
+}
+
+TEST_CASE("retry: the failure rethrown is the very exception object the action threw", "[retry]") {
+    struct tagged : std::runtime_error {
+        explicit tagged(int n) : std::runtime_error("tagged " + std::to_string(n)), id(n) {}
+        int id;
+    };
+    rs::testing::simulation sim;
+    std::vector<std::exception_ptr> thrown;
+    auto action = [&]() -> rs::task<int> {
+        thrown.push_back(std::make_exception_ptr(tagged{static_cast<int>(thrown.size()) + 1}));
+        std::rethrow_exception(thrown.back());
+        co_return 0;
+    };
+    auto address_of = [](const std::exception_ptr& p) -> const void* {
+        try {
+            std::rethrow_exception(p);
+        } catch (const tagged& t) {
+            return &t;
+        }
+    };
+
+    SECTION("when the attempts run out") {
+        rs::retry r{{.max_attempts = 3, .backoff = exact_200ms}, sim.clock()};
+        try {
+            sim.run(r.execute(action));
+            FAIL("expected the last failure");
+        } catch (const tagged& e) {
+            REQUIRE(thrown.size() == 3);
+            CHECK(e.id == 3);
+            CHECK(&e == address_of(thrown.back()));
+        }
+        auto out = sim.run(r.execute_outcome(action));
+        REQUIRE(out.has_failure());
+        CHECK(out.error().exception() == thrown.back());
+    }
+    SECTION("when the classifier says no") {
+        rs::retry r{{.max_attempts = 3, .retry_if = [](const rs::failure&) { return false; }}, sim.clock()};
+        auto out = sim.run(r.execute_outcome(action));
+        REQUIRE(thrown.size() == 1);
+        CHECK(out.error().exception() == thrown.front());
+    }
+    SECTION("when the budget is empty") {
+        rs::retry_budget budget{{.ratio = 0.1, .capacity = 1}};
+        REQUIRE(budget.try_withdraw());
+        rs::retry r{{.max_attempts = 3, .budget = budget}, sim.clock()};
+        auto out = sim.run(r.execute_outcome(action));
+        REQUIRE(thrown.size() == 1);
+        CHECK(out.error().exception() == thrown.front());
+    }
+}
+
+TEST_CASE("retry: the default classifier does not retry logic errors, cancellation or an open circuit",
+          "[retry]") {
+    rs::testing::simulation sim;
+    rs::retry r{{.max_attempts = 5, .backoff = exact_200ms}, sim.clock()};
+    int calls = 0;
+    auto throwing = [&](auto make) {
+        return [&calls, make]() -> rs::task<int> {
+            ++calls;
+            throw make();
+            co_return 0;
+        };
+    };
+
+    calls = 0;
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return std::logic_error("bug"); }))), std::logic_error);
+    CHECK(calls == 1);
+    calls = 0;
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return std::invalid_argument("bad"); }))),
+                    std::invalid_argument);
+    CHECK(calls == 1);
+    calls = 0;
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::cancelled_error{}; }))), rs::cancelled_error);
+    CHECK(calls == 1);
+    calls = 0;
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::circuit_open_error{1s}; }))),
+                    rs::circuit_open_error);
+    CHECK(calls == 1);
+    CHECK(sim.now() == 0ns);
+
+    calls = 0;
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return std::runtime_error("flaky"); }))),
+                    std::runtime_error);
+    CHECK(calls == 5);
+    calls = 0;
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::timeout_error{}; }))), rs::timeout_error);
+    CHECK(calls == 5);
+
+    CHECK(rs::is_transient(rs::failure::make(std::runtime_error("x"))));
+    CHECK_FALSE(rs::is_transient(rs::failure::make(std::out_of_range("x"))));
+    CHECK_FALSE(rs::is_transient(rs::failure{}));
+}
+
+TEST_CASE("retry: cancellation is not retried even when the classifier would retry everything", "[retry]") {
+    rs::testing::simulation sim;
+    int asked = 0;
+    rs::retry r{{.max_attempts = 5,
+                 .retry_if =
+                     [&asked](const rs::failure&) {
+                         ++asked;
+                         return true;
+                     }},
+                sim.clock()};
+    int calls = 0;
+    auto cancelled = [&]() -> rs::task<int> {
+        ++calls;
+        throw rs::cancelled_error{};
+        co_return 0;
+    };
+    CHECK_THROWS_AS(sim.run(r.execute(cancelled)), rs::cancelled_error);
+    CHECK(calls == 1);
+    CHECK(asked == 0);
+}
+
+TEST_CASE("retry: a verdict's delay overrides the backoff and is capped by max_delay", "[retry]") {
+    rs::testing::simulation sim;
+    std::vector<nanoseconds> starts;
+    std::vector<int> attempts;
+    SECTION("under the cap: the verdict's delay is used as is") {
+        rs::retry r{
+            {.max_attempts = 3,
+             .backoff = exact_200ms,
+             .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true, .delay = 1500ms}; }},
+            sim.clock()};
+        CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+        CHECK(starts == std::vector<nanoseconds>{0s, 1500ms, 3000ms});
+    }
+    SECTION("over the cap: max_delay") {
+        rs::retry r{{.max_attempts = 3,
+                     .backoff = exact_200ms,
+                     .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true, .delay = 1h}; },
+                     .max_delay = 2s},
+                    sim.clock()};
+        CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+        CHECK(starts == std::vector<nanoseconds>{0s, 2s, 4s});
+    }
+    SECTION("no delay in the verdict: the backoff") {
+        rs::retry r{{.max_attempts = 3,
+                     .backoff = exact_200ms,
+                     .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true}; }},
+                    sim.clock()};
+        CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+        CHECK(starts == std::vector<nanoseconds>{0s, 200ms, 600ms});
+    }
+    SECTION("a negative delay means no wait") {
+        rs::retry r{{.max_attempts = 2,
+                     .backoff = exact_200ms,
+                     .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true, .delay = -1s}; }},
+                    sim.clock()};
+        CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+        CHECK(starts == std::vector<nanoseconds>{0s, 0s});
+    }
+}
+
+namespace {
+struct response {
+    int status = 0;
+};
+
+// Answers with the given statuses in turn (the last one repeating), one per call, after 50ms.
+struct status_sequence {
+    rs::testing::simulation* sim;
+    std::vector<int> statuses;
+    int* calls;
+    rs::task<response> operator()() const {
+        const std::size_t i = std::min(static_cast<std::size_t>(*calls), statuses.size() - 1);
+        ++*calls;
+        co_await sim->sleep_for(50ms);
+        co_return response{statuses[i]};
+    }
+};
+
+// Retries a 503 (after the server's Retry-After, here 1s) and any failure; accepts the rest.
+rs::verdict retry_unavailable(const rs::outcome<response>& o) {
+    if (!o)
+        return {.retry = true};
+    if (o.value().status == 503)
+        return {.retry = true, .delay = 1s};
+    return {};
+}
+} // namespace
+
+TEST_CASE("retry: an outcome classifier retries a returned value", "[retry]") {
+    rs::testing::simulation sim;
+    int calls = 0;
+    rs::retry r{{.max_attempts = 5, .backoff = exact_200ms, .retry_if = retry_unavailable}, sim.clock()};
+    const response got = sim.run(r.execute(status_sequence{&sim, {503, 503, 200}, &calls}));
+    CHECK(got.status == 200);
+    CHECK(calls == 3);
+    CHECK(sim.now() == 50ms + 1s + 50ms + 1s + 50ms);
+}
+
+TEST_CASE("retry: when attempts run out on a rejected value, that value is the result", "[retry]") {
+    rs::testing::simulation sim;
+    int calls = 0;
+    std::vector<int> seen_statuses;
+    rs::retry r{{.max_attempts = 3,
+                 .retry_if = [](const rs::outcome<response>& o) { return !o || o.value().status >= 500; },
+                 .on_retry =
+                     [&](const rs::retry_event& e) {
+                         CHECK(e.error() == nullptr);
+                         REQUIRE(e.value<response>() != nullptr);
+                         CHECK(e.value<int>() == nullptr);
+                         seen_statuses.push_back(e.value<response>()->status);
+                     }},
+                sim.clock(),
+                rs::seeded_random{1}};
+    const response got = sim.run(r.execute(status_sequence{&sim, {500, 502, 503, 200}, &calls}));
+    CHECK(got.status == 503);
+    CHECK(calls == 3);
+    CHECK(seen_statuses == std::vector<int>{500, 502});
+}
+
+TEST_CASE("retry: an outcome classifier also sees failures", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action flaky{sim.clock(), script<int>{.failures = 2, .value = 7}};
+    int failures_seen = 0;
+    rs::retry r{{.max_attempts = 5,
+                 .backoff = exact_200ms,
+                 .retry_if =
+                     [&failures_seen](const rs::outcome<int>& o) {
+                         if (!o)
+                             ++failures_seen;
+                         return !o || o.value() != 7;
+                     }},
+                sim.clock()};
+    CHECK(sim.run(r.execute(flaky)) == 7);
+    CHECK(failures_seen == 2);
+    CHECK(sim.now() == 600ms);
+}
+
+TEST_CASE("retry: an outcome classifier for another result type fails the call with invalid_argument",
+          "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action act{sim.clock(), script<int>{.value = 1}};
+    rs::retry r{{.retry_if = [](const rs::outcome<long>& o) { return !o; }}, sim.clock()};
+    CHECK(r.options().retry_if.sees_values());
+    const std::string message = invalid_argument_message([&] { sim.run(r.execute(act)); });
+    CHECK(message.find(
+              "resilience::retry: retry_if classifies rs::outcome<long> but the action returns int") == 0);
+    CHECK(act.calls() == 0);
+}
+
+TEST_CASE("retry: actions returning void are retried, with failure or outcome<void> classifiers", "[retry]") {
+    rs::testing::simulation sim;
+    int calls = 0;
+    auto flaky = [&]() -> rs::task<void> {
+        if (++calls < 3)
+            throw std::runtime_error("not yet");
+        co_return;
+    };
+    rs::retry plain{{.max_attempts = 3, .backoff = exact_200ms}, sim.clock()};
+    sim.run(plain.execute(flaky));
+    CHECK(calls == 3);
+    CHECK(sim.now() == 600ms);
+
+    calls = 0;
+    int values_seen = 0;
+    // Four attempts allowed, so the value of the third is classified (after the last attempt the
+    // classifier is not asked: no retry could follow).
+    rs::retry seeing{{.max_attempts = 4,
+                      .backoff = exact_200ms,
+                      .retry_if =
+                          [&values_seen](const rs::outcome<void>& o) {
+                              if (o)
+                                  ++values_seen;
+                              return !o;
+                          }},
+                     sim.clock()};
+    sim.run(seeing.execute(flaky));
+    CHECK(calls == 3);
+    CHECK(values_seen == 1);
+}
+
+TEST_CASE("retry: an exception thrown by the classifier ends the call with that exception", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 100}};
+    rs::retry r{{.max_attempts = 4,
+                 .retry_if = [](const rs::failure&) -> bool { throw std::length_error("classifier"); }},
+                sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(down)), std::length_error);
+    CHECK(down.calls() == 1);
+}
+
+TEST_CASE("retry: max_elapsed stops before a wait that would carry the call past it", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 100, .latency = 100ms}};
+    SECTION("the next wait would cross it") {
+        // Attempts at 0, 1.1s, 2.2s; the third fails at 2.3s and 2.3s + 1s > 2.5s.
+        rs::retry r{{.max_attempts = 10,
+                     .backoff = rs::constant_backoff{1s, rs::jitter::none},
+                     .max_elapsed = 2500ms},
+                    sim.clock()};
+        CHECK_THROWS_AS(sim.run(r.execute(down)), rs::testing::scripted_failure);
+        CHECK(down.calls() == 3);
+        CHECK(sim.now() == 2300ms);
+    }
+    SECTION("a wait that ends exactly at the limit is allowed") {
+        rs::retry r{{.max_attempts = 10,
+                     .backoff = rs::constant_backoff{1s, rs::jitter::none},
+                     .max_elapsed = 2200ms},
+                    sim.clock()};
+        CHECK_THROWS_AS(sim.run(r.execute(down)), rs::testing::scripted_failure);
+        CHECK(down.calls() == 3);
+        CHECK(sim.now() == 2300ms);
+    }
+    SECTION("zero means unbounded") {
+        rs::retry r{{.max_attempts = 10, .backoff = rs::constant_backoff{1h, rs::jitter::none}}, sim.clock()};
+        CHECK_THROWS_AS(sim.run(r.execute(down)), rs::testing::scripted_failure);
+        CHECK(down.calls() == 10);
+        CHECK(sim.now() == 9h + 1s);
+    }
+}
+
+namespace {
+rs::task<void> stop_after(rs::testing::simulation& sim, nanoseconds when, std::stop_source& source) {
+    co_await sim.sleep_for(when);
+    source.request_stop();
+}
+} // namespace
+
+TEST_CASE("retry: a caller's stop during a long backoff ends the call at that instant with the last failure",
+          "[retry]") {
+    rs::testing::simulation sim;
+    std::vector<std::exception_ptr> thrown;
+    auto action = [&]() -> rs::task<int> {
+        thrown.push_back(
+            std::make_exception_ptr(std::runtime_error("attempt " + std::to_string(thrown.size() + 1))));
+        std::rethrow_exception(thrown.back());
+        co_return 0;
+    };
+    rs::retry r{{.max_attempts = 5, .backoff = rs::constant_backoff{10min, rs::jitter::none}}, sim.clock()};
+    std::stop_source caller;
+    auto [ignored, out] =
+        sim.run(rs::when_all(stop_after(sim, 5s, caller), r.execute_outcome(action, caller.get_token())));
+    (void)ignored;
+    CHECK(sim.now() == 5s);
+    REQUIRE(thrown.size() == 1);
+    REQUIRE(out.has_failure());
+    CHECK(out.error().exception() == thrown.front());
+    CHECK(sim.loop().timers() == 0); // the backoff's timer is gone
+}
+
+TEST_CASE("retry: a caller's stop during an attempt is not retried", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
+    rs::retry r{
+        {.max_attempts = 5, .backoff = exact_200ms, .retry_if = [](const rs::failure&) { return true; }},
+        sim.clock()};
+    std::stop_source caller;
+    sim.spawn(stop_after(sim, 3s, caller));
+    CHECK_THROWS_AS(sim.run(r.execute(slow, caller.get_token())), rs::cancelled_error);
+    CHECK(sim.now() == 3s);
+    CHECK(slow.calls() == 1);
+}
+
+TEST_CASE("retry: a stop requested before the call starts runs nothing", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action act{sim.clock(), script<int>{.value = 1}};
+    rs::retry r{{}, sim.clock()};
+    std::stop_source caller;
+    caller.request_stop();
+    CHECK_THROWS_AS(sim.run(r.execute(act, caller.get_token())), rs::cancelled_error);
+    CHECK(act.calls() == 0);
+}
+
+TEST_CASE("retry: on_retry reports the failed attempt, its failure and the chosen delay", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 100}};
+    std::vector<int> attempts;
+    std::vector<nanoseconds> delays;
+    std::vector<int> failed_calls;
+    rs::retry r{{.max_attempts = 4,
+                 .backoff = exact_200ms,
+                 .on_retry =
+                     [&](const rs::retry_event& e) {
+                         attempts.push_back(e.attempt());
+                         delays.push_back(e.delay());
+                         REQUIRE(e.error() != nullptr);
+                         failed_calls.push_back(e.error()->as<rs::testing::scripted_failure>()->call());
+                         CHECK(e.value<int>() == nullptr);
+                     }},
+                sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(down)), rs::testing::scripted_failure);
+    CHECK(attempts == std::vector<int>{1, 2, 3}); // no retry follows the fourth, so no event
+    CHECK(delays == std::vector<nanoseconds>{200ms, 400ms, 800ms});
+    CHECK(failed_calls == std::vector<int>{1, 2, 3});
+}
+
+TEST_CASE("retry: an exception thrown by on_retry ends the call with that exception", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 100}};
+    rs::retry r{
+        {.max_attempts = 4, .on_retry = [](const rs::retry_event&) { throw std::domain_error("hook"); }},
+        sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(down)), std::domain_error);
+    CHECK(down.calls() == 1);
+}
+
+TEST_CASE("retry: jittered waits are drawn from the injected generator, reproducibly", "[retry]") {
+    auto delays_with_seed = [](std::uint64_t seed) {
+        rs::testing::simulation sim;
+        scripted_action down{sim.clock(), script<int>{.failures = 100}};
+        std::vector<nanoseconds> delays;
+        rs::retry r{{.max_attempts = 6,
+                     .backoff = rs::exponential_backoff{100ms, 2.0, 1s},
+                     .on_retry = [&](const rs::retry_event& e) { delays.push_back(e.delay()); }},
+                    sim.clock(),
+                    rs::seeded_random{seed}};
+        CHECK_THROWS(sim.run(r.execute(down)));
+        nanoseconds total{};
+        for (auto d : delays)
+            total += d;
+        CHECK(sim.now() == total);
+        return delays;
+    };
+    const auto a = delays_with_seed(9);
+    CHECK(a == delays_with_seed(9));
+    CHECK(a != delays_with_seed(10));
+    REQUIRE(a.size() == 5);
+    const nanoseconds ceilings[] = {100ms, 200ms, 400ms, 800ms, 1s};
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i] >= 0ns);
+        CHECK(a[i] <= ceilings[i]);
+    }
+}
+
+TEST_CASE("retry: decorrelated jitter grows from the previous wait of the same call", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1'000'000}};
+    std::vector<nanoseconds> delays;
+    rs::retry r{{.max_attempts = 200,
+                 .backoff = rs::exponential_backoff{100ms, 2.0, 5s, rs::jitter::decorrelated},
+                 .on_retry = [&](const rs::retry_event& e) { delays.push_back(e.delay()); }},
+                sim.clock(),
+                rs::seeded_random{3}};
+    CHECK_THROWS(sim.run(r.execute(down)));
+    REQUIRE(delays.size() == 199);
+    nanoseconds previous = 100ms;
+    bool near_cap = false;
+    for (auto d : delays) {
+        CHECK(d >= 100ms);
+        CHECK(d <= 5s);
+        CHECK(d <= 3 * previous);
+        near_cap = near_cap || d > 4s;
+        previous = std::max(d, nanoseconds{100ms});
+    }
+    CHECK(near_cap);
+    // A second call starts again from initial: its first wait is at most 3 x initial.
+    delays.clear();
+    CHECK_THROWS(sim.run(r.execute(down)));
+    CHECK(delays.front() <= 300ms);
+}
+
+TEST_CASE("retry: a custom schedule can read the failure", "[retry]") {
+    rs::testing::simulation sim;
+    int calls = 0;
+    auto limited = [&]() -> rs::task<int> {
+        if (++calls < 3)
+            throw rs::rate_limited_error{std::chrono::milliseconds{calls * 700}};
+        co_return 5;
+    };
+    rs::retry r{{.max_attempts = 3,
+                 .backoff = [](int, const rs::failure& f) -> nanoseconds {
+                     auto* e = f.as<rs::rate_limited_error>();
+                     return e ? e->retry_after() : 1h;
+                 }},
+                sim.clock()};
+    CHECK(sim.run(r.execute(limited)) == 5);
+    CHECK(sim.now() == 700ms + 1400ms);
+}
+
+TEST_CASE("retry: a budget stops retries and is shared across calls and retries", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1000}};
+    rs::retry_budget budget{{.ratio = 0.5, .capacity = 2}};
+    std::vector<int> exhausted_after;
+    auto options = rs::retry_options{.max_attempts = 5,
+                                     .backoff = rs::constant_backoff{100ms, rs::jitter::none},
+                                     .budget = budget,
+                                     .on_budget_exhausted = [&](const rs::retry_event& e) {
+                                         exhausted_after.push_back(e.attempt());
+                                         CHECK(e.delay() == 0ns);
+                                         CHECK(e.error() != nullptr);
+                                     }};
+    rs::retry first{options, sim.clock()};
+    rs::retry second{options, sim.clock()};
+
+    // The budget starts full (2): two retries, then it is empty.
+    CHECK_THROWS_AS(sim.run(first.execute(down)), rs::testing::scripted_failure);
+    CHECK(down.calls() == 3);
+    CHECK(sim.now() == 200ms);
+    // This call earns 0.5: not a whole retry.
+    CHECK_THROWS_AS(sim.run(first.execute(down)), rs::testing::scripted_failure);
+    CHECK(down.calls() == 4);
+    // Another retry sharing the budget: its call completes a token, so one retry.
+    CHECK_THROWS_AS(sim.run(second.execute(down)), rs::testing::scripted_failure);
+    CHECK(down.calls() == 6);
+    CHECK(sim.now() == 300ms);
+    CHECK(exhausted_after == std::vector<int>{3, 1, 2});
+    CHECK(budget.calls() == 3);
+    CHECK(budget.granted() == 3);
+}
+
+TEST_CASE("retry: a refused retry does not spend a budget token when max_elapsed ends the loop first",
+          "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1000}};
+    rs::retry_budget budget{{.ratio = 0.1, .capacity = 5}};
+    rs::retry r{{.max_attempts = 5,
+                 .backoff = rs::constant_backoff{1s, rs::jitter::none},
+                 .max_elapsed = 1500ms,
+                 .budget = budget},
+                sim.clock()};
+    CHECK_THROWS(sim.run(r.execute(down)));
+    CHECK(down.calls() == 2);
+    CHECK(budget.granted() == 1);
+    CHECK(budget.tokens() == 4.0);
+}
+
+TEST_CASE("retry: bad options throw std::invalid_argument naming the field and the value", "[retry]") {
+    CHECK(invalid_argument_message([] { rs::retry r{{.max_attempts = 0}}; }) ==
+          "resilience::retry: max_attempts must be at least 1, got 0");
+    CHECK(invalid_argument_message([] { rs::retry r{{.max_attempts = -3}}; }) ==
+          "resilience::retry: max_attempts must be at least 1, got -3");
+    CHECK(invalid_argument_message([] { rs::retry r{{.max_elapsed = -1ms}}; }) ==
+          "resilience::retry: max_elapsed must not be negative, got -1000000ns");
+    CHECK(invalid_argument_message([] { rs::retry r{{.max_delay = -1ns}}; }) ==
+          "resilience::retry: max_delay must not be negative, got -1ns");
+    CHECK(invalid_argument_message([] {
+              rs::retry r{{.backoff = rs::exponential_backoff{.factor = 0.5}}};
+          }) == "resilience::exponential_backoff: factor must be finite and at least 1, got 0.5");
+}
+
+TEST_CASE("retry: inside a pipeline each attempt gets its own timeout deadline", "[retry][pipeline]") {
+    rs::testing::simulation sim;
+    std::vector<nanoseconds> starts;
+    std::vector<std::optional<nanoseconds>> deadlines;
+    std::vector<int> attempts;
+    // Two attempts that stall past the timeout, then one that answers in 100ms.
+    auto action = [&](const rs::context& ctx) -> rs::task<int> {
+        starts.push_back(sim.now());
+        deadlines.push_back(ctx.deadline());
+        attempts.push_back(ctx.attempt());
+        const nanoseconds latency = attempts.size() < 3 ? nanoseconds{5s} : nanoseconds{100ms};
+        co_await sim.sleep_for(latency, ctx.stop_token());
+        if (ctx.stop_token().stop_requested())
+            throw rs::cancelled_error{};
+        co_return 11;
+    };
+    rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = exact_200ms}, sim.clock()},
+                        rs::timeout{1s, sim.clock()}};
+    CHECK(sim.run(policy.execute(action)) == 11);
+    // 0-1s times out, wait 200ms; 1.2s-2.2s times out, wait 400ms; 2.6s-2.7s succeeds.
+    CHECK(starts == std::vector<nanoseconds>{0s, 1200ms, 2600ms});
+    CHECK(deadlines == std::vector<std::optional<nanoseconds>>{1s, 2200ms, 3600ms});
+    CHECK(attempts == std::vector<int>{1, 2, 3});
+    CHECK(sim.now() == 2700ms);
+}
+
+TEST_CASE("retry: a timeout outside the retry bounds the whole retried call", "[retry][pipeline]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1000, .latency = 100ms}};
+    rs::pipeline policy{rs::timeout{1s, sim.clock()},
+                        rs::retry{{.max_attempts = 100, .backoff = exact_200ms}, sim.clock()}};
+    // The caller stop that ends the retry's backoff is the timeout's: the retry returns the last
+    // failure, which the timeout reports as timeout_error with that failure as its cause.
+    CHECK_THROWS_AS(sim.run(policy.execute(down)), rs::timeout_error);
+    CHECK(sim.now() == 1s);
+    CHECK(down.calls() == 3); // 0, 300ms, 800ms; the wait after the third is cut by the deadline
+}
+
+#ifdef RESILIENCE_TESTS_COUNT_ALLOCATIONS
+TEST_CASE("retry: the success path allocates nothing after warm-up", "[retry][alloc]") {
+    rs::event_loop loop;
+    const rs::retry<> r{{.max_attempts = 3, .budget = rs::retry_budget{}}};
+    std::size_t allocations = 0;
+    auto ok = []() -> rs::task<int> { co_return 1; };
+    loop.run([&]() -> rs::task<void> {
+        // Kept short: GCC below -O2 does not turn symmetric transfer into a tail call, so a long
+        // loop of calls that complete without suspending deepens the stack.
+        for (int i = 0; i < 50; ++i)
+            (void)co_await r.execute(ok); // warm the frame cache
+        resilience_tests::counting_allocations counting;
+        int sum = 0;
+        for (int i = 0; i < 1000; ++i)
+            sum += co_await r.execute(ok);
+        allocations = counting.count();
+        CHECK(sum == 1000);
+    }());
+    CHECK(allocations == 0);
+}
+#endif
