@@ -4,6 +4,8 @@
 /// `resilience/testing/`, optional integrations in `resilience/fmt.hpp` and `resilience/asio.hpp`.
 #pragma once
 
+#include "backoff.hpp"
+#include "circuit_breaker.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
@@ -13,6 +15,8 @@
 #include "pipeline.hpp"
 #include "policy.hpp"
 #include "random.hpp"
+#include "retry.hpp"
+#include "retry_budget.hpp"
 #include "task.hpp"
 #include "timeout.hpp"
 #include "when_all.hpp"
