@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backoff.hpp"
+#include "bulkhead.hpp"
 #include "circuit_breaker.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
@@ -15,8 +16,10 @@
 #include "pipeline.hpp"
 #include "policy.hpp"
 #include "random.hpp"
+#include "rate_limiter.hpp"
 #include "retry.hpp"
 #include "retry_budget.hpp"
+#include "sliding_window_limiter.hpp"
 #include "task.hpp"
 #include "timeout.hpp"
 #include "when_all.hpp"

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/waiter_queue.hpp
+/// The FIFO queue of suspended coroutines that the bulkhead and the rate limiters make callers wait in.
+///
+/// How a policy uses it. The policy's shared state (the *owner*) holds a `std::mutex mutex` and a
+/// `waiter_queue queue`, and says in two functions, called with `mutex` held, what a caller gets:
+///
+///     waiter_state decide_locked(waiter& w);  // granted (took it now), rejected, or idle (must wait)
+///     waiter_state enqueue_locked(waiter& w); // push_back(w); then queued (suspend) or turn (go on)
+///
+/// A call then waits with `co_await queue_awaiter<Owner>{owner, node, stop_token}`, where `node` is a
+/// `waiter` declared in the calling coroutine (so it lives in that frame, and queueing allocates
+/// nothing). The awaiter decides at once when it can; otherwise it queues the node, suspends, and
+/// is resumed exactly once, on the event loop it suspended on, by whoever moves the node on:
+/// - the owner, when the node's turn comes: it pops the node (or leaves it at the front for a
+///   `turn`), sets its state under `mutex`, releases `mutex`, then calls `node->wake()`;
+/// - the caller's stop token: a stop request takes a still-queued node out at once (`stopped`),
+///   and a node at its `turn` too (handing the turn on), through `stop_waiter`;
+/// - anything else that bounds the wait (a bulkhead's queue timeout) through `withdraw`.
+/// The awaiter's result is the node's final state. Each of these checks the node's state under
+/// `mutex` first, so the first one wins and the others do nothing.
+#pragma once
+
+#include "../event_loop.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+
+namespace resilience::detail {
+
+/// Where a waiter stands. Changed only with the owner's mutex held.
+enum class waiter_state : unsigned char {
+    idle,     ///< not in the queue (not arrived yet, or the owner said it must wait)
+    queued,   ///< in the queue and suspended: only its turn, a stop or a withdrawal moves it on
+    turn,     ///< at the front and running: still queued, the owner's protocol goes on in the
+              ///< waiter's own coroutine (the rate limiters' head, which sleeps until its token is due)
+    granted,  ///< got its slot or token; out of the queue
+    rejected, ///< refused without waiting (no queue place, or waiting not allowed)
+    stopped,  ///< its caller stopped waiting first; out of the queue, got nothing
+    expired,  ///< its wait bound ran out first; out of the queue, got nothing
+};
+
+/// One waiting caller: an intrusive list node living in the waiting coroutine's frame. The owner's
+/// mutex guards `prev`, `next` and `state`. `handle` and `loop` are written before the node enters
+/// the queue and never after. The node must stay alive, and must not be destroyed, while queued.
+struct waiter {
+    waiter* prev = nullptr;
+    waiter* next = nullptr;
+    std::coroutine_handle<> handle{};
+    event_loop* loop = nullptr; ///< the loop it suspended on; null: it is resumed inline
+    waiter_state state = waiter_state::idle;
+    std::chrono::nanoseconds retry_after{}; ///< the owner's note on a refusal (rate limiters)
+
+    /// Resumes the waiter on its own loop, or inline when it had none. Call it without the
+    /// owner's mutex held (an inline resume may re-enter the owner), and touch the node no more:
+    /// once posted, the waiter may already be running on another thread.
+    void wake() const {
+        event_loop* l = loop;
+        std::coroutine_handle<> h = handle;
+        if (l)
+            l->post(h);
+        else
+            h.resume();
+    }
+};
+
+/// A FIFO list of waiters: O(1) push, pop, and erase from anywhere, no allocation. Not locked by
+/// itself: every call must hold the owner's mutex.
+class waiter_queue {
+public:
+    waiter_queue() = default;
+    waiter_queue(const waiter_queue&) = delete;
+    waiter_queue& operator=(const waiter_queue&) = delete;
+
+    bool empty() const noexcept { return head_ == nullptr; }
+    std::size_t size() const noexcept { return size_; }
+    /// The waiter that has waited longest, or null.
+    waiter* front() const noexcept { return head_; }
+
+    void push_back(waiter& w) noexcept {
+        w.prev = tail_;
+        w.next = nullptr;
+        if (tail_)
+            tail_->next = &w;
+        else
+            head_ = &w;
+        tail_ = &w;
+        ++size_;
+    }
+    /// Precondition: `w` is in this queue.
+    void erase(waiter& w) noexcept {
+        if (w.prev)
+            w.prev->next = w.next;
+        else
+            head_ = w.next;
+        if (w.next)
+            w.next->prev = w.prev;
+        else
+            tail_ = w.prev;
+        w.prev = w.next = nullptr;
+        --size_;
+    }
+    waiter* pop_front() noexcept {
+        waiter* w = head_;
+        if (w)
+            erase(*w);
+        return w;
+    }
+    /// Takes `w` out and marks it `why` if it is still `queued`, and says whether the caller must
+    /// then `wake()` it (after releasing the mutex). A node in any other state is left alone: the
+    /// owner, or another withdrawal, already moved it on.
+    bool withdraw(waiter& w, waiter_state why) noexcept {
+        if (w.state != waiter_state::queued)
+            return false;
+        erase(w);
+        w.state = why;
+        return true;
+    }
+    /// Ends the `turn` of `head` (the front): takes it out, marks it `why`, and gives the turn to
+    /// the next waiter, which it returns to be woken (after releasing the mutex), or null.
+    waiter* leave_turn(waiter& head, waiter_state why) noexcept {
+        erase(head);
+        head.state = why;
+        waiter* next = head_;
+        if (next)
+            next->state = waiter_state::turn;
+        return next;
+    }
+    /// What a stop request does to `w`: a `queued` waiter leaves (`stopped`) and is returned to be
+    /// woken; a waiter at its `turn` leaves (`stopped`) at once too, without being woken (it is
+    /// running, or already posted), and the returned waiter to wake is the next one, whose turn it
+    /// now is. Any other state: nothing to do, null.
+    waiter* stop(waiter& w) noexcept {
+        if (w.state == waiter_state::queued) {
+            erase(w);
+            w.state = waiter_state::stopped;
+            return &w;
+        }
+        if (w.state == waiter_state::turn)
+            return leave_turn(w, waiter_state::stopped);
+        return nullptr;
+    }
+
+private:
+    waiter* head_ = nullptr;
+    waiter* tail_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+/// What `queue_awaiter` needs from the state of the policy owning the queue (see the file comment).
+template <class O>
+concept queue_owner = requires(O& o, waiter& w) {
+    requires std::same_as<decltype(o.mutex), std::mutex>;
+    requires std::same_as<decltype(o.queue), waiter_queue>;
+    { o.decide_locked(w) } -> std::same_as<waiter_state>;
+    { o.enqueue_locked(w) } -> std::same_as<waiter_state>;
+};
+
+/// Applies a stop request to `w` (see `waiter_queue::stop`): takes the owner's mutex, so call it
+/// without holding it; a stop callback is the place. Wakes whoever must be woken.
+template <queue_owner Owner>
+void stop_waiter(Owner& owner, waiter& w) {
+    waiter* wake;
+    {
+        std::lock_guard lock(owner.mutex);
+        wake = owner.queue.stop(w);
+    }
+    if (wake)
+        wake->wake();
+}
+
+/// Waits for the owner's decision on `node`, in arrival order; yields the node's final state:
+/// `granted`, `rejected`, `stopped` (the token was stopped before the owner moved it on), `turn`
+/// (the owner's protocol goes on in the caller), or whatever a `withdraw` set. Never suspends
+/// when the owner decides at once or the token is already stopped. Not movable: `co_await` it
+/// where it is made. `owner`, `node` and `token` must outlive it.
+template <queue_owner Owner>
+class queue_awaiter {
+public:
+    queue_awaiter(Owner& owner, waiter& node, const std::stop_token& token) noexcept
+        : owner_(owner), node_(node), token_(token) {}
+    queue_awaiter(const queue_awaiter&) = delete;
+    queue_awaiter& operator=(const queue_awaiter&) = delete;
+
+    bool await_ready() {
+        if (token_.stop_requested()) {
+            node_.state = waiter_state::stopped;
+            return true;
+        }
+        std::lock_guard lock(owner_.mutex);
+        node_.state = owner_.decide_locked(node_);
+        return node_.state != waiter_state::idle;
+    }
+
+    bool await_suspend(std::coroutine_handle<> h) {
+        node_.handle = h;
+        node_.loop = event_loop::current();
+        // Registered before taking the mutex: a token stopped meanwhile runs the callback right
+        // here, which takes the mutex itself. It finds the node not yet queued and does nothing;
+        // the check below then sees the stop.
+        if (token_.stop_possible())
+            stop_.emplace(token_, on_stop{this});
+        std::lock_guard lock(owner_.mutex);
+        if (token_.stop_requested()) {
+            node_.state = waiter_state::stopped;
+            return false;
+        }
+        // Decided again: the slot or token may have come back since await_ready.
+        node_.state = owner_.decide_locked(node_);
+        if (node_.state != waiter_state::idle)
+            return false;
+        node_.state = owner_.enqueue_locked(node_);
+        // Once the mutex is released the node may be woken at any time: nothing below touches it.
+        return node_.state == waiter_state::queued;
+    }
+
+    waiter_state await_resume() noexcept {
+        // Waits for a stop callback running on another thread, so it is done with the node.
+        stop_.reset();
+        return node_.state;
+    }
+
+private:
+    struct on_stop {
+        queue_awaiter* self;
+        void operator()() const noexcept { stop_waiter(self->owner_, self->node_); }
+    };
+
+    Owner& owner_;
+    waiter& node_;
+    const std::stop_token& token_;
+    std::optional<std::stop_callback<on_stop>> stop_;
+};
+
+} // namespace resilience::detail

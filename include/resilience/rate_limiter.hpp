@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: MIT
+/// \file rate_limiter.hpp
+/// `rate_limiter`: a token bucket refilled lazily from the clock, with a first-come-first-served queue.
+#pragma once
+
+#include "clock.hpp"
+#include "concepts.hpp"
+#include "context.hpp"
+#include "detail/waiter_queue.hpp"
+#include "error.hpp"
+#include "outcome.hpp"
+#include "policy.hpp"
+#include "task.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+namespace resilience {
+
+/// What a rate limiter does with a call that finds no token (or permit).
+enum class on_exhausted {
+    wait,   ///< queue for one, first come first served (bounded by `max_queued`)
+    reject, ///< refuse at once with `rate_limited_error`
+};
+
+namespace detail {
+
+/// The outcome of asking a limiter for one token: `granted`, `rejected` (with `retry_after`) or
+/// `stopped`.
+struct admission {
+    waiter_state state = waiter_state::idle;
+    std::chrono::nanoseconds retry_after{};
+};
+
+// Rounds a time in nanoseconds (a double, from the meters) up to a whole nanosecond, so nobody is
+// woken or told to come back before the permit is really there. Times beyond about 146 years (a
+// rate of a token per century) are held there, so adding them to a clock's time cannot overflow.
+inline std::chrono::nanoseconds ceil_ns(double ns) noexcept {
+    constexpr double far = static_cast<double>(std::int64_t{1} << 62);
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(std::min(std::ceil(ns), far)));
+}
+
+// "0.5", "-1", "nan", "inf": a double as a person would write it, for validation messages.
+inline std::string format_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+/// The waiting machinery shared by `rate_limiter` and `sliding_window_limiter`; `Meter` does the
+/// counting. A meter is called with the mutex held, with times as nanoseconds since the limiter
+/// was made (never decreasing), and provides:
+///
+///     bool try_take(nanoseconds now);                      // spends one permit if there is one
+///     double available_at(nanoseconds now, size_t ahead);  // when a caller with `ahead` callers
+///                                                          // before it would get its permit (>= now)
+///     double remaining(nanoseconds now);                   // permits available now
+///
+/// The queue's front waiter (the head) is the only one that watches the clock: it sleeps until
+/// its permit is due, takes it, leaves, and hands the timing to the next waiter, which it wakes.
+/// A head whose caller stops leaves the same way. Other waiters just sit in the queue until they
+/// become the head or their caller stops. So a new call never takes a permit while anyone waits,
+/// and no timer runs for a limiter nobody waits on.
+template <clock C, class Meter>
+struct limiter_state {
+    limiter_state(Meter m, C c, std::optional<std::size_t> max_waiting)
+        : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), max_queued(max_waiting) {}
+
+    Meter meter;
+    C clock;
+    const typename C::time_point origin;
+    const std::optional<std::size_t> max_queued; // 0 in reject mode
+    std::mutex mutex;
+    waiter_queue queue;
+
+    std::chrono::nanoseconds elapsed_locked() {
+        // Read under the mutex, so the meter sees times in the order its decisions are made.
+        const auto e = std::chrono::duration_cast<std::chrono::nanoseconds>(clock.now() - origin);
+        return std::max(e, std::chrono::nanoseconds::zero());
+    }
+    typename C::time_point time_point_of(double ns) const {
+        return origin + std::chrono::ceil<typename C::duration>(ceil_ns(ns));
+    }
+
+    // ---- the waiter_queue protocol; `mutex` held ----
+    waiter_state decide_locked(waiter& w) {
+        const auto now = elapsed_locked();
+        if (queue.empty() && meter.try_take(now))
+            return waiter_state::granted;
+        if (max_queued && queue.size() >= *max_queued) {
+            w.retry_after = ceil_ns(meter.available_at(now, queue.size())) - now;
+            return waiter_state::rejected;
+        }
+        return waiter_state::idle;
+    }
+    waiter_state enqueue_locked(waiter& w) noexcept {
+        queue.push_back(w);
+        return queue.front() == &w ? waiter_state::turn : waiter_state::queued;
+    }
+
+    /// The fast path: a permit now, with nobody waiting.
+    bool try_take_now() {
+        std::lock_guard lock(mutex);
+        return queue.empty() && meter.try_take(elapsed_locked());
+    }
+
+    /// The slow path: refuse, or wait for a permit in arrival order.
+    task<admission> wait(std::stop_token token) {
+        waiter node;
+        waiter_state st = co_await queue_awaiter<limiter_state>{*this, node, token};
+        if (st == waiter_state::turn) {
+            // While it is the head, a stop takes it out of the queue at once and hands the turn
+            // on, as for any waiter; its sleep, stopped by the same token, then ends the loop.
+            std::optional<std::stop_callback<leave_on_stop>> on_stop;
+            if (token.stop_possible())
+                on_stop.emplace(token, leave_on_stop{this, &node});
+            st = co_await serve_head(node, token);
+            on_stop.reset();
+        }
+        co_return admission{st, node.retry_after};
+    }
+
+    struct leave_on_stop {
+        limiter_state* self;
+        waiter* node;
+        void operator()() const noexcept { stop_waiter(*self, *node); }
+    };
+
+    // The head's loop: take the permit when it is there, else sleep until it is due. Ends when
+    // the permit is taken, or when the node left its turn (stopped).
+    task<waiter_state> serve_head(waiter& node, const std::stop_token& token) {
+        for (;;) {
+            typename C::time_point due{};
+            waiter* next = nullptr;
+            waiter_state st = waiter_state::turn;
+            {
+                std::lock_guard lock(mutex);
+                if (node.state != waiter_state::turn) {
+                    st = node.state;
+                } else if (token.stop_requested()) {
+                    next = queue.leave_turn(node, waiter_state::stopped);
+                    st = waiter_state::stopped;
+                } else {
+                    const auto now = elapsed_locked();
+                    if (meter.try_take(now)) {
+                        next = queue.leave_turn(node, waiter_state::granted);
+                        st = waiter_state::granted;
+                    } else {
+                        due = time_point_of(meter.available_at(now, 0));
+                    }
+                }
+            }
+            if (next)
+                next->wake();
+            if (st != waiter_state::turn)
+                co_return st;
+            try {
+                co_await clock.sleep_until(due, token);
+            } catch (...) {
+                // The clock could not sleep here: leave, so the waiters behind are not stranded.
+                {
+                    std::lock_guard lock(mutex);
+                    next = node.state == waiter_state::turn ? queue.leave_turn(node, waiter_state::stopped)
+                                                            : nullptr;
+                }
+                if (next)
+                    next->wake();
+                throw;
+            }
+        }
+    }
+
+    double remaining() {
+        std::lock_guard lock(mutex);
+        return meter.remaining(elapsed_locked());
+    }
+    std::size_t queued() {
+        std::lock_guard lock(mutex);
+        return queue.size();
+    }
+};
+
+/// The public face shared by the limiters: the policy protocol, `take`, `tokens`, `queued`.
+/// A copyable handle to one shared, thread-safe limiter.
+template <class Derived, clock C, class Meter>
+class limiter_handle : public policy_base<Derived> {
+public:
+    /// Admits the call once it has a permit, spending exactly one; otherwise fails it (as a value)
+    /// with `rate_limited_error` when it may not wait, or `cancelled_error` when its caller stops
+    /// first. A permit, once spent, is not given back, however the call ends.
+    template <class Next>
+    task<next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        const std::stop_token& token = ctx.stop_token();
+        if (token.stop_requested())
+            co_return failure::make(cancelled_error{});
+        if (!state_->try_take_now()) {
+            const admission a = co_await state_->wait(token);
+            if (a.state == waiter_state::stopped)
+                co_return failure::make(cancelled_error{});
+            if (a.state != waiter_state::granted)
+                co_return failure::make(rate_limited_error{a.retry_after});
+        }
+        co_return co_await next(ctx);
+    }
+
+    /// Spends one permit without running anything, by the same rules as a call (waits in the
+    /// same queue). Throws `rate_limited_error` when refused, `cancelled_error` when `token` stops
+    /// the wait first.
+    task<void> take(std::stop_token token = {}) const {
+        auto r = co_await take_outcome(std::move(token));
+        r.value();
+    }
+    /// `take`, reporting a refusal or a stop as a failure value instead of throwing it.
+    task<outcome<void>> take_outcome(std::stop_token token = {}) const {
+        if (token.stop_requested())
+            co_return failure::make(cancelled_error{});
+        if (state_->try_take_now())
+            co_return outcome<void>{};
+        const admission a = co_await state_->wait(token);
+        if (a.state == waiter_state::granted)
+            co_return outcome<void>{};
+        if (a.state == waiter_state::stopped)
+            co_return failure::make(cancelled_error{});
+        co_return failure::make(rate_limited_error{a.retry_after});
+    }
+
+    /// Calls (and `take`s) waiting now, the one watching the clock included.
+    std::size_t queued() const { return state_->queued(); }
+    const C& clock() const noexcept { return state_->clock; }
+
+protected:
+    limiter_handle(Meter meter, C clock, on_exhausted mode, std::optional<std::size_t> max_queued)
+        : state_(std::make_shared<limiter_state<C, Meter>>(
+              std::move(meter), std::move(clock),
+              mode == on_exhausted::reject ? std::optional<std::size_t>{0} : max_queued)) {}
+
+    std::shared_ptr<limiter_state<C, Meter>> state_;
+};
+
+/// A token bucket in time form: the bucket holds `(now - empty_at) / interval` tokens, capped at
+/// `capacity`. Keeping the instant the bucket was empty instead of a token count makes every
+/// due time one addition, exact on virtual time whenever `interval` is a whole number of
+/// nanoseconds (10 per second: 100 ms), and within a nanosecond otherwise.
+class token_bucket {
+public:
+    token_bucket(std::size_t capacity, double tokens_per_second) noexcept
+        : capacity_(static_cast<double>(capacity)), interval_(1e9 / tokens_per_second),
+          empty_at_(-capacity_ * interval_) {}
+
+    bool try_take(std::chrono::nanoseconds now) noexcept {
+        refill(now);
+        if (static_cast<double>(now.count()) < empty_at_ + interval_)
+            return false;
+        empty_at_ += interval_;
+        return true;
+    }
+    double available_at(std::chrono::nanoseconds now, std::size_t ahead) noexcept {
+        refill(now);
+        return std::max(static_cast<double>(now.count()),
+                        empty_at_ + static_cast<double>(ahead + 1) * interval_);
+    }
+    double remaining(std::chrono::nanoseconds now) noexcept {
+        refill(now);
+        return std::clamp((static_cast<double>(now.count()) - empty_at_) / interval_, 0.0, capacity_);
+    }
+
+private:
+    // A full bucket stays full: time spent idle beyond that adds nothing. Less than a nanosecond
+    // of overflow is kept, though: it is what rounding a due time up to a whole nanosecond adds,
+    // and dropping it would push every later token back by that much again, a drift.
+    void refill(std::chrono::nanoseconds now) noexcept {
+        const double full_since = static_cast<double>(now.count()) - capacity_ * interval_;
+        if (full_since - empty_at_ >= 1.0)
+            empty_at_ = full_since;
+    }
+
+    double capacity_;
+    double interval_; // nanoseconds per token
+    double empty_at_; // nanoseconds since the limiter was made
+};
+
+} // namespace detail
+
+struct rate_limiter_options {
+    /// The burst after idle: how many tokens the bucket holds. It starts full. Must be positive.
+    std::size_t capacity = 0;
+    /// The sustained rate: tokens added per second, lazily, as time passes. Finite and positive.
+    double tokens_per_second = 0;
+    /// What a call that finds the bucket empty does: wait (default) or be refused.
+    resilience::on_exhausted on_exhausted = resilience::on_exhausted::wait;
+    /// How many calls may wait: empty (default) for no bound, 0 never to wait; a call beyond it is
+    /// refused. Ignored with `on_exhausted::reject`, which never waits.
+    std::optional<std::size_t> max_queued{};
+};
+
+/// Limits how often calls start: a token bucket of `capacity` tokens (full at first) refilled at
+/// `tokens_per_second`. Each admitted call spends exactly one token before it starts.
+/// - Refilled lazily from the clock, never by a timer: an idle limiter costs nothing, and the
+///   bucket never holds more than `capacity` however long it idles.
+/// - A call that finds no token waits (`on_exhausted::wait`) in a queue served in arrival order:
+///   while anyone waits, a new call queues behind them even if a token is there, so a stream of
+///   new calls cannot starve the oldest. Only the front waiter watches the clock: it sleeps until
+///   its token is due (exact on virtual time); when it is served or leaves, the next one takes
+///   over. A waiter whose caller stops leaves the queue at once and fails with `cancelled_error`.
+/// - A call that may not wait (`on_exhausted::reject`, `max_queued` reached) fails with
+///   `rate_limited_error`, returned as a value through the pipeline, whose `retry_after()` is how
+///   long until a token would be there for it, counting the waiters before it.
+///
+/// A copyable handle: copies share one bucket, which is thread-safe; event loops on several
+/// threads may share it, and each waiter is resumed on the loop it waited on. The limiter must
+/// outlive the calls made through it. `C` serves every use of time (see `clock`); copies share
+/// one clock object, which must be usable from every thread that calls through the limiter.
+///
+///     rs::rate_limiter api{{.capacity = 10, .tokens_per_second = 5}};
+///     auto r = co_await api.execute(call);              // waits for a token when needed
+///     co_await api.take(stop);                          // or spend one directly
+template <clock C = steady_clock>
+class rate_limiter : public detail::limiter_handle<rate_limiter<C>, C, detail::token_bucket> {
+    using base = detail::limiter_handle<rate_limiter<C>, C, detail::token_bucket>;
+
+public:
+    explicit rate_limiter(rate_limiter_options options, C clock = C{})
+        : base(meter_of(options), std::move(clock), options.on_exhausted, options.max_queued),
+          options_(options) {}
+
+    /// Tokens in the bucket now (fractional while refilling), at most `capacity`.
+    double tokens() const { return this->state_->remaining(); }
+    const rate_limiter_options& options() const noexcept { return options_; }
+
+private:
+    static detail::token_bucket meter_of(const rate_limiter_options& o) {
+        if (o.capacity == 0)
+            throw std::invalid_argument("resilience::rate_limiter: capacity must be positive, got 0");
+        if (!std::isfinite(o.tokens_per_second) || !(o.tokens_per_second > 0))
+            throw std::invalid_argument(
+                "resilience::rate_limiter: tokens_per_second must be finite and positive, got " +
+                detail::format_number(o.tokens_per_second));
+        return detail::token_bucket{o.capacity, o.tokens_per_second};
+    }
+
+    rate_limiter_options options_;
+};
+
+rate_limiter(rate_limiter_options)->rate_limiter<steady_clock>;
+template <clock C>
+rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
+
+} // namespace resilience

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: MIT
+/// \file sliding_window_limiter.hpp
+/// `sliding_window_limiter`: at most N calls in any window-long span, counted per segment.
+#pragma once
+
+#include "clock.hpp"
+#include "concepts.hpp"
+#include "rate_limiter.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace resilience {
+
+namespace detail {
+
+/// Counts permits per segment, in a ring of O(window / segment) counters. A permit taken at `t`
+/// is counted in bucket `ceil(t / segment)` (the segment boundary at or after `t`) and comes
+/// back at that boundary plus `window`: never sooner than `window` after it was taken, so any
+/// span `[t, t + window)` admits at most `limit`, and exactly `window` after for a permit taken
+/// on a boundary. Rounding up costs a permit at most one segment of extra holding; rounding down
+/// would let `2 * limit` calls through in a bit less than a window.
+class window_counter {
+public:
+    window_counter(std::size_t limit, std::chrono::nanoseconds window, std::size_t segments)
+        : limit_(limit), window_(window.count()),
+          segment_(window.count() / static_cast<std::int64_t>(segments)),
+          // Live buckets span at most ceil(window / segment) + 2 indices (see expire and try_take).
+          counts_(static_cast<std::size_t>(ceil_div(window_, segment_) + 2), 0) {}
+
+    bool try_take(std::chrono::nanoseconds now) {
+        expire(now.count());
+        if (active_ >= limit_)
+            return false;
+        const std::int64_t b = ceil_div(now.count(), segment_);
+        ++counts_[slot(b)];
+        ++active_;
+        newest_ = std::max(newest_, b);
+        return true;
+    }
+
+    double available_at(std::chrono::nanoseconds now, std::size_t ahead) {
+        expire(now.count());
+        // The callers ahead take the free permits first, then the ones in use as they come back,
+        // oldest first; a permit taken again comes back a window (on the segment grid) later.
+        const std::size_t free = limit_ - active_;
+        const std::size_t index = ahead % limit_;
+        const auto cycles = static_cast<std::int64_t>(ahead / limit_);
+        std::int64_t at = now.count();
+        if (index >= free)
+            at = return_of_used(index - free);
+        if (cycles == 0)
+            return static_cast<double>(at);
+        return static_cast<double>(ceil_div(at, segment_) * segment_ + cycles * window_);
+    }
+
+    double remaining(std::chrono::nanoseconds now) {
+        expire(now.count());
+        return static_cast<double>(limit_ - active_);
+    }
+
+private:
+    static std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept {
+        std::int64_t q = a / b;
+        if (a % b != 0 && (a < 0) != (b < 0))
+            --q;
+        return q;
+    }
+    static std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return -floor_div(-a, b); }
+
+    std::size_t slot(std::int64_t bucket) const noexcept {
+        return static_cast<std::size_t>(bucket) % counts_.size(); // buckets are never negative
+    }
+
+    // Bucket b is live while b * segment + window > now. Every bucket that dies is zeroed, so a
+    // ring slot reused for a later bucket starts from zero.
+    void expire(std::int64_t now) noexcept {
+        const std::int64_t first_live = floor_div(now - window_, segment_) + 1;
+        for (; oldest_ < first_live && oldest_ <= newest_; ++oldest_) {
+            std::size_t& c = counts_[slot(oldest_)];
+            active_ -= c;
+            c = 0;
+        }
+        oldest_ = std::max(oldest_, first_live);
+    }
+
+    // When the k-th (0-based) oldest permit in use comes back. Precondition: k < active_.
+    std::int64_t return_of_used(std::size_t k) const noexcept {
+        std::int64_t b = oldest_;
+        for (; b < newest_; ++b) {
+            const std::size_t c = counts_[slot(b)];
+            if (k < c)
+                break;
+            k -= c;
+        }
+        return b * segment_ + window_;
+    }
+
+    std::size_t limit_;
+    std::int64_t window_;  // nanoseconds
+    std::int64_t segment_; // nanoseconds, window / segments rounded down
+    std::vector<std::size_t> counts_;
+    std::size_t active_ = 0;   // permits in use: the sum of the live buckets
+    std::int64_t oldest_ = 0;  // first bucket that may be live
+    std::int64_t newest_ = -1; // last bucket written
+};
+
+} // namespace detail
+
+struct sliding_window_options {
+    /// How many calls any window-long span may admit. Must be positive.
+    std::size_t limit = 0;
+    /// The span. Must be positive.
+    std::chrono::nanoseconds window{};
+    /// How finely the window slides: permits come back in steps of `window / segments`. Positive
+    /// and at most `window` in nanoseconds.
+    std::size_t segments = 10;
+    /// What a call that finds no permit does: wait (default) or be refused.
+    resilience::on_exhausted on_exhausted = resilience::on_exhausted::wait;
+    /// How many calls may wait: empty (default) for no bound, 0 never to wait; a call beyond it is
+    /// refused. Ignored with `on_exhausted::reject`, which never waits.
+    std::optional<std::size_t> max_queued{};
+};
+
+/// Limits calls to `limit` in any `window`, with the interface of `rate_limiter` (waiting in
+/// arrival order, `on_exhausted`, `max_queued`, `take`, `rate_limited_error::retry_after()`,
+/// `queued()`; `tokens()` is the number of permits free now).
+///
+/// Counting is segmented: the window is cut into `segments` segments (on a grid starting when the
+/// limiter is made), and a permit is counted against the segment boundary at or after the instant
+/// it was taken, coming back one window after that boundary. So:
+/// - no span `[t, t + window)` ever admits more than `limit` calls;
+/// - a permit comes back between `window` and `window + window / segments` after it was taken:
+///   exactly `window` after for calls made on a segment boundary (`limit` calls at 0 free their
+///   permits at exactly `window`);
+/// - memory is a ring of about `segments` counters, whatever the limit.
+/// Unlike a token bucket it has no sustained rate separate from its burst: after a quiet window
+/// all `limit` permits are there at once.
+///
+/// A copyable handle to one shared, thread-safe limiter; see `rate_limiter` for waiting, clocks
+/// and lifetimes, which are the same.
+///
+///     rs::sliding_window_limiter api{{.limit = 100, .window = 1min}};
+///     auto r = co_await api.execute(call);
+template <clock C = steady_clock>
+class sliding_window_limiter
+    : public detail::limiter_handle<sliding_window_limiter<C>, C, detail::window_counter> {
+    using base = detail::limiter_handle<sliding_window_limiter<C>, C, detail::window_counter>;
+
+public:
+    explicit sliding_window_limiter(sliding_window_options options, C clock = C{})
+        : base(meter_of(options), std::move(clock), options.on_exhausted, options.max_queued),
+          options_(options) {}
+
+    /// Permits free now, at most `limit`.
+    double tokens() const { return this->state_->remaining(); }
+    const sliding_window_options& options() const noexcept { return options_; }
+
+private:
+    static detail::window_counter meter_of(const sliding_window_options& o) {
+        const std::string who = "resilience::sliding_window_limiter: ";
+        if (o.limit == 0)
+            throw std::invalid_argument(who + "limit must be positive, got 0");
+        if (o.window <= std::chrono::nanoseconds::zero())
+            throw std::invalid_argument(who + "window must be positive, got " +
+                                        std::to_string(o.window.count()) + "ns");
+        if (o.segments == 0)
+            throw std::invalid_argument(who + "segments must be positive, got 0");
+        if (o.segments > static_cast<std::uint64_t>(o.window.count()))
+            throw std::invalid_argument(who + "segments must be at most the window in nanoseconds (" +
+                                        std::to_string(o.window.count()) + "), got " +
+                                        std::to_string(o.segments));
+        return detail::window_counter{o.limit, o.window, o.segments};
+    }
+
+    sliding_window_options options_;
+};
+
+sliding_window_limiter(sliding_window_options)->sliding_window_limiter<steady_clock>;
+template <clock C>
+sliding_window_limiter(sliding_window_options, C) -> sliding_window_limiter<C>;
+
+} // namespace resilience

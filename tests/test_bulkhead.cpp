@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: MIT
+// Tests of resilience::bulkhead: slots, the FIFO queue, queue timeout, stops, release, threads.
+
+#include "catch.hpp"
+
+#include <resilience/bulkhead.hpp>
+#include <resilience/event_loop.hpp>
+#include <resilience/pipeline.hpp>
+#include <resilience/testing/scripted.hpp>
+#include <resilience/testing/simulation.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <latch>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using std::chrono::nanoseconds;
+using vclock = rs::testing::virtual_clock;
+
+static_assert(rs::policy<rs::bulkhead<>>);
+static_assert(rs::policy<rs::bulkhead<vclock>>);
+
+namespace {
+
+// What happened to each call of a scenario, by call id.
+struct journal {
+    std::vector<std::pair<int, nanoseconds>> started; // (id, instant) in the order actions started
+    std::map<int, std::pair<nanoseconds, std::string>> finished;
+    int running = 0, peak = 0;
+
+    std::vector<int> start_order() const {
+        std::vector<int> ids;
+        for (auto& [id, at] : started)
+            ids.push_back(id);
+        return ids;
+    }
+    nanoseconds started_at(int id) const {
+        for (auto& [i, at] : started)
+            if (i == id)
+                return at;
+        return nanoseconds{-1};
+    }
+    bool ran(int id) const { return started_at(id) >= nanoseconds::zero(); }
+};
+
+template <class T>
+std::string describe(const rs::outcome<T>& r) {
+    if (r.has_value())
+        return "value";
+    if (r.error().template is<rs::bulkhead_rejected_error>())
+        return "rejected";
+    if (rs::is_cancellation(r.error()))
+        return "cancelled";
+    return "failure";
+}
+
+struct call_spec {
+    int id = 0;
+    nanoseconds arrive{};
+    nanoseconds hold{};
+    bool fail = false;
+    std::stop_token stop{};
+};
+
+// Arrives at `arrive`, runs an action holding its slot for `hold` (listening to its stop token),
+// and writes down when the action started and how the call ended.
+rs::task<void> client(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, journal& j, call_spec c) {
+    if (c.arrive > sim.now())
+        co_await sim.sleep_for(c.arrive - sim.now());
+    // Named, then moved in: GCC 12 destroys a lambda passed as a prvalue to a coroutine inside a
+    // co_await expression twice, which a capture with a destructor does not survive.
+    auto action = [&sim, &j, c](std::stop_token st) -> rs::task<int> {
+        j.started.emplace_back(c.id, sim.now());
+        j.peak = std::max(j.peak, ++j.running);
+        struct leave {
+            journal& j;
+            ~leave() { --j.running; }
+        } guard{j};
+        if (c.hold > nanoseconds::zero())
+            co_await sim.sleep_for(c.hold, st);
+        if (st.stop_requested())
+            throw rs::cancelled_error{};
+        if (c.fail)
+            throw std::runtime_error("boom");
+        co_return c.id;
+    };
+    auto r = co_await bh.execute_outcome(std::move(action), c.stop);
+    j.finished[c.id] = {sim.now(), describe(r)};
+}
+
+// Requests a stop at `at`, and writes down the queue length right after.
+rs::task<void> stop_at(rs::testing::simulation& sim, std::stop_source& src, nanoseconds at,
+                       const rs::bulkhead<vclock>& bh, std::size_t& queued_after) {
+    co_await sim.sleep_for(at - sim.now());
+    src.request_stop();
+    queued_after = bh.queued();
+}
+
+} // namespace
+
+TEST_CASE("bulkhead: at most max_concurrent calls run at once; the rest start as slots free", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 2, .max_queued = 10}, sim.clock()};
+    journal j;
+    for (int id = 1; id <= 5; ++id)
+        sim.spawn(client(sim, bh, j, {.id = id, .hold = 100ms}));
+    sim.run_all();
+    CHECK(j.peak == 2);
+    CHECK(j.started_at(1) == 0ms);
+    CHECK(j.started_at(2) == 0ms);
+    CHECK(j.started_at(3) == 100ms);
+    CHECK(j.started_at(4) == 100ms);
+    CHECK(j.started_at(5) == 200ms);
+    CHECK(sim.now() == 300ms);
+    for (int id = 1; id <= 5; ++id)
+        CHECK(j.finished[id].second == "value");
+    CHECK(bh.in_flight() == 0);
+    CHECK(bh.queued() == 0);
+}
+
+TEST_CASE("bulkhead: when full with max_queued = 0 a call is refused at once without running", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1}, sim.clock()};
+    auto act =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 7}};
+    sim.spawn(bh.execute(act));
+
+    auto refused = [](rs::testing::simulation& sim, rs::bulkhead<vclock>& bh,
+                      rs::testing::scripted_action<int, vclock> act) -> rs::task<void> {
+        auto r = co_await bh.execute_outcome(act);
+        CHECK(sim.now() == 0ms);
+        REQUIRE(r.has_failure());
+        CHECK(r.error().code() == rs::errc::bulkhead_rejected); // read without rethrowing
+        CHECK(r.error().is<rs::bulkhead_rejected_error>());
+        CHECK(act.calls() == 1); // only the first call ran
+        CHECK_THROWS_AS(co_await bh.execute(act), rs::bulkhead_rejected_error);
+        CHECK(act.calls() == 1);
+    };
+    sim.spawn(refused(sim, bh, act));
+    sim.run_all();
+    CHECK(act.calls() == 1);
+    CHECK(sim.now() == 100ms);
+}
+
+TEST_CASE("bulkhead: waiters get slots in the order they arrived", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 10}, sim.clock()};
+    journal j;
+    // Spawned in another order than they arrive, so the test sees arrival order, not spawn order.
+    sim.spawn(client(sim, bh, j, {.id = 4, .arrive = 40ms, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 20ms, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 1, .arrive = 0ms, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 30ms, .hold = 100ms}));
+    sim.run_all();
+    CHECK(j.start_order() == std::vector<int>{1, 2, 3, 4});
+    CHECK(j.started_at(2) == 100ms);
+    CHECK(j.started_at(3) == 200ms);
+    CHECK(j.started_at(4) == 300ms);
+}
+
+TEST_CASE("bulkhead: a freed slot goes to the oldest waiter, not to a call arriving at that instant",
+          "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 10}, sim.clock()};
+    journal j;
+    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 100ms}));
+    // Arrives at 100 ms, right after call 1 released its slot and before call 2 was resumed.
+    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 100ms, .hold = 100ms}));
+    sim.run_all();
+    CHECK(j.start_order() == std::vector<int>{1, 2, 3});
+    CHECK(j.started_at(2) == 100ms);
+    CHECK(j.started_at(3) == 200ms);
+    CHECK(j.peak == 1);
+}
+
+TEST_CASE("bulkhead: a queued call is refused at exactly queue_timeout", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5, .queue_timeout = 50ms}, sim.clock()};
+    journal j;
+    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms}));
+    // Arrives at 60 ms; its slot comes at 100 ms, before its timeout (110 ms).
+    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 60ms, .hold = 10ms}));
+    sim.run_all();
+    CHECK(j.finished[2] == std::pair{nanoseconds{60ms}, std::string{"rejected"}});
+    CHECK_FALSE(j.ran(2));
+    CHECK(j.started_at(3) == 100ms);
+    CHECK(j.finished[3] == std::pair{nanoseconds{110ms}, std::string{"value"}});
+    CHECK(sim.now() == 110ms);
+    CHECK(bh.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead: a waiter whose caller stops leaves the queue at that instant and never runs",
+          "[bulkhead]") {
+    const bool bounded = GENERATE(false, true); // with and without a queue timeout: two wait paths
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1,
+                     .max_queued = 5,
+                     .queue_timeout = bounded ? std::optional<nanoseconds>{1s} : std::nullopt},
+                    sim.clock()};
+    journal j;
+    std::stop_source src;
+    std::size_t queued_after_stop = 99;
+    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms, .stop = src.get_token()}));
+    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 20ms, .hold = 10ms}));
+    sim.spawn(stop_at(sim, src, 30ms, bh, queued_after_stop));
+    sim.run_all();
+    CHECK(queued_after_stop == 1); // only call 3 still waits
+    CHECK(j.finished[2] == std::pair{nanoseconds{30ms}, std::string{"cancelled"}});
+    CHECK_FALSE(j.ran(2));
+    CHECK(j.started_at(3) == 100ms); // the slot went to the next waiter
+    CHECK(bh.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead: a waiter stopped after its slot was handed over passes it on without running",
+          "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
+    journal j;
+    std::stop_source src;
+    std::size_t queued_after_stop = 99;
+    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms, .stop = src.get_token()}));
+    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 20ms, .hold = 10ms}));
+    // Fires at 100 ms after call 1's action ends (its timer was armed earlier): the slot has been
+    // handed to call 2, which has not been resumed yet.
+    sim.spawn(stop_at(sim, src, 100ms, bh, queued_after_stop));
+    sim.run_all();
+    CHECK(queued_after_stop == 1);
+    CHECK(j.finished[2] == std::pair{nanoseconds{100ms}, std::string{"cancelled"}});
+    CHECK_FALSE(j.ran(2));
+    CHECK(j.started_at(3) == 100ms);
+    CHECK(bh.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead: the slot is released when the action throws", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
+    journal j;
+    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 50ms, .fail = true}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms}));
+    sim.run_all();
+    CHECK(j.finished[1] == std::pair{nanoseconds{50ms}, std::string{"failure"}});
+    CHECK(j.started_at(2) == 50ms);
+    CHECK(j.finished[2].second == "value");
+    CHECK(bh.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead: the slot is released when the running call is cancelled", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
+    journal j;
+    std::stop_source src;
+    std::size_t ignored = 0;
+    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms, .stop = src.get_token()}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms}));
+    sim.spawn(stop_at(sim, src, 40ms, bh, ignored));
+    sim.run_all();
+    CHECK(j.finished[1] == std::pair{nanoseconds{40ms}, std::string{"cancelled"}});
+    CHECK(j.started_at(2) == 40ms);
+    CHECK(bh.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead: in_flight and queued count the calls holding and waiting for slots", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 2, .max_queued = 2}, sim.clock()};
+    journal j;
+    for (int id = 1; id <= 5; ++id)
+        sim.spawn(client(sim, bh, j, {.id = id, .arrive = id * 1ms, .hold = 100ms}));
+    std::vector<std::pair<std::size_t, std::size_t>> seen;
+    auto observe = [](rs::testing::simulation& sim, rs::bulkhead<vclock>& bh,
+                      std::vector<std::pair<std::size_t, std::size_t>>& seen) -> rs::task<void> {
+        for (nanoseconds at : {nanoseconds{0ms}, nanoseconds{10ms}, nanoseconds{150ms}, nanoseconds{250ms}}) {
+            co_await sim.sleep_for(at - sim.now());
+            seen.emplace_back(bh.in_flight(), bh.queued());
+        }
+    };
+    sim.spawn(observe(sim, bh, seen));
+    sim.run_all();
+    using counts = std::vector<std::pair<std::size_t, std::size_t>>;
+    CHECK(seen == counts{{0, 0}, {2, 2}, {2, 0}, {0, 0}});
+    CHECK(j.finished[5] == std::pair{nanoseconds{5ms}, std::string{"rejected"}}); // two running, two waiting
+}
+
+TEST_CASE("bulkhead: works as a stage of a pipeline and holds the slot across the inner stages",
+          "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 1}, sim.clock()};
+    rs::pipeline p{bh, rs::bulkhead{{.max_concurrent = 5}, sim.clock()}};
+    auto act =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 1}};
+    sim.spawn(p.execute(act));
+    sim.spawn(p.execute(act));
+    sim.run_all();
+    CHECK(act.calls() == 2);
+    CHECK(sim.now() == 200ms);
+}
+
+TEST_CASE("bulkhead: invalid options are refused naming the field and the value", "[bulkhead]") {
+    CHECK_THROWS_WITH(rs::bulkhead{{.max_concurrent = 0}},
+                      "resilience::bulkhead: max_concurrent must be positive, got 0");
+    CHECK_THROWS_WITH((rs::bulkhead{{.max_concurrent = 1, .queue_timeout = nanoseconds{0}}}),
+                      "resilience::bulkhead: queue_timeout must be positive, got 0ns");
+    CHECK_THROWS_WITH((rs::bulkhead{{.max_concurrent = 1, .queue_timeout = -5ms}}),
+                      "resilience::bulkhead: queue_timeout must be positive, got -5000000ns");
+    CHECK_NOTHROW(rs::bulkhead{{.max_concurrent = 1, .queue_timeout = 1ns}});
+}
+
+TEST_CASE("bulkhead: copies are handles to one bulkhead", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead a{{.max_concurrent = 1}, sim.clock()};
+    auto b = a;
+    auto act = rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms}};
+    sim.spawn(a.execute(act));
+    auto second = [](rs::bulkhead<vclock> b,
+                     rs::testing::scripted_action<int, vclock> act) -> rs::task<void> {
+        auto r = co_await b.execute_outcome(act);
+        CHECK(r.has_failure());
+        CHECK(b.in_flight() == 1);
+    };
+    sim.spawn(second(b, act));
+    sim.run_all();
+    CHECK(act.calls() == 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Threads. Real event loops on two threads share one bulkhead; actions yield to their loop so calls
+// overlap and slots move between threads. Run under ThreadSanitizer in CI.
+
+namespace {
+
+// Suspends and resumes later on the same loop: lets everything else queued there run first.
+struct yield_now {
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) const { rs::event_loop::current()->post(h); }
+    void await_resume() const noexcept {}
+};
+
+struct shared_counts {
+    std::atomic<int> running{0}, peak{0}, values{0}, rejected{0}, cancelled{0}, other{0};
+    std::vector<std::atomic<int>> completions;
+    explicit shared_counts(std::size_t calls) : completions(calls) {}
+};
+
+rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id, std::stop_token stop) {
+    auto action = [&c]() -> rs::task<int> {
+        const int now = ++c.running;
+        int peak = c.peak.load();
+        while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+        }
+        co_await yield_now{};
+        co_await yield_now{};
+        --c.running;
+        co_return 1;
+    };
+    auto r = co_await bh.execute_outcome(std::move(action), std::move(stop));
+    const std::string what = describe(r);
+    if (what == "value")
+        ++c.values;
+    else if (what == "rejected")
+        ++c.rejected;
+    else if (what == "cancelled")
+        ++c.cancelled;
+    else
+        ++c.other;
+    ++c.completions[id];
+}
+
+// The other loop's half of the calls stop some of this loop's calls at unpredictable moments.
+rs::task<void> stopper(std::stop_source& src) {
+    co_await yield_now{};
+    src.request_stop();
+}
+
+} // namespace
+
+TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurrent run at once",
+          "[bulkhead][concurrency]") {
+    struct variant {
+        rs::bulkhead_options options;
+        bool stops;
+    };
+    const auto v = GENERATE(variant{{.max_concurrent = 3, .max_queued = 100000}, false},
+                            variant{{.max_concurrent = 3, .max_queued = 8}, false},
+                            variant{{.max_concurrent = 4, .max_queued = 100000, .queue_timeout = 10s}, true});
+    constexpr std::size_t per_loop = 2000;
+    rs::bulkhead bh{v.options};
+    shared_counts c{2 * per_loop};
+    std::vector<std::stop_source> sources(per_loop);
+    rs::event_loop a, b;
+    for (std::size_t i = 0; i < per_loop; ++i) {
+        const bool stopped = v.stops && i % 5 == 0;
+        a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : std::stop_token{}));
+        b.spawn(threaded_client(bh, c, per_loop + i, {}));
+        if (stopped)
+            b.spawn(stopper(sources[i]));
+    }
+    std::latch go{2}; // both loops start together, so their calls overlap
+    std::thread ta([&] {
+        go.arrive_and_wait();
+        a.run();
+    });
+    std::thread tb([&] {
+        go.arrive_and_wait();
+        b.run();
+    });
+    ta.join();
+    tb.join();
+
+    CHECK(c.peak.load() <= static_cast<int>(v.options.max_concurrent));
+    CHECK(c.peak.load() >= 1);
+    CHECK(c.running.load() == 0);
+    CHECK(c.values + c.rejected + c.cancelled == static_cast<int>(2 * per_loop));
+    CHECK(c.other == 0);
+    for (auto& n : c.completions)
+        REQUIRE(n.load() == 1);
+    if (!v.stops)
+        CHECK(c.cancelled == 0);
+    if (v.options.max_queued >= 2 * per_loop)
+        CHECK(c.rejected == 0);
+    else
+        CHECK(c.rejected > 0);
+    CHECK(bh.in_flight() == 0);
+    CHECK(bh.queued() == 0);
+}

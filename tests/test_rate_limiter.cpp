@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: MIT
+// Tests of resilience::rate_limiter (token bucket) and resilience::sliding_window_limiter.
+
+#include "catch.hpp"
+
+#include <resilience/clock.hpp>
+#include <resilience/event_loop.hpp>
+#include <resilience/pipeline.hpp>
+#include <resilience/rate_limiter.hpp>
+#include <resilience/sliding_window_limiter.hpp>
+#include <resilience/testing/simulation.hpp>
+#include <resilience/timeout.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <coroutine>
+#include <latch>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using std::chrono::nanoseconds;
+using vclock = rs::testing::virtual_clock;
+
+static_assert(rs::policy<rs::rate_limiter<>>);
+static_assert(rs::policy<rs::rate_limiter<vclock>>);
+static_assert(rs::policy<rs::sliding_window_limiter<>>);
+static_assert(rs::policy<rs::sliding_window_limiter<vclock>>);
+
+namespace {
+
+struct ending {
+    nanoseconds at{-1};
+    std::string what;
+    nanoseconds retry_after{-1};
+    bool operator==(const ending&) const = default;
+};
+
+// When each call's action ran, and how each call ended, by call id.
+struct journal {
+    std::vector<std::pair<int, nanoseconds>> admitted;
+    std::map<int, ending> finished;
+
+    std::vector<int> order() const {
+        std::vector<int> ids;
+        for (auto& [id, at] : admitted)
+            ids.push_back(id);
+        return ids;
+    }
+    nanoseconds admitted_at(int id) const {
+        for (auto& [i, at] : admitted)
+            if (i == id)
+                return at;
+        return nanoseconds{-1};
+    }
+};
+
+template <class T>
+ending describe(const rs::outcome<T>& r, nanoseconds now) {
+    if (r.has_value())
+        return {now, "value"};
+    if (auto* e = r.error().template as<rs::rate_limited_error>())
+        return {now, "rate_limited", e->retry_after()};
+    if (rs::is_cancellation(r.error()))
+        return {now, "cancelled"};
+    return {now, "failure"};
+}
+
+// Arrives at `arrive`, then runs an action that writes down when it was admitted.
+template <class L>
+rs::task<void> client(rs::testing::simulation& sim, L& limiter, journal& j, int id, nanoseconds arrive,
+                      std::stop_token stop = {}) {
+    if (arrive > sim.now())
+        co_await sim.sleep_for(arrive - sim.now());
+    // Named, then moved in: see the same note in test_bulkhead.cpp (a GCC 12 coroutine bug).
+    auto action = [&sim, &j, id]() -> rs::task<int> {
+        j.admitted.emplace_back(id, sim.now());
+        co_return id;
+    };
+    auto r = co_await limiter.execute_outcome(std::move(action), std::move(stop));
+    j.finished[id] = describe(r, sim.now());
+}
+
+// Requests a stop at `at`, and writes down the queue length right after.
+template <class L>
+rs::task<void> stop_at(rs::testing::simulation& sim, std::stop_source& src, nanoseconds at, const L& limiter,
+                       std::size_t& queued_after) {
+    co_await sim.sleep_for(at - sim.now());
+    src.request_stop();
+    queued_after = limiter.queued();
+}
+
+ending value_at(nanoseconds at) {
+    return {at, "value"};
+}
+ending cancelled_at(nanoseconds at) {
+    return {at, "cancelled"};
+}
+ending limited_at(nanoseconds at, nanoseconds retry_after) {
+    return {at, "rate_limited", retry_after};
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// rate_limiter
+
+TEST_CASE("rate_limiter: a full bucket admits capacity calls at once, then one per refill interval",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 2, .tokens_per_second = 10}, sim.clock()};
+    journal j;
+    for (int id = 1; id <= 6; ++id)
+        sim.spawn(client(sim, rl, j, id, 0ms));
+    sim.run_all();
+    using admissions = std::vector<std::pair<int, nanoseconds>>;
+    CHECK(j.admitted == admissions{{1, 0ms}, {2, 0ms}, {3, 100ms}, {4, 200ms}, {5, 300ms}, {6, 400ms}});
+    CHECK(rl.queued() == 0);
+}
+
+TEST_CASE("rate_limiter: a refill interval that is not a whole nanosecond is rounded up", "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 3}, sim.clock()};
+    journal j;
+    for (int id = 1; id <= 3; ++id)
+        sim.spawn(client(sim, rl, j, id, 0ms));
+    sim.run_all();
+    CHECK(j.admitted_at(1) == 0ns);
+    CHECK(j.admitted_at(2) == 333'333'334ns); // 1/3 s, never before
+    CHECK(j.admitted_at(3) == 666'666'667ns);
+}
+
+TEST_CASE("rate_limiter: reject mode refuses at once with the exact retry_after, without running",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10, .on_exhausted = rs::on_exhausted::reject},
+                        sim.clock()};
+    journal j;
+    sim.spawn(client(sim, rl, j, 1, 0ms));
+    sim.spawn(client(sim, rl, j, 2, 30ms));
+    sim.spawn(client(sim, rl, j, 3, 100ms)); // exactly when call 2 was told to come back
+    sim.run_all();
+    CHECK(j.finished[1] == value_at(0ms));
+    CHECK(j.finished[2] == limited_at(30ms, 70ms));
+    CHECK(j.admitted_at(2) == -1ns);
+    CHECK(j.finished[3] == value_at(100ms));
+
+    auto probe = [](rs::rate_limiter<vclock>& rl) -> rs::task<void> {
+        auto action = []() -> rs::task<int> { co_return 1; };
+        auto r = co_await rl.execute_outcome(std::move(action));
+        REQUIRE(r.has_failure());
+        CHECK(r.error().code() == rs::errc::rate_limited); // read without rethrowing
+        CHECK_THROWS_AS(co_await rl.execute(action), rs::rate_limited_error);
+    };
+    sim.run(probe(rl));
+}
+
+TEST_CASE("rate_limiter: max_queued bounds the waiters, and a refused call's retry_after counts them",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10, .max_queued = 2}, sim.clock()};
+    journal j;
+    for (int id = 1; id <= 4; ++id)
+        sim.spawn(client(sim, rl, j, id, 0ms));
+    sim.run_all();
+    CHECK(j.finished[1] == value_at(0ms));
+    CHECK(j.finished[2] == value_at(100ms));
+    CHECK(j.finished[3] == value_at(200ms));
+    CHECK(j.finished[4] == limited_at(0ms, 300ms)); // two waiters ahead: the third token from now
+}
+
+TEST_CASE("rate_limiter: max_queued = 0 never waits", "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10, .max_queued = 0}, sim.clock()};
+    journal j;
+    sim.spawn(client(sim, rl, j, 1, 0ms));
+    sim.spawn(client(sim, rl, j, 2, 40ms));
+    sim.run_all();
+    CHECK(j.finished[2] == limited_at(40ms, 60ms));
+}
+
+TEST_CASE(
+    "rate_limiter: waiters are served in arrival order; a new call cannot take a token while anyone waits",
+    "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
+    journal j;
+    // New calls arrive exactly when each token comes due, and are spawned first, so their timers
+    // fire before the waiting call's: a limiter that let them take a free token would starve it.
+    sim.spawn(client(sim, rl, j, 3, 100ms));
+    sim.spawn(client(sim, rl, j, 4, 200ms));
+    sim.spawn(client(sim, rl, j, 5, 300ms));
+    sim.spawn(client(sim, rl, j, 1, 0ms));
+    sim.spawn(client(sim, rl, j, 2, 0ms));
+    sim.run_all();
+    using admissions = std::vector<std::pair<int, nanoseconds>>;
+    CHECK(j.admitted == admissions{{1, 0ms}, {2, 100ms}, {3, 200ms}, {4, 300ms}, {5, 400ms}});
+}
+
+TEST_CASE(
+    "rate_limiter: a waiter whose caller stops leaves the queue at once; the next one takes over the timing",
+    "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
+    journal j;
+    std::stop_source stop_head, stop_third;
+    std::size_t queued_after_head = 99, queued_after_third = 99;
+    sim.spawn(client(sim, rl, j, 1, 0ms));
+    sim.spawn(client(sim, rl, j, 2, 0ms, stop_head.get_token()));  // the head: due at 100 ms
+    sim.spawn(client(sim, rl, j, 3, 0ms));                         // due at 200 ms
+    sim.spawn(client(sim, rl, j, 4, 0ms, stop_third.get_token())); // due at 300 ms
+    sim.spawn(client(sim, rl, j, 5, 0ms));                         // due at 400 ms
+    sim.spawn(stop_at(sim, stop_head, 50ms, rl, queued_after_head));
+    sim.spawn(stop_at(sim, stop_third, 60ms, rl, queued_after_third));
+    sim.run_all();
+    CHECK(queued_after_head == 3);
+    CHECK(queued_after_third == 2);
+    CHECK(j.finished[2] == cancelled_at(50ms));
+    CHECK(j.finished[4] == cancelled_at(60ms));
+    CHECK(j.order() == std::vector<int>{1, 3, 5});
+    CHECK(j.finished[3] == value_at(100ms)); // the token the head gave up
+    CHECK(j.finished[5] == value_at(200ms));
+}
+
+TEST_CASE("rate_limiter: a timeout around the limiter bounds the wait, and the waiter leaves the queue",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 1}, sim.clock()};
+    rs::pipeline bounded{rs::timeout{150ms, sim.clock()}, rl};
+    journal j;
+    sim.spawn(client(sim, rl, j, 1, 0ms));
+    auto impatient = [](rs::testing::simulation& sim,
+                        rs::pipeline<rs::timeout<vclock>, rs::rate_limiter<vclock>>& p,
+                        journal& j) -> rs::task<void> {
+        auto action = [&sim, &j]() -> rs::task<int> {
+            j.admitted.emplace_back(2, sim.now());
+            co_return 2;
+        };
+        auto r = co_await p.execute_outcome(std::move(action));
+        REQUIRE(r.has_failure());
+        CHECK(r.error().code() == rs::errc::timeout);
+        j.finished[2] = {sim.now(), "timeout"};
+    };
+    sim.spawn(impatient(sim, bounded, j));
+    sim.spawn(client(sim, rl, j, 3, 200ms));
+    sim.run_all();
+    CHECK(j.finished[2] == ending{150ms, "timeout"});
+    CHECK(j.order() == std::vector<int>{1, 3});
+    CHECK(j.finished[3] == value_at(1s)); // the token call 2 would have had
+}
+
+TEST_CASE("rate_limiter: take spends a token by the same rules as a call", "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
+    journal j;
+    std::vector<nanoseconds> taken;
+    auto taker = [](rs::testing::simulation& sim, rs::rate_limiter<vclock>& rl,
+                    std::vector<nanoseconds>& taken) -> rs::task<void> {
+        co_await rl.take();
+        taken.push_back(sim.now());
+        co_await sim.sleep_for(10ms);
+        co_await rl.take(); // queued behind the call that arrived at 5 ms
+        taken.push_back(sim.now());
+    };
+    sim.spawn(taker(sim, rl, taken));
+    sim.spawn(client(sim, rl, j, 1, 5ms));
+    sim.run_all();
+    CHECK(taken == std::vector<nanoseconds>{0ms, 200ms});
+    CHECK(j.finished[1] == value_at(100ms));
+
+    std::stop_source src;
+    src.request_stop();
+    CHECK_THROWS_AS(sim.run(rl.take(src.get_token())), rs::cancelled_error);
+    auto r = sim.run(rl.take_outcome(src.get_token()));
+    REQUIRE(r.has_failure());
+    CHECK(r.error().code() == rs::errc::cancelled);
+}
+
+TEST_CASE("rate_limiter: take in reject mode throws rate_limited_error, or reports it as a value",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 4, .on_exhausted = rs::on_exhausted::reject},
+                        sim.clock()};
+    sim.run(rl.take());
+    auto r = sim.run(rl.take_outcome());
+    REQUIRE(r.has_failure());
+    REQUIRE(r.error().is<rs::rate_limited_error>());
+    CHECK(r.error().as<rs::rate_limited_error>()->retry_after() == 250ms);
+    CHECK_THROWS_AS(sim.run(rl.take()), rs::rate_limited_error);
+    CHECK(sim.now() == 0ms);
+}
+
+TEST_CASE("rate_limiter: tokens refill lazily and never exceed capacity, however long the idle",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.capacity = 3, .tokens_per_second = 10}, sim.clock()};
+    CHECK(rl.tokens() == 3.0);
+    CHECK(sim.loop().timers() == 0); // nothing scheduled: the bucket is refilled by reading the clock
+    for (int i = 0; i < 3; ++i)
+        sim.run(rl.take());
+    CHECK(rl.tokens() == 0.0);
+    sim.run(sim.sleep_for(150ms));
+    CHECK(rl.tokens() == Approx(1.5));
+    sim.run(sim.sleep_for(10s));
+    CHECK(rl.tokens() == 3.0);
+
+    journal j;
+    const nanoseconds t0 = sim.now();
+    for (int id = 1; id <= 4; ++id)
+        sim.spawn(client(sim, rl, j, id, t0));
+    sim.run_all();
+    CHECK(j.admitted_at(3) == t0);         // a burst of exactly capacity...
+    CHECK(j.admitted_at(4) == t0 + 100ms); // ...and not one more
+}
+
+TEST_CASE("rate_limiter: copies are handles to one bucket", "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter a{{.capacity = 1, .tokens_per_second = 10, .on_exhausted = rs::on_exhausted::reject},
+                       sim.clock()};
+    auto b = a;
+    sim.run(a.take());
+    CHECK(b.tokens() == 0.0);
+    CHECK_THROWS_AS(sim.run(b.take()), rs::rate_limited_error);
+}
+
+TEST_CASE("rate_limiter: invalid options are refused naming the field and the value", "[rate_limiter]") {
+    using Catch::Matchers::Contains;
+    CHECK_THROWS_WITH((rs::rate_limiter{{.capacity = 0, .tokens_per_second = 1}}),
+                      "resilience::rate_limiter: capacity must be positive, got 0");
+    CHECK_THROWS_WITH((rs::rate_limiter{{.capacity = 1, .tokens_per_second = 0}}),
+                      "resilience::rate_limiter: tokens_per_second must be finite and positive, got 0");
+    CHECK_THROWS_WITH((rs::rate_limiter{{.capacity = 1, .tokens_per_second = -2.5}}),
+                      "resilience::rate_limiter: tokens_per_second must be finite and positive, got -2.5");
+    CHECK_THROWS_WITH(
+        (rs::rate_limiter{{.capacity = 1, .tokens_per_second = std::numeric_limits<double>::quiet_NaN()}}),
+        Contains("tokens_per_second must be finite and positive, got") && Contains("nan"));
+    CHECK_THROWS_WITH(
+        (rs::rate_limiter{{.capacity = 1, .tokens_per_second = std::numeric_limits<double>::infinity()}}),
+        "resilience::rate_limiter: tokens_per_second must be finite and positive, got inf");
+    CHECK_NOTHROW(rs::rate_limiter{{.capacity = 1, .tokens_per_second = 0.001}});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// sliding_window_limiter
+
+TEST_CASE("sliding_window_limiter: admits exactly limit calls per window", "[rate_limiter][sliding_window]") {
+    rs::testing::simulation sim;
+    rs::sliding_window_limiter sw{{.limit = 3, .window = 1s}, sim.clock()};
+    journal j;
+    for (int id = 1; id <= 7; ++id)
+        sim.spawn(client(sim, sw, j, id, 0ms));
+    sim.run_all();
+    using admissions = std::vector<std::pair<int, nanoseconds>>;
+    CHECK(j.admitted == admissions{{1, 0s}, {2, 0s}, {3, 0s}, {4, 1s}, {5, 1s}, {6, 1s}, {7, 2s}});
+    CHECK(sw.tokens() == 2.0);
+}
+
+TEST_CASE(
+    "sliding_window_limiter: a permit comes back a window after the segment boundary at or after its call",
+    "[rate_limiter][sliding_window]") {
+    rs::testing::simulation sim;
+    rs::sliding_window_limiter sw{{.limit = 2, .window = 1s, .segments = 4}, sim.clock()}; // 250 ms segments
+    journal j;
+    sim.spawn(client(sim, sw, j, 1, 0ms));   // counted at 0: back at 1 s
+    sim.spawn(client(sim, sw, j, 2, 100ms)); // counted at 250 ms: back at 1.25 s
+    sim.spawn(client(sim, sw, j, 3, 300ms)); // waits for call 1's permit
+    sim.spawn(client(sim, sw, j, 4, 600ms)); // waits for call 2's permit, never sooner than 1.1 s
+    sim.run_all();
+    using admissions = std::vector<std::pair<int, nanoseconds>>;
+    CHECK(j.admitted == admissions{{1, 0ms}, {2, 100ms}, {3, 1s}, {4, 1250ms}});
+}
+
+TEST_CASE("sliding_window_limiter: no window-long span admits more than limit calls",
+          "[rate_limiter][sliding_window]") {
+    rs::testing::simulation sim;
+    const std::size_t limit = 5;
+    rs::sliding_window_limiter sw{{.limit = limit, .window = 1s, .segments = 7}, sim.clock()};
+    journal j;
+    // Irregular arrivals: every 37 ms for 6 s, so calls land all over the segments.
+    for (int id = 0; id < 160; ++id)
+        sim.spawn(client(sim, sw, j, id, id * 37ms));
+    sim.run_all();
+    REQUIRE(j.admitted.size() == 160);
+    std::vector<nanoseconds> at;
+    for (auto& [id, t] : j.admitted)
+        at.push_back(t);
+    std::sort(at.begin(), at.end());
+    std::size_t most = 0;
+    for (std::size_t i = 0; i < at.size(); ++i) {
+        const auto end = std::lower_bound(at.begin(), at.end(), at[i] + 1s);
+        most = std::max(most, static_cast<std::size_t>(end - (at.begin() + static_cast<std::ptrdiff_t>(i))));
+    }
+    CHECK(most == limit);
+    CHECK(j.order().front() == 0);
+    CHECK(std::is_sorted(j.admitted.begin(), j.admitted.end(),
+                         [](auto& a, auto& b) { return a.first < b.first; })); // arrival order kept
+}
+
+TEST_CASE("sliding_window_limiter: reject mode, max_queued and take follow the rate_limiter rules",
+          "[rate_limiter][sliding_window]") {
+    rs::testing::simulation sim;
+    SECTION("reject mode: retry_after is when the oldest permit comes back") {
+        rs::sliding_window_limiter sw{{.limit = 1, .window = 1s, .on_exhausted = rs::on_exhausted::reject},
+                                      sim.clock()};
+        journal j;
+        sim.spawn(client(sim, sw, j, 1, 250ms)); // counted at 300 ms: back at 1.3 s
+        sim.spawn(client(sim, sw, j, 2, 400ms));
+        sim.spawn(client(sim, sw, j, 3, 1300ms));
+        sim.run_all();
+        CHECK(j.finished[1] == value_at(250ms));
+        CHECK(j.finished[2] == limited_at(400ms, 900ms));
+        CHECK(j.finished[3] == value_at(1300ms));
+    }
+    SECTION("max_queued: the waiters beyond it are refused, retry_after counting those ahead") {
+        rs::sliding_window_limiter sw{{.limit = 2, .window = 1s, .max_queued = 3}, sim.clock()};
+        journal j;
+        for (int id = 1; id <= 6; ++id)
+            sim.spawn(client(sim, sw, j, id, 0ms));
+        sim.run_all();
+        CHECK(j.finished[3] == value_at(1s));
+        CHECK(j.finished[4] == value_at(1s));
+        CHECK(j.finished[5] == value_at(2s));
+        CHECK(j.finished[6] == limited_at(0ms, 2s)); // three ahead: the second permit of the third window
+    }
+    SECTION("take spends a permit; tokens() counts the free ones") {
+        rs::sliding_window_limiter sw{{.limit = 2, .window = 1s}, sim.clock()};
+        CHECK(sw.tokens() == 2.0);
+        sim.run(sw.take());
+        CHECK(sw.tokens() == 1.0);
+        sim.run(sw.take());
+        sim.run(sw.take());
+        CHECK(sim.now() == 1s);
+        CHECK(sw.tokens() == 1.0);
+        CHECK(sw.queued() == 0);
+    }
+    SECTION("a waiter whose caller stops leaves the queue at once") {
+        rs::sliding_window_limiter sw{{.limit = 1, .window = 1s}, sim.clock()};
+        journal j;
+        std::stop_source src;
+        std::size_t queued_after = 99;
+        sim.spawn(client(sim, sw, j, 1, 0ms));
+        sim.spawn(client(sim, sw, j, 2, 0ms, src.get_token()));
+        sim.spawn(client(sim, sw, j, 3, 0ms));
+        sim.spawn(stop_at(sim, src, 500ms, sw, queued_after));
+        sim.run_all();
+        CHECK(queued_after == 1);
+        CHECK(j.finished[2] == cancelled_at(500ms));
+        CHECK(j.finished[3] == value_at(1s));
+    }
+}
+
+TEST_CASE("sliding_window_limiter: invalid options are refused naming the field and the value",
+          "[rate_limiter][sliding_window]") {
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 0, .window = 1s}}),
+                      "resilience::sliding_window_limiter: limit must be positive, got 0");
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 1, .window = 0s}}),
+                      "resilience::sliding_window_limiter: window must be positive, got 0ns");
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 1, .window = -1ms}}),
+                      "resilience::sliding_window_limiter: window must be positive, got -1000000ns");
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 1, .window = 1s, .segments = 0}}),
+                      "resilience::sliding_window_limiter: segments must be positive, got 0");
+    CHECK_THROWS_WITH(
+        (rs::sliding_window_limiter{{.limit = 1, .window = 5ns, .segments = 6}}),
+        "resilience::sliding_window_limiter: segments must be at most the window in nanoseconds (5), got 6");
+    CHECK_NOTHROW(rs::sliding_window_limiter{{.limit = 1, .window = 5ns, .segments = 5}});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Threads. Two real event loops share one limiter on std::chrono::steady_clock. Run under
+// ThreadSanitizer in CI; about 0.1 s of real time.
+
+namespace {
+
+// The default clock, remembering on each thread the last time it read. The limiter reads the clock
+// under its lock when it admits a call, and the admitted call's action then starts on the same
+// thread without suspending, so the action sees the exact instant of its admission.
+struct recording_clock {
+    using duration = rs::steady_clock::duration;
+    using time_point = rs::steady_clock::time_point;
+    static inline thread_local time_point last{};
+    time_point now() const noexcept { return last = rs::steady_clock{}.now(); }
+    auto sleep_until(time_point tp, std::stop_token token) const {
+        return rs::steady_clock{}.sleep_until(tp, std::move(token));
+    }
+};
+static_assert(rs::clock<recording_clock>);
+
+// Suspends and resumes later on the same loop: lets everything else queued there run first.
+struct yield_now {
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) const { rs::event_loop::current()->post(h); }
+    void await_resume() const noexcept {}
+};
+
+// Stops another loop's call after letting this loop run `yields` rounds.
+rs::task<void> stopper(std::stop_source& src, int yields) {
+    for (int i = 0; i < yields; ++i)
+        co_await yield_now{};
+    src.request_stop();
+}
+
+struct shared_log {
+    std::atomic<int> values{0}, cancelled{0}, other{0};
+    std::vector<std::atomic<int>> completions;
+    explicit shared_log(std::size_t calls) : completions(calls) {}
+};
+
+rs::task<void> limited_client(rs::rate_limiter<recording_clock>& rl, shared_log& log,
+                              std::vector<recording_clock::time_point>& admitted, std::size_t id,
+                              std::stop_token stop) {
+    auto action = [&admitted]() -> rs::task<int> {
+        admitted.push_back(recording_clock::last); // this loop's own vector: one thread only
+        co_return 1;
+    };
+    auto r = co_await rl.execute_outcome(std::move(action), std::move(stop));
+    if (r.has_value())
+        ++log.values;
+    else if (rs::is_cancellation(r.error()))
+        ++log.cancelled;
+    else
+        ++log.other;
+    ++log.completions[id];
+}
+
+} // namespace
+
+TEST_CASE(
+    "rate_limiter: shared by loops on two threads, no span of length t admits more than capacity + rate * t",
+    "[rate_limiter][concurrency]") {
+    constexpr std::size_t capacity = 10;
+    constexpr double rate = 20000; // a token every 50 us
+    constexpr std::size_t per_loop = 1000;
+    rs::rate_limiter rl{{.capacity = capacity, .tokens_per_second = rate}, recording_clock{}};
+    shared_log log{2 * per_loop};
+    std::vector<recording_clock::time_point> admitted_a, admitted_b;
+    // Every 7th call of loop A is stopped from loop B at some point, waiting or not.
+    std::vector<std::stop_source> sources(per_loop);
+    rs::event_loop a, b;
+    for (std::size_t i = 0; i < per_loop; ++i) {
+        const bool stopped = i % 7 == 0;
+        a.spawn(limited_client(rl, log, admitted_a, i, stopped ? sources[i].get_token() : std::stop_token{}));
+        b.spawn(limited_client(rl, log, admitted_b, per_loop + i, {}));
+        if (stopped)
+            b.spawn(stopper(sources[i], static_cast<int>(i % 40)));
+    }
+    std::latch go{2};
+    std::thread ta([&] {
+        go.arrive_and_wait();
+        a.run();
+    });
+    std::thread tb([&] {
+        go.arrive_and_wait();
+        b.run();
+    });
+    ta.join();
+    tb.join();
+
+    CHECK(log.values + log.cancelled == static_cast<int>(2 * per_loop));
+    CHECK(log.cancelled <= static_cast<int>(per_loop / 7 + 1));
+    CHECK(log.other == 0);
+    for (auto& n : log.completions)
+        REQUIRE(n.load() == 1);
+    CHECK(rl.queued() == 0);
+
+    std::vector<recording_clock::time_point> all = admitted_a;
+    all.insert(all.end(), admitted_b.begin(), admitted_b.end());
+    REQUIRE(all.size() == static_cast<std::size_t>(log.values.load()));
+    std::sort(all.begin(), all.end());
+    // Between the i-th and j-th admissions, j - i + 1 tokens were spent: at most the bucket plus
+    // what refilled in between. The + 1 absorbs the rounding of due times to whole nanoseconds.
+    std::size_t violations = 0;
+    for (std::size_t i = 0; i < all.size(); ++i)
+        for (std::size_t k = i; k < all.size(); ++k) {
+            const double t = std::chrono::duration<double>(all[k] - all[i]).count();
+            if (static_cast<double>(k - i + 1) > static_cast<double>(capacity) + rate * t + 1)
+                ++violations;
+        }
+    CHECK(violations == 0);
+    // And the limiter did limit: the whole run took at least the time the tokens needed.
+    const double span = std::chrono::duration<double>(all.back() - all.front()).count();
+    CHECK(span >= static_cast<double>(all.size() - capacity) / rate);
+}
