@@ -32,6 +32,8 @@
 #include "task.hpp"
 
 #include <concepts>
+#include <coroutine>
+#include <optional>
 #include <functional>
 #include <stop_token>
 #include <type_traits>
@@ -66,24 +68,98 @@ using next_outcome_t = await_result_t<std::invoke_result_t<Next&, const context&
 template <class Next>
 using next_value_t = typename next_outcome_t<Next>::value_type;
 
-/// The innermost `next`: runs the user's action once and turns whatever it throws into a failure.
+/// Awaits one call of the user's action and yields `outcome<R>`: whatever the action throws, when
+/// called or while awaited, becomes a failure. A plain awaiter rather than a coroutine, so the
+/// innermost step of every call costs no frame. It lives in the awaiting coroutine's frame for the
+/// whole `co_await`, which is what keeps the context (the action may hold a reference to it) and
+/// the action's awaitable alive until the action finishes.
+template <class A>
+class guarded_call {
+    using awaitable_type = action_awaitable_t<A>;
+    static_assert(!std::is_reference_v<awaitable_type>, "an action must return its awaitable by value");
+    using raw_awaiter = decltype(get_awaiter(std::declval<awaitable_type>()));
+    // An awaitable without operator co_await is its own awaiter.
+    static constexpr bool self_awaiting = std::is_reference_v<raw_awaiter>;
+    using awaiter_type = std::conditional_t<self_awaiting, awaitable_type, raw_awaiter>;
+
+public:
+    using value_type = action_result_t<A>;
+
+    guarded_call(A* action, const context& ctx) : ctx_(ctx), action_(action) {}
+    // Moved only before it is awaited (into when_all and the like): nothing has started yet.
+    guarded_call(guarded_call&& other) noexcept : ctx_(std::move(other.ctx_)), action_(other.action_) {}
+    guarded_call& operator=(guarded_call&&) = delete;
+
+    bool await_ready() noexcept {
+        try {
+            awaitable_.emplace(emplace_from{[&] { return invoke_action(*action_, ctx_); }});
+            if constexpr (!self_awaiting) awaiter_.emplace(emplace_from{[&] { return get_awaiter(std::move(*awaitable_)); }});
+            return awaiter().await_ready();
+        } catch (...) {
+            early_ = failure::current();
+            return true;
+        }
+    }
+
+    template <class Promise>
+    auto await_suspend(std::coroutine_handle<Promise> h) noexcept {
+        using result = decltype(awaiter().await_suspend(h));
+        try {
+            if constexpr (std::is_void_v<result>) {
+                awaiter().await_suspend(h);
+                return true;
+            } else {
+                return awaiter().await_suspend(h);
+            }
+        } catch (...) {
+            early_ = failure::current();
+            // Resume the awaiting coroutine at once: await_resume reports the failure.
+            if constexpr (std::is_void_v<result> || std::is_same_v<result, bool>) return false;
+            else return std::coroutine_handle<>{h};
+        }
+    }
+
+    outcome<value_type> await_resume() noexcept {
+        if (early_.has_exception()) return std::move(early_);
+        try {
+            if constexpr (std::is_void_v<value_type>) {
+                awaiter().await_resume();
+                return outcome<void>{};
+            } else {
+                return outcome<value_type>(awaiter().await_resume());
+            }
+        } catch (...) {
+            return failure::current();
+        }
+    }
+
+private:
+    // Constructs an optional's value from a function's prvalue, so neither the awaitable nor the
+    // awaiter has to be movable.
+    template <class F>
+    struct emplace_from {
+        F make;
+        operator std::invoke_result_t<F&>() { return make(); }
+    };
+
+    awaiter_type& awaiter() noexcept {
+        if constexpr (self_awaiting) return *awaitable_;
+        else return *awaiter_;
+    }
+
+    context ctx_;
+    A* action_;
+    std::optional<awaitable_type> awaitable_;
+    std::optional<std::conditional_t<self_awaiting, char, awaiter_type>> awaiter_;
+    failure early_;
+};
+
+/// The innermost `next`: runs the user's action once (see `guarded_call`).
 template <class A>
 struct guarded {
     A* action;
     using value_type = action_result_t<A>;
-
-    task<outcome<value_type>> operator()(context ctx) const {
-        try {
-            if constexpr (std::is_void_v<value_type>) {
-                co_await invoke_action(*action, ctx);
-                co_return outcome<void>{};
-            } else {
-                co_return outcome<value_type>(co_await invoke_action(*action, ctx));
-            }
-        } catch (...) {
-            co_return failure::current();
-        }
-    }
+    guarded_call<A> operator()(const context& ctx) const { return guarded_call<A>{action, ctx}; }
 };
 
 // Stand-ins used to check the `policy` concept. Defined, because checking a policy whose `run`
