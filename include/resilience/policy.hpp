@@ -141,6 +141,8 @@ private:
         F make;
         operator std::invoke_result_t<F&>() { return make(); }
     };
+    template <class F>
+    emplace_from(F) -> emplace_from<F>; // clang 14 has no deduction for aggregates
 
     awaiter_type& awaiter() noexcept {
         if constexpr (self_awaiting) return *awaitable_;

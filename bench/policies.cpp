@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: MIT
+// The success path of each policy alone and of pipelines, a shared handle hit from two threads, and
+// rejections through execute_outcome, all against a bare co_await of the same action in the same run.
+// See bench/README.md for how to read and reproduce the figures.
+#include "harness.hpp"
+
+#include <resilience/fallback.hpp>
+#include <resilience/resilience.hpp>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The dependency: completes at once. Anything slower would hide the policies' own cost.
+rs::task<int> dependency() { co_return 42; }
+const auto action = [] { return dependency(); };
+
+template <class Policy>
+void through(benchmark::State& state, const Policy& policy) {
+    bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
+        benchmark::DoNotOptimize(co_await policy.execute(action));
+    });
+}
+
+// A limiter and a bulkhead that never refuse in these runs: the success path only.
+rs::rate_limiter<> roomy_limiter() { return rs::rate_limiter{{.capacity = 1'000'000'000, .tokens_per_second = 1e12}}; }
+rs::bulkhead<> roomy_bulkhead() { return rs::bulkhead{{.max_concurrent = 1'000}}; }
+
+void bare_call(benchmark::State& state) {
+    bench::run_on_loop(state, [](benchmark::State*) -> rs::task<void> { benchmark::DoNotOptimize(co_await action()); });
+}
+BENCHMARK(bare_call);
+
+void retry_alone(benchmark::State& state) { through(state, rs::retry{}); }
+BENCHMARK(retry_alone);
+
+void retry_with_budget(benchmark::State& state) { through(state, rs::retry{{.budget = rs::retry_budget{}}}); }
+BENCHMARK(retry_with_budget);
+
+void timeout_alone(benchmark::State& state) { through(state, rs::timeout{1s}); }
+BENCHMARK(timeout_alone);
+
+void fallback_alone(benchmark::State& state) { through(state, rs::fallback{0}); }
+BENCHMARK(fallback_alone);
+
+void circuit_breaker_alone(benchmark::State& state) { through(state, rs::circuit_breaker{{.failure_threshold = 5}}); }
+BENCHMARK(circuit_breaker_alone);
+
+void windowed_breaker_alone(benchmark::State& state) {
+    through(state, rs::circuit_breaker{{.window = rs::breaker_window{.within = 10s, .failure_rate = 0.5}}});
+}
+BENCHMARK(windowed_breaker_alone);
+
+void bulkhead_alone(benchmark::State& state) { through(state, roomy_bulkhead()); }
+BENCHMARK(bulkhead_alone);
+
+void rate_limiter_alone(benchmark::State& state) { through(state, roomy_limiter()); }
+BENCHMARK(rate_limiter_alone);
+
+void pipeline_retry_timeout(benchmark::State& state) { through(state, rs::pipeline{rs::retry{}, rs::timeout{1s}}); }
+BENCHMARK(pipeline_retry_timeout);
+
+void pipeline_of_five(benchmark::State& state) {
+    through(state, rs::pipeline{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
+                                roomy_bulkhead(), roomy_limiter()});
+}
+BENCHMARK(pipeline_of_five);
+
+// One handle of each stateful policy shared by two threads, each running its own event loop.
+const rs::pipeline<rs::circuit_breaker<>, rs::bulkhead<>, rs::rate_limiter<>>& shared_stateful() {
+    static const rs::pipeline p{rs::circuit_breaker{{.failure_threshold = 5}}, roomy_bulkhead(), roomy_limiter()};
+    return p;
+}
+void shared_handles_two_threads(benchmark::State& state) { through(state, shared_stateful()); }
+BENCHMARK(shared_handles_two_threads)->Threads(2)->UseRealTime();
+
+void shared_handles_one_thread(benchmark::State& state) { through(state, shared_stateful()); }
+BENCHMARK(shared_handles_one_thread)->UseRealTime();
+
+// Rejections reported as values: no exception is thrown on these paths.
+template <class Policy>
+void rejected(benchmark::State& state, const Policy& policy) {
+    bench::run_on_loop(state, [&](benchmark::State* st) -> rs::task<void> {
+        auto result = co_await policy.execute_outcome(action);
+        if (st && result.has_value()) st->SkipWithError("the call was not rejected");
+        benchmark::DoNotOptimize(result);
+    });
+}
+
+void rejected_by_open_breaker(benchmark::State& state) {
+    rs::circuit_breaker breaker{{.failure_threshold = 5}};
+    breaker.isolate();
+    rejected(state, breaker);
+}
+BENCHMARK(rejected_by_open_breaker);
+
+void rejected_by_empty_limiter(benchmark::State& state) {
+    rs::rate_limiter limiter{{.capacity = 1, .tokens_per_second = 1e-3, .on_exhausted = rs::on_exhausted::reject}};
+    rs::sync_wait(limiter.take()); // empty the bucket: the next token is 1000 s away
+    rejected(state, limiter);
+}
+BENCHMARK(rejected_by_empty_limiter);
+
+} // namespace
+
+RESILIENCE_BENCH_MAIN("bare_call")

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+// Policies composed in pipelines: the order decides what each one sees.
+#include "catch.hpp"
+
+#include <resilience/fallback.hpp>
+#include <resilience/resilience.hpp>
+#include <resilience/testing/scripted.hpp>
+#include <resilience/testing/simulation.hpp>
+
+#include <chrono>
+#include <stdexcept>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using rs::testing::script;
+using rs::testing::scripted_action;
+using rs::testing::simulation;
+
+namespace {
+rs::retry_options fixed_retry(int attempts, std::chrono::nanoseconds wait) {
+    return {.max_attempts = attempts, .backoff = rs::constant_backoff{wait, rs::jitter::none}};
+}
+} // namespace
+
+TEST_CASE("composition: retry outside a breaker stops once the breaker opens, sleeping no further backoff",
+          "[composition]") {
+    simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1000, .latency = 100ms}};
+    rs::circuit_breaker breaker{{.failure_threshold = 2, .break_duration = 1min}, sim.clock()};
+    rs::pipeline policy{rs::retry{fixed_retry(10, 1s), sim.clock()}, breaker, rs::timeout{5s, sim.clock()}};
+
+    auto result = sim.run(policy.execute_outcome(down));
+    // Attempt 1 fails at 100ms, attempt 2 at 1.2s and opens the breaker; attempt 3 (at 2.2s) is refused
+    // without a call, and the default classifier does not retry circuit_open_error: the call ends there.
+    CHECK(down.calls() == 2);
+    CHECK(sim.now() == 2s + 200ms);
+    REQUIRE(result.has_failure());
+    REQUIRE(result.error().is<rs::circuit_open_error>());
+    CHECK(result.error().as<rs::circuit_open_error>()->retry_after() == 1min - 1s);
+    CHECK(breaker.state() == rs::circuit_state::open);
+}
+
+TEST_CASE("composition: a breaker outside a retry counts one exhausted retry as one failure", "[composition]") {
+    simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1000, .latency = 10ms}};
+    rs::circuit_breaker breaker{{.failure_threshold = 2, .break_duration = 1min}, sim.clock()};
+    rs::pipeline policy{breaker, rs::retry{fixed_retry(3, 100ms), sim.clock()}};
+
+    CHECK_THROWS_AS(sim.run(policy.execute(down)), rs::testing::scripted_failure);
+    CHECK(down.calls() == 3);
+    CHECK(breaker.metrics().consecutive_failures == 1);
+    CHECK(breaker.state() == rs::circuit_state::closed);
+
+    CHECK_THROWS_AS(sim.run(policy.execute(down)), rs::testing::scripted_failure);
+    CHECK(down.calls() == 6);
+    CHECK(breaker.state() == rs::circuit_state::open);
+
+    CHECK_THROWS_AS(sim.run(policy.execute(down)), rs::circuit_open_error);
+    CHECK(down.calls() == 6); // refused without running the retry at all
+}
+
+TEST_CASE("composition: a timeout inside the breaker counts every expired attempt as a failure", "[composition]") {
+    simulation sim;
+    scripted_action stalls{sim.clock(), script<int>{.latency = 1h}};
+    rs::circuit_breaker breaker{{.failure_threshold = 3, .break_duration = 10s}, sim.clock()};
+    rs::pipeline policy{breaker, rs::timeout{200ms, sim.clock()}};
+    for (int i = 0; i < 3; ++i) CHECK_THROWS_AS(sim.run(policy.execute(stalls)), rs::timeout_error);
+    CHECK(sim.now() == 600ms);
+    CHECK(breaker.state() == rs::circuit_state::open);
+    CHECK(stalls.in_flight() == 0); // every stalled attempt was stopped and finished
+}
+
+TEST_CASE("composition: fallback outermost answers for whatever the inner policies gave up on",
+          "[composition]") {
+    simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1000, .latency = 50ms}};
+    rs::pipeline policy{rs::fallback{-1}, rs::retry{fixed_retry(3, 1s), sim.clock()}, rs::timeout{1s, sim.clock()}};
+    CHECK(sim.run(policy.execute(down)) == -1);
+    CHECK(down.calls() == 3);
+    CHECK(sim.now() == 2s + 150ms);
+}
+
+TEST_CASE("composition: the README's virtual-time example holds exactly", "[composition][docs]") {
+    rs::testing::simulation sim;
+    rs::testing::scripted_action flaky{sim.clock(),
+                                       rs::testing::script<int>{.failures = 2, .latency = 100ms, .value = 42}};
+    rs::retry retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1s, rs::jitter::none}}, sim.clock()};
+    REQUIRE(sim.run(retry.execute(flaky)) == 42);
+    REQUIRE(sim.now() == 2300ms);
+}

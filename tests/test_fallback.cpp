@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: MIT
+#include "catch.hpp"
+
+#include <resilience/fallback.hpp>
+#include <resilience/pipeline.hpp>
+#include <resilience/retry.hpp>
+#include <resilience/testing/scripted.hpp>
+#include <resilience/testing/simulation.hpp>
+#include <resilience/timeout.hpp>
+
+#include <chrono>
+#include <exception>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Fails once after `latency` with a scripted_failure.
+auto failing(rs::testing::simulation& sim, std::chrono::nanoseconds latency = 100ms) {
+    return rs::testing::scripted_action{sim.clock(),
+                                        rs::testing::script<int>{.failures = 1, .latency = latency}};
+}
+
+} // namespace
+
+TEST_CASE("fallback: a failed call is answered with the substitute value at the failure's instant",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    auto act = failing(sim);
+    rs::fallback fb{42};
+    CHECK(sim.run(fb.execute(act)) == 42);
+    CHECK(sim.now() == 100ms);
+    CHECK(act.calls() == 1);
+}
+
+TEST_CASE("fallback: a function of the failure sees the original exception", "[fallback]") {
+    rs::testing::simulation sim;
+    auto act = failing(sim);
+    int seen_call = 0;
+    std::string seen_what;
+    rs::fallback fb{[&](const rs::failure& f) {
+        if (auto* e = f.as<rs::testing::scripted_failure>())
+            seen_call = e->call();
+        seen_what = f.what();
+        return -1;
+    }};
+    CHECK(sim.run(fb.execute(act)) == -1);
+    CHECK(seen_call == 1);
+    CHECK(seen_what == "scripted failure on call 1");
+}
+
+TEST_CASE("fallback: a substitute returning an awaitable is awaited on virtual time", "[fallback]") {
+    rs::testing::simulation sim;
+    auto act = failing(sim);
+    rs::fallback fb{[&sim](const rs::failure&) -> rs::task<int> {
+        co_await sim.sleep_for(30ms);
+        co_return 7;
+    }};
+    CHECK(sim.run(fb.execute(act)) == 7);
+    CHECK(sim.now() == 130ms);
+}
+
+TEST_CASE("fallback: a no-argument substitute and a substitute taking the context both work", "[fallback]") {
+    rs::testing::simulation sim;
+    auto act = failing(sim);
+    rs::fallback nullary{[] { return std::string("cached"); }};
+    CHECK(sim.run(nullary.execute([&](std::stop_token st) -> rs::task<std::string> {
+        co_await act(st);
+        co_return "fresh";
+    })) == "cached");
+
+    std::stop_source caller;
+    bool saw_caller_token = false;
+    rs::fallback with_ctx{[&](const rs::failure&, const rs::context& ctx) {
+        saw_caller_token = ctx.stop_token() == caller.get_token();
+        return 5;
+    }};
+    CHECK(sim.run(with_ctx.execute(failing(sim), caller.get_token())) == 5);
+    CHECK(saw_caller_token);
+}
+
+TEST_CASE("fallback: a throwing substitute replaces the failure", "[fallback]") {
+    rs::testing::simulation sim;
+    auto act = failing(sim);
+    rs::fallback fb{[](const rs::failure&) -> int { throw std::domain_error("no cache either"); }};
+    auto result = sim.run(fb.execute_outcome(act));
+    REQUIRE(result.has_failure());
+    CHECK(result.error().is<std::domain_error>());
+    CHECK_FALSE(result.error().is<rs::testing::scripted_failure>());
+    CHECK(result.error().what() == std::string("no cache either"));
+    CHECK_THROWS_AS(sim.run(fb.execute(failing(sim))), std::domain_error);
+}
+
+TEST_CASE("fallback: an awaitable substitute that throws replaces the failure at its own instant",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    rs::fallback fb{[&sim](const rs::failure&) -> rs::task<int> {
+        co_await sim.sleep_for(20ms);
+        throw std::domain_error("late");
+    }};
+    CHECK_THROWS_AS(sim.run(fb.execute(failing(sim))), std::domain_error);
+    CHECK(sim.now() == 120ms);
+}
+
+TEST_CASE("fallback: handle_if narrows; a declined failure passes through as the same exception object",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    int substitutes = 0;
+    rs::fallback fb{[&](const rs::failure&) {
+                        ++substitutes;
+                        return 0;
+                    },
+                    [](const rs::failure& f) { return f.is<std::runtime_error>(); }};
+
+    const auto original = std::make_exception_ptr(std::logic_error("bad input"));
+    auto declined = sim.run(fb.execute_outcome([&]() -> rs::task<int> {
+        co_await sim.sleep_for(10ms);
+        std::rethrow_exception(original);
+    }));
+    REQUIRE(declined.has_failure());
+    CHECK(declined.error().exception() == original);
+    CHECK(substitutes == 0);
+    CHECK(sim.now() == 10ms);
+
+    CHECK(sim.run(fb.execute(failing(sim))) == 0); // scripted_failure is a runtime_error
+    CHECK(substitutes == 1);
+}
+
+TEST_CASE("fallback: a cancelled_error from the action passes through by default", "[fallback]") {
+    rs::testing::simulation sim;
+    int substitutes = 0;
+    rs::fallback fb{[&](const rs::failure&) {
+        ++substitutes;
+        return 0;
+    }};
+    CHECK_THROWS_AS(sim.run(fb.execute([]() -> rs::task<int> {
+        throw rs::cancelled_error{};
+        co_return 1;
+    })),
+                    rs::cancelled_error);
+    CHECK(substitutes == 0);
+
+    // A predicate that accepts everything may answer a cancelled_error the caller did not ask for.
+    rs::fallback all{9, [](const rs::failure&) { return true; }};
+    CHECK(sim.run(all.execute([]() -> rs::task<int> {
+        throw rs::cancelled_error{};
+        co_return 1;
+    })) == 9);
+}
+
+TEST_CASE("fallback: a caller's stop passes through at its instant, whatever handle_if says", "[fallback]") {
+    rs::testing::simulation sim;
+    auto act =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 1}};
+    int substitutes = 0;
+    rs::fallback fb{[&](const rs::failure&) {
+                        ++substitutes;
+                        return 0;
+                    },
+                    [](const rs::failure&) { return true; }};
+    std::stop_source caller;
+    sim.spawn([](rs::testing::simulation& s, std::stop_source& src) -> rs::task<void> {
+        co_await s.sleep_for(50ms);
+        src.request_stop();
+    }(sim, caller));
+    auto result = sim.run(fb.execute_outcome(act, caller.get_token()));
+    REQUIRE(result.has_failure());
+    CHECK(rs::is_cancellation(result.error()));
+    CHECK(sim.now() == 50ms);
+    CHECK(act.stopped() == 1);
+    CHECK(substitutes == 0);
+}
+
+TEST_CASE("fallback: a success is returned untouched and the substitute never runs", "[fallback]") {
+    rs::testing::simulation sim;
+    auto act =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 40ms, .value = 3}};
+    int substitutes = 0;
+    rs::fallback fb{[&](const rs::failure&) {
+        ++substitutes;
+        return 0;
+    }};
+    CHECK(sim.run(fb.execute(act)) == 3);
+    CHECK(sim.now() == 40ms);
+    CHECK(substitutes == 0);
+}
+
+TEST_CASE("fallback: outermost in a pipeline, answers a timeout at the exact instant it fires",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    auto act =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 300ms, .value = 1}};
+    bool saw_timeout = false;
+    rs::pipeline p{rs::fallback{[&](const rs::failure& f) {
+                       saw_timeout = f.is<rs::timeout_error>();
+                       return -1;
+                   }},
+                   rs::timeout{100ms, sim.clock()}};
+    CHECK(sim.run(p.execute(act)) == -1);
+    CHECK(sim.now() == 100ms);
+    CHECK(saw_timeout);
+    CHECK(act.stopped() == 1);
+}
+
+TEST_CASE("fallback: void actions take a substitute returning void or an awaitable of void", "[fallback]") {
+    rs::testing::simulation sim;
+    auto fail_void = [&sim]() -> rs::task<void> {
+        co_await sim.sleep_for(10ms);
+        throw std::runtime_error("down");
+    };
+    int plain = 0;
+    rs::fallback fb_plain{[&](const rs::failure&) { ++plain; }};
+    sim.run(fb_plain.execute(fail_void));
+    CHECK(plain == 1);
+    CHECK(sim.now() == 10ms);
+
+    rs::fallback fb_async{[&sim](const rs::failure&) -> rs::task<void> { co_await sim.sleep_for(5ms); }};
+    sim.run(fb_async.execute(fail_void));
+    CHECK(sim.now() == 25ms);
+
+    int ran = 0;
+    sim.run(fb_plain.execute([&]() -> rs::task<void> {
+        ++ran;
+        co_return;
+    }));
+    CHECK(ran == 1);
+    CHECK(plain == 1);
+}
+
+TEST_CASE("fallback: the substitute's result converts to the action's result type", "[fallback]") {
+    rs::testing::simulation sim;
+    rs::fallback fb{"stale"}; // const char*, converted to std::string
+    auto result = sim.run(fb.execute([]() -> rs::task<std::string> {
+        throw std::runtime_error("down");
+        co_return "fresh";
+    }));
+    CHECK(result == "stale");
+    STATIC_REQUIRE(rs::policy<rs::fallback<int>>);
+    STATIC_REQUIRE(rs::policy<decltype(fb)>);
+}
+
+TEST_CASE("fallback: outermost over a retry, answers once the last attempt has failed", "[fallback]") {
+    rs::testing::simulation sim;
+    auto act =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.failures = 5, .latency = 100ms}};
+    int substitutes = 0;
+    rs::pipeline p{
+        rs::fallback{[&](const rs::failure& f) {
+            ++substitutes;
+            return f.as<rs::testing::scripted_failure>()->call() * -1;
+        }},
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{10ms, rs::jitter::none}}, sim.clock()}};
+    CHECK(sim.run(p.execute(act)) == -3); // the substitute saw the last attempt's failure
+    CHECK(sim.now() == 320ms);
+    CHECK(act.calls() == 3);
+    CHECK(substitutes == 1);
+}
