@@ -22,19 +22,22 @@ namespace bench {
 inline std::atomic<std::size_t> allocations{0};
 
 /// Runs `body(state)` as a coroutine on a fresh real-time loop on the benchmark's thread, and reports
-/// heap allocations per iteration after the loop's own warm-up.
-template <class Body>
-void run_on_loop(benchmark::State& state, Body body) {
+/// heap allocations per iteration after the loop's own warm-up. `done()` runs after the last iteration.
+template <class Body, class Done = void (*)()>
+void run_on_loop(
+    benchmark::State& state, Body body, Done done = [] {}) {
     resilience::event_loop loop;
-    loop.run([](benchmark::State& st, Body& b) -> resilience::task<void> {
+    loop.run([](benchmark::State& st, Body& b, Done& d) -> resilience::task<void> {
         // Warm the frame cache and any pools before counting.
         co_await b(nullptr);
         const std::size_t before = allocations.load(std::memory_order_relaxed);
-        for (auto _ : st) co_await b(&st);
+        for (auto _ : st)
+            co_await b(&st);
         const std::size_t after = allocations.load(std::memory_order_relaxed);
-        st.counters["allocs/call"] = benchmark::Counter(static_cast<double>(after - before) /
-                                                         static_cast<double>(st.iterations()));
-    }(state, body));
+        st.counters["allocs/call"] =
+            benchmark::Counter(static_cast<double>(after - before) / static_cast<double>(st.iterations()));
+        d();
+    }(state, body, done));
 }
 
 /// Prints the usual console output, then a summary: ns per call, ratio to the named baseline, and
@@ -46,7 +49,8 @@ public:
     void ReportRuns(const std::vector<Run>& runs) override {
         ConsoleReporter::ReportRuns(runs);
         for (const auto& run : runs) {
-            if (run.run_type != Run::RT_Iteration || run.error_occurred) continue;
+            if (run.run_type != Run::RT_Iteration || run.error_occurred)
+                continue;
             row r;
             r.ns = run.GetAdjustedRealTime();
             auto it = run.counters.find("allocs/call");
@@ -80,22 +84,34 @@ private:
 } // namespace bench
 
 /// Benchmarks' main: the ratio reporter with `baseline` as the bare call.
-#define RESILIENCE_BENCH_MAIN(baseline)                                                                          \
-    void* operator new(std::size_t n) {                                                                           \
-        bench::allocations.fetch_add(1, std::memory_order_relaxed);                                               \
-        if (void* p = std::malloc(n ? n : 1)) return p;                                                           \
-        throw std::bad_alloc{};                                                                                   \
-    }                                                                                                             \
-    void* operator new[](std::size_t n) { return ::operator new(n); }                                             \
-    void operator delete(void* p) noexcept { std::free(p); }                                                      \
-    void operator delete(void* p, std::size_t) noexcept { std::free(p); }                                         \
-    void operator delete[](void* p) noexcept { std::free(p); }                                                    \
-    void operator delete[](void* p, std::size_t) noexcept { std::free(p); }                                       \
-    int main(int argc, char** argv) {                                                                             \
-        benchmark::Initialize(&argc, argv);                                                                       \
-        if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                                         \
-        bench::ratio_reporter reporter{baseline};                                                                 \
-        benchmark::RunSpecifiedBenchmarks(&reporter);                                                             \
-        benchmark::Shutdown();                                                                                    \
-        return 0;                                                                                                 \
+#define RESILIENCE_BENCH_MAIN(baseline)                                                                      \
+    void* operator new(std::size_t n) {                                                                      \
+        bench::allocations.fetch_add(1, std::memory_order_relaxed);                                          \
+        if (void* p = std::malloc(n ? n : 1))                                                                \
+            return p;                                                                                        \
+        throw std::bad_alloc{};                                                                              \
+    }                                                                                                        \
+    void* operator new[](std::size_t n) {                                                                    \
+        return ::operator new(n);                                                                            \
+    }                                                                                                        \
+    void operator delete(void* p) noexcept {                                                                 \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    void operator delete(void* p, std::size_t) noexcept {                                                    \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    void operator delete[](void* p) noexcept {                                                               \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    void operator delete[](void* p, std::size_t) noexcept {                                                  \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    int main(int argc, char** argv) {                                                                        \
+        benchmark::Initialize(&argc, argv);                                                                  \
+        if (benchmark::ReportUnrecognizedArguments(argc, argv))                                              \
+            return 1;                                                                                        \
+        bench::ratio_reporter reporter{baseline};                                                            \
+        benchmark::RunSpecifiedBenchmarks(&reporter);                                                        \
+        benchmark::Shutdown();                                                                               \
+        return 0;                                                                                            \
     }

@@ -13,7 +13,9 @@ using namespace std::chrono_literals;
 namespace {
 
 // The dependency: completes at once. Anything slower would hide the policies' own cost.
-rs::task<int> dependency() { co_return 42; }
+rs::task<int> dependency() {
+    co_return 42;
+}
 const auto action = [] { return dependency(); };
 
 template <class Policy>
@@ -24,27 +26,42 @@ void through(benchmark::State& state, const Policy& policy) {
 }
 
 // A limiter and a bulkhead that never refuse in these runs: the success path only.
-rs::rate_limiter<> roomy_limiter() { return rs::rate_limiter{{.capacity = 1'000'000'000, .tokens_per_second = 1e12}}; }
-rs::bulkhead<> roomy_bulkhead() { return rs::bulkhead{{.max_concurrent = 1'000}}; }
+rs::rate_limiter<> roomy_limiter() {
+    return rs::rate_limiter{{.capacity = 1'000'000'000, .tokens_per_second = 1e12}};
+}
+rs::bulkhead<> roomy_bulkhead() {
+    return rs::bulkhead{{.max_concurrent = 1'000}};
+}
 
 void bare_call(benchmark::State& state) {
-    bench::run_on_loop(state, [](benchmark::State*) -> rs::task<void> { benchmark::DoNotOptimize(co_await action()); });
+    bench::run_on_loop(
+        state, [](benchmark::State*) -> rs::task<void> { benchmark::DoNotOptimize(co_await action()); });
 }
 BENCHMARK(bare_call);
 
-void retry_alone(benchmark::State& state) { through(state, rs::retry{}); }
+void retry_alone(benchmark::State& state) {
+    through(state, rs::retry{});
+}
 BENCHMARK(retry_alone);
 
-void retry_with_budget(benchmark::State& state) { through(state, rs::retry{{.budget = rs::retry_budget{}}}); }
+void retry_with_budget(benchmark::State& state) {
+    through(state, rs::retry{{.budget = rs::retry_budget{}}});
+}
 BENCHMARK(retry_with_budget);
 
-void timeout_alone(benchmark::State& state) { through(state, rs::timeout{1s}); }
+void timeout_alone(benchmark::State& state) {
+    through(state, rs::timeout{1s});
+}
 BENCHMARK(timeout_alone);
 
-void fallback_alone(benchmark::State& state) { through(state, rs::fallback{0}); }
+void fallback_alone(benchmark::State& state) {
+    through(state, rs::fallback{0});
+}
 BENCHMARK(fallback_alone);
 
-void circuit_breaker_alone(benchmark::State& state) { through(state, rs::circuit_breaker{{.failure_threshold = 5}}); }
+void circuit_breaker_alone(benchmark::State& state) {
+    through(state, rs::circuit_breaker{{.failure_threshold = 5}});
+}
 BENCHMARK(circuit_breaker_alone);
 
 void windowed_breaker_alone(benchmark::State& state) {
@@ -52,13 +69,19 @@ void windowed_breaker_alone(benchmark::State& state) {
 }
 BENCHMARK(windowed_breaker_alone);
 
-void bulkhead_alone(benchmark::State& state) { through(state, roomy_bulkhead()); }
+void bulkhead_alone(benchmark::State& state) {
+    through(state, roomy_bulkhead());
+}
 BENCHMARK(bulkhead_alone);
 
-void rate_limiter_alone(benchmark::State& state) { through(state, roomy_limiter()); }
+void rate_limiter_alone(benchmark::State& state) {
+    through(state, roomy_limiter());
+}
 BENCHMARK(rate_limiter_alone);
 
-void pipeline_retry_timeout(benchmark::State& state) { through(state, rs::pipeline{rs::retry{}, rs::timeout{1s}}); }
+void pipeline_retry_timeout(benchmark::State& state) {
+    through(state, rs::pipeline{rs::retry{}, rs::timeout{1s}});
+}
 BENCHMARK(pipeline_retry_timeout);
 
 void pipeline_of_five(benchmark::State& state) {
@@ -69,13 +92,18 @@ BENCHMARK(pipeline_of_five);
 
 // One handle of each stateful policy shared by two threads, each running its own event loop.
 const rs::pipeline<rs::circuit_breaker<>, rs::bulkhead<>, rs::rate_limiter<>>& shared_stateful() {
-    static const rs::pipeline p{rs::circuit_breaker{{.failure_threshold = 5}}, roomy_bulkhead(), roomy_limiter()};
+    static const rs::pipeline p{rs::circuit_breaker{{.failure_threshold = 5}}, roomy_bulkhead(),
+                                roomy_limiter()};
     return p;
 }
-void shared_handles_two_threads(benchmark::State& state) { through(state, shared_stateful()); }
+void shared_handles_two_threads(benchmark::State& state) {
+    through(state, shared_stateful());
+}
 BENCHMARK(shared_handles_two_threads)->Threads(2)->UseRealTime();
 
-void shared_handles_one_thread(benchmark::State& state) { through(state, shared_stateful()); }
+void shared_handles_one_thread(benchmark::State& state) {
+    through(state, shared_stateful());
+}
 BENCHMARK(shared_handles_one_thread)->UseRealTime();
 
 // Rejections reported as values: no exception is thrown on these paths.
@@ -83,7 +111,8 @@ template <class Policy>
 void rejected(benchmark::State& state, const Policy& policy) {
     bench::run_on_loop(state, [&](benchmark::State* st) -> rs::task<void> {
         auto result = co_await policy.execute_outcome(action);
-        if (st && result.has_value()) st->SkipWithError("the call was not rejected");
+        if (st && result.has_value())
+            st->SkipWithError("the call was not rejected");
         benchmark::DoNotOptimize(result);
     });
 }
@@ -96,11 +125,38 @@ void rejected_by_open_breaker(benchmark::State& state) {
 BENCHMARK(rejected_by_open_breaker);
 
 void rejected_by_empty_limiter(benchmark::State& state) {
-    rs::rate_limiter limiter{{.capacity = 1, .tokens_per_second = 1e-3, .on_exhausted = rs::on_exhausted::reject}};
+    rs::rate_limiter limiter{
+        {.capacity = 1, .tokens_per_second = 1e-3, .on_exhausted = rs::on_exhausted::reject}};
     rs::sync_wait(limiter.take()); // empty the bucket: the next token is 1000 s away
     rejected(state, limiter);
 }
 BENCHMARK(rejected_by_empty_limiter);
+
+void rejected_by_full_bulkhead(benchmark::State& state) {
+    rs::bulkhead full{{.max_concurrent = 1}};
+    std::stop_source release;
+    auto hold_the_slot = [&]() -> rs::task<int> {
+        co_await rs::steady_clock{}.sleep_for(std::chrono::hours(1), release.get_token());
+        co_return 0;
+    };
+    bool occupied = false;
+    bench::run_on_loop(
+        state,
+        [&](benchmark::State* st) -> rs::task<void> {
+            if (!occupied) { // first (warm-up) call: one call takes the only slot and keeps it
+                occupied = true;
+                auto holder = full.execute(hold_the_slot);
+                rs::event_loop::current()->spawn(std::move(holder));
+                co_await rs::steady_clock{}.sleep_for(std::chrono::milliseconds(1), {});
+            }
+            auto result = co_await full.execute_outcome(action);
+            if (st && result.has_value())
+                st->SkipWithError("the call was not rejected");
+            benchmark::DoNotOptimize(result);
+        },
+        [&] { release.request_stop(); });
+}
+BENCHMARK(rejected_by_full_bulkhead);
 
 } // namespace
 

@@ -20,7 +20,9 @@ namespace {
 
 using ms = std::chrono::duration<double, std::milli>;
 const auto started = std::chrono::steady_clock::now();
-std::string at() { return fmt::format("[{:6.1f} ms]", ms(std::chrono::steady_clock::now() - started).count()); }
+std::string at() {
+    return fmt::format("[{:6.1f} ms]", ms(std::chrono::steady_clock::now() - started).count());
+}
 
 // A price service having a bad minute: the first call answers 503, the second stalls for two
 // seconds, the third answers 503 again, and from the fourth on it is healthy. Every call takes
@@ -35,7 +37,8 @@ public:
             fmt::print("{}   call {}: asked to stop, giving up\n", at(), call);
             throw rs::cancelled_error{};
         }
-        if (call == 1 || call == 3) throw std::runtime_error(fmt::format("503 Service Unavailable (call {})", call));
+        if (call == 1 || call == 3)
+            throw std::runtime_error(fmt::format("503 Service Unavailable (call {})", call));
         co_return symbol == "ACME" ? 42.5 : 1.0;
     }
     int calls() const { return calls_; }
@@ -60,25 +63,29 @@ rs::task<void> demo() {
     rs::pipeline policy{
         rs::retry{{
             .max_attempts = 4,
-            .backoff = rs::exponential_backoff{.initial = 50ms, .factor = 2.0, .max = 1s, .jitter = rs::jitter::equal},
+            .backoff =
+                rs::exponential_backoff{
+                    .initial = 50ms, .factor = 2.0, .max = 1s, .jitter = rs::jitter::equal},
             .on_retry =
                 [](const rs::retry_event& e) {
                     fmt::print("{}   attempt {} failed ({}); retrying in {:.1f} ms\n", at(), e.attempt(),
                                e.error() ? e.error()->what() : "rejected value", ms(e.delay()).count());
                 },
         }},
-        breaker,                 // a handle: copies share one breaker
-        rs::timeout{150ms},      // per attempt, since it sits inside the retry
+        breaker,            // a handle: copies share one breaker
+        rs::timeout{150ms}, // per attempt, since it sits inside the retry
     };
 
     rs::outcome<double> result = co_await policy.execute_outcome(
         [&](const rs::context& ctx) { return service.quote("ACME", ctx.stop_token()); });
 
-    if (result) fmt::print("{}   recovered: ACME = {} after {} calls\n", at(), result.value(), service.calls());
-    else fmt::print("{}   gave up: {}\n", at(), result.error());
+    if (result)
+        fmt::print("{}   recovered: ACME = {} after {} calls\n", at(), result.value(), service.calls());
+    else
+        fmt::print("{}   gave up: {}\n", at(), result.error());
     auto m = breaker.metrics();
-    fmt::print("{}   breaker is {} ({} consecutive failures recorded)\n", at(), rs::to_string(breaker.state()),
-               m.consecutive_failures);
+    fmt::print("{}   breaker is {} ({} consecutive failures recorded)\n", at(),
+               rs::to_string(breaker.state()), m.consecutive_failures);
 }
 
 } // namespace

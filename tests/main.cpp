@@ -4,7 +4,9 @@
 #if defined(RESILIENCE_CATCH2_V3)
 #include <catch2/catch_session.hpp>
 
-int main(int argc, char* argv[]) { return Catch::Session().run(argc, argv); }
+int main(int argc, char* argv[]) {
+    return Catch::Session().run(argc, argv);
+}
 #else
 #define CATCH_CONFIG_MAIN
 #include "catch.hpp"

@@ -40,7 +40,8 @@ TEST_CASE("composition: retry outside a breaker stops once the breaker opens, sl
     CHECK(breaker.state() == rs::circuit_state::open);
 }
 
-TEST_CASE("composition: a breaker outside a retry counts one exhausted retry as one failure", "[composition]") {
+TEST_CASE("composition: a breaker outside a retry counts one exhausted retry as one failure",
+          "[composition]") {
     simulation sim;
     scripted_action down{sim.clock(), script<int>{.failures = 1000, .latency = 10ms}};
     rs::circuit_breaker breaker{{.failure_threshold = 2, .break_duration = 1min}, sim.clock()};
@@ -59,12 +60,14 @@ TEST_CASE("composition: a breaker outside a retry counts one exhausted retry as 
     CHECK(down.calls() == 6); // refused without running the retry at all
 }
 
-TEST_CASE("composition: a timeout inside the breaker counts every expired attempt as a failure", "[composition]") {
+TEST_CASE("composition: a timeout inside the breaker counts every expired attempt as a failure",
+          "[composition]") {
     simulation sim;
     scripted_action stalls{sim.clock(), script<int>{.latency = 1h}};
     rs::circuit_breaker breaker{{.failure_threshold = 3, .break_duration = 10s}, sim.clock()};
     rs::pipeline policy{breaker, rs::timeout{200ms, sim.clock()}};
-    for (int i = 0; i < 3; ++i) CHECK_THROWS_AS(sim.run(policy.execute(stalls)), rs::timeout_error);
+    for (int i = 0; i < 3; ++i)
+        CHECK_THROWS_AS(sim.run(policy.execute(stalls)), rs::timeout_error);
     CHECK(sim.now() == 600ms);
     CHECK(breaker.state() == rs::circuit_state::open);
     CHECK(stalls.in_flight() == 0); // every stalled attempt was stopped and finished
@@ -74,7 +77,8 @@ TEST_CASE("composition: fallback outermost answers for whatever the inner polici
           "[composition]") {
     simulation sim;
     scripted_action down{sim.clock(), script<int>{.failures = 1000, .latency = 50ms}};
-    rs::pipeline policy{rs::fallback{-1}, rs::retry{fixed_retry(3, 1s), sim.clock()}, rs::timeout{1s, sim.clock()}};
+    rs::pipeline policy{rs::fallback{-1}, rs::retry{fixed_retry(3, 1s), sim.clock()},
+                        rs::timeout{1s, sim.clock()}};
     CHECK(sim.run(policy.execute(down)) == -1);
     CHECK(down.calls() == 3);
     CHECK(sim.now() == 2s + 150ms);
@@ -82,8 +86,8 @@ TEST_CASE("composition: fallback outermost answers for whatever the inner polici
 
 TEST_CASE("composition: the README's virtual-time example holds exactly", "[composition][docs]") {
     rs::testing::simulation sim;
-    rs::testing::scripted_action flaky{sim.clock(),
-                                       rs::testing::script<int>{.failures = 2, .latency = 100ms, .value = 42}};
+    rs::testing::scripted_action flaky{
+        sim.clock(), rs::testing::script<int>{.failures = 2, .latency = 100ms, .value = 42}};
     rs::retry retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1s, rs::jitter::none}}, sim.clock()};
     REQUIRE(sim.run(retry.execute(flaky)) == 42);
     REQUIRE(sim.now() == 2300ms);

@@ -34,7 +34,8 @@ TEST_CASE("event_loop: current() names the loop only while it runs", "[event_loo
     CHECK(rs::event_loop::current() == nullptr);
 }
 
-TEST_CASE("event_loop: work posted from another thread runs on the loop's thread", "[event_loop][concurrency]") {
+TEST_CASE("event_loop: work posted from another thread runs on the loop's thread",
+          "[event_loop][concurrency]") {
     rs::event_loop loop;
     std::thread::id loop_thread, resumed_on;
     struct resume_from_other_thread {

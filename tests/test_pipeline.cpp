@@ -42,7 +42,8 @@ TEST_CASE("pipeline: the first policy listed is the outermost", "[pipeline]") {
         co_return 5;
     }));
     CHECK(v == 5);
-    CHECK(log == std::vector<std::string>{"a enter", "b enter", "c enter", "action", "c leave", "b leave", "a leave"});
+    CHECK(log == std::vector<std::string>{"a enter", "b enter", "c enter", "action", "c leave", "b leave",
+                                          "a leave"});
 }
 
 TEST_CASE("pipeline: a pipeline is a policy, so pipelines nest", "[pipeline]") {
@@ -53,13 +54,15 @@ TEST_CASE("pipeline: a pipeline is a policy, so pipelines nest", "[pipeline]") {
         log.push_back("action");
         co_return;
     }));
-    CHECK(log == std::vector<std::string>{"a enter", "b enter", "c enter", "action", "c leave", "b leave", "a leave"});
+    CHECK(log == std::vector<std::string>{"a enter", "b enter", "c enter", "action", "c leave", "b leave",
+                                          "a leave"});
 }
 
 TEST_CASE("pipeline: failures pass outward unchanged and execute_outcome does not throw", "[pipeline]") {
     std::vector<std::string> log;
     rs::pipeline p{recorder{"a", log}, recorder{"b", log}};
-    auto result = rs::sync_wait(p.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("dependency down"); }));
+    auto result = rs::sync_wait(
+        p.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("dependency down"); }));
     REQUIRE(result.has_failure());
     CHECK(result.error().what() == std::string("dependency down"));
     CHECK(log.back() == "a leave");

@@ -14,7 +14,8 @@ using namespace std::chrono_literals;
 TEST_CASE("simulation: hours of virtual time pass instantly and exactly", "[simulation]") {
     rs::testing::simulation sim;
     sim.run([&]() -> rs::task<void> {
-        for (int i = 0; i < 24; ++i) co_await sim.sleep_for(1h);
+        for (int i = 0; i < 24; ++i)
+            co_await sim.sleep_for(1h);
     }());
     CHECK(sim.now() == 24h);
 }
@@ -44,7 +45,8 @@ TEST_CASE("simulation: the virtual clock reads the simulation's time", "[simulat
 
 TEST_CASE("scripted_action: fails the scripted number of times, each taking its latency", "[simulation]") {
     rs::testing::simulation sim;
-    rs::testing::scripted_action act{sim.clock(), rs::testing::script<int>{.failures = 2, .latency = 100ms, .value = 7}};
+    rs::testing::scripted_action act{sim.clock(),
+                                     rs::testing::script<int>{.failures = 2, .latency = 100ms, .value = 7}};
     CHECK_THROWS_AS(sim.run(act(std::stop_token{})), rs::testing::scripted_failure);
     CHECK(sim.now() == 100ms);
     CHECK_THROWS_AS(sim.run(act(std::stop_token{})), rs::testing::scripted_failure);
@@ -56,8 +58,8 @@ TEST_CASE("scripted_action: fails the scripted number of times, each taking its 
 
 TEST_CASE("scripted_action: explicit steps come first, and a stop ends the call at once", "[simulation]") {
     rs::testing::simulation sim;
-    rs::testing::scripted_action act{sim.clock(),
-                                     rs::testing::script<int>{.latency = 1s, .value = 1, .steps = {{50ms, false}}}};
+    rs::testing::scripted_action act{
+        sim.clock(), rs::testing::script<int>{.latency = 1s, .value = 1, .steps = {{50ms, false}}}};
     CHECK(sim.run(act(std::stop_token{})) == 1);
     CHECK(sim.now() == 50ms);
 

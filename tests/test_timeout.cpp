@@ -79,7 +79,8 @@ TEST_CASE("timeout: a stop requested by the caller is cancellation, not a timeou
         co_await sim.sleep_for(1s);
         caller.request_stop();
     };
-    auto [result, ignored] = sim.run(rs::when_all(limit.execute_outcome(slow, caller.get_token()), stop_at_1s()));
+    auto [result, ignored] =
+        sim.run(rs::when_all(limit.execute_outcome(slow, caller.get_token()), stop_at_1s()));
     CHECK(sim.now() == 1s);
     REQUIRE(result.has_failure());
     CHECK(rs::is_cancellation(result.error()));
@@ -157,7 +158,8 @@ struct minimal_clock {
 static_assert(rs::clock<minimal_clock> && !rs::detail::loop_timer_clock<minimal_clock>);
 } // namespace
 
-TEST_CASE("timeout: with any clock, fires at the deadline and reports failures at their instant", "[timeout]") {
+TEST_CASE("timeout: with any clock, fires at the deadline and reports failures at their instant",
+          "[timeout]") {
     rs::testing::simulation sim;
     rs::timeout limit{1s, minimal_clock{sim.clock()}};
 

@@ -53,13 +53,15 @@ TEST_CASE("when_all: a vector of tasks keeps the input order", "[when_all]") {
     rs::testing::simulation sim;
     auto after = [&](int i) -> rs::task<int> {
         co_await sim.sleep_for(std::chrono::milliseconds(100 - i));
-        co_return i * i;
+        co_return i* i;
     };
     std::vector<rs::task<int>> tasks;
-    for (int i = 0; i < 10; ++i) tasks.push_back(after(i));
+    for (int i = 0; i < 10; ++i)
+        tasks.push_back(after(i));
     auto results = sim.run(rs::when_all(std::move(tasks)));
     REQUIRE(results.size() == 10);
-    for (int i = 0; i < 10; ++i) CHECK(results[static_cast<std::size_t>(i)] == i * i);
+    for (int i = 0; i < 10; ++i)
+        CHECK(results[static_cast<std::size_t>(i)] == i * i);
     CHECK(sim.now() == 100ms);
     CHECK(sim.run(rs::when_all(std::vector<rs::task<int>>{})).empty());
 }

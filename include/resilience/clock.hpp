@@ -29,21 +29,28 @@ public:
     }
     sleep_awaiter(const sleep_awaiter&) = delete;
     sleep_awaiter& operator=(const sleep_awaiter&) = delete;
-    sleep_awaiter(sleep_awaiter&& o) noexcept : loop_(o.loop_), token_(std::move(o.token_)) { node_.when = o.node_.when; }
+    sleep_awaiter(sleep_awaiter&& o) noexcept : loop_(o.loop_), token_(std::move(o.token_)) {
+        node_.when = o.node_.when;
+    }
 
-    bool await_ready() const noexcept { return token_.stop_requested() || (loop_ && node_.when <= loop_->now()); }
+    bool await_ready() const noexcept {
+        return token_.stop_requested() || (loop_ && node_.when <= loop_->now());
+    }
 
     void await_suspend(std::coroutine_handle<> h) {
-        if (!loop_) throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
-                                           "sync_wait, event_loop::run or testing::simulation");
+        if (!loop_)
+            throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
+                                   "sync_wait, event_loop::run or testing::simulation");
         waiter_ = h;
         node_.owner = this;
         node_.fire = [](timer_node* n) {
             auto* self = static_cast<sleep_awaiter*>(n->owner);
-            if (!self->claimed_.exchange(true, std::memory_order_acq_rel)) self->waiter_.resume();
+            if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
+                self->waiter_.resume();
         };
         loop_->add_timer(&node_);
-        if (token_.stop_possible()) stop_.emplace(token_, on_stop{this});
+        if (token_.stop_possible())
+            stop_.emplace(token_, on_stop{this});
     }
     void await_resume() noexcept { stop_.reset(); }
 
@@ -95,7 +102,8 @@ public:
         node_.fire = [](timer_node* n) {
             auto* self = static_cast<deadline_timer*>(n->owner);
             int expected = armed;
-            if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel)) return;
+            if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel))
+                return;
             self->on_expiry_(self->arg_);
             self->state_.store(fired, std::memory_order_release);
         };
@@ -105,7 +113,8 @@ public:
     deadline_timer& operator=(const deadline_timer&) = delete;
     ~deadline_timer() {
         // Only reached armed when the owning coroutine is destroyed without finishing (loop teardown).
-        if (node_.armed() && event_loop::current() == loop_) loop_->remove_timer(&node_);
+        if (node_.armed() && event_loop::current() == loop_)
+            loop_->remove_timer(&node_);
     }
 
     /// True once the deadline passed and `on_expiry` ran. Read after `disarm()`.
@@ -144,8 +153,10 @@ private:
             return true;
         }
         int expected = armed;
-        if (state_.compare_exchange_strong(expected, cancelled, std::memory_order_acq_rel)) return false;
-        while (state_.load(std::memory_order_acquire) == firing) std::this_thread::yield();
+        if (state_.compare_exchange_strong(expected, cancelled, std::memory_order_acq_rel))
+            return false;
+        while (state_.load(std::memory_order_acquire) == firing)
+            std::this_thread::yield();
         return true;
     }
 
@@ -182,14 +193,17 @@ struct steady_clock {
         };
         return awaitable{tp.time_since_epoch(), std::move(token)};
     }
-    auto sleep_for(duration d, std::stop_token token) const { return sleep_until(now() + d, std::move(token)); }
+    auto sleep_for(duration d, std::stop_token token) const {
+        return sleep_until(now() + d, std::move(token));
+    }
 
     /// The loop that timers of this clock run on: the calling thread's (see `detail::loop_timer_clock`).
     event_loop* timer_loop() const {
         event_loop* loop = event_loop::current();
         if (!loop || loop->is_virtual())
-            throw std::logic_error("resilience::steady_clock: timers need a real-time event loop on this thread "
-                                   "(sync_wait, event_loop::run); on virtual time use the simulation's clock()");
+            throw std::logic_error(
+                "resilience::steady_clock: timers need a real-time event loop on this thread "
+                "(sync_wait, event_loop::run); on virtual time use the simulation's clock()");
         return loop;
     }
 };

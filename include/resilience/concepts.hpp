@@ -16,8 +16,8 @@ namespace resilience {
 namespace detail {
 // await_suspend may return void, bool or a handle to transfer to: the three forms the language accepts.
 template <class T>
-concept suspend_result = std::same_as<T, void> || std::same_as<T, bool> ||
-                         std::convertible_to<T, std::coroutine_handle<>>;
+concept suspend_result =
+    std::same_as<T, void> || std::same_as<T, bool> || std::convertible_to<T, std::coroutine_handle<>>;
 
 template <class A>
 concept awaiter = requires(A& a, std::coroutine_handle<> h) {
@@ -27,16 +27,23 @@ concept awaiter = requires(A& a, std::coroutine_handle<> h) {
 };
 
 template <class T>
-concept has_member_co_await = requires(T&& t) { { static_cast<T&&>(t).operator co_await() } -> awaiter; };
+concept has_member_co_await = requires(T&& t) {
+    { static_cast<T&&>(t).operator co_await() } -> awaiter;
+};
 template <class T>
-concept has_free_co_await = requires(T&& t) { { operator co_await(static_cast<T&&>(t)) } -> awaiter; };
+concept has_free_co_await = requires(T&& t) {
+    { operator co_await(static_cast<T&&>(t)) } -> awaiter;
+};
 
 /// The awaiter a `co_await` of `t` would use (ignoring await_transform, which we never rely on).
 template <class T>
 decltype(auto) get_awaiter(T&& t) {
-    if constexpr (has_member_co_await<T>) return static_cast<T&&>(t).operator co_await();
-    else if constexpr (has_free_co_await<T>) return operator co_await(static_cast<T&&>(t));
-    else return static_cast<T&&>(t);
+    if constexpr (has_member_co_await<T>)
+        return static_cast<T&&>(t).operator co_await();
+    else if constexpr (has_free_co_await<T>)
+        return operator co_await(static_cast<T&&>(t));
+    else
+        return static_cast<T&&>(t);
 }
 } // namespace detail
 

@@ -38,7 +38,8 @@ public:
     /// Keeps the earlier of the current deadline and `d`.
     context with_deadline(std::chrono::nanoseconds d) const noexcept {
         context c = *this;
-        if (!c.deadline_ || d < *c.deadline_) c.deadline_ = d;
+        if (!c.deadline_ || d < *c.deadline_)
+            c.deadline_ = d;
         return c;
     }
 

@@ -13,12 +13,12 @@ namespace resilience {
 
 /// Why a policy refused or ended a call. Values are stable: they are part of the ABI of logs.
 enum class errc {
-    timeout = 1,         ///< an attempt ran past its deadline
-    cancelled,           ///< the caller asked to stop
-    circuit_open,        ///< a circuit breaker refused the call
-    bulkhead_rejected,   ///< a bulkhead had no slot and no queue place (or the queue wait ran out)
-    rate_limited,        ///< a rate limiter had no token and would not wait
-    budget_exhausted,    ///< a retry budget had no token left
+    timeout = 1,       ///< an attempt ran past its deadline
+    cancelled,         ///< the caller asked to stop
+    circuit_open,      ///< a circuit breaker refused the call
+    bulkhead_rejected, ///< a bulkhead had no slot and no queue place (or the queue wait ran out)
+    rate_limited,      ///< a rate limiter had no token and would not wait
+    budget_exhausted,  ///< a retry budget had no token left
 };
 
 namespace detail {
@@ -27,12 +27,18 @@ public:
     const char* name() const noexcept override { return "resilience"; }
     std::string message(int value) const override {
         switch (static_cast<errc>(value)) {
-        case errc::timeout: return "timed out";
-        case errc::cancelled: return "cancelled";
-        case errc::circuit_open: return "circuit open";
-        case errc::bulkhead_rejected: return "bulkhead rejected the call";
-        case errc::rate_limited: return "rate limited";
-        case errc::budget_exhausted: return "retry budget exhausted";
+        case errc::timeout:
+            return "timed out";
+        case errc::cancelled:
+            return "cancelled";
+        case errc::circuit_open:
+            return "circuit open";
+        case errc::bulkhead_rejected:
+            return "bulkhead rejected the call";
+        case errc::rate_limited:
+            return "rate limited";
+        case errc::budget_exhausted:
+            return "retry budget exhausted";
         }
         return "unknown resilience error";
     }
@@ -45,7 +51,9 @@ inline const std::error_category& error_category() noexcept {
     return category;
 }
 
-inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), error_category()}; }
+inline std::error_code make_error_code(errc e) noexcept {
+    return {static_cast<int>(e), error_category()};
+}
 
 /// Base of every exception this library throws of its own. A `std::system_error`, so code that
 /// already catches those sees ours too; `code()` is an `errc` in `error_category()`.
@@ -114,4 +122,5 @@ public:
 
 } // namespace resilience
 
-template <> struct std::is_error_code_enum<resilience::errc> : std::true_type {};
+template <>
+struct std::is_error_code_enum<resilience::errc> : std::true_type {};

@@ -94,7 +94,9 @@ public:
             drive_node* next = n->next;
             n->next = n->prev = nullptr;
             n->orphaned = true;
-            std::coroutine_handle<drive_task::promise_type>::from_promise(static_cast<drive_task::promise_type&>(*n)).destroy();
+            std::coroutine_handle<drive_task::promise_type>::from_promise(
+                static_cast<drive_task::promise_type&>(*n))
+                .destroy();
             n = next;
         }
     }
@@ -107,7 +109,8 @@ public:
     /// Time on this loop's clock, as time since its epoch: `std::chrono::steady_clock`'s for a
     /// real-time loop, the simulation's start for a virtual one.
     std::chrono::nanoseconds now() const noexcept {
-        if (virtual_) return vnow_;
+        if (virtual_)
+            return vnow_;
         return std::chrono::steady_clock::now().time_since_epoch();
     }
 
@@ -145,7 +148,8 @@ public:
             ~restore() { current_ = p; }
         } guard{previous};
         loop();
-        if (auto e = std::exchange(failed_, nullptr)) std::rethrow_exception(e);
+        if (auto e = std::exchange(failed_, nullptr))
+            std::rethrow_exception(e);
     }
 
     /// Runs `a` to completion on this loop (with anything else spawned) and returns its result.
@@ -155,8 +159,10 @@ public:
         detail::result_slot<R> slot;
         spawn(capture<R>(std::forward<A>(a), slot));
         run();
-        if (slot.error) std::rethrow_exception(slot.error);
-        if constexpr (!std::is_void_v<R>) return std::move(*slot.value);
+        if (slot.error)
+            std::rethrow_exception(slot.error);
+        if constexpr (!std::is_void_v<R>)
+            return std::move(*slot.value);
     }
 
     // ---- timers: the loop's own thread only ----
@@ -167,7 +173,8 @@ public:
         sift_up(t->index);
     }
     void remove_timer(detail::timer_node* t) noexcept {
-        if (!t->armed()) return;
+        if (!t->armed())
+            return;
         const std::size_t i = t->index;
         detail::timer_node* last = heap_.back();
         heap_.pop_back();
@@ -193,15 +200,20 @@ private:
     void link(drive_node* n) {
         std::lock_guard lock(mutex_);
         n->next = spawned_;
-        if (spawned_) spawned_->prev = n;
+        if (spawned_)
+            spawned_->prev = n;
         spawned_ = n;
     }
     void unlink(drive_node* n) {
         std::lock_guard lock(mutex_);
-        if (n->orphaned) return;
-        if (n->prev) n->prev->next = n->next;
-        else spawned_ = n->next;
-        if (n->next) n->next->prev = n->prev;
+        if (n->orphaned)
+            return;
+        if (n->prev)
+            n->prev->next = n->next;
+        else
+            spawned_ = n->next;
+        if (n->next)
+            n->next->prev = n->prev;
     }
 
     struct drive_task {
@@ -227,7 +239,8 @@ private:
             final_awaiter final_suspend() const noexcept { return {}; }
             void return_void() noexcept {}
             void unhandled_exception() noexcept {
-                if (!loop->failed_) loop->failed_ = std::current_exception();
+                if (!loop->failed_)
+                    loop->failed_ = std::current_exception();
             }
         };
         std::coroutine_handle<promise_type> handle;
@@ -265,7 +278,8 @@ private:
     void sift_up(std::size_t i) noexcept {
         while (i > 0) {
             std::size_t parent = (i - 1) / 2;
-            if (!earlier(i, parent)) break;
+            if (!earlier(i, parent))
+                break;
             swap_nodes(i, parent);
             i = parent;
         }
@@ -273,18 +287,23 @@ private:
     void sift_down(std::size_t i) noexcept {
         for (;;) {
             std::size_t l = 2 * i + 1, r = l + 1, best = i;
-            if (l < heap_.size() && earlier(l, best)) best = l;
-            if (r < heap_.size() && earlier(r, best)) best = r;
-            if (best == i) return;
+            if (l < heap_.size() && earlier(l, best))
+                best = l;
+            if (r < heap_.size() && earlier(r, best))
+                best = r;
+            if (best == i)
+                return;
             swap_nodes(i, best);
             i = best;
         }
     }
 
     void take_remote() {
-        if (!remote_pending_.load(std::memory_order_acquire)) return;
+        if (!remote_pending_.load(std::memory_order_acquire))
+            return;
         std::lock_guard lock(mutex_);
-        for (const auto& j : remote_) local_.push(j);
+        for (const auto& j : remote_)
+            local_.push(j);
         remote_.clear();
         remote_pending_.store(false, std::memory_order_relaxed);
     }
@@ -307,7 +326,8 @@ private:
             }
             if (!heap_.empty()) {
                 if (virtual_) {
-                    if (heap_.front()->when > vnow_) vnow_ = heap_.front()->when;
+                    if (heap_.front()->when > vnow_)
+                        vnow_ = heap_.front()->when;
                     fire_due(vnow_);
                     continue;
                 }
@@ -317,25 +337,28 @@ private:
                     continue;
                 }
             }
-            if (outstanding_.load(std::memory_order_acquire) == 0) return;
+            if (outstanding_.load(std::memory_order_acquire) == 0)
+                return;
             if (virtual_ && heap_.empty()) {
                 std::unique_lock lock(mutex_);
                 if (remote_.empty())
-                    throw std::logic_error("resilience::event_loop: virtual-time loop is stuck: " +
-                                           std::to_string(outstanding_.load()) +
-                                           " coroutine(s) wait for something no timer or posted work will bring");
+                    throw std::logic_error(
+                        "resilience::event_loop: virtual-time loop is stuck: " +
+                        std::to_string(outstanding_.load()) +
+                        " coroutine(s) wait for something no timer or posted work will bring");
                 continue;
             }
             std::unique_lock lock(mutex_);
-            if (!remote_.empty()) continue;
+            if (!remote_.empty())
+                continue;
             if (heap_.empty())
                 wake_.wait(lock, [&] { return !remote_.empty(); });
             else
-                wake_.wait_until(lock,
-                                 std::chrono::steady_clock::time_point(
-                                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                         heap_.front()->when)),
-                                 [&] { return !remote_.empty(); });
+                wake_.wait_until(
+                    lock,
+                    std::chrono::steady_clock::time_point(
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(heap_.front()->when)),
+                    [&] { return !remote_.empty(); });
         }
     }
 

@@ -39,8 +39,11 @@ struct fmt::formatter<resilience::outcome<T>> {
     constexpr auto parse(fmt::format_parse_context& ctx) -> decltype(ctx.begin()) { return ctx.begin(); }
     template <class FormatContext>
     auto format(const resilience::outcome<T>& o, FormatContext& ctx) const -> decltype(ctx.out()) {
-        if (o.has_failure()) return fmt::format_to(ctx.out(), "failure({})", o.error().what());
-        if constexpr (std::is_void_v<T>) return fmt::format_to(ctx.out(), "value()");
-        else return fmt::format_to(ctx.out(), "value({})", o.value());
+        if (o.has_failure())
+            return fmt::format_to(ctx.out(), "failure({})", o.error().what());
+        if constexpr (std::is_void_v<T>)
+            return fmt::format_to(ctx.out(), "value()");
+        else
+            return fmt::format_to(ctx.out(), "value({})", o.value());
     }
 };

@@ -28,7 +28,8 @@ public:
     template <class E>
     static failure make(E e) {
         errc code{};
-        if constexpr (std::is_base_of_v<error, E>) code = static_cast<errc>(e.code().value());
+        if constexpr (std::is_base_of_v<error, E>)
+            code = static_cast<errc>(e.code().value());
         return failure{std::make_exception_ptr(std::move(e)), code};
     }
     /// The exception being handled (call inside a `catch`).
@@ -48,7 +49,8 @@ public:
     /// The held exception as `E`, or null. The pointer lives as long as any copy of this failure.
     template <class E>
     const E* as() const noexcept {
-        if (!ptr_) return nullptr;
+        if (!ptr_)
+            return nullptr;
         try {
             std::rethrow_exception(ptr_);
         } catch (const E& e) {
@@ -59,12 +61,14 @@ public:
     }
     /// A short description: the `what()` of a `std::exception`, otherwise "unknown exception".
     std::string what() const {
-        if (auto* e = as<std::exception>()) return e->what();
+        if (auto* e = as<std::exception>())
+            return e->what();
         return ptr_ ? "unknown exception" : "no failure";
     }
 
     [[noreturn]] void rethrow() const {
-        if (!ptr_) throw std::logic_error("resilience::failure: rethrow of an empty failure");
+        if (!ptr_)
+            throw std::logic_error("resilience::failure: rethrow of an empty failure");
         std::rethrow_exception(ptr_);
     }
 
@@ -90,10 +94,10 @@ public:
 
     outcome() requires std::is_void_v<T> : data_(std::in_place_index<0>) {}
     template <class U = stored>
-        requires(!std::is_void_v<T> && std::is_constructible_v<stored, U &&> &&
-                 !std::is_same_v<std::remove_cvref_t<U>, outcome> &&
-                 !std::is_same_v<std::remove_cvref_t<U>, failure>)
-    outcome(U&& v) : data_(std::in_place_index<0>, std::forward<U>(v)) {}
+    requires(!std::is_void_v<T> && std::is_constructible_v<stored, U&&> &&
+             !std::is_same_v<std::remove_cvref_t<U>, outcome> &&
+             !std::is_same_v<std::remove_cvref_t<U>, failure>) outcome(U&& v)
+        : data_(std::in_place_index<0>, std::forward<U>(v)) {}
     outcome(failure f) : data_(std::in_place_index<1>, std::move(f)) {}
 
     bool has_value() const noexcept { return data_.index() == 0; }
@@ -107,16 +111,20 @@ public:
 
     /// The failure. Precondition: `has_failure()` (checked: throws `std::logic_error` otherwise).
     const failure& error() const {
-        if (!has_failure()) throw std::logic_error("resilience::outcome: error() on a value");
+        if (!has_failure())
+            throw std::logic_error("resilience::outcome: error() on a value");
         return std::get<1>(data_);
     }
 
 private:
     template <class Self>
     static decltype(auto) get(Self&& self) {
-        if (self.data_.index() == 1) std::get<1>(self.data_).rethrow();
-        if constexpr (std::is_void_v<T>) return;
-        else return std::get<0>(std::forward<Self>(self).data_);
+        if (self.data_.index() == 1)
+            std::get<1>(self.data_).rethrow();
+        if constexpr (std::is_void_v<T>)
+            return;
+        else
+            return std::get<0>(std::forward<Self>(self).data_);
     }
 
     std::variant<stored, failure> data_;

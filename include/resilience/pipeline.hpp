@@ -44,8 +44,10 @@ private:
 
     template <std::size_t I, class Next>
     auto run_from(Next next, const context& ctx) const {
-        if constexpr (I + 1 == sizeof...(Ps)) return std::get<I>(policies_).run(std::move(next), ctx);
-        else return std::get<I>(policies_).run(stage<I + 1, Next>{this, std::move(next)}, ctx);
+        if constexpr (I + 1 == sizeof...(Ps))
+            return std::get<I>(policies_).run(std::move(next), ctx);
+        else
+            return std::get<I>(policies_).run(stage<I + 1, Next>{this, std::move(next)}, ctx);
     }
 
     std::tuple<Ps...> policies_;

@@ -23,7 +23,8 @@
 /// outlive the call, as an Asio I/O object must outlive its operations:
 ///
 ///     rs::task<int> ok(rs::retry<>& r) { co_return co_await r.execute(fetch); }   // OK: r outlives the call
-///     rs::task<int> bad() { return rs::retry<>{}.execute(fetch); }               // dangling: the policy dies first
+///     rs::task<int> bad() { return rs::retry<>{}.execute(fetch); }               // dangling: the policy
+///     dies first
 #pragma once
 
 #include "concepts.hpp"
@@ -33,8 +34,8 @@
 
 #include <concepts>
 #include <coroutine>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <stop_token>
 #include <type_traits>
 #include <utility>
@@ -46,8 +47,10 @@ namespace detail {
 /// Calls an action the way it asks to be called: with the context, with the stop token, or bare.
 template <class A>
 decltype(auto) invoke_action(A& a, const context& ctx) {
-    if constexpr (std::is_invocable_v<A&, const context&>) return std::invoke(a, ctx);
-    else if constexpr (std::is_invocable_v<A&, std::stop_token>) return std::invoke(a, ctx.stop_token());
+    if constexpr (std::is_invocable_v<A&, const context&>)
+        return std::invoke(a, ctx);
+    else if constexpr (std::is_invocable_v<A&, std::stop_token>)
+        return std::invoke(a, ctx.stop_token());
     else {
         static_assert(std::is_invocable_v<A&>,
                       "an action must be callable with (rs::context const&), (std::stop_token) or ()");
@@ -93,7 +96,8 @@ public:
     bool await_ready() noexcept {
         try {
             awaitable_.emplace(emplace_from{[&] { return invoke_action(*action_, ctx_); }});
-            if constexpr (!self_awaiting) awaiter_.emplace(emplace_from{[&] { return get_awaiter(std::move(*awaitable_)); }});
+            if constexpr (!self_awaiting)
+                awaiter_.emplace(emplace_from{[&] { return get_awaiter(std::move(*awaitable_)); }});
             return awaiter().await_ready();
         } catch (...) {
             early_ = failure::current();
@@ -114,13 +118,16 @@ public:
         } catch (...) {
             early_ = failure::current();
             // Resume the awaiting coroutine at once: await_resume reports the failure.
-            if constexpr (std::is_void_v<result> || std::is_same_v<result, bool>) return false;
-            else return std::coroutine_handle<>{h};
+            if constexpr (std::is_void_v<result> || std::is_same_v<result, bool>)
+                return false;
+            else
+                return std::coroutine_handle<>{h};
         }
     }
 
     outcome<value_type> await_resume() noexcept {
-        if (early_.has_exception()) return std::move(early_);
+        if (early_.has_exception())
+            return std::move(early_);
         try {
             if constexpr (std::is_void_v<value_type>) {
                 awaiter().await_resume();
@@ -145,8 +152,10 @@ private:
     emplace_from(F) -> emplace_from<F>; // clang 14 has no deduction for aggregates
 
     awaiter_type& awaiter() noexcept {
-        if constexpr (self_awaiting) return *awaitable_;
-        else return *awaiter_;
+        if constexpr (self_awaiting)
+            return *awaitable_;
+        else
+            return *awaiter_;
     }
 
     context ctx_;
@@ -210,11 +219,11 @@ private:
 /// pipeline holds its policies by value (a stateful policy's copy is a handle to the same state).
 template <class P>
 concept policy = std::copy_constructible<P> &&
-                 requires(const P& p, detail::probe_action a, std::stop_token st, const context& c, detail::probe_next n) {
-                     { p.execute(a) } -> awaitable_of<int>;
-                     { p.execute(a, st) } -> awaitable_of<int>;
-                     { p.execute_outcome(a) } -> awaitable_of<outcome<int>>;
-                     { p.run(n, c) } -> awaitable_of<outcome<int>>;
-                 };
+    requires(const P& p, detail::probe_action a, std::stop_token st, const context& c, detail::probe_next n) {
+    { p.execute(a) } -> awaitable_of<int>;
+    { p.execute(a, st) } -> awaitable_of<int>;
+    { p.execute_outcome(a) } -> awaitable_of<outcome<int>>;
+    { p.run(n, c) } -> awaitable_of<outcome<int>>;
+};
 
 } // namespace resilience

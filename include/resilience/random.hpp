@@ -5,12 +5,12 @@
 
 #include <chrono>
 #include <cmath>
-#include <functional>
-#include <type_traits>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <thread>
+#include <type_traits>
 
 namespace resilience {
 
@@ -48,7 +48,8 @@ private:
         return g;
     }
     static std::uint64_t seed() noexcept {
-        std::uint64_t s = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+        std::uint64_t s =
+            static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
         s ^= std::hash<std::thread::id>{}(std::this_thread::get_id()) * 0x9e3779b97f4a7c15ULL;
         try {
             std::random_device rd;

@@ -39,14 +39,15 @@ template <class T>
 struct task_promise : task_promise_base {
     task<T> get_return_object() noexcept;
     template <class U = T>
-        requires std::is_convertible_v<U &&, T>
+    requires std::is_convertible_v<U&&, T>
     void return_value(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
         result_.template emplace<1>(std::forward<U>(v));
     }
     void unhandled_exception() noexcept { result_.template emplace<2>(std::current_exception()); }
 
     T take() {
-        if (result_.index() == 2) std::rethrow_exception(std::get<2>(result_));
+        if (result_.index() == 2)
+            std::rethrow_exception(std::get<2>(result_));
         return std::move(std::get<1>(result_));
     }
 
@@ -59,7 +60,8 @@ struct task_promise<void> : task_promise_base {
     void return_void() noexcept {}
     void unhandled_exception() noexcept { error_ = std::current_exception(); }
     void take() {
-        if (error_) std::rethrow_exception(error_);
+        if (error_)
+            std::rethrow_exception(error_);
     }
     std::exception_ptr error_;
 };
@@ -74,7 +76,8 @@ struct task_promise<void> : task_promise_base {
 /// Frames come from a per-thread recycling allocator.
 template <class T>
 class [[nodiscard]] task {
-    static_assert(!std::is_reference_v<T>, "task<T&> is not supported: return a pointer or a reference_wrapper");
+    static_assert(!std::is_reference_v<T>,
+                  "task<T&> is not supported: return a pointer or a reference_wrapper");
 
 public:
     using promise_type = detail::task_promise<T>;
@@ -104,7 +107,8 @@ public:
                 return handle;
             }
             T await_resume() {
-                if (!handle) throw std::logic_error("resilience::task: awaiting an empty task");
+                if (!handle)
+                    throw std::logic_error("resilience::task: awaiting an empty task");
                 return handle.promise().take();
             }
         };
@@ -113,7 +117,8 @@ public:
 
 private:
     void destroy() noexcept {
-        if (handle_) handle_.destroy();
+        if (handle_)
+            handle_.destroy();
     }
     std::coroutine_handle<promise_type> handle_;
 };

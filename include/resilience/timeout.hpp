@@ -43,14 +43,16 @@ struct timeout_options {
 template <clock C = steady_clock>
 class timeout : public policy_base<timeout<C>> {
 public:
-    explicit timeout(timeout_options options, C clock = C{}) : after_(options.after), clock_(std::move(clock)) {
+    explicit timeout(timeout_options options, C clock = C{})
+        : after_(options.after), clock_(std::move(clock)) {
         if (after_ <= std::chrono::nanoseconds::zero())
             throw std::invalid_argument("resilience::timeout: after must be positive, got " +
                                         std::to_string(after_.count()) + "ns");
     }
     template <class Rep, class Period>
     explicit timeout(std::chrono::duration<Rep, Period> after, C clock = C{})
-        : timeout(timeout_options{std::chrono::duration_cast<std::chrono::nanoseconds>(after)}, std::move(clock)) {}
+        : timeout(timeout_options{std::chrono::duration_cast<std::chrono::nanoseconds>(after)},
+                  std::move(clock)) {}
 
     std::chrono::nanoseconds after() const noexcept { return after_; }
     const C& clock() const noexcept { return clock_; }
@@ -58,7 +60,8 @@ public:
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using result_t = detail::next_outcome_t<Next>;
-        if (ctx.stop_token().stop_requested()) co_return failure::make(cancelled_error{});
+        if (ctx.stop_token().stop_requested())
+            co_return failure::make(cancelled_error{});
 
         const auto deadline = clock_.now() + std::chrono::duration_cast<typename C::duration>(after_);
         detail::pooled_stop_source attempt_stop;
@@ -68,9 +71,10 @@ public:
                                       deadline.time_since_epoch()));
         if constexpr (detail::loop_timer_clock<C>) {
             // Fast path: a timer on the loop stops the attempt at the deadline.
-            detail::deadline_timer timer{clock_.timer_loop(), child.deadline().value(),
-                                         [](void* stop) { static_cast<detail::pooled_stop_source*>(stop)->request_stop(); },
-                                         &attempt_stop};
+            detail::deadline_timer timer{
+                clock_.timer_loop(), child.deadline().value(),
+                [](void* stop) { static_cast<detail::pooled_stop_source*>(stop)->request_stop(); },
+                &attempt_stop};
             result_t result = co_await next(child);
             co_await timer.disarm();
             co_return finish(std::move(result), timer.expired(), ctx);
@@ -88,7 +92,8 @@ public:
 private:
     template <class Outcome>
     static Outcome finish(Outcome result, bool expired, const context& ctx) {
-        if (!expired || result.has_value() || ctx.stop_token().stop_requested()) return result;
+        if (!expired || result.has_value() || ctx.stop_token().stop_requested())
+            return result;
         return Outcome{failure::make(timeout_error{result.error().exception()})};
     }
 
@@ -102,7 +107,8 @@ private:
         }
     }
     template <class Next>
-    static task<detail::next_outcome_t<Next>> attempt(Next next, const context& child, detail::pooled_stop_source& timer_stop) {
+    static task<detail::next_outcome_t<Next>> attempt(Next next, const context& child,
+                                                      detail::pooled_stop_source& timer_stop) {
         auto result = co_await next(child);
         timer_stop.request_stop();
         co_return result;
@@ -116,7 +122,7 @@ template <class Rep, class Period>
 timeout(std::chrono::duration<Rep, Period>) -> timeout<steady_clock>;
 template <class Rep, class Period, clock C>
 timeout(std::chrono::duration<Rep, Period>, C) -> timeout<C>;
-timeout(timeout_options) -> timeout<steady_clock>;
+timeout(timeout_options)->timeout<steady_clock>;
 template <clock C>
 timeout(timeout_options, C) -> timeout<C>;
 

@@ -32,20 +32,24 @@ struct join_counter {
     std::atomic<bool> has_error{false};
 
     void fail(std::exception_ptr e) noexcept {
-        if (!has_error.exchange(true, std::memory_order_acq_rel)) first_error = std::move(e);
+        if (!has_error.exchange(true, std::memory_order_acq_rel))
+            first_error = std::move(e);
     }
 };
 
 struct join_task {
     struct promise_type : recycled_frame {
         join_counter* counter = nullptr;
-        join_task get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
+        join_task get_return_object() noexcept {
+            return {std::coroutine_handle<promise_type>::from_promise(*this)};
+        }
         std::suspend_always initial_suspend() const noexcept { return {}; }
         struct final_awaiter {
             bool await_ready() const noexcept { return false; }
             std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
                 join_counter* c = h.promise().counter;
-                if (c->count.fetch_sub(1, std::memory_order_acq_rel) == 1) return c->parent;
+                if (c->count.fetch_sub(1, std::memory_order_acq_rel) == 1)
+                    return c->parent;
                 return std::noop_coroutine();
             }
             void await_resume() const noexcept {}
@@ -63,7 +67,8 @@ struct join_task {
         return *this;
     }
     ~join_task() {
-        if (handle) handle.destroy();
+        if (handle)
+            handle.destroy();
     }
 };
 
@@ -110,9 +115,11 @@ task<std::tuple<detail::when_all_value_t<await_result_t<As>>...>> when_all(As...
     std::array<detail::join_task, sizeof...(As)> children;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
         ((children[I] = detail::when_all_child(std::move(as), std::get<I>(slots))), ...);
-    }(std::index_sequence_for<As...>{});
+    }
+    (std::index_sequence_for<As...>{});
     co_await detail::join_awaiter{counter, children.data(), children.size()};
-    if (counter.first_error) std::rethrow_exception(counter.first_error);
+    if (counter.first_error)
+        std::rethrow_exception(counter.first_error);
     co_return std::apply(
         [](auto&... s) {
             return std::tuple<detail::when_all_value_t<await_result_t<As>>...>{std::move(*s)...};
@@ -127,12 +134,15 @@ task<std::vector<detail::when_all_value_t<T>>> when_all(std::vector<task<T>> tas
     detail::join_counter counter{tasks.size()};
     std::vector<detail::join_task> children;
     children.reserve(tasks.size());
-    for (std::size_t i = 0; i < tasks.size(); ++i) children.push_back(detail::when_all_child(std::move(tasks[i]), slots[i]));
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+        children.push_back(detail::when_all_child(std::move(tasks[i]), slots[i]));
     co_await detail::join_awaiter{counter, children.data(), children.size()};
-    if (counter.first_error) std::rethrow_exception(counter.first_error);
+    if (counter.first_error)
+        std::rethrow_exception(counter.first_error);
     std::vector<detail::when_all_value_t<T>> out;
     out.reserve(slots.size());
-    for (auto& s : slots) out.push_back(std::move(*s));
+    for (auto& s : slots)
+        out.push_back(std::move(*s));
     co_return out;
 }
 

@@ -52,7 +52,8 @@ public:
     ~frame_cache() {
         alive_ = false;
         for (node*& head : free_)
-            while (head) ::operator delete(std::exchange(head, head->next));
+            while (head)
+                ::operator delete(std::exchange(head, head->next));
     }
 
 private:

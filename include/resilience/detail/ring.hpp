@@ -16,7 +16,8 @@ public:
     std::size_t size() const noexcept { return size_; }
 
     void push(T v) {
-        if (size_ == cap_) grow();
+        if (size_ == cap_)
+            grow();
         data_[(head_ + size_) & (cap_ - 1)] = std::move(v);
         ++size_;
     }
@@ -31,7 +32,8 @@ private:
     void grow() {
         const std::size_t cap = cap_ ? cap_ * 2 : 64;
         auto data = std::make_unique<T[]>(cap);
-        for (std::size_t i = 0; i < size_; ++i) data[i] = std::move(data_[(head_ + i) & (cap_ - 1)]);
+        for (std::size_t i = 0; i < size_; ++i)
+            data[i] = std::move(data_[(head_ + i) & (cap_ - 1)]);
         data_ = std::move(data);
         cap_ = cap;
         head_ = 0;

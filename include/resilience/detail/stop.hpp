@@ -36,16 +36,19 @@ private:
     }
     static std::stop_source acquire() {
         auto& p = pool();
-        if (p.empty()) return std::stop_source{};
+        if (p.empty())
+            return std::stop_source{};
         std::stop_source s = std::move(p.back());
         p.pop_back();
         return s;
     }
     static void release(std::stop_source s) noexcept {
-        if (s.stop_requested() || !s.stop_possible()) return;
+        if (s.stop_requested() || !s.stop_possible())
+            return;
         try {
             auto& p = pool();
-            if (p.size() < max_pooled) p.push_back(std::move(s));
+            if (p.size() < max_pooled)
+                p.push_back(std::move(s));
         } catch (...) {
             // the pool could not grow: let the source go
         }
@@ -63,7 +66,8 @@ class stop_link {
 
 public:
     stop_link(const std::stop_token& parent, pooled_stop_source& child) {
-        if (parent.stop_possible()) link_.emplace(parent, forward{&child});
+        if (parent.stop_possible())
+            link_.emplace(parent, forward{&child});
     }
 
 private:

@@ -21,7 +21,8 @@ namespace resilience::testing {
 /// What a scripted action throws for a scripted failure.
 class scripted_failure : public std::runtime_error {
 public:
-    explicit scripted_failure(int call) : std::runtime_error("scripted failure on call " + std::to_string(call)), call_(call) {}
+    explicit scripted_failure(int call)
+        : std::runtime_error("scripted failure on call " + std::to_string(call)), call_(call) {}
     int call() const noexcept { return call_; }
 
 private:
@@ -36,11 +37,11 @@ struct step {
 
 template <class T>
 struct script {
-    int failures = 0;                     ///< the first `failures` calls fail...
-    std::chrono::nanoseconds latency{};   ///< ...each call taking this long (unless `steps` says otherwise)
-    T value{};                            ///< what the calls after the failures return
-    std::vector<step> steps{};            ///< explicit per-call steps; when set, used before the rule above
-    bool ignore_stop = false;             ///< keep running when asked to stop (an action that does not listen)
+    int failures = 0;                   ///< the first `failures` calls fail...
+    std::chrono::nanoseconds latency{}; ///< ...each call taking this long (unless `steps` says otherwise)
+    T value{};                          ///< what the calls after the failures return
+    std::vector<step> steps{};          ///< explicit per-call steps; when set, used before the rule above
+    bool ignore_stop = false;           ///< keep running when asked to stop (an action that does not listen)
 };
 
 /// A fake dependency for tests, driven by a clock (normally a simulation's). Call `i` (1-based)
@@ -60,25 +61,27 @@ public:
             state* st;
             ~leave() { --st->in_flight; }
         } guard{s.get()};
-        step st = call <= static_cast<int>(s->plan.steps.size())
-                      ? s->plan.steps[static_cast<std::size_t>(call - 1)]
-                      : step{s->plan.latency, call - static_cast<int>(s->plan.steps.size()) <= s->plan.failures};
+        step st =
+            call <= static_cast<int>(s->plan.steps.size())
+                ? s->plan.steps[static_cast<std::size_t>(call - 1)]
+                : step{s->plan.latency, call - static_cast<int>(s->plan.steps.size()) <= s->plan.failures};
         if (st.latency > std::chrono::nanoseconds::zero()) {
             std::stop_token listen = s->plan.ignore_stop ? std::stop_token{} : token;
-            co_await s->clock.sleep_until(s->clock.now() + std::chrono::duration_cast<typename C::duration>(st.latency),
-                                         listen);
+            co_await s->clock.sleep_until(
+                s->clock.now() + std::chrono::duration_cast<typename C::duration>(st.latency), listen);
             if (listen.stop_requested()) {
                 ++s->stopped;
                 throw cancelled_error{};
             }
         }
-        if (st.fail) throw scripted_failure{call};
+        if (st.fail)
+            throw scripted_failure{call};
         co_return s->plan.value;
     }
 
-    int calls() const noexcept { return state_->calls; }       ///< calls started so far
+    int calls() const noexcept { return state_->calls; }         ///< calls started so far
     int in_flight() const noexcept { return state_->in_flight; } ///< calls started and not finished
-    int stopped() const noexcept { return state_->stopped; }   ///< calls that ended because they were stopped
+    int stopped() const noexcept { return state_->stopped; } ///< calls that ended because they were stopped
 
 private:
     struct state {
