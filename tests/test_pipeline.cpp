@@ -61,11 +61,20 @@ TEST_CASE("pipeline: a pipeline is a policy, so pipelines nest", "[pipeline]") {
 TEST_CASE("pipeline: failures pass outward unchanged and execute_outcome does not throw", "[pipeline]") {
     std::vector<std::string> log;
     rs::pipeline p{recorder{"a", log}, recorder{"b", log}};
-    auto result = rs::sync_wait(
-        p.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("dependency down"); }));
+    // Thrown from inside the coroutine, after it started...
+    auto result = rs::sync_wait(p.execute_outcome([]() -> rs::task<int> {
+        throw std::runtime_error("dependency down");
+        co_return 0;
+    }));
     REQUIRE(result.has_failure());
     CHECK(result.error().what() == std::string("dependency down"));
     CHECK(log.back() == "a leave");
+
+    // ...or by an action that throws when called, before it returns any awaitable.
+    auto refused =
+        rs::sync_wait(p.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("no socket"); }));
+    REQUIRE(refused.has_failure());
+    CHECK(refused.error().what() == std::string("no socket"));
 }
 
 TEST_CASE("pipeline: the action may take a context, a stop token or nothing", "[pipeline]") {

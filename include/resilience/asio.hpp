@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: MIT
+/// \file asio.hpp
+/// Optional Asio integration (standalone Asio 1.22 or later): a clock whose sleeps are Asio timers,
+/// and `async_run`, which runs a resilience awaitable from Asio code through a completion token.
+///
+///     asio::io_context io;
+///     rs::asio::clock clock{io.get_executor()};
+///     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
+///
+///     // from an asio::awaitable coroutine (or with any other completion token):
+///     int v = co_await rs::asio::async_run(io.get_executor(), policy.execute(fetch), asio::use_awaitable);
+///
+/// Policies that run on Asio threads must be given this clock: the default `steady_clock` sleeps on
+/// the library's own `event_loop`, which Asio threads do not run.
+#pragma once
+
+#include "clock.hpp"
+#include "concepts.hpp"
+#include "task.hpp"
+
+#include <asio/any_io_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+namespace resilience::asio {
+
+/// A clock that sleeps on Asio steady timers bound to an executor; the sleeping coroutine resumes
+/// in that executor's context (the io_context's threads). `std::chrono::steady_clock` time.
+/// Copyable; the execution context must outlive every sleep. A stop request from any thread
+/// cancels the timer through the executor.
+class clock {
+public:
+    using duration = std::chrono::steady_clock::duration;
+    using time_point = std::chrono::steady_clock::time_point;
+
+    explicit clock(::asio::any_io_executor executor) : executor_(std::move(executor)) {}
+
+    time_point now() const noexcept { return std::chrono::steady_clock::now(); }
+    const ::asio::any_io_executor& executor() const noexcept { return executor_; }
+
+    auto sleep_until(time_point tp, std::stop_token token) const {
+        return sleep_awaiter{executor_, tp, std::move(token)};
+    }
+    auto sleep_for(duration d, std::stop_token token) const {
+        return sleep_until(now() + d, std::move(token));
+    }
+
+private:
+    // The timer lives in shared state: a cancellation posted from another thread may run after
+    // the sleeping coroutine has already moved on.
+    struct sleep_state {
+        sleep_state(const ::asio::any_io_executor& ex, time_point tp) : timer(ex, tp) {}
+        ::asio::steady_timer timer;
+        std::coroutine_handle<> waiter;
+    };
+    struct cancel_timer {
+        std::shared_ptr<sleep_state> state;
+        void operator()() const {
+            ::asio::post(state->timer.get_executor(), [s = state] { s->timer.cancel(); });
+        }
+    };
+
+    class sleep_awaiter {
+    public:
+        sleep_awaiter(::asio::any_io_executor ex, time_point tp, std::stop_token token)
+            : executor_(std::move(ex)), when_(tp), token_(std::move(token)) {}
+
+        bool await_ready() const noexcept {
+            return token_.stop_requested() || when_ <= std::chrono::steady_clock::now();
+        }
+        void await_suspend(std::coroutine_handle<> h) {
+            state_ = std::make_shared<sleep_state>(executor_, when_);
+            state_->waiter = h;
+            state_->timer.async_wait([s = state_](const std::error_code&) { s->waiter.resume(); });
+            if (token_.stop_possible())
+                stop_.emplace(token_, cancel_timer{state_});
+        }
+        void await_resume() noexcept { stop_.reset(); }
+
+    private:
+        ::asio::any_io_executor executor_;
+        time_point when_;
+        std::stop_token token_;
+        std::shared_ptr<sleep_state> state_;
+        std::optional<std::stop_callback<cancel_timer>> stop_;
+    };
+
+    ::asio::any_io_executor executor_;
+};
+
+static_assert(resilience::clock<clock>);
+
+namespace detail {
+
+// Runs the awaitable as a detached coroutine; its last act hands the outcome to the handler.
+struct detached_task {
+    struct promise_type : resilience::detail::recycled_frame {
+        detached_task get_return_object() noexcept { return {}; }
+        std::suspend_never initial_suspend() const noexcept { return {}; }
+        std::suspend_never final_suspend() const noexcept { return {}; }
+        void return_void() noexcept {}
+        void unhandled_exception() noexcept { std::terminate(); } // run_and_complete catches everything
+    };
+};
+
+template <class A, class Handler>
+detached_task run_and_complete(A awaitable, Handler handler) {
+    using R = await_result_t<A>;
+    std::exception_ptr error;
+    std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value;
+    try {
+        if constexpr (std::is_void_v<R>) {
+            co_await std::move(awaitable);
+        } else {
+            value.emplace(co_await std::move(awaitable));
+        }
+    } catch (...) {
+        error = std::current_exception();
+    }
+    auto ex = ::asio::get_associated_executor(handler);
+    if constexpr (std::is_void_v<R>) {
+        ::asio::dispatch(ex, [h = std::move(handler), error]() mutable { std::move(h)(error); });
+    } else {
+        if (!value)
+            value.emplace(); // the handler signature needs a value even on failure
+        ::asio::dispatch(ex, [h = std::move(handler), error, v = std::move(*value)]() mutable {
+            std::move(h)(error, std::move(v));
+        });
+    }
+}
+
+template <class R>
+struct completion_signature {
+    using type = void(std::exception_ptr, R);
+};
+template <>
+struct completion_signature<void> {
+    using type = void(std::exception_ptr);
+};
+
+} // namespace detail
+
+/// Runs `awaitable` (a resilience task, or any awaitable) starting in `executor`'s context, and
+/// completes `token` with `(std::exception_ptr, R)` (or `(std::exception_ptr)` for `void`). With
+/// `asio::use_awaitable` the error is rethrown in the awaiting coroutine. `R` must be default
+/// constructible, since Asio's signature carries a value on failure too. The awaitable is moved
+/// into the operation and kept alive until it finishes.
+template <awaitable A, class CompletionToken>
+auto async_run(::asio::any_io_executor executor, A awaitable, CompletionToken&& token) {
+    using R = await_result_t<A>;
+    using signature = typename detail::completion_signature<R>::type;
+    return ::asio::async_initiate<CompletionToken, signature>(
+        [ex = std::move(executor)](auto handler, A aw) {
+            ::asio::post(ex, [aw = std::move(aw), handler = std::move(handler)]() mutable {
+                detail::run_and_complete(std::move(aw), std::move(handler));
+            });
+        },
+        token, std::move(awaitable));
+}
+
+} // namespace resilience::asio

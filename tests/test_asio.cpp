@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+// The Asio integration: policies on an io_context with the Asio clock, and async_run from Asio code.
+// Built only when standalone Asio is found. Real time, but nothing here asserts how long anything took:
+// run_for only bounds a broken test instead of letting it hang.
+#include "catch.hpp"
+
+#include <resilience/asio.hpp>
+#include <resilience/resilience.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <stdexcept>
+#include <stop_token>
+#include <thread>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+
+static_assert(rs::clock<rs::asio::clock>);
+
+TEST_CASE("asio: a sleep on the Asio clock resumes in the io_context and ends early when stopped", "[asio]") {
+    ::asio::io_context io;
+    rs::asio::clock clock{io.get_executor()};
+    std::stop_source stop;
+    bool woke = false;
+    std::thread::id io_thread, resumed_on;
+    auto sleeper = [&]() -> rs::task<void> {
+        co_await clock.sleep_for(1h, stop.get_token());
+        woke = true;
+        resumed_on = std::this_thread::get_id();
+    };
+    rs::asio::async_run(io.get_executor(), sleeper(), [](std::exception_ptr) {});
+    std::thread stopper([&] { stop.request_stop(); });
+    io_thread = std::this_thread::get_id();
+    io.run_for(10s);
+    stopper.join();
+    CHECK(woke);
+    CHECK(resumed_on == io_thread);
+}
+
+TEST_CASE("asio: async_run completes a callback with the value or the exception", "[asio]") {
+    ::asio::io_context io;
+    int value = 0;
+    std::exception_ptr error;
+    rs::asio::async_run(
+        io.get_executor(), []() -> rs::task<int> { co_return 5; }(),
+        [&](std::exception_ptr e, int v) {
+            error = e;
+            value = v;
+        });
+    io.run_for(10s);
+    CHECK(value == 5);
+    CHECK(error == nullptr);
+
+    io.restart();
+    rs::asio::async_run(
+        io.get_executor(),
+        []() -> rs::task<int> {
+            throw std::runtime_error("down");
+            co_return 0; // a coroutine: the exception travels through the task
+        }(),
+        [&](std::exception_ptr e, int) { error = e; });
+    io.run_for(10s);
+    REQUIRE(error != nullptr);
+    CHECK_THROWS_WITH(std::rethrow_exception(error), "down");
+}
+
+TEST_CASE("asio: a pipeline on the Asio clock recovers from a stalled and a failed attempt", "[asio]") {
+    ::asio::io_context io;
+    rs::asio::clock clock{io.get_executor()};
+    rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}, clock},
+                        rs::timeout{20ms, clock}};
+    int calls = 0;
+    auto dependency = [&](std::stop_token st) -> rs::task<int> {
+        ++calls;
+        if (calls == 1) { // stalls until the timeout stops it
+            co_await clock.sleep_for(1h, st);
+            throw rs::cancelled_error{};
+        }
+        if (calls == 2)
+            throw std::runtime_error("503");
+        co_return 42;
+    };
+    int result = 0;
+    ::asio::co_spawn(
+        io,
+        [&]() -> ::asio::awaitable<void> {
+            auto call = policy.execute(dependency);
+            result = co_await rs::asio::async_run(io.get_executor(), std::move(call), ::asio::use_awaitable);
+        },
+        ::asio::detached);
+    io.run_for(10s);
+    CHECK(result == 42);
+    CHECK(calls == 3);
+}
+
+TEST_CASE("asio: with use_awaitable a failure is rethrown in the Asio coroutine", "[asio]") {
+    ::asio::io_context io;
+    rs::asio::clock clock{io.get_executor()};
+    rs::timeout limit{5ms, clock};
+    auto stalls = [&](std::stop_token st) -> rs::task<void> {
+        co_await clock.sleep_for(1h, st);
+        throw rs::cancelled_error{};
+    };
+    bool timed_out = false;
+    ::asio::co_spawn(
+        io,
+        [&]() -> ::asio::awaitable<void> {
+            auto call = limit.execute(stalls);
+            try {
+                co_await rs::asio::async_run(io.get_executor(), std::move(call), ::asio::use_awaitable);
+            } catch (const rs::timeout_error&) {
+                timed_out = true;
+            }
+        },
+        ::asio::detached);
+    io.run_for(10s);
+    CHECK(timed_out);
+}
