@@ -108,7 +108,7 @@ rs::task<void> stop_at(rs::testing::simulation& sim, std::stop_source& src, nano
 
 } // namespace
 
-TEST_CASE("bulkhead: at most max_concurrent calls run at once; the rest start as slots free", "[bulkhead]") {
+TEST_CASE("bulkhead: at most max_concurrent calls run at once, the rest start as slots free", "[bulkhead]") {
     rs::testing::simulation sim;
     rs::bulkhead bh{{.max_concurrent = 2, .max_queued = 10}, sim.clock()};
     journal j;

@@ -620,7 +620,7 @@ TEST_CASE("circuit_breaker: metrics is a snapshot of the window and the runs", "
     CHECK(m.consecutive_opens == 0);
 }
 
-TEST_CASE("circuit_breaker: execute_outcome reports a refusal as a value; execute throws it",
+TEST_CASE("circuit_breaker: execute_outcome reports a refusal as a value, execute throws it",
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{{.failure_threshold = 1, .break_duration = 4s}, sim.clock()};

@@ -106,7 +106,7 @@ TEST_CASE("fallback: an awaitable substitute that throws replaces the failure at
     CHECK(sim.now() == 120ms);
 }
 
-TEST_CASE("fallback: handle_if narrows; a declined failure passes through as the same exception object",
+TEST_CASE("fallback: handle_if narrows, a declined failure passes through as the same exception object",
           "[fallback]") {
     rs::testing::simulation sim;
     int substitutes = 0;

@@ -63,7 +63,7 @@ TEST_CASE("failure: cancellation is recognised by code and by type", "[outcome]"
     CHECK_THROWS_AS(rs::failure{}.rethrow(), std::logic_error);
 }
 
-TEST_CASE("outcome: holds a value or a failure; value() rethrows the failure", "[outcome]") {
+TEST_CASE("outcome: holds a value or a failure, value() rethrows the failure", "[outcome]") {
     rs::outcome<std::string> ok{"fine"};
     CHECK(ok.has_value());
     CHECK(ok.value() == "fine");

@@ -189,7 +189,7 @@ TEST_CASE("rate_limiter: max_queued = 0 never waits", "[rate_limiter]") {
 }
 
 TEST_CASE(
-    "rate_limiter: waiters are served in arrival order; a new call cannot take a token while anyone waits",
+    "rate_limiter: waiters are served in arrival order: a new call cannot take a token while anyone waits",
     "[rate_limiter]") {
     rs::testing::simulation sim;
     rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
@@ -207,7 +207,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "rate_limiter: a waiter whose caller stops leaves the queue at once; the next one takes over the timing",
+    "rate_limiter: a waiter whose caller stops leaves the queue at once, and the next one takes over the timing",
     "[rate_limiter]") {
     rs::testing::simulation sim;
     rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};

@@ -157,7 +157,7 @@ TEST_CASE("single_flight: a failure is shared, the same exception object for eve
     CHECK(outcome.error().is<rs::testing::scripted_failure>());
 }
 
-TEST_CASE("single_flight: nothing is kept once a call settles; the next caller starts a new call",
+TEST_CASE("single_flight: nothing is kept once a call settles: the next caller starts a new call",
           "[single_flight]") {
     rs::testing::simulation sim;
     flights sf;
@@ -175,7 +175,7 @@ TEST_CASE("single_flight: nothing is kept once a call settles; the next caller s
     CHECK_FALSE(contained_between);
 }
 
-TEST_CASE("single_flight: a caller that stops leaves at once; the others still get the value",
+TEST_CASE("single_flight: a caller that stops leaves at once, the others still get the value",
           "[single_flight]") {
     rs::testing::simulation sim;
     flights sf;
@@ -481,7 +481,7 @@ void run_two_loops(flights sf, counters& c, std::vector<caller_result>& results,
 
 } // namespace
 
-TEST_CASE("single_flight: callers on two loops share calls per key; every caller completes exactly once",
+TEST_CASE("single_flight: callers on two loops share calls per key, every caller completes exactly once",
           "[single_flight][concurrency]") {
     flights sf;
     counters c;
@@ -510,7 +510,7 @@ TEST_CASE("single_flight: callers on two loops share calls per key; every caller
     CHECK(sf.in_flight() == 0);
 }
 
-TEST_CASE("single_flight: callers stopped from another thread leave alone; only their own stop cancels them",
+TEST_CASE("single_flight: callers stopped from another thread leave alone, only their own stop cancels them",
           "[single_flight][concurrency]") {
     flights sf;
     counters c;

@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -170,4 +171,51 @@ auto async_run(::asio::any_io_executor executor, A awaitable, CompletionToken&& 
         token, std::move(awaitable));
 }
 
+/// A completion token that makes an Asio operation awaitable inside a resilience coroutine: the
+/// operation starts when awaited and its completion arguments come back as a tuple.
+///
+///     auto [ec, n] = co_await socket.async_read_some(buffer, rs::asio::use_task);
+///     auto [ec] = co_await timer.async_wait(rs::asio::use_task);
+///
+/// The coroutine resumes in the handler, that is in the executor's context. Cancellation is the
+/// caller's to wire: close or cancel the I/O object from a `std::stop_callback` on the attempt's
+/// token, as with any Asio operation.
+struct use_task_t {
+    constexpr use_task_t() = default;
+};
+inline constexpr use_task_t use_task{};
+
 } // namespace resilience::asio
+
+template <class... Args>
+class asio::async_result<resilience::asio::use_task_t, void(Args...)> {
+public:
+    template <class Initiation, class... InitArgs>
+    static auto initiate(Initiation initiation, resilience::asio::use_task_t, InitArgs... args) {
+        using results = std::tuple<std::decay_t<Args>...>;
+        using stored = std::tuple<std::decay_t<InitArgs>...>;
+        struct awaiter {
+            Initiation initiation;
+            stored init_args;
+            std::optional<results> result;
+            bool await_ready() const noexcept { return false; }
+            void await_suspend(std::coroutine_handle<> h) {
+                struct handler {
+                    awaiter* self;
+                    std::coroutine_handle<> waiter;
+                    void operator()(Args... completion) {
+                        self->result.emplace(std::move(completion)...);
+                        waiter.resume();
+                    }
+                };
+                std::apply(
+                    [&](auto&... a) {
+                        std::move(initiation)(handler{this, h}, std::move(a)...);
+                    },
+                    init_args);
+            }
+            results await_resume() { return std::move(*result); }
+        };
+        return awaiter{std::move(initiation), stored{std::move(args)...}, std::nullopt};
+    }
+};
