@@ -15,6 +15,9 @@
 #include <asio/use_awaitable.hpp>
 #endif
 
+#include <asio/executor_work_guard.hpp>
+
+#include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <stop_token>
@@ -135,4 +138,32 @@ TEST_CASE("asio: use_task awaits an Asio operation inside a resilience coroutine
     ::asio::post(io, [&] { timer.cancel(); });
     io.run_for(10s);
     CHECK(seen == ::asio::error::operation_aborted);
+}
+
+TEST_CASE("asio: sleeps on a two-thread io_context all end when stopped from a third thread",
+          "[asio][concurrency]") {
+    ::asio::io_context io;
+    auto guard = ::asio::make_work_guard(io);
+    rs::asio::clock clock{io.get_executor()};
+    std::stop_source stop;
+    std::atomic<int> woke{0};
+    constexpr int sleepers = 200;
+    auto sleeper = [&]() -> rs::task<void> {
+        co_await clock.sleep_for(1h, stop.get_token());
+        woke.fetch_add(1);
+    };
+    std::atomic<int> finished{0};
+    for (int i = 0; i < sleepers; ++i)
+        rs::asio::async_run(io.get_executor(), sleeper(), [&](std::exception_ptr) { finished.fetch_add(1); });
+    std::thread a([&] { io.run_for(10s); }), b([&] { io.run_for(10s); });
+    std::thread stopper([&] { stop.request_stop(); }); // races with the sleeps still starting
+    stopper.join();
+    while (finished.load() < sleepers && !io.stopped())
+        std::this_thread::yield();
+    guard.reset();
+    io.stop();
+    a.join();
+    b.join();
+    CHECK(woke.load() == sleepers);
+    CHECK(finished.load() == sleepers);
 }

@@ -29,6 +29,7 @@
 #include <coroutine>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <tuple>
@@ -59,18 +60,45 @@ public:
     }
 
 private:
-    // The timer lives in shared state: a cancellation posted from another thread may run after
-    // the sleeping coroutine has already moved on.
-    struct sleep_state {
-        sleep_state(const ::asio::any_io_executor& ex, time_point tp) : timer(ex, tp) {}
-        ::asio::steady_timer timer;
-        std::coroutine_handle<> waiter;
-    };
-    struct cancel_timer {
-        std::shared_ptr<sleep_state> state;
-        void operator()() const {
-            ::asio::post(state->timer.get_executor(), [s = state] { s->timer.cancel(); });
+    // Everything a sleep needs lives here, on the heap and under one mutex: the awaiting frame may be
+    // resumed on another io thread (and freed) the moment the wait is armed, and a stop may arrive
+    // from any thread at any time, even before the wait exists.
+    struct sleep_state : std::enable_shared_from_this<sleep_state> {
+        sleep_state(const ::asio::any_io_executor& ex, time_point tp, std::stop_token t,
+                    std::coroutine_handle<> h)
+            : timer(ex, tp), token(std::move(t)), waiter(h) {}
+
+        struct on_stop {
+            sleep_state* self;
+            void operator()() const {
+                std::lock_guard lock(self->mutex);
+                self->stopped = true;
+                if (self->waiting)
+                    ::asio::post(self->timer.get_executor(), [s = self->shared_from_this()] {
+                        std::lock_guard inner(s->mutex);
+                        s->timer.cancel();
+                    });
+            }
+        };
+
+        // Runs in the executor's context.
+        void start() {
+            std::unique_lock lock(mutex);
+            if (!stopped) {
+                waiting = true;
+                timer.async_wait([s = shared_from_this()](const std::error_code&) { s->waiter.resume(); });
+                return;
+            }
+            lock.unlock();
+            waiter.resume();
         }
+
+        std::mutex mutex;
+        ::asio::steady_timer timer;
+        std::stop_token token;
+        std::coroutine_handle<> waiter;
+        bool stopped = false, waiting = false;
+        std::optional<std::stop_callback<on_stop>> stop;
     };
 
     class sleep_awaiter {
@@ -82,20 +110,24 @@ private:
             return token_.stop_requested() || when_ <= std::chrono::steady_clock::now();
         }
         void await_suspend(std::coroutine_handle<> h) {
-            state_ = std::make_shared<sleep_state>(executor_, when_);
-            state_->waiter = h;
-            state_->timer.async_wait([s = state_](const std::error_code&) { s->waiter.resume(); });
-            if (token_.stop_possible())
-                stop_.emplace(token_, cancel_timer{state_});
+            state_ = std::make_shared<sleep_state>(executor_, when_, token_, h);
+            // Registered before the wait starts, so no stop is missed; a stop already requested
+            // runs on_stop right here, which only records it.
+            if (state_->token.stop_possible())
+                state_->stop.emplace(state_->token, sleep_state::on_stop{state_.get()});
+            // The last touch of this frame: from here on, another thread may resume it.
+            ::asio::post(executor_, [s = state_] { s->start(); });
         }
-        void await_resume() noexcept { stop_.reset(); }
+        void await_resume() noexcept {
+            if (state_)
+                state_->stop.reset(); // waits for an on_stop running on another thread
+        }
 
     private:
         ::asio::any_io_executor executor_;
         time_point when_;
         std::stop_token token_;
         std::shared_ptr<sleep_state> state_;
-        std::optional<std::stop_callback<cancel_timer>> stop_;
     };
 
     ::asio::any_io_executor executor_;
