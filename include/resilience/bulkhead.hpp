@@ -7,6 +7,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/stop.hpp"
+#include "detail/time.hpp"
 #include "detail/waiter_queue.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -175,8 +176,7 @@ private:
     // so nothing outlives the call.
     static task<detail::waiter_state> wait_bounded(state& s, detail::waiter& node,
                                                    const std::stop_token& token) {
-        const auto deadline =
-            s.clock.now() + std::chrono::ceil<typename C::duration>(*s.options.queue_timeout);
+        const auto deadline = detail::add_saturating(s.clock.now(), *s.options.queue_timeout);
         detail::pooled_stop_source done;
         try {
             auto [admitted, ignored] =

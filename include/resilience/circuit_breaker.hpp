@@ -8,6 +8,7 @@
 #include "context.hpp"
 #include "detail/breaker_window.hpp"
 #include "detail/ring.hpp"
+#include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
@@ -368,18 +369,10 @@ private:
     }
     // Saturates instead of overflowing, for the breaks that grew past what nanoseconds hold.
     static std::chrono::nanoseconds to_nanoseconds(duration d) noexcept {
-        using wide = std::chrono::duration<long double, std::nano>;
-        if (wide(d) >= wide(std::chrono::nanoseconds::max()))
-            return std::chrono::nanoseconds::max();
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(d);
+        return detail::saturating_nanoseconds(d);
     }
-    // `now + d`, or the latest representable time point when that would overflow. (A clock whose
-    // duration is finer than a nanosecond could overflow in the conversion of a huge break.)
     static time_point add_saturating(time_point now, std::chrono::nanoseconds d) noexcept {
-        const duration step = std::chrono::ceil<duration>(d);
-        if (now.time_since_epoch() >= duration::zero() && step > time_point::max() - now)
-            return time_point::max();
-        return now + step;
+        return detail::add_saturating(now, d);
     }
     // Threads read the clock before taking the lock, so a late reader may bring an earlier time:
     // time inside the breaker never goes back.

@@ -83,20 +83,19 @@ concept loop_timer_clock = requires(const C& c) {
     { c.timer_loop() } -> std::same_as<event_loop*>;
 };
 
-/// A one-shot timer that runs `on_expiry` on the loop's thread at `when`, unless disarmed first.
+/// A one-shot timer that requests stop on a `std::stop_source` at `when`, unless disarmed first.
 /// Used by policies that race a deadline against a call they are awaiting (timeout): arming and
 /// disarming cost a heap push and pop, with no coroutine, stop source or allocation.
 ///
-/// Disarming from the loop's thread is immediate. A call that finished on another thread disarms
-/// by posting the removal to the loop and resuming there once it is done, and if the timer is
-/// firing at that moment it waits for `on_expiry` to return, so the owner never leaves while the
-/// callback still runs.
+/// Firing marks the timer fired *before* requesting the stop, through its own copy of the source:
+/// stop callbacks run inline and may finish the whole call, owner and timer included, before
+/// `request_stop` returns. Disarming on the loop's thread is immediate. A call that finished on
+/// another thread disarms by posting to the loop and resuming there, so the owner always carries
+/// on on its own loop.
 class deadline_timer {
 public:
-    using callback = void (*)(void*);
-
-    deadline_timer(event_loop* loop, std::chrono::nanoseconds when, callback on_expiry, void* arg)
-        : loop_(loop), on_expiry_(on_expiry), arg_(arg) {
+    deadline_timer(event_loop* loop, std::chrono::nanoseconds when, std::stop_source& target)
+        : loop_(loop), target_(&target) {
         node_.when = when;
         node_.owner = this;
         node_.fire = [](timer_node* n) {
@@ -104,8 +103,9 @@ public:
             int expected = armed;
             if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel))
                 return;
-            self->on_expiry_(self->arg_);
+            std::stop_source stop = *self->target_; // shares the stop state: outlives the owner if need be
             self->state_.store(fired, std::memory_order_release);
+            stop.request_stop(); // from here on, `self` may be gone
         };
         loop_->add_timer(&node_);
     }
@@ -113,14 +113,14 @@ public:
     deadline_timer& operator=(const deadline_timer&) = delete;
     ~deadline_timer() {
         // Only reached armed when the owning coroutine is destroyed without finishing (loop teardown).
-        if (node_.armed() && event_loop::current() == loop_)
+        if (node_.armed())
             loop_->remove_timer(&node_);
     }
 
-    /// True once the deadline passed and `on_expiry` ran. Read after `disarm()`.
+    /// True once the deadline passed and the stop was requested. Read after `disarm()`.
     bool expired() const noexcept { return state_.load(std::memory_order_acquire) == fired; }
 
-    /// Awaitable: the timer will not fire after this completes.
+    /// Awaitable: the timer will not fire after this completes, and the awaiter is on the loop.
     auto disarm() noexcept {
         struct awaiter {
             deadline_timer* self;
@@ -129,7 +129,7 @@ public:
                 self->waiter_ = h;
                 self->loop_->post(job{[](void* p) {
                                           auto* t = static_cast<deadline_timer*>(p);
-                                          t->loop_->remove_timer(&t->node_);
+                                          t->loop_->remove_timer(&t->node_); // no-op unless still armed
                                           t->waiter_.resume();
                                       },
                                       self});
@@ -142,10 +142,10 @@ public:
 private:
     enum : int { armed, firing, fired, cancelled };
 
-    // True when done without suspending; false when the removal has to be posted to the loop.
+    // True when done without suspending; false when the rest has to happen on the loop.
     bool try_disarm_here() noexcept {
         if (event_loop::current() == loop_) {
-            // Same thread as the timer: it cannot be firing right now.
+            // Same thread as the timer: it is not between its two steps right now.
             if (state_.load(std::memory_order_relaxed) == armed) {
                 state_.store(cancelled, std::memory_order_relaxed);
                 loop_->remove_timer(&node_);
@@ -153,17 +153,15 @@ private:
             return true;
         }
         int expected = armed;
-        if (state_.compare_exchange_strong(expected, cancelled, std::memory_order_acq_rel))
-            return false;
-        while (state_.load(std::memory_order_acquire) == firing)
-            std::this_thread::yield();
-        return true;
+        if (!state_.compare_exchange_strong(expected, cancelled, std::memory_order_acq_rel))
+            while (state_.load(std::memory_order_acquire) == firing)
+                std::this_thread::yield(); // a copy, then done
+        return false;
     }
 
     timer_node node_;
     event_loop* loop_;
-    callback on_expiry_;
-    void* arg_;
+    std::stop_source* target_;
     std::atomic<int> state_{armed};
     std::coroutine_handle<> waiter_;
 };

@@ -133,8 +133,8 @@ public:
     /// it is kept and rethrown by `run()`. The awaitable is moved into the coroutine that runs it.
     template <awaitable A>
     void spawn(A&& a) {
+        auto h = drive(std::forward<A>(a), this).handle; // may throw bad_alloc: nothing counted yet
         outstanding_.fetch_add(1, std::memory_order_relaxed);
-        auto h = drive(std::forward<A>(a), this).handle;
         link(&h.promise());
         post(h);
     }

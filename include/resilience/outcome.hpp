@@ -80,7 +80,10 @@ private:
 /// True for failures that mean "the caller gave up": `cancelled_error`. Never retried, never
 /// counted against a dependency.
 inline bool is_cancellation(const failure& f) noexcept {
-    return f.code() == errc::cancelled || f.is<cancelled_error>();
+    // A failure the library made carries its code: answered without rethrowing.
+    if (f.code() != errc{})
+        return f.code() == errc::cancelled;
+    return f.is<cancelled_error>();
 }
 
 /// A value of `T` or a `failure`. What classifiers look at and what `execute_outcome` returns,

@@ -120,16 +120,33 @@ struct limiter_state {
         waiter node;
         waiter_state st = co_await queue_awaiter<limiter_state>{*this, node, token};
         if (st == waiter_state::turn) {
+            // However this coroutine ends (a value, an exception from the clock, or destroyed while
+            // asleep), the turn passes on: the waiters behind are never stranded.
+            turn_guard guard{this, &node};
             // While it is the head, a stop takes it out of the queue at once and hands the turn
             // on, as for any waiter; its sleep, stopped by the same token, then ends the loop.
             std::optional<std::stop_callback<leave_on_stop>> on_stop;
             if (token.stop_possible())
                 on_stop.emplace(token, leave_on_stop{this, &node});
             st = co_await serve_head(node, token);
-            on_stop.reset();
         }
         co_return admission{st, node.retry_after};
     }
+
+    struct turn_guard {
+        limiter_state* self;
+        waiter* node;
+        ~turn_guard() {
+            waiter* next = nullptr;
+            {
+                std::lock_guard lock(self->mutex);
+                if (node->state == waiter_state::turn)
+                    next = self->queue.leave_turn(*node, waiter_state::stopped);
+            }
+            if (next)
+                next->wake_later();
+        }
+    };
 
     struct leave_on_stop {
         limiter_state* self;
@@ -165,19 +182,7 @@ struct limiter_state {
                 next->wake();
             if (st != waiter_state::turn)
                 co_return st;
-            try {
-                co_await clock.sleep_until(due, token);
-            } catch (...) {
-                // The clock could not sleep here: leave, so the waiters behind are not stranded.
-                {
-                    std::lock_guard lock(mutex);
-                    next = node.state == waiter_state::turn ? queue.leave_turn(node, waiter_state::stopped)
-                                                            : nullptr;
-                }
-                if (next)
-                    next->wake();
-                throw;
-            }
+            co_await clock.sleep_until(due, token); // if it throws, wait()'s turn_guard hands the turn on
         }
     }
 

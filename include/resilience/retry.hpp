@@ -7,6 +7,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
@@ -451,16 +452,9 @@ private:
         return delay;
     }
 
-    // now + d on the clock, rounded up to its tick. Compared in floating point so that no clock
-    // resolution can overflow; a wait longer than half the clock's remaining range (centuries for
-    // the usual clocks) saturates at its end.
+    // now + d on the clock, rounded up to its tick, saturating at the clock's end.
     typename C::time_point after(std::chrono::nanoseconds d) const {
-        using D = typename C::duration;
-        const typename C::time_point now = clock_.now();
-        const double room = std::chrono::duration<double, std::nano>(C::time_point::max() - now).count();
-        if (std::chrono::duration<double, std::nano>(d).count() >= room / 2)
-            return C::time_point::max();
-        return now + std::chrono::ceil<D>(d);
+        return detail::add_saturating(clock_.now(), d);
     }
 
     retry_options options_;

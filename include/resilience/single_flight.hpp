@@ -244,6 +244,27 @@ private:
             release(*lender);
     }
 
+    // A destroyed waiter: detach it without waking it; the last one out stops the shared call.
+    static void abandon(state& st, waiter& w) noexcept {
+        std::shared_ptr<call> c;
+        bool last = false;
+        {
+            std::lock_guard lock(st.mutex);
+            if (!w.attached)
+                return;
+            c = w.owner;
+            unlink(*c, w);
+            if (c->lender == &w)
+                c->lender = nullptr;
+            if (c->attached == 0) {
+                last = true;
+                erase_if_current(st, c);
+            }
+        }
+        if (last)
+            c->stop.request_stop();
+    }
+
     // A caller's stop callback: detach it; the last one out stops the shared call and frees the key.
     static void leave(state& st, waiter& w) noexcept {
         std::shared_ptr<call> c;
@@ -287,6 +308,7 @@ private:
         Starter& start;
         waiter w{};
         std::optional<std::stop_callback<on_stop>> stop_cb{};
+        bool suspended = false;
 
         bool await_ready() const noexcept { return false; }
         bool await_suspend(std::coroutine_handle<> h) {
@@ -314,9 +336,23 @@ private:
             }
             if (token.stop_possible())
                 stop_cb.emplace(token, on_stop{&st, &w});
-            return w.phase.exchange(1, std::memory_order_acq_rel) != 2;
+            suspended = true; // before the exchange: once suspended, another thread may resume it
+            const bool suspends = w.phase.exchange(1, std::memory_order_acq_rel) != 2;
+            if (!suspends)
+                suspended = false;
+            return suspends;
+        }
+        // Reached while suspended only when the waiting coroutine is destroyed without being
+        // resumed (its event loop was torn down): it detaches without being woken, and, if it was
+        // the last caller, the shared call is stopped as when the last caller leaves.
+        ~join_awaiter() {
+            if (!suspended)
+                return;
+            stop_cb.reset();
+            abandon(st, w);
         }
         outcome<T> await_resume() {
+            suspended = false;
             stop_cb.reset(); // waits for a callback running on another thread, so `w` outlives it
             if (w.cancelled)
                 return failure::make(cancelled_error{});

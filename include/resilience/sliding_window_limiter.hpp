@@ -120,8 +120,10 @@ struct sliding_window_options {
     /// The span. Must be positive.
     std::chrono::nanoseconds window{};
     /// How finely the window slides: permits come back in steps of `window / segments`. Positive
-    /// and at most `window` in nanoseconds.
+    /// and at most `window` in nanoseconds and `max_segments`.
     std::size_t segments = 10;
+    /// The most `segments` accepted: one counter each is kept, so the bound caps the memory (8 MB).
+    static constexpr std::size_t max_segments = 1'000'000;
     /// What a call that finds no permit does: wait (default) or be refused.
     resilience::on_exhausted on_exhausted = resilience::on_exhausted::wait;
     /// How many calls may wait: empty (default) for no bound, 0 never to wait; a call beyond it is
@@ -173,6 +175,10 @@ private:
                                         std::to_string(o.window.count()) + "ns");
         if (o.segments == 0)
             throw std::invalid_argument(who + "segments must be positive, got 0");
+        if (o.segments > sliding_window_options::max_segments)
+            throw std::invalid_argument(who + "segments must be at most " +
+                                        std::to_string(sliding_window_options::max_segments) + ", got " +
+                                        std::to_string(o.segments));
         if (o.segments > static_cast<std::uint64_t>(o.window.count()))
             throw std::invalid_argument(who + "segments must be at most the window in nanoseconds (" +
                                         std::to_string(o.window.count()) + "), got " +

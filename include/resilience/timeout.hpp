@@ -7,6 +7,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/stop.hpp"
+#include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
@@ -49,10 +50,10 @@ public:
             throw std::invalid_argument("resilience::timeout: after must be positive, got " +
                                         std::to_string(after_.count()) + "ns");
     }
+    /// A duration beyond what nanoseconds hold (about 292 years) is taken as that much: forever.
     template <class Rep, class Period>
     explicit timeout(std::chrono::duration<Rep, Period> after, C clock = C{})
-        : timeout(timeout_options{std::chrono::duration_cast<std::chrono::nanoseconds>(after)},
-                  std::move(clock)) {}
+        : timeout(timeout_options{detail::saturating_nanoseconds(after)}, std::move(clock)) {}
 
     std::chrono::nanoseconds after() const noexcept { return after_; }
     const C& clock() const noexcept { return clock_; }
@@ -63,7 +64,7 @@ public:
         if (ctx.stop_token().stop_requested())
             co_return failure::make(cancelled_error{});
 
-        const auto deadline = clock_.now() + std::chrono::duration_cast<typename C::duration>(after_);
+        const auto deadline = detail::add_saturating(clock_.now(), after_);
         detail::pooled_stop_source attempt_stop;
         detail::stop_link link{ctx.stop_token(), attempt_stop};
         const context child = ctx.with_stop_token(attempt_stop.get_token())
@@ -71,10 +72,8 @@ public:
                                       deadline.time_since_epoch()));
         if constexpr (detail::loop_timer_clock<C>) {
             // Fast path: a timer on the loop stops the attempt at the deadline.
-            detail::deadline_timer timer{
-                clock_.timer_loop(), child.deadline().value(),
-                [](void* stop) { static_cast<detail::pooled_stop_source*>(stop)->request_stop(); },
-                &attempt_stop};
+            detail::deadline_timer timer{clock_.timer_loop(), child.deadline().value(),
+                                         attempt_stop.source()};
             result_t result = co_await next(child);
             co_await timer.disarm();
             co_return finish(std::move(result), timer.expired(), ctx);

@@ -25,6 +25,7 @@ public:
     ~pooled_stop_source() { release(std::move(source_)); }
 
     std::stop_token get_token() const noexcept { return source_.get_token(); }
+    std::stop_source& source() noexcept { return source_; }
     bool request_stop() noexcept { return source_.request_stop(); }
     bool stop_requested() const noexcept { return source_.stop_requested(); }
 

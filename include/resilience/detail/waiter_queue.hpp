@@ -67,6 +67,15 @@ struct waiter {
         else
             h.resume();
     }
+    /// Like `wake`, but never resumes inline (safe with a lock held): a waiter with no loop is
+    /// resumed on the calling thread's loop if there is one, else inline after all.
+    void wake_later() const {
+        event_loop* l = loop ? loop : event_loop::current();
+        if (l)
+            l->post(handle);
+        else
+            handle.resume();
+    }
 };
 
 /// A FIFO list of waiters: O(1) push, pop, and erase from anywhere, no allocation. Not locked by
@@ -186,6 +195,23 @@ public:
         : owner_(owner), node_(node), token_(token) {}
     queue_awaiter(const queue_awaiter&) = delete;
     queue_awaiter& operator=(const queue_awaiter&) = delete;
+    /// Reached while still suspended only when the waiting coroutine is destroyed without being
+    /// resumed (its event loop was torn down): a still-queued node leaves the queue, so nobody
+    /// wakes a dead frame. (A slot or token already granted to it and not yet handed over is lost
+    /// with it, as the grant was.)
+    ~queue_awaiter() {
+        if (!suspended_)
+            return;
+        stop_.reset();
+        waiter* next = nullptr;
+        {
+            std::lock_guard lock(owner_.mutex);
+            if (!owner_.queue.withdraw(node_, waiter_state::stopped) && node_.state == waiter_state::turn)
+                next = owner_.queue.leave_turn(node_, waiter_state::stopped);
+        }
+        if (next)
+            next->wake_later();
+    }
 
     bool await_ready() {
         if (token_.stop_requested()) {
@@ -216,10 +242,12 @@ public:
             return false;
         node_.state = owner_.enqueue_locked(node_);
         // Once the mutex is released the node may be woken at any time: nothing below touches it.
-        return node_.state == waiter_state::queued;
+        suspended_ = node_.state == waiter_state::queued;
+        return suspended_;
     }
 
     waiter_state await_resume() noexcept {
+        suspended_ = false;
         // Waits for a stop callback running on another thread, so it is done with the node.
         stop_.reset();
         return node_.state;
@@ -235,6 +263,7 @@ private:
     waiter& node_;
     const std::stop_token& token_;
     std::optional<std::stop_callback<on_stop>> stop_;
+    bool suspended_ = false; ///< written under the owner's mutex before the node can be woken
 };
 
 } // namespace resilience::detail
