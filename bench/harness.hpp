@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <dlfcn.h>
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -20,22 +21,27 @@ namespace bench {
 
 /// Every operator new in the process, counted (relaxed: a tally, not a synchronisation point).
 inline std::atomic<std::size_t> allocations{0};
+/// Every exception caught by code compiled into the benchmark (the library's headers included),
+/// counted by wrapping the C++ runtime's __cxa_begin_catch (see RESILIENCE_BENCH_MAIN): a failure
+/// that travels as an exception is caught somewhere, so this counts them.
+inline std::atomic<std::size_t> exceptions{0};
 
 /// Runs `body(state)` as a coroutine on a fresh real-time loop on the benchmark's thread, and reports
-/// heap allocations per iteration after the loop's own warm-up. `done()` runs after the last iteration.
+/// heap allocations and caught exceptions per iteration after a warm-up call. `done()` runs after
+/// the last iteration.
 template <class Body, class Done = void (*)()>
-void run_on_loop(
-    benchmark::State& state, Body body, Done done = [] {}) {
+void run_on_loop(benchmark::State& state, Body body, Done done = [] {}) {
     resilience::event_loop loop;
     loop.run([](benchmark::State& st, Body& b, Done& d) -> resilience::task<void> {
-        // Warm the frame cache and any pools before counting.
-        co_await b(nullptr);
-        const std::size_t before = allocations.load(std::memory_order_relaxed);
-        for (auto _ : st)
-            co_await b(&st);
-        const std::size_t after = allocations.load(std::memory_order_relaxed);
-        st.counters["allocs/call"] =
-            benchmark::Counter(static_cast<double>(after - before) / static_cast<double>(st.iterations()));
+        co_await b(nullptr); // warms the frame cache and any pools
+        const std::size_t allocated = allocations.load(std::memory_order_relaxed);
+        const std::size_t caught = exceptions.load(std::memory_order_relaxed);
+        for (auto _ : st) co_await b(&st);
+        const auto per_call = [&](std::size_t now, std::size_t then) {
+            return benchmark::Counter(static_cast<double>(now - then) / static_cast<double>(st.iterations()));
+        };
+        st.counters["allocs/call"] = per_call(allocations.load(std::memory_order_relaxed), allocated);
+        st.counters["throws/call"] = per_call(exceptions.load(std::memory_order_relaxed), caught);
         d();
     }(state, body, done));
 }
@@ -55,6 +61,8 @@ public:
             r.ns = run.GetAdjustedRealTime();
             auto it = run.counters.find("allocs/call");
             r.allocs = it == run.counters.end() ? 0.0 : static_cast<double>(it->second);
+            auto jt = run.counters.find("throws/call");
+            r.throws = jt == run.counters.end() ? 0.0 : static_cast<double>(jt->second);
             order_.push_back(run.benchmark_name());
             rows_[run.benchmark_name()] = r;
         }
@@ -63,11 +71,12 @@ public:
     void Finalize() override {
         ConsoleReporter::Finalize();
         const auto base = rows_.find(baseline_);
-        fmt::print("\n{:<52} {:>12} {:>14} {:>12}\n", "benchmark", "ns/call", "x bare call", "allocs/call");
+        fmt::print("\n{:<48} {:>10} {:>12} {:>12} {:>12}\n", "benchmark", "ns/call", "x bare call", "allocs/call",
+                   "throws/call");
         for (const auto& name : order_) {
             const row& r = rows_[name];
             const double ratio = base == rows_.end() ? 0.0 : r.ns / base->second.ns;
-            fmt::print("{:<52} {:>12.1f} {:>14.2f} {:>12.3f}\n", name, r.ns, ratio, r.allocs);
+            fmt::print("{:<48} {:>10.1f} {:>12.2f} {:>12.3f} {:>12.3f}\n", name, r.ns, ratio, r.allocs, r.throws);
         }
     }
 
@@ -75,6 +84,7 @@ private:
     struct row {
         double ns = 0;
         double allocs = 0;
+        double throws = 0;
     };
     std::string baseline_;
     std::vector<std::string> order_;
@@ -83,35 +93,33 @@ private:
 
 } // namespace bench
 
-/// Benchmarks' main: the ratio reporter with `baseline` as the bare call.
-#define RESILIENCE_BENCH_MAIN(baseline)                                                                      \
-    void* operator new(std::size_t n) {                                                                      \
-        bench::allocations.fetch_add(1, std::memory_order_relaxed);                                          \
-        if (void* p = std::malloc(n ? n : 1))                                                                \
-            return p;                                                                                        \
-        throw std::bad_alloc{};                                                                              \
-    }                                                                                                        \
-    void* operator new[](std::size_t n) {                                                                    \
-        return ::operator new(n);                                                                            \
-    }                                                                                                        \
-    void operator delete(void* p) noexcept {                                                                 \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    void operator delete(void* p, std::size_t) noexcept {                                                    \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    void operator delete[](void* p) noexcept {                                                               \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    void operator delete[](void* p, std::size_t) noexcept {                                                  \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    int main(int argc, char** argv) {                                                                        \
-        benchmark::Initialize(&argc, argv);                                                                  \
-        if (benchmark::ReportUnrecognizedArguments(argc, argv))                                              \
-            return 1;                                                                                        \
-        bench::ratio_reporter reporter{baseline};                                                            \
-        benchmark::RunSpecifiedBenchmarks(&reporter);                                                        \
-        benchmark::Shutdown();                                                                               \
-        return 0;                                                                                            \
+/// Benchmarks' main: the ratio reporter with `baseline` as the bare call, plus the counting
+/// replacements of operator new and of __cxa_begin_catch (which forwards to the runtime's own, found
+/// with dlsym; the executable's own catch blocks bind to this definition).
+#define RESILIENCE_BENCH_MAIN(baseline)                                                                     \
+    extern "C" void* __cxa_begin_catch(void* exception) noexcept {                                          \
+        using begin_fn = void* (*)(void*) noexcept;                                                         \
+        static const auto real = reinterpret_cast<begin_fn>(dlsym(RTLD_NEXT, "__cxa_begin_catch"));         \
+        bench::exceptions.fetch_add(1, std::memory_order_relaxed);                                          \
+        return real(exception);                                                                             \
+    }                                                                                                       \
+    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmismatched-new-delete\"")            \
+    void* operator new(std::size_t n) {                                                                     \
+        bench::allocations.fetch_add(1, std::memory_order_relaxed);                                         \
+        if (void* p = std::malloc(n ? n : 1)) return p;                                                     \
+        throw std::bad_alloc{};                                                                             \
+    }                                                                                                       \
+    void* operator new[](std::size_t n) { return ::operator new(n); }                                       \
+    void operator delete(void* p) noexcept { std::free(p); }                                                \
+    void operator delete(void* p, std::size_t) noexcept { std::free(p); }                                   \
+    void operator delete[](void* p) noexcept { std::free(p); }                                              \
+    void operator delete[](void* p, std::size_t) noexcept { std::free(p); }                                 \
+    _Pragma("GCC diagnostic pop")                                                                           \
+    int main(int argc, char** argv) {                                                                       \
+        benchmark::Initialize(&argc, argv);                                                                 \
+        if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                                   \
+        bench::ratio_reporter reporter{baseline};                                                           \
+        benchmark::RunSpecifiedBenchmarks(&reporter);                                                       \
+        benchmark::Shutdown();                                                                              \
+        return 0;                                                                                           \
     }

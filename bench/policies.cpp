@@ -158,6 +158,19 @@ void rejected_by_full_bulkhead(benchmark::State& state) {
 }
 BENCHMARK(rejected_by_full_bulkhead);
 
+// The reference for the column above: a failure that is a real exception, thrown and caught.
+void thrown_and_caught(benchmark::State& state) {
+    bench::run_on_loop(state, [](benchmark::State*) -> rs::task<void> {
+        try {
+            throw rs::bulkhead_rejected_error{};
+        } catch (const rs::error& e) {
+            benchmark::DoNotOptimize(&e);
+        }
+        co_return;
+    });
+}
+BENCHMARK(thrown_and_caught);
+
 } // namespace
 
 RESILIENCE_BENCH_MAIN("bare_call")

@@ -54,6 +54,8 @@ inline bool is_transient(const failure& f) noexcept {
         return false;
     if (f.code() == errc::cancelled || f.code() == errc::circuit_open)
         return false;
+    if (f.code() != errc{})
+        return true; // the library's other failures (timeout, rejections) are transient: no rethrow needed
     try {
         f.rethrow();
     } catch (const cancelled_error&) {
