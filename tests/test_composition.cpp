@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Policies composed in pipelines: the order decides what each one sees.
+#include "alloc_counter.hpp"
 #include "catch.hpp"
 
 #include <resilience/fallback.hpp>
@@ -92,3 +93,26 @@ TEST_CASE("composition: the README's virtual-time example holds exactly", "[comp
     REQUIRE(sim.run(retry.execute(flaky)) == 42);
     REQUIRE(sim.now() == 2300ms);
 }
+
+#ifdef RESILIENCE_TESTS_COUNT_ALLOCATIONS
+TEST_CASE("composition: the success path of retry, breaker, timeout, bulkhead and limiter allocates nothing",
+          "[composition][alloc]") {
+    simulation sim;
+    rs::pipeline policy{rs::retry{{.max_attempts = 3}, sim.clock()},
+                        rs::circuit_breaker{{.failure_threshold = 5}, sim.clock()},
+                        rs::timeout{1s, sim.clock()},
+                        rs::bulkhead{{.max_concurrent = 4}, sim.clock()},
+                        rs::rate_limiter{{.capacity = 1'000'000, .tokens_per_second = 1e9}, sim.clock()}};
+    auto action = []() -> rs::task<int> { co_return 1; };
+    std::size_t allocations = 0;
+    int sum = 0;
+    sim.run([&]() -> rs::task<void> {
+        for (int i = 0; i < 100; ++i) sum += co_await policy.execute(action); // warm-up: frames, pools
+        resilience_tests::counting_allocations counting;
+        for (int i = 0; i < 1'000; ++i) sum += co_await policy.execute(action);
+        allocations = counting.count();
+    }());
+    CHECK(sum == 1'100);
+    CHECK(allocations == 0);
+}
+#endif
