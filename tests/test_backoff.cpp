@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/backoff.hpp>
 #include <resilience/error.hpp>
@@ -16,21 +17,10 @@
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+using resilience_tests::invalid_argument_message;
 using std::chrono::nanoseconds;
 
 namespace {
-
-// Runs `f` and returns the message of the std::invalid_argument it throws (fails the test otherwise).
-template <class F>
-std::string invalid_argument_message(F&& f) {
-    try {
-        f();
-    } catch (const std::invalid_argument& e) {
-        return e.what();
-    }
-    FAIL("expected std::invalid_argument");
-    return {};
-}
 
 struct sample_range {
     nanoseconds low = nanoseconds::max();

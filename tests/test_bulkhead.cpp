@@ -2,6 +2,7 @@
 // Tests of resilience::bulkhead: slots, the FIFO queue, queue timeout, stops, release, threads.
 
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/bulkhead.hpp>
 #include <resilience/event_loop.hpp>
@@ -11,14 +12,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <coroutine>
-#include <latch>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,6 +24,8 @@ namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
 using vclock = rs::testing::virtual_clock;
+using resilience_tests::stop_at;
+using resilience_tests::yield_now;
 
 static_assert(rs::policy<rs::bulkhead<>>);
 static_assert(rs::policy<rs::bulkhead<vclock>>);
@@ -34,22 +34,12 @@ namespace {
 
 // What happened to each call of a scenario, by call id.
 struct journal {
-    std::vector<std::pair<int, nanoseconds>> started; // (id, instant) in the order actions started
+    resilience_tests::instant_log started; // (id, instant) in the order actions started
     std::map<int, std::pair<nanoseconds, std::string>> finished;
     int running = 0, peak = 0;
 
-    std::vector<int> start_order() const {
-        std::vector<int> ids;
-        for (auto& [id, at] : started)
-            ids.push_back(id);
-        return ids;
-    }
-    nanoseconds started_at(int id) const {
-        for (auto& [i, at] : started)
-            if (i == id)
-                return at;
-        return nanoseconds{-1};
-    }
+    std::vector<int> start_order() const { return resilience_tests::ids_of(started); }
+    nanoseconds started_at(int id) const { return resilience_tests::instant_of(started, id); }
     bool ran(int id) const { return started_at(id) >= nanoseconds::zero(); }
 };
 
@@ -98,12 +88,18 @@ rs::task<void> client(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, jo
     j.finished[c.id] = {sim.now(), describe(r)};
 }
 
-// Requests a stop at `at`, and writes down the queue length right after.
-rs::task<void> stop_at(rs::testing::simulation& sim, std::stop_source& src, nanoseconds at,
-                       const rs::bulkhead<vclock>& bh, std::size_t& queued_after) {
-    co_await sim.sleep_for(at - sim.now());
-    src.request_stop();
-    queued_after = bh.queued();
+// Call 1 holds the only slot for 100 ms; call 2 (arriving at 10 ms) and call 3 (at 20 ms) queue behind
+// it, and call 2's caller stops at `stop`. Runs that, and returns the queue length right after the stop.
+std::size_t stop_first_waiter(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, journal& j,
+                              nanoseconds stop) {
+    std::stop_source src;
+    std::size_t queued_after_stop = 99;
+    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
+    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms, .stop = src.get_token()}));
+    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 20ms, .hold = 10ms}));
+    sim.spawn(stop_at(sim, src, stop, bh, queued_after_stop));
+    sim.run_all();
+    return queued_after_stop;
 }
 
 } // namespace
@@ -210,13 +206,7 @@ TEST_CASE("bulkhead: a waiter whose caller stops leaves the queue at that instan
                      .queue_timeout = bounded ? std::optional<nanoseconds>{1s} : std::nullopt},
                     sim.clock()};
     journal j;
-    std::stop_source src;
-    std::size_t queued_after_stop = 99;
-    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
-    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms, .stop = src.get_token()}));
-    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 20ms, .hold = 10ms}));
-    sim.spawn(stop_at(sim, src, 30ms, bh, queued_after_stop));
-    sim.run_all();
+    const std::size_t queued_after_stop = stop_first_waiter(sim, bh, j, 30ms);
     CHECK(queued_after_stop == 1); // only call 3 still waits
     CHECK(j.finished[2] == std::pair{nanoseconds{30ms}, std::string{"cancelled"}});
     CHECK_FALSE(j.ran(2));
@@ -229,15 +219,9 @@ TEST_CASE("bulkhead: a waiter stopped after its slot was handed over passes it o
     rs::testing::simulation sim;
     rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
     journal j;
-    std::stop_source src;
-    std::size_t queued_after_stop = 99;
-    sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
-    sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms, .stop = src.get_token()}));
-    sim.spawn(client(sim, bh, j, {.id = 3, .arrive = 20ms, .hold = 10ms}));
-    // Fires at 100 ms after call 1's action ends (its timer was armed earlier): the slot has been
-    // handed to call 2, which has not been resumed yet.
-    sim.spawn(stop_at(sim, src, 100ms, bh, queued_after_stop));
-    sim.run_all();
+    // The stop fires at 100 ms after call 1's action ends (its timer was armed earlier): the slot has
+    // been handed to call 2, which has not been resumed yet.
+    const std::size_t queued_after_stop = stop_first_waiter(sim, bh, j, 100ms);
     CHECK(queued_after_stop == 1);
     CHECK(j.finished[2] == std::pair{nanoseconds{100ms}, std::string{"cancelled"}});
     CHECK_FALSE(j.ran(2));
@@ -263,10 +247,9 @@ TEST_CASE("bulkhead: the slot is released when the running call is cancelled", "
     rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
     journal j;
     std::stop_source src;
-    std::size_t ignored = 0;
     sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms, .stop = src.get_token()}));
     sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms}));
-    sim.spawn(stop_at(sim, src, 40ms, bh, ignored));
+    sim.spawn(stop_at(sim, src, 40ms));
     sim.run_all();
     CHECK(j.finished[1] == std::pair{nanoseconds{40ms}, std::string{"cancelled"}});
     CHECK(j.started_at(2) == 40ms);
@@ -341,17 +324,10 @@ TEST_CASE("bulkhead: copies are handles to one bulkhead", "[bulkhead]") {
 
 namespace {
 
-// Suspends and resumes later on the same loop: lets everything else queued there run first.
-struct yield_now {
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) const { rs::event_loop::current()->post(h); }
-    void await_resume() const noexcept {}
-};
-
 struct shared_counts {
-    std::atomic<int> running{0}, peak{0}, values{0}, rejected{0}, cancelled{0}, other{0};
-    std::vector<std::atomic<int>> completions;
-    explicit shared_counts(std::size_t calls) : completions(calls) {}
+    std::atomic<int> running{0}, peak{0};
+    resilience_tests::call_tally<rs::bulkhead_rejected_error> calls;
+    explicit shared_counts(std::size_t n) : calls(n) {}
 };
 
 rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id, std::stop_token stop) {
@@ -366,22 +342,7 @@ rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t
         co_return 1;
     };
     auto r = co_await bh.execute_outcome(std::move(action), std::move(stop));
-    const std::string what = describe(r);
-    if (what == "value")
-        ++c.values;
-    else if (what == "rejected")
-        ++c.rejected;
-    else if (what == "cancelled")
-        ++c.cancelled;
-    else
-        ++c.other;
-    ++c.completions[id];
-}
-
-// The other loop's half of the calls stop some of this loop's calls at unpredictable moments.
-rs::task<void> stopper(std::stop_source& src) {
-    co_await yield_now{};
-    src.request_stop();
+    c.calls.record(id, r);
 }
 
 } // namespace
@@ -404,34 +365,23 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
         const bool stopped = v.stops && i % 5 == 0;
         a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : std::stop_token{}));
         b.spawn(threaded_client(bh, c, per_loop + i, {}));
-        if (stopped)
-            b.spawn(stopper(sources[i]));
+        if (stopped) // the other loop stops some of this loop's calls at unpredictable moments
+            b.spawn(resilience_tests::stop_after_yields(sources[i], 1));
     }
-    std::latch go{2}; // both loops start together, so their calls overlap
-    std::thread ta([&] {
-        go.arrive_and_wait();
-        a.run();
-    });
-    std::thread tb([&] {
-        go.arrive_and_wait();
-        b.run();
-    });
-    ta.join();
-    tb.join();
+    resilience_tests::run_on_threads(a, b); // both loops start together, so their calls overlap
 
     CHECK(c.peak.load() <= static_cast<int>(v.options.max_concurrent));
     CHECK(c.peak.load() >= 1);
     CHECK(c.running.load() == 0);
-    CHECK(c.values + c.rejected + c.cancelled == static_cast<int>(2 * per_loop));
-    CHECK(c.other == 0);
-    for (auto& n : c.completions)
-        REQUIRE(n.load() == 1);
+    CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(2 * per_loop));
+    CHECK(c.calls.failed == 0);
+    REQUIRE(c.calls.completions.exactly_once() == 2 * per_loop);
     if (!v.stops)
-        CHECK(c.cancelled == 0);
+        CHECK(c.calls.cancelled == 0);
     if (v.options.max_queued >= 2 * per_loop)
-        CHECK(c.rejected == 0);
+        CHECK(c.calls.refused == 0);
     else
-        CHECK(c.rejected > 0);
+        CHECK(c.calls.refused > 0);
     CHECK(bh.in_flight() == 0);
     CHECK(bh.queued() == 0);
 }

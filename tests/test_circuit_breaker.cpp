@@ -2,6 +2,7 @@
 // circuit_breaker: trip rules, breaks, probes, classification, state reads, and sharing across threads.
 
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/event_loop.hpp>
@@ -20,13 +21,15 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+using resilience_tests::completion_counts;
+using resilience_tests::run_on_threads;
+using resilience_tests::yield_now;
 using rs::circuit_state;
 using rs::testing::simulation;
 
@@ -443,12 +446,9 @@ TEST_CASE("circuit_breaker: cancellation is not counted against the dependency",
     sim.run([&]() -> rs::task<void> {
         // The caller stops a running call.
         std::stop_source caller;
-        auto stopper = [&]() -> rs::task<void> {
-            co_await sim.sleep_for(500ms);
-            caller.request_stop();
-        };
-        auto [r, ignored] = co_await rs::when_all(
-            breaker.execute_outcome(timed(sim, 1s, true), caller.get_token()), stopper());
+        auto [r, ignored] =
+            co_await rs::when_all(breaker.execute_outcome(timed(sim, 1s, true), caller.get_token()),
+                                  resilience_tests::stop_at(sim, caller, 500ms));
         (void)ignored;
         CHECK(r.error().is<rs::cancelled_error>());
         CHECK(sim.now() == 500ms);
@@ -866,37 +866,26 @@ private:
     std::vector<parked> parked_;
 };
 
-// Resumes the awaiting coroutine later on the same loop, so calls on one loop interleave.
-struct yield {
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) const { rs::event_loop::current()->post(h); }
-    void await_resume() const noexcept {}
+// Collects on_state_change reports, which may come from either thread.
+struct state_changes {
+    std::mutex mutex;
+    std::vector<std::pair<circuit_state, circuit_state>> seen;
+
+    auto recorder() {
+        return [this](circuit_state from, circuit_state to) {
+            std::lock_guard lock(mutex);
+            seen.emplace_back(from, to);
+        };
+    }
 };
 
-template <class F>
-void run_on_two_threads(rs::event_loop& a, rs::event_loop& b, F&& checks_after) {
-    std::exception_ptr ea, eb;
-    std::thread ta([&] {
-        try {
-            a.run();
-        } catch (...) {
-            ea = std::current_exception();
-        }
-    });
-    std::thread tb([&] {
-        try {
-            b.run();
-        } catch (...) {
-            eb = std::current_exception();
-        }
-    });
-    ta.join();
-    tb.join();
-    if (ea)
-        std::rethrow_exception(ea);
-    if (eb)
-        std::rethrow_exception(eb);
-    checks_after();
+// Spawns call(0) to call(per_loop - 1) on `a`, and call(per_loop) to call(2 * per_loop - 1) on `b`.
+template <class Call>
+void spawn_halves(rs::event_loop& a, rs::event_loop& b, int per_loop, Call& call) {
+    for (int i = 0; i < per_loop; ++i) {
+        a.spawn(call(i));
+        b.spawn(call(per_loop + i));
+    }
 }
 
 } // namespace
@@ -906,16 +895,11 @@ TEST_CASE("circuit_breaker: half-open admits exactly probes calls among 2000 cal
     constexpr int per_loop = 1000, total = 2 * per_loop, probes = 3;
     using S = circuit_state;
     manual_clock clock;
-    std::mutex changes_mutex;
-    std::vector<std::pair<S, S>> changes;
+    state_changes changes;
     rs::circuit_breaker breaker{{.failure_threshold = 1,
                                  .break_duration = 1s,
                                  .probes = probes,
-                                 .on_state_change =
-                                     [&](S from, S to) {
-                                         std::lock_guard lock(changes_mutex);
-                                         changes.emplace_back(from, to);
-                                     }},
+                                 .on_state_change = changes.recorder()},
                                 clock};
     rs::sync_wait(breaker.execute_outcome(fail_now()));
     clock.advance(1s);
@@ -923,7 +907,7 @@ TEST_CASE("circuit_breaker: half-open admits exactly probes calls among 2000 cal
 
     gate g{total};
     std::atomic<int> actions{0}, admitted{0}, refused{0}, wrong_refusals{0};
-    std::vector<std::atomic<int>> completed(total);
+    completion_counts completed(total);
     auto call = [&](int id) -> rs::task<void> {
         auto r = co_await breaker.execute_outcome([&]() -> rs::task<int> {
             actions.fetch_add(1);
@@ -941,26 +925,20 @@ TEST_CASE("circuit_breaker: half-open admits exactly probes calls among 2000 cal
             refused.fetch_add(1);
             g.decided();
         }
-        completed[static_cast<std::size_t>(id)].fetch_add(1);
+        completed.record(static_cast<std::size_t>(id));
     };
     rs::event_loop a, b;
-    for (int i = 0; i < per_loop; ++i) {
-        a.spawn(call(i));
-        b.spawn(call(per_loop + i));
-    }
-    run_on_two_threads(a, b, [&] {
-        CHECK(actions.load() == probes);
-        CHECK(admitted.load() == probes);
-        CHECK(refused.load() == total - probes);
-        CHECK(wrong_refusals.load() == 0);
-        int once = 0;
-        for (auto& c : completed)
-            once += c.load() == 1 ? 1 : 0;
-        CHECK(once == total);
-        CHECK(breaker.state() == S::closed);
-        CHECK(changes == std::vector<std::pair<S, S>>{
-                             {S::closed, S::open}, {S::open, S::half_open}, {S::half_open, S::closed}});
-    });
+    spawn_halves(a, b, per_loop, call);
+    run_on_threads(a, b);
+
+    CHECK(actions.load() == probes);
+    CHECK(admitted.load() == probes);
+    CHECK(refused.load() == total - probes);
+    CHECK(wrong_refusals.load() == 0);
+    CHECK(completed.exactly_once() == total);
+    CHECK(breaker.state() == S::closed);
+    CHECK(changes.seen == std::vector<std::pair<S, S>>{
+                              {S::closed, S::open}, {S::open, S::half_open}, {S::half_open, S::closed}});
 }
 
 TEST_CASE("circuit_breaker: failures racing on two threads open it once, and every call completes once",
@@ -968,21 +946,14 @@ TEST_CASE("circuit_breaker: failures racing on two threads open it once, and eve
     constexpr int per_loop = 1000, total = 2 * per_loop;
     using S = circuit_state;
     manual_clock clock;
-    std::mutex changes_mutex;
-    std::vector<std::pair<S, S>> changes;
-    rs::circuit_breaker breaker{{.failure_threshold = 50,
-                                 .on_state_change =
-                                     [&](S from, S to) {
-                                         std::lock_guard lock(changes_mutex);
-                                         changes.emplace_back(from, to);
-                                     }},
-                                clock};
+    state_changes changes;
+    rs::circuit_breaker breaker{{.failure_threshold = 50, .on_state_change = changes.recorder()}, clock};
     std::atomic<int> ran{0}, failed{0}, refused{0}, other{0};
-    std::vector<std::atomic<int>> completed(total);
+    completion_counts completed(total);
     auto call = [&](int id) -> rs::task<void> {
         auto r = co_await breaker.execute_outcome([&]() -> rs::task<int> {
             ran.fetch_add(1);
-            co_await yield{};
+            co_await yield_now{};
             throw boom{id};
             co_return 0;
         });
@@ -992,25 +963,19 @@ TEST_CASE("circuit_breaker: failures racing on two threads open it once, and eve
             failed.fetch_add(1);
         else
             other.fetch_add(1);
-        completed[static_cast<std::size_t>(id)].fetch_add(1);
+        completed.record(static_cast<std::size_t>(id));
     };
     rs::event_loop a, b;
-    for (int i = 0; i < per_loop; ++i) {
-        a.spawn(call(i));
-        b.spawn(call(per_loop + i));
-    }
-    run_on_two_threads(a, b, [&] {
-        CHECK(ran.load() >= 50);
-        CHECK(failed.load() == ran.load());
-        CHECK(ran.load() + refused.load() == total);
-        CHECK(other.load() == 0);
-        int once = 0;
-        for (auto& c : completed)
-            once += c.load() == 1 ? 1 : 0;
-        CHECK(once == total);
-        CHECK(breaker.state() == S::open);
-        CHECK(changes == std::vector<std::pair<S, S>>{{S::closed, S::open}});
-    });
+    spawn_halves(a, b, per_loop, call);
+    run_on_threads(a, b);
+
+    CHECK(ran.load() >= 50);
+    CHECK(failed.load() == ran.load());
+    CHECK(ran.load() + refused.load() == total);
+    CHECK(other.load() == 0);
+    CHECK(completed.exactly_once() == total);
+    CHECK(breaker.state() == S::open);
+    CHECK(changes.seen == std::vector<std::pair<S, S>>{{S::closed, S::open}});
 }
 
 TEST_CASE("circuit_breaker: window counters add up under calls from two threads",
@@ -1022,7 +987,7 @@ TEST_CASE("circuit_breaker: window counters add up under calls from two threads"
     std::atomic<int> done{0};
     auto call = [&](int id) -> rs::task<void> {
         (void)co_await breaker.execute_outcome([id]() -> rs::task<int> {
-            co_await yield{};
+            co_await yield_now{};
             if (id % 2 == 1)
                 throw boom{id};
             co_return id;
@@ -1030,15 +995,12 @@ TEST_CASE("circuit_breaker: window counters add up under calls from two threads"
         done.fetch_add(1);
     };
     rs::event_loop a, b;
-    for (int i = 0; i < per_loop; ++i) {
-        a.spawn(call(i));
-        b.spawn(call(per_loop + i));
-    }
-    run_on_two_threads(a, b, [&] {
-        CHECK(done.load() == total);
-        const auto m = breaker.metrics();
-        CHECK(m.calls == total);
-        CHECK(m.failures == per_loop);
-        CHECK(m.state == circuit_state::closed);
-    });
+    spawn_halves(a, b, per_loop, call);
+    run_on_threads(a, b);
+
+    CHECK(done.load() == total);
+    const auto m = breaker.metrics();
+    CHECK(m.calls == total);
+    CHECK(m.failures == per_loop);
+    CHECK(m.state == circuit_state::closed);
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/fallback.hpp>
 #include <resilience/pipeline.hpp>
@@ -163,10 +164,7 @@ TEST_CASE("fallback: a caller's stop passes through at its instant, whatever han
                     },
                     [](const rs::failure&) { return true; }};
     std::stop_source caller;
-    sim.spawn([](rs::testing::simulation& s, std::stop_source& src) -> rs::task<void> {
-        co_await s.sleep_for(50ms);
-        src.request_stop();
-    }(sim, caller));
+    sim.spawn(resilience_tests::stop_at(sim, caller, 50ms));
     auto result = sim.run(fb.execute_outcome(act, caller.get_token()));
     REQUIRE(result.has_failure());
     CHECK(rs::is_cancellation(result.error()));

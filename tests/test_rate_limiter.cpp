@@ -2,6 +2,7 @@
 // Tests of resilience::rate_limiter (token bucket) and resilience::sliding_window_limiter.
 
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/clock.hpp>
 #include <resilience/event_loop.hpp>
@@ -12,17 +13,13 @@
 #include <resilience/timeout.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <coroutine>
-#include <latch>
 #include <limits>
 #include <map>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +27,7 @@ namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
 using vclock = rs::testing::virtual_clock;
+using resilience_tests::stop_at;
 
 static_assert(rs::policy<rs::rate_limiter<>>);
 static_assert(rs::policy<rs::rate_limiter<vclock>>);
@@ -47,21 +45,11 @@ struct ending {
 
 // When each call's action ran, and how each call ended, by call id.
 struct journal {
-    std::vector<std::pair<int, nanoseconds>> admitted;
+    resilience_tests::instant_log admitted;
     std::map<int, ending> finished;
 
-    std::vector<int> order() const {
-        std::vector<int> ids;
-        for (auto& [id, at] : admitted)
-            ids.push_back(id);
-        return ids;
-    }
-    nanoseconds admitted_at(int id) const {
-        for (auto& [i, at] : admitted)
-            if (i == id)
-                return at;
-        return nanoseconds{-1};
-    }
+    std::vector<int> order() const { return resilience_tests::ids_of(admitted); }
+    nanoseconds admitted_at(int id) const { return resilience_tests::instant_of(admitted, id); }
 };
 
 template <class T>
@@ -90,13 +78,14 @@ rs::task<void> client(rs::testing::simulation& sim, L& limiter, journal& j, int 
     j.finished[id] = describe(r, sim.now());
 }
 
-// Requests a stop at `at`, and writes down the queue length right after.
+// Calls 1 to `calls` all arrive at `arrive`; runs them to the end and returns what happened.
 template <class L>
-rs::task<void> stop_at(rs::testing::simulation& sim, std::stop_source& src, nanoseconds at, const L& limiter,
-                       std::size_t& queued_after) {
-    co_await sim.sleep_for(at - sim.now());
-    src.request_stop();
-    queued_after = limiter.queued();
+journal run_burst(rs::testing::simulation& sim, L& limiter, int calls, nanoseconds arrive = 0ms) {
+    journal j;
+    for (int id = 1; id <= calls; ++id)
+        sim.spawn(client(sim, limiter, j, id, arrive));
+    sim.run_all();
+    return j;
 }
 
 ending value_at(nanoseconds at) {
@@ -118,10 +107,7 @@ TEST_CASE("rate_limiter: a full bucket admits capacity calls at once, then one p
           "[rate_limiter]") {
     rs::testing::simulation sim;
     rs::rate_limiter rl{{.capacity = 2, .tokens_per_second = 10}, sim.clock()};
-    journal j;
-    for (int id = 1; id <= 6; ++id)
-        sim.spawn(client(sim, rl, j, id, 0ms));
-    sim.run_all();
+    journal j = run_burst(sim, rl, 6);
     using admissions = std::vector<std::pair<int, nanoseconds>>;
     CHECK(j.admitted == admissions{{1, 0ms}, {2, 0ms}, {3, 100ms}, {4, 200ms}, {5, 300ms}, {6, 400ms}});
     CHECK(rl.queued() == 0);
@@ -130,10 +116,7 @@ TEST_CASE("rate_limiter: a full bucket admits capacity calls at once, then one p
 TEST_CASE("rate_limiter: a refill interval that is not a whole nanosecond is rounded up", "[rate_limiter]") {
     rs::testing::simulation sim;
     rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 3}, sim.clock()};
-    journal j;
-    for (int id = 1; id <= 3; ++id)
-        sim.spawn(client(sim, rl, j, id, 0ms));
-    sim.run_all();
+    journal j = run_burst(sim, rl, 3);
     CHECK(j.admitted_at(1) == 0ns);
     CHECK(j.admitted_at(2) == 333'333'334ns); // 1/3 s, never before
     CHECK(j.admitted_at(3) == 666'666'667ns);
@@ -168,10 +151,7 @@ TEST_CASE("rate_limiter: max_queued bounds the waiters, and a refused call's ret
           "[rate_limiter]") {
     rs::testing::simulation sim;
     rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10, .max_queued = 2}, sim.clock()};
-    journal j;
-    for (int id = 1; id <= 4; ++id)
-        sim.spawn(client(sim, rl, j, id, 0ms));
-    sim.run_all();
+    journal j = run_burst(sim, rl, 4);
     CHECK(j.finished[1] == value_at(0ms));
     CHECK(j.finished[2] == value_at(100ms));
     CHECK(j.finished[3] == value_at(200ms));
@@ -206,9 +186,9 @@ TEST_CASE(
     CHECK(j.admitted == admissions{{1, 0ms}, {2, 100ms}, {3, 200ms}, {4, 300ms}, {5, 400ms}});
 }
 
-TEST_CASE(
-    "rate_limiter: a waiter whose caller stops leaves the queue at once, and the next one takes over the timing",
-    "[rate_limiter]") {
+TEST_CASE("rate_limiter: a waiter whose caller stops leaves the queue at once, and the next one takes over "
+          "the timing",
+          "[rate_limiter]") {
     rs::testing::simulation sim;
     rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
     journal j;
@@ -313,11 +293,8 @@ TEST_CASE("rate_limiter: tokens refill lazily and never exceed capacity, however
     sim.run(sim.sleep_for(10s));
     CHECK(rl.tokens() == 3.0);
 
-    journal j;
     const nanoseconds t0 = sim.now();
-    for (int id = 1; id <= 4; ++id)
-        sim.spawn(client(sim, rl, j, id, t0));
-    sim.run_all();
+    journal j = run_burst(sim, rl, 4, t0);
     CHECK(j.admitted_at(3) == t0);         // a burst of exactly capacity...
     CHECK(j.admitted_at(4) == t0 + 100ms); // ...and not one more
 }
@@ -355,10 +332,7 @@ TEST_CASE("rate_limiter: invalid options are refused naming the field and the va
 TEST_CASE("sliding_window_limiter: admits exactly limit calls per window", "[rate_limiter][sliding_window]") {
     rs::testing::simulation sim;
     rs::sliding_window_limiter sw{{.limit = 3, .window = 1s}, sim.clock()};
-    journal j;
-    for (int id = 1; id <= 7; ++id)
-        sim.spawn(client(sim, sw, j, id, 0ms));
-    sim.run_all();
+    journal j = run_burst(sim, sw, 7);
     using admissions = std::vector<std::pair<int, nanoseconds>>;
     CHECK(j.admitted == admissions{{1, 0s}, {2, 0s}, {3, 0s}, {4, 1s}, {5, 1s}, {6, 1s}, {7, 2s}});
     CHECK(sw.tokens() == 2.0);
@@ -422,10 +396,7 @@ TEST_CASE("sliding_window_limiter: reject mode, max_queued and take follow the r
     }
     SECTION("max_queued: the waiters beyond it are refused, retry_after counting those ahead") {
         rs::sliding_window_limiter sw{{.limit = 2, .window = 1s, .max_queued = 3}, sim.clock()};
-        journal j;
-        for (int id = 1; id <= 6; ++id)
-            sim.spawn(client(sim, sw, j, id, 0ms));
-        sim.run_all();
+        journal j = run_burst(sim, sw, 6);
         CHECK(j.finished[3] == value_at(1s));
         CHECK(j.finished[4] == value_at(1s));
         CHECK(j.finished[5] == value_at(2s));
@@ -494,25 +465,7 @@ struct recording_clock {
 };
 static_assert(rs::clock<recording_clock>);
 
-// Suspends and resumes later on the same loop: lets everything else queued there run first.
-struct yield_now {
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) const { rs::event_loop::current()->post(h); }
-    void await_resume() const noexcept {}
-};
-
-// Stops another loop's call after letting this loop run `yields` rounds.
-rs::task<void> stopper(std::stop_source& src, int yields) {
-    for (int i = 0; i < yields; ++i)
-        co_await yield_now{};
-    src.request_stop();
-}
-
-struct shared_log {
-    std::atomic<int> values{0}, cancelled{0}, other{0};
-    std::vector<std::atomic<int>> completions;
-    explicit shared_log(std::size_t calls) : completions(calls) {}
-};
+using shared_log = resilience_tests::call_tally<rs::rate_limited_error>;
 
 rs::task<void> limited_client(rs::rate_limiter<recording_clock>& rl, shared_log& log,
                               std::vector<recording_clock::time_point>& admitted, std::size_t id,
@@ -522,13 +475,7 @@ rs::task<void> limited_client(rs::rate_limiter<recording_clock>& rl, shared_log&
         co_return 1;
     };
     auto r = co_await rl.execute_outcome(std::move(action), std::move(stop));
-    if (r.has_value())
-        ++log.values;
-    else if (rs::is_cancellation(r.error()))
-        ++log.cancelled;
-    else
-        ++log.other;
-    ++log.completions[id];
+    log.record(id, r);
 }
 
 } // namespace
@@ -550,25 +497,15 @@ TEST_CASE(
         a.spawn(limited_client(rl, log, admitted_a, i, stopped ? sources[i].get_token() : std::stop_token{}));
         b.spawn(limited_client(rl, log, admitted_b, per_loop + i, {}));
         if (stopped)
-            b.spawn(stopper(sources[i], static_cast<int>(i % 40)));
+            b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 40)));
     }
-    std::latch go{2};
-    std::thread ta([&] {
-        go.arrive_and_wait();
-        a.run();
-    });
-    std::thread tb([&] {
-        go.arrive_and_wait();
-        b.run();
-    });
-    ta.join();
-    tb.join();
+    resilience_tests::run_on_threads(a, b);
 
     CHECK(log.values + log.cancelled == static_cast<int>(2 * per_loop));
     CHECK(log.cancelled <= static_cast<int>(per_loop / 7 + 1));
-    CHECK(log.other == 0);
-    for (auto& n : log.completions)
-        REQUIRE(n.load() == 1);
+    CHECK(log.refused == 0);
+    CHECK(log.failed == 0);
+    REQUIRE(log.completions.exactly_once() == 2 * per_loop);
     CHECK(rl.queued() == 0);
 
     std::vector<recording_clock::time_point> all = admitted_a;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "alloc_counter.hpp"
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/backoff.hpp>
 #include <resilience/error.hpp>
@@ -23,6 +24,8 @@
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+using resilience_tests::invalid_argument_message;
+using resilience_tests::stop_at;
 using rs::testing::script;
 using rs::testing::scripted_action;
 using std::chrono::nanoseconds;
@@ -48,17 +51,6 @@ struct recording_action {
         co_return 0;
     }
 };
-
-template <class F>
-std::string invalid_argument_message(F&& f) {
-    try {
-        f();
-    } catch (const std::invalid_argument& e) {
-        return e.what();
-    }
-    FAIL("expected std::invalid_argument");
-    return {};
-}
 
 } // namespace
 
@@ -438,13 +430,6 @@ TEST_CASE("retry: max_elapsed stops before a wait that would carry the call past
     }
 }
 
-namespace {
-rs::task<void> stop_after(rs::testing::simulation& sim, nanoseconds when, std::stop_source& source) {
-    co_await sim.sleep_for(when);
-    source.request_stop();
-}
-} // namespace
-
 TEST_CASE("retry: a caller's stop during a long backoff ends the call at that instant with the last failure",
           "[retry]") {
     rs::testing::simulation sim;
@@ -458,7 +443,7 @@ TEST_CASE("retry: a caller's stop during a long backoff ends the call at that in
     rs::retry r{{.max_attempts = 5, .backoff = rs::constant_backoff{10min, rs::jitter::none}}, sim.clock()};
     std::stop_source caller;
     auto [ignored, out] =
-        sim.run(rs::when_all(stop_after(sim, 5s, caller), r.execute_outcome(action, caller.get_token())));
+        sim.run(rs::when_all(stop_at(sim, caller, 5s), r.execute_outcome(action, caller.get_token())));
     (void)ignored;
     CHECK(sim.now() == 5s);
     REQUIRE(thrown.size() == 1);
@@ -474,7 +459,7 @@ TEST_CASE("retry: a caller's stop during an attempt is not retried", "[retry]") 
         {.max_attempts = 5, .backoff = exact_200ms, .retry_if = [](const rs::failure&) { return true; }},
         sim.clock()};
     std::stop_source caller;
-    sim.spawn(stop_after(sim, 3s, caller));
+    sim.spawn(stop_at(sim, caller, 3s));
     CHECK_THROWS_AS(sim.run(r.execute(slow, caller.get_token())), rs::cancelled_error);
     CHECK(sim.now() == 3s);
     CHECK(slow.calls() == 1);

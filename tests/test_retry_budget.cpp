@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/backoff.hpp>
 #include <resilience/event_loop.hpp>
@@ -9,27 +10,13 @@
 
 #include <atomic>
 #include <cmath>
-#include <coroutine>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <vector>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
-
-namespace {
-template <class F>
-std::string invalid_argument_message(F&& f) {
-    try {
-        f();
-    } catch (const std::invalid_argument& e) {
-        return e.what();
-    }
-    FAIL("expected std::invalid_argument");
-    return {};
-}
-} // namespace
+using resilience_tests::invalid_argument_message;
+using resilience_tests::yield_now;
 
 TEST_CASE("retry_budget: starts full and grants exactly capacity retries before anything is earned",
           "[retry_budget]") {
@@ -104,13 +91,6 @@ TEST_CASE("retry_budget: bad options throw std::invalid_argument naming the fiel
 
 namespace {
 
-// Lets the other coroutines on this loop run before continuing.
-struct yield_to_loop {
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) const { rs::event_loop::current()->post(h); }
-    void await_resume() const noexcept {}
-};
-
 struct shared_counts {
     std::atomic<long> attempts{0};
     std::atomic<long> finished{0};
@@ -121,7 +101,7 @@ rs::task<void> caller(const rs::retry<>& r, shared_counts& counts, int calls) {
     for (int i = 0; i < calls; ++i) {
         auto result = co_await r.execute_outcome([&counts]() -> rs::task<int> {
             counts.attempts.fetch_add(1, std::memory_order_relaxed);
-            co_await yield_to_loop{};
+            co_await yield_now{};
             throw std::runtime_error("always down");
         });
         if (result.has_value())
@@ -134,7 +114,7 @@ rs::task<void> caller(const rs::retry<>& r, shared_counts& counts, int calls) {
 
 TEST_CASE("retry_budget: two event loops on two threads never get more than capacity + ratio x calls",
           "[retry_budget][concurrency]") {
-    constexpr int threads = 2, callers_per_loop = 4, calls_per_caller = 500;
+    constexpr int callers_per_loop = 4, calls_per_caller = 500;
     constexpr double ratio = 0.25, capacity = 10;
     rs::retry_budget budget{{.ratio = ratio, .capacity = capacity}};
     // Unbounded attempts and no wait: the budget is the only thing that stops a call.
@@ -143,18 +123,13 @@ TEST_CASE("retry_budget: two event loops on two threads never get more than capa
                          .budget = budget}};
     shared_counts counts;
 
-    std::vector<std::thread> workers;
-    for (int t = 0; t < threads; ++t)
-        workers.emplace_back([&] {
-            rs::event_loop loop;
-            for (int c = 0; c < callers_per_loop; ++c)
-                loop.spawn(caller(r, counts, calls_per_caller));
-            loop.run();
-        });
-    for (auto& w : workers)
-        w.join();
+    rs::event_loop a, b;
+    for (rs::event_loop* loop : {&a, &b})
+        for (int c = 0; c < callers_per_loop; ++c)
+            loop->spawn(caller(r, counts, calls_per_caller));
+    resilience_tests::run_on_threads(a, b);
 
-    const long calls = long{threads} * callers_per_loop * calls_per_caller;
+    const long calls = 2L * callers_per_loop * calls_per_caller; // two loops
     const long granted = counts.attempts.load() - calls;
     CHECK(counts.finished.load() == calls); // every call completed exactly once
     CHECK(counts.succeeded.load() == 0);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>
@@ -11,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <coroutine>
 #include <cstddef>
 #include <exception>
 #include <functional>
@@ -19,11 +19,12 @@
 #include <optional>
 #include <stop_token>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+using resilience_tests::stop_at;
+using resilience_tests::yield_now;
 
 namespace {
 
@@ -76,11 +77,6 @@ rs::task<void> after(rs::testing::simulation& sim, std::chrono::nanoseconds d, r
 rs::task<void> at(rs::testing::simulation& sim, std::chrono::nanoseconds when, std::function<void()> f) {
     co_await sim.sleep_for(when);
     f();
-}
-
-rs::task<void> stop_at(rs::testing::simulation& sim, std::chrono::nanoseconds when, std::stop_source& src) {
-    co_await sim.sleep_for(when);
-    src.request_stop();
 }
 
 auto slow(rs::testing::simulation& sim, int failures = 0) {
@@ -185,7 +181,7 @@ TEST_CASE("single_flight: a caller that stops leaves at once, the others still g
     sim.spawn(caller(sim, sf, "k", act, r[0]));
     sim.spawn(caller(sim, sf, "k", act, r[1], stop.get_token()));
     sim.spawn(caller(sim, sf, "k", act, r[2]));
-    sim.spawn(stop_at(sim, 50ms, stop));
+    sim.spawn(stop_at(sim, stop, 50ms));
     sim.run_all();
     CHECK(act.calls() == 1);
     CHECK(act.stopped() == 0);
@@ -207,7 +203,7 @@ TEST_CASE(
     std::stop_source stop;
     sim.spawn(caller(sim, sf, "k", act, starter, stop.get_token()));
     sim.spawn(after(sim, 10ms, caller(sim, sf, "k", act, other)));
-    sim.spawn(stop_at(sim, 20ms, stop));
+    sim.spawn(stop_at(sim, stop, 20ms));
     sim.run_all();
     CHECK(starter.cancelled());
     CHECK(starter.at == 20ms);
@@ -226,8 +222,8 @@ TEST_CASE("single_flight: when every caller has left, the shared call is stopped
     std::stop_source s0, s1;
     sim.spawn(caller(sim, sf, "k", act, r[0], s0.get_token()));
     sim.spawn(caller(sim, sf, "k", act, r[1], s1.get_token()));
-    sim.spawn(stop_at(sim, 30ms, s0));
-    sim.spawn(stop_at(sim, 50ms, s1));
+    sim.spawn(stop_at(sim, s0, 30ms));
+    sim.spawn(stop_at(sim, s1, 50ms));
     bool contained_at_40 = false, contained_at_60 = true;
     int stopped_at_60 = 0;
     sim.spawn(at(sim, 40ms, [&] { contained_at_40 = sf.contains("k"); }));
@@ -357,7 +353,7 @@ TEST_CASE("single_flight: in the policy form the starting caller stays until the
         std::stop_source stop;
         sim.spawn(policy_caller(sim, sf.policy("k"), act, starter, stop.get_token()));
         sim.spawn(after(sim, 10ms, policy_caller(sim, sf.policy("k"), act, other)));
-        sim.spawn(stop_at(sim, 20ms, stop));
+        sim.spawn(stop_at(sim, stop, 20ms));
         sim.run_all();
         CHECK(starter.cancelled());
         CHECK(starter.at == 100ms);
@@ -370,8 +366,8 @@ TEST_CASE("single_flight: in the policy form the starting caller stays until the
         std::stop_source s0, s1;
         sim.spawn(policy_caller(sim, sf.policy("k"), act, starter, s0.get_token()));
         sim.spawn(after(sim, 10ms, policy_caller(sim, sf.policy("k"), act, other, s1.get_token())));
-        sim.spawn(stop_at(sim, 20ms, s1));
-        sim.spawn(stop_at(sim, 30ms, s0));
+        sim.spawn(stop_at(sim, s1, 20ms));
+        sim.spawn(stop_at(sim, s0, 30ms));
         sim.run_all();
         CHECK(other.cancelled());
         CHECK(other.at == 20ms);
@@ -386,12 +382,6 @@ TEST_CASE("single_flight: in the policy form the starting caller stays until the
 // ---- concurrency ------------------------------------------------------------------------------------
 
 namespace {
-
-struct yield_now {
-    bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) const { rs::event_loop::current()->post(h); }
-    void await_resume() const noexcept {}
-};
 
 constexpr int keys = 4;
 
@@ -469,10 +459,7 @@ void run_two_loops(flights sf, counters& c, std::vector<caller_result>& results,
             loops[l].spawn(concurrent_caller(sf, &c, index, &results[static_cast<std::size_t>(index)],
                                              &loops[1 - l], with_stops && index % 2 == 0));
         }
-    std::thread t0([&] { loops[0].run(); });
-    std::thread t1([&] { loops[1].run(); });
-    t0.join();
-    t1.join();
+    resilience_tests::run_on_threads(loops[0], loops[1]);
     // A stop posted to a loop that had already finished is still pending: run it (it finds its
     // caller gone, and only releases the stop source it owns).
     loops[0].run();

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: MIT
+// Helpers several test files share: invalid-argument messages, stops at virtual instants, (id, instant)
+// logs, and running event loops on threads of their own while counting how the calls ended.
+#pragma once
+
+#include "catch.hpp"
+
+#include <resilience/event_loop.hpp>
+#include <resilience/outcome.hpp>
+#include <resilience/task.hpp>
+#include <resilience/testing/simulation.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <latch>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace resilience_tests {
+
+// ---------------------------------------------------------------------------------------------------------
+// Invalid arguments
+
+/// Runs `f` and returns the message of the std::invalid_argument it throws (fails the test otherwise).
+template <class F>
+std::string invalid_argument_message(F&& f) {
+    try {
+        f();
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
+    FAIL("expected std::invalid_argument");
+    return {};
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Simulations
+
+/// Requests a stop on `src` at the virtual instant `at`.
+inline resilience::task<void> stop_at(resilience::testing::simulation& sim, std::stop_source& src,
+                                      std::chrono::nanoseconds at) {
+    co_await sim.sleep_for(at - sim.now());
+    src.request_stop();
+}
+
+/// Requests a stop on `src` at the virtual instant `at`, and writes down `policy.queued()` right after.
+template <class Policy>
+resilience::task<void> stop_at(resilience::testing::simulation& sim, std::stop_source& src,
+                               std::chrono::nanoseconds at, const Policy& policy, std::size_t& queued_after) {
+    co_await sim.sleep_for(at - sim.now());
+    src.request_stop();
+    queued_after = policy.queued();
+}
+
+/// Which call did something and at what instant, in the order it happened.
+using instant_log = std::vector<std::pair<int, std::chrono::nanoseconds>>;
+
+/// The call ids of `log`, in its order.
+inline std::vector<int> ids_of(const instant_log& log) {
+    std::vector<int> ids;
+    for (auto& [id, at] : log)
+        ids.push_back(id);
+    return ids;
+}
+
+/// The first instant call `id` has in `log`, or -1 ns if it has none.
+inline std::chrono::nanoseconds instant_of(const instant_log& log, int id) {
+    for (auto& [i, at] : log)
+        if (i == id)
+            return at;
+    return std::chrono::nanoseconds{-1};
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Real event loops on threads
+
+/// Suspends and resumes later on the same event loop: lets everything else queued there run first.
+struct yield_now {
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) const { resilience::event_loop::current()->post(h); }
+    void await_resume() const noexcept {}
+};
+
+/// Requests a stop on `src` after letting the current loop run `yields` rounds.
+inline resilience::task<void> stop_after_yields(std::stop_source& src, int yields) {
+    for (int i = 0; i < yields; ++i)
+        co_await yield_now{};
+    src.request_stop();
+}
+
+/// Runs each loop on its own thread, all starting together; once all end, rethrows what a run() threw.
+template <std::same_as<resilience::event_loop>... Loops>
+void run_on_threads(Loops&... loops) {
+    constexpr std::size_t n = sizeof...(Loops);
+    resilience::event_loop* const all[] = {&loops...};
+    std::exception_ptr errors[n];
+    std::latch go{static_cast<std::ptrdiff_t>(n)};
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < n; ++i)
+        threads.emplace_back([&, i] {
+            go.arrive_and_wait();
+            try {
+                all[i]->run();
+            } catch (...) {
+                errors[i] = std::current_exception();
+            }
+        });
+    for (auto& t : threads)
+        t.join();
+    for (auto& e : errors)
+        if (e)
+            std::rethrow_exception(e);
+}
+
+/// Counts, per call id, how many times each call completed; any thread may record.
+class completion_counts {
+public:
+    explicit completion_counts(std::size_t calls) : counts_(calls) {}
+
+    /// Notes one completion of call `id`.
+    void record(std::size_t id) { counts_[id].fetch_add(1); }
+
+    /// How many calls completed exactly once: all of them when none was lost or completed twice.
+    std::size_t exactly_once() const {
+        std::size_t once = 0;
+        for (auto& n : counts_)
+            once += n.load() == 1 ? 1 : 0;
+        return once;
+    }
+
+private:
+    std::vector<std::atomic<int>> counts_;
+};
+
+/// How calls from several threads ended (`Refusal`: the policy's refusal error), and who completed.
+template <class Refusal>
+struct call_tally {
+    std::atomic<int> values{0}, refused{0}, cancelled{0}, failed{0};
+    completion_counts completions;
+
+    explicit call_tally(std::size_t calls) : completions(calls) {}
+
+    /// Counts how call `id` ended.
+    template <class T>
+    void record(std::size_t id, const resilience::outcome<T>& r) {
+        if (r.has_value())
+            ++values;
+        else if (r.error().template is<Refusal>())
+            ++refused;
+        else if (resilience::is_cancellation(r.error()))
+            ++cancelled;
+        else
+            ++failed;
+        completions.record(id);
+    }
+};
+
+} // namespace resilience_tests
