@@ -9,6 +9,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
+#include <resilience/when_all.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -384,4 +385,42 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
         CHECK(c.calls.refused > 0);
     CHECK(bh.in_flight() == 0);
     CHECK(bh.queued() == 0);
+}
+
+TEST_CASE("bulkhead: a waiter destroyed with its event loop leaves the queue, and the slot comes back",
+          "[bulkhead]") {
+    rs::bulkhead shared{{.max_concurrent = 1, .max_queued = 4}};
+    struct never {
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<>) const noexcept {}
+        void await_resume() const noexcept {}
+    };
+    auto holds_forever = []() -> rs::task<int> {
+        co_await never{};
+        co_return 0;
+    };
+    auto quick = []() -> rs::task<int> { co_return 1; };
+    {
+        rs::testing::simulation sim;
+        sim.spawn(shared.execute(holds_forever));         // takes the only slot and never gives it back...
+        sim.spawn(shared.execute(quick));                 // ...so this one queues behind it
+        CHECK_THROWS_AS(sim.run_all(), std::logic_error); // the simulation sees nothing can move
+        CHECK(shared.queued() == 1);
+    } // the loop is torn down: both coroutines are destroyed while suspended
+    CHECK(shared.queued() == 0);
+    CHECK(shared.in_flight() == 0);
+    rs::testing::simulation again;
+    CHECK(again.run(shared.execute(quick)) == 1); // the bulkhead is whole again
+}
+
+TEST_CASE("bulkhead: a queue_timeout too long to add to the clock waits instead of overflowing",
+          "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 1, .queue_timeout = nanoseconds::max()}, sim.clock()};
+    rs::testing::scripted_action slow{sim.clock(), rs::testing::script<int>{.latency = 10ms, .value = 1}};
+    sim.run([&]() -> rs::task<void> { co_await sim.sleep_for(1s); }()); // now + max must not wrap
+    auto [a, b] = sim.run(rs::when_all(bh.execute_outcome(slow), bh.execute_outcome(slow)));
+    CHECK(a.has_value());
+    CHECK(b.has_value()); // waited its turn; a wrapped deadline would have refused it at once
+    CHECK(sim.now() == 1s + 20ms);
 }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <latch>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -210,4 +211,47 @@ TEST_CASE("timeout: a call that completes on another thread disarms its timer sa
     CHECK(v == 8);
     CHECK(after_call == std::this_thread::get_id()); // the timeout brought the caller back to its loop
     CHECK(loop.timers() == 0);
+}
+
+namespace {
+// An awaiter that resumes its coroutine from inside the stop callback, as some I/O wrappers do: the
+// stop request then finishes the whole call, timeout included, before request_stop() returns.
+class resumed_by_stop {
+public:
+    explicit resumed_by_stop(std::stop_token token) : token_(std::move(token)) {}
+    bool await_ready() const noexcept { return token_.stop_requested(); }
+    void await_suspend(std::coroutine_handle<> h) { callback_.emplace(token_, resume{h}); }
+    void await_resume() const { throw rs::cancelled_error{}; }
+
+private:
+    struct resume {
+        std::coroutine_handle<> h;
+        void operator()() const noexcept { h.resume(); }
+    };
+    std::stop_token token_;
+    std::optional<std::stop_callback<resume>> callback_;
+};
+} // namespace
+
+TEST_CASE("timeout: an attempt that finishes inside its own stop request is reported as timed out",
+          "[timeout]") {
+    rs::testing::simulation sim;
+    rs::timeout limit{300ms, sim.clock()};
+    auto result = sim.run(limit.execute_outcome([](std::stop_token st) -> rs::task<int> {
+        co_await resumed_by_stop{st};
+        co_return 1;
+    }));
+    CHECK(sim.now() == 300ms);
+    REQUIRE(result.has_failure());
+    CHECK(result.error().is<rs::timeout_error>());
+}
+
+TEST_CASE("timeout: a duration too long for nanoseconds, or for the clock, means no deadline", "[timeout]") {
+    CHECK(rs::timeout{std::chrono::hours{24 * 365 * 1000}}.after() == std::chrono::nanoseconds::max());
+    rs::testing::simulation sim;
+    rs::timeout forever{std::chrono::nanoseconds::max(), sim.clock()};
+    scripted_action slow{sim.clock(), script<int>{.latency = 1h, .value = 5}};
+    sim.run([&]() -> rs::task<void> { co_await sim.sleep_for(1s); }()); // now + max must not wrap
+    CHECK(sim.run(forever.execute(slow)) == 5); // a wrapped deadline would have fired at once
+    CHECK(sim.now() == 1h + 1s);
 }
