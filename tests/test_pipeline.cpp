@@ -18,7 +18,7 @@ class recorder : public rs::policy_base<recorder> {
 public:
     recorder(std::string name, std::vector<std::string>& log) : name_(std::move(name)), log_(&log) {}
     template <class Next>
-    rs::task<rs::detail::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const {
+    rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const {
         log_->push_back(name_ + " enter");
         auto result = co_await next(ctx);
         log_->push_back(name_ + " leave");

@@ -184,6 +184,11 @@ struct probe_next {
 
 } // namespace detail
 
+/// What `next(ctx)` yields in a policy's `run`: `outcome<R>`, the result type a custom policy returns
+/// (`task<next_outcome_t<Next>>`).
+template <class Next>
+using next_outcome_t = detail::next_outcome_t<Next>;
+
 /// Gives a policy its public calls; `Derived` provides `run(next, ctx)` (see the file comment).
 template <class Derived>
 class policy_base {
