@@ -167,3 +167,42 @@ TEST_CASE("asio: sleeps on a two-thread io_context all end when stopped from a t
     CHECK(woke.load() == sleepers);
     CHECK(finished.load() == sleepers);
 }
+
+TEST_CASE("asio: an exception thrown by the completion handler comes out of io_context::run", "[asio]") {
+    ::asio::io_context io;
+    rs::asio::async_run(
+        io.get_executor(), []() -> rs::task<int> { co_return 1; }(),
+        [](std::exception_ptr, int) { throw std::runtime_error("from the handler"); });
+    CHECK_THROWS_WITH(io.run(), "from the handler");
+}
+
+TEST_CASE("asio: run() keeps going while the awaitable waits on something outside Asio",
+          "[asio][concurrency]") {
+    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 8}};
+    std::stop_source release;
+    std::atomic<bool> holding{false};
+    // Another part of the program, on its own event loop, holds the only slot until told to let go.
+    std::thread other([&] {
+        auto hold = [&]() -> rs::task<void> {
+            holding = true;
+            co_await rs::steady_clock{}.sleep_for(1h, release.get_token());
+        };
+        rs::sync_wait(bh.execute(hold));
+    });
+    while (!holding)
+        std::this_thread::yield();
+    ::asio::io_context io;
+    int completed = 0;
+    std::thread::id handler_thread;
+    rs::asio::async_run(io.get_executor(), bh.execute([]() -> rs::task<int> { co_return 42; }),
+                        [&](std::exception_ptr, int v) {
+                            completed = v;
+                            handler_thread = std::this_thread::get_id();
+                        });
+    std::thread releaser([&] { release.request_stop(); });
+    io.run(); // returns only once the handler has run: the operation holds work on the io_context
+    releaser.join();
+    other.join();
+    CHECK(completed == 42);
+    CHECK(handler_thread == std::this_thread::get_id()); // delivered in the io_context, not on `other`
+}

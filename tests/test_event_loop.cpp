@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <latch>
 #include <stdexcept>
 #include <stop_token>
 #include <thread>
@@ -127,4 +128,50 @@ TEST_CASE("clock: a sleep whose instant has passed completes without suspending"
         co_await c.sleep_until(c.now() - 1s, {});
     }());
     CHECK(sim.now() == 5s);
+}
+
+TEST_CASE("event_loop: a spawned coroutine that ends on another thread wakes its loop",
+          "[event_loop][concurrency]") {
+    // Nothing is posted back to the loop: the coroutine simply finishes on the worker thread, and run()
+    // must notice that the last spawned coroutine is done instead of sleeping forever.
+    std::thread worker;
+    std::latch handed_over{1};
+    struct resumed_elsewhere {
+        std::thread* worker;
+        std::latch* handed_over;
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<> h) {
+            std::latch* go = handed_over;
+            *worker = std::thread([h, go] {
+                go->wait();
+                // Give the loop time to go to sleep first, so a lost wake-up shows as a hang (caught
+                // by the test timeout). Nothing here depends on the timing when the loop is right.
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                h.resume();
+            });
+            go->count_down();
+        }
+        void await_resume() const noexcept {}
+    };
+    auto work = [&]() -> rs::task<int> {
+        co_await resumed_elsewhere{&worker, &handed_over};
+        co_return 5;
+    };
+    CHECK(rs::sync_wait(work()) == 5);
+    worker.join();
+}
+
+TEST_CASE("clock: a sleep destroyed while its timer is armed takes the timer out of the heap", "[clock]") {
+    rs::testing::simulation timers; // owns the heap the sleep's timer goes into
+    {
+        rs::testing::simulation runner;
+        auto clock = timers.clock();
+        auto sleeper = [clock]() -> rs::task<void> { co_await clock.sleep_for(1s, {}); };
+        runner.spawn(sleeper());
+        CHECK_THROWS_AS(runner.run_all(), std::logic_error); // nothing in `runner` can make progress
+        CHECK(timers.loop().timers() == 1);
+    } // the sleeping coroutine is destroyed with `runner`
+    CHECK(timers.loop().timers() == 0);
+    timers.run_all(); // nothing left to fire
+    CHECK(timers.now() == 0s);
 }

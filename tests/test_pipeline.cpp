@@ -96,3 +96,31 @@ TEST_CASE("pipeline: a temporary coroutine lambda is kept alive for the whole ca
     });
     CHECK(sim.run(std::move(call)) == 100);
 }
+
+namespace {
+// The shapes [expr.await] allows beyond the usual task: await_suspend returning a typed handle, and
+// an operator co_await that hands back an awaiter living inside the awaitable.
+struct typed_handle_awaiter {
+    bool await_ready() const noexcept { return false; }
+    template <class P>
+    std::coroutine_handle<P> await_suspend(std::coroutine_handle<P> h) noexcept {
+        return h; // resume at once
+    }
+    int await_resume() const noexcept { return 7; }
+};
+struct awaiter_by_reference {
+    struct inner {
+        bool await_ready() const noexcept { return true; }
+        void await_suspend(std::coroutine_handle<>) const noexcept {}
+        int await_resume() const noexcept { return 8; }
+    } awaiter;
+    inner& operator co_await() && noexcept { return awaiter; }
+};
+} // namespace
+
+TEST_CASE("pipeline: actions may return any awaitable shape the language allows", "[pipeline]") {
+    rs::testing::simulation sim;
+    rs::pipeline p{rs::timeout{1s, sim.clock()}};
+    CHECK(sim.run(p.execute([] { return typed_handle_awaiter{}; })) == 7);
+    CHECK(sim.run(p.execute([] { return awaiter_by_reference{}; })) == 8);
+}

@@ -20,7 +20,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/async_result.hpp>
-#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -148,9 +148,16 @@ struct detached_task {
     };
 };
 
+// Runs the awaitable, then posts the completion to the handler's associated executor, outside this
+// coroutine: an exception thrown by the handler comes out of that executor's run(), as with any Asio
+// handler. Work is held on the I/O executor and on the handler's executor until the handler has run,
+// so neither io_context runs out of work while the awaitable waits on something outside Asio.
 template <class A, class Handler>
-detached_task run_and_complete(A awaitable, Handler handler) {
+detached_task run_and_complete(A awaitable, Handler handler, ::asio::any_io_executor io) {
     using R = await_result_t<A>;
+    auto io_work = ::asio::make_work_guard(io);
+    auto handler_ex = ::asio::get_associated_executor(handler, io);
+    auto handler_work = ::asio::make_work_guard(handler_ex);
     std::exception_ptr error;
     std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value;
     try {
@@ -162,15 +169,15 @@ detached_task run_and_complete(A awaitable, Handler handler) {
     } catch (...) {
         error = std::current_exception();
     }
-    auto ex = ::asio::get_associated_executor(handler);
     if constexpr (std::is_void_v<R>) {
-        ::asio::dispatch(ex, [h = std::move(handler), error]() mutable { std::move(h)(error); });
+        ::asio::post(handler_ex, [h = std::move(handler), error, w1 = std::move(io_work),
+                                  w2 = std::move(handler_work)]() mutable { std::move(h)(error); });
     } else {
         if (!value)
             value.emplace(); // the handler signature needs a value even on failure
-        ::asio::dispatch(ex, [h = std::move(handler), error, v = std::move(*value)]() mutable {
-            std::move(h)(error, std::move(v));
-        });
+        ::asio::post(handler_ex,
+                     [h = std::move(handler), error, v = std::move(*value), w1 = std::move(io_work),
+                      w2 = std::move(handler_work)]() mutable { std::move(h)(error, std::move(v)); });
     }
 }
 
@@ -196,8 +203,8 @@ auto async_run(::asio::any_io_executor executor, A awaitable, CompletionToken&& 
     using signature = typename detail::completion_signature<R>::type;
     return ::asio::async_initiate<CompletionToken, signature>(
         [ex = std::move(executor)](auto handler, A aw) {
-            ::asio::post(ex, [aw = std::move(aw), handler = std::move(handler)]() mutable {
-                detail::run_and_complete(std::move(aw), std::move(handler));
+            ::asio::post(ex, [ex, aw = std::move(aw), handler = std::move(handler)]() mutable {
+                detail::run_and_complete(std::move(aw), std::move(handler), ex);
             });
         },
         token, std::move(awaitable));

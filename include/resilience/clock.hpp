@@ -32,6 +32,13 @@ public:
     sleep_awaiter(sleep_awaiter&& o) noexcept : loop_(o.loop_), token_(std::move(o.token_)) {
         node_.when = o.node_.when;
     }
+    /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
+    /// being torn down): the timer leaves the heap with it.
+    ~sleep_awaiter() {
+        stop_.reset();
+        if (node_.armed())
+            loop_->remove_timer(&node_);
+    }
 
     bool await_ready() const noexcept {
         return token_.stop_requested() || (loop_ && node_.when <= loop_->now());

@@ -120,11 +120,11 @@ public:
             local_.push(j);
             return;
         }
-        {
-            std::lock_guard lock(mutex_);
-            remote_.push_back(j);
-            remote_pending_.store(true, std::memory_order_release);
-        }
+        // Notified under the lock: once the lock is released the loop may run the job, finish, and
+        // be destroyed, so nothing of the loop may be touched after that.
+        std::lock_guard lock(mutex_);
+        remote_.push_back(j);
+        remote_pending_.store(true, std::memory_order_release);
         wake_.notify_one();
     }
     void post(std::coroutine_handle<> h) { post(detail::job::resume(h)); }
@@ -232,13 +232,14 @@ private:
                     event_loop* l = h.promise().loop;
                     l->unlink(&h.promise());
                     h.destroy();
-                    l->outstanding_.fetch_sub(1, std::memory_order_acq_rel);
+                    l->finished();
                 }
                 void await_resume() const noexcept {}
             };
             final_awaiter final_suspend() const noexcept { return {}; }
             void return_void() noexcept {}
             void unhandled_exception() noexcept {
+                std::lock_guard lock(loop->mutex_); // the coroutine may end on another thread
                 if (!loop->failed_)
                     loop->failed_ = std::current_exception();
             }
@@ -263,6 +264,14 @@ private:
         } catch (...) {
             slot.error = std::current_exception();
         }
+    }
+
+    // A spawned coroutine ended, perhaps on another thread: count it under the lock and wake the loop,
+    // which may be waiting for exactly this (nothing is posted back when a coroutine ends elsewhere).
+    void finished() noexcept {
+        std::lock_guard lock(mutex_);
+        outstanding_.fetch_sub(1, std::memory_order_acq_rel);
+        wake_.notify_one();
     }
 
     bool earlier(std::size_t a, std::size_t b) const noexcept {
@@ -349,16 +358,20 @@ private:
                 continue;
             }
             std::unique_lock lock(mutex_);
-            if (!remote_.empty())
+            // Woken by posted work, or by the last spawned coroutine finishing on another thread.
+            const auto ready = [&] {
+                return !remote_.empty() || outstanding_.load(std::memory_order_acquire) == 0;
+            };
+            if (ready())
                 continue;
             if (heap_.empty())
-                wake_.wait(lock, [&] { return !remote_.empty(); });
+                wake_.wait(lock, ready);
             else
                 wake_.wait_until(
                     lock,
                     std::chrono::steady_clock::time_point(
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(heap_.front()->when)),
-                    [&] { return !remote_.empty(); });
+                    ready);
         }
     }
 

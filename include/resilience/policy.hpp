@@ -81,9 +81,16 @@ class guarded_call {
     using awaitable_type = action_awaitable_t<A>;
     static_assert(!std::is_reference_v<awaitable_type>, "an action must return its awaitable by value");
     using raw_awaiter = decltype(get_awaiter(std::declval<awaitable_type>()));
-    // An awaitable without operator co_await is its own awaiter.
-    static constexpr bool self_awaiting = std::is_reference_v<raw_awaiter>;
-    using awaiter_type = std::conditional_t<self_awaiting, awaitable_type, raw_awaiter>;
+    // An awaitable without operator co_await is its own awaiter; an operator co_await may hand back
+    // an awaiter by value (kept here) or by reference (pointed to: it lives in the awaitable).
+    static constexpr bool self_awaiting =
+        !has_member_co_await<awaitable_type> && !has_free_co_await<awaitable_type>;
+    static constexpr bool awaiter_by_reference = !self_awaiting && std::is_reference_v<raw_awaiter>;
+    using awaiter_type =
+        std::conditional_t<self_awaiting, awaitable_type, std::remove_reference_t<raw_awaiter>>;
+    using awaiter_slot = std::conditional_t<
+        self_awaiting, char,
+        std::conditional_t<awaiter_by_reference, awaiter_type*, std::optional<awaiter_type>>>;
 
 public:
     using value_type = action_result_t<A>;
@@ -96,7 +103,9 @@ public:
     bool await_ready() noexcept {
         try {
             awaitable_.emplace(emplace_from{[&] { return invoke_action(*action_, ctx_); }});
-            if constexpr (!self_awaiting)
+            if constexpr (awaiter_by_reference)
+                awaiter_ = &get_awaiter(std::move(*awaitable_));
+            else if constexpr (!self_awaiting)
                 awaiter_.emplace(emplace_from{[&] { return get_awaiter(std::move(*awaitable_)); }});
             return awaiter().await_ready();
         } catch (...) {
@@ -108,20 +117,24 @@ public:
     template <class Promise>
     auto await_suspend(std::coroutine_handle<Promise> h) noexcept {
         using result = decltype(awaiter().await_suspend(h));
+        // One return type for both paths: bool, or an untyped handle (the awaiter may return any
+        // coroutine_handle<P>).
+        using returned = std::conditional_t<std::is_void_v<result> || std::is_same_v<result, bool>, bool,
+                                            std::coroutine_handle<>>;
         try {
             if constexpr (std::is_void_v<result>) {
                 awaiter().await_suspend(h);
-                return true;
+                return returned{true};
             } else {
-                return awaiter().await_suspend(h);
+                return returned(awaiter().await_suspend(h));
             }
         } catch (...) {
             early_ = failure::current();
             // Resume the awaiting coroutine at once: await_resume reports the failure.
-            if constexpr (std::is_void_v<result> || std::is_same_v<result, bool>)
-                return false;
+            if constexpr (std::is_same_v<returned, bool>)
+                return returned{false};
             else
-                return std::coroutine_handle<>{h};
+                return returned{h};
         }
     }
 
@@ -155,13 +168,13 @@ private:
         if constexpr (self_awaiting)
             return *awaitable_;
         else
-            return *awaiter_;
+            return *awaiter_; // the optional's value, or the pointed-to awaiter
     }
 
     context ctx_;
     A* action_;
     std::optional<awaitable_type> awaitable_;
-    std::optional<std::conditional_t<self_awaiting, char, awaiter_type>> awaiter_;
+    awaiter_slot awaiter_{};
     failure early_;
 };
 
