@@ -102,9 +102,9 @@ namespace {
 // an operator co_await that hands back an awaiter living inside the awaitable.
 struct typed_handle_awaiter {
     bool await_ready() const noexcept { return false; }
-    template <class P>
-    std::coroutine_handle<P> await_suspend(std::coroutine_handle<P> h) noexcept {
-        return h; // resume at once
+    std::noop_coroutine_handle await_suspend(std::coroutine_handle<> h) {
+        rs::event_loop::current()->post(h); // resumed by the loop; a typed handle goes back
+        return std::noop_coroutine();
     }
     int await_resume() const noexcept { return 7; }
 };
