@@ -42,6 +42,49 @@ std::string invalid_argument_message(F&& f) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Threads
+
+/// A thread that resumes one coroutine, for tests of code whose call finishes off its loop's thread.
+/// The thread waits until `await_suspend` is done with the awaiting frame (a coroutine resumed
+/// elsewhere may finish and free its frame at once), pauses for `pause`, then resumes it. Joined on
+/// destruction; the object must outlive the awaiting coroutine.
+class foreign_thread {
+public:
+    explicit foreign_thread(std::chrono::milliseconds pause = {}) : pause_(pause) {}
+    foreign_thread(const foreign_thread&) = delete;
+    foreign_thread& operator=(const foreign_thread&) = delete;
+    ~foreign_thread() {
+        if (thread_.joinable())
+            thread_.join();
+    }
+
+    /// Awaitable: suspends the caller and resumes it on this thread.
+    auto resume_here() {
+        struct awaiter {
+            foreign_thread* self;
+            bool await_ready() const noexcept { return false; }
+            void await_suspend(std::coroutine_handle<> h) {
+                foreign_thread* t = self;
+                t->thread_ = std::thread([t, h] {
+                    t->handed_over_.wait();
+                    if (t->pause_.count() > 0)
+                        std::this_thread::sleep_for(t->pause_);
+                    h.resume();
+                });
+                t->handed_over_.count_down();
+            }
+            void await_resume() const noexcept {}
+        };
+        return awaiter{this};
+    }
+
+private:
+    std::thread thread_;
+    std::latch handed_over_{1};
+    std::chrono::milliseconds pause_;
+};
+
+// ---------------------------------------------------------------------------------------------------------
 // Simulations
 
 /// Requests a stop on `src` at the virtual instant `at`.

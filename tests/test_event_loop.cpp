@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/clock.hpp>
 #include <resilience/event_loop.hpp>
@@ -8,7 +9,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <latch>
 #include <stdexcept>
 #include <stop_token>
 #include <thread>
@@ -133,32 +133,15 @@ TEST_CASE("clock: a sleep whose instant has passed completes without suspending"
 TEST_CASE("event_loop: a spawned coroutine that ends on another thread wakes its loop",
           "[event_loop][concurrency]") {
     // Nothing is posted back to the loop: the coroutine simply finishes on the worker thread, and run()
-    // must notice that the last spawned coroutine is done instead of sleeping forever.
-    std::thread worker;
-    std::latch handed_over{1};
-    struct resumed_elsewhere {
-        std::thread* worker;
-        std::latch* handed_over;
-        bool await_ready() const noexcept { return false; }
-        void await_suspend(std::coroutine_handle<> h) {
-            std::latch* go = handed_over;
-            *worker = std::thread([h, go] {
-                go->wait();
-                // Give the loop time to go to sleep first, so a lost wake-up shows as a hang (caught
-                // by the test timeout). Nothing here depends on the timing when the loop is right.
-                std::this_thread::sleep_for(std::chrono::milliseconds(20));
-                h.resume();
-            });
-            go->count_down();
-        }
-        void await_resume() const noexcept {}
-    };
+    // must notice that the last spawned coroutine is done instead of sleeping forever. The worker gives
+    // the loop time to go to sleep first, so a lost wake-up shows as a hang (caught by the test timeout);
+    // nothing depends on that timing when the loop is right.
+    resilience_tests::foreign_thread worker{std::chrono::milliseconds(20)};
     auto work = [&]() -> rs::task<int> {
-        co_await resumed_elsewhere{&worker, &handed_over};
+        co_await worker.resume_here();
         co_return 5;
     };
     CHECK(rs::sync_wait(work()) == 5);
-    worker.join();
 }
 
 TEST_CASE("clock: a sleep destroyed while its timer is armed takes the timer out of the heap", "[clock]") {

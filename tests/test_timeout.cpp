@@ -9,7 +9,6 @@
 #include <resilience/when_all.hpp>
 
 #include <chrono>
-#include <latch>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -180,34 +179,16 @@ TEST_CASE("timeout: a call that completes on another thread disarms its timer sa
           "[timeout][concurrency]") {
     rs::event_loop loop;
     rs::timeout limit{1h};
-    std::thread worker;
-    std::latch handed_over{1};
-    // Resumes the attempt on a new thread. The worker waits until await_suspend is done with the
-    // thread object: a coroutine resumed elsewhere may end (and free its frame) at once.
-    struct finish_elsewhere {
-        std::thread* worker;
-        std::latch* handed_over;
-        bool await_ready() const noexcept { return false; }
-        void await_suspend(std::coroutine_handle<> h) {
-            std::latch* go = handed_over;
-            *worker = std::thread([h, go] {
-                go->wait();
-                h.resume();
-            });
-            go->count_down();
-        }
-        void await_resume() const noexcept {}
-    };
+    resilience_tests::foreign_thread worker; // resumes the attempt off the loop's thread
     std::thread::id after_call;
     int v = loop.run([&]() -> rs::task<int> {
         int r = co_await limit.execute([&]() -> rs::task<int> {
-            co_await finish_elsewhere{&worker, &handed_over};
+            co_await worker.resume_here();
             co_return 8;
         });
         after_call = std::this_thread::get_id();
         co_return r;
     }());
-    worker.join();
     CHECK(v == 8);
     CHECK(after_call == std::this_thread::get_id()); // the timeout brought the caller back to its loop
     CHECK(loop.timers() == 0);
