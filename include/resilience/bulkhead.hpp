@@ -63,6 +63,8 @@ struct bulkhead_options {
 ///     auto r = co_await db.execute_outcome(query);     // or reports it without throwing
 template <clock C = steady_clock>
 class bulkhead : public policy_base<bulkhead<C>> {
+    struct state;
+
 public:
     explicit bulkhead(bulkhead_options options, C clock = C{})
         : state_(std::make_shared<state>(validate(options), std::move(clock))) {}
@@ -80,6 +82,37 @@ public:
     const bulkhead_options& options() const noexcept { return state_->options; }
     const C& clock() const noexcept { return state_->clock; }
 
+    // ---- the policy protocol (see policy.hpp) ----
+    struct call_state {
+        state* held = nullptr; // the bulkhead whose slot this call holds
+        call_state() = default;
+        call_state(const call_state&) = delete;
+        call_state& operator=(const call_state&) = delete;
+        ~call_state() {
+            if (held)
+                held->release(); // the call never finished (its loop was torn down)
+        }
+    };
+
+    /// A free slot with nobody queued is taken at once; anything else waits in `run`.
+    template <class R>
+    step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        if (ctx.stop_requested()) {
+            result.emplace(failure::make(cancelled_error{}));
+            return step::done;
+        }
+        if (!state_->try_acquire())
+            return step::wait;
+        c.held = state_.get();
+        return step::proceed;
+    }
+    template <class R>
+    step leave(call_state& c, const context&, outcome<R>&) const {
+        std::exchange(c.held, nullptr)->release();
+        return step::proceed;
+    }
+
+    /// The waiting form: queues for a slot, then runs `next` holding it.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using detail::waiter_state;
@@ -120,6 +153,16 @@ private:
         std::mutex mutex;
         detail::waiter_queue queue;
         std::size_t in_flight = 0; // slots taken, including ones handed to waiters not yet resumed
+
+        /// A slot without waiting, or false (every slot busy, or somebody queued first).
+        bool try_acquire() {
+            std::lock_guard lock(mutex);
+            if (queue.empty() && in_flight < options.max_concurrent) {
+                ++in_flight;
+                return true;
+            }
+            return false;
+        }
 
         // ---- the waiter_queue protocol; `mutex` held ----
         detail::waiter_state decide_locked(detail::waiter&) noexcept {

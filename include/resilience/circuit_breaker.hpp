@@ -601,24 +601,46 @@ public:
         : core_((detail::validate_breaker_options(options),
                  std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock)))) {}
 
-    template <class Next>
-    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        using result_t = detail::next_outcome_t<Next>;
-        if (ctx.stop_token().stop_requested())
-            co_return result_t{failure::make(cancelled_error{})};
+    // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
+    struct call_state {
+        std::optional<detail::breaker_call<C>> call; // records "ignored" if the call never finishes
+    };
+
+    template <class R>
+    step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        if (ctx.stop_requested()) {
+            result.emplace(failure::make(cancelled_error{}));
+            return step::done;
+        }
         detail::breaker_core<C>& core = *core_;
         auto ticket = core.admit();
-        if (!ticket.admitted)
-            co_return result_t{failure::make(circuit_open_error{ticket.retry_after, ticket.cause})};
-        detail::breaker_call<C> call{core, std::move(ticket)};
-        result_t result = co_await next(ctx);
-        if (result.has_value())
-            call.finish(detail::breaker_verdict::success, nullptr);
-        else if (ctx.stop_token().stop_requested() || !core.counts_as_failure(result.error()))
-            call.finish(detail::breaker_verdict::ignored, nullptr);
-        else
-            call.finish(detail::breaker_verdict::failure, result.error().exception());
-        co_return result;
+        if (!ticket.admitted) {
+            result.emplace(failure::make(circuit_open_error{ticket.retry_after, ticket.cause}));
+            return step::done;
+        }
+        s.call.emplace(core, std::move(ticket));
+        return step::proceed;
+    }
+
+    /// Records the result. A classifier that throws ends the call with its exception (recorded
+    /// as neither success nor failure), as in every policy.
+    template <class R>
+    step leave(call_state& s, const context& ctx, outcome<R>& result) const {
+        if (result.has_value()) {
+            s.call->finish(detail::breaker_verdict::success, nullptr);
+        } else if (ctx.stop_requested()) {
+            s.call->finish(detail::breaker_verdict::ignored, nullptr);
+        } else {
+            try {
+                if (core_->counts_as_failure(result.error()))
+                    s.call->finish(detail::breaker_verdict::failure, result.error().exception());
+                else
+                    s.call->finish(detail::breaker_verdict::ignored, nullptr);
+            } catch (...) {
+                result = outcome<R>{failure::current()};
+            }
+        }
+        return step::proceed;
     }
 
     /// The state now, with open turned half-open once the break is over. Changes nothing.

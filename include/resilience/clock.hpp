@@ -4,6 +4,7 @@
 #pragma once
 
 #include "concepts.hpp"
+#include "context.hpp"
 #include "event_loop.hpp"
 
 #include <atomic>
@@ -90,18 +91,18 @@ concept loop_timer_clock = requires(const C& c) {
     { c.timer_loop() } -> std::same_as<event_loop*>;
 };
 
-/// A one-shot timer that requests stop on a `std::stop_source` at `when`, unless disarmed first.
-/// Used by policies that race a deadline against a call they are awaiting (timeout): arming and
-/// disarming cost a heap push and pop, with no coroutine, stop source or allocation.
+/// A one-shot timer that expires a `lazy_stop` at `when`, unless disarmed first. Used by policies
+/// that race a deadline against a call they are awaiting (timeout): arming and disarming cost a
+/// timer insertion and removal, with no coroutine, stop source or allocation.
 ///
-/// Firing marks the timer fired *before* requesting the stop, through its own copy of the source:
-/// stop callbacks run inline and may finish the whole call, owner and timer included, before
-/// `request_stop` returns. Disarming on the loop's thread is immediate. A call that finished on
+/// Firing takes its own copy of the stop source (if a token was made) and marks the timer fired
+/// *before* requesting the stop: stop callbacks run inline and may finish the whole call, owner
+/// and timer included, before `request_stop` returns. Disarming on the loop's thread is immediate. A call that finished on
 /// another thread disarms by posting to the loop and resuming there, so the owner always carries
 /// on on its own loop.
 class deadline_timer {
 public:
-    deadline_timer(event_loop* loop, std::chrono::nanoseconds when, std::stop_source& target)
+    deadline_timer(event_loop* loop, std::chrono::nanoseconds when, lazy_stop& target)
         : loop_(loop), target_(&target) {
         node_.when = when;
         node_.owner = this;
@@ -110,9 +111,10 @@ public:
             int expected = armed;
             if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel))
                 return;
-            std::stop_source stop = *self->target_; // shares the stop state: outlives the owner if need be
+            std::stop_source stop = self->target_->expire(); // shares the stop state: outlives the owner
             self->state_.store(fired, std::memory_order_release);
-            stop.request_stop(); // from here on, `self` may be gone
+            if (stop.stop_possible())
+                stop.request_stop(); // from here on, `self` may be gone
         };
         loop_->add_timer(&node_);
     }
@@ -146,10 +148,8 @@ public:
         return awaiter{this};
     }
 
-private:
-    enum : int { armed, firing, fired, cancelled };
-
-    // True when done without suspending; false when the rest has to happen on the loop.
+    /// Disarms without suspending when it can (on the loop's thread, or once a cross-thread
+    /// cancel won): true when done. False: `co_await disarm()` finishes it on the loop.
     bool try_disarm_here() noexcept {
         if (event_loop::current() == loop_) {
             // Same thread as the timer: it is not between its two steps right now.
@@ -166,9 +166,12 @@ private:
         return false;
     }
 
+private:
+    enum : int { armed, firing, fired, cancelled };
+
     timer_node node_;
     event_loop* loop_;
-    std::stop_source* target_;
+    lazy_stop* target_;
     std::atomic<int> state_{armed};
     std::coroutine_handle<> waiter_;
 };

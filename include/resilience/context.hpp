@@ -3,50 +3,204 @@
 /// `context`: what one attempt knows about itself (stop token, attempt number, deadline).
 #pragma once
 
+#include "detail/stop.hpp"
+
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <stop_token>
+#include <utility>
 
 namespace resilience {
 
+class context;
+
+namespace detail {
+
+/// One clock reading shared by every policy of a call while it is admitted, so a pipeline of a
+/// timeout, a limiter and a slow-call breaker reads the clock once. Valid only until the call
+/// first suspends: the pipeline clears it then, so a later reading is a fresh one. Keyed by clock
+/// type (two clocks of one type are taken to agree, as every clock of this library does).
+struct time_cache {
+    const void* clock = nullptr; // which clock type read `at`; null: nothing cached
+    std::chrono::nanoseconds at{};
+    void clear() noexcept { clock = nullptr; }
+};
+
+/// The stop token of a timeout's attempt, made only when somebody asks for it. Most calls end
+/// before their deadline with an action that never looks at its token; for them no stop source
+/// is taken and no callback is linked to the caller's token. Asking (`token()`) makes a source
+/// linked to the parent context's token; the deadline (`expire()`) stops it, or, if nobody has
+/// asked yet, makes every later one start stopped. Both may happen on different threads.
+class lazy_stop {
+public:
+    explicit lazy_stop(const context* parent) noexcept : parent_(parent) {}
+    lazy_stop(const lazy_stop&) = delete;
+    lazy_stop& operator=(const lazy_stop&) = delete;
+
+    /// Stopped by the deadline or by the parent: no token made for that.
+    bool stop_requested() const noexcept;
+    /// The attempt's token, made (and linked to the parent's) on first use.
+    const std::stop_token& token() const {
+        if (!ready_.load(std::memory_order_acquire))
+            materialize();
+        return token_;
+    }
+    /// The deadline passed: returns a copy of the source to stop (outside any lock, and after
+    /// which the owner may be gone), or a source without state when no token was made yet.
+    std::stop_source expire() {
+        std::lock_guard lock(mutex_);
+        expired_.store(true, std::memory_order_release);
+        if (source_)
+            return source_->source();
+        return std::stop_source{std::nostopstate};
+    }
+
+private:
+    struct forward {
+        pooled_stop_source* target;
+        void operator()() const noexcept { target->request_stop(); }
+    };
+    void materialize() const;
+
+    const context* parent_;
+    mutable std::mutex mutex_;
+    mutable std::optional<pooled_stop_source> source_; // pooled: no allocation per call
+    mutable std::optional<std::stop_callback<forward>> link_;
+    mutable std::stop_token token_;
+    mutable std::atomic<bool> ready_{false};
+    std::atomic<bool> expired_{false};
+};
+
+struct context_access;
+
+} // namespace detail
+
 /// Per-attempt information handed to an action that asks for it (`[](rs::context const& c)`).
-/// A value: copying is cheap. Policies derive child contexts: a retry sets `attempt()`, a timeout
-/// replaces the stop token with the attempt's own and tightens the deadline.
+/// Copying gives a self-contained context that owns its stop token. Policies derive child
+/// contexts: a retry sets `attempt()`, a timeout gives the attempt its own stop token and
+/// tightens the deadline. Inside the library a child refers to its parent instead of copying its
+/// token (no atomic reference counting per layer); the parent outlives it, as every call's frames
+/// are nested.
 class context {
 public:
     context() = default;
     explicit context(std::stop_token token) noexcept : token_(std::move(token)) {}
+    context(const context& other)
+        : token_(other.stop_token()), attempt_(other.attempt_), deadline_(other.deadline_) {}
+    // Moves keep a derived context's references: only the library holds derived contexts by
+    // value (users see them as `const context&`), and it moves them only into place.
+    context(context&&) noexcept = default;
+    context& operator=(const context& other) {
+        if (this != &other)
+            *this = context(other);
+        return *this;
+    }
+    context& operator=(context&&) noexcept = default;
 
     /// Stopped when the caller, or a policy around this attempt (timeout, hedge), wants it to end.
-    const std::stop_token& stop_token() const noexcept { return token_; }
+    /// Under a timeout, the token is made on first use: prefer `stop_requested()` to poll.
+    const std::stop_token& stop_token() const {
+        if (lazy_)
+            return lazy_->token();
+        return from_ ? from_->token_ : token_;
+    }
+    /// Same as `stop_token().stop_requested()`, without making a token.
+    bool stop_requested() const noexcept {
+        if (lazy_)
+            return lazy_->stop_requested();
+        return (from_ ? from_->token_ : token_).stop_requested();
+    }
     /// 1 for the first attempt of the innermost retry, 2 for its first retry, and so on.
     int attempt() const noexcept { return attempt_; }
     /// The earliest deadline set by an enclosing timeout, as time since the epoch of that timeout's
     /// clock (compare with `clock.now().time_since_epoch()`); empty when nothing bounds the attempt.
     std::optional<std::chrono::nanoseconds> deadline() const noexcept { return deadline_; }
 
-    context with_stop_token(std::stop_token t) const noexcept {
+    [[nodiscard]] context with_stop_token(std::stop_token t) const {
         context c = *this;
         c.token_ = std::move(t);
         return c;
     }
-    context with_attempt(int a) const noexcept {
+    [[nodiscard]] context with_attempt(int a) const {
         context c = *this;
         c.attempt_ = a;
         return c;
     }
     /// Keeps the earlier of the current deadline and `d`.
-    context with_deadline(std::chrono::nanoseconds d) const noexcept {
+    [[nodiscard]] context with_deadline(std::chrono::nanoseconds d) const {
         context c = *this;
-        if (!c.deadline_ || d < *c.deadline_)
-            c.deadline_ = d;
+        c.tighten(d);
         return c;
     }
 
 private:
-    std::stop_token token_;
+    friend struct detail::context_access;
+    struct derived_tag {};
+
+    // A child that refers to `parent` for its stop token (see the class comment).
+    context(derived_tag, const context& parent) noexcept
+        : from_(parent.lazy_ ? nullptr : (parent.from_ ? parent.from_ : &parent)), lazy_(parent.lazy_),
+          time_(parent.time_), attempt_(parent.attempt_), deadline_(parent.deadline_) {}
+
+    bool self_contained() const noexcept { return !from_ && !lazy_; }
+    void tighten(std::chrono::nanoseconds d) noexcept {
+        if (!deadline_ || d < *deadline_)
+            deadline_ = d;
+    }
+
+    std::stop_token token_;                 // when neither of the next two is set
+    const context* from_ = nullptr;         // the context whose `token_` this one shares
+    detail::lazy_stop* lazy_ = nullptr;     // a timeout's attempt token, made on first use
+    detail::time_cache* time_ = nullptr;    // the call's shared clock reading, while admitting
     int attempt_ = 1;
     std::optional<std::chrono::nanoseconds> deadline_;
 };
+
+namespace detail {
+
+/// The library's way to derive contexts without copying stop tokens.
+struct context_access {
+    static context derive(const context& parent) noexcept { return context(context::derived_tag{}, parent); }
+    static context derive(const context& parent, time_cache* cache) noexcept {
+        context c(context::derived_tag{}, parent);
+        c.time_ = cache;
+        return c;
+    }
+    static context derive_attempt(const context& parent, int attempt) noexcept {
+        context c(context::derived_tag{}, parent);
+        c.attempt_ = attempt;
+        return c;
+    }
+    static context derive_deadline(const context& parent, lazy_stop* stop, std::chrono::nanoseconds d) noexcept {
+        context c(context::derived_tag{}, parent);
+        c.from_ = nullptr;
+        c.lazy_ = stop;
+        c.tighten(d);
+        return c;
+    }
+    static time_cache* cache(const context& c) noexcept { return c.time_; }
+};
+
+inline bool lazy_stop::stop_requested() const noexcept {
+    return expired_.load(std::memory_order_acquire) || parent_->stop_requested();
+}
+
+inline void lazy_stop::materialize() const {
+    std::lock_guard lock(mutex_);
+    if (ready_.load(std::memory_order_relaxed))
+        return;
+    source_.emplace();
+    if (expired_.load(std::memory_order_relaxed))
+        source_->request_stop();
+    const std::stop_token& parent = parent_->stop_token();
+    if (parent.stop_possible())
+        link_.emplace(parent, forward{&*source_});
+    token_ = source_->get_token();
+    ready_.store(true, std::memory_order_release);
+}
+
+} // namespace detail
 
 } // namespace resilience

@@ -111,18 +111,27 @@ public:
     const Substitute& substitute() const noexcept { return substitute_; }
     const HandleIf& handle_if() const noexcept { return handle_if_; }
 
-    template <class Next>
-    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        using R = detail::next_value_t<Next>;
-        using result_t = detail::next_outcome_t<Next>;
+    // ---- the policy protocol (see policy.hpp): a value passes through untouched ----
+    struct call_state {};
+
+    template <class R>
+    step enter(call_state&, const context&, const context*&, std::optional<outcome<R>>&) const noexcept {
+        return step::proceed;
+    }
+    template <class R>
+    step leave(call_state&, const context& ctx, const outcome<R>& result) const noexcept {
+        return result.has_value() || ctx.stop_requested() ? step::proceed : step::wait;
+    }
+
+    /// A failure: answered with the substitute, or passed on.
+    template <class Next, class R>
+    task<outcome<R>> resume(call_state&, Next, const context& ctx, outcome<R> result) const {
+        using result_t = outcome<R>;
         static_assert(
             std::is_convertible_v<detail::substitute_result_t<Substitute>, R>,
             "resilience::fallback: the substitute's result must convert to the action's result type "
             "(for a void action: a callable returning void or an awaitable of void)");
 
-        result_t result = co_await next(ctx);
-        if (result.has_value() || ctx.stop_token().stop_requested())
-            co_return std::move(result);
         const failure& original = result.error();
         try {
             if (!std::invoke(handle_if_, original))

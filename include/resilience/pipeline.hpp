@@ -23,9 +23,10 @@ class pipeline : public policy_base<pipeline<Ps...>> {
 public:
     explicit pipeline(Ps... ps) : policies_(std::move(ps)...) {}
 
-    template <class Next>
-    auto run(Next next, const context& ctx) const {
-        return run_from<0>(std::move(next), ctx);
+    /// The policies a call passes through, outermost first, nested pipelines flattened: the
+    /// whole pipeline runs a call in one coroutine frame (see `policy_base`).
+    auto stages() const noexcept {
+        return std::apply([](const auto&... p) { return std::tuple_cat(detail::stages_of(p)...); }, policies_);
     }
 
     /// The I-th policy, outermost first.
@@ -35,21 +36,6 @@ public:
     }
 
 private:
-    template <std::size_t I, class Next>
-    struct stage {
-        const pipeline* self;
-        Next next;
-        auto operator()(const context& ctx) const { return self->template run_from<I>(next, ctx); }
-    };
-
-    template <std::size_t I, class Next>
-    auto run_from(Next next, const context& ctx) const {
-        if constexpr (I + 1 == sizeof...(Ps))
-            return std::get<I>(policies_).run(std::move(next), ctx);
-        else
-            return std::get<I>(policies_).run(stage<I + 1, Next>{this, std::move(next)}, ctx);
-    }
-
     std::tuple<Ps...> policies_;
 };
 

@@ -37,6 +37,7 @@
 #include <functional>
 #include <optional>
 #include <stop_token>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -74,8 +75,8 @@ using next_value_t = typename next_outcome_t<Next>::value_type;
 /// Awaits one call of the user's action and yields `outcome<R>`: whatever the action throws, when
 /// called or while awaited, becomes a failure. A plain awaiter rather than a coroutine, so the
 /// innermost step of every call costs no frame. It lives in the awaiting coroutine's frame for the
-/// whole `co_await`, which is what keeps the context (the action may hold a reference to it) and
-/// the action's awaitable alive until the action finishes.
+/// whole `co_await`, which is what keeps the action's awaitable alive until the action finishes;
+/// the context it hands the action lives in the same frame or an enclosing one.
 template <class A>
 class guarded_call {
     using awaitable_type = action_awaitable_t<A>;
@@ -95,14 +96,14 @@ class guarded_call {
 public:
     using value_type = action_result_t<A>;
 
-    guarded_call(A* action, const context& ctx) : ctx_(ctx), action_(action) {}
+    guarded_call(A* action, const context& ctx) noexcept : ctx_(&ctx), action_(action) {}
     // Moved only before it is awaited (into when_all and the like): nothing has started yet.
-    guarded_call(guarded_call&& other) noexcept : ctx_(std::move(other.ctx_)), action_(other.action_) {}
+    guarded_call(guarded_call&& other) noexcept : ctx_(other.ctx_), action_(other.action_) {}
     guarded_call& operator=(guarded_call&&) = delete;
 
     bool await_ready() noexcept {
         try {
-            awaitable_.emplace(emplace_from{[&] { return invoke_action(*action_, ctx_); }});
+            awaitable_.emplace(emplace_from{[&] { return invoke_action(*action_, *ctx_); }});
             if constexpr (awaiter_by_reference)
                 awaiter_ = &get_awaiter(std::move(*awaitable_));
             else if constexpr (!self_awaiting)
@@ -171,7 +172,7 @@ private:
             return *awaiter_; // the optional's value, or the pointed-to awaiter
     }
 
-    context ctx_;
+    const context* ctx_; // outlives the awaiter: it is the awaiting frame's, or its caller's
     A* action_;
     std::optional<awaitable_type> awaitable_;
     awaiter_slot awaiter_{};
@@ -186,6 +187,209 @@ struct guarded {
     guarded_call<A> operator()(const context& ctx) const { return guarded_call<A>{action, ctx}; }
 };
 
+} // namespace detail
+
+/// What `next(ctx)` yields in a policy's `run`: `outcome<R>`, the result type a custom policy returns
+/// (`task<next_outcome_t<Next>>`).
+template <class Next>
+using next_outcome_t = detail::next_outcome_t<Next>;
+
+/// A policy's answer to the pipeline on its fast path (see the file comment).
+enum class step : unsigned char {
+    proceed, ///< `enter`: admitted, go on inward. `leave`: finished here, go on outward.
+    done,    ///< `enter`: not admitted; the result holds why (a refusal, a cancellation).
+    wait,    ///< `enter`: cannot decide without suspending: the pipeline calls `run` instead.
+             ///< `leave`: has more to do (a retry, a timer to disarm): the pipeline calls `resume`.
+};
+
+namespace detail {
+
+/// A policy with the fast protocol: `call_state`, `enter`, `leave`, `resume` (file comment).
+template <class P>
+concept fast_policy = requires { typename P::call_state; };
+
+template <class P>
+struct state_of {
+    struct type {};
+};
+template <fast_policy P>
+struct state_of<P> {
+    using type = typename P::call_state;
+};
+
+template <class C>
+inline constexpr char clock_key = 0;
+
+/// The time on `clock` for a policy admitting a call: the call's shared reading when one of the
+/// same clock type was taken while admitting it, else a fresh one (then shared).
+template <class C>
+typename C::time_point call_now(const C& clock, const context& ctx) {
+    if constexpr (std::is_same_v<typename C::duration, std::chrono::nanoseconds>) {
+        time_cache* cache = context_access::cache(ctx);
+        if (cache && cache->clock == &clock_key<C>)
+            return typename C::time_point{cache->at};
+        const typename C::time_point t = clock.now();
+        if (cache) {
+            cache->clock = &clock_key<C>;
+            cache->at = t.time_since_epoch();
+        }
+        return t;
+    } else {
+        return clock.now();
+    }
+}
+
+/// The policies a call passes through, outermost first: a pipeline's, flattened (so nested
+/// pipelines cost nothing), or the policy itself.
+template <class P>
+auto stages_of(const P& p) noexcept {
+    if constexpr (requires { p.stages(); })
+        return p.stages();
+    else
+        return std::tuple<const P&>(p);
+}
+
+/// Owns the user's action for the length of the call; the innermost step calls it.
+template <class A>
+struct owned_action {
+    A action;
+    guarded<A> leaf() noexcept { return guarded<A>{&action}; }
+};
+/// A `next` handed to a policy's `run`: the innermost step is whatever it runs.
+template <class Next>
+struct borrowed_next {
+    Next next;
+    Next leaf() const { return next; }
+};
+
+template <std::size_t J, std::size_t End, class F>
+decltype(auto) visit_stage(std::size_t k, F&& f) {
+    if constexpr (J + 1 == End) {
+        return f(std::integral_constant<std::size_t, J>{});
+    } else {
+        if (k == J)
+            return f(std::integral_constant<std::size_t, J>{});
+        return visit_stage<J + 1, End>(k, std::forward<F>(f));
+    }
+}
+
+/// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
+/// every stage's `enter` inward, the innermost step, every `leave` outward. Only a stage that
+/// must wait costs more: its `run` (or `resume`) is awaited, with the stages inside it run by
+/// another `drive` of their own.
+template <class Stages, class Leaf>
+struct driver {
+    static constexpr std::size_t size = std::tuple_size_v<Stages>;
+    using outcome_type = await_result_t<std::invoke_result_t<Leaf&, const context&>>;
+    using value_type = typename outcome_type::value_type;
+    template <std::size_t J>
+    using policy_at = std::remove_cvref_t<std::tuple_element_t<J, Stages>>;
+
+    template <class Seq>
+    struct states_of;
+    template <std::size_t... Js>
+    struct states_of<std::index_sequence<Js...>> {
+        using type = std::tuple<typename state_of<policy_at<Js>>::type...>;
+    };
+    using states = typename states_of<std::make_index_sequence<size>>::type;
+
+    /// `next` for stage J: the stages after it, then the leaf, in a frame of their own.
+    template <std::size_t J>
+    struct inner_next {
+        Stages stages;
+        Leaf leaf;
+        task<outcome_type> operator()(const context& ctx) const {
+            return drive<J + 1, false>(stages, borrowed_next<Leaf>{leaf}, ctx);
+        }
+    };
+    template <std::size_t J>
+    static auto next_after(const Stages& stages, const Leaf& leaf) {
+        if constexpr (J + 1 == size)
+            return leaf;
+        else
+            return inner_next<J>{stages, leaf};
+    }
+
+    template <class Awaitable>
+    static task<outcome_type> as_task(Awaitable a) {
+        co_return co_await std::move(a);
+    }
+    template <class Awaitable>
+    static task<outcome_type> uniform(Awaitable&& a) {
+        if constexpr (std::is_same_v<std::remove_cvref_t<Awaitable>, task<outcome_type>>)
+            return std::forward<Awaitable>(a);
+        else
+            return as_task(std::forward<Awaitable>(a));
+    }
+
+    template <std::size_t I, bool Throw, class Holder, class Ctx>
+    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Stages stages, Holder holder, Ctx ctx) {
+        time_cache cache;
+        const context root = context_access::derive(ctx, &cache);
+        auto leaf = holder.leaf();
+        states st{};
+        const context* at[size + 1];
+        at[I] = &root;
+        std::optional<outcome_type> result;
+        std::size_t k = I;
+        step s = step::proceed;
+        for (; k < size; ++k) {
+            at[k + 1] = at[k];
+            s = visit_stage<I, size>(k, [&](auto j) -> step {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (fast_policy<policy_at<J>>)
+                    return std::get<J>(stages).enter(std::get<J>(st), *at[J], at[J + 1], result);
+                else
+                    return step::wait;
+            });
+            if (s != step::proceed)
+                break;
+        }
+        if (s == step::proceed) {
+            result.emplace(co_await leaf(*at[size]));
+        } else if (s == step::wait) {
+            cache.clear();
+            result.emplace(co_await visit_stage<I, size>(k, [&](auto j) -> task<outcome_type> {
+                constexpr std::size_t J = decltype(j)::value;
+                return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), *at[J]));
+            }));
+        }
+        cache.clear();
+        while (k > I) {
+            --k;
+            s = visit_stage<I, size>(k, [&](auto j) -> step {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (fast_policy<policy_at<J>>)
+                    return std::get<J>(stages).leave(std::get<J>(st), *at[J], *result);
+                else
+                    return step::proceed; // unreachable: a classic stage never entered
+            });
+            if (s == step::wait) {
+                outcome_type r = co_await visit_stage<I, size>(k, [&](auto j) -> task<outcome_type> {
+                    constexpr std::size_t J = decltype(j)::value;
+                    auto next = next_after<J>(stages, leaf);
+                    if constexpr (requires { std::get<J>(stages).resume(std::get<J>(st), next, *at[J], std::move(*result)); })
+                        return std::get<J>(stages).resume(std::get<J>(st), std::move(next), *at[J], std::move(*result));
+                    else
+                        return task<outcome_type>{}; // unreachable: its `leave` never waits
+                });
+                result.emplace(std::move(r));
+            }
+        }
+        if constexpr (Throw)
+            co_return std::move(*result).value();
+        else
+            co_return std::move(*result);
+    }
+};
+
+template <bool Throw, class P, class A>
+auto run_action(const P& p, A action, context ctx) {
+    using stages = decltype(stages_of(p));
+    return driver<stages, guarded<A>>::template drive<0, Throw>(stages_of(p), owned_action<A>{std::move(action)},
+                                                                std::move(ctx));
+}
+
 // Stand-ins used to check the `policy` concept. Defined, because checking a policy whose `run`
 // has a deduced return type instantiates bodies that call them (they are never run).
 struct probe_action {
@@ -197,34 +401,39 @@ struct probe_next {
 
 } // namespace detail
 
-/// What `next(ctx)` yields in a policy's `run`: `outcome<R>`, the result type a custom policy returns
-/// (`task<next_outcome_t<Next>>`).
-template <class Next>
-using next_outcome_t = detail::next_outcome_t<Next>;
-
-/// Gives a policy its public calls; `Derived` provides `run(next, ctx)` (see the file comment).
+/// Gives a policy its public calls. `Derived` provides either the fast protocol (`call_state`,
+/// `enter`, `leave`, `resume`) or `run(next, ctx)` alone (see the file comment).
 template <class Derived>
 class policy_base {
 public:
     /// Runs `action` under this policy; returns its value or rethrows the final failure as it was.
     template <class A>
     task<detail::action_result_t<A>> execute(A action, context ctx) const {
-        auto result = co_await self().run(detail::guarded<A>{&action}, ctx);
-        co_return std::move(result).value();
+        return detail::run_action<true>(self(), std::move(action), std::move(ctx));
     }
     template <class A>
     task<detail::action_result_t<A>> execute(A action, std::stop_token token = {}) const {
-        return execute(std::move(action), context{std::move(token)});
+        return detail::run_action<true>(self(), std::move(action), context{std::move(token)});
     }
 
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
     template <class A>
     task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) const {
-        co_return co_await self().run(detail::guarded<A>{&action}, ctx);
+        return detail::run_action<false>(self(), std::move(action), std::move(ctx));
     }
     template <class A>
     task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const {
-        return execute_outcome(std::move(action), context{std::move(token)});
+        return detail::run_action<false>(self(), std::move(action), context{std::move(token)});
+    }
+
+    /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
+    /// pipeline) once under this policy. A policy whose `enter` may answer `step::wait` defines
+    /// its own `run`, which hides this one.
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        using stages = decltype(detail::stages_of(self()));
+        return detail::driver<stages, Next>::template drive<0, false>(
+            detail::stages_of(self()), detail::borrowed_next<Next>{std::move(next)}, ctx);
     }
 
 private:

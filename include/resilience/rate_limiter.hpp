@@ -114,6 +114,15 @@ struct limiter_state {
         std::lock_guard lock(mutex);
         return queue.empty() && meter.try_take(elapsed_locked());
     }
+    /// The same with a reading the caller made. A reading older than one already used only makes
+    /// a refusal more likely (the caller then waits in the queue, which reads the clock again).
+    bool try_take_now(typename C::time_point now) {
+        std::lock_guard lock(mutex);
+        if (!queue.empty())
+            return false;
+        const auto e = std::chrono::duration_cast<std::chrono::nanoseconds>(now - origin);
+        return meter.try_take(std::max(e, std::chrono::nanoseconds::zero()));
+    }
 
     /// The slow path: refuse, or wait for a permit in arrival order.
     task<admission> wait(std::stop_token token) {
@@ -201,14 +210,31 @@ struct limiter_state {
 template <class Derived, clock C, class Meter>
 class limiter_handle : public policy_base<Derived> {
 public:
+    // ---- the policy protocol (see policy.hpp) ----
+    struct call_state {};
+
+    /// A permit now with nobody queued is taken at once; anything else waits (or is refused) in `run`.
+    template <class R>
+    step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        if (ctx.stop_requested()) {
+            result.emplace(failure::make(cancelled_error{}));
+            return step::done;
+        }
+        return state_->try_take_now(call_now(state_->clock, ctx)) ? step::proceed : step::wait;
+    }
+    template <class R>
+    step leave(call_state&, const context&, outcome<R>&) const noexcept {
+        return step::proceed;
+    }
+
     /// Admits the call once it has a permit, spending exactly one; otherwise fails it (as a value)
     /// with `rate_limited_error` when it may not wait, or `cancelled_error` when its caller stops
     /// first. A permit, once spent, is not given back, however the call ends.
     template <class Next>
     task<next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        const std::stop_token& token = ctx.stop_token();
-        if (token.stop_requested())
+        if (ctx.stop_requested())
             co_return failure::make(cancelled_error{});
+        const std::stop_token& token = ctx.stop_token();
         if (!state_->try_take_now()) {
             const admission a = co_await state_->wait(token);
             if (a.state == waiter_state::stopped)

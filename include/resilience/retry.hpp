@@ -368,42 +368,67 @@ public:
     const retry_options& options() const noexcept { return options_; }
     const C& clock() const noexcept { return clock_; }
 
-    template <class Next>
-    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        using result_t = detail::next_outcome_t<Next>;
-        using value_t = typename result_t::value_type;
-        const std::stop_token& stop = ctx.stop_token();
-        if (stop.stop_requested())
-            co_return result_t{failure::make(cancelled_error{})};
-        if (!options_.retry_if.template accepts<value_t>())
-            co_return result_t{options_.retry_if.template mismatch<value_t>()};
+    // ---- the policy protocol (see policy.hpp) ----
+    struct call_state {
+        context inner; // attempt 1, when the context coming in says otherwise
+        typename C::time_point start{};
+    };
+
+    template <class R>
+    step enter(call_state& s, const context& ctx, const context*& inner, std::optional<outcome<R>>& result) const {
+        if (ctx.stop_requested()) {
+            result.emplace(failure::make(cancelled_error{}));
+            return step::done;
+        }
+        if (!options_.retry_if.template accepts<R>()) {
+            result.emplace(options_.retry_if.template mismatch<R>());
+            return step::done;
+        }
         if (options_.budget)
             options_.budget->record_call();
+        // Only max_elapsed needs the start.
+        if (options_.max_elapsed > std::chrono::nanoseconds::zero())
+            s.start = detail::call_now(clock_, ctx);
+        if (ctx.attempt() != 1) {
+            s.inner = detail::context_access::derive_attempt(ctx, 1);
+            inner = &s.inner;
+        }
+        return step::proceed;
+    }
 
-        // Only max_elapsed needs the start; reading the clock costs as much as the rest of the success path.
-        const typename C::time_point start =
-            options_.max_elapsed > std::chrono::nanoseconds::zero() ? clock_.now() : typename C::time_point{};
+    /// A success that nobody needs to judge ends here; anything else goes on in `resume`.
+    template <class R>
+    step leave(call_state&, const context&, const outcome<R>& result) const noexcept {
+        return result.has_value() && !options_.retry_if.sees_values() ? step::proceed : step::wait;
+    }
+
+    /// The retry loop after the first attempt ended with `result`.
+    template <class Next, class R>
+    task<outcome<R>> resume(call_state& s, Next next, const context& ctx, outcome<R> result) const {
         std::chrono::nanoseconds previous{};
         for (int attempt = 1;; ++attempt) {
-            result_t result = co_await next(ctx.with_attempt(attempt));
-            if (result.has_value() && !options_.retry_if.sees_values())
-                co_return std::move(result);
+            if (attempt > 1) {
+                const context child = detail::context_access::derive_attempt(ctx, attempt);
+                result = co_await next(child);
+                if (result.has_value() && !options_.retry_if.sees_values())
+                    co_return std::move(result);
+            }
 
             std::optional<std::chrono::nanoseconds> wait;
             std::optional<failure> thrown; // by the classifier or a callback: it ends the call
             try {
-                wait = plan(result, attempt, stop, start, previous);
+                wait = plan(result, attempt, ctx, s.start, previous);
             } catch (...) {
                 thrown.emplace(failure::current());
             }
             if (thrown)
-                co_return result_t{std::move(*thrown)};
+                co_return outcome<R>{std::move(*thrown)};
             if (!wait)
                 co_return std::move(result);
 
             if (*wait > std::chrono::nanoseconds::zero())
-                co_await clock_.sleep_until(after(*wait), stop);
-            if (stop.stop_requested())
+                co_await clock_.sleep_until(after(*wait), ctx.stop_token());
+            if (ctx.stop_requested())
                 co_return std::move(result);
             previous = *wait;
         }
@@ -413,10 +438,10 @@ private:
     // The failure path: decides whether another attempt follows and after what wait (nullopt: the
     // loop ends with `result`). Tells the callbacks.
     template <class T>
-    std::optional<std::chrono::nanoseconds> plan(const outcome<T>& result, int attempt,
-                                                 const std::stop_token& stop, typename C::time_point start,
+    std::optional<std::chrono::nanoseconds> plan(const outcome<T>& result, int attempt, const context& ctx,
+                                                 typename C::time_point start,
                                                  std::chrono::nanoseconds previous) const {
-        if (stop.stop_requested() || attempt >= options_.max_attempts)
+        if (ctx.stop_requested() || attempt >= options_.max_attempts)
             return std::nullopt;
         const verdict v = options_.retry_if.classify(result);
         if (!v.retry)

@@ -15,6 +15,7 @@
 #include "when_all.hpp"
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -58,40 +59,81 @@ public:
     std::chrono::nanoseconds after() const noexcept { return after_; }
     const C& clock() const noexcept { return clock_; }
 
+    // ---- the policy protocol (see policy.hpp) ----
+    // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
+    // frame, and the attempt's stop token is made only if somebody asks for it. Any other clock
+    // waits beside the call with a sleeping coroutine (`run`).
+    struct call_state {
+        std::optional<detail::lazy_stop> stop;         // declared before the timer that expires it
+        std::optional<detail::deadline_timer> timer;
+        context inner;
+    };
+
+    template <class R>
+    step enter(call_state& s, const context& ctx, const context*& inner, std::optional<outcome<R>>& result) const {
+        if constexpr (!detail::loop_timer_clock<C>) {
+            return step::wait;
+        } else {
+            if (ctx.stop_requested()) {
+                result.emplace(failure::make(cancelled_error{}));
+                return step::done;
+            }
+            const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                detail::add_saturating(detail::call_now(clock_, ctx), after_).time_since_epoch());
+            s.stop.emplace(&ctx);
+            s.inner = detail::context_access::derive_deadline(ctx, &*s.stop, deadline);
+            s.timer.emplace(clock_.timer_loop(), deadline, *s.stop);
+            inner = &s.inner;
+            return step::proceed;
+        }
+    }
+
+    template <class R>
+    step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
+        if (!s.timer->try_disarm_here())
+            return step::wait; // finished on another thread: disarm on the loop
+        result = finish(std::move(result), s.timer->expired(), ctx);
+        return step::proceed;
+    }
+
+    template <class Next, class R>
+    task<outcome<R>> resume(call_state& s, Next, const context& ctx, outcome<R> result) const {
+        co_await s.timer->disarm();
+        co_return finish(std::move(result), s.timer->expired(), ctx);
+    }
+
+    /// The waiting form, for clocks without loop timers: a sleeping coroutine beside the call.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        using result_t = detail::next_outcome_t<Next>;
-        if (ctx.stop_token().stop_requested())
-            co_return failure::make(cancelled_error{});
+        if constexpr (detail::loop_timer_clock<C>) {
+            return policy_base<timeout>::run(std::move(next), ctx);
+        } else {
+            return run_beside(std::move(next), ctx);
+        }
+    }
 
+private:
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run_beside(Next next, const context& ctx) const {
+        if (ctx.stop_requested())
+            co_return failure::make(cancelled_error{});
         const auto deadline = detail::add_saturating(clock_.now(), after_);
         detail::pooled_stop_source attempt_stop;
         detail::stop_link link{ctx.stop_token(), attempt_stop};
         const context child = ctx.with_stop_token(attempt_stop.get_token())
                                   .with_deadline(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                       deadline.time_since_epoch()));
-        if constexpr (detail::loop_timer_clock<C>) {
-            // Fast path: a timer on the loop stops the attempt at the deadline.
-            detail::deadline_timer timer{clock_.timer_loop(), child.deadline().value(),
-                                         attempt_stop.source()};
-            result_t result = co_await next(child);
-            co_await timer.disarm();
-            co_return finish(std::move(result), timer.expired(), ctx);
-        } else {
-            // Any other clock: a sleeping coroutine beside the attempt, joined before returning.
-            detail::pooled_stop_source timer_stop;
-            bool expired = false;
-            auto [ignored, result] = co_await when_all(watch(deadline, timer_stop, attempt_stop, expired),
-                                                       attempt(std::move(next), child, timer_stop));
-            (void)ignored;
-            co_return finish(std::move(result), expired, ctx);
-        }
+        detail::pooled_stop_source timer_stop;
+        bool expired = false;
+        auto [ignored, result] = co_await when_all(watch(deadline, timer_stop, attempt_stop, expired),
+                                                   attempt(std::move(next), child, timer_stop));
+        (void)ignored;
+        co_return finish(std::move(result), expired, ctx);
     }
 
-private:
     template <class Outcome>
     static Outcome finish(Outcome result, bool expired, const context& ctx) {
-        if (!expired || result.has_value() || ctx.stop_token().stop_requested())
+        if (!expired || result.has_value() || ctx.stop_requested())
             return result;
         return Outcome{failure::make(timeout_error{result.error().exception()})};
     }
