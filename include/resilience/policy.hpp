@@ -285,13 +285,64 @@ struct driver {
     template <std::size_t J>
     using policy_at = std::remove_cvref_t<std::tuple_element_t<J, Stages>>;
 
+    // The stages' states, default-initialised (a std::tuple would value-initialise, zeroing them).
+    template <class... Ts>
+    struct pack {};
+    template <class T, class... Ts>
+    struct pack<T, Ts...> {
+        T head;
+        pack<Ts...> tail;
+    };
     template <class Seq>
     struct states_of;
     template <std::size_t... Js>
     struct states_of<std::index_sequence<Js...>> {
-        using type = std::tuple<typename state_of<policy_at<Js>>::type...>;
+        using type = pack<typename state_of<policy_at<Js>>::type...>;
     };
     using states = typename states_of<std::make_index_sequence<size>>::type;
+    template <std::size_t J, class P>
+    static auto& state(P& p) noexcept {
+        if constexpr (J == 0)
+            return p.head;
+        else
+            return state<J - 1>(p.tail);
+    }
+
+    static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+    // Enters stages J, J+1, ... inward; stops at the first that does not proceed, leaving its
+    // index in `k` (`size` when all did).
+    template <std::size_t J>
+    static step enter_from(const Stages& stages, states& st, const context** at,
+                           std::optional<outcome_type>& result, std::size_t& k) {
+        if constexpr (J == size) {
+            k = size;
+            return step::proceed;
+        } else {
+            at[J + 1] = at[J];
+            step s = step::wait;
+            if constexpr (fast_policy<policy_at<J>>)
+                s = std::get<J>(stages).enter(state<J>(st), *at[J], at[J + 1], result);
+            if (s != step::proceed) {
+                k = J;
+                return s;
+            }
+            return enter_from<J + 1>(stages, st, at, result, k);
+        }
+    }
+
+    // Leaves stages J, J-1, ..., I outward; returns the first that must wait, or `none`.
+    template <std::size_t I, std::size_t J>
+    static std::size_t leave_from(const Stages& stages, states& st, const context** at, outcome_type& result) {
+        if constexpr (fast_policy<policy_at<J>>) {
+            if (std::get<J>(stages).leave(state<J>(st), *at[J], result) == step::wait)
+                return J;
+        }
+        if constexpr (J == I)
+            return none;
+        else
+            return leave_from<I, J - 1>(stages, st, at, result);
+    }
 
     /// `next` for stage J: the stages after it, then the leaf, in a frame of their own.
     template <std::size_t J>
@@ -327,24 +378,12 @@ struct driver {
         time_cache cache;
         const context root = context_access::derive(ctx, &cache);
         auto leaf = holder.leaf();
-        states st{};
+        states st;
         const context* at[size + 1];
         at[I] = &root;
         std::optional<outcome_type> result;
-        std::size_t k = I;
-        step s = step::proceed;
-        for (; k < size; ++k) {
-            at[k + 1] = at[k];
-            s = visit_stage<I, size>(k, [&](auto j) -> step {
-                constexpr std::size_t J = decltype(j)::value;
-                if constexpr (fast_policy<policy_at<J>>)
-                    return std::get<J>(stages).enter(std::get<J>(st), *at[J], at[J + 1], result);
-                else
-                    return step::wait;
-            });
-            if (s != step::proceed)
-                break;
-        }
+        std::size_t k = size;
+        const step s = enter_from<I>(stages, st, at, result, k);
         if (s == step::proceed) {
             result.emplace(co_await leaf(*at[size]));
         } else if (s == step::wait) {
@@ -355,26 +394,24 @@ struct driver {
             }));
         }
         cache.clear();
-        while (k > I) {
-            --k;
-            s = visit_stage<I, size>(k, [&](auto j) -> step {
-                constexpr std::size_t J = decltype(j)::value;
-                if constexpr (fast_policy<policy_at<J>>)
-                    return std::get<J>(stages).leave(std::get<J>(st), *at[J], *result);
-                else
-                    return step::proceed; // unreachable: a classic stage never entered
+        // Outward from the stage inside the one that stopped (or the innermost).
+        const auto leave_below = [&](std::size_t from) -> std::size_t {
+            if (from == I)
+                return none;
+            return visit_stage<I, size>(from - 1, [&](auto j) -> std::size_t {
+                return leave_from<I, decltype(j)::value>(stages, st, at, *result);
             });
-            if (s == step::wait) {
-                outcome_type r = co_await visit_stage<I, size>(k, [&](auto j) -> task<outcome_type> {
-                    constexpr std::size_t J = decltype(j)::value;
-                    auto next = next_after<J>(stages, leaf);
-                    if constexpr (requires { std::get<J>(stages).resume(std::get<J>(st), next, *at[J], std::move(*result)); })
-                        return std::get<J>(stages).resume(std::get<J>(st), std::move(next), *at[J], std::move(*result));
-                    else
-                        return task<outcome_type>{}; // unreachable: its `leave` never waits
-                });
-                result.emplace(std::move(r));
-            }
+        };
+        for (std::size_t w = leave_below(k); w != none; w = leave_below(w)) {
+            outcome_type r = co_await visit_stage<I, size>(w, [&](auto j) -> task<outcome_type> {
+                constexpr std::size_t J = decltype(j)::value;
+                auto next = next_after<J>(stages, leaf);
+                if constexpr (requires { std::get<J>(stages).resume(state<J>(st), next, *at[J], std::move(*result)); })
+                    return std::get<J>(stages).resume(state<J>(st), std::move(next), *at[J], std::move(*result));
+                else
+                    return task<outcome_type>{}; // unreachable: its `leave` never waits
+            });
+            result.emplace(std::move(r));
         }
         if constexpr (Throw)
             co_return std::move(*result).value();

@@ -92,7 +92,8 @@ public:
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
         if (!s.timer->try_disarm_here())
             return step::wait; // finished on another thread: disarm on the loop
-        result = finish(std::move(result), s.timer->expired(), ctx);
+        if (s.timer->expired())
+            result = finish(std::move(result), true, ctx);
         return step::proceed;
     }
 
