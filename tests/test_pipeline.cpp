@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
 
+#include <resilience/circuit_breaker.hpp>
 #include <resilience/pipeline.hpp>
+#include <resilience/rate_limiter.hpp>
+#include <resilience/retry.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -123,4 +130,145 @@ TEST_CASE("pipeline: actions may return any awaitable shape the language allows"
     rs::pipeline p{rs::timeout{1s, sim.clock()}};
     CHECK(sim.run(p.execute([] { return typed_handle_awaiter{}; })) == 7);
     CHECK(sim.run(p.execute([] { return awaiter_by_reference{}; })) == 8);
+}
+
+namespace {
+// The fast form of the protocol (docs/pipeline.md): logs enter and leave; with `again` set, a
+// failed call goes on in `resume`, which runs the inner stages once more.
+class fast_recorder : public rs::policy_base<fast_recorder> {
+public:
+    fast_recorder(std::string name, std::vector<std::string>& log, bool again = false)
+        : name_(std::move(name)), log_(&log), again_(again) {}
+
+    struct call_state {
+        int entered = 0;
+    };
+
+    template <class R>
+    rs::step enter(call_state& s, const rs::context& ctx, const rs::context*&,
+                   std::optional<rs::outcome<R>>& result) const {
+        if (ctx.stop_requested()) {
+            result.emplace(rs::failure::make(rs::cancelled_error{}));
+            return rs::step::done;
+        }
+        ++s.entered;
+        log_->push_back(name_ + " enter");
+        return rs::step::proceed;
+    }
+    template <class R>
+    rs::step leave(call_state& s, const rs::context&, rs::outcome<R>& result) const {
+        log_->push_back(name_ + " leave");
+        return again_ && !result && s.entered == 1 ? rs::step::wait : rs::step::proceed;
+    }
+    template <class Next, class R>
+    rs::task<rs::outcome<R>> resume(call_state& s, Next next, const rs::context& ctx, rs::outcome<R>) const {
+        ++s.entered;
+        log_->push_back(name_ + " again");
+        co_return co_await next(ctx);
+    }
+
+private:
+    std::string name_;
+    std::vector<std::string>* log_;
+    bool again_;
+};
+
+// The example of docs/pipeline.md, as written there.
+class count_failures : public rs::policy_base<count_failures> {
+public:
+    explicit count_failures(std::shared_ptr<std::atomic<int>> n) : failures_(std::move(n)) {}
+
+    struct call_state {};
+
+    template <class R>
+    rs::step enter(call_state&, const rs::context& ctx, const rs::context*& /*inner*/,
+                   std::optional<rs::outcome<R>>& result) const {
+        if (ctx.stop_requested()) { // refuse: say why in `result`
+            result.emplace(rs::failure::make(rs::cancelled_error{}));
+            return rs::step::done;
+        }
+        return rs::step::proceed; // admitted: the inner policies run next
+    }
+
+    template <class R>
+    rs::step leave(call_state&, const rs::context&, rs::outcome<R>& result) const {
+        if (!result)
+            failures_->fetch_add(1, std::memory_order_relaxed);
+        return rs::step::proceed; // done here: carry on outward
+    }
+
+private:
+    std::shared_ptr<std::atomic<int>> failures_;
+};
+
+// A steady clock on a simulation that counts its readings.
+struct counting_clock {
+    using duration = rs::testing::virtual_clock::duration;
+    using time_point = rs::testing::virtual_clock::time_point;
+    rs::testing::virtual_clock inner;
+    std::shared_ptr<int> reads = std::make_shared<int>(0);
+    time_point now() const noexcept {
+        ++*reads;
+        return inner.now();
+    }
+    auto sleep_until(time_point tp, std::stop_token token) const noexcept { return inner.sleep_until(tp, token); }
+    rs::event_loop* timer_loop() const noexcept { return inner.timer_loop(); }
+};
+} // namespace
+
+static_assert(rs::policy<fast_recorder>);
+static_assert(rs::policy<count_failures>);
+static_assert(rs::policy<rs::pipeline<fast_recorder, recorder, fast_recorder>>);
+
+TEST_CASE("pipeline: fast and waiting policies keep their order when mixed", "[pipeline]") {
+    std::vector<std::string> log;
+    rs::pipeline p{fast_recorder{"a", log}, recorder{"b", log}, fast_recorder{"c", log},
+                   rs::pipeline{fast_recorder{"d", log}, recorder{"e", log}}};
+    int v = rs::sync_wait(p.execute([&]() -> rs::task<int> {
+        log.push_back("action");
+        co_return 5;
+    }));
+    CHECK(v == 5);
+    CHECK(log == std::vector<std::string>{"a enter", "b enter", "c enter", "d enter", "e enter", "action",
+                                          "e leave", "d leave", "c leave", "b leave", "a leave"});
+}
+
+TEST_CASE("pipeline: a fast policy that goes on in resume runs the stages inside it again", "[pipeline]") {
+    std::vector<std::string> log;
+    rs::pipeline p{fast_recorder{"outer", log, true}, fast_recorder{"inner", log}};
+    int calls = 0;
+    int v = rs::sync_wait(p.execute([&]() -> rs::task<int> {
+        log.push_back("action");
+        if (++calls == 1)
+            throw std::runtime_error("first");
+        co_return 9;
+    }));
+    CHECK(v == 9);
+    CHECK(log == std::vector<std::string>{"outer enter", "inner enter", "action", "inner leave", "outer leave",
+                                          "outer again", "inner enter", "action", "inner leave"});
+}
+
+TEST_CASE("pipeline: a refusal in enter reaches execute_outcome as a value and skips the inner stages",
+          "[pipeline]") {
+    std::vector<std::string> log;
+    auto failures = std::make_shared<std::atomic<int>>(0);
+    rs::pipeline p{fast_recorder{"a", log}, count_failures{failures}, fast_recorder{"b", log}};
+    std::stop_source stop;
+    stop.request_stop();
+    bool ran = false;
+    auto r = rs::sync_wait(p.execute_outcome(
+        [&]() -> rs::task<int> {
+            ran = true;
+            co_return 1;
+        },
+        stop.get_token()));
+    REQUIRE(r.has_failure());
+    CHECK(r.error().code() == rs::errc::cancelled);
+    CHECK_FALSE(ran);
+    CHECK(log.empty()); // the outermost refused first
+    auto failed = rs::sync_wait(
+        p.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("down"); }));
+    CHECK(failed.has_failure());
+    CHECK(failures->load() == 1);
+    CHECK(log == std::vector<std::string>{"a enter", "b enter", "b leave", "a leave"});
 }

@@ -236,3 +236,66 @@ TEST_CASE("timeout: a duration too long for nanoseconds, or for the clock, means
     CHECK(sim.run(forever.execute(slow)) == 5); // a wrapped deadline would have fired at once
     CHECK(sim.now() == 1h + 1s);
 }
+
+TEST_CASE("timeout: a token asked for after the deadline is already stopped", "[timeout]") {
+    rs::testing::simulation sim;
+    rs::timeout limit{1s, sim.clock()};
+    bool stopped_when_asked = false;
+    auto result = sim.run(limit.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
+        // Busy past the deadline without looking at the token: nothing has made it yet.
+        co_await sim.sleep_for(3s);
+        CHECK(ctx.stop_requested());
+        stopped_when_asked = ctx.stop_token().stop_requested();
+        co_return 1;
+    }));
+    CHECK(stopped_when_asked);
+    CHECK(sim.now() == 3s);
+    CHECK(result.has_value()); // a value that arrives late is still returned
+}
+
+TEST_CASE("timeout: a token asked for before the deadline is stopped at the deadline", "[timeout]") {
+    rs::testing::simulation sim;
+    rs::timeout limit{2s, sim.clock()};
+    std::optional<std::chrono::nanoseconds> stopped_at;
+    auto result = sim.run(limit.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
+        co_await sim.sleep_for(500ms);
+        std::stop_callback on_stop{ctx.stop_token(), [&] { stopped_at = sim.now(); }};
+        co_await sim.sleep_for(10s, ctx.stop_token());
+        co_return 1;
+    }));
+    CHECK(stopped_at == std::optional<std::chrono::nanoseconds>{2s});
+    CHECK(sim.now() == 2s);
+    CHECK(result.has_value());
+}
+
+TEST_CASE("timeout: the attempt's token, made late, still follows the caller's stop", "[timeout]") {
+    rs::testing::simulation sim;
+    rs::timeout limit{1h, sim.clock()};
+    std::stop_source caller;
+    auto stop_at_3s = [&]() -> rs::task<void> {
+        co_await sim.sleep_for(3s);
+        caller.request_stop();
+    };
+    auto work = [&](const rs::context& ctx) -> rs::task<int> {
+        co_await sim.sleep_for(1s); // the token is made only now, linked to the caller's
+        co_await sim.sleep_for(1h, ctx.stop_token());
+        co_return ctx.stop_requested() ? -1 : 1;
+    };
+    auto [result, ignored] = sim.run(rs::when_all(limit.execute_outcome(work, caller.get_token()), stop_at_3s()));
+    CHECK(sim.now() == 3s);
+    REQUIRE(result.has_value());
+    CHECK(result.value() == -1);
+}
+
+TEST_CASE("timeout: nested timeouts hand the inner attempt a token stopped by the earlier deadline",
+          "[timeout]") {
+    rs::testing::simulation sim;
+    rs::pipeline nested{rs::timeout{1s, sim.clock()}, rs::timeout{10s, sim.clock()}};
+    auto result = sim.run(nested.execute_outcome([&](std::stop_token token) -> rs::task<int> {
+        co_await sim.sleep_for(1h, token);
+        co_return token.stop_requested() ? -1 : 1;
+    }));
+    CHECK(sim.now() == 1s);
+    REQUIRE(result.has_value());
+    CHECK(result.value() == -1);
+}

@@ -1,18 +1,9 @@
 // SPDX-License-Identifier: MIT
 /// \file policy.hpp
-/// The `policy` concept and `policy_base`, which gives every policy its `execute` family from one
-/// `run` member.
+/// The `policy` concept, the protocol policies implement, and `policy_base`, which turns that
+/// protocol into the public calls and runs a whole pipeline in one coroutine frame.
 ///
-/// How a policy is built. A policy implements one member template:
-///
-///     template <class Next>
-///     task<outcome<R>> run(Next next, const context& ctx);
-///
-/// `next(ctx)` runs the rest of the pipeline (the inner policies, then the user's action) once and
-/// returns an awaitable of `outcome<R>`: failures travel as values between policies, so a
-/// rejection reported through `execute_outcome` never throws. `next` is a small copyable handle;
-/// `ctx` must stay alive until the returned task finishes (every caller in the library awaits it
-/// at once). `policy_base<Derived>` turns that into the public calls:
+/// The public calls, on every policy and pipeline:
 ///
 ///     co_await p.execute(action);                  // R, or rethrows the failure unchanged
 ///     co_await p.execute(action, stop_token);      // the caller's stop token reaches every attempt
@@ -25,6 +16,44 @@
 ///     rs::task<int> ok(rs::retry<>& r) { co_return co_await r.execute(fetch); }   // OK: r outlives the call
 ///     rs::task<int> bad() { return rs::retry<>{}.execute(fetch); }               // dangling: the policy
 ///     dies first
+///
+/// How a policy is built: two ways, which compose freely in one pipeline.
+///
+/// 1. The waiting form, one member template (simple; one coroutine frame per call through it):
+///
+///        template <class Next>
+///        task<outcome<R>> run(Next next, const context& ctx);
+///
+///    `next(ctx)` runs the rest of the pipeline (inner policies, then the action) once and yields
+///    `outcome<R>` (`next_outcome_t<Next>`): failures travel as values, so a refusal reported
+///    through `execute_outcome` never throws.
+///
+/// 2. The fast form, for calls that need no waiting. A `call_state` type (one per call, in the
+///    pipeline's frame, default-constructed) and three const members:
+///
+///        step enter(call_state&, const context& ctx, const context*& inner, std::optional<outcome<R>>& result);
+///        step leave(call_state&, const context& ctx, outcome<R>& result);
+///        task<outcome<R>> resume(call_state&, Next next, const context& ctx, outcome<R> result);  // if leave may wait
+///
+///    `enter` admits the call without suspending: `step::proceed` (the stages inside see `*inner`,
+///    which it may point at a context kept in the state), `step::done` (refused: `result` says
+///    why), or `step::wait` (it cannot decide without waiting: the pipeline then calls the
+///    policy's `run`, which must exist and handle the whole call). `leave` sees the result on the
+///    way out and may change it: `step::proceed`, or `step::wait` to go on in `resume`, which may
+///    suspend and may call `next` again (a retry). `leave` is called exactly once for every
+///    `enter` that proceeded, unless the call's frame is destroyed first (its event loop torn
+///    down): a state that holds something (a slot, a timer) gives it back in its destructor.
+///    `policy_base` gives such a policy a `run` made from these three.
+///
+/// A call through `pipeline{p1, p2, ..., pn}` (nested pipelines flattened) runs in one frame:
+/// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. Only a policy that
+/// waits costs a frame more: its `run` or `resume`, with the policies inside it run in a frame
+/// of their own. A policy of the waiting form always waits, so everything inside it runs the
+/// same way, in a frame of its own, and is fast again.
+///
+/// Policies may share one clock reading while a call is admitted: `detail::call_now(clock, ctx)`
+/// reads the clock once per call for every policy using the same clock type; the reading is
+/// dropped as soon as the call suspends, so time read later is read afresh.
 #pragma once
 
 #include "concepts.hpp"
