@@ -272,3 +272,52 @@ TEST_CASE("pipeline: a refusal in enter reaches execute_outcome as a value and s
     CHECK(failures->load() == 1);
     CHECK(log == std::vector<std::string>{"a enter", "b enter", "b leave", "a leave"});
 }
+
+namespace {
+rs::task<std::string> greet(std::string who, int times, std::stop_token token) {
+    std::string s;
+    for (int i = 0; i < times; ++i)
+        s += who;
+    co_return token.stop_possible() ? s + "!" : s;
+}
+rs::task<int> attempt_of(int offset, const rs::context& ctx) {
+    co_return offset + ctx.attempt();
+}
+rs::task<int> plain(int v) {
+    co_return v;
+}
+} // namespace
+
+TEST_CASE("pipeline: execute(f, args...) calls f with copies of the arguments, then the attempt's token",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    rs::pipeline p{rs::timeout{1s, sim.clock()}};
+    std::string who = "ab";
+    CHECK(sim.run(p.execute(greet, who, 2)) == "abab!");
+    CHECK(sim.run(p.execute(plain, 7)) == 7);
+    auto outcome = sim.run(p.execute_outcome(plain, 8));
+    CHECK(outcome.value() == 8);
+}
+
+TEST_CASE("pipeline: execute(f, args..., token) takes the trailing token as the caller's", "[pipeline]") {
+    rs::testing::simulation sim;
+    rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()};
+    std::stop_source caller;
+    caller.request_stop();
+    auto refused = sim.run(r.execute_outcome(greet, std::string("x"), 1, caller.get_token()));
+    REQUIRE(refused.has_failure());
+    CHECK(refused.error().code() == rs::errc::cancelled);
+}
+
+TEST_CASE("pipeline: execute(f, args...) keeps the arguments for every attempt of a retry", "[pipeline]") {
+    rs::testing::simulation sim;
+    rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()};
+    int calls = 0;
+    auto flaky = [&calls](const std::string& s, const rs::context& ctx) -> rs::task<std::size_t> {
+        if (++calls < 3)
+            throw std::runtime_error("again");
+        co_return s.size() * 10 + static_cast<std::size_t>(ctx.attempt());
+    };
+    CHECK(sim.run(r.execute(flaky, std::string(50, 'y'))) == 503);
+    CHECK(sim.run(r.execute(attempt_of, 100)) == 101);
+}

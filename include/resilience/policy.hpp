@@ -278,6 +278,44 @@ auto stages_of(const P& p) noexcept {
         return std::tuple<const P&>(p);
 }
 
+/// `execute(f, args...)`'s action: `f` with copies of the arguments, called with them (as lvalues,
+/// since a retry calls it again) and then with the attempt's context or stop token when `f` takes
+/// one. Built inside the library, so no closure with members is a temporary of the caller's
+/// `co_await` expression (which g++ 12 destroys twice).
+template <class F, class... Args>
+struct bound_action {
+    F f;
+    std::tuple<Args...> args;
+    decltype(auto) operator()(const context& ctx) {
+        return std::apply(
+            [&](Args&... a) -> decltype(auto) {
+                if constexpr (std::is_invocable_v<F&, Args&..., const context&>)
+                    return std::invoke(f, a..., ctx);
+                else if constexpr (std::is_invocable_v<F&, Args&..., std::stop_token>)
+                    return std::invoke(f, a..., ctx.stop_token());
+                else {
+                    static_assert(std::is_invocable_v<F&, Args&...>,
+                                  "execute(f, args...): f must be callable with (args..., rs::context const&), "
+                                  "(args..., std::stop_token) or (args...)");
+                    return std::invoke(f, a...);
+                }
+            },
+            args);
+    }
+};
+
+template <class T>
+inline constexpr bool is_call_context_v =
+    std::is_same_v<std::remove_cvref_t<T>, std::stop_token> || std::is_same_v<std::remove_cvref_t<T>, context>;
+
+/// Splits `execute(f, args..., [token or context])`: the trailing stop token or context is the
+/// caller's, everything before it is bound to `f`.
+template <class F, class Tuple, std::size_t... Is>
+auto bind_action(F&& f, Tuple&& all, std::index_sequence<Is...>) {
+    return bound_action<std::decay_t<F>, std::decay_t<std::tuple_element_t<Is, std::remove_cvref_t<Tuple>>>...>{
+        std::forward<F>(f), {std::get<Is>(std::forward<Tuple>(all))...}};
+}
+
 /// Owns the user's action for the length of the call; the innermost step calls it.
 template <class A>
 struct owned_action {
@@ -482,6 +520,21 @@ public:
         return detail::run_action<true>(self(), std::move(action), context{std::move(token)});
     }
 
+    /// The form that is safe on every compiler for an action that needs data: `f` is called as
+    /// `f(args..., ctx_or_token)` (or `f(args...)`), with copies of `args` kept for the whole call.
+    /// A trailing `std::stop_token` or `context` is the caller's, as in the forms above. Prefer it
+    /// to a capturing lambda written inside `co_await` (g++ 12 destroys such a lambda twice):
+    ///
+    ///     co_return co_await r.execute(fetch, host);            // OK everywhere: fetch(host, st)
+    ///     co_return co_await r.execute([host](std::stop_token st) { return fetch(host, st); });
+    ///                                                          // double free on g++ 12
+    template <class F, class Arg, class... Args>
+    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
+    auto execute(F&& f, Arg&& arg, Args&&... args) const {
+        return call_bound<true>(std::forward<F>(f), std::forward_as_tuple(std::forward<Arg>(arg),
+                                                                          std::forward<Args>(args)...));
+    }
+
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
     template <class A>
     task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) const {
@@ -490,6 +543,14 @@ public:
     template <class A>
     task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const {
         return detail::run_action<false>(self(), std::move(action), context{std::move(token)});
+    }
+
+    /// `execute(f, args...)` reporting the final failure as a value.
+    template <class F, class Arg, class... Args>
+    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
+    auto execute_outcome(F&& f, Arg&& arg, Args&&... args) const {
+        return call_bound<false>(std::forward<F>(f), std::forward_as_tuple(std::forward<Arg>(arg),
+                                                                           std::forward<Args>(args)...));
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
@@ -504,6 +565,23 @@ public:
 
 private:
     const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
+
+    template <bool Throw, class F, class Tuple>
+    auto call_bound(F&& f, Tuple all) const {
+        constexpr std::size_t n = std::tuple_size_v<Tuple>;
+        using last = std::tuple_element_t<n - 1, Tuple>;
+        if constexpr (detail::is_call_context_v<last>) {
+            auto action = detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n - 1>{});
+            if constexpr (std::is_same_v<std::remove_cvref_t<last>, context>)
+                return detail::run_action<Throw>(self(), std::move(action), context(std::get<n - 1>(all)));
+            else
+                return detail::run_action<Throw>(self(), std::move(action), context{std::get<n - 1>(all)});
+        } else {
+            return detail::run_action<Throw>(
+                self(), detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n>{}),
+                context{});
+        }
+    }
 };
 
 /// A policy: wraps an action (a callable returning an awaitable) and is itself callable through
