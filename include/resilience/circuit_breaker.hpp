@@ -602,6 +602,7 @@ public:
                  std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock)))) {}
 
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
+    static constexpr bool enter_never_waits = true;
     struct call_state {
         std::optional<detail::breaker_call<C>> call; // records "ignored" if the call never finishes
     };

@@ -112,6 +112,7 @@ public:
     const HandleIf& handle_if() const noexcept { return handle_if_; }
 
     // ---- the policy protocol (see policy.hpp): a value passes through untouched ----
+    static constexpr bool enter_never_waits = true;
     struct call_state {};
 
     template <class R>

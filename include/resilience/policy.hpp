@@ -237,6 +237,12 @@ namespace detail {
 template <class P>
 concept fast_policy = requires { typename P::call_state; };
 
+/// A fast policy whose `enter` never answers `step::wait` says so
+/// (`static constexpr bool enter_never_waits = true;`), and the pipeline then does not even
+/// instantiate its `run` for the call: less to compile.
+template <class P>
+inline constexpr bool enter_may_wait = !requires { requires P::enter_never_waits; };
+
 template <class P>
 struct state_of {
     struct type {};
@@ -457,7 +463,10 @@ struct driver {
             cache.clear();
             result.emplace(co_await visit_stage<I, size>(k, [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
-                return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), *at[J]));
+                if constexpr (enter_may_wait<policy_at<J>>)
+                    return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), *at[J]));
+                else
+                    return task<outcome_type>{}; // unreachable: its `enter` never waits
             }));
         }
         cache.clear();

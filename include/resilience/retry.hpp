@@ -369,6 +369,7 @@ public:
     const C& clock() const noexcept { return clock_; }
 
     // ---- the policy protocol (see policy.hpp) ----
+    static constexpr bool enter_never_waits = true;
     struct call_state {
         context inner; // attempt 1, when the context coming in says otherwise
         typename C::time_point start{};

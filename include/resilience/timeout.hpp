@@ -63,6 +63,7 @@ public:
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
     // frame, and the attempt's stop token is made only if somebody asks for it. Any other clock
     // waits beside the call with a sleeping coroutine (`run`).
+    static constexpr bool enter_never_waits = detail::loop_timer_clock<C>;
     struct call_state {
         std::optional<detail::lazy_stop> stop;         // declared before the timer that expires it
         std::optional<detail::deadline_timer> timer;

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// Compile cost of one five-policy pipeline, instantiated for one action through execute and
+// execute_outcome, against include_only.cpp (see bench/README.md).
+#include <resilience/resilience.hpp>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+
+namespace {
+rs::task<int> dependency() {
+    co_return 42;
+}
+} // namespace
+
+int main() {
+    rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
+                   rs::bulkhead{{.max_concurrent = 8}}, rs::rate_limiter{{.capacity = 10, .tokens_per_second = 10}}};
+    const auto action = [] { return dependency(); };
+    int v = rs::sync_wait(p.execute(action));
+    auto o = rs::sync_wait(p.execute_outcome(action));
+    return v == 42 && o.has_value() ? 0 : 1;
+}
