@@ -321,3 +321,29 @@ TEST_CASE("pipeline: execute(f, args...) keeps the arguments for every attempt o
     CHECK(sim.run(r.execute(flaky, std::string(50, 'y'))) == 503);
     CHECK(sim.run(r.execute(attempt_of, 100)) == 101);
 }
+
+namespace {
+// Returns a call made on temporary policies: the policies are moved into the call's frame.
+rs::task<int> call_on_temporaries(rs::testing::simulation& sim, int& calls) {
+    return rs::pipeline{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1s, rs::jitter::none}},
+                                  sim.clock()},
+                        rs::timeout{10s, sim.clock()}}
+        .execute([&calls, &sim]() -> rs::task<int> {
+            co_await sim.sleep_for(100ms);
+            if (++calls < 3)
+                throw std::runtime_error("again");
+            co_return calls;
+        });
+}
+} // namespace
+
+TEST_CASE("pipeline: execute on a temporary policy moves it into the call", "[pipeline]") {
+    rs::testing::simulation sim;
+    int calls = 0;
+    auto call = call_on_temporaries(sim, calls); // the pipeline is gone; its retry and timeout are not
+    CHECK(sim.run(std::move(call)) == 3);
+    CHECK(sim.now() == 2300ms);
+    rs::retry r{{.max_attempts = 2, .backoff = rs::constant_backoff{0ms}}, sim.clock()};
+    auto moved = std::move(r).execute([]() -> rs::task<int> { co_return 5; });
+    CHECK(sim.run(std::move(moved)) == 5);
+}

@@ -276,13 +276,37 @@ typename C::time_point call_now(const C& clock, const context& ctx) {
 
 /// The policies a call passes through, outermost first: a pipeline's, flattened (so nested
 /// pipelines cost nothing), or the policy itself.
+/// A stateful handle offers `borrow()`: a copy that refers to the shared state without owning it
+/// (no reference count touched), held by value in the call's frame. So a call made through a
+/// handle does not refer to the handle object, only to the state, which lives while any copy of
+/// the handle does.
 template <class P>
 auto stages_of(const P& p) noexcept {
     if constexpr (requires { p.stages(); })
         return p.stages();
+    else if constexpr (requires { p.borrow(); })
+        return std::tuple<decltype(p.borrow())>(p.borrow());
     else
         return std::tuple<const P&>(p);
 }
+
+/// Where a call finds its policy: the caller's object (which must outlive the call), or a policy
+/// moved into the call's own frame (`std::move(p).execute(...)`, or `execute` on a temporary).
+template <class P>
+struct policy_ref {
+    const P* p;
+    const P& get() const noexcept { return *p; }
+};
+template <class P>
+struct policy_owned {
+    P p;
+    const P& get() const noexcept { return p; }
+};
+/// The stages of an inner `drive`, handed down from the frame that owns them.
+template <class Stages>
+struct stages_ref {
+    Stages stages;
+};
 
 /// `execute(f, args...)`'s action: `f` with copies of the arguments, called with them (as lvalues,
 /// since a retry calls it again) and then with the attempt's context or stop token when `f` takes
@@ -423,7 +447,7 @@ struct driver {
         Stages stages;
         Leaf leaf;
         task<outcome_type> operator()(const context& ctx) const {
-            return drive<J + 1, false>(stages, borrowed_next<Leaf>{leaf}, ctx);
+            return drive<J + 1, false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf}, ctx);
         }
     };
     template <std::size_t J>
@@ -446,8 +470,17 @@ struct driver {
             return as_task(std::forward<Awaitable>(a));
     }
 
-    template <std::size_t I, bool Throw, class Holder, class Ctx>
-    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Stages stages, Holder holder, Ctx ctx) {
+    template <class Source>
+    static Stages stages_from(const Source& source) {
+        if constexpr (requires { source.stages; })
+            return source.stages;
+        else
+            return stages_of(source.get());
+    }
+
+    template <std::size_t I, bool Throw, class Source, class Holder, class Ctx>
+    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, Ctx ctx) {
+        const Stages stages = stages_from(source);
         time_cache cache;
         const context root = context_access::derive(ctx, &cache);
         auto leaf = holder.leaf();
@@ -496,10 +529,10 @@ struct driver {
     }
 };
 
-template <bool Throw, class P, class A>
-auto run_action(const P& p, A action, context ctx) {
-    using stages = decltype(stages_of(p));
-    return driver<stages, guarded<A>>::template drive<0, Throw>(stages_of(p), owned_action<A>{std::move(action)},
+template <bool Throw, class Source, class A>
+auto run_action(Source source, A action, context ctx) {
+    using stages = decltype(stages_of(source.get()));
+    return driver<stages, guarded<A>>::template drive<0, Throw>(std::move(source), owned_action<A>{std::move(action)},
                                                                 std::move(ctx));
 }
 
@@ -520,13 +553,24 @@ template <class Derived>
 class policy_base {
 public:
     /// Runs `action` under this policy; returns its value or rethrows the final failure as it was.
+    /// Called on an lvalue, the policy must outlive the call (a stateful handle need not: the call
+    /// refers to the shared state, which lives while any copy of the handle does); called on an
+    /// rvalue (a temporary, `std::move(p)`), the policy is moved into the call.
     template <class A>
-    task<detail::action_result_t<A>> execute(A action, context ctx) const {
-        return detail::run_action<true>(self(), std::move(action), std::move(ctx));
+    task<detail::action_result_t<A>> execute(A action, context ctx) const& {
+        return detail::run_action<true>(ref(), std::move(action), std::move(ctx));
     }
     template <class A>
-    task<detail::action_result_t<A>> execute(A action, std::stop_token token = {}) const {
-        return detail::run_action<true>(self(), std::move(action), context{std::move(token)});
+    task<detail::action_result_t<A>> execute(A action, std::stop_token token = {}) const& {
+        return detail::run_action<true>(ref(), std::move(action), context{std::move(token)});
+    }
+    template <class A>
+    task<detail::action_result_t<A>> execute(A action, context ctx) && {
+        return detail::run_action<true>(owned(), std::move(action), std::move(ctx));
+    }
+    template <class A>
+    task<detail::action_result_t<A>> execute(A action, std::stop_token token = {}) && {
+        return detail::run_action<true>(owned(), std::move(action), context{std::move(token)});
     }
 
     /// The form that is safe on every compiler for an action that needs data: `f` is called as
@@ -539,27 +583,45 @@ public:
     ///                                                          // double free on g++ 12
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
-    auto execute(F&& f, Arg&& arg, Args&&... args) const {
-        return call_bound<true>(std::forward<F>(f), std::forward_as_tuple(std::forward<Arg>(arg),
-                                                                          std::forward<Args>(args)...));
+    auto execute(F&& f, Arg&& arg, Args&&... args) const& {
+        return call_bound<true>(ref(), std::forward<F>(f),
+                                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+    }
+    template <class F, class Arg, class... Args>
+    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
+    auto execute(F&& f, Arg&& arg, Args&&... args) && {
+        return call_bound<true>(owned(), std::forward<F>(f),
+                                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
 
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
     template <class A>
-    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) const {
-        return detail::run_action<false>(self(), std::move(action), std::move(ctx));
+    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) const& {
+        return detail::run_action<false>(ref(), std::move(action), std::move(ctx));
     }
     template <class A>
-    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const {
-        return detail::run_action<false>(self(), std::move(action), context{std::move(token)});
+    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const& {
+        return detail::run_action<false>(ref(), std::move(action), context{std::move(token)});
     }
-
-    /// `execute(f, args...)` reporting the final failure as a value.
+    template <class A>
+    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) && {
+        return detail::run_action<false>(owned(), std::move(action), std::move(ctx));
+    }
+    template <class A>
+    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) && {
+        return detail::run_action<false>(owned(), std::move(action), context{std::move(token)});
+    }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
-    auto execute_outcome(F&& f, Arg&& arg, Args&&... args) const {
-        return call_bound<false>(std::forward<F>(f), std::forward_as_tuple(std::forward<Arg>(arg),
-                                                                           std::forward<Args>(args)...));
+    auto execute_outcome(F&& f, Arg&& arg, Args&&... args) const& {
+        return call_bound<false>(ref(), std::forward<F>(f),
+                                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+    }
+    template <class F, class Arg, class... Args>
+    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
+    auto execute_outcome(F&& f, Arg&& arg, Args&&... args) && {
+        return call_bound<false>(owned(), std::forward<F>(f),
+                                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
@@ -569,26 +631,28 @@ public:
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using stages = decltype(detail::stages_of(self()));
         return detail::driver<stages, Next>::template drive<0, false>(
-            detail::stages_of(self()), detail::borrowed_next<Next>{std::move(next)}, ctx);
+            ref(), detail::borrowed_next<Next>{std::move(next)}, ctx);
     }
 
 private:
     const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
+    detail::policy_ref<Derived> ref() const noexcept { return {&self()}; }
+    detail::policy_owned<Derived> owned() { return {std::move(static_cast<Derived&>(*this))}; }
 
-    template <bool Throw, class F, class Tuple>
-    auto call_bound(F&& f, Tuple all) const {
+    template <bool Throw, class Source, class F, class Tuple>
+    static auto call_bound(Source source, F&& f, Tuple all) {
         constexpr std::size_t n = std::tuple_size_v<Tuple>;
         using last = std::tuple_element_t<n - 1, Tuple>;
         if constexpr (detail::is_call_context_v<last>) {
-            auto action = detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n - 1>{});
-            if constexpr (std::is_same_v<std::remove_cvref_t<last>, context>)
-                return detail::run_action<Throw>(self(), std::move(action), context(std::get<n - 1>(all)));
-            else
-                return detail::run_action<Throw>(self(), std::move(action), context{std::get<n - 1>(all)});
+            context ctx{std::get<n - 1>(all)};
+            return detail::run_action<Throw>(
+                std::move(source),
+                detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n - 1>{}),
+                std::move(ctx));
         } else {
             return detail::run_action<Throw>(
-                self(), detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n>{}),
-                context{});
+                std::move(source),
+                detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n>{}), context{});
         }
     }
 };
