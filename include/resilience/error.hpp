@@ -57,18 +57,26 @@ inline std::error_code make_error_code(errc e) noexcept {
 
 /// Base of every exception this library throws of its own. A `std::system_error`, so code that
 /// already catches those sees ours too; `code()` is an `errc` in `error_category()`.
+/// `policy_name()` is the `name` option of the policy that made it (empty when unnamed), also
+/// the start of `what()`: "payments: circuit open".
 class error : public std::system_error {
 public:
-    explicit error(errc e) : std::system_error(make_error_code(e)) {}
-    error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
+    explicit error(errc e, std::string policy_name = {})
+        : std::system_error(policy_name.empty() ? std::system_error(make_error_code(e))
+                                                : std::system_error(make_error_code(e), policy_name)),
+          name_(std::move(policy_name)) {}
+    const std::string& policy_name() const noexcept { return name_; }
+
+private:
+    std::string name_;
 };
 
 /// An attempt ran past its deadline. When the attempt failed after the deadline, `cause()` holds
 /// that failure; when it was stopped and finished without one, `cause()` is null.
 class timeout_error : public error {
 public:
-    explicit timeout_error(std::exception_ptr cause = nullptr)
-        : error(errc::timeout), cause_(std::move(cause)) {}
+    explicit timeout_error(std::exception_ptr cause = nullptr, std::string policy_name = {})
+        : error(errc::timeout, std::move(policy_name)), cause_(std::move(cause)) {}
     const std::exception_ptr& cause() const noexcept { return cause_; }
 
 private:
@@ -85,7 +93,8 @@ public:
 /// asking again may succeed. Shared by `circuit_open_error` and `rate_limited_error`.
 class retry_after_error : public error {
 public:
-    retry_after_error(errc e, std::chrono::nanoseconds retry_after) : error(e), retry_after_(retry_after) {}
+    retry_after_error(errc e, std::chrono::nanoseconds retry_after, std::string policy_name = {})
+        : error(e, std::move(policy_name)), retry_after_(retry_after) {}
     /// Time from the refusal until the policy may admit a call (exact on virtual time).
     std::chrono::nanoseconds retry_after() const noexcept { return retry_after_; }
 
@@ -99,8 +108,9 @@ private:
 /// null when slowness alone opened it or it was isolated by hand.
 class circuit_open_error : public retry_after_error {
 public:
-    explicit circuit_open_error(std::chrono::nanoseconds retry_after, std::exception_ptr cause = nullptr)
-        : retry_after_error(errc::circuit_open, retry_after), cause_(std::move(cause)) {}
+    explicit circuit_open_error(std::chrono::nanoseconds retry_after, std::exception_ptr cause = nullptr,
+                                std::string policy_name = {})
+        : retry_after_error(errc::circuit_open, retry_after, std::move(policy_name)), cause_(std::move(cause)) {}
     const std::exception_ptr& cause() const noexcept { return cause_; }
 
 private:
@@ -110,14 +120,15 @@ private:
 /// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out.
 class bulkhead_rejected_error : public error {
 public:
-    bulkhead_rejected_error() : error(errc::bulkhead_rejected) {}
+    explicit bulkhead_rejected_error(std::string policy_name = {})
+        : error(errc::bulkhead_rejected, std::move(policy_name)) {}
 };
 
 /// A rate limiter refused the call; `retry_after()` is when a token will be there for it.
 class rate_limited_error : public retry_after_error {
 public:
-    explicit rate_limited_error(std::chrono::nanoseconds retry_after)
-        : retry_after_error(errc::rate_limited, retry_after) {}
+    explicit rate_limited_error(std::chrono::nanoseconds retry_after, std::string policy_name = {})
+        : retry_after_error(errc::rate_limited, retry_after, std::move(policy_name)) {}
 };
 
 } // namespace resilience
