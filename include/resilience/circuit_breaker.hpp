@@ -599,10 +599,6 @@ private:
         draining_ = false;
     }
 
-    // Keeps the fields every call reads off the lines that locked calls write (the mutex, a window),
-    // so threads sharing a healthy breaker do not take each other's cache lines on every call.
-    static constexpr std::size_t cache_line = 64;
-
     const circuit_breaker_options options_;
     C clock_;
     std::uint64_t minimum_calls_ = 0;
@@ -610,10 +606,10 @@ private:
     bool slow_trips_ = false;
 
     // Read without the lock, written under it.
-    alignas(cache_line) std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
+    std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
     std::atomic<std::uint64_t> consecutive_failures_{0}; // the current run of recorded failures
 
-    alignas(cache_line) std::mutex mutex_;
+    std::mutex mutex_;
     std::optional<detail::count_window> count_window_;
     std::optional<detail::time_window> time_window_;
     time_point last_now_ = time_point::min();
