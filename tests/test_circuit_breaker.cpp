@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <coroutine>
 #include <cstdint>
@@ -21,6 +22,8 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -742,6 +745,129 @@ TEST_CASE("circuit_breaker: a cancelled or declined probe frees its slot for ano
     }());
 }
 
+TEST_CASE("circuit_breaker: ten callers on virtual time: nothing runs while open, and every change "
+          "happens at its exact instant",
+          "[circuit_breaker]") {
+    simulation sim;
+    using S = circuit_state;
+    using std::chrono::nanoseconds;
+    std::vector<std::tuple<S, S, nanoseconds>> changes;
+    rs::circuit_breaker breaker{
+        {.failure_threshold = 5,
+         .break_duration = 2s,
+         .on_state_change = [&](S from, S to) { changes.emplace_back(from, to, sim.now()); }},
+        sim.clock()};
+    // Each call takes 5ms; the dependency is down for calls starting in [1s, 4s).
+    std::vector<nanoseconds> ran;
+    std::vector<std::pair<nanoseconds, nanoseconds>> refused; // (when, retry_after)
+    auto dependency = [&]() -> rs::task<int> {
+        const nanoseconds start = sim.now();
+        ran.push_back(start);
+        co_await sim.sleep_for(5ms);
+        if (start >= 1s && start < 4s)
+            throw boom{};
+        co_return 7;
+    };
+    // Caller i calls at i*10ms and every 100ms after, until 6s: together, one call every 10ms.
+    auto caller = [&](int i) -> rs::task<void> {
+        co_await sim.sleep_for(i * 10ms);
+        while (sim.now() < 6s) {
+            const nanoseconds at = sim.now();
+            auto r = co_await breaker.execute_outcome(dependency);
+            if (const auto* e = refusal(r))
+                refused.emplace_back(at, e->retry_after());
+            co_await sim.sleep_for(at + 100ms - sim.now());
+        }
+    };
+    for (int i = 0; i < 10; ++i)
+        sim.spawn(caller(i));
+    sim.run_all();
+
+    // The fifth failure (the call of 1040ms) opens it at 1045ms; the probe of 3050ms fails at 3055ms;
+    // the probe of 5060ms passes at 5065ms.
+    CHECK(changes == std::vector<std::tuple<S, S, nanoseconds>>{{S::closed, S::open, 1045ms},
+                                                                {S::open, S::half_open, 3050ms},
+                                                                {S::half_open, S::open, 3055ms},
+                                                                {S::open, S::half_open, 5060ms},
+                                                                {S::half_open, S::closed, 5065ms}});
+    std::vector<nanoseconds> expected_ran;
+    for (nanoseconds t = 0ms; t < 6s; t += 10ms)
+        if (t <= 1040ms || t == 3050ms || t >= 5060ms)
+            expected_ran.push_back(t);
+    CHECK(ran == expected_ran);
+    CHECK(refused.size() == 600 - expected_ran.size());
+    int wrong_retry_after = 0;
+    for (auto [at, retry_after] : refused)
+        wrong_retry_after += at + retry_after == (at < 3050ms ? 3045ms : 5055ms) ? 0 : 1;
+    CHECK(wrong_retry_after == 0);
+}
+
+namespace {
+using virtual_core = rs::detail::breaker_core<rs::testing::virtual_clock>;
+using virtual_instant = rs::testing::virtual_clock::time_point;
+using rs::detail::breaker_verdict;
+} // namespace
+
+TEST_CASE("circuit_breaker: admit(now) judges the break and times the call by the caller's own reading",
+          "[circuit_breaker]") {
+    simulation sim;
+    SECTION("the break is judged at the reading, not at the clock") {
+        virtual_core core{{.failure_threshold = 1, .break_duration = 10s}, sim.clock()};
+        auto first = core.admit(virtual_instant{0s});
+        REQUIRE(first.admitted);
+        core.record(first, breaker_verdict::failure, nullptr); // opens at 0s until 10s
+        auto early = core.admit(virtual_instant{10s - 1ns});
+        CHECK_FALSE(early.admitted);
+        CHECK(early.retry_after == 1ns);
+        core.record(early, breaker_verdict::success, nullptr); // refused: nothing to record
+        CHECK(core.metrics().consecutive_failures == 1);
+        auto probe = core.admit(virtual_instant{10s});
+        CHECK(probe.admitted);
+        CHECK(probe.probe);
+        auto second = core.admit(virtual_instant{10s});
+        CHECK_FALSE(second.admitted); // the one probe slot is taken
+        CHECK(second.retry_after == 0ns);
+        CHECK(sim.now() == 0s); // the clock never moved
+        core.record(probe, breaker_verdict::success, nullptr);
+        CHECK(core.state() == circuit_state::closed);
+    }
+    SECTION("a slow call is timed from the reading") {
+        virtual_core core{
+            {.window = rs::breaker_window{.size = 2, .slow_call_duration = 1s, .slow_call_rate = 0.5}},
+            sim.clock()};
+        sim.run([&]() -> rs::task<void> {
+            const virtual_instant before = sim.clock().now();
+            co_await sim.sleep_for(600ms);
+            auto own = core.admit();         // reads 600ms itself
+            auto given = core.admit(before); // the caller read 0s
+            co_await sim.sleep_for(400ms);
+            core.record(own, breaker_verdict::success, nullptr); // 400ms: not slow
+            CHECK(core.metrics().slow_calls == 0);
+            core.record(given, breaker_verdict::success, nullptr); // 1s: slow, and 1 of 2 opens it
+            CHECK(core.metrics().slow_calls == 1);
+            CHECK(core.state() == circuit_state::open);
+        }());
+    }
+}
+
+TEST_CASE("circuit_breaker: a success admitted before a reset does not end the run of failures after it",
+          "[circuit_breaker]") {
+    simulation sim;
+    virtual_core core{{.failure_threshold = 3}, sim.clock()};
+    auto old = core.admit();
+    REQUIRE(old.admitted);
+    core.reset(); // closed already: a new generation all the same
+    core.record(core.admit(), breaker_verdict::failure, nullptr);
+    core.record(old, breaker_verdict::success, nullptr); // from the generation before: dropped
+    CHECK(core.metrics().consecutive_failures == 1);
+    core.record(core.admit(), breaker_verdict::ignored, nullptr);
+    CHECK(core.metrics().consecutive_failures == 1);
+    core.record(core.admit(), breaker_verdict::failure, nullptr);
+    core.record(core.admit(), breaker_verdict::failure, nullptr);
+    CHECK(core.state() == circuit_state::open);
+    CHECK(core.metrics().consecutive_failures == 3);
+}
+
 namespace {
 std::string error_of(rs::circuit_breaker_options o) {
     try {
@@ -879,6 +1005,17 @@ struct state_changes {
     }
 };
 
+// Runs body(0) to body(n - 1) on n threads at once and joins them. The bodies make their calls each in
+// its own sync_wait, and must not use Catch's assertions, which are for the test's own thread.
+template <class Body>
+void on_threads(int n, Body body) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i)
+        threads.emplace_back([&body, i] { body(i); });
+    for (auto& t : threads)
+        t.join();
+}
+
 // Spawns call(0) to call(per_loop - 1) on `a`, and call(per_loop) to call(2 * per_loop - 1) on `b`.
 template <class Call>
 void spawn_halves(rs::event_loop& a, rs::event_loop& b, int per_loop, Call& call) {
@@ -1003,4 +1140,212 @@ TEST_CASE("circuit_breaker: window counters add up under calls from two threads"
     CHECK(m.calls == total);
     CHECK(m.failures == per_loop);
     CHECK(m.state == circuit_state::closed);
+}
+
+TEST_CASE("circuit_breaker: four threads on one closed breaker: no failure is lost, a success ends the run "
+          "before it, and failure_threshold failures in a row open it",
+          "[circuit_breaker][concurrency]") {
+    constexpr int threads = 4, failures_each = 4, threshold = threads * failures_each + 1, rounds = 300;
+    using S = circuit_state;
+    manual_clock clock;
+    state_changes changes;
+    std::atomic<bool> open_told{false};
+    rs::circuit_breaker breaker{{.failure_threshold = threshold,
+                                 .break_duration = 1s,
+                                 .on_state_change =
+                                     [&, record = changes.recorder()](S from, S to) {
+                                         record(from, to);
+                                         if (to == S::open)
+                                             open_told.store(true);
+                                     }},
+                                clock};
+    auto call = [&](bool fail) {
+        return fail ? rs::sync_wait(breaker.execute_outcome(fail_now()))
+                    : rs::sync_wait(breaker.execute_outcome(succeed_now()));
+    };
+
+    // Between phases, with every thread waiting: after the failures, all threshold - 1 of them make
+    // one run; after one success per thread, there is none.
+    std::atomic<int> refused_while_closed{0}, wrong_run{0}, wrong_state{0};
+    int checks = 0;
+    std::barrier phase{threads, [&]() noexcept {
+                           if (checks < 2 * rounds) {
+                               const auto m = breaker.metrics();
+                               const std::uint64_t run = checks % 2 == 0 ? threshold - 1 : 0;
+                               wrong_run += m.consecutive_failures == run ? 0 : 1;
+                               wrong_state += m.state == S::closed ? 0 : 1;
+                           }
+                           ++checks;
+                       }};
+    // Then three threads send threshold failures each while the fourth sends two successes: with
+    // 3 * threshold failures and at most two successes between them, some run reaches threshold.
+    std::atomic<int> ran_after_open_told{0}, admitted_at_end{0}, wrong_refusal{0};
+    auto final_call = [&](bool fail) {
+        const bool told = open_told.load();
+        bool ran = false;
+        auto r = rs::sync_wait(breaker.execute_outcome([&ran, fail]() -> rs::task<int> {
+            ran = true;
+            if (fail)
+                throw boom{};
+            co_return 7;
+        }));
+        ran_after_open_told += told && ran ? 1 : 0;
+        return r;
+    };
+
+    on_threads(threads, [&](int self) {
+        for (int r = 0; r < rounds; ++r) {
+            for (int i = 0; i < failures_each; ++i)
+                refused_while_closed += call(true).error().is<boom>() ? 0 : 1;
+            phase.arrive_and_wait();
+            refused_while_closed += call(false).has_value() ? 0 : 1;
+            phase.arrive_and_wait();
+        }
+        const bool failing = self != threads - 1;
+        for (int i = 0; i < (failing ? threshold : 2); ++i)
+            (void)final_call(failing);
+        phase.arrive_and_wait();
+        auto last = final_call(false);
+        if (last.has_value())
+            ++admitted_at_end;
+        else if (!refusal(last) || refusal(last)->retry_after() != 1s)
+            ++wrong_refusal; // the clock never moves: the whole break is left
+    });
+
+    CHECK(refused_while_closed.load() == 0);
+    CHECK(wrong_run.load() == 0);
+    CHECK(wrong_state.load() == 0);
+    CHECK(ran_after_open_told.load() == 0);
+    CHECK(admitted_at_end.load() == 0);
+    CHECK(wrong_refusal.load() == 0);
+    const auto m = breaker.metrics();
+    CHECK(m.state == S::open);
+    CHECK(m.consecutive_failures == threshold); // the run that opened it; later results were stale
+    CHECK(m.consecutive_opens == 1);
+    CHECK(changes.seen == std::vector<std::pair<S, S>>{{S::closed, S::open}});
+}
+
+TEST_CASE("circuit_breaker: four threads through open, half-open and closed, round after round: refused "
+          "while open, exactly probes admitted half-open, every change told in order",
+          "[circuit_breaker][concurrency]") {
+    constexpr int threads = 4, probes = 2, threshold = 3, rounds = 200;
+    using S = circuit_state;
+    manual_clock clock;
+    state_changes changes;
+    rs::circuit_breaker breaker{{.failure_threshold = threshold,
+                                 .break_duration = 1s,
+                                 .probes = probes,
+                                 .on_state_change = changes.recorder()},
+                                clock};
+    auto open_it = [&] {
+        for (int i = 0; i < threshold; ++i)
+            (void)rs::sync_wait(breaker.execute_outcome(fail_now()));
+    };
+    open_it();
+    std::vector<std::pair<S, S>> expected{{S::closed, S::open}};
+
+    // Each round: every thread calls once while open (all refused), the clock moves past the break,
+    // then every thread calls once while half-open. Probes park until all four calls are decided, so
+    // none can finish and close it while others still arrive. Even rounds' probes pass and the round
+    // ends by opening it again; odd rounds' probes fail, and the first failure re-opens it.
+    std::atomic<int> admitted{0}, ran_while_open{0}, wrong_refusal{0}, wrong_result{0};
+    int wrong_probes = 0, wrong_state = 0, round = 0;
+    bool half_open_next = true;
+    std::barrier decided{threads};
+    std::barrier phase{threads, [&]() noexcept {
+                           if (half_open_next) {
+                               wrong_state += breaker.state() == S::open ? 0 : 1;
+                               clock.advance(1s);
+                               wrong_state += breaker.state() == S::half_open ? 0 : 1;
+                           } else {
+                               wrong_probes += admitted.exchange(0) == probes ? 0 : 1;
+                               expected.emplace_back(S::open, S::half_open);
+                               if (round % 2 == 0) {
+                                   wrong_state += breaker.state() == S::closed ? 0 : 1;
+                                   expected.emplace_back(S::half_open, S::closed);
+                                   open_it();
+                                   expected.emplace_back(S::closed, S::open);
+                               } else {
+                                   wrong_state += breaker.state() == S::open ? 0 : 1;
+                                   expected.emplace_back(S::half_open, S::open);
+                               }
+                               ++round;
+                           }
+                           half_open_next = !half_open_next;
+                       }};
+
+    on_threads(threads, [&](int) {
+        for (int r = 0; r < rounds; ++r) {
+            bool ran = false;
+            auto closed_door = rs::sync_wait(breaker.execute_outcome([&ran]() -> rs::task<int> {
+                ran = true;
+                co_return 0;
+            }));
+            ran_while_open += ran ? 1 : 0;
+            const auto* e = refusal(closed_door);
+            wrong_refusal += e && e->retry_after() == 1s ? 0 : 1; // the clock stands at the opening
+            phase.arrive_and_wait();
+
+            const bool pass = r % 2 == 0;
+            auto r2 = rs::sync_wait(breaker.execute_outcome([&, pass, r]() -> rs::task<int> {
+                admitted.fetch_add(1);
+                decided.arrive_and_wait();
+                if (!pass)
+                    throw boom{r};
+                co_return r;
+            }));
+            if (const auto* busy = refusal(r2)) {
+                wrong_refusal += busy->retry_after() == 0ns && busy->cause() ? 0 : 1;
+                (void)decided.arrive();
+            } else if (pass ? !r2.has_value() : !r2.error().is<boom>()) {
+                ++wrong_result;
+            }
+            phase.arrive_and_wait();
+        }
+    });
+
+    CHECK(ran_while_open.load() == 0);
+    CHECK(wrong_refusal.load() == 0);
+    CHECK(wrong_result.load() == 0);
+    CHECK(wrong_probes == 0);
+    CHECK(wrong_state == 0);
+    CHECK(round == rounds);
+    CHECK(changes.seen == expected);
+}
+
+TEST_CASE("circuit_breaker: four threads admitting and recording straight on the core: every failure counts "
+          "once and a success ends the run recorded before it",
+          "[circuit_breaker][concurrency]") {
+    // Without an event loop per call, calls from different threads overlap often enough to catch a
+    // run counter that loses increments or a success that misses them.
+    constexpr int threads = 4, failures_each = 10, threshold = threads * failures_each + 1, rounds = 5000;
+    using breaker_verdict = rs::detail::breaker_verdict;
+    manual_clock clock;
+    rs::detail::breaker_core<manual_clock> core{{.failure_threshold = threshold}, clock};
+    std::atomic<int> refused{0};
+    int wrong_run = 0, wrong_state = 0, checks = 0;
+    std::barrier phase{threads, [&]() noexcept {
+                           const auto m = core.metrics();
+                           const std::uint64_t run = checks++ % 2 == 0 ? threshold - 1 : 0;
+                           wrong_run += m.consecutive_failures == run ? 0 : 1;
+                           wrong_state += m.state == circuit_state::closed ? 0 : 1;
+                       }};
+    auto once = [&](breaker_verdict v) {
+        const auto t = core.admit();
+        refused += t.admitted ? 0 : 1;
+        core.record(t, v, nullptr);
+    };
+    on_threads(threads, [&](int) {
+        for (int r = 0; r < rounds; ++r) {
+            for (int i = 0; i < failures_each; ++i)
+                once(breaker_verdict::failure);
+            phase.arrive_and_wait();
+            once(breaker_verdict::success);
+            phase.arrive_and_wait();
+        }
+    });
+    CHECK(refused.load() == 0);
+    CHECK(wrong_run == 0);
+    CHECK(wrong_state == 0);
+    CHECK(checks == 2 * rounds);
 }

@@ -15,6 +15,7 @@
 #include "task.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -186,13 +187,20 @@ inline void validate_breaker_options(const circuit_breaker_options& o) {
 /// How a finished call is recorded.
 enum class breaker_verdict : std::uint8_t { success, failure, ignored };
 
-/// The shared state of one breaker. Every member is guarded by `mutex_`, which is held only to
+/// The shared state of one breaker. Every change is made under `mutex_`, which is held only to
 /// admit a call and to record its result, never across user code: the clock, `is_failure` and
 /// `on_state_change` are called with it released.
 ///
-/// Each change of state bumps `generation_`; a call remembers the generation that admitted it,
+/// Each change of state bumps the generation; a call remembers the generation that admitted it,
 /// and its result is dropped when the generation has moved on, so a call that started before
 /// the circuit opened (or was reset) cannot change what came after.
+///
+/// Two fields are also read without the lock, so that a healthy breaker shared by many threads
+/// costs them no lock: `word_` (the state and the generation in one atomic word) and
+/// `consecutive_failures_`. Both are written only under the lock, so a locked section sees a
+/// state no lock-free reader can change under it, and a lock-free read takes effect at its load:
+/// a closed admission at the instant the word said closed, a skipped success at the instant the
+/// run of failures was already zero (see `record`).
 template <class C>
 class breaker_core {
 public:
@@ -227,25 +235,159 @@ public:
     const circuit_breaker_options& options() const noexcept { return options_; }
     const C& clock() const noexcept { return clock_; }
 
+    /// Admits or refuses a call. A closed breaker decides with one atomic load and no lock, and
+    /// reads the clock only when a slow-call rule needs the call's start.
     ticket admit() {
-        // A closed circuit admits without knowing the time, so the clock is read up front only when
-        // the call's start is needed (slow-call rules); otherwise only once the state turns out to
-        // need it, with the lock dropped while reading.
-        std::optional<time_point> read;
         if (slow_duration_)
-            read = clock_.now();
+            return admit(clock_.now());
+        const std::uint64_t w = word_.load(std::memory_order_acquire);
+        if (state_of(w) == circuit_state::closed)
+            return closed_ticket(w, time_point{});
+        return admit_locked(std::nullopt);
+    }
+
+    /// As `admit()`, with `now` a reading of `clock()` the caller has just made: it is the call's
+    /// start for slow-call rules and the time the break is judged at; the clock is not read again.
+    ticket admit(time_point now) {
+        const std::uint64_t w = word_.load(std::memory_order_acquire);
+        if (state_of(w) == circuit_state::closed)
+            return closed_ticket(w, now);
+        return admit_locked(now);
+    }
+
+    /// Is `f` counted against the dependency? Calls the user's classifier: no lock held.
+    bool counts_as_failure(const failure& f) const {
+        return options_.is_failure ? options_.is_failure(f) : !is_cancellation(f);
+    }
+
+    /// Records the result of the call `t` admitted. A closed-state result that would change nothing
+    /// returns without the lock.
+    void record(const ticket& t, breaker_verdict v, const std::exception_ptr& error) {
+        if (!t.admitted)
+            return; // a refused call ran nothing: its result says nothing about the dependency
+        if (!t.probe) {
+            // Stale or not, an ignored closed-state result leaves everything as it was.
+            if (v == breaker_verdict::ignored)
+                return;
+            // With no window, a closed-state success only ends the run of failures (or is dropped
+            // as stale, which changes nothing either), so with no run there is nothing to store.
+            // Skipping is recording it at the instant of this load: the run was zero then, and a
+            // success on a zero run is a no-op. A failure recorded concurrently is ordered after
+            // it; a failure recorded before this call (happens-before) wrote the counter before this
+            // load, so coherence makes the load see a run and the success takes the lock to end it.
+            // Relaxed is enough: nothing else is read on the strength of the value.
+            if (v == breaker_verdict::success && !options_.window &&
+                consecutive_failures_.load(std::memory_order_relaxed) == 0)
+                return;
+        }
+        record_locked(t, v, error);
+    }
+
+    circuit_state state() {
+        const time_point read = clock_.now();
+        std::lock_guard lock(mutex_);
+        return visible_state(std::max(read, last_now_));
+    }
+
+    circuit_metrics metrics() {
+        const time_point read = clock_.now();
+        std::lock_guard lock(mutex_);
+        const time_point now = std::max(read, last_now_);
+        circuit_metrics m;
+        m.state = visible_state(now);
+        detail::window_counts c;
+        if (count_window_)
+            c = count_window_->counts();
+        if (time_window_)
+            c = time_window_->counts(since_epoch(now));
+        m.calls = c.calls;
+        m.failures = c.failures;
+        m.slow_calls = c.slow;
+        m.consecutive_failures = consecutive_failures_.load(std::memory_order_relaxed);
+        m.consecutive_opens = consecutive_opens_;
+        return m;
+    }
+
+    void isolate() {
+        {
+            std::lock_guard lock(mutex_);
+            if (current_state() == circuit_state::isolated)
+                return;
+            cause_ = nullptr;
+            transition(circuit_state::isolated);
+        }
+        notify();
+    }
+
+    void reset() {
+        bool changed = false;
+        {
+            std::lock_guard lock(mutex_);
+            changed = current_state() != circuit_state::closed;
+            clear();
+            if (changed)
+                transition(circuit_state::closed);
+            else // calls in flight belong to the window just cleared
+                publish(circuit_state::closed, current_generation() + 1);
+        }
+        if (changed)
+            notify();
+    }
+
+private:
+    struct change {
+        circuit_state from{}, to{};
+    };
+
+    // The word holds the state in its low bits and the generation above them. The generation
+    // wraps after 2^62 changes, and tickets compare it as stored, wrapped too.
+    static constexpr unsigned state_bits = 2;
+    static_assert(static_cast<unsigned>(circuit_state::isolated) < (1u << state_bits));
+    static constexpr std::uint64_t pack(circuit_state s, std::uint64_t generation) noexcept {
+        return generation << state_bits | static_cast<std::uint64_t>(s);
+    }
+    static constexpr circuit_state state_of(std::uint64_t w) noexcept {
+        return static_cast<circuit_state>(w & ((std::uint64_t{1} << state_bits) - 1));
+    }
+    static constexpr std::uint64_t generation_of(std::uint64_t w) noexcept { return w >> state_bits; }
+
+    // Under the lock only. Only the lock holder writes the word, so relaxed loads see its latest value.
+    circuit_state current_state() const noexcept { return state_of(word_.load(std::memory_order_relaxed)); }
+    std::uint64_t current_generation() const noexcept {
+        return generation_of(word_.load(std::memory_order_relaxed));
+    }
+    // Under the lock only. The lock-free paths read nothing but the word, so they need no more than
+    // its atomicity; release (free on x86, paired with the admission's acquire) keeps the word a
+    // publication point, so a lock-free path that one day reads more sees what came before it.
+    void publish(circuit_state s, std::uint64_t generation) noexcept {
+        word_.store(pack(s, generation), std::memory_order_release);
+    }
+
+    static ticket closed_ticket(std::uint64_t w, time_point start) noexcept {
+        ticket t;
+        t.admitted = true;
+        t.generation = generation_of(w);
+        t.start = start;
+        return t;
+    }
+
+    // Any state but a closed one seen by the lock-free load. `read` is the caller's clock reading,
+    // if it made one.
+    ticket admit_locked(std::optional<time_point> read) {
         ticket t;
         bool changed = false;
         for (;;) {
             std::unique_lock lock(mutex_);
-            if (state_ != circuit_state::closed && state_ != circuit_state::isolated && !read) {
+            const circuit_state s = current_state();
+            // Only open needs the time; the clock is read with the lock dropped.
+            if (s != circuit_state::closed && s != circuit_state::isolated && !read) {
                 lock.unlock();
                 read = clock_.now();
                 continue;
             }
             const time_point now = read ? monotonic(*read) : time_point{};
-            switch (state_) {
-            case circuit_state::closed:
+            switch (s) {
+            case circuit_state::closed: // closed since the lock-free load
                 t.admitted = true;
                 break;
             case circuit_state::open:
@@ -271,7 +413,7 @@ public:
             case circuit_state::isolated:
                 break;
             }
-            t.generation = generation_;
+            t.generation = current_generation();
             t.start = now;
             break;
         }
@@ -280,12 +422,7 @@ public:
         return t;
     }
 
-    /// Is `f` counted against the dependency? Calls the user's classifier: no lock held.
-    bool counts_as_failure(const failure& f) const {
-        return options_.is_failure ? options_.is_failure(f) : !is_cancellation(f);
-    }
-
-    void record(const ticket& t, breaker_verdict v, const std::exception_ptr& error) {
+    void record_locked(const ticket& t, breaker_verdict v, const std::exception_ptr& error) {
         // The clock is read only when the result may need it: a success of a breaker with no
         // window and no slow-call rule needs no time at all.
         const bool needs_time =
@@ -294,7 +431,7 @@ public:
         bool changed = false;
         {
             std::lock_guard lock(mutex_);
-            if (t.generation != generation_)
+            if (t.generation != current_generation())
                 return;
             const time_point now = needs_time ? monotonic(read) : time_point{};
             const bool slow =
@@ -307,62 +444,6 @@ public:
         if (changed)
             notify();
     }
-
-    circuit_state state() {
-        const time_point read = clock_.now();
-        std::lock_guard lock(mutex_);
-        return visible_state(std::max(read, last_now_));
-    }
-
-    circuit_metrics metrics() {
-        const time_point read = clock_.now();
-        std::lock_guard lock(mutex_);
-        const time_point now = std::max(read, last_now_);
-        circuit_metrics m;
-        m.state = visible_state(now);
-        detail::window_counts c;
-        if (count_window_)
-            c = count_window_->counts();
-        if (time_window_)
-            c = time_window_->counts(since_epoch(now));
-        m.calls = c.calls;
-        m.failures = c.failures;
-        m.slow_calls = c.slow;
-        m.consecutive_failures = consecutive_failures_;
-        m.consecutive_opens = consecutive_opens_;
-        return m;
-    }
-
-    void isolate() {
-        {
-            std::lock_guard lock(mutex_);
-            if (state_ == circuit_state::isolated)
-                return;
-            cause_ = nullptr;
-            transition(circuit_state::isolated);
-        }
-        notify();
-    }
-
-    void reset() {
-        bool changed = false;
-        {
-            std::lock_guard lock(mutex_);
-            changed = state_ != circuit_state::closed;
-            clear();
-            if (changed)
-                transition(circuit_state::closed);
-            else
-                ++generation_; // calls in flight belong to the window just cleared
-        }
-        if (changed)
-            notify();
-    }
-
-private:
-    struct change {
-        circuit_state from{}, to{};
-    };
 
     static std::chrono::nanoseconds since_epoch(time_point t) noexcept {
         return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
@@ -383,9 +464,10 @@ private:
     }
 
     circuit_state visible_state(time_point now) const noexcept {
-        if (state_ == circuit_state::open && now >= open_until_)
+        const circuit_state s = current_state();
+        if (s == circuit_state::open && now >= open_until_)
             return circuit_state::half_open;
-        return state_;
+        return s;
     }
 
     std::chrono::nanoseconds break_for(std::uint64_t opens) const noexcept {
@@ -405,14 +487,18 @@ private:
         if (v == breaker_verdict::ignored)
             return false;
         const bool failed = v == breaker_verdict::failure;
+        // Plain load and store rather than a read-modify-write: only the lock holder writes the run.
+        const std::uint64_t run = consecutive_failures_.load(std::memory_order_relaxed);
         if (failed) {
-            ++consecutive_failures_;
+            consecutive_failures_.store(run + 1, std::memory_order_relaxed);
             last_failure_ = error;
-        } else {
-            consecutive_failures_ = 0;
+        } else if (run != 0) {
+            // A success that finds no run stores nothing, so a windowed breaker's successes leave
+            // the line other threads read on their lock-free paths untouched.
+            consecutive_failures_.store(0, std::memory_order_relaxed);
         }
         if (options_.failure_threshold && failed &&
-            consecutive_failures_ >= static_cast<std::uint64_t>(*options_.failure_threshold)) {
+            run + 1 >= static_cast<std::uint64_t>(*options_.failure_threshold)) {
             open(now, error);
             return true;
         }
@@ -478,7 +564,7 @@ private:
             count_window_->clear();
         if (time_window_)
             time_window_->clear();
-        consecutive_failures_ = 0;
+        consecutive_failures_.store(0, std::memory_order_relaxed);
         consecutive_opens_ = 0;
         cause_ = nullptr;
         last_failure_ = nullptr;
@@ -486,9 +572,8 @@ private:
 
     void transition(circuit_state to) {
         if (options_.on_state_change)
-            changes_.push(change{state_, to});
-        state_ = to;
-        ++generation_;
+            changes_.push(change{current_state(), to});
+        publish(to, current_generation() + 1);
     }
 
     // Runs the callback for queued changes, outside the lock. One thread drains at a time, so the
@@ -516,20 +601,21 @@ private:
 
     const circuit_breaker_options options_;
     C clock_;
-    std::optional<detail::count_window> count_window_;
-    std::optional<detail::time_window> time_window_;
     std::uint64_t minimum_calls_ = 0;
     std::optional<std::chrono::nanoseconds> slow_duration_;
     bool slow_trips_ = false;
 
+    // Read without the lock, written under it.
+    std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
+    std::atomic<std::uint64_t> consecutive_failures_{0}; // the current run of recorded failures
+
     std::mutex mutex_;
-    circuit_state state_ = circuit_state::closed;
-    std::uint64_t generation_ = 0;
+    std::optional<detail::count_window> count_window_;
+    std::optional<detail::time_window> time_window_;
     time_point last_now_ = time_point::min();
     time_point open_until_{};
     std::exception_ptr cause_;        // what opened the circuit
     std::exception_ptr last_failure_; // the latest failure recorded while closed
-    std::uint64_t consecutive_failures_ = 0;
     std::uint64_t consecutive_opens_ = 0;
     int probes_taken_ = 0;
     int probes_passed_ = 0;
@@ -587,8 +673,10 @@ private:
 ///
 /// A cheap copyable handle: copies are the same breaker, thread-safe, usable from many event
 /// loops at once. The state lives as long as any copy; each call needs the handle it was made
-/// through to outlive it (as for every policy). The closed-state path locks a mutex briefly to
-/// admit and to record, never across the action or user callbacks, and allocates nothing.
+/// through to outlive it (as for every policy). A closed breaker admits with one atomic load, and
+/// a success that ends no run of failures and has no window to enter is recorded without a lock.
+/// Failures, windows and every other state lock a mutex briefly, never across the action or user
+/// callbacks. The closed-state path allocates nothing.
 ///
 ///     rs::circuit_breaker breaker{{.failure_threshold = 5, .break_duration = 30s}};
 ///     rs::outcome<page> r = co_await breaker.execute_outcome(fetch);
