@@ -347,3 +347,20 @@ TEST_CASE("pipeline: execute on a temporary policy moves it into the call", "[pi
     auto moved = std::move(r).execute([]() -> rs::task<int> { co_return 5; });
     CHECK(sim.run(std::move(moved)) == 5);
 }
+
+TEST_CASE("pipeline: a timeout, a limiter and a slow-call breaker read the clock once per call",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    counting_clock clock{sim.clock()};
+    rs::pipeline p{
+        rs::retry{rs::retry_options{}, clock},
+        rs::circuit_breaker{{.window = rs::breaker_window{.size = 10, .failure_rate = 0.5,
+                                                          .slow_call_duration = 1s, .slow_call_rate = 0.5}},
+                            clock},
+        rs::timeout{1s, clock}, rs::rate_limiter{{.capacity = 100, .tokens_per_second = 1}, clock}};
+    const int before = *clock.reads;
+    CHECK(sim.run(p.execute([]() -> rs::task<int> { co_return 4; })) == 4);
+    // One reading admits the call (timeout deadline, limiter refill, breaker start); the breaker
+    // reads once more to time the finished call.
+    CHECK(*clock.reads - before == 2);
+}

@@ -237,6 +237,9 @@ public:
 
     /// Admits or refuses a call. A closed breaker decides with one atomic load and no lock, and
     /// reads the clock only when a slow-call rule needs the call's start.
+    /// Does admitting a call need the time (to time it against a slow-call rule)?
+    bool times_calls() const noexcept { return slow_duration_.has_value(); }
+
     ticket admit() {
         if (slow_duration_)
             return admit(clock_.now());
@@ -702,7 +705,8 @@ public:
             return step::done;
         }
         detail::breaker_core<C>& core = *core_;
-        auto ticket = core.admit();
+        // The call's shared clock reading serves a slow-call rule's start time.
+        auto ticket = core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx)) : core.admit();
         if (!ticket.admitted) {
             result.emplace(failure::make(circuit_open_error{ticket.retry_after, ticket.cause}));
             return step::done;
