@@ -140,7 +140,21 @@ TEST_CASE("timeout: a successful call leaves no timer behind", "[timeout]") {
 TEST_CASE("timeout: a non-positive duration is refused, naming the field", "[timeout]") {
     CHECK_THROWS_AS(rs::timeout{0s}, std::invalid_argument);
     CHECK_THAT(resilience_tests::invalid_argument_message([] { rs::timeout bad{-5ms}; }),
-               Catch::Matchers::Contains("after") && Catch::Matchers::Contains("-5000000"));
+               Catch::Matchers::Contains("timeout must be positive") && Catch::Matchers::Contains("-5000000"));
+}
+
+TEST_CASE("timeout: default-constructed it allows 30 s, and its name is carried by its errors", "[timeout]") {
+    CHECK(rs::timeout{}.duration() == 30s);
+    rs::testing::simulation sim;
+    rs::timeout named{{.timeout = 2s, .name = "catalog"}, sim.clock()};
+    CHECK(named.name() == "catalog");
+    scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
+    auto result = sim.run(named.execute_outcome(slow));
+    CHECK(sim.now() == 2s);
+    auto* e = result.error().as<rs::timeout_error>();
+    REQUIRE(e != nullptr);
+    CHECK(e->policy_name() == "catalog");
+    CHECK(std::string(e->what()).rfind("catalog: ", 0) == 0);
 }
 
 namespace {
@@ -228,7 +242,7 @@ TEST_CASE("timeout: an attempt that finishes inside its own stop request is repo
 }
 
 TEST_CASE("timeout: a duration too long for nanoseconds, or for the clock, means no deadline", "[timeout]") {
-    CHECK(rs::timeout{std::chrono::hours{24 * 365 * 1000}}.after() == std::chrono::nanoseconds::max());
+    CHECK(rs::timeout{std::chrono::hours{24 * 365 * 1000}}.duration() == std::chrono::nanoseconds::max());
     rs::testing::simulation sim;
     rs::timeout forever{std::chrono::nanoseconds::max(), sim.clock()};
     scripted_action slow{sim.clock(), script<int>{.latency = 1h, .value = 5}};

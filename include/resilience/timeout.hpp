@@ -22,8 +22,10 @@
 namespace resilience {
 
 struct timeout_options {
-    /// How long an attempt may run before it is asked to stop. Must be positive.
-    std::chrono::nanoseconds after{};
+    /// How long an attempt may run before it is asked to stop (Polly's `Timeout`). Positive.
+    std::chrono::nanoseconds timeout = std::chrono::seconds{30};
+    /// Carried by the `timeout_error`s this policy makes (`policy_name()`); empty: unnamed.
+    std::string name{};
 };
 
 /// Gives each call it wraps its own deadline, structured and honest about the outcome:
@@ -45,18 +47,22 @@ struct timeout_options {
 template <clock C = steady_clock>
 class timeout : public policy_base<timeout<C>> {
 public:
+    /// 30 seconds, as Polly's default.
+    timeout() : timeout(timeout_options{}) {}
     explicit timeout(timeout_options options, C clock = C{})
-        : after_(options.after), clock_(std::move(clock)) {
+        : after_(options.timeout), clock_(std::move(clock)), name_(std::move(options.name)) {
         if (after_ <= std::chrono::nanoseconds::zero())
-            throw std::invalid_argument("resilience::timeout: after must be positive, got " +
+            throw std::invalid_argument("resilience::timeout: timeout must be positive, got " +
                                         std::to_string(after_.count()) + "ns");
     }
     /// A duration beyond what nanoseconds hold (about 292 years) is taken as that much: forever.
     template <class Rep, class Period>
     explicit timeout(std::chrono::duration<Rep, Period> after, C clock = C{})
-        : timeout(timeout_options{detail::saturating_nanoseconds(after)}, std::move(clock)) {}
+        : timeout(timeout_options{.timeout = detail::saturating_nanoseconds(after)}, std::move(clock)) {}
 
-    std::chrono::nanoseconds after() const noexcept { return after_; }
+    /// How long an attempt may run.
+    [[nodiscard]] std::chrono::nanoseconds duration() const noexcept { return after_; }
+    [[nodiscard]] const std::string& name() const noexcept { return name_; }
     const C& clock() const noexcept { return clock_; }
 
     // ---- the policy protocol (see policy.hpp) ----
@@ -134,10 +140,10 @@ private:
     }
 
     template <class Outcome>
-    static Outcome finish(Outcome result, bool expired, const context& ctx) {
+    Outcome finish(Outcome result, bool expired, const context& ctx) const {
         if (!expired || result.has_value() || ctx.stop_requested())
             return result;
-        return Outcome{failure::make(timeout_error{result.error().exception()})};
+        return Outcome{failure::make(timeout_error{result.error().exception(), name_})};
     }
 
     // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it.
@@ -159,12 +165,14 @@ private:
 
     std::chrono::nanoseconds after_;
     C clock_;
+    std::string name_;
 };
 
 template <class Rep, class Period>
 timeout(std::chrono::duration<Rep, Period>) -> timeout<steady_clock>;
 template <class Rep, class Period, clock C>
 timeout(std::chrono::duration<Rep, Period>, C) -> timeout<C>;
+timeout()->timeout<steady_clock>;
 timeout(timeout_options)->timeout<steady_clock>;
 template <clock C>
 timeout(timeout_options, C) -> timeout<C>;
