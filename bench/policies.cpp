@@ -106,6 +106,26 @@ void shared_handles_one_thread(benchmark::State& state) {
 }
 BENCHMARK(shared_handles_one_thread)->UseRealTime();
 
+// The bulkhead and the limiter alone, one handle shared by two threads: their fast paths under
+// contention, without the breaker's mutex beside them.
+const rs::bulkhead<>& shared_bulkhead() {
+    static const rs::bulkhead b = roomy_bulkhead();
+    return b;
+}
+void bulkhead_shared_two_threads(benchmark::State& state) {
+    through(state, shared_bulkhead());
+}
+BENCHMARK(bulkhead_shared_two_threads)->Threads(2)->UseRealTime();
+
+const rs::rate_limiter<>& shared_limiter() {
+    static const rs::rate_limiter l = roomy_limiter();
+    return l;
+}
+void rate_limiter_shared_two_threads(benchmark::State& state) {
+    through(state, shared_limiter());
+}
+BENCHMARK(rate_limiter_shared_two_threads)->Threads(2)->UseRealTime();
+
 // Rejections reported as values: no exception is thrown on these paths.
 template <class Policy>
 void rejected(benchmark::State& state, const Policy& policy) {

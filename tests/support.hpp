@@ -163,6 +163,28 @@ void run_on_threads(Loops&... loops) {
             std::rethrow_exception(e);
 }
 
+/// Runs `step(thread, round)` on `threads` threads for `rounds` rounds, all threads starting each
+/// round together: they spin a little before yielding rather than block until the last one
+/// arrives, so threads that have a core start within nanoseconds of each other, as needed to
+/// meet races that narrow (how often they meet depends on how many cores are idle).
+template <class Step>
+void in_lockstep(std::size_t threads, std::size_t rounds, Step step) {
+    std::atomic<std::size_t> arrived{0};
+    std::vector<std::thread> workers;
+    for (std::size_t t = 0; t < threads; ++t)
+        workers.emplace_back([&, t] {
+            for (std::size_t r = 0; r < rounds; ++r) {
+                arrived.fetch_add(1);
+                for (int spins = 0; arrived.load() < threads * (r + 1); ++spins)
+                    if (spins >= 64)
+                        std::this_thread::yield();
+                step(t, r);
+            }
+        });
+    for (auto& w : workers)
+        w.join();
+}
+
 /// Counts, per call id, how many times each call completed; any thread may record.
 class completion_counts {
 public:

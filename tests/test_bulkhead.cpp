@@ -5,6 +5,7 @@
 #include "support.hpp"
 
 #include <resilience/bulkhead.hpp>
+#include <resilience/clock.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/testing/scripted.hpp>
@@ -13,11 +14,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
+#include <latch>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -320,30 +325,146 @@ TEST_CASE("bulkhead: copies are handles to one bulkhead", "[bulkhead]") {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// The shared state, driven step by step through the interleavings a lock-free fast path must survive.
+// Another thread's call is played by a std::thread doing its step while this one holds the mutex.
+
+namespace {
+
+using slots = rs::detail::bulkhead_state<rs::steady_clock>;
+using rs::detail::waiter_state;
+
+// A waiter that is woken inline, resuming nothing: the steps below only look at its state.
+rs::detail::waiter inert_waiter() {
+    rs::detail::waiter w;
+    w.handle = std::noop_coroutine();
+    return w;
+}
+
+// Decides for `w` and queues it, as queue_awaiter does for a call finding every slot taken.
+waiter_state decide_and_enqueue(slots& s, rs::detail::waiter& w) {
+    std::lock_guard lock(s.mutex);
+    w.state = s.decide_locked(w);
+    if (w.state == waiter_state::idle)
+        w.state = s.enqueue_locked(w);
+    return w.state;
+}
+
+} // namespace
+
+TEST_CASE("bulkhead state: try_acquire and release take and give back slots up to max_concurrent",
+          "[bulkhead]") {
+    slots s{{.max_concurrent = 2}, {}};
+    CHECK(s.try_acquire());
+    CHECK(s.try_acquire());
+    CHECK_FALSE(s.try_acquire());
+    CHECK(s.in_flight() == 2);
+    s.release();
+    CHECK(s.in_flight() == 1);
+    CHECK(s.try_acquire());
+    s.release();
+    s.release();
+    CHECK(s.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead state: a slot freed between the decision to queue and the queueing goes to that call",
+          "[bulkhead]") {
+    slots s{{.max_concurrent = 1, .max_queued = 4}, {}};
+    REQUIRE(s.try_acquire());
+    rs::detail::waiter w = inert_waiter();
+    {
+        std::lock_guard lock(s.mutex);
+        REQUIRE(s.decide_locked(w) == waiter_state::idle);
+        // The holder's call ends on another thread now. Nobody is queued yet, so its release takes
+        // no lock and hands the slot to nobody: the call about to queue must take it, or it would
+        // wait for a release that never comes.
+        std::thread([&] { s.release(); }).join();
+        w.state = s.enqueue_locked(w);
+        CHECK(w.state == waiter_state::granted);
+    }
+    CHECK(s.queue.empty());
+    CHECK(s.in_flight() == 1);
+    CHECK_FALSE(s.try_acquire());
+    s.release();
+    CHECK(s.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead state: a release after a call queued hands it the slot, which no newcomer can take",
+          "[bulkhead]") {
+    slots s{{.max_concurrent = 2, .max_queued = 4}, {}};
+    REQUIRE(s.try_acquire());
+    REQUIRE(s.try_acquire());
+    rs::detail::waiter w = inert_waiter();
+    REQUIRE(decide_and_enqueue(s, w) == waiter_state::queued);
+    CHECK_FALSE(s.try_acquire()); // someone waits
+    std::thread([&] { s.release(); }).join();
+    CHECK(w.state == waiter_state::granted);
+    CHECK(s.queue.empty());
+    CHECK(s.in_flight() == 2);    // the slot changed hands without ever being free...
+    CHECK_FALSE(s.try_acquire()); // ...so a newcomer at that instant finds none
+    s.release();                  // nobody waits now: slots come back without the lock again
+    CHECK(s.in_flight() == 1);
+    CHECK(s.try_acquire());
+    s.release();
+    s.release();
+    CHECK(s.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead state: once the last waiter stops, a slot given back is free for the next call at once",
+          "[bulkhead]") {
+    slots s{{.max_concurrent = 1, .max_queued = 4}, {}};
+    REQUIRE(s.try_acquire());
+    rs::detail::waiter w = inert_waiter();
+    REQUIRE(decide_and_enqueue(s, w) == waiter_state::queued);
+    rs::detail::stop_waiter(s, w);
+    CHECK(w.state == waiter_state::stopped);
+    CHECK(s.queue.empty());
+    CHECK((s.word.load() & slots::waiting) == 0); // so the release below needs no lock
+    s.release();
+    CHECK(s.in_flight() == 0);
+    CHECK(s.try_acquire());
+    s.release();
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Threads. Real event loops on two threads share one bulkhead; actions yield to their loop so calls
 // overlap and slots move between threads. Run under ThreadSanitizer in CI.
 
 namespace {
 
+// The most `n` was seen at.
+void raise_to(std::atomic<int>& peak, int n) {
+    int seen = peak.load();
+    while (n > seen && !peak.compare_exchange_weak(seen, n)) {
+    }
+}
+
 struct shared_counts {
     std::atomic<int> running{0}, peak{0};
+    std::atomic<int> peak_in_flight{0}; // the most in_flight() said, read inside actions
     resilience_tests::call_tally<rs::bulkhead_rejected_error> calls;
     explicit shared_counts(std::size_t n) : calls(n) {}
 };
 
-rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id, std::stop_token stop) {
-    auto action = [&c]() -> rs::task<int> {
-        const int now = ++c.running;
-        int peak = c.peak.load();
-        while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
-        }
-        co_await yield_now{};
-        co_await yield_now{};
+// An action counted in `c` while it runs, yielding to its loop `yields` times (0: it ends at once,
+// and its slot is given back before its loop runs anything else).
+rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id, std::stop_token stop,
+                               int yields = 2) {
+    auto action = [&bh, &c, yields]() -> rs::task<int> {
+        raise_to(c.peak, ++c.running);
+        raise_to(c.peak_in_flight, static_cast<int>(bh.in_flight()));
+        for (int i = 0; i < yields; ++i)
+            co_await yield_now{};
         --c.running;
         co_return 1;
     };
     auto r = co_await bh.execute_outcome(std::move(action), std::move(stop));
     c.calls.record(id, r);
+}
+
+// Makes `calls` calls one after another, numbered from `first`, whose actions yield 0, 1 or 2 times.
+rs::task<void> serial_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t first, std::size_t calls) {
+    for (std::size_t i = 0; i < calls; ++i)
+        co_await threaded_client(bh, c, first + i, {}, static_cast<int>((first + i) % 3));
 }
 
 } // namespace
@@ -372,6 +493,7 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
     resilience_tests::run_on_threads(a, b); // both loops start together, so their calls overlap
 
     CHECK(c.peak.load() <= static_cast<int>(v.options.max_concurrent));
+    CHECK(c.peak_in_flight.load() <= static_cast<int>(v.options.max_concurrent));
     CHECK(c.peak.load() >= 1);
     CHECK(c.running.load() == 0);
     CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(2 * per_loop));
@@ -385,6 +507,89 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
         CHECK(c.calls.refused > 0);
     CHECK(bh.in_flight() == 0);
     CHECK(bh.queued() == 0);
+}
+
+TEST_CASE("bulkhead: hammered by loops on four threads, with actions that end at once or yield, never more "
+          "than max_concurrent run at once and every call ends",
+          "[bulkhead][concurrency]") {
+    // Actions that end at once give their slot back while other threads are taking theirs or
+    // queueing: the release that races a waiter being queued must still reach it. Each loop runs
+    // long enough (a few chains of calls, one after another) for the threads to overlap.
+    const auto options = GENERATE(rs::bulkhead_options{.max_concurrent = 1, .max_queued = 100000},
+                                  rs::bulkhead_options{.max_concurrent = 2, .max_queued = 100000},
+                                  rs::bulkhead_options{.max_concurrent = 2, .max_queued = 0},
+                                  rs::bulkhead_options{.max_concurrent = 1, .max_queued = 0});
+    constexpr std::size_t loops = 4, chains = 4, chain_length = 5000, per_loop = chains * chain_length;
+    rs::bulkhead bh{options};
+    shared_counts c{loops * per_loop};
+    rs::event_loop l0, l1, l2, l3;
+    rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
+    for (std::size_t l = 0; l < loops; ++l)
+        for (std::size_t k = 0; k < chains; ++k)
+            all[l]->spawn(serial_client(bh, c, l * per_loop + k * chain_length, chain_length));
+    resilience_tests::run_on_threads(l0, l1, l2, l3);
+
+    CHECK(c.peak.load() <= static_cast<int>(options.max_concurrent));
+    CHECK(c.peak_in_flight.load() <= static_cast<int>(options.max_concurrent));
+    CHECK(c.running.load() == 0);
+    CHECK(c.calls.values + c.calls.refused == static_cast<int>(loops * per_loop));
+    CHECK(c.calls.failed == 0);
+    CHECK(c.calls.cancelled == 0);
+    REQUIRE(c.calls.completions.exactly_once() == loops * per_loop);
+    if (options.max_queued > 0)
+        CHECK(c.calls.refused == 0);
+    CHECK(bh.in_flight() == 0);
+    CHECK(bh.queued() == 0);
+}
+
+TEST_CASE("bulkhead: one call at a time through sync_wait on each of four threads, never more than "
+          "max_concurrent run at once and every call ends",
+          "[bulkhead][concurrency]") {
+    const std::size_t max_queued = GENERATE(std::size_t{0}, std::size_t{8});
+    constexpr std::size_t threads = 4, per_thread = 5000;
+    rs::bulkhead bh{{.max_concurrent = 2, .max_queued = max_queued}};
+    shared_counts c{threads * per_thread};
+    std::latch go{threads};
+    std::vector<std::thread> workers;
+    for (std::size_t t = 0; t < threads; ++t)
+        workers.emplace_back([&, t] {
+            go.arrive_and_wait();
+            for (std::size_t i = 0; i < per_thread; ++i)
+                rs::sync_wait(threaded_client(bh, c, t * per_thread + i, {}, static_cast<int>(i % 2)));
+        });
+    for (auto& w : workers)
+        w.join();
+
+    CHECK(c.peak.load() <= 2);
+    CHECK(c.peak_in_flight.load() <= 2);
+    CHECK(c.running.load() == 0);
+    CHECK(c.calls.values + c.calls.refused == static_cast<int>(threads * per_thread));
+    CHECK(c.calls.failed == 0);
+    REQUIRE(c.calls.completions.exactly_once() == threads * per_thread);
+    if (max_queued >= threads)
+        CHECK(c.calls.refused == 0); // at most four calls at once: two run, the others wait
+    CHECK(bh.in_flight() == 0);
+    CHECK(bh.queued() == 0);
+}
+
+TEST_CASE("bulkhead state: try_acquire from threads released at the same instant never takes more than "
+          "max_concurrent slots",
+          "[bulkhead][concurrency]") {
+    // The fast paths alone, with nothing around them to spread the threads apart.
+    constexpr std::size_t threads = 4, rounds = 20000;
+    slots s{{.max_concurrent = 1}, {}};
+    std::atomic<int> peak{0};
+    std::atomic<std::size_t> taken{0};
+    resilience_tests::in_lockstep(threads, rounds, [&](std::size_t, std::size_t) {
+        if (s.try_acquire()) {
+            ++taken;
+            raise_to(peak, static_cast<int>(s.in_flight()));
+            s.release();
+        }
+    });
+    CHECK(peak.load() == 1);
+    CHECK(taken.load() >= rounds); // in each round, someone got the slot
+    CHECK(s.in_flight() == 0);
 }
 
 TEST_CASE("bulkhead: a waiter destroyed with its event loop leaves the queue, and the slot comes back",

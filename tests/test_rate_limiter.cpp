@@ -13,10 +13,14 @@
 #include <resilience/timeout.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -309,6 +313,56 @@ TEST_CASE("rate_limiter: copies are handles to one bucket", "[rate_limiter]") {
     CHECK_THROWS_AS(sim.run(b.take()), rs::rate_limited_error);
 }
 
+TEST_CASE("rate_limiter: try_take_now with the caller's clock reading grants no token before it is due, "
+          "even when the reading is older than one already used",
+          "[rate_limiter]") {
+    // The entry point a pipeline sharing one clock reading per call uses, on the limiter's state.
+    rs::testing::simulation sim;
+    rs::detail::limiter_state<vclock, rs::detail::token_bucket> bucket{rs::detail::token_bucket{2, 10},
+                                                                       sim.clock(), std::nullopt};
+    const vclock::time_point t0 = sim.clock().now();
+    CHECK(bucket.try_take_now(t0));
+    CHECK(bucket.try_take_now(t0));
+    CHECK_FALSE(bucket.try_take_now(t0)); // a burst of exactly capacity
+    CHECK_FALSE(bucket.try_take_now(t0 + 99'999'999ns));
+    CHECK(bucket.try_take_now(t0 + 100ms)); // exactly when due
+    CHECK_FALSE(bucket.try_take_now(t0 + 199'999'999ns));
+    CHECK_FALSE(bucket.try_take_now(t0 + 150ms)); // stale: the next token is due at 200 ms
+    CHECK(bucket.try_take_now(t0 + 200ms));
+    CHECK_FALSE(bucket.try_take_now(t0 + 200ms));
+
+    // Idle long enough to fill the bucket, then a reading from before that: it sees fewer tokens.
+    CHECK(bucket.try_take_now(t0 + 10s));
+    CHECK_FALSE(bucket.try_take_now(t0 + 9s));
+    CHECK(bucket.try_take_now(t0 + 10s));
+    CHECK_FALSE(bucket.try_take_now(t0 + 10s)); // capacity, no more
+    CHECK(bucket.remaining() == 0.0);
+    CHECK(bucket.queued() == 0);
+}
+
+TEST_CASE("rate_limiter: try_take_now takes no token while a call waits, whatever the reading, and takes "
+          "them again once nobody waits",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::detail::limiter_state<vclock, rs::detail::token_bucket> bucket{rs::detail::token_bucket{1, 10},
+                                                                       sim.clock(), std::nullopt};
+    const vclock::time_point t0 = sim.clock().now();
+    REQUIRE(bucket.try_take_now(t0));
+    rs::detail::waiter w;
+    {
+        std::lock_guard lock(bucket.mutex);
+        REQUIRE(bucket.decide_locked(w) == rs::detail::waiter_state::idle);
+        w.state = bucket.enqueue_locked(w); // as queue_awaiter does
+        REQUIRE(w.state == rs::detail::waiter_state::turn);
+    }
+    CHECK_FALSE(bucket.try_take_now(t0 + 1s)); // tokens are there, but the waiter comes first
+    rs::detail::stop_waiter(bucket, w);        // it leaves
+    CHECK(w.state == rs::detail::waiter_state::stopped);
+    CHECK(bucket.queued() == 0);
+    CHECK(bucket.try_take_now(t0 + 1s));
+    CHECK_FALSE(bucket.try_take_now(t0 + 1s)); // a bucket of one
+}
+
 TEST_CASE("rate_limiter: invalid options are refused naming the field and the value", "[rate_limiter]") {
     using Catch::Matchers::Contains;
     CHECK_THROWS_WITH((rs::rate_limiter{{.capacity = 0, .tokens_per_second = 1}}),
@@ -525,4 +579,78 @@ TEST_CASE(
     // And the limiter did limit: the whole run took at least the time the tokens needed.
     const double span = std::chrono::duration<double>(all.back() - all.front()).count();
     CHECK(span >= static_cast<double>(all.size() - capacity) / rate);
+}
+
+TEST_CASE("rate_limiter: shared by four threads, a bucket of N that barely refills grants exactly N tokens "
+          "and refuses the rest",
+          "[rate_limiter][concurrency]") {
+    constexpr std::size_t capacity = 1000, threads = 4, per_thread = 1000, calls = threads * per_thread;
+    // A token per 10^6 s: none comes back during the test.
+    rs::rate_limiter rl{
+        {.capacity = capacity, .tokens_per_second = 1e-6, .on_exhausted = rs::on_exhausted::reject}};
+    shared_log log{calls};
+    resilience_tests::in_lockstep(threads, per_thread, [&](std::size_t t, std::size_t i) {
+        log.record(t * per_thread + i, rs::sync_wait(rl.take_outcome()));
+    });
+    CHECK(log.values == static_cast<int>(capacity));
+    CHECK(log.refused == static_cast<int>(calls - capacity));
+    CHECK(log.cancelled + log.failed == 0);
+    CHECK(log.completions.exactly_once() == calls);
+    CHECK(rl.tokens() < 1.0);
+    CHECK(rl.queued() == 0);
+}
+
+TEST_CASE("rate_limiter: try_take_now from threads released at the same instant takes exactly the tokens "
+          "in the bucket",
+          "[rate_limiter][concurrency]") {
+    // The fast path alone, with nothing around it to spread the threads apart.
+    constexpr std::size_t threads = 4, rounds = 20000, capacity = rounds * threads / 2;
+    rs::detail::limiter_state<rs::steady_clock, rs::detail::token_bucket> bucket{
+        rs::detail::token_bucket{capacity, 1e-6}, rs::steady_clock{}, std::size_t{0}};
+    std::atomic<std::size_t> taken{0};
+    resilience_tests::in_lockstep(threads, rounds, [&](std::size_t, std::size_t) {
+        if (bucket.try_take_now())
+            ++taken;
+    });
+    CHECK(taken.load() == capacity);
+    CHECK(bucket.remaining() < 1.0);
+}
+
+TEST_CASE("rate_limiter: shared by loops on four threads, a bucket of N that barely refills grants exactly "
+          "N calls at once, the others wait in the queue until stopped",
+          "[rate_limiter][concurrency]") {
+    constexpr std::size_t capacity = 50, loops = 4, per_loop = 200, total = loops * per_loop;
+    rs::rate_limiter rl{{.capacity = capacity, .tokens_per_second = 1e-6}};
+    shared_log log{total};
+    std::atomic<std::size_t> admitted{0};
+    std::stop_source stop_all;
+    auto client = [](rs::rate_limiter<>& rl, shared_log& log, std::atomic<std::size_t>& admitted,
+                     std::size_t id, std::stop_token stop) -> rs::task<void> {
+        auto action = [&admitted]() -> rs::task<int> {
+            ++admitted;
+            co_return 1;
+        };
+        log.record(id, co_await rl.execute_outcome(std::move(action), std::move(stop)));
+    };
+    // Stops every call once each has its token or waits for one: no token would ever come.
+    auto stopper = [](rs::rate_limiter<>& rl, std::atomic<std::size_t>& admitted,
+                      std::stop_source& stop_all) -> rs::task<void> {
+        while (admitted.load() + rl.queued() < total)
+            co_await resilience_tests::yield_now{};
+        stop_all.request_stop();
+    };
+    rs::event_loop l0, l1, l2, l3;
+    rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
+    for (std::size_t i = 0; i < per_loop; ++i)
+        for (std::size_t l = 0; l < loops; ++l)
+            all[l]->spawn(client(rl, log, admitted, l * per_loop + i, stop_all.get_token()));
+    l0.spawn(stopper(rl, admitted, stop_all));
+    resilience_tests::run_on_threads(l0, l1, l2, l3);
+
+    CHECK(admitted.load() == capacity);
+    CHECK(log.values == static_cast<int>(capacity));
+    CHECK(log.cancelled == static_cast<int>(total - capacity));
+    CHECK(log.refused + log.failed == 0);
+    REQUIRE(log.completions.exactly_once() == total);
+    CHECK(rl.queued() == 0);
 }

@@ -15,8 +15,11 @@
 #include "task.hpp"
 #include "when_all.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,6 +41,130 @@ struct bulkhead_options {
     std::optional<std::chrono::nanoseconds> queue_timeout{};
 };
 
+namespace detail {
+
+/// What the copies of a `bulkhead` share: its slots, and the queue of calls waiting for one.
+///
+/// The slots live in one atomic word, so that while nobody waits a call takes and gives back its
+/// slot with one atomic operation and never touches the mutex:
+///
+///     bit 63       `waiting`: someone is queued; releases must come through the mutex
+///     bits 0..62   slots taken, including ones handed to waiters not yet resumed
+///
+/// Invariants:
+/// - Whenever `mutex` is free, `waiting` is set exactly when the queue is non-empty. It is raised
+///   and lowered only with `mutex` held: raised in the same atomic step that finds every slot
+///   taken, before the waiter is queued, and lowered by whoever empties the queue. So a release
+///   that needs no mutex either freed its slot before that step (which then takes the slot
+///   instead of queueing) or finds the bit and hands its slot over through the mutex.
+/// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
+/// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is
+///   below bit 63.
+template <clock C>
+struct bulkhead_state {
+    bulkhead_state(bulkhead_options o, C c)
+        : options(std::move(o)), clock(std::move(c)),
+          limit(std::min<std::uint64_t>(options.max_concurrent, slot_mask)) {}
+
+    static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;
+    static constexpr std::uint64_t slot_mask = waiting - 1;
+
+    const bulkhead_options options;
+    C clock;
+    const std::uint64_t limit; // max_concurrent, kept clear of the `waiting` bit
+    std::mutex mutex;
+    waiter_queue queue;
+    std::atomic<std::uint64_t> word{0};
+
+    std::size_t in_flight() const noexcept {
+        return static_cast<std::size_t>(word.load(std::memory_order_relaxed) & slot_mask);
+    }
+
+    /// Takes a slot if one is free and nobody waits, without waiting or locking. False: the
+    /// caller must take the waiting path (as `bulkhead::run` does), which decides again under
+    /// the mutex. A slot taken is given back with `release`.
+    bool try_acquire() noexcept {
+        std::uint64_t seen = word.load(std::memory_order_relaxed);
+        // Acquire: whatever the slot's previous holder did happens before this call runs.
+        while (seen < limit)
+            if (word.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire,
+                                           std::memory_order_relaxed))
+                return true;
+        return false;
+    }
+
+    /// Gives a slot back. A freed slot goes to the oldest waiter without ever becoming free, so
+    /// no newcomer can take it between the release and the waiter's resumption.
+    void release() {
+        std::uint64_t seen = word.load(std::memory_order_relaxed);
+        while ((seen & waiting) == 0)
+            if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_release,
+                                           std::memory_order_relaxed))
+                return;
+        waiter* next = nullptr;
+        {
+            std::lock_guard lock(mutex);
+            next = queue.pop_front();
+            if (next)
+                next->state = waiter_state::granted; // the slot changes hands: count kept
+            else
+                word.fetch_sub(1, std::memory_order_release);
+            waiter_left_locked();
+        }
+        if (next)
+            next->wake();
+    }
+
+    // ---- the waiter_queue protocol; `mutex` held ----
+    waiter_state decide_locked(waiter&) noexcept {
+        if (queue.empty() && take_locked(false))
+            return waiter_state::granted;
+        if (queue.size() >= options.max_queued)
+            return waiter_state::rejected;
+        return waiter_state::idle;
+    }
+    // A release that needed no mutex may have freed a slot since `decide_locked`: the waiter
+    // takes it instead of queueing, since no release would hand it over.
+    waiter_state enqueue_locked(waiter& w) noexcept {
+        if (queue.empty() && take_locked(true))
+            return waiter_state::granted;
+        queue.push_back(w);
+        return waiter_state::queued;
+    }
+
+    void waiter_left_locked() noexcept {
+        if (queue.empty())
+            word.fetch_and(~waiting, std::memory_order_relaxed);
+    }
+
+    // `mutex` held, queue empty (so `waiting` is clear). Takes a free slot and says true; else,
+    // when `raise`, raises `waiting` in the same atomic step that found every slot taken.
+    bool take_locked(bool raise) noexcept {
+        std::uint64_t seen = word.load(std::memory_order_relaxed);
+        for (;;) {
+            const bool free = seen < limit;
+            if (!free && !raise)
+                return false;
+            if (word.compare_exchange_weak(seen, free ? seen + 1 : seen | waiting, std::memory_order_acquire,
+                                           std::memory_order_relaxed))
+                return free;
+        }
+    }
+
+    void expire(waiter& w) {
+        bool wake;
+        {
+            std::lock_guard lock(mutex);
+            wake = queue.withdraw(w, waiter_state::expired);
+            waiter_left_locked();
+        }
+        if (wake)
+            w.wake();
+    }
+};
+
+} // namespace detail
+
 /// Bounds how many calls run at once, so one slow dependency cannot take every connection,
 /// socket or worker the process has.
 /// - At most `max_concurrent` calls hold a slot. A call holds its slot from admission until the
@@ -54,6 +181,8 @@ struct bulkhead_options {
 ///
 /// A copyable handle: copies share one bulkhead (one set of slots), which is thread-safe; event
 /// loops on several threads may share it, and each waiter is resumed on the loop it waited on.
+/// While nobody waits, a call takes and gives back its slot with one atomic operation each,
+/// without a lock.
 /// Constructing one starts no timer. The bulkhead must outlive the calls made through it. `C` is
 /// used only for `queue_timeout` (its sleeps run on the waiter's loop); copies share one clock
 /// object, which must be usable from every thread that calls through the bulkhead.
@@ -63,17 +192,14 @@ struct bulkhead_options {
 ///     auto r = co_await db.execute_outcome(query);     // or reports it without throwing
 template <clock C = steady_clock>
 class bulkhead : public policy_base<bulkhead<C>> {
-    struct state;
+    using state = detail::bulkhead_state<C>;
 
 public:
     explicit bulkhead(bulkhead_options options, C clock = C{})
         : state_(std::make_shared<state>(validate(options), std::move(clock))) {}
 
     /// Calls holding a slot now (including one just handed to a waiter not yet resumed).
-    std::size_t in_flight() const {
-        std::lock_guard lock(state_->mutex);
-        return state_->in_flight;
-    }
+    std::size_t in_flight() const { return state_->in_flight(); }
     /// Calls waiting for a slot now.
     std::size_t queued() const {
         std::lock_guard lock(state_->mutex);
@@ -121,18 +247,20 @@ public:
             co_return failure::make(cancelled_error{});
         state& s = *state_;
         detail::waiter node;
-        waiter_state admitted;
-        if (!s.options.queue_timeout) {
-            admitted = co_await detail::queue_awaiter<state>{s, node, token};
-        } else {
-            // The fast path decides under the lock alone; only a call that must wait pays for
-            // the timer that bounds the wait.
-            {
-                std::lock_guard lock(s.mutex);
-                admitted = s.decide_locked(node);
+        waiter_state admitted = waiter_state::granted;
+        if (!s.try_acquire()) {
+            if (!s.options.queue_timeout) {
+                admitted = co_await detail::queue_awaiter<state>{s, node, token};
+            } else {
+                // Decided under the lock first: only a call that must wait pays for the timer that
+                // bounds the wait.
+                {
+                    std::lock_guard lock(s.mutex);
+                    admitted = s.decide_locked(node);
+                }
+                if (admitted == waiter_state::idle)
+                    admitted = co_await wait_bounded(s, node, token);
             }
-            if (admitted == waiter_state::idle)
-                admitted = co_await wait_bounded(s, node, token);
         }
         if (admitted == waiter_state::stopped)
             co_return failure::make(cancelled_error{});
@@ -145,65 +273,6 @@ public:
     }
 
 private:
-    struct state {
-        state(bulkhead_options o, C c) : options(std::move(o)), clock(std::move(c)) {}
-
-        const bulkhead_options options;
-        C clock;
-        std::mutex mutex;
-        detail::waiter_queue queue;
-        std::size_t in_flight = 0; // slots taken, including ones handed to waiters not yet resumed
-
-        /// A slot without waiting, or false (every slot busy, or somebody queued first).
-        bool try_acquire() {
-            std::lock_guard lock(mutex);
-            if (queue.empty() && in_flight < options.max_concurrent) {
-                ++in_flight;
-                return true;
-            }
-            return false;
-        }
-
-        // ---- the waiter_queue protocol; `mutex` held ----
-        detail::waiter_state decide_locked(detail::waiter&) noexcept {
-            if (queue.empty() && in_flight < options.max_concurrent) {
-                ++in_flight;
-                return detail::waiter_state::granted;
-            }
-            if (queue.size() >= options.max_queued)
-                return detail::waiter_state::rejected;
-            return detail::waiter_state::idle;
-        }
-        detail::waiter_state enqueue_locked(detail::waiter& w) noexcept {
-            queue.push_back(w);
-            return detail::waiter_state::queued;
-        }
-
-        // A freed slot goes to the oldest waiter without ever becoming free, so no newcomer can
-        // take it between the release and the waiter's resumption.
-        void release() {
-            detail::waiter* next = nullptr;
-            {
-                std::lock_guard lock(mutex);
-                next = queue.pop_front();
-                if (next)
-                    next->state = detail::waiter_state::granted;
-                else
-                    --in_flight;
-            }
-            if (next)
-                next->wake();
-        }
-        void expire(detail::waiter& w) {
-            bool wake;
-            {
-                std::lock_guard lock(mutex);
-                wake = queue.withdraw(w, detail::waiter_state::expired);
-            }
-            if (wake)
-                w.wake();
-        }
-    };
 
     struct slot_guard {
         state* s;

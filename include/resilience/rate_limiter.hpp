@@ -13,8 +13,11 @@
 #include "task.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -58,6 +61,14 @@ inline std::string format_number(double v) {
     return buf;
 }
 
+/// A meter that can also hand out permits without the limiter's mutex (see `limiter_state`).
+template <class M>
+concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
+    { m.try_take_shared(now) } -> std::same_as<bool>;
+    m.hold();
+    m.unhold();
+};
+
 /// The waiting machinery shared by `rate_limiter` and `sliding_window_limiter`; `Meter` does the
 /// counting. A meter is called with the mutex held, with times as nanoseconds since the limiter
 /// was made (never decreasing), and provides:
@@ -72,6 +83,18 @@ inline std::string format_number(double v) {
 /// A head whose caller stops leaves the same way. Other waiters just sit in the queue until they
 /// become the head or their caller stops. So a new call never takes a permit while anyone waits,
 /// and no timer runs for a limiter nobody waits on.
+///
+/// A `lock_free_meter` keeps its state where calls can take a permit without the mutex, at any
+/// reading of the clock (a stale one sees fewer permits, never more):
+///
+///     bool try_take_shared(nanoseconds now) noexcept; // spends one permit if there is one and
+///                                                     // the mutex side does not hold the state
+///     void hold() noexcept;   // mutex held: takes the state over; the calls above now say no
+///     void unhold() noexcept; // mutex held: hands it back (nothing if not held)
+///
+/// and its other functions are called only while held. The mutex side holds it while it decides
+/// and for exactly as long as anyone waits, so a permit taken without the mutex is never taken
+/// ahead of a waiter, and the mutex side always sees a state nobody else changes.
 template <clock C, class Meter>
 struct limiter_state {
     limiter_state(Meter m, C c, std::optional<std::size_t> max_waiting)
@@ -84,17 +107,44 @@ struct limiter_state {
     std::mutex mutex;
     waiter_queue queue;
 
+    std::chrono::nanoseconds latest{}; // the latest time a decision under the mutex used
+
+    std::chrono::nanoseconds since_origin(typename C::time_point t) const {
+        const auto e = std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin);
+        return std::max(e, std::chrono::nanoseconds::zero());
+    }
     std::chrono::nanoseconds elapsed_locked() {
         // Read under the mutex, so the meter sees times in the order its decisions are made.
-        const auto e = std::chrono::duration_cast<std::chrono::nanoseconds>(clock.now() - origin);
-        return std::max(e, std::chrono::nanoseconds::zero());
+        latest = std::max(latest, since_origin(clock.now()));
+        return latest;
     }
     typename C::time_point time_point_of(double ns) const {
         return origin + std::chrono::ceil<typename C::duration>(ceil_ns(ns));
     }
 
+    // Made with `mutex` held, ended before it is released: a lock-free meter's state is held by the
+    // mutex side meanwhile, and stays held afterwards exactly while anyone waits.
+    struct meter_lease {
+        limiter_state& s;
+        explicit meter_lease(limiter_state& owner) noexcept : s(owner) {
+            if constexpr (lock_free_meter<Meter>)
+                s.meter.hold();
+        }
+        meter_lease(const meter_lease&) = delete;
+        meter_lease& operator=(const meter_lease&) = delete;
+        ~meter_lease() { s.waiter_left_locked(); }
+    };
+    // Also called by `stop_waiter` and `queue_awaiter` when a waiter leaves on its own: the meter's
+    // state goes back to the fast path as soon as nobody waits.
+    void waiter_left_locked() noexcept {
+        if constexpr (lock_free_meter<Meter>)
+            if (queue.empty())
+                meter.unhold();
+    }
+
     // ---- the waiter_queue protocol; `mutex` held ----
     waiter_state decide_locked(waiter& w) {
+        meter_lease lease{*this};
         const auto now = elapsed_locked();
         if (queue.empty() && meter.try_take(now))
             return waiter_state::granted;
@@ -104,25 +154,27 @@ struct limiter_state {
         }
         return waiter_state::idle;
     }
+    // The meter is held before the waiter is queued: a permit taken without the mutex is taken
+    // before this waiter queued, never after, however the two race.
     waiter_state enqueue_locked(waiter& w) noexcept {
+        meter_lease lease{*this};
         queue.push_back(w);
         return queue.front() == &w ? waiter_state::turn : waiter_state::queued;
     }
 
-    /// The fast path: a permit now, with nobody waiting.
-    bool try_take_now() {
-        std::lock_guard lock(mutex);
-        return queue.empty() && meter.try_take(elapsed_locked());
-    }
-    /// The same with a reading the caller made. A reading older than one already used only makes
-    /// a refusal more likely (the caller then waits in the queue, which reads the clock again).
+    /// The fast path: a permit at `now`, a reading of `clock` the caller made, with nobody waiting.
+    /// False: no permit now or someone waits; the caller goes on to `wait`, which decides again.
+    /// Without the mutex for a `lock_free_meter`.
     bool try_take_now(typename C::time_point now) {
-        std::lock_guard lock(mutex);
-        if (!queue.empty())
-            return false;
-        const auto e = std::chrono::duration_cast<std::chrono::nanoseconds>(now - origin);
-        return meter.try_take(std::max(e, std::chrono::nanoseconds::zero()));
+        if constexpr (lock_free_meter<Meter>) {
+            return meter.try_take_shared(since_origin(now));
+        } else {
+            std::lock_guard lock(mutex);
+            // A reading made before the lock may be older than one a decision already used.
+            return queue.empty() && meter.try_take(std::max(since_origin(now), latest));
+        }
     }
+    bool try_take_now() { return try_take_now(clock.now()); }
 
     /// The slow path: refuse, or wait for a permit in arrival order.
     task<admission> wait(std::stop_token token) {
@@ -149,8 +201,10 @@ struct limiter_state {
             waiter* next = nullptr;
             {
                 std::lock_guard lock(self->mutex);
-                if (node->state == waiter_state::turn)
+                if (node->state == waiter_state::turn) {
                     next = self->queue.leave_turn(*node, waiter_state::stopped);
+                    self->waiter_left_locked();
+                }
             }
             if (next)
                 next->wake_later();
@@ -172,6 +226,7 @@ struct limiter_state {
             waiter_state st = waiter_state::turn;
             {
                 std::lock_guard lock(mutex);
+                meter_lease lease{*this};
                 if (node.state != waiter_state::turn) {
                     st = node.state;
                 } else if (token.stop_requested()) {
@@ -197,6 +252,7 @@ struct limiter_state {
 
     double remaining() {
         std::lock_guard lock(mutex);
+        meter_lease lease{*this};
         return meter.remaining(elapsed_locked());
     }
     std::size_t queued() {
@@ -283,42 +339,82 @@ protected:
 /// `capacity`. Keeping the instant the bucket was empty instead of a token count makes every
 /// due time one addition, exact on virtual time whenever `interval` is a whole number of
 /// nanoseconds (10 per second: 100 ms), and within a nanosecond otherwise.
+///
+/// That instant is the bucket's whole state, so it lives in one atomic word, as the bits of the
+/// double, and a token is taken with one compare-and-swap (a `lock_free_meter`). While the mutex
+/// side holds the bucket, the word holds `held_bits` instead and the instant is in `empty_at_`.
 class token_bucket {
 public:
     token_bucket(std::size_t capacity, double tokens_per_second) noexcept
         : capacity_(static_cast<double>(capacity)), interval_(1e9 / tokens_per_second),
-          empty_at_(-capacity_ * interval_) {}
+          empty_at_(-capacity_ * interval_), word_(std::bit_cast<std::uint64_t>(empty_at_)) {}
+    // Moved only before it is shared.
+    token_bucket(token_bucket&& other) noexcept
+        : capacity_(other.capacity_), interval_(other.interval_), empty_at_(other.empty_at_),
+          held_(other.held_), word_(other.word_.load(std::memory_order_relaxed)) {}
 
-    bool try_take(std::chrono::nanoseconds now) noexcept {
-        refill(now);
-        if (static_cast<double>(now.count()) < empty_at_ + interval_)
-            return false;
-        empty_at_ += interval_;
-        return true;
+    bool try_take_shared(std::chrono::nanoseconds now) noexcept {
+        std::uint64_t seen = word_.load(std::memory_order_acquire);
+        while (seen != held_bits) {
+            double empty_at = std::bit_cast<double>(seen);
+            if (!take(empty_at, now))
+                return false;
+            if (word_.compare_exchange_weak(seen, std::bit_cast<std::uint64_t>(empty_at),
+                                            std::memory_order_acq_rel, std::memory_order_acquire))
+                return true;
+        }
+        return false;
     }
+    void hold() noexcept {
+        if (!held_) {
+            empty_at_ = std::bit_cast<double>(word_.exchange(held_bits, std::memory_order_acq_rel));
+            held_ = true;
+        }
+    }
+    void unhold() noexcept {
+        if (held_) {
+            word_.store(std::bit_cast<std::uint64_t>(empty_at_), std::memory_order_release);
+            held_ = false;
+        }
+    }
+
+    bool try_take(std::chrono::nanoseconds now) noexcept { return take(empty_at_, now); }
     double available_at(std::chrono::nanoseconds now, std::size_t ahead) noexcept {
-        refill(now);
+        refill(empty_at_, now);
         return std::max(static_cast<double>(now.count()),
                         empty_at_ + static_cast<double>(ahead + 1) * interval_);
     }
     double remaining(std::chrono::nanoseconds now) noexcept {
-        refill(now);
+        refill(empty_at_, now);
         return std::clamp((static_cast<double>(now.count()) - empty_at_) / interval_, 0.0, capacity_);
     }
 
 private:
+    // A signalling NaN: arithmetic never produces one, so no instant the bucket computes has these bits.
+    static constexpr std::uint64_t held_bits = 0x7ff0'0000'0000'0001;
+
+    bool take(double& empty_at, std::chrono::nanoseconds now) const noexcept {
+        refill(empty_at, now);
+        if (static_cast<double>(now.count()) < empty_at + interval_)
+            return false;
+        empty_at += interval_;
+        return true;
+    }
+
     // A full bucket stays full: time spent idle beyond that adds nothing. Less than a nanosecond
     // of overflow is kept, though: it is what rounding a due time up to a whole nanosecond adds,
     // and dropping it would push every later token back by that much again, a drift.
-    void refill(std::chrono::nanoseconds now) noexcept {
+    void refill(double& empty_at, std::chrono::nanoseconds now) const noexcept {
         const double full_since = static_cast<double>(now.count()) - capacity_ * interval_;
-        if (full_since - empty_at_ >= 1.0)
-            empty_at_ = full_since;
+        if (full_since - empty_at >= 1.0)
+            empty_at = full_since;
     }
 
     double capacity_;
-    double interval_; // nanoseconds per token
-    double empty_at_; // nanoseconds since the limiter was made
+    double interval_;                 // nanoseconds per token
+    double empty_at_;                 // nanoseconds since the limiter was made; the state while `held_`
+    bool held_ = false;               // guarded by the limiter's mutex
+    std::atomic<std::uint64_t> word_; // `empty_at` as bits, or `held_bits`
 };
 
 } // namespace detail
@@ -349,7 +445,8 @@ struct rate_limiter_options {
 ///   long until a token would be there for it, counting the waiters before it.
 ///
 /// A copyable handle: copies share one bucket, which is thread-safe; event loops on several
-/// threads may share it, and each waiter is resumed on the loop it waited on. The limiter must
+/// threads may share it, and each waiter is resumed on the loop it waited on. While nobody waits,
+/// a call takes its token with one atomic compare-and-swap, without a lock. The limiter must
 /// outlive the calls made through it. `C` serves every use of time (see `clock`); copies share
 /// one clock object, which must be usable from every thread that calls through the limiter.
 ///

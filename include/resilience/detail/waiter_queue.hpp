@@ -6,7 +6,13 @@
 /// `waiter_queue queue`, and says in two functions, called with `mutex` held, what a caller gets:
 ///
 ///     waiter_state decide_locked(waiter& w);  // granted (took it now), rejected, or idle (must wait)
-///     waiter_state enqueue_locked(waiter& w); // push_back(w); then queued (suspend) or turn (go on)
+///     waiter_state enqueue_locked(waiter& w); // push_back(w); then queued (suspend) or turn (go on);
+///                                             // or granted, not queued, when what it waits for came
+///                                             // back since decide_locked without passing the mutex
+///
+/// An owner whose fast path reads a summary of the queue without the mutex (whether anyone waits)
+/// may also provide `void waiter_left_locked()`, called with `mutex` held after a stop or a
+/// withdrawal took a waiter out here, so that it can update the summary when the queue empties.
 ///
 /// A call then waits with `co_await queue_awaiter<Owner>{owner, node, stop_token}`, where `node` is a
 /// `waiter` declared in the calling coroutine (so it lives in that frame, and queueing allocates
@@ -170,6 +176,14 @@ concept queue_owner = requires(O& o, waiter& w) {
     { o.enqueue_locked(w) } -> std::same_as<waiter_state>;
 };
 
+/// Tells `owner` (its mutex held) that a waiter left its queue, if it asks to know (see the file
+/// comment).
+template <queue_owner Owner>
+void waiter_left_locked(Owner& owner) noexcept {
+    if constexpr (requires { owner.waiter_left_locked(); })
+        owner.waiter_left_locked();
+}
+
 /// Applies a stop request to `w` (see `waiter_queue::stop`): takes the owner's mutex, so call it
 /// without holding it; a stop callback is the place. Wakes whoever must be woken.
 template <queue_owner Owner>
@@ -178,6 +192,7 @@ void stop_waiter(Owner& owner, waiter& w) {
     {
         std::lock_guard lock(owner.mutex);
         wake = owner.queue.stop(w);
+        waiter_left_locked(owner);
     }
     if (wake)
         wake->wake();
@@ -208,6 +223,7 @@ public:
             std::lock_guard lock(owner_.mutex);
             if (!owner_.queue.withdraw(node_, waiter_state::stopped) && node_.state == waiter_state::turn)
                 next = owner_.queue.leave_turn(node_, waiter_state::stopped);
+            waiter_left_locked(owner_);
         }
         if (next)
             next->wake_later();
