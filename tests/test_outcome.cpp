@@ -79,3 +79,35 @@ TEST_CASE("outcome: holds a value or a failure, value() rethrows the failure", "
     CHECK(done.has_value());
     CHECK_NOTHROW(done.value());
 }
+
+TEST_CASE("error: timeout and cancelled compare equal to their std::errc conditions", "[error]") {
+    const std::error_code timeout = rs::errc::timeout;
+    CHECK(timeout == std::errc::timed_out);
+    CHECK(std::errc::timed_out == timeout);
+    CHECK(timeout == std::error_condition(std::errc::timed_out));
+    CHECK(std::error_condition(std::errc::timed_out) == timeout);
+    CHECK(std::error_code(rs::errc::cancelled) == std::errc::operation_canceled);
+    CHECK(std::errc::operation_canceled == std::error_code(rs::errc::cancelled));
+
+    // Each matches only its own condition.
+    CHECK(timeout != std::errc::operation_canceled);
+    CHECK(std::error_code(rs::errc::cancelled) != std::errc::timed_out);
+    CHECK(std::error_code(rs::errc::circuit_open) != std::errc::timed_out);
+    CHECK(std::error_code(rs::errc::rate_limited) != std::errc::operation_canceled);
+
+    // Through the exceptions, as code catching std::system_error sees them.
+    CHECK(rs::timeout_error{}.code() == std::errc::timed_out);
+    CHECK(rs::cancelled_error{}.code() == std::errc::operation_canceled);
+    try {
+        throw rs::timeout_error{};
+    } catch (const std::system_error& e) {
+        CHECK(e.code() == std::errc::timed_out);
+    }
+    // And through a failure's code, without rethrowing it.
+    CHECK(std::error_code(rs::failure::make(rs::timeout_error{}).code()) == std::errc::timed_out);
+
+    // Still a code of our own category: equality with our enum is unchanged.
+    CHECK(timeout == rs::errc::timeout);
+    CHECK(timeout != rs::errc::cancelled);
+    CHECK(timeout.default_error_condition() == std::error_condition(1, rs::error_category()));
+}
