@@ -44,6 +44,13 @@ void retry_alone(benchmark::State& state) {
 }
 BENCHMARK(retry_alone);
 
+// The same policy over a clock behind `rs::any_clock` (holding `rs::steady_clock`): what the
+// indirection costs.
+void retry_alone_any_clock(benchmark::State& state) {
+    through(state, rs::retry{{}, rs::any_clock{rs::steady_clock{}}});
+}
+BENCHMARK(retry_alone_any_clock);
+
 void retry_with_budget(benchmark::State& state) {
     through(state, rs::retry{{.budget = rs::retry_budget{}}});
 }
@@ -53,6 +60,11 @@ void timeout_alone(benchmark::State& state) {
     through(state, rs::timeout{1s});
 }
 BENCHMARK(timeout_alone);
+
+void timeout_alone_any_clock(benchmark::State& state) {
+    through(state, rs::timeout{1s, rs::any_clock{rs::steady_clock{}}});
+}
+BENCHMARK(timeout_alone_any_clock);
 
 void fallback_alone(benchmark::State& state) {
     through(state, rs::fallback{0});

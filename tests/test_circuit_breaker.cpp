@@ -86,7 +86,7 @@ TEST_CASE("circuit_breaker: deduces its clock and copies are the same breaker", 
     static_assert(std::is_same_v<decltype(b), virtual_breaker>);
 
     auto copy = b;
-    sim.run(copy.execute_outcome(fail_now()));
+    (void)sim.run(copy.execute_outcome(fail_now()));
     CHECK(b.state() == circuit_state::open);
     b.reset();
     CHECK(copy.state() == circuit_state::closed);
@@ -436,7 +436,7 @@ TEST_CASE("circuit_breaker: a failure is_failure declines passes through untouch
         CHECK(breaker.metrics().consecutive_failures == 0);
     }());
     CHECK_THROWS_AS(sim.run(breaker.execute(bad_request)), std::invalid_argument);
-    sim.run(breaker.execute_outcome(fail_now()));
+    (void)sim.run(breaker.execute_outcome(fail_now()));
     CHECK(breaker.state() == circuit_state::open);
 }
 
@@ -551,7 +551,7 @@ TEST_CASE("circuit_breaker: on_state_change may call back into the breaker and i
     };
     self = std::make_shared<virtual_breaker>(
         rs::circuit_breaker_options{.failure_threshold = 1, .on_state_change = observe}, sim.clock());
-    sim.run(self->execute_outcome(fail_now()));
+    (void)sim.run(self->execute_outcome(fail_now()));
     CHECK(self->state() == S::isolated);
     CHECK(changes == std::vector<std::pair<S, S>>{{S::closed, S::open}, {S::open, S::isolated}});
     CHECK(deepest == 1);
@@ -627,7 +627,7 @@ TEST_CASE("circuit_breaker: execute_outcome reports a refusal as a value, execut
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{{.failure_threshold = 1, .break_duration = 4s}, sim.clock()};
-    sim.run(breaker.execute_outcome(fail_now()));
+    (void)sim.run(breaker.execute_outcome(fail_now()));
     bool ran = false;
     auto action = [&]() -> rs::task<int> {
         ran = true;
@@ -1038,7 +1038,7 @@ TEST_CASE("circuit_breaker: half-open admits exactly probes calls among 2000 cal
                                  .probes = probes,
                                  .on_state_change = changes.recorder()},
                                 clock};
-    rs::sync_wait(breaker.execute_outcome(fail_now()));
+    (void)rs::sync_wait(breaker.execute_outcome(fail_now()));
     clock.advance(1s);
     REQUIRE(breaker.state() == S::half_open);
 

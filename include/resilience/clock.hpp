@@ -86,9 +86,17 @@ private:
 
 /// A clock whose sleeps are timers of an `event_loop` can hand out that loop, so a policy can arm
 /// a timer directly instead of running a sleeping coroutine beside the call (see `deadline_timer`).
+/// A clock that only sometimes has loop timers (`any_clock`) declares
+/// `static constexpr bool timer_loop_may_be_null = true`: a null `timer_loop()` then means "no loop
+/// timers", and a policy must wait by sleeping on the clock instead.
 template <class C>
 concept loop_timer_clock = requires(const C& c) {
     { c.timer_loop() } -> std::same_as<event_loop*>;
+};
+
+template <class C>
+inline constexpr bool timer_loop_may_be_null = requires {
+    requires C::timer_loop_may_be_null;
 };
 
 /// A one-shot timer that expires a `lazy_stop` at `when`, unless disarmed first. Used by policies
@@ -104,6 +112,9 @@ class deadline_timer {
 public:
     deadline_timer(event_loop* loop, std::chrono::nanoseconds when, lazy_stop& target)
         : loop_(loop), target_(&target) {
+        if (!loop) // a clock without loop timers reached here: report it rather than crash
+            throw std::logic_error("resilience: a deadline timer needs an event loop, and the clock's "
+                                   "timer_loop() returned null (a clock without loop timers)");
         node_.when = when;
         node_.owner = this;
         node_.fire = [](timer_node* n) {

@@ -12,6 +12,8 @@
 namespace resilience {
 
 /// Why a policy refused or ended a call. Values are stable: they are part of the ABI of logs.
+/// As `std::error_code`s, `timeout` compares equal to `std::errc::timed_out` and `cancelled` to
+/// `std::errc::operation_canceled`; the others match no standard condition.
 enum class errc {
     timeout = 1,       ///< an attempt ran past its deadline
     cancelled,         ///< the caller asked to stop
@@ -41,6 +43,18 @@ public:
             return "retry budget exhausted";
         }
         return "unknown resilience error";
+    }
+    // Code written against the standard conditions (`ec == std::errc::timed_out`) should recognise
+    // ours without knowing this library; the comparison asks the code's category first.
+    bool equivalent(int value, const std::error_condition& condition) const noexcept override {
+        switch (static_cast<errc>(value)) {
+        case errc::timeout:
+            return condition == std::errc::timed_out || default_error_condition(value) == condition;
+        case errc::cancelled:
+            return condition == std::errc::operation_canceled || default_error_condition(value) == condition;
+        default:
+            return default_error_condition(value) == condition;
+        }
     }
 };
 } // namespace detail

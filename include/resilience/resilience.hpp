@@ -4,6 +4,7 @@
 /// `resilience/testing/`, optional integrations in `resilience/fmt.hpp` and `resilience/asio.hpp`.
 #pragma once
 
+#include "any_clock.hpp"
 #include "backoff.hpp"
 #include "bulkhead.hpp"
 #include "circuit_breaker.hpp"
