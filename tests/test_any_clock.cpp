@@ -292,16 +292,17 @@ TEST_CASE("any_clock: a service that is not a template runs on virtual time in t
     CHECK(sim.now() == 800ms);
 }
 
-TEST_CASE("any_clock: a timeout over a clock without loop timers is refused, not crashed", "[any_clock]") {
-    // timer_loop() is null for such a clock. timeout.hpp decides its fast path at compile time and
-    // does not yet fall back to a sleeping watcher when the loop is null: the deadline timer refuses
-    // the null loop with logic_error. When timeout learns the fallback, this call should time out
-    // at 1 s instead.
+TEST_CASE("any_clock: a timeout over a clock without loop timers watches beside the call", "[any_clock]") {
+    // timer_loop() is null for such a clock: the timeout takes its waiting form (a sleeping watcher
+    // beside the call) and still fires at the exact instant.
     rs::testing::simulation sim;
     const rs::timeout limit{1s, rs::any_clock{loopless_clock{sim.clock()}}};
     scripted_action slow{sim.clock(), script<int>{.latency = 1h, .value = 1}};
-    CHECK_THROWS_AS(sim.run(limit.execute_outcome(slow)), std::logic_error);
-    CHECK(slow.calls() == 0);
+    auto result = sim.run(limit.execute_outcome(slow));
+    CHECK(sim.now() == 1s);
+    REQUIRE(result.has_failure());
+    CHECK(result.error().code() == rs::errc::timeout);
+    CHECK(slow.calls() == 1);
     CHECK(sim.loop().timers() == 0);
 }
 

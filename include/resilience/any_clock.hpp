@@ -179,6 +179,10 @@ public:
     /// The held clock's event loop for timers, or null when it has none (see the class comment).
     event_loop* timer_loop() const { return vt_->timer_loop(store_); }
 
+    /// Which readings a call may share with this clock (see `detail::call_now`): those of clocks
+    /// holding the same clock type.
+    const void* reading_key() const noexcept { return vt_->key; }
+
     /// The held clock, when it is a `C`; null otherwise.
     template <class C>
     const C* target() const noexcept {

@@ -69,7 +69,7 @@ public:
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
     // frame, and the attempt's stop token is made only if somebody asks for it. Any other clock
     // waits beside the call with a sleeping coroutine (`run`).
-    static constexpr bool enter_never_waits = detail::loop_timer_clock<C>;
+    static constexpr bool enter_never_waits = detail::loop_timer_clock<C> && !detail::timer_loop_may_be_null<C>;
     struct call_state {
         std::optional<detail::lazy_stop> stop;         // declared before the timer that expires it
         std::optional<detail::deadline_timer> timer;
@@ -85,11 +85,14 @@ public:
                 result.emplace(failure::make(cancelled_error{}));
                 return step::done;
             }
+            event_loop* const loop = clock_.timer_loop();
+            if (!loop)
+                return step::wait; // no loop timers after all: `run` watches beside the call
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(detail::call_now(clock_, ctx), after_).time_since_epoch());
             s.stop.emplace(&ctx);
             s.inner = detail::context_access::derive_deadline(ctx, &*s.stop, deadline);
-            s.timer.emplace(clock_.timer_loop(), deadline, *s.stop);
+            s.timer.emplace(loop, deadline, *s.stop);
             inner = &s.inner;
             return step::proceed;
         }
@@ -113,11 +116,14 @@ public:
     /// The waiting form, for clocks without loop timers: a sleeping coroutine beside the call.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        if constexpr (detail::loop_timer_clock<C>) {
-            return policy_base<timeout>::run(std::move(next), ctx);
-        } else {
+        if constexpr (!detail::loop_timer_clock<C>)
             return run_beside(std::move(next), ctx);
-        }
+        else if constexpr (!detail::timer_loop_may_be_null<C>)
+            return policy_base<timeout>::run(std::move(next), ctx);
+        else if (clock_.timer_loop())
+            return policy_base<timeout>::run(std::move(next), ctx);
+        else
+            return run_beside(std::move(next), ctx);
     }
 
 private:
