@@ -33,7 +33,7 @@ public:
         node_.when = o.node_.when;
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
-    /// being torn down): the timer leaves the heap with it.
+    /// being torn down): the timer leaves the loop's timers with it.
     ~sleep_awaiter() {
         stop_.reset();
         if (node_.armed())
@@ -92,7 +92,8 @@ concept loop_timer_clock = requires(const C& c) {
 
 /// A one-shot timer that requests stop on a `std::stop_source` at `when`, unless disarmed first.
 /// Used by policies that race a deadline against a call they are awaiting (timeout): arming and
-/// disarming cost a heap push and pop, with no coroutine, stop source or allocation.
+/// disarming cost a link and an unlink in the loop's timer wheel, with no coroutine, stop source or
+/// allocation.
 ///
 /// Firing marks the timer fired *before* requesting the stop, through its own copy of the source:
 /// stop callbacks run inline and may finish the whole call, owner and timer included, before
