@@ -72,7 +72,9 @@ inline constexpr detail::virtual_time_t virtual_time{};
 /// firing cost O(1) however many timers are pending (see `detail/timer_wheel.hpp`).
 class event_loop {
 public:
-    event_loop() noexcept : wheel_(std::chrono::steady_clock::now().time_since_epoch()) {}
+    // The wheel starts at the earliest time rather than read the clock (a loop made per call would pay
+    // for it); the first turn with a timer armed brings it up to date.
+    event_loop() noexcept : wheel_(std::chrono::nanoseconds::min()) {}
     explicit event_loop(detail::virtual_time_t) noexcept
         : virtual_(true), wheel_(std::chrono::nanoseconds{0}) {}
     event_loop(const event_loop&) = delete;

@@ -4,8 +4,9 @@
 ///
 /// Why a wheel. A loop may hold a million timers (a timeout per call in flight) that are mostly
 /// cancelled, rarely fired. A binary heap costs O(log n) cache misses per arm and per cancel; the wheel
-/// costs a few instructions and no allocation, whatever n is: the node lives in its owner, and the wheel
-/// only links it into a list.
+/// costs a few instructions whatever n is, and no allocation per timer: the node lives in its owner and
+/// the wheel only links it into a list (the list heads come from the thread's frame cache, four levels
+/// at a time, the first time a loop reaches those levels: a loop made per call stays cheap).
 ///
 /// How. Times are 64-bit keys (nanoseconds, sign bit flipped so that negative times order first) read
 /// as 11 digits of 6 bits. Level L has 64 slots, one per value of digit L. A timer goes to level L, the
@@ -20,7 +21,7 @@
 /// Time moves by cascading: when `cur` reaches the start of the earliest slot of a level L > 0, that slot
 /// is emptied into lower levels relative to the new `cur`. A timer only ever moves down, at most 10
 /// times, so expiry is O(1) amortised however far away a deadline is (292 years fits). Cancelling is an
-/// unlink; an emptied list clears its bit, found from the list's own sentinel.
+/// unlink; the cancel that empties a slot clears its bit, and finds the slot from the timer's key.
 ///
 /// Exact instants. Virtual time jumps to the next deadline, so it may cascade straight down to it:
 /// `advance_to_next` moves `cur` to the earliest slot's start until that slot is at level 0, whose start
@@ -35,6 +36,8 @@
 /// they fire at the next turn, in arming order, before any other due timer.
 #pragma once
 
+#include "frame_allocator.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -44,37 +47,47 @@
 
 namespace resilience::detail {
 
-/// Where a timer is linked: a slot's circular list, whose sentinel is a bare link.
+/// Where a timer is linked: a list, circular through its head.
 struct timer_link {
-    timer_link* prev = nullptr;
-    timer_link* next = nullptr;
+    timer_link* prev;
+    timer_link* next;
 };
 
 /// A timer owned by whoever armed it (usually an awaiter in a coroutine frame). The loop links it into
-/// its wheel until the timer fires or is removed; `fire` runs on the loop's thread. Must not move while
-/// armed.
+/// its wheel until the timer fires or is removed; `fire` runs on the loop's thread. While armed it must
+/// not move, and `when` must not change.
 struct timer_node : timer_link {
+    timer_node() noexcept : timer_link{nullptr, nullptr} {}
     std::chrono::nanoseconds when{};
     void (*fire)(timer_node*) = nullptr;
     void* owner = nullptr; ///< for `fire` to find its way back to whoever armed the timer
     bool armed() const noexcept { return prev != nullptr; }
 };
 
-/// The timers of one event loop (see the file comment). Single-threaded.
+/// The timers of one event loop (see the file comment). Single-threaded. Must not move.
 class timer_wheel {
 public:
     /// `now`: the loop's time; no timer armed later aims before it, except late ones on purpose.
-    explicit timer_wheel(std::chrono::nanoseconds now) noexcept : cur_(key(now)) {}
+    explicit timer_wheel(std::chrono::nanoseconds now) noexcept : cur_(key(now)) {
+        late_.prev = late_.next = &late_;
+    }
     timer_wheel(const timer_wheel&) = delete;
     timer_wheel& operator=(const timer_wheel&) = delete;
+    ~timer_wheel() {
+        for (int level = 0; level < reserved_; level += levels_per_block)
+            frame_cache::deallocate(level_[level], block_bytes);
+    }
 
     std::size_t size() const noexcept { return size_; }
     bool empty() const noexcept { return size_ == 0; }
 
-    /// Arms `t` (not armed) for `t->when`. Allocates only the first time (the slots, once per wheel).
+    /// Arms `t` (not armed) for `t->when`, which must not change while it is armed. May allocate (the
+    /// list heads of the levels up to `t`'s, once per wheel, from the thread's frame cache), so that
+    /// cascading, which only moves timers down, never has to.
     void insert(timer_node* t) {
-        if (!s_)
-            s_ = std::make_unique<slots>();
+        const std::uint64_t k = key(t->when);
+        if (k >= cur_)
+            reserve(level_of(k));
         place(t);
         ++size_;
     }
@@ -89,8 +102,14 @@ public:
         n->prev = p;
         t->prev = t->next = nullptr;
         --size_;
-        if (p == n) // only the sentinel is left
-            emptied(p);
+        if (p == n && p != &late_) { // only the head is left: clear the slot's bit
+            // Where a timer sits is a function of its key and `cur_`, so `t` names its slot.
+            const std::uint64_t k = key(t->when);
+            const int level = level_of(k);
+            occupied_[level] &= ~(std::uint64_t{1} << digit_of(k, level));
+            if (!occupied_[level])
+                levels_ &= ~(std::uint32_t{1} << level);
+        }
     }
 
     /// The next timer due at `now` or before, unlinked, in firing order (late ones first, then by
@@ -98,22 +117,20 @@ public:
     /// again after firing what it returns: firing may arm and cancel timers.
     timer_node* pop_due(std::chrono::nanoseconds now) noexcept {
         const std::uint64_t target = key(now);
-        if (s_) {
-            for (;;) {
-                if (s_->late.next != &s_->late)
-                    return pop_front(s_->late);
-                if (!s_->levels)
-                    break;
-                const int level = std::countr_zero(s_->levels);
-                const int digit = std::countr_zero(s_->occupied[level]);
-                const std::uint64_t start = slot_start(level, digit);
-                if (start > target)
-                    break;
-                cur_ = start;
-                if (level == 0)
-                    return pop_front(slot(0, digit));
-                cascade(level, digit);
-            }
+        for (;;) {
+            if (late_.next != &late_)
+                return pop_front(late_);
+            if (!levels_)
+                break;
+            const int level = std::countr_zero(levels_);
+            const int digit = std::countr_zero(occupied_[level]);
+            const std::uint64_t start = slot_start(level, digit);
+            if (start > target)
+                break;
+            cur_ = start;
+            if (level == 0)
+                return pop_front(slot(0, digit));
+            cascade(level, digit);
         }
         if (target > cur_)
             cur_ = target;
@@ -124,10 +141,10 @@ public:
     /// timers wait). Only for a clock that jumps there next: virtual time. Precondition: not empty.
     std::chrono::nanoseconds advance_to_next() noexcept {
         for (;;) {
-            if (s_->late.next != &s_->late || !s_->levels) // (the second: never, when not empty)
+            if (late_.next != &late_ || !levels_) // (the second: never, when not empty)
                 return instant(cur_);
-            const int level = std::countr_zero(s_->levels);
-            const int digit = std::countr_zero(s_->occupied[level]);
+            const int level = std::countr_zero(levels_);
+            const int digit = std::countr_zero(occupied_[level]);
             const std::uint64_t start = slot_start(level, digit);
             if (level == 0)
                 return instant(start);
@@ -139,14 +156,14 @@ public:
     /// When a real-time loop should wake: the earliest deadline, or a lower bound of it when that
     /// would take reading a long list (see the file comment). Precondition: not empty.
     std::chrono::nanoseconds wake_at() const noexcept {
-        if (s_->late.next != &s_->late || !s_->levels) // (the second: never, when not empty)
+        if (late_.next != &late_ || !levels_) // (the second: never, when not empty)
             return instant(cur_);
-        const int level = std::countr_zero(s_->levels);
-        const int digit = std::countr_zero(s_->occupied[level]);
+        const int level = std::countr_zero(levels_);
+        const int digit = std::countr_zero(occupied_[level]);
         const std::uint64_t start = slot_start(level, digit);
         if (level == 0)
             return instant(start);
-        const timer_link& head = s_->slot[level * width + digit];
+        const timer_link& head = level_[level][digit];
         std::uint64_t earliest = ~std::uint64_t{0};
         std::size_t seen = 0;
         for (const timer_link* l = head.next; l != &head; l = l->next) {
@@ -163,20 +180,11 @@ private:
     static constexpr int depth = (64 + bits - 1) / bits;
     static constexpr std::size_t exact_scan = 8;
 
-    struct slots {
-        slots() noexcept {
-            for (auto& s : slot)
-                s.prev = s.next = &s;
-            late.prev = late.next = &late;
-        }
-        slots(const slots&) = delete;
-        slots& operator=(const slots&) = delete;
-
-        timer_link slot[depth * width];
-        timer_link late;                    // FIFO of timers armed before the wheel's time
-        std::uint64_t occupied[depth] = {}; // bit d of level L: slot d holds a timer
-        std::uint32_t levels = 0;           // bit L: level L holds a timer
-    };
+    // A slot's list head is valid only while the slot's bit is set: set up when a timer first goes
+    // there, so a level's heads cost nothing until then. They come in blocks of four levels (4 KiB, the
+    // frame cache's largest size).
+    static constexpr int levels_per_block = 4;
+    static constexpr std::size_t block_bytes = sizeof(timer_link) * width * levels_per_block;
 
     // Order-preserving: negative times first.
     static constexpr std::uint64_t sign = std::uint64_t{1} << 63;
@@ -187,7 +195,16 @@ private:
         return std::chrono::nanoseconds(static_cast<std::int64_t>(k ^ sign));
     }
 
-    timer_link& slot(int level, int digit) noexcept { return s_->slot[level * width + digit]; }
+    // The highest digit where `k` (not before the wheel's time) differs from it.
+    int level_of(std::uint64_t k) const noexcept {
+        const std::uint64_t differ = k ^ cur_;
+        return differ == 0 ? 0 : (static_cast<int>(std::bit_width(differ)) - 1) / bits;
+    }
+    static int digit_of(std::uint64_t k, int level) noexcept {
+        return static_cast<int>((k >> (level * bits)) & (width - 1));
+    }
+
+    timer_link& slot(int level, int digit) noexcept { return level_[level][digit]; }
 
     // The first key of slot `digit` of `level`: the wheel's time above that level, `digit` at it, zeros
     // below.
@@ -197,18 +214,33 @@ private:
         return high | (static_cast<std::uint64_t>(digit) << (level * bits));
     }
 
+    // Levels 0 to `level` get their heads, uninitialised.
+    void reserve(int level) {
+        while (reserved_ <= level) {
+            auto* heads = static_cast<timer_link*>(frame_cache::allocate(block_bytes));
+            std::uninitialized_default_construct_n(heads, width * levels_per_block);
+            for (int i = 0; i < levels_per_block && reserved_ < depth; ++i)
+                level_[reserved_++] = heads + i * width;
+        }
+    }
+
+    // Precondition: the levels `t` may go to are reserved.
     void place(timer_node* t) noexcept {
         const std::uint64_t k = key(t->when);
         if (k < cur_) {
-            link_back(s_->late, t);
+            link_back(late_, t);
             return;
         }
-        const std::uint64_t differ = k ^ cur_;
-        const int level = differ == 0 ? 0 : (static_cast<int>(std::bit_width(differ)) - 1) / bits;
-        const int digit = static_cast<int>((k >> (level * bits)) & (width - 1));
-        link_back(slot(level, digit), t);
-        s_->occupied[level] |= std::uint64_t{1} << digit;
-        s_->levels |= std::uint32_t{1} << level;
+        const int level = level_of(k);
+        const int digit = digit_of(k, level);
+        timer_link& head = slot(level, digit);
+        const std::uint64_t bit = std::uint64_t{1} << digit;
+        if (!(occupied_[level] & bit)) {
+            head.prev = head.next = &head;
+            occupied_[level] |= bit;
+            levels_ |= std::uint32_t{1} << level;
+        }
+        link_back(head, t);
     }
 
     static void link_back(timer_link& head, timer_node* t) noexcept {
@@ -224,22 +256,13 @@ private:
         return t;
     }
 
-    void emptied(timer_link* sentinel) noexcept {
-        if (sentinel == &s_->late)
-            return;
-        const auto i = static_cast<std::size_t>(sentinel - s_->slot);
-        const std::size_t level = i / width;
-        s_->occupied[level] &= ~(std::uint64_t{1} << (i % width));
-        if (!s_->occupied[level])
-            s_->levels &= ~(std::uint32_t{1} << level);
-    }
-
     // Empties a slot whose start `cur_` has reached into lower levels, keeping its order.
     void cascade(int level, int digit) noexcept {
         timer_link& head = slot(level, digit);
         timer_link* l = head.next;
-        head.prev = head.next = &head;
-        emptied(&head);
+        occupied_[level] &= ~(std::uint64_t{1} << digit);
+        if (!occupied_[level])
+            levels_ &= ~(std::uint32_t{1} << level);
         while (l != &head) {
             timer_link* next = l->next;
             place(static_cast<timer_node*>(l));
@@ -247,8 +270,12 @@ private:
         }
     }
 
-    std::unique_ptr<slots> s_; // on the first timer: a loop that arms none stays small
-    std::uint64_t cur_;        // the wheel's time (a key); never ahead of the loop's
+    timer_link* level_[depth] = {};      // the heads of each level, once reserved
+    int reserved_ = 0;                   // levels reserved: 0 to reserved_ - 1
+    std::uint64_t occupied_[depth] = {}; // bit d of level L: slot d holds a timer
+    std::uint32_t levels_ = 0;           // bit L: level L holds a timer
+    timer_link late_;                    // FIFO of timers armed before the wheel's time
+    std::uint64_t cur_;                  // the wheel's time (a key); never ahead of the loop's
     std::size_t size_ = 0;
 };
 
