@@ -362,18 +362,28 @@ TEST_CASE("event_loop: the largest deadline, nanoseconds::max(), neither overflo
 
 TEST_CASE("event_loop: on real time, sleeps end in deadline order and never before their deadline",
           "[event_loop][timer_wheel]") {
-    std::vector<int> order;
-    std::vector<std::chrono::nanoseconds> late;
-    auto sleeper = [&](int id, std::chrono::milliseconds d) -> rs::task<void> {
-        const auto deadline = std::chrono::steady_clock::now() + d;
-        co_await rs::steady_clock{}.sleep_until(deadline, {});
-        late.push_back(std::chrono::steady_clock::now() - deadline);
-        order.push_back(id);
-    };
-    rs::sync_wait(rs::when_all(sleeper(1, 30ms), sleeper(2, 5ms), sleeper(3, 20ms), sleeper(4, 1ms)));
-    CHECK(order == std::vector<int>{4, 2, 3, 1});
-    for (auto l : late)
-        CHECK(l >= 0ns);
+    // Forty sleeps within 30 ms: more than the wheel reads to find an exact deadline in one slot, so
+    // the loop also wakes at slot boundaries on the way down.
+    using clock = std::chrono::steady_clock;
+    std::vector<std::pair<clock::time_point, int>> deadlines, woken;
+    std::vector<rs::task<void>> sleepers;
+    std::mt19937_64 rng{3};
+    for (int id = 0; id < 40; ++id) {
+        const auto deadline = clock::now() + 1ms + std::chrono::microseconds(rng() % 29'000);
+        deadlines.emplace_back(deadline, id);
+        sleepers.push_back([](clock::time_point at, int i, auto& log) -> rs::task<void> {
+            co_await rs::steady_clock{}.sleep_until(at, {});
+            log.emplace_back(clock::now(), i);
+            CHECK(clock::now() >= at);
+        }(deadline, id, woken));
+    }
+    rs::sync_wait(rs::when_all(std::move(sleepers)));
+    std::sort(deadlines.begin(), deadlines.end());
+    REQUIRE(woken.size() == deadlines.size());
+    for (std::size_t i = 0; i < woken.size(); ++i) {
+        CHECK(woken[i].second == deadlines[i].second);
+        CHECK(woken[i].first >= deadlines[i].first);
+    }
 }
 
 namespace {
