@@ -132,6 +132,9 @@ struct park {
     void await_suspend(std::coroutine_handle<> h) const noexcept { spot->waiting = h; }
     int await_resume() const noexcept { return 1; }
 };
+rs::task<int> bare_call(parking* spot) {
+    co_return co_await park{spot};
+}
 // An action that completes at once, without a coroutine frame of its own.
 struct ready {
     bool await_ready() const noexcept { return true; }
@@ -227,8 +230,9 @@ row raw_timers(std::size_t n) {
 
 // N calls through `timeout` (each its own duration in [1 s, 2 s)) suspended on an action that waits to
 // be resumed. First: starting the calls (frames, the timer armed). Second: resuming their actions in
-// random order, so each call returns and cancels its timer.
-row timeout_calls(std::size_t n) {
+// random order, so each call returns and cancels its timer. With `with_timeout` false, the same
+// actions are called from a bare coroutine instead: the reference, what is not the timeout's.
+row parked_calls(std::size_t n, bool with_timeout) {
     rs::testing::simulation sim;
     std::mt19937_64 rng{7};
     std::vector<rs::timeout<rs::testing::virtual_clock>> policies;
@@ -245,12 +249,16 @@ row timeout_calls(std::size_t n) {
         rs::event_loop& loop = *rs::event_loop::current();
         counting_scope counting;
         const auto t0 = clock_type::now();
-        for (std::size_t i = 0; i < n; ++i)
-            loop.spawn(policies[i].execute_outcome([s = &spots[i]] { return park{s}; }));
+        for (std::size_t i = 0; i < n; ++i) {
+            if (with_timeout)
+                loop.spawn(policies[i].execute_outcome([s = &spots[i]] { return park{s}; }));
+            else
+                loop.spawn(bare_call(&spots[i]));
+        }
         co_await yield_to_loop{}; // every call has started, armed its timer and parked
         const auto t1 = clock_type::now();
         r.allocated = counting.stop();
-        expect(loop.timers() == n, "timeout: some call has no timer");
+        expect(loop.timers() == (with_timeout ? n : 0), "timeout: some call has no timer");
         for (std::size_t i : order)
             std::exchange(spots[i].waiting, {}).resume();
         const auto t2 = clock_type::now();
@@ -261,6 +269,12 @@ row timeout_calls(std::size_t n) {
     expect(sim.now() == 0s, "timeout: time moved");
     r.bytes = static_cast<double>(r.allocated.bytes) / static_cast<double>(n);
     return r;
+}
+row timeout_calls(std::size_t n) {
+    return parked_calls(n, true);
+}
+row bare_calls(std::size_t n) {
+    return parked_calls(n, false);
 }
 
 // N calls queued on a bulkhead whose one slot is held. First: the calls arrive and queue. Second: the
@@ -433,6 +447,8 @@ int main(int argc, char** argv) {
          raw_timers, "random read ns"},
         {"calls through timeout (parked action, durations in [1 s, 2 s))", "start+arm ns/call",
          "finish+cancel ns/call", "B/call", timeout_calls},
+        {"the same parked actions called from a bare coroutine (reference for the row above)",
+         "start ns/call", "finish ns/call", "B/call", bare_calls},
         {"waiters on a full bulkhead (max_concurrent 1)", "enqueue ns", "dequeue+run ns", "B/waiter",
          bulkhead_queue},
         {"waiters on an empty rate_limiter (wait mode, 1 token/ns)", "enqueue ns", "dequeue+run ns",
