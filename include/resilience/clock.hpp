@@ -34,7 +34,7 @@ public:
         node_.when = o.node_.when;
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
-    /// being torn down): the timer leaves the heap with it.
+    /// being torn down): the timer leaves the loop's timers with it.
     ~sleep_awaiter() {
         stop_.reset();
         if (node_.armed())
@@ -101,7 +101,7 @@ inline constexpr bool timer_loop_may_be_null = requires {
 
 /// A one-shot timer that expires a `lazy_stop` at `when`, unless disarmed first. Used by policies
 /// that race a deadline against a call they are awaiting (timeout): arming and disarming cost a
-/// timer insertion and removal, with no coroutine, stop source or allocation.
+/// link and an unlink in the loop's timer wheel, with no coroutine, stop source or allocation.
 ///
 /// Firing takes its own copy of the stop source (if a token was made) and marks the timer fired
 /// *before* requesting the stop: stop callbacks run inline and may finish the whole call, owner

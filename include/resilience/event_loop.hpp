@@ -5,6 +5,7 @@
 
 #include "concepts.hpp"
 #include "detail/ring.hpp"
+#include "detail/timer_wheel.hpp"
 #include "task.hpp"
 
 #include <atomic>
@@ -33,18 +34,6 @@ struct job {
     static job resume(std::coroutine_handle<> h) noexcept {
         return {[](void* a) { std::coroutine_handle<>::from_address(a).resume(); }, h.address()};
     }
-};
-
-/// A timer owned by whoever armed it (usually an awaiter in a coroutine frame). The loop keeps a
-/// pointer in its heap until the timer fires or is removed; `fire` runs on the loop's thread.
-struct timer_node {
-    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-    std::chrono::nanoseconds when{};
-    std::uint64_t seq = 0;
-    std::size_t index = npos;
-    void (*fire)(timer_node*) = nullptr;
-    void* owner = nullptr; ///< for `fire` to find its way back to whoever armed the timer
-    bool armed() const noexcept { return index != npos; }
 };
 
 struct virtual_time_t {
@@ -76,10 +65,18 @@ inline constexpr detail::virtual_time_t virtual_time{};
 /// where to sleep. `post` and `spawn` may be called from any thread; timers are armed only from
 /// the loop's own thread. Several loops on several threads may share stateful policies.
 /// The loop must outlive everything spawned on it.
+///
+/// Timers fire at their exact instant (to the nanosecond on virtual time), in deadline order, those
+/// of one instant in the order they were armed. A timer armed for an instant already past fires at
+/// the next turn, before other due timers (several such: in arming order). Arming, cancelling and
+/// firing cost O(1) however many timers are pending (see `detail/timer_wheel.hpp`).
 class event_loop {
 public:
-    event_loop() = default;
-    explicit event_loop(detail::virtual_time_t) noexcept : virtual_(true) {}
+    // The wheel starts at the earliest time rather than read the clock (a loop made per call would pay
+    // for it); the first turn with a timer armed brings it up to date.
+    event_loop() noexcept : wheel_(std::chrono::nanoseconds::min()) {}
+    explicit event_loop(detail::virtual_time_t) noexcept
+        : virtual_(true), wheel_(std::chrono::nanoseconds{0}) {}
     event_loop(const event_loop&) = delete;
     event_loop& operator=(const event_loop&) = delete;
     /// Destroys every spawned coroutine that has not finished (suspended for good, or never
@@ -166,27 +163,12 @@ public:
     }
 
     // ---- timers: the loop's own thread only ----
-    void add_timer(detail::timer_node* t) {
-        t->seq = next_seq_++;
-        t->index = heap_.size();
-        heap_.push_back(t);
-        sift_up(t->index);
-    }
-    void remove_timer(detail::timer_node* t) noexcept {
-        if (!t->armed())
-            return;
-        const std::size_t i = t->index;
-        detail::timer_node* last = heap_.back();
-        heap_.pop_back();
-        t->index = detail::timer_node::npos;
-        if (last != t) {
-            heap_[i] = last;
-            last->index = i;
-            sift_down(i);
-            sift_up(last->index);
-        }
-    }
-    std::size_t timers() const noexcept { return heap_.size(); }
+    /// Arms `t`, which must not be armed, for `t->when`; it fires (`t->fire(t)`) on this loop.
+    void add_timer(detail::timer_node* t) { wheel_.insert(t); }
+    /// Disarms `t` if it is armed; it will not fire.
+    void remove_timer(detail::timer_node* t) noexcept { wheel_.erase(t); }
+    /// Timers armed now.
+    std::size_t timers() const noexcept { return wheel_.size(); }
 
 private:
     // Every spawned coroutine is on an intrusive list until it finishes, so the destructor can
@@ -274,39 +256,6 @@ private:
         wake_.notify_one();
     }
 
-    bool earlier(std::size_t a, std::size_t b) const noexcept {
-        const auto* x = heap_[a];
-        const auto* y = heap_[b];
-        return x->when < y->when || (x->when == y->when && x->seq < y->seq);
-    }
-    void swap_nodes(std::size_t a, std::size_t b) noexcept {
-        std::swap(heap_[a], heap_[b]);
-        heap_[a]->index = a;
-        heap_[b]->index = b;
-    }
-    void sift_up(std::size_t i) noexcept {
-        while (i > 0) {
-            std::size_t parent = (i - 1) / 2;
-            if (!earlier(i, parent))
-                break;
-            swap_nodes(i, parent);
-            i = parent;
-        }
-    }
-    void sift_down(std::size_t i) noexcept {
-        for (;;) {
-            std::size_t l = 2 * i + 1, r = l + 1, best = i;
-            if (l < heap_.size() && earlier(l, best))
-                best = l;
-            if (r < heap_.size() && earlier(r, best))
-                best = r;
-            if (best == i)
-                return;
-            swap_nodes(i, best);
-            i = best;
-        }
-    }
-
     void take_remote() {
         if (!remote_pending_.load(std::memory_order_acquire))
             return;
@@ -317,13 +266,15 @@ private:
         remote_pending_.store(false, std::memory_order_relaxed);
     }
 
-    // Fires every timer due at `now`, in deadline order (ties in arming order).
-    void fire_due(std::chrono::nanoseconds now) {
-        while (!heap_.empty() && heap_.front()->when <= now) {
-            detail::timer_node* t = heap_.front();
-            remove_timer(t);
+    // Fires every timer due at `now` (those armed meanwhile included), in the wheel's order; says
+    // whether there was any.
+    bool fire_due(std::chrono::nanoseconds now) {
+        bool fired = false;
+        while (detail::timer_node* t = wheel_.pop_due(now)) {
+            fired = true;
             t->fire(t);
         }
+        return fired;
     }
 
     void loop() {
@@ -333,22 +284,21 @@ private:
                 local_.pop()();
                 take_remote();
             }
-            if (!heap_.empty()) {
+            if (!wheel_.empty()) {
                 if (virtual_) {
-                    if (heap_.front()->when > vnow_)
-                        vnow_ = heap_.front()->when;
+                    // Nothing else can happen before the next deadline: time jumps there.
+                    const auto next = wheel_.advance_to_next();
+                    if (next > vnow_)
+                        vnow_ = next;
                     fire_due(vnow_);
                     continue;
                 }
-                const auto now = this->now();
-                if (heap_.front()->when <= now) {
-                    fire_due(now);
+                if (fire_due(this->now()))
                     continue;
-                }
             }
             if (outstanding_.load(std::memory_order_acquire) == 0)
                 return;
-            if (virtual_ && heap_.empty()) {
+            if (virtual_ && wheel_.empty()) {
                 std::unique_lock lock(mutex_);
                 if (remote_.empty())
                     throw std::logic_error(
@@ -364,13 +314,13 @@ private:
             };
             if (ready())
                 continue;
-            if (heap_.empty())
+            if (wheel_.empty())
                 wake_.wait(lock, ready);
             else
                 wake_.wait_until(
                     lock,
                     std::chrono::steady_clock::time_point(
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(heap_.front()->when)),
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(wheel_.wake_at())),
                     ready);
         }
     }
@@ -379,8 +329,7 @@ private:
 
     bool virtual_ = false;
     std::chrono::nanoseconds vnow_{0};
-    std::uint64_t next_seq_ = 0;
-    std::vector<detail::timer_node*> heap_;
+    detail::timer_wheel wheel_;
     detail::ring<detail::job> local_;
     std::atomic<std::size_t> outstanding_{0};
     std::exception_ptr failed_;
