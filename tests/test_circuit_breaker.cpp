@@ -1165,9 +1165,10 @@ TEST_CASE("circuit_breaker: a throwing should_handle makes its exception the cal
     }());
 }
 
-TEST_CASE("circuit_breaker: a throwing on_state_change fails the call that ran it, after the change; from "
-          "isolate() and reset() it reaches the caller",
-          "[circuit_breaker]") {
+TEST_CASE(
+    "circuit_breaker: a throwing on_state_change fails the call that ran it, after the change, and from "
+    "isolate() and reset() it reaches the caller",
+    "[circuit_breaker]") {
     simulation sim;
     using S = circuit_state;
     std::vector<std::pair<S, S>> told;

@@ -315,7 +315,7 @@ TEST_CASE("fallback: a failure-taking substitute answering a handled value recei
     CHECK_FALSE(had_exception);
 }
 
-TEST_CASE("fallback: should_handle may be an rs::classifier; an empty one is the default, one of another "
+TEST_CASE("fallback: should_handle may be an rs::classifier: an empty one is the default, one of another "
           "result type fails the call before it runs",
           "[fallback]") {
     rs::testing::simulation sim;
