@@ -762,33 +762,23 @@ public:
     template <class R>
     step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         detail::breaker_core<C>& core = *core_;
-        const circuit_breaker_options& o = core.options();
-        if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{o.name}));
+        if (ctx.stop_requested() || !core.options().should_handle.template accepts<R>()) {
+            result.emplace(refused_before_admission<R>(ctx));
             return step::done;
         }
-        if (!o.should_handle.template accepts<R>()) {
-            result.emplace(o.should_handle.template mismatch<R>("circuit_breaker", o.name));
-            return step::done;
-        }
-        typename detail::breaker_core<C>::ticket ticket;
         try {
             // The call's shared clock reading serves a slow-call rule's start time.
-            ticket = core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx)) : core.admit();
+            auto ticket = core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx)) : core.admit();
+            if (ticket.admitted) {
+                s.call.emplace(core, std::move(ticket));
+                return step::proceed;
+            }
+            result.emplace(refusal(ticket));
         } catch (...) {
             // on_state_change threw (the probe slot is already given back), or the clock did
             result.emplace(failure::current());
-            return step::done;
         }
-        if (!ticket.admitted) {
-            if (ticket.isolated)
-                result.emplace(failure::make(circuit_isolated_error{o.name}));
-            else
-                result.emplace(failure::make(circuit_open_error{ticket.retry_after, ticket.cause, o.name}));
-            return step::done;
-        }
-        s.call.emplace(core, std::move(ticket));
-        return step::proceed;
+        return step::done;
     }
 
     /// Records the result. A classifier or `on_state_change` that throws replaces the result with
@@ -796,31 +786,15 @@ public:
     /// classifier threw, so a probe slot is freed).
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const {
-        detail::breaker_verdict v = detail::breaker_verdict::success;
-        std::exception_ptr cause;
-        std::optional<failure> thrown;
         if (result.has_value() && !core_->options().should_handle.sees_values()) {
-            // a plain success: nothing to ask
-        } else if (result.has_failure() && ctx.stop_requested()) {
-            v = detail::breaker_verdict::ignored;
-        } else {
             try {
-                v = core_->judge(result);
-                if (v == detail::breaker_verdict::failure && result.has_failure())
-                    cause = result.error().exception();
+                s.call->finish(detail::breaker_verdict::success, nullptr);
             } catch (...) {
-                v = detail::breaker_verdict::ignored;
-                thrown.emplace(failure::current());
+                result = outcome<R>{failure::current()};
             }
+            return step::proceed;
         }
-        try {
-            s.call->finish(v, cause);
-        } catch (...) {
-            if (!thrown)
-                thrown.emplace(failure::current());
-        }
-        if (thrown)
-            result = outcome<R>{std::move(*thrown)};
+        leave_judged(s, ctx, result);
         return step::proceed;
     }
 
@@ -844,6 +818,47 @@ public:
     [[nodiscard]] const std::string& name() const noexcept { return core_->options().name; }
 
 private:
+    // The refusals, out of the admission path.
+    template <class R>
+    failure refused_before_admission(const context& ctx) const {
+        const circuit_breaker_options& o = core_->options();
+        if (ctx.stop_requested())
+            return failure::make(cancelled_error{o.name});
+        return o.should_handle.template mismatch<R>("circuit_breaker", o.name);
+    }
+    failure refusal(const typename detail::breaker_core<C>::ticket& t) const {
+        const std::string& name = core_->options().name;
+        if (t.isolated)
+            return failure::make(circuit_isolated_error{name});
+        return failure::make(circuit_open_error{t.retry_after, t.cause, name});
+    }
+
+    // A failure, or a value the classifier looks at: judged, then recorded.
+    template <class R>
+    void leave_judged(call_state& s, const context& ctx, outcome<R>& result) const {
+        detail::breaker_verdict v = detail::breaker_verdict::ignored;
+        std::exception_ptr cause;
+        std::optional<failure> thrown;
+        if (!(result.has_failure() && ctx.stop_requested())) {
+            try {
+                v = core_->judge(result);
+                if (v == detail::breaker_verdict::failure && result.has_failure())
+                    cause = result.error().exception();
+            } catch (...) {
+                v = detail::breaker_verdict::ignored;
+                thrown.emplace(failure::current());
+            }
+        }
+        try {
+            s.call->finish(v, cause);
+        } catch (...) {
+            if (!thrown)
+                thrown.emplace(failure::current());
+        }
+        if (thrown)
+            result = outcome<R>{std::move(*thrown)};
+    }
+
     static std::shared_ptr<detail::breaker_core<C>> make_core(circuit_breaker_options options, C clock) {
         detail::validate_breaker_options(options);
         return std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock));
