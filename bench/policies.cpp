@@ -77,7 +77,8 @@ void circuit_breaker_alone(benchmark::State& state) {
 BENCHMARK(circuit_breaker_alone);
 
 void windowed_breaker_alone(benchmark::State& state) {
-    through(state, rs::circuit_breaker{{.window = rs::breaker_window{.within = 10s, .failure_rate = 0.5}}});
+    through(state,
+            rs::circuit_breaker{{.window = rs::breaker_window{.sampling_duration = 10s, .failure_ratio = 0.5}}});
 }
 BENCHMARK(windowed_breaker_alone);
 

@@ -193,7 +193,7 @@ TEST_CASE("circuit_breaker: half-open admits exactly probes calls and closes onc
         CHECK(probe.calls() == 2);
         for (const auto* r : {&c, &d}) {
             REQUIRE(refusal(*r));
-            CHECK(refusal(*r)->retry_after() == 0ns); // half-open and full
+            CHECK(refusal(*r)->retry_after() == 10s); // half-open and full: the current break
             CHECK(refusal(*r)->cause() == opening.error().exception());
         }
         CHECK(sim.now() == 10s + 200ms);
@@ -268,12 +268,12 @@ TEST_CASE("circuit_breaker: a break that grows past what the clock holds saturat
 }
 
 TEST_CASE("circuit_breaker: a count window opens on its failure rate without a run of failures, once it "
-          "holds minimum_calls",
+          "holds minimum_throughput",
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 5,
-         .window = rs::breaker_window{.size = 10, .minimum_calls = 6, .failure_rate = 0.5}},
+         .window = rs::breaker_window{.size = 10, .minimum_throughput = 6, .failure_ratio = 0.5}},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
         // S F S F S: 2 of 5 failed, and at the 4th call half had failed but the window was too small.
@@ -298,7 +298,8 @@ TEST_CASE("circuit_breaker: a count window opens on its failure rate without a r
 
 TEST_CASE("circuit_breaker: a count window slides: only the last size calls count", "[circuit_breaker]") {
     simulation sim;
-    rs::circuit_breaker breaker{{.window = rs::breaker_window{.size = 4, .failure_rate = 0.75}}, sim.clock()};
+    rs::circuit_breaker breaker{{.window = rs::breaker_window{.size = 4, .failure_ratio = 0.75}},
+                                sim.clock()};
     sim.run([&]() -> rs::task<void> {
         // F F S S S S: the early failures slide out; then F F F: 3 of the last 4.
         for (bool fail : {true, true, false, false, false, false, true, true}) {
@@ -315,11 +316,13 @@ TEST_CASE("circuit_breaker: a count window slides: only the last size calls coun
     }());
 }
 
-TEST_CASE("circuit_breaker: a time window forgets calls older than within", "[circuit_breaker]") {
+TEST_CASE("circuit_breaker: a time window forgets calls older than sampling_duration", "[circuit_breaker]") {
     simulation sim;
-    rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.within = 10s, .buckets = 10, .minimum_calls = 4, .failure_rate = 0.5}},
-        sim.clock()};
+    rs::circuit_breaker breaker{{.window = rs::breaker_window{.sampling_duration = 10s,
+                                                              .segments = 10,
+                                                              .minimum_throughput = 4,
+                                                              .failure_ratio = 0.5}},
+                                sim.clock()};
     sim.run([&]() -> rs::task<void> {
         for (int i = 0; i < 3; ++i)
             (void)co_await breaker.execute_outcome(fail_now());
@@ -342,12 +345,14 @@ TEST_CASE("circuit_breaker: a time window forgets calls older than within", "[ci
     }());
 }
 
-TEST_CASE("circuit_breaker: a time window counts a call until its bucket leaves the window",
+TEST_CASE("circuit_breaker: a time window counts a call until its segment leaves the window",
           "[circuit_breaker]") {
     simulation sim;
-    rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.within = 10s, .buckets = 5, .minimum_calls = 2, .failure_rate = 1.0}},
-        sim.clock()};
+    rs::circuit_breaker breaker{{.window = rs::breaker_window{.sampling_duration = 10s,
+                                                              .segments = 5,
+                                                              .minimum_throughput = 2,
+                                                              .failure_ratio = 1.0}},
+                                sim.clock()};
     sim.run([&]() -> rs::task<void> {
         co_await sim.sleep_for(1999ms); // in the bucket [0s, 2s)
         (void)co_await breaker.execute_outcome(fail_now());
@@ -362,9 +367,9 @@ TEST_CASE("circuit_breaker: a slow-call rate opens it, with no failure as cause 
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{{.window = rs::breaker_window{.size = 4,
-                                                              .failure_rate = 0.5,
+                                                              .failure_ratio = 0.5,
                                                               .slow_call_duration = 1s,
-                                                              .slow_call_rate = 0.5},
+                                                              .slow_call_ratio = 0.5},
                                  .break_duration = 5s},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
@@ -396,7 +401,7 @@ TEST_CASE("circuit_breaker: a slow-call rate opens it, with no failure as cause 
 TEST_CASE("circuit_breaker: a slow failure counts as a failure and as slow", "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.size = 10, .failure_rate = 1.0, .slow_call_duration = 1s}},
+        {.window = rs::breaker_window{.size = 10, .failure_ratio = 1.0, .slow_call_duration = 1s}},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
         (void)co_await breaker.execute_outcome(timed(sim, 1s, true));
@@ -407,13 +412,13 @@ TEST_CASE("circuit_breaker: a slow failure counts as a failure and as slow", "[c
     }());
 }
 
-TEST_CASE("circuit_breaker: a failure is_failure declines passes through untouched and is not recorded",
+TEST_CASE("circuit_breaker: a failure should_handle declines passes through untouched and is not recorded",
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 1,
-         .window = rs::breaker_window{.size = 5, .minimum_calls = 1, .failure_rate = 1.0},
-         .is_failure = [](const rs::failure& f) { return !f.is<std::invalid_argument>(); }},
+         .window = rs::breaker_window{.size = 5, .minimum_throughput = 1, .failure_ratio = 1.0},
+         .should_handle = [](const rs::failure& f) { return !f.is<std::invalid_argument>(); }},
         sim.clock()};
     std::exception_ptr thrown;
     auto bad_request = [&]() -> rs::task<int> {
@@ -444,7 +449,7 @@ TEST_CASE("circuit_breaker: cancellation is not counted against the dependency",
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 1,
-         .window = rs::breaker_window{.size = 5, .minimum_calls = 1, .failure_rate = 1.0}},
+         .window = rs::breaker_window{.size = 5, .minimum_throughput = 1, .failure_ratio = 1.0}},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
         // The caller stops a running call.
@@ -561,7 +566,7 @@ TEST_CASE("circuit_breaker: isolate holds it open until reset, and reset clears 
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.size = 4, .failure_rate = 0.75}, .break_duration = 1s}, sim.clock()};
+        {.window = rs::breaker_window{.size = 4, .failure_ratio = 0.75}, .break_duration = 1s}, sim.clock()};
     sim.run([&]() -> rs::task<void> {
         breaker.isolate();
         CHECK(breaker.state() == circuit_state::isolated);
@@ -572,8 +577,10 @@ TEST_CASE("circuit_breaker: isolate holds it open until reset, and reset clears 
             co_return 1;
         });
         CHECK_FALSE(ran);
-        REQUIRE(refusal(r));
-        CHECK(refusal(r)->retry_after() == 0ns);
+        REQUIRE(refusal(r)); // a circuit_open_error still, for code that catches that
+        REQUIRE(r.error().as<rs::circuit_isolated_error>());
+        CHECK(r.error().code() == rs::errc::circuit_isolated);
+        CHECK(refusal(r)->retry_after() == std::chrono::nanoseconds::max()); // no wait helps
         CHECK(refusal(r)->cause() == nullptr);
         CHECK(breaker.state() == circuit_state::isolated);
 
@@ -601,7 +608,7 @@ TEST_CASE("circuit_breaker: metrics is a snapshot of the window and the runs", "
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 10,
-         .window = rs::breaker_window{.size = 5, .failure_rate = 1.0, .slow_call_duration = 1s}},
+         .window = rs::breaker_window{.size = 5, .failure_ratio = 1.0, .slow_call_duration = 1s}},
         sim.clock()};
     CHECK(breaker.metrics().state == circuit_state::closed);
     CHECK(breaker.metrics().calls == 0);
@@ -670,7 +677,7 @@ TEST_CASE("circuit_breaker: a result from a call admitted before a change of sta
                 CHECK(breaker.state() == circuit_state::half_open);
                 auto r = co_await breaker.execute_outcome(succeed_now());
                 REQUIRE(refusal(r)); // the probe slot is still taken
-                CHECK(refusal(r)->retry_after() == 0ns);
+                CHECK(refusal(r)->retry_after() == 5s);
             };
             auto [p, ignored] = co_await rs::when_all(probe(), later());
             (void)ignored;
@@ -710,7 +717,7 @@ TEST_CASE("circuit_breaker: a cancelled or declined probe frees its slot for ano
     rs::circuit_breaker breaker{
         {.failure_threshold = 1,
          .break_duration = 10s,
-         .is_failure =
+         .should_handle =
              [](const rs::failure& f) { return !f.is<std::invalid_argument>() && !rs::is_cancellation(f); }},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
@@ -825,15 +832,15 @@ TEST_CASE("circuit_breaker: admit(now) judges the break and times the call by th
         CHECK(probe.admitted);
         CHECK(probe.probe);
         auto second = core.admit(virtual_instant{10s});
-        CHECK_FALSE(second.admitted); // the one probe slot is taken
-        CHECK(second.retry_after == 0ns);
-        CHECK(sim.now() == 0s); // the clock never moved
+        CHECK_FALSE(second.admitted);     // the one probe slot is taken
+        CHECK(second.retry_after == 10s); // the break just served
+        CHECK(sim.now() == 0s);           // the clock never moved
         core.record(probe, breaker_verdict::success, nullptr);
         CHECK(core.state() == circuit_state::closed);
     }
     SECTION("a slow call is timed from the reading") {
         virtual_core core{
-            {.window = rs::breaker_window{.size = 2, .slow_call_duration = 1s, .slow_call_rate = 0.5}},
+            {.window = rs::breaker_window{.size = 2, .slow_call_duration = 1s, .slow_call_ratio = 0.5}},
             sim.clock()};
         sim.run([&]() -> rs::task<void> {
             const virtual_instant before = sim.clock().now();
@@ -882,7 +889,10 @@ std::string error_of(rs::circuit_breaker_options o) {
 TEST_CASE("circuit_breaker: bad options are refused, naming the field and the value", "[circuit_breaker]") {
     const std::string p = "resilience::circuit_breaker: ";
     using rs::breaker_window;
-    CHECK(error_of({}) == p + "no trip condition: set failure_threshold or window, got neither");
+    CHECK(error_of({}) == "no error"); // Polly's default window
+    CHECK(error_of({.break_duration = 0s}) == p + "break_duration must be positive, got 0ns");
+    CHECK(error_of({.name = "db", .probes = 0}) ==
+          "resilience::circuit_breaker (db): probes must be at least 1, got 0");
     CHECK(error_of({.failure_threshold = 0}) == p + "failure_threshold must be positive, got 0");
     CHECK(error_of({.failure_threshold = -3}) == p + "failure_threshold must be positive, got -3");
     CHECK(error_of({.failure_threshold = 1, .break_duration = 0s}) ==
@@ -896,38 +906,311 @@ TEST_CASE("circuit_breaker: bad options are refused, naming the field and the va
     CHECK(error_of({.failure_threshold = 1, .max_break_duration = -1ns}) ==
           p + "max_break_duration must be positive, got -1ns");
     CHECK(error_of({.failure_threshold = 1, .probes = 0}) == p + "probes must be at least 1, got 0");
-    CHECK(error_of({.window = breaker_window{.failure_rate = 0.5}}) ==
-          p + "window needs exactly one of window.size and window.within, got neither");
-    CHECK(error_of({.window = breaker_window{.size = 5, .within = 1s, .failure_rate = 0.5}}) ==
-          p + "window needs exactly one of window.size and window.within, got both");
-    CHECK(error_of({.window = breaker_window{.size = 0, .failure_rate = 0.5}}) ==
+    CHECK(error_of({.window = breaker_window{.failure_ratio = 0.5}}) ==
+          p + "window needs exactly one of window.size and window.sampling_duration, got neither");
+    CHECK(error_of({.window = breaker_window{.size = 5, .sampling_duration = 1s, .failure_ratio = 0.5}}) ==
+          p + "window needs exactly one of window.size and window.sampling_duration, got both");
+    CHECK(error_of({.window = breaker_window{.size = 0, .failure_ratio = 0.5}}) ==
           p + "window.size must be positive, got 0");
-    CHECK(error_of({.window = breaker_window{.within = -1s, .failure_rate = 0.5}}) ==
-          p + "window.within must be positive, got -1000000000ns");
-    CHECK(error_of({.window = breaker_window{.within = 1s, .buckets = 0, .failure_rate = 0.5}}) ==
-          p + "window.buckets must be positive, got 0");
-    CHECK(error_of({.window = breaker_window{.within = 5ns, .buckets = 10, .failure_rate = 0.5}}) ==
-          p + "window.buckets must not exceed window.within in nanoseconds (5), got 10");
-    CHECK(error_of({.window = breaker_window{.size = 10, .minimum_calls = 11, .failure_rate = 0.5}}) ==
-          p + "window.minimum_calls must not exceed window.size (10), got 11");
-    CHECK(error_of({.window = breaker_window{.size = 10, .minimum_calls = 0, .failure_rate = 0.5}}) ==
-          p + "window.minimum_calls must be positive, got 0");
-    CHECK(error_of({.window = breaker_window{.size = 10, .failure_rate = 0.0}}) ==
-          p + "window.failure_rate must be in (0, 1], got 0");
-    CHECK(error_of({.window = breaker_window{.size = 10, .failure_rate = 1.5}}) ==
-          p + "window.failure_rate must be in (0, 1], got 1.5");
+    CHECK(error_of({.window = breaker_window{.sampling_duration = -1s, .failure_ratio = 0.5}}) ==
+          p + "window.sampling_duration must be positive, got -1000000000ns");
     CHECK(
-        error_of({.window = breaker_window{.size = 10, .slow_call_duration = 1s, .slow_call_rate = -0.1}}) ==
-        p + "window.slow_call_rate must be in (0, 1], got -0.1");
-    CHECK(error_of({.window = breaker_window{.size = 10, .slow_call_rate = 0.5}}) ==
-          p + "window.slow_call_rate needs window.slow_call_duration, got none");
-    CHECK(error_of({.window = breaker_window{.size = 10, .slow_call_duration = 0s, .slow_call_rate = 0.5}}) ==
-          p + "window.slow_call_duration must be positive, got 0ns");
+        error_of({.window = breaker_window{.sampling_duration = 1s, .segments = 0, .failure_ratio = 0.5}}) ==
+        p + "window.segments must be positive, got 0");
+    CHECK(error_of(
+              {.window = breaker_window{.sampling_duration = 5ns, .segments = 10, .failure_ratio = 0.5}}) ==
+          p + "window.segments must not exceed window.sampling_duration in nanoseconds (5), got 10");
+    CHECK(error_of({.window = breaker_window{.size = 10, .minimum_throughput = 11, .failure_ratio = 0.5}}) ==
+          p + "window.minimum_throughput must not exceed window.size (10), got 11");
+    CHECK(error_of({.window = breaker_window{.size = 10, .minimum_throughput = 0, .failure_ratio = 0.5}}) ==
+          p + "window.minimum_throughput must be positive, got 0");
+    CHECK(error_of({.window = breaker_window{.size = 10, .failure_ratio = 0.0}}) ==
+          p + "window.failure_ratio must be in (0, 1], got 0");
+    CHECK(error_of({.window = breaker_window{.size = 10, .failure_ratio = 1.5}}) ==
+          p + "window.failure_ratio must be in (0, 1], got 1.5");
+    CHECK(
+        error_of({.window = breaker_window{.size = 10, .slow_call_duration = 1s, .slow_call_ratio = -0.1}}) ==
+        p + "window.slow_call_ratio must be in (0, 1], got -0.1");
+    CHECK(error_of({.window = breaker_window{.size = 10, .slow_call_ratio = 0.5}}) ==
+          p + "window.slow_call_ratio needs window.slow_call_duration, got none");
+    CHECK(
+        error_of({.window = breaker_window{.size = 10, .slow_call_duration = 0s, .slow_call_ratio = 0.5}}) ==
+        p + "window.slow_call_duration must be positive, got 0ns");
     CHECK(error_of({.failure_threshold = 1, .window = breaker_window{.size = 10}}) ==
-          p + "window needs window.failure_rate or window.slow_call_rate, got neither");
+          p + "window needs window.failure_ratio or window.slow_call_ratio, got neither");
     CHECK(error_of({.failure_threshold = 1}) == "no error");
-    CHECK(error_of({.window = breaker_window{
-                        .within = 1s, .slow_call_duration = 1s, .slow_call_rate = 1.0}}) == "no error");
+    CHECK(error_of({.window = breaker_window{.sampling_duration = 1s,
+                                             .slow_call_duration = 1s,
+                                             .slow_call_ratio = 1.0}}) == "no error");
+}
+
+TEST_CASE("circuit_breaker: default options are Polly's, and trip at its thresholds at exact instants",
+          "[circuit_breaker]") {
+    simulation sim;
+    rs::circuit_breaker breaker{{}, sim.clock()};
+    const auto& o = breaker.options();
+    CHECK_FALSE(o.failure_threshold);
+    REQUIRE(o.window);
+    CHECK(o.window->sampling_duration == 30s);
+    CHECK(o.window->failure_ratio == 0.1);
+    CHECK(o.window->minimum_throughput == 100);
+    CHECK(o.break_duration == 5s);
+    STATIC_REQUIRE(std::is_same_v<decltype(rs::circuit_breaker{}), rs::circuit_breaker<rs::steady_clock>>);
+
+    SECTION("the hundredth call opens it, as soon as a tenth of the window has failed") {
+        std::vector<std::chrono::nanoseconds> opened;
+        sim.run([&]() -> rs::task<void> {
+            // One call every 10ms: the first ten fail, then successes. 10 of 99 is a tenth and more,
+            // but 99 calls are below minimum_throughput; the hundredth call, a success, makes 10 of 100.
+            rs::outcome<int> last_failure = 0;
+            for (int k = 0; k < 100; ++k) {
+                CHECK(breaker.state() == circuit_state::closed);
+                if (k < 10) {
+                    last_failure = co_await breaker.execute_outcome(fail_now(k));
+                } else {
+                    auto r = co_await breaker.execute_outcome(succeed_now());
+                    CHECK(r.value() == 7);
+                }
+                if (k < 99)
+                    co_await sim.sleep_for(10ms);
+            }
+            CHECK(sim.now() == 990ms);
+            CHECK(breaker.state() == circuit_state::open);
+            auto r = co_await breaker.execute_outcome(succeed_now());
+            REQUIRE(refusal(r));
+            CHECK(refusal(r)->retry_after() == 5s);
+            CHECK(refusal(r)->cause() == last_failure.error().exception()); // the latest failure
+            co_await sim.sleep_for(5s - 1ns);
+            auto late = co_await breaker.execute_outcome(succeed_now());
+            REQUIRE(refusal(late));
+            CHECK(refusal(late)->retry_after() == 1ns);
+            co_await sim.sleep_for(1ns);
+            auto probe = co_await breaker.execute_outcome(succeed_now());
+            CHECK(probe.value() == 7); // the probe, at 5.99s
+            CHECK(breaker.state() == circuit_state::closed);
+        }());
+    }
+    SECTION("calls leave the window sampling_duration after their segment began") {
+        sim.run([&]() -> rs::task<void> {
+            for (int k = 0; k < 99; ++k)
+                (void)co_await breaker.execute_outcome(fail_now(k)); // all at 0s: 99 of 99 failed
+            CHECK(breaker.state() == circuit_state::closed);
+            co_await sim.sleep_for(30s - 1ns);
+            CHECK(breaker.metrics().calls == 99);
+            co_await sim.sleep_for(1ns);
+            CHECK(breaker.metrics().calls == 0);
+            (void)co_await breaker.execute_outcome(fail_now()); // 1 of 1, not 100 of 100
+            CHECK(breaker.state() == circuit_state::closed);
+        }());
+    }
+}
+
+TEST_CASE("circuit_breaker: a refusal's retry_after is never zero: the current break while half-open and "
+          "full, nanoseconds::max() while isolated",
+          "[circuit_breaker]") {
+    simulation sim;
+    rs::circuit_breaker breaker{{.failure_threshold = 1, .break_duration = 10s, .break_duration_growth = 2.0},
+                                sim.clock()};
+    sim.run([&]() -> rs::task<void> {
+        auto opening = co_await breaker.execute_outcome(fail_now(1)); // 0s: open for 10s
+        co_await sim.sleep_for(10s);
+        (void)co_await breaker.execute_outcome(fail_now(2)); // a failed probe: open for 20s
+        co_await sim.sleep_for(20s);
+        CHECK(breaker.state() == circuit_state::half_open);
+        auto probe_then_look = [&]() -> rs::task<void> {
+            co_await sim.sleep_for(1s);
+            auto busy = co_await breaker.execute_outcome(succeed_now());
+            REQUIRE(refusal(busy));
+            CHECK(busy.error().code() == rs::errc::circuit_open);
+            CHECK(refusal(busy)->retry_after() == 20s); // the break just served, not the 10s first one
+            CHECK(rs::is_transient(busy.error()) == false);
+        };
+        auto [probe, ignored] =
+            co_await rs::when_all(breaker.execute_outcome(timed(sim, 2s, false)), probe_then_look());
+        (void)ignored;
+        CHECK(probe.value() == 7);
+        CHECK(breaker.state() == circuit_state::closed);
+        (void)opening;
+
+        breaker.isolate();
+        co_await sim.sleep_for(1h);
+        auto isolated = co_await breaker.execute_outcome(succeed_now());
+        const auto* e = isolated.error().as<rs::circuit_isolated_error>();
+        REQUIRE(e);
+        CHECK(e->retry_after() == std::chrono::nanoseconds::max());
+        CHECK(e->code() == rs::errc::circuit_isolated);
+        CHECK(std::string(e->what()) == "circuit isolated");
+        CHECK_FALSE(rs::is_transient(isolated.error()));
+        try {
+            (void)co_await breaker.execute(succeed_now());
+            FAIL("an isolated breaker admitted a call");
+        } catch (const rs::circuit_open_error& caught) { // existing catch blocks still match
+            CHECK(caught.retry_after() == std::chrono::nanoseconds::max());
+        }
+    }());
+}
+
+TEST_CASE("circuit_breaker: its name is in its refusals, its metrics and name()", "[circuit_breaker]") {
+    simulation sim;
+    rs::circuit_breaker breaker{{.name = "db", .failure_threshold = 1, .break_duration = 3s}, sim.clock()};
+    CHECK(breaker.name() == "db");
+    CHECK(breaker.metrics().name == "db");
+    sim.run([&]() -> rs::task<void> {
+        (void)co_await breaker.execute_outcome(fail_now());
+        auto open = co_await breaker.execute_outcome(succeed_now());
+        REQUIRE(refusal(open));
+        CHECK(refusal(open)->policy_name() == "db");
+        CHECK(std::string(refusal(open)->what()) == "db: circuit open");
+
+        breaker.isolate();
+        auto isolated = co_await breaker.execute_outcome(succeed_now());
+        REQUIRE(isolated.error().as<rs::circuit_isolated_error>());
+        CHECK(isolated.error().as<rs::circuit_isolated_error>()->policy_name() == "db");
+        CHECK(std::string(isolated.error().what()) == "db: circuit isolated");
+
+        std::stop_source caller;
+        caller.request_stop();
+        auto cancelled = co_await breaker.execute_outcome(succeed_now(), caller.get_token());
+        REQUIRE(cancelled.error().as<rs::cancelled_error>());
+        CHECK(cancelled.error().as<rs::cancelled_error>()->policy_name() == "db");
+    }());
+    CHECK(rs::circuit_breaker{}.name().empty());
+}
+
+namespace {
+struct reply {
+    int status = 0;
+};
+auto answer(int status) {
+    return [status]() -> rs::task<reply> { co_return reply{status}; };
+}
+} // namespace
+
+TEST_CASE("circuit_breaker: a returned value should_handle handles counts as a failure with a null cause, "
+          "and is still returned",
+          "[circuit_breaker]") {
+    simulation sim;
+    const rs::classifier unavailable = [](const rs::outcome<reply>& o) {
+        return !o || o.value().status == 503;
+    };
+    rs::circuit_breaker breaker{{.failure_threshold = 2, .break_duration = 10s, .should_handle = unavailable},
+                                sim.clock()};
+    sim.run([&]() -> rs::task<void> {
+        auto first = co_await breaker.execute_outcome(answer(503));
+        CHECK(first.value().status == 503);
+        CHECK(breaker.metrics().consecutive_failures == 1);
+        auto fine = co_await breaker.execute_outcome(answer(200)); // a success
+        CHECK(fine.value().status == 200);
+        CHECK(breaker.metrics().consecutive_failures == 0);
+        (void)co_await breaker.execute_outcome(answer(503));
+        auto second = co_await breaker.execute_outcome(answer(503));
+        CHECK(second.value().status == 503); // the caller still sees what the dependency said
+        CHECK(breaker.state() == circuit_state::open);
+        auto refused = co_await breaker.execute_outcome(answer(200));
+        REQUIRE(refused.has_failure());
+        const auto* e = refused.error().as<rs::circuit_open_error>();
+        REQUIRE(e);
+        CHECK(e->retry_after() == 10s);
+        CHECK(e->cause() == nullptr); // no failure opened it
+
+        // A handled value from a probe re-opens it.
+        co_await sim.sleep_for(10s);
+        auto probe = co_await breaker.execute_outcome(answer(503));
+        CHECK(probe.value().status == 503);
+        CHECK(breaker.state() == circuit_state::open);
+        CHECK(breaker.metrics().consecutive_opens == 2);
+    }());
+
+    // An action of another result type cannot be judged: refused before it runs, nothing recorded.
+    breaker.reset();
+    bool ran = false;
+    auto other = sim.run(breaker.execute_outcome([&]() -> rs::task<int> {
+        ran = true;
+        co_return 1;
+    }));
+    CHECK_FALSE(ran);
+    REQUIRE(other.error().as<std::invalid_argument>());
+    CHECK(other.error().what() ==
+          std::string("resilience::circuit_breaker: should_handle classifies rs::outcome<(anonymous "
+                      "namespace)::reply> but the action returns int"));
+    CHECK(breaker.metrics().consecutive_failures == 0);
+}
+
+TEST_CASE("circuit_breaker: a throwing should_handle makes its exception the call's failure and frees the "
+          "probe slot",
+          "[circuit_breaker]") {
+    simulation sim;
+    bool throw_now = false;
+    rs::circuit_breaker breaker{{.failure_threshold = 1,
+                                 .break_duration = 10s,
+                                 .should_handle =
+                                     [&throw_now](const rs::failure&) {
+                                         if (throw_now)
+                                             throw std::domain_error("classifier");
+                                         return true;
+                                     }},
+                                sim.clock()};
+    sim.run([&]() -> rs::task<void> {
+        (void)co_await breaker.execute_outcome(fail_now());
+        co_await sim.sleep_for(10s);
+        throw_now = true;
+        auto probe = co_await breaker.execute_outcome(fail_now()); // execute_outcome does not throw
+        REQUIRE(probe.has_failure());
+        CHECK(probe.error().is<std::domain_error>());
+        CHECK(breaker.state() == circuit_state::half_open); // recorded as neither
+        throw_now = false;
+        auto next = co_await breaker.execute_outcome(succeed_now()); // the freed slot
+        CHECK(next.value() == 7);
+        CHECK(breaker.state() == circuit_state::closed);
+    }());
+}
+
+TEST_CASE(
+    "circuit_breaker: a throwing on_state_change fails the call that ran it, after the change, and from "
+    "isolate() and reset() it reaches the caller",
+    "[circuit_breaker]") {
+    simulation sim;
+    using S = circuit_state;
+    std::vector<std::pair<S, S>> told;
+    rs::circuit_breaker breaker{{.failure_threshold = 1,
+                                 .break_duration = 10s,
+                                 .on_state_change =
+                                     [&told](S from, S to) {
+                                         told.emplace_back(from, to);
+                                         throw std::domain_error(std::string("told ") + rs::to_string(to));
+                                     }},
+                                sim.clock()};
+    sim.run([&]() -> rs::task<void> {
+        // The failure that opens it comes back as the observer's exception.
+        auto opening = co_await breaker.execute_outcome(fail_now());
+        CHECK(opening.error().what() == std::string("told open"));
+        CHECK(breaker.state() == S::open);
+
+        // The call that turns it half-open never runs, and gives its probe slot back.
+        co_await sim.sleep_for(10s);
+        bool ran = false;
+        auto first = co_await breaker.execute_outcome([&]() -> rs::task<int> {
+            ran = true;
+            co_return 1;
+        });
+        CHECK_FALSE(ran);
+        CHECK(first.error().what() == std::string("told half_open"));
+        CHECK(breaker.state() == S::half_open);
+
+        // A probe that closes it: its value is replaced too.
+        auto closing = co_await breaker.execute_outcome(succeed_now());
+        CHECK(closing.error().what() == std::string("told closed"));
+        CHECK(breaker.state() == S::closed);
+    }());
+    CHECK_THROWS_WITH(breaker.isolate(), "told isolated");
+    CHECK(breaker.state() == S::isolated);
+    CHECK_THROWS_WITH(breaker.reset(), "told closed");
+    CHECK(breaker.state() == S::closed);
+    CHECK(told == std::vector<std::pair<S, S>>{{S::closed, S::open},
+                                               {S::open, S::half_open},
+                                               {S::half_open, S::closed},
+                                               {S::closed, S::isolated},
+                                               {S::isolated, S::closed}});
 }
 
 // ---- concurrency: two event loops on two threads share one breaker -------------------------------------
@@ -1057,7 +1340,7 @@ TEST_CASE("circuit_breaker: half-open admits exactly probes calls among 2000 cal
             admitted.fetch_add(1);
         } else {
             const auto* e = r.error().as<rs::circuit_open_error>();
-            if (!e || e->retry_after() != 0ns)
+            if (!e || e->retry_after() != 1s)
                 wrong_refusals.fetch_add(1);
             refused.fetch_add(1);
             g.decided();
@@ -1120,7 +1403,8 @@ TEST_CASE("circuit_breaker: window counters add up under calls from two threads"
     constexpr int per_loop = 2000, total = 2 * per_loop;
     manual_clock clock;
     rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.size = 100000, .minimum_calls = 100000, .failure_rate = 1.0}}, clock};
+        {.window = rs::breaker_window{.size = 100000, .minimum_throughput = 100000, .failure_ratio = 1.0}},
+        clock};
     std::atomic<int> done{0};
     auto call = [&](int id) -> rs::task<void> {
         (void)co_await breaker.execute_outcome([id]() -> rs::task<int> {
@@ -1295,7 +1579,7 @@ TEST_CASE("circuit_breaker: four threads through open, half-open and closed, rou
                 co_return r;
             }));
             if (const auto* busy = refusal(r2)) {
-                wrong_refusal += busy->retry_after() == 0ns && busy->cause() ? 0 : 1;
+                wrong_refusal += busy->retry_after() == 1s && busy->cause() ? 0 : 1;
                 (void)decided.arrive();
             } else if (pass ? !r2.has_value() : !r2.error().is<boom>()) {
                 ++wrong_result;

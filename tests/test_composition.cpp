@@ -94,22 +94,111 @@ TEST_CASE("composition: the README's virtual-time example holds exactly", "[comp
     REQUIRE(sim.now() == 2300ms);
 }
 
+namespace {
+struct response {
+    int status = 0;
+};
+} // namespace
+
+TEST_CASE("composition: one rs::classifier handles a returned 503 in all three: the retry retries it, the "
+          "breaker counts it, the fallback substitutes it",
+          "[composition]") {
+    simulation sim;
+    int asked = 0;
+    const rs::classifier unavailable = [&asked](const rs::outcome<response>& o) {
+        ++asked;
+        return !o || o.value().status == 503;
+    };
+    rs::circuit_breaker breaker{
+        {.failure_threshold = 3, .break_duration = 1min, .should_handle = unavailable}, sim.clock()};
+    rs::pipeline policy{
+        rs::fallback{response{299}, unavailable},
+        rs::retry{{.max_attempts = 3,
+                   .backoff = rs::constant_backoff{1s, rs::jitter::none},
+                   .should_handle = unavailable},
+                  sim.clock()},
+        breaker,
+    };
+    int calls = 0;
+    auto always_503 = [&]() -> rs::task<response> {
+        ++calls;
+        co_await sim.sleep_for(10ms);
+        co_return response{503};
+    };
+    const response r = sim.run(policy.execute(always_503));
+    // Three attempts (at 0s, 1.01s, 2.02s), each a 503: the breaker counts three failures and opens;
+    // the retry gives up with the last 503, which the fallback replaces.
+    CHECK(calls == 3);
+    CHECK(r.status == 299);
+    CHECK(sim.now() == 2030ms);
+    CHECK(breaker.state() == rs::circuit_state::open);
+    CHECK(breaker.metrics().consecutive_failures == 3);
+    // Per attempt: the breaker and the retry (the retry is not asked after the last); the fallback once.
+    CHECK(asked == 3 + 2 + 1);
+
+    // A predicate that only looks at failures is accepted by all three as well.
+    const auto server_error = [](const rs::failure& f) { return f.is<std::runtime_error>(); };
+    rs::pipeline plain{
+        rs::fallback{response{1}, server_error}, rs::retry{{.should_handle = server_error}, sim.clock()},
+        rs::circuit_breaker{{.failure_threshold = 1, .should_handle = server_error}, sim.clock()}};
+    CHECK(sim.run(plain.execute(always_503)).status == 503);
+}
+
+TEST_CASE("composition: with pipeline{retry, breaker}, a throwing breaker classifier or on_state_change "
+          "becomes the call's failure, and execute_outcome does not throw",
+          "[composition]") {
+    simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 1000, .latency = 10ms}};
+    SECTION("the classifier") {
+        rs::circuit_breaker breaker{
+            {.failure_threshold = 1,
+             .should_handle = [](const rs::failure&) -> bool { throw std::domain_error("classifier"); }},
+            sim.clock()};
+        rs::pipeline policy{rs::retry{fixed_retry(3, 1s), sim.clock()}, breaker};
+        rs::outcome<int> r = 0;
+        REQUIRE_NOTHROW(r = sim.run(policy.execute_outcome(down)));
+        REQUIRE(r.has_failure());
+        CHECK(r.error().is<std::domain_error>()); // a logic_error: the retry does not retry it
+        CHECK(down.calls() == 1);
+        CHECK(breaker.state() == rs::circuit_state::closed); // recorded as neither
+    }
+    SECTION("on_state_change") {
+        rs::circuit_breaker breaker{
+            {.failure_threshold = 2,
+             .break_duration = 1min,
+             .on_state_change = [](rs::circuit_state,
+                                   rs::circuit_state) { throw std::runtime_error("observer"); }},
+            sim.clock()};
+        rs::pipeline policy{rs::retry{fixed_retry(5, 1s), sim.clock()}, breaker};
+        rs::outcome<int> r = 0;
+        REQUIRE_NOTHROW(r = sim.run(policy.execute_outcome(down)));
+        // The second attempt opens the breaker, and fails with the observer's exception: transient,
+        // so the retry tries again and the open breaker refuses, which ends the loop.
+        REQUIRE(r.has_failure());
+        CHECK(r.error().is<rs::circuit_open_error>());
+        CHECK(down.calls() == 2);
+        CHECK(breaker.state() == rs::circuit_state::open);
+        CHECK(sim.now() == 2020ms);
+    }
+}
+
 #ifdef RESILIENCE_TESTS_COUNT_ALLOCATIONS
 TEST_CASE("composition: the success path of retry, breaker, timeout, bulkhead and limiter allocates nothing",
           "[composition][alloc]") {
     simulation sim;
     rs::pipeline policy{rs::retry{{.max_attempts = 3}, sim.clock()},
                         rs::circuit_breaker{{.failure_threshold = 5}, sim.clock()},
-                        rs::timeout{1s, sim.clock()},
-                        rs::bulkhead{{.max_concurrent = 4}, sim.clock()},
+                        rs::timeout{1s, sim.clock()}, rs::bulkhead{{.max_concurrent = 4}, sim.clock()},
                         rs::rate_limiter{{.capacity = 1'000'000, .tokens_per_second = 1e9}, sim.clock()}};
     auto action = []() -> rs::task<int> { co_return 1; };
     std::size_t allocations = 0;
     int sum = 0;
     sim.run([&]() -> rs::task<void> {
-        for (int i = 0; i < 100; ++i) sum += co_await policy.execute(action); // warm-up: frames, pools
+        for (int i = 0; i < 100; ++i)
+            sum += co_await policy.execute(action); // warm-up: frames, pools
         resilience_tests::counting_allocations counting;
-        for (int i = 0; i < 1'000; ++i) sum += co_await policy.execute(action);
+        for (int i = 0; i < 1'000; ++i)
+            sum += co_await policy.execute(action);
         allocations = counting.count();
     }());
     CHECK(sum == 1'100);

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <type_traits>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
@@ -107,7 +108,7 @@ TEST_CASE("fallback: an awaitable substitute that throws replaces the failure at
     CHECK(sim.now() == 120ms);
 }
 
-TEST_CASE("fallback: handle_if narrows, a declined failure passes through as the same exception object",
+TEST_CASE("fallback: should_handle narrows, a declined failure passes through as the same exception object",
           "[fallback]") {
     rs::testing::simulation sim;
     int substitutes = 0;
@@ -153,7 +154,8 @@ TEST_CASE("fallback: a cancelled_error from the action passes through by default
     })) == 9);
 }
 
-TEST_CASE("fallback: a caller's stop passes through at its instant, whatever handle_if says", "[fallback]") {
+TEST_CASE("fallback: a caller's stop passes through at its instant, whatever should_handle says",
+          "[fallback]") {
     rs::testing::simulation sim;
     auto act =
         rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 1}};
@@ -256,4 +258,102 @@ TEST_CASE("fallback: outermost over a retry, answers once the last attempt has f
     CHECK(sim.now() == 320ms);
     CHECK(act.calls() == 3);
     CHECK(substitutes == 1);
+}
+
+namespace {
+struct page {
+    int status = 0;
+    std::string body;
+};
+// Answers with `status` after 20ms.
+auto serve(rs::testing::simulation& sim, int status) {
+    return [&sim, status]() -> rs::task<page> {
+        co_await sim.sleep_for(20ms);
+        co_return page{status, "live"};
+    };
+}
+bool unavailable(const rs::outcome<page>& o) {
+    return !o || o.value().status == 503;
+}
+} // namespace
+
+TEST_CASE("fallback: a returned value should_handle handles gets the substitute, which may see it",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    int seen_status = 0;
+    rs::fallback fb{[&](const rs::outcome<page>& o) {
+                        seen_status = o ? o.value().status : -1;
+                        return page{200, "cached"};
+                    },
+                    unavailable};
+    const page replaced = sim.run(fb.execute(serve(sim, 503)));
+    CHECK(replaced.body == "cached");
+    CHECK(seen_status == 503);
+    CHECK(sim.now() == 20ms);
+    const page kept = sim.run(fb.execute(serve(sim, 200)));
+    CHECK(kept.body == "live");
+    CHECK(seen_status == 503); // not asked
+    // The outcome form sees a failure too.
+    const page after_failure = sim.run(fb.execute([]() -> rs::task<page> {
+        throw std::runtime_error("down");
+        co_return page{};
+    }));
+    CHECK(after_failure.body == "cached");
+    CHECK(seen_status == -1);
+}
+
+TEST_CASE("fallback: a failure-taking substitute answering a handled value receives an empty failure",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    bool had_exception = true;
+    rs::fallback fb{[&](const rs::failure& f, const rs::context&) {
+                        had_exception = f.has_exception();
+                        return page{200, "cached"};
+                    },
+                    rs::classifier{unavailable}};
+    CHECK(sim.run(fb.execute(serve(sim, 503))).body == "cached");
+    CHECK_FALSE(had_exception);
+}
+
+TEST_CASE("fallback: should_handle may be an rs::classifier: an empty one is the default, one of another "
+          "result type fails the call before it runs",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    rs::fallback by_default{5, rs::classifier{}};
+    CHECK(sim.run(by_default.execute(failing(sim))) == 5);
+    CHECK_THROWS_AS(sim.run(by_default.execute([]() -> rs::task<int> {
+        throw rs::cancelled_error{};
+        co_return 1;
+    })),
+                    rs::cancelled_error);
+
+    rs::fallback typed{5, rs::classifier{[](const rs::outcome<long>& o) { return !o; }}, "prices"};
+    auto act = failing(sim);
+    const std::string message =
+        resilience_tests::invalid_argument_message([&] { sim.run(typed.execute(act)); });
+    CHECK(message ==
+          "resilience::fallback (prices): should_handle classifies rs::outcome<long> but the action "
+          "returns int");
+    CHECK(act.calls() == 0);
+}
+
+TEST_CASE("fallback: a throwing should_handle replaces the outcome with its exception", "[fallback]") {
+    rs::testing::simulation sim;
+    int substitutes = 0;
+    rs::fallback fb{[&] {
+                        ++substitutes;
+                        return 0;
+                    },
+                    [](const rs::failure&) -> bool { throw std::domain_error("classifier"); }};
+    auto result = sim.run(fb.execute_outcome(failing(sim)));
+    REQUIRE(result.has_failure());
+    CHECK(result.error().is<std::domain_error>());
+    CHECK(substitutes == 0);
+}
+
+TEST_CASE("fallback: the constructor's third argument names it", "[fallback]") {
+    rs::fallback named{42, {}, "prices"};
+    STATIC_REQUIRE(std::is_same_v<decltype(named), rs::fallback<int>>);
+    CHECK(named.name() == "prices");
+    CHECK(rs::fallback{42}.name().empty());
 }

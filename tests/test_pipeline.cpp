@@ -354,8 +354,8 @@ TEST_CASE("pipeline: a timeout, a limiter and a slow-call breaker read the clock
     counting_clock clock{sim.clock()};
     rs::pipeline p{
         rs::retry{rs::retry_options{}, clock},
-        rs::circuit_breaker{{.window = rs::breaker_window{.size = 10, .failure_rate = 0.5,
-                                                          .slow_call_duration = 1s, .slow_call_rate = 0.5}},
+        rs::circuit_breaker{{.window = rs::breaker_window{.size = 10, .failure_ratio = 0.5,
+                                                          .slow_call_duration = 1s, .slow_call_ratio = 0.5}},
                             clock},
         rs::timeout{1s, clock}, rs::rate_limiter{{.capacity = 100, .tokens_per_second = 1}, clock}};
     const int before = *clock.reads;

@@ -105,7 +105,7 @@ TEST_CASE("retry: a failure the classifier rejects is rethrown at once", "[retry
     int asked = 0;
     rs::retry r{{.max_attempts = 5,
                  .backoff = exact_200ms,
-                 .retry_if =
+                 .should_handle =
                      [&asked](const rs::failure&) {
                          ++asked;
                          return false;
@@ -152,7 +152,8 @@ TEST_CASE("retry: the failure rethrown is the very exception object the action t
         CHECK(out.error().exception() == thrown.back());
     }
     SECTION("when the classifier says no") {
-        rs::retry r{{.max_attempts = 3, .retry_if = [](const rs::failure&) { return false; }}, sim.clock()};
+        rs::retry r{{.max_attempts = 3, .should_handle = [](const rs::failure&) { return false; }},
+                    sim.clock()};
         auto out = sim.run(r.execute_outcome(action));
         REQUIRE(thrown.size() == 1);
         CHECK(out.error().exception() == thrown.front());
@@ -213,7 +214,7 @@ TEST_CASE("retry: cancellation is not retried even when the classifier would ret
     rs::testing::simulation sim;
     int asked = 0;
     rs::retry r{{.max_attempts = 5,
-                 .retry_if =
+                 .should_handle =
                      [&asked](const rs::failure&) {
                          ++asked;
                          return true;
@@ -235,36 +236,38 @@ TEST_CASE("retry: a verdict's delay overrides the backoff and is capped by max_d
     std::vector<nanoseconds> starts;
     std::vector<int> attempts;
     SECTION("under the cap: the verdict's delay is used as is") {
-        rs::retry r{
-            {.max_attempts = 3,
-             .backoff = exact_200ms,
-             .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true, .delay = 1500ms}; }},
-            sim.clock()};
+        rs::retry r{{.max_attempts = 3,
+                     .backoff = exact_200ms,
+                     .should_handle =
+                         [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 1500ms}; }},
+                    sim.clock()};
         CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
         CHECK(starts == std::vector<nanoseconds>{0s, 1500ms, 3000ms});
     }
     SECTION("over the cap: max_delay") {
-        rs::retry r{{.max_attempts = 3,
-                     .backoff = exact_200ms,
-                     .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true, .delay = 1h}; },
-                     .max_delay = 2s},
-                    sim.clock()};
+        rs::retry r{
+            {.max_attempts = 3,
+             .backoff = exact_200ms,
+             .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 1h}; },
+             .max_delay = 2s},
+            sim.clock()};
         CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
         CHECK(starts == std::vector<nanoseconds>{0s, 2s, 4s});
     }
     SECTION("no delay in the verdict: the backoff") {
         rs::retry r{{.max_attempts = 3,
                      .backoff = exact_200ms,
-                     .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true}; }},
+                     .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true}; }},
                     sim.clock()};
         CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
         CHECK(starts == std::vector<nanoseconds>{0s, 200ms, 600ms});
     }
     SECTION("a negative delay means no wait") {
-        rs::retry r{{.max_attempts = 2,
-                     .backoff = exact_200ms,
-                     .retry_if = [](const rs::failure&) { return rs::verdict{.retry = true, .delay = -1s}; }},
-                    sim.clock()};
+        rs::retry r{
+            {.max_attempts = 2,
+             .backoff = exact_200ms,
+             .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = -1s}; }},
+            sim.clock()};
         CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
         CHECK(starts == std::vector<nanoseconds>{0s, 0s});
     }
@@ -291,9 +294,9 @@ struct status_sequence {
 // Retries a 503 (after the server's Retry-After, here 1s) and any failure; accepts the rest.
 rs::verdict retry_unavailable(const rs::outcome<response>& o) {
     if (!o)
-        return {.retry = true};
+        return {.handle = true};
     if (o.value().status == 503)
-        return {.retry = true, .delay = 1s};
+        return {.handle = true, .delay = 1s};
     return {};
 }
 } // namespace
@@ -301,7 +304,7 @@ rs::verdict retry_unavailable(const rs::outcome<response>& o) {
 TEST_CASE("retry: an outcome classifier retries a returned value", "[retry]") {
     rs::testing::simulation sim;
     int calls = 0;
-    rs::retry r{{.max_attempts = 5, .backoff = exact_200ms, .retry_if = retry_unavailable}, sim.clock()};
+    rs::retry r{{.max_attempts = 5, .backoff = exact_200ms, .should_handle = retry_unavailable}, sim.clock()};
     const response got = sim.run(r.execute(status_sequence{&sim, {503, 503, 200}, &calls}));
     CHECK(got.status == 200);
     CHECK(calls == 3);
@@ -312,17 +315,18 @@ TEST_CASE("retry: when attempts run out on a rejected value, that value is the r
     rs::testing::simulation sim;
     int calls = 0;
     std::vector<int> seen_statuses;
-    rs::retry r{{.max_attempts = 3,
-                 .retry_if = [](const rs::outcome<response>& o) { return !o || o.value().status >= 500; },
-                 .on_retry =
-                     [&](const rs::retry_event& e) {
-                         CHECK(e.error() == nullptr);
-                         REQUIRE(e.value<response>() != nullptr);
-                         CHECK(e.value<int>() == nullptr);
-                         seen_statuses.push_back(e.value<response>()->status);
-                     }},
-                sim.clock(),
-                rs::seeded_random{1}};
+    rs::retry r{
+        {.max_attempts = 3,
+         .should_handle = [](const rs::outcome<response>& o) { return !o || o.value().status >= 500; },
+         .on_retry =
+             [&](const rs::retry_event& e) {
+                 CHECK(e.error() == nullptr);
+                 REQUIRE(e.value<response>() != nullptr);
+                 CHECK(e.value<int>() == nullptr);
+                 seen_statuses.push_back(e.value<response>()->status);
+             }},
+        sim.clock(),
+        rs::seeded_random{1}};
     const response got = sim.run(r.execute(status_sequence{&sim, {500, 502, 503, 200}, &calls}));
     CHECK(got.status == 503);
     CHECK(calls == 3);
@@ -335,7 +339,7 @@ TEST_CASE("retry: an outcome classifier also sees failures", "[retry]") {
     int failures_seen = 0;
     rs::retry r{{.max_attempts = 5,
                  .backoff = exact_200ms,
-                 .retry_if =
+                 .should_handle =
                      [&failures_seen](const rs::outcome<int>& o) {
                          if (!o)
                              ++failures_seen;
@@ -351,11 +355,12 @@ TEST_CASE("retry: an outcome classifier for another result type fails the call w
           "[retry]") {
     rs::testing::simulation sim;
     scripted_action act{sim.clock(), script<int>{.value = 1}};
-    rs::retry r{{.retry_if = [](const rs::outcome<long>& o) { return !o; }}, sim.clock()};
-    CHECK(r.options().retry_if.sees_values());
+    rs::retry r{{.should_handle = [](const rs::outcome<long>& o) { return !o; }}, sim.clock()};
+    CHECK(r.options().should_handle.sees_values());
     const std::string message = invalid_argument_message([&] { sim.run(r.execute(act)); });
     CHECK(message.find(
-              "resilience::retry: retry_if classifies rs::outcome<long> but the action returns int") == 0);
+              "resilience::retry: should_handle classifies rs::outcome<long> but the action returns int") ==
+          0);
     CHECK(act.calls() == 0);
 }
 
@@ -378,7 +383,7 @@ TEST_CASE("retry: actions returning void are retried, with failure or outcome<vo
     // classifier is not asked: no retry could follow).
     rs::retry seeing{{.max_attempts = 4,
                       .backoff = exact_200ms,
-                      .retry_if =
+                      .should_handle =
                           [&values_seen](const rs::outcome<void>& o) {
                               if (o)
                                   ++values_seen;
@@ -394,7 +399,7 @@ TEST_CASE("retry: an exception thrown by the classifier ends the call with that 
     rs::testing::simulation sim;
     scripted_action down{sim.clock(), script<int>{.failures = 100}};
     rs::retry r{{.max_attempts = 4,
-                 .retry_if = [](const rs::failure&) -> bool { throw std::length_error("classifier"); }},
+                 .should_handle = [](const rs::failure&) -> bool { throw std::length_error("classifier"); }},
                 sim.clock()};
     CHECK_THROWS_AS(sim.run(r.execute(down)), std::length_error);
     CHECK(down.calls() == 1);
@@ -423,7 +428,9 @@ TEST_CASE("retry: max_elapsed stops before a wait that would carry the call past
         CHECK(sim.now() == 2300ms);
     }
     SECTION("zero means unbounded") {
-        rs::retry r{{.max_attempts = 10, .backoff = rs::constant_backoff{1h, rs::jitter::none}}, sim.clock()};
+        rs::retry r{
+            {.max_attempts = 10, .backoff = rs::constant_backoff{1h, rs::jitter::none}, .max_delay = 1h},
+            sim.clock()};
         CHECK_THROWS_AS(sim.run(r.execute(down)), rs::testing::scripted_failure);
         CHECK(down.calls() == 10);
         CHECK(sim.now() == 9h + 1s);
@@ -456,7 +463,7 @@ TEST_CASE("retry: a caller's stop during an attempt is not retried", "[retry]") 
     rs::testing::simulation sim;
     scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
     rs::retry r{
-        {.max_attempts = 5, .backoff = exact_200ms, .retry_if = [](const rs::failure&) { return true; }},
+        {.max_attempts = 5, .backoff = exact_200ms, .should_handle = [](const rs::failure&) { return true; }},
         sim.clock()};
     std::stop_source caller;
     sim.spawn(stop_at(sim, caller, 3s));
@@ -680,6 +687,79 @@ TEST_CASE("retry: a timeout outside the retry bounds the whole retried call", "[
     CHECK(sim.now() == 1s);
     CHECK(down.calls() == 3); // 0, 300ms, 800ms; the wait after the third is cut by the deadline
 }
+
+TEST_CASE("retry: max_delay caps the backoff's waits as well as a verdict's", "[retry]") {
+    rs::testing::simulation sim;
+    std::vector<nanoseconds> starts;
+    std::vector<int> attempts;
+    std::vector<nanoseconds> told;
+    rs::retry r{{.max_attempts = 5,
+                 .backoff = rs::exponential_backoff{1s, 2.0, 1h, rs::jitter::none},
+                 .max_delay = 3s,
+                 .on_retry = [&](const rs::retry_event& e) { told.push_back(e.delay()); }},
+                sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+    // Waits of 1s, 2s, then 4s and 8s cut to 3s.
+    CHECK(told == std::vector<nanoseconds>{1s, 2s, 3s, 3s});
+    CHECK(starts == std::vector<nanoseconds>{0s, 1s, 3s, 6s, 9s});
+
+    starts.clear();
+    rs::retry no_wait{{.max_attempts = 3, .backoff = exact_200ms, .max_delay = 0s}, sim.clock()};
+    const nanoseconds before = sim.now();
+    CHECK_THROWS_AS(sim.run(no_wait.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+    CHECK(starts == std::vector<nanoseconds>{before, before, before});
+}
+
+TEST_CASE("retry: its name is in its events, the errors it makes and its messages", "[retry]") {
+    rs::testing::simulation sim;
+    scripted_action down{sim.clock(), script<int>{.failures = 100}};
+    std::vector<std::string> names;
+    rs::retry r{{.name = "payments",
+                 .max_attempts = 2,
+                 .backoff = exact_200ms,
+                 .on_retry = [&](const rs::retry_event& e) { names.emplace_back(e.policy_name()); }},
+                sim.clock()};
+    CHECK(r.name() == "payments");
+    CHECK_THROWS(sim.run(r.execute(down)));
+    CHECK(names == std::vector<std::string>{"payments"});
+
+    std::stop_source caller;
+    caller.request_stop();
+    auto refused = sim.run(r.execute_outcome(down, caller.get_token()));
+    REQUIRE(refused.error().as<rs::cancelled_error>());
+    CHECK(refused.error().as<rs::cancelled_error>()->policy_name() == "payments");
+    CHECK(std::string(refused.error().what()) == "payments: cancelled");
+
+    rs::retry mismatched{{.name = "payments", .should_handle = [](const rs::outcome<long>& o) { return !o; }},
+                         sim.clock()};
+    CHECK(invalid_argument_message([&] { sim.run(mismatched.execute(down)); })
+              .find("resilience::retry (payments): should_handle classifies rs::outcome<long> but the action "
+                    "returns int") == 0);
+    CHECK(invalid_argument_message([] { rs::retry bad{{.name = "payments", .max_attempts = 0}}; }) ==
+          "resilience::retry (payments): max_attempts must be at least 1, got 0");
+    CHECK(rs::retry{}.name().empty());
+}
+
+TEST_CASE("retry: an isolated breaker's refusal is not transient, however it was made", "[retry]") {
+    CHECK_FALSE(rs::is_transient(rs::failure::make(rs::circuit_isolated_error{})));
+    // Made without failure::make, so it carries no code: judged by its type.
+    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::circuit_isolated_error{"db"})}));
+    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::circuit_open_error{1s})}));
+}
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+TEST_CASE("retry: retry_classifier still names rs::classifier, for one version", "[retry]") {
+    STATIC_REQUIRE(std::is_same_v<rs::retry_classifier, rs::classifier>);
+    const rs::retry_classifier old = [](const rs::failure&) { return true; };
+    rs::retry r{{.should_handle = old}};
+    CHECK_FALSE(r.options().should_handle.empty());
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 #ifdef RESILIENCE_TESTS_COUNT_ALLOCATIONS
 TEST_CASE("retry: the success path allocates nothing after warm-up", "[retry][alloc]") {

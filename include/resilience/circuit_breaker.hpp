@@ -3,6 +3,7 @@
 /// `circuit_breaker`: stops calling a dependency that keeps failing or dragging, then probes it back.
 #pragma once
 
+#include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
@@ -52,40 +53,54 @@ constexpr const char* to_string(circuit_state s) noexcept {
     return "unknown";
 }
 
-/// The recent calls over which a breaker judges rates. Set exactly one of `size` (the last N
-/// calls, however long ago) and `within` (the calls of the last D of time, however many), and at
-/// least one of `failure_rate` and `slow_call_rate`.
+/// The recent calls over which a breaker judges ratios. Set exactly one of `size` (the last N
+/// calls, however long ago) and `sampling_duration` (the calls of the last D of time, however
+/// many), and at least one of `failure_ratio` and `slow_call_ratio`.
 struct breaker_window {
     /// Count-based: the last `size` calls. Positive.
     std::optional<int> size{};
-    /// Time-based: the calls of the last `within`. Positive.
-    std::optional<std::chrono::nanoseconds> within{};
-    /// Time-based only: `within` is kept in this many buckets of `within / buckets` (rounded down)
-    /// each, so memory is fixed; a call stops counting at most `within` after it was made, and not
-    /// before `within - within / buckets`. Positive, and at most `within` in nanoseconds.
-    int buckets = 10;
-    /// Calls the window must hold before a rate can open the circuit, so two failures in a quiet
-    /// hour do not read as 100%. Default: `size` for a count window (it must be full), 20 for a time
-    /// window. Positive, and at most `size`.
-    std::optional<int> minimum_calls{};
+    /// Time-based: the calls of the last `sampling_duration`. Positive.
+    std::optional<std::chrono::nanoseconds> sampling_duration{};
+    /// Time-based only: `sampling_duration` is kept in this many segments of
+    /// `sampling_duration / segments` (rounded down) each, so memory is fixed; a call stops
+    /// counting at most `sampling_duration` after it was made, and not before
+    /// `sampling_duration - sampling_duration / segments`. Positive, and at most
+    /// `sampling_duration` in nanoseconds.
+    int segments = 10;
+    /// Calls the window must hold before a ratio can open the circuit, so two failures in a quiet
+    /// hour do not read as 100%. Default: `size` for a count window (it must be full), 20 for a
+    /// time window. Positive, and at most `size`.
+    std::optional<int> minimum_throughput{};
     /// Opens when at least this share of the window failed; in (0, 1].
-    std::optional<double> failure_rate{};
+    std::optional<double> failure_ratio{};
     /// A call taking at least this long is slow, whether it succeeded or failed; positive.
     std::optional<std::chrono::nanoseconds> slow_call_duration{};
     /// Opens when at least this share of the window was slow; in (0, 1]; needs `slow_call_duration`.
-    std::optional<double> slow_call_rate{};
+    std::optional<double> slow_call_ratio{};
 };
 
-/// How a `circuit_breaker` decides. Needs at least one trip condition: `failure_threshold`, or a
-/// `window` with a rate. Checked by the constructor (`std::invalid_argument` naming field and value).
+/// How a `circuit_breaker` decides. `circuit_breaker_options{}` is valid: with no trip condition
+/// set (neither `failure_threshold` nor `window`), the breaker uses Polly's defaults, a time
+/// window of `sampling_duration` 30s, `failure_ratio` 0.1 and `minimum_throughput` 100, and
+/// `options()` shows that window. Checked by the constructor (`std::invalid_argument` naming
+/// field and value).
+///
+/// A user callback (`should_handle`, `on_state_change`) that throws while a call runs makes its
+/// exception that call's failure, after the breaker's own bookkeeping (the result recorded, a
+/// probe slot freed); `execute_outcome` returns it, `execute` throws it. One thrown from
+/// `isolate()` or `reset()` reaches their caller, after the change was made.
 struct circuit_breaker_options {
+    /// Names this breaker in the errors it makes (`error::policy_name()`), in `circuit_metrics`
+    /// and in its messages. Empty: unnamed.
+    std::string name{};
     /// Opens after this many consecutive recorded failures (a recorded success resets the run).
     /// Unset: no consecutive rule. Positive.
     std::optional<int> failure_threshold{};
-    /// Opens on a failure or slow-call rate over recent calls. Unset: no window.
+    /// Opens on a failure or slow-call ratio over recent calls. Unset: no window, unless
+    /// `failure_threshold` is unset too (then Polly's default window, above).
     std::optional<breaker_window> window{};
-    /// How long the circuit stays open after its first opening. Positive.
-    std::chrono::nanoseconds break_duration = std::chrono::seconds{30};
+    /// How long the circuit stays open after its first opening. Default 5s (Polly's). Positive.
+    std::chrono::nanoseconds break_duration = std::chrono::seconds{5};
     /// Each re-opening without a close in between multiplies the break by this factor: the n-th
     /// consecutive opening breaks for `break_duration * growth^(n-1)`, capped at
     /// `max_break_duration`. 1 (the default) keeps it constant. Finite and at least 1.
@@ -95,18 +110,21 @@ struct circuit_breaker_options {
     std::optional<std::chrono::nanoseconds> max_break_duration{};
     /// How many calls half-open admits, all of which must succeed to close it. At least 1.
     int probes = 1;
-    /// Which failures count against the dependency. A failure it declines is not recorded at all
-    /// (neither opens nor closes the circuit, frees a probe slot) and is passed on unchanged.
-    /// Empty: everything but cancellation (`is_cancellation`). Called without any lock held.
-    std::function<bool(const failure&)> is_failure{};
+    /// Which outcomes count against the dependency (see `classifier`). A failure it declines is
+    /// not recorded at all (neither opens nor closes the circuit, frees a probe slot) and is
+    /// passed on unchanged. A returned value it handles is recorded as a failure with a null
+    /// cause, and still returned to the caller. Empty: every failure but cancellation; values
+    /// are successes. Called without any lock held.
+    classifier should_handle{};
     /// Told of every change of state, one at a time and in the order they happened, without any
     /// lock held (so it may call back into the breaker), on the thread of a call that made or saw
-    /// a change. An exception it throws is ignored. Empty: nothing is told.
+    /// a change. Empty: nothing is told.
     std::function<void(circuit_state from, circuit_state to)> on_state_change{};
 };
 
 /// A consistent snapshot of a breaker, taken under its lock at one instant.
 struct circuit_metrics {
+    std::string name{};                          ///< the breaker's `name` option
     circuit_state state = circuit_state::closed; ///< as `state()` reports it
     std::uint64_t calls = 0;                     ///< calls in the window now (0 without a window)
     std::uint64_t failures = 0;                  ///< recorded failures in the window now
@@ -123,72 +141,77 @@ inline std::string breaker_number(double v) {
     std::snprintf(buf, sizeof buf, "%g", v);
     return buf;
 }
-[[noreturn]] inline void bad_breaker_option(const std::string& what) {
-    throw std::invalid_argument("resilience::circuit_breaker: " + what);
-}
-inline void check_breaker_rate(const std::optional<double>& rate, const char* name) {
-    if (rate && !(*rate > 0.0 && *rate <= 1.0))
-        bad_breaker_option(std::string(name) + " must be in (0, 1], got " + breaker_number(*rate));
-}
-inline void check_breaker_duration(const std::optional<std::chrono::nanoseconds>& d, const char* name) {
-    if (d && *d <= std::chrono::nanoseconds::zero())
-        bad_breaker_option(std::string(name) + " must be positive, got " + std::to_string(d->count()) + "ns");
-}
 
 /// Throws `std::invalid_argument` for the first thing wrong with `o`.
 inline void validate_breaker_options(const circuit_breaker_options& o) {
+    const auto bad = [&o](const std::string& what) {
+        throw std::invalid_argument(policy_label("circuit_breaker", o.name) + ": " + what);
+    };
+    const auto check_ratio = [&bad](const std::optional<double>& ratio, const char* name) {
+        if (ratio && !(*ratio > 0.0 && *ratio <= 1.0))
+            bad(std::string(name) + " must be in (0, 1], got " + breaker_number(*ratio));
+    };
+    const auto check_duration = [&bad](const std::optional<std::chrono::nanoseconds>& d, const char* name) {
+        if (d && *d <= std::chrono::nanoseconds::zero())
+            bad(std::string(name) + " must be positive, got " + std::to_string(d->count()) + "ns");
+    };
     if (o.failure_threshold && *o.failure_threshold < 1)
-        bad_breaker_option("failure_threshold must be positive, got " + std::to_string(*o.failure_threshold));
-    check_breaker_duration(o.break_duration, "break_duration");
+        bad("failure_threshold must be positive, got " + std::to_string(*o.failure_threshold));
+    check_duration(o.break_duration, "break_duration");
     if (!(o.break_duration_growth >= 1.0 && std::isfinite(o.break_duration_growth)))
-        bad_breaker_option("break_duration_growth must be finite and at least 1, got " +
-                           breaker_number(o.break_duration_growth));
-    check_breaker_duration(o.max_break_duration, "max_break_duration");
+        bad("break_duration_growth must be finite and at least 1, got " +
+            breaker_number(o.break_duration_growth));
+    check_duration(o.max_break_duration, "max_break_duration");
     if (o.max_break_duration && *o.max_break_duration < o.break_duration)
-        bad_breaker_option("max_break_duration must be at least break_duration (" +
-                           std::to_string(o.break_duration.count()) + "ns), got " +
-                           std::to_string(o.max_break_duration->count()) + "ns");
+        bad("max_break_duration must be at least break_duration (" +
+            std::to_string(o.break_duration.count()) + "ns), got " +
+            std::to_string(o.max_break_duration->count()) + "ns");
     if (o.probes < 1)
-        bad_breaker_option("probes must be at least 1, got " + std::to_string(o.probes));
+        bad("probes must be at least 1, got " + std::to_string(o.probes));
     if (o.window) {
         const breaker_window& w = *o.window;
-        if (w.size.has_value() == w.within.has_value())
-            bad_breaker_option(
-                std::string("window needs exactly one of window.size and window.within, got ") +
+        if (w.size.has_value() == w.sampling_duration.has_value())
+            bad(std::string("window needs exactly one of window.size and window.sampling_duration, got ") +
                 (w.size ? "both" : "neither"));
         if (w.size && *w.size < 1)
-            bad_breaker_option("window.size must be positive, got " + std::to_string(*w.size));
-        check_breaker_duration(w.within, "window.within");
-        if (w.within) {
-            if (w.buckets < 1)
-                bad_breaker_option("window.buckets must be positive, got " + std::to_string(w.buckets));
-            if (w.within->count() < w.buckets)
-                bad_breaker_option("window.buckets must not exceed window.within in nanoseconds (" +
-                                   std::to_string(w.within->count()) + "), got " + std::to_string(w.buckets));
+            bad("window.size must be positive, got " + std::to_string(*w.size));
+        check_duration(w.sampling_duration, "window.sampling_duration");
+        if (w.sampling_duration) {
+            if (w.segments < 1)
+                bad("window.segments must be positive, got " + std::to_string(w.segments));
+            if (w.sampling_duration->count() < w.segments)
+                bad("window.segments must not exceed window.sampling_duration in nanoseconds (" +
+                    std::to_string(w.sampling_duration->count()) + "), got " + std::to_string(w.segments));
         }
-        if (w.minimum_calls && *w.minimum_calls < 1)
-            bad_breaker_option("window.minimum_calls must be positive, got " +
-                               std::to_string(*w.minimum_calls));
-        if (w.minimum_calls && w.size && *w.minimum_calls > *w.size)
-            bad_breaker_option("window.minimum_calls must not exceed window.size (" +
-                               std::to_string(*w.size) + "), got " + std::to_string(*w.minimum_calls));
-        check_breaker_rate(w.failure_rate, "window.failure_rate");
-        check_breaker_rate(w.slow_call_rate, "window.slow_call_rate");
-        check_breaker_duration(w.slow_call_duration, "window.slow_call_duration");
-        if (w.slow_call_rate && !w.slow_call_duration)
-            bad_breaker_option("window.slow_call_rate needs window.slow_call_duration, got none");
-        if (!w.failure_rate && !w.slow_call_rate)
-            bad_breaker_option("window needs window.failure_rate or window.slow_call_rate, got neither");
+        if (w.minimum_throughput && *w.minimum_throughput < 1)
+            bad("window.minimum_throughput must be positive, got " + std::to_string(*w.minimum_throughput));
+        if (w.minimum_throughput && w.size && *w.minimum_throughput > *w.size)
+            bad("window.minimum_throughput must not exceed window.size (" + std::to_string(*w.size) +
+                "), got " + std::to_string(*w.minimum_throughput));
+        check_ratio(w.failure_ratio, "window.failure_ratio");
+        check_ratio(w.slow_call_ratio, "window.slow_call_ratio");
+        check_duration(w.slow_call_duration, "window.slow_call_duration");
+        if (w.slow_call_ratio && !w.slow_call_duration)
+            bad("window.slow_call_ratio needs window.slow_call_duration, got none");
+        if (!w.failure_ratio && !w.slow_call_ratio)
+            bad("window needs window.failure_ratio or window.slow_call_ratio, got neither");
     }
+}
+
+/// `o` with Polly's default trip condition when it has none, so `circuit_breaker_options{}` is a
+/// usable breaker rather than an error.
+inline circuit_breaker_options with_default_trip(circuit_breaker_options o) {
     if (!o.failure_threshold && !o.window)
-        bad_breaker_option("no trip condition: set failure_threshold or window, got neither");
+        o.window = breaker_window{
+            .sampling_duration = std::chrono::seconds{30}, .minimum_throughput = 100, .failure_ratio = 0.1};
+    return o;
 }
 
 /// How a finished call is recorded.
 enum class breaker_verdict : std::uint8_t { success, failure, ignored };
 
 /// The shared state of one breaker. Every change is made under `mutex_`, which is held only to
-/// admit a call and to record its result, never across user code: the clock, `is_failure` and
+/// admit a call and to record its result, never across user code: the clock, `should_handle` and
 /// `on_state_change` are called with it released.
 ///
 /// Each change of state bumps the generation; a call remembers the generation that admitted it,
@@ -211,6 +234,7 @@ public:
     struct ticket {
         bool admitted = false;
         bool probe = false;
+        bool isolated = false; // refused because isolated by hand: no wait helps
         std::uint64_t generation = 0;
         time_point start{};
         std::chrono::nanoseconds retry_after{};
@@ -222,13 +246,13 @@ public:
             const breaker_window& w = *options_.window;
             if (w.size) {
                 count_window_.emplace(static_cast<std::size_t>(*w.size));
-                minimum_calls_ = static_cast<std::uint64_t>(w.minimum_calls.value_or(*w.size));
+                minimum_throughput_ = static_cast<std::uint64_t>(w.minimum_throughput.value_or(*w.size));
             } else {
-                time_window_.emplace(*w.within / w.buckets, static_cast<std::size_t>(w.buckets));
-                minimum_calls_ = static_cast<std::uint64_t>(w.minimum_calls.value_or(20));
+                time_window_.emplace(*w.sampling_duration / w.segments, static_cast<std::size_t>(w.segments));
+                minimum_throughput_ = static_cast<std::uint64_t>(w.minimum_throughput.value_or(20));
             }
             slow_duration_ = w.slow_call_duration;
-            slow_trips_ = w.slow_call_rate.has_value();
+            slow_trips_ = w.slow_call_ratio.has_value();
         }
     }
 
@@ -258,9 +282,18 @@ public:
         return admit_locked(now);
     }
 
-    /// Is `f` counted against the dependency? Calls the user's classifier: no lock held.
-    bool counts_as_failure(const failure& f) const {
-        return options_.is_failure ? options_.is_failure(f) : !is_cancellation(f);
+    /// How the outcome `o` of an admitted call is recorded: a value is a success unless
+    /// `should_handle` handles it (then a failure); a failure is a failure when it handles it,
+    /// else ignored. Calls the user's classifier, with no lock held; what it throws propagates.
+    /// Precondition: `options().should_handle.accepts<R>()`.
+    template <class R>
+    breaker_verdict judge(const outcome<R>& o) const {
+        const bool handled =
+            options_.should_handle.classify(o, [](const failure& f) noexcept { return !is_cancellation(f); })
+                .handle;
+        if (o.has_value())
+            return handled ? breaker_verdict::failure : breaker_verdict::success;
+        return handled ? breaker_verdict::failure : breaker_verdict::ignored;
     }
 
     /// Records the result of the call `t` admitted. A closed-state result that would change nothing
@@ -297,6 +330,7 @@ public:
         std::lock_guard lock(mutex_);
         const time_point now = std::max(read, last_now_);
         circuit_metrics m;
+        m.name = options_.name;
         m.state = visible_state(now);
         detail::window_counts c;
         if (count_window_)
@@ -410,18 +444,31 @@ private:
                     t.admitted = true;
                     t.probe = true;
                 } else {
-                    t.cause = cause_; // retry_after stays zero: a probe slot may free up at any moment
+                    // A slot frees when a probe ends, which nobody can foresee; a zero wait would
+                    // make callers that honour it spin. A failed probe keeps the circuit shut for
+                    // at least the break just served, so that is the wait worth suggesting.
+                    t.retry_after = break_for(consecutive_opens_);
+                    t.cause = cause_;
                 }
                 break;
             case circuit_state::isolated:
+                t.isolated = true;
+                t.retry_after = std::chrono::nanoseconds::max();
                 break;
             }
             t.generation = current_generation();
             t.start = now;
             break;
         }
-        if (changed)
-            notify();
+        if (changed) {
+            try {
+                notify();
+            } catch (...) {
+                // The call fails with the observer's exception and never runs: its slot goes back.
+                record(t, breaker_verdict::ignored, nullptr);
+                throw;
+            }
+        }
         return t;
     }
 
@@ -515,17 +562,18 @@ private:
             time_window_->add(since_epoch(now), failed, slow);
             c = time_window_->counts(since_epoch(now));
         }
-        if (c.calls < minimum_calls_)
+        if (c.calls < minimum_throughput_)
             return false;
         const breaker_window& w = *options_.window;
         const auto calls = static_cast<double>(c.calls);
         // A share computed by one division compares exactly with the decimal the user wrote
         // (3/10 rounds to the same double as 0.3), where `failures >= rate * calls` would not.
-        if (w.failure_rate && c.failures > 0 && static_cast<double>(c.failures) / calls >= *w.failure_rate) {
+        if (w.failure_ratio && c.failures > 0 &&
+            static_cast<double>(c.failures) / calls >= *w.failure_ratio) {
             open(now, last_failure_);
             return true;
         }
-        if (w.slow_call_rate && c.slow > 0 && static_cast<double>(c.slow) / calls >= *w.slow_call_rate) {
+        if (w.slow_call_ratio && c.slow > 0 && static_cast<double>(c.slow) / calls >= *w.slow_call_ratio) {
             open(now, nullptr); // slowness alone: no failure to report
             return true;
         }
@@ -582,29 +630,37 @@ private:
     // Runs the callback for queued changes, outside the lock. One thread drains at a time, so the
     // callback sees changes one by one in the order they were made; a change queued while another
     // thread drains is left to that thread, which looks at the queue again before it stops.
+    // An exception from the callback does not stop the draining (every change is still told); the
+    // first one is rethrown once the queue is empty, to the call or the caller that drained it.
     void notify() {
         if (!options_.on_state_change)
             return;
-        std::unique_lock lock(mutex_);
-        if (draining_)
-            return;
-        draining_ = true;
-        while (!changes_.empty()) {
-            const change c = changes_.pop();
-            lock.unlock();
-            try {
-                options_.on_state_change(c.from, c.to);
-            } catch (...) {
-                // a throwing observer must not break the calls it observes
+        std::exception_ptr thrown;
+        {
+            std::unique_lock lock(mutex_);
+            if (draining_)
+                return;
+            draining_ = true;
+            while (!changes_.empty()) {
+                const change c = changes_.pop();
+                lock.unlock();
+                try {
+                    options_.on_state_change(c.from, c.to);
+                } catch (...) {
+                    if (!thrown)
+                        thrown = std::current_exception();
+                }
+                lock.lock();
             }
-            lock.lock();
+            draining_ = false;
         }
-        draining_ = false;
+        if (thrown)
+            std::rethrow_exception(thrown);
     }
 
     const circuit_breaker_options options_;
     C clock_;
-    std::uint64_t minimum_calls_ = 0;
+    std::uint64_t minimum_throughput_ = 0;
     std::optional<std::chrono::nanoseconds> slow_duration_;
     bool slow_trips_ = false;
 
@@ -654,25 +710,29 @@ private:
 /// once for a while, then lets a few probe calls decide whether it has recovered.
 ///
 /// - **closed**: calls run. It opens when `failure_threshold` consecutive failures are recorded,
-///   or when, with at least `minimum_calls` in the window, the share of failures reaches
-///   `failure_rate` or the share of slow calls reaches `slow_call_rate`: whichever comes first.
+///   or when, with at least `minimum_throughput` in the window, the share of failures reaches
+///   `failure_ratio` or the share of slow calls reaches `slow_call_ratio`: whichever comes first.
 ///   Rules are checked after each recorded call.
 /// - **open**: every call is refused without running, with a `circuit_open_error` carrying
 ///   `retry_after()` (the exact time left) and `cause()` (the failure that opened it; null when
-///   slowness alone did). The break lasts `break_duration`, growing on consecutive re-openings.
+///   slowness or a handled value did). The break lasts `break_duration`, growing on consecutive
+///   re-openings.
 /// - **half_open**: once the break is over, exactly `probes` calls are admitted (even under many
-///   concurrent callers; others are refused with `retry_after() == 0`); when all of them succeed
-///   it closes, and any failure (or, with a `slow_call_rate`, a slow success) re-opens it. A probe
-///   whose result is not recorded (cancelled, or declined by `is_failure`) frees its slot.
-/// - **isolated**: refused until `reset()`, by hand.
+///   concurrent callers; others are refused with `retry_after()` the current break duration);
+///   when all of them succeed it closes, and any failure (or, with a `slow_call_ratio`, a slow
+///   success) re-opens it. A probe whose result is not recorded (cancelled, or declined by
+///   `should_handle`) frees its slot.
+/// - **isolated**: refused with `circuit_isolated_error` (`retry_after()` is
+///   `nanoseconds::max()`: no wait helps) until `reset()`, by hand.
 ///
 /// The refusal is a failure value (`failure::make`), so `execute_outcome` reports it without an
-/// exception. A failure is recorded when `is_failure` says so (default: all but cancellation),
-/// and never when the caller's own stop token was stopped; a declined failure passes through
-/// unchanged. Values are successes. A result from a call admitted before the last change of
-/// state is dropped. Time rules are read lazily from the clock: nothing runs while idle, and the
-/// move from open to half-open happens (and is reported to `on_state_change`) when the first
-/// call after the break arrives; `state()` already shows it without changing anything.
+/// exception. An outcome is recorded as a failure when `should_handle` handles it (default: every
+/// failure but cancellation, no value), and a failure never when the caller's own stop token was
+/// stopped; a declined failure passes through unchanged, a handled value is still returned. A
+/// result from a call admitted before the last change of state is dropped. Time rules are read
+/// lazily from the clock: nothing runs while idle, and the move from open to half-open happens
+/// (and is reported to `on_state_change`) when the first call after the break arrives; `state()`
+/// already shows it without changing anything. Errors it makes carry its `name`.
 ///
 /// A cheap copyable handle: copies are the same breaker, thread-safe, usable from many event
 /// loops at once. The state lives as long as any copy; each call needs the handle it was made
@@ -687,10 +747,11 @@ private:
 template <clock C = steady_clock>
 class circuit_breaker : public policy_base<circuit_breaker<C>> {
 public:
+    /// Polly's defaults: see `circuit_breaker_options`.
+    circuit_breaker() : circuit_breaker(circuit_breaker_options{}) {}
     /// Validates `options` (`std::invalid_argument` naming the field and value). Starts no timer.
     explicit circuit_breaker(circuit_breaker_options options, C clock = C{})
-        : core_((detail::validate_breaker_options(options),
-                 std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock)))) {}
+        : core_(make_core(detail::with_default_trip(std::move(options)), std::move(clock))) {}
 
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
@@ -700,60 +761,114 @@ public:
 
     template <class R>
     step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
-        if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{}));
-            return step::done;
-        }
         detail::breaker_core<C>& core = *core_;
-        // The call's shared clock reading serves a slow-call rule's start time.
-        auto ticket = core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx)) : core.admit();
-        if (!ticket.admitted) {
-            result.emplace(failure::make(circuit_open_error{ticket.retry_after, ticket.cause}));
+        if (ctx.stop_requested() || !core.options().should_handle.template accepts<R>()) {
+            result.emplace(refused_before_admission<R>(ctx));
             return step::done;
         }
-        s.call.emplace(core, std::move(ticket));
-        return step::proceed;
+        try {
+            // The call's shared clock reading serves a slow-call rule's start time.
+            auto ticket = core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx)) : core.admit();
+            if (ticket.admitted) {
+                s.call.emplace(core, std::move(ticket));
+                return step::proceed;
+            }
+            result.emplace(refusal(ticket));
+        } catch (...) {
+            // on_state_change threw (the probe slot is already given back), or the clock did
+            result.emplace(failure::current());
+        }
+        return step::done;
     }
 
-    /// Records the result. A classifier that throws ends the call with its exception (recorded
-    /// as neither success nor failure), as in every policy.
+    /// Records the result. A classifier or `on_state_change` that throws replaces the result with
+    /// its exception, once the result is recorded (as neither success nor failure when the
+    /// classifier threw, so a probe slot is freed).
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const {
-        if (result.has_value()) {
-            s.call->finish(detail::breaker_verdict::success, nullptr);
-        } else if (ctx.stop_requested()) {
-            s.call->finish(detail::breaker_verdict::ignored, nullptr);
-        } else {
+        if (result.has_value() && !core_->options().should_handle.sees_values()) {
             try {
-                if (core_->counts_as_failure(result.error()))
-                    s.call->finish(detail::breaker_verdict::failure, result.error().exception());
-                else
-                    s.call->finish(detail::breaker_verdict::ignored, nullptr);
+                s.call->finish(detail::breaker_verdict::success, nullptr);
             } catch (...) {
                 result = outcome<R>{failure::current()};
             }
+            return step::proceed;
         }
+        leave_judged(s, ctx, result);
         return step::proceed;
     }
 
     /// The state now, with open turned half-open once the break is over. Changes nothing.
-    circuit_state state() const { return core_->state(); }
+    [[nodiscard]] circuit_state state() const { return core_->state(); }
     /// A snapshot taken at one instant. Changes nothing.
-    circuit_metrics metrics() const { return core_->metrics(); }
-    /// Holds the circuit open, refusing every call (`retry_after() == 0`, null cause), until `reset()`.
+    [[nodiscard]] circuit_metrics metrics() const { return core_->metrics(); }
+    /// Holds the circuit open, refusing every call with `circuit_isolated_error`, until `reset()`.
+    /// An exception from `on_state_change` reaches the caller, after the change.
     void isolate() const { core_->isolate(); }
     /// Closes the circuit and forgets everything: window, runs of failures and openings.
-    /// Results of calls still in flight are dropped.
+    /// Results of calls still in flight are dropped. An exception from `on_state_change`
+    /// reaches the caller, after the change.
     void reset() const { core_->reset(); }
 
-    const circuit_breaker_options& options() const noexcept { return core_->options(); }
-    const C& clock() const noexcept { return core_->clock(); }
+    /// The options in force: as given, with Polly's default window filled in when they set no
+    /// trip condition. Valid while any copy of the handle lives.
+    [[nodiscard]] const circuit_breaker_options& options() const noexcept { return core_->options(); }
+    [[nodiscard]] const C& clock() const noexcept { return core_->clock(); }
+    /// The `name` option (empty when unnamed).
+    [[nodiscard]] const std::string& name() const noexcept { return core_->options().name; }
 
 private:
+    // The refusals, out of the admission path.
+    template <class R>
+    failure refused_before_admission(const context& ctx) const {
+        const circuit_breaker_options& o = core_->options();
+        if (ctx.stop_requested())
+            return failure::make(cancelled_error{o.name});
+        return o.should_handle.template mismatch<R>("circuit_breaker", o.name);
+    }
+    failure refusal(const typename detail::breaker_core<C>::ticket& t) const {
+        const std::string& name = core_->options().name;
+        if (t.isolated)
+            return failure::make(circuit_isolated_error{name});
+        return failure::make(circuit_open_error{t.retry_after, t.cause, name});
+    }
+
+    // A failure, or a value the classifier looks at: judged, then recorded.
+    template <class R>
+    void leave_judged(call_state& s, const context& ctx, outcome<R>& result) const {
+        detail::breaker_verdict v = detail::breaker_verdict::ignored;
+        std::exception_ptr cause;
+        std::optional<failure> thrown;
+        if (!(result.has_failure() && ctx.stop_requested())) {
+            try {
+                v = core_->judge(result);
+                if (v == detail::breaker_verdict::failure && result.has_failure())
+                    cause = result.error().exception();
+            } catch (...) {
+                v = detail::breaker_verdict::ignored;
+                thrown.emplace(failure::current());
+            }
+        }
+        try {
+            s.call->finish(v, cause);
+        } catch (...) {
+            if (!thrown)
+                thrown.emplace(failure::current());
+        }
+        if (thrown)
+            result = outcome<R>{std::move(*thrown)};
+    }
+
+    static std::shared_ptr<detail::breaker_core<C>> make_core(circuit_breaker_options options, C clock) {
+        detail::validate_breaker_options(options);
+        return std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock));
+    }
+
     std::shared_ptr<detail::breaker_core<C>> core_;
 };
 
 // clang-format off
+circuit_breaker() -> circuit_breaker<steady_clock>;
 circuit_breaker(circuit_breaker_options) -> circuit_breaker<steady_clock>;
 template <clock C>
 circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;

@@ -21,6 +21,7 @@ enum class errc {
     bulkhead_rejected, ///< a bulkhead had no slot and no queue place (or the queue wait ran out)
     rate_limited,      ///< a rate limiter had no token and would not wait
     budget_exhausted,  ///< a retry budget had no token left
+    circuit_isolated,  ///< a circuit breaker isolated by hand refused the call (until `reset()`)
 };
 
 namespace detail {
@@ -41,6 +42,8 @@ public:
             return "rate limited";
         case errc::budget_exhausted:
             return "retry budget exhausted";
+        case errc::circuit_isolated:
+            return "circuit isolated";
         }
         return "unknown resilience error";
     }
@@ -101,6 +104,8 @@ private:
 class cancelled_error : public error {
 public:
     cancelled_error() : error(errc::cancelled) {}
+    /// Made by the policy named `policy_name` (see `error::policy_name()`).
+    explicit cancelled_error(std::string policy_name) : error(errc::cancelled, std::move(policy_name)) {}
 };
 
 /// Thrown by the code that refuses a call because a wait would be needed: carries how long until
@@ -116,19 +121,38 @@ private:
     std::chrono::nanoseconds retry_after_;
 };
 
-/// A circuit breaker refused the call without running it. `retry_after()` is the time until the
-/// breaker will admit a probe (zero while half-open and all probes are taken, or when isolated:
-/// then nothing but `reset()` admits calls). `cause()` is the failure that opened the circuit,
-/// null when slowness alone opened it or it was isolated by hand.
+/// A circuit breaker refused the call without running it. `retry_after()` is positive: while open,
+/// the time left in the break; while half-open with every probe slot taken, the breaker's current
+/// break duration (a probe that fails keeps it closed to callers at least that long). `cause()` is
+/// the failure that opened the circuit, null when slowness or a handled value opened it.
+/// A breaker isolated by hand refuses with the derived `circuit_isolated_error`.
 class circuit_open_error : public retry_after_error {
 public:
     explicit circuit_open_error(std::chrono::nanoseconds retry_after, std::exception_ptr cause = nullptr,
                                 std::string policy_name = {})
-        : retry_after_error(errc::circuit_open, retry_after, std::move(policy_name)), cause_(std::move(cause)) {}
+        : retry_after_error(errc::circuit_open, retry_after, std::move(policy_name)),
+          cause_(std::move(cause)) {}
     const std::exception_ptr& cause() const noexcept { return cause_; }
+
+protected:
+    /// For refusals of their own kind that existing `catch (const circuit_open_error&)` still meet.
+    circuit_open_error(errc e, std::chrono::nanoseconds retry_after, std::exception_ptr cause,
+                       std::string policy_name)
+        : retry_after_error(e, retry_after, std::move(policy_name)), cause_(std::move(cause)) {}
 
 private:
     std::exception_ptr cause_;
+};
+
+/// A circuit breaker held open by hand (`isolate()`) refused the call. Nothing but `reset()` admits
+/// calls again, so no wait helps: `retry_after()` is `std::chrono::nanoseconds::max()`, never zero,
+/// and `is_transient` says no. `code()` is `errc::circuit_isolated`; derived from
+/// `circuit_open_error`, so code catching that catches this too. `cause()` is null.
+class circuit_isolated_error : public circuit_open_error {
+public:
+    explicit circuit_isolated_error(std::string policy_name = {})
+        : circuit_open_error(errc::circuit_isolated, std::chrono::nanoseconds::max(), nullptr,
+                             std::move(policy_name)) {}
 };
 
 /// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out.

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /// \file fallback.hpp
-/// `fallback`: answers a failed call with a substitute (a value, or what a function of the failure gives).
+/// `fallback`: answers a failed call (or a returned value it handles) with a substitute.
 #pragma once
 
+#include "classifier.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
 #include "outcome.hpp"
@@ -10,6 +11,8 @@
 #include "task.hpp"
 
 #include <functional>
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -17,26 +20,88 @@ namespace resilience {
 
 namespace detail {
 
-/// The default `handle_if` of a fallback: every failure but cancellation.
+/// The default `should_handle` of a fallback: every failure but cancellation, no value.
 struct unless_cancelled {
     bool operator()(const failure& f) const noexcept { return !is_cancellation(f); }
 };
 
-// How a substitute is used, in order of preference: called with the failure and the caller's
-// context, with the failure alone, with nothing; anything else is a value that is copied out.
-enum class substitute_kind { value, nullary, of_failure, of_failure_and_context };
+/// What a fallback's `should_handle` may be: an `rs::classifier`, or a callable of a shape it
+/// accepts (failure-taking, or taking a spelled `outcome<T>`), kept as is so no call through it
+/// is type-erased.
+template <class H>
+concept fallback_predicate = std::same_as<H, classifier> || outcome_classifier<H> || failure_classifier<H>;
 
-template <class S>
-inline constexpr substitute_kind substitute_kind_of =
-    std::is_invocable_v<const S&, const failure&, const context&> ? substitute_kind::of_failure_and_context
-    : std::is_invocable_v<const S&, const failure&>               ? substitute_kind::of_failure
-    : std::is_invocable_v<const S&>                               ? substitute_kind::nullary
-                                                                  : substitute_kind::value;
+template <class H>
+inline constexpr bool outcome_predicate = !std::same_as<H, classifier> && outcome_classifier<H>;
 
-template <class S>
-decltype(auto) call_substitute(const S& s, const failure& f, const context& ctx) {
-    constexpr substitute_kind kind = substitute_kind_of<S>;
-    if constexpr (kind == substitute_kind::of_failure_and_context)
+/// Does `h` handle `o`? An empty classifier answers as `unless_cancelled`.
+template <class H, class R>
+bool fallback_handles(const H& h, const outcome<R>& o) {
+    if constexpr (std::same_as<H, classifier>) {
+        return h.classify(o, unless_cancelled{}).handle;
+    } else if constexpr (outcome_predicate<H>) {
+        static_assert(std::is_same_v<classified_value_t<H>, R>,
+                      "resilience::fallback: should_handle classifies an rs::outcome<T> whose T is not the "
+                      "action's result type");
+        return to_verdict(std::invoke(h, o)).handle;
+    } else {
+        return o.has_failure() && to_verdict(std::invoke(h, o.error())).handle;
+    }
+}
+
+/// Does `h` look at returned values? Known at compile time except for a type-erased classifier.
+template <class H>
+bool fallback_sees_values(const H& h) noexcept {
+    if constexpr (std::same_as<H, classifier>)
+        return h.sees_values();
+    else
+        return outcome_predicate<H>;
+}
+
+// How a substitute is used, in order of preference: called with the outcome it answers (only when
+// its first parameter is spelled `outcome<T>`) and maybe the caller's context; with the failure
+// and the caller's context, with the failure alone, with nothing; anything else is a value that is
+// copied out.
+enum class substitute_kind {
+    value,
+    nullary,
+    of_failure,
+    of_failure_and_context,
+    of_outcome,
+    of_outcome_and_context
+};
+
+template <class S, class R>
+constexpr substitute_kind substitute_kind_for() {
+    if constexpr (spelled_outcome<S>::value) {
+        static_assert(std::is_same_v<typename spelled_outcome<S>::parameter, outcome<R>>,
+                      "resilience::fallback: a substitute taking rs::outcome<T> needs T to be the action's "
+                      "result type");
+        if constexpr (std::is_invocable_v<const S&, const outcome<R>&, const context&>)
+            return substitute_kind::of_outcome_and_context;
+        else
+            return substitute_kind::of_outcome;
+    } else if constexpr (std::is_invocable_v<const S&, const failure&, const context&>) {
+        return substitute_kind::of_failure_and_context;
+    } else if constexpr (std::is_invocable_v<const S&, const failure&>) {
+        return substitute_kind::of_failure;
+    } else if constexpr (std::is_invocable_v<const S&>) {
+        return substitute_kind::nullary;
+    } else {
+        return substitute_kind::value;
+    }
+}
+
+/// Calls (or copies) the substitute for the outcome `o`, whose failure `f` is (an empty failure
+/// when `o` is a value).
+template <class S, class R>
+decltype(auto) call_substitute(const S& s, const outcome<R>& o, const failure& f, const context& ctx) {
+    constexpr substitute_kind kind = substitute_kind_for<S, R>();
+    if constexpr (kind == substitute_kind::of_outcome_and_context)
+        return std::invoke(s, o, ctx);
+    else if constexpr (kind == substitute_kind::of_outcome)
+        return std::invoke(s, o);
+    else if constexpr (kind == substitute_kind::of_failure_and_context)
         return std::invoke(s, f, ctx);
     else if constexpr (kind == substitute_kind::of_failure)
         return std::invoke(s, f);
@@ -46,47 +111,56 @@ decltype(auto) call_substitute(const S& s, const failure& f, const context& ctx)
         return (s);
 }
 
-template <class S>
-using substitute_call_t = decltype(call_substitute(std::declval<const S&>(), std::declval<const failure&>(),
-                                                   std::declval<const context&>()));
+template <class S, class R>
+using substitute_call_t =
+    decltype(call_substitute(std::declval<const S&>(), std::declval<const outcome<R>&>(),
+                             std::declval<const failure&>(), std::declval<const context&>()));
 
 // A function's awaitable result is awaited; a value substitute is never awaited, even if it could be.
-template <class S>
+template <class S, class R>
 inline constexpr bool substitute_awaited =
-    substitute_kind_of<S> != substitute_kind::value&& awaitable<substitute_call_t<S>>;
+    substitute_kind_for<S, R>() != substitute_kind::value&& awaitable<substitute_call_t<S, R>>;
 
-template <class S, bool Awaited = substitute_awaited<S>>
+template <class S, class R, bool Awaited = substitute_awaited<S, R>>
 struct substitute_result {
-    using type = substitute_call_t<S>;
+    using type = substitute_call_t<S, R>;
 };
-template <class S>
-struct substitute_result<S, true> {
-    using type = await_result_t<substitute_call_t<S>>;
+template <class S, class R>
+struct substitute_result<S, R, true> {
+    using type = await_result_t<substitute_call_t<S, R>>;
 };
 
-/// What the substitute finally produces: the value itself, the function's result, or what that
-/// result's awaitable yields.
-template <class S>
-using substitute_result_t = typename substitute_result<S>::type;
+/// What the substitute finally produces for an action returning `R`: the value itself, the
+/// function's result, or what that result's awaitable yields.
+template <class S, class R>
+using substitute_result_t = typename substitute_result<S, R>::type;
 
 } // namespace detail
 
 /// Answers a failed call with a substitute instead of the failure: stale data, an empty list, a
 /// degraded result. The substitute is, in order of preference, something callable with
-/// `(const failure&, const context&)`, with `(const failure&)`, or with `()`; a function's result
-/// may be an awaitable (`-> rs::task<int>`), which is awaited; anything not callable is a value,
-/// copied out each time. Its result must convert to the action's result type (checked at compile
-/// time); for a `void` action it must be a callable returning `void` or an awaitable of `void`.
+/// `(const rs::outcome<R>&, const context&)` or `(const rs::outcome<R>&)` (its first parameter
+/// spelled so), with `(const failure&, const context&)`, with `(const failure&)`, or with `()`;
+/// a function's result may be an awaitable (`-> rs::task<int>`), which is awaited; anything not
+/// callable is a value, copied out each time. Its result must convert to the action's result type
+/// `R` (checked at compile time); for a `void` action it must be a callable returning `void` or an
+/// awaitable of `void`.
 ///
-/// - A value is returned unchanged and the substitute never runs.
+/// - A value is returned unchanged and the substitute never runs, unless `should_handle` handles
+///   it (an outcome classifier: a 503 returned as a value, say). Then the substitute answers it:
+///   one taking `const rs::outcome<R>&` sees the value; one taking `const failure&` receives an
+///   empty failure (`has_exception()` false), since there was none.
 /// - A failure the substitute answers: the call's result is the substitute's. The function sees
-///   the failure as it was (same exception object). If the substitute (or `handle_if`) throws, that
-///   exception becomes the call's failure: it replaces the original rather than suppressing it.
-/// - `handle_if(const failure&) -> bool` narrows which failures get the substitute; the others pass
-///   through unchanged. The default declines cancellation (`is_cancellation`): a caller that gave
-///   up is not a failure to answer for.
-/// - Whatever `handle_if` says, a call whose caller's stop token is stopped is never answered: its
-///   failure passes through, so cancelling a call never turns into a substitute.
+///   the failure as it was (same exception object).
+/// - `should_handle` narrows which outcomes get the substitute; the others pass through unchanged.
+///   It is an `rs::classifier` (the same object a retry or a breaker takes) or any callable a
+///   classifier accepts, kept unerased: `bool`/`verdict` of `(const failure&)` or of a spelled
+///   `(const rs::outcome<T>&)`. The default declines cancellation (`is_cancellation`) and every
+///   value: a caller that gave up is not a failure to answer for.
+/// - Whatever `should_handle` says, a call whose caller's stop token is stopped is never answered:
+///   its outcome passes through, so cancelling a call never turns into a substitute.
+/// - If the substitute or `should_handle` throws, that exception becomes the call's failure: it
+///   replaces the outcome rather than suppressing it. Nothing escapes `execute_outcome`.
 ///
 /// A fallback swallows failures, so it belongs outermost: inside a retry the retry would see a
 /// success, inside a breaker the breaker would never learn the dependency fails.
@@ -96,57 +170,81 @@ using substitute_result_t = typename substitute_result<S>::type;
 ///
 /// Stateless value: copies are independent. The substitute is called as `const` and lives in the
 /// fallback, so a coroutine substitute may use its captures for as long as the fallback lives
-/// (which, as for every policy, must outlive the calls made through it); the `const failure&` it
-/// receives stays valid until its awaitable finishes.
-template <class Substitute, class HandleIf = detail::unless_cancelled>
-class fallback : public policy_base<fallback<Substitute, HandleIf>> {
-    static_assert(std::is_invocable_r_v<bool, const HandleIf&, const failure&>,
-                  "resilience::fallback: handle_if must be callable as bool(const rs::failure&)");
+/// (which, as for every policy, must outlive the calls made through it); the `const failure&` or
+/// `const outcome<R>&` it receives stays valid until its awaitable finishes.
+template <class Substitute, class ShouldHandle = detail::unless_cancelled>
+class fallback : public policy_base<fallback<Substitute, ShouldHandle>> {
+    static_assert(detail::fallback_predicate<ShouldHandle>,
+                  "resilience::fallback: should_handle must be an rs::classifier, or callable as "
+                  "bool(const rs::failure&) or bool(const rs::outcome<T>&) (or returning rs::verdict)");
     static_assert(!std::is_reference_v<Substitute>, "resilience::fallback: the substitute is held by value");
 
 public:
-    explicit fallback(Substitute substitute, HandleIf handle_if = HandleIf{})
-        : substitute_(std::move(substitute)), handle_if_(std::move(handle_if)) {}
+    /// `name` names the fallback in its messages (`name()`); empty: unnamed.
+    explicit fallback(Substitute substitute, ShouldHandle should_handle = ShouldHandle{},
+                      std::string name = {})
+        : substitute_(std::move(substitute)), should_handle_(std::move(should_handle)),
+          name_(std::move(name)) {}
 
-    const Substitute& substitute() const noexcept { return substitute_; }
-    const HandleIf& handle_if() const noexcept { return handle_if_; }
+    [[nodiscard]] const Substitute& substitute() const noexcept { return substitute_; }
+    [[nodiscard]] const ShouldHandle& should_handle() const noexcept { return should_handle_; }
+    /// The name given to the constructor (empty when unnamed).
+    [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
-    // ---- the policy protocol (see policy.hpp): a value passes through untouched ----
+    // ---- the policy protocol (see policy.hpp): an outcome not handled passes through untouched ----
     static constexpr bool enter_never_waits = true;
     struct call_state {};
 
     template <class R>
-    step enter(call_state&, const context&, const context*&, std::optional<outcome<R>>&) const noexcept {
+    step enter(call_state&, const context&, const context*&, std::optional<outcome<R>>& result) const {
+        if constexpr (std::same_as<ShouldHandle, classifier>) {
+            if (!should_handle_.template accepts<R>()) {
+                result.emplace(should_handle_.template mismatch<R>("fallback", name_));
+                return step::done;
+            }
+        }
         return step::proceed;
     }
+
+    /// Asks `should_handle` here, so an outcome it declines costs no frame: only a handled one
+    /// goes on to `resume` and the substitute.
     template <class R>
-    step leave(call_state&, const context& ctx, const outcome<R>& result) const noexcept {
-        return result.has_value() || ctx.stop_requested() ? step::proceed : step::wait;
+    step leave(call_state&, const context& ctx, outcome<R>& result) const {
+        if (result.has_value() && !detail::fallback_sees_values(should_handle_))
+            return step::proceed;
+        if (ctx.stop_requested())
+            return step::proceed;
+        try {
+            return detail::fallback_handles(should_handle_, result) ? step::wait : step::proceed;
+        } catch (...) {
+            result = outcome<R>{failure::current()};
+            return step::proceed;
+        }
     }
 
-    /// A failure: answered with the substitute, or passed on.
+    /// A handled outcome: answered with the substitute.
     template <class Next, class R>
     task<outcome<R>> resume(call_state&, Next, const context& ctx, outcome<R> result) const {
         using result_t = outcome<R>;
         static_assert(
-            std::is_convertible_v<detail::substitute_result_t<Substitute>, R>,
+            std::is_convertible_v<detail::substitute_result_t<Substitute, R>, R>,
             "resilience::fallback: the substitute's result must convert to the action's result type "
             "(for a void action: a callable returning void or an awaitable of void)");
 
-        const failure& original = result.error();
+        const failure none;
+        const failure& original = result.has_failure() ? result.error() : none;
         try {
-            if (!std::invoke(handle_if_, original))
-                co_return std::move(result);
             if constexpr (std::is_void_v<R>) {
-                if constexpr (detail::substitute_awaited<Substitute>)
-                    co_await detail::call_substitute(substitute_, original, ctx);
+                if constexpr (detail::substitute_awaited<Substitute, R>)
+                    co_await detail::call_substitute(substitute_, result, original, ctx);
                 else
-                    detail::call_substitute(substitute_, original, ctx);
+                    detail::call_substitute(substitute_, result, original, ctx);
                 co_return result_t{};
-            } else if constexpr (detail::substitute_awaited<Substitute>) {
-                co_return result_t(convert<R>(co_await detail::call_substitute(substitute_, original, ctx)));
+            } else if constexpr (detail::substitute_awaited<Substitute, R>) {
+                co_return result_t(
+                    convert<R>(co_await detail::call_substitute(substitute_, result, original, ctx)));
             } else {
-                co_return result_t(convert<R>(detail::call_substitute(substitute_, original, ctx)));
+                co_return result_t(convert<R>(detail::call_substitute(substitute_, result, original, ctx)));
             }
         } catch (...) {
             co_return failure::current();
@@ -161,12 +259,15 @@ private:
     }
 
     Substitute substitute_;
-    HandleIf handle_if_;
+    ShouldHandle should_handle_;
+    std::string name_;
 };
 
 template <class Substitute>
 fallback(Substitute) -> fallback<Substitute>;
-template <class Substitute, class HandleIf>
-fallback(Substitute, HandleIf) -> fallback<Substitute, HandleIf>;
+template <class Substitute, class ShouldHandle>
+fallback(Substitute, ShouldHandle) -> fallback<Substitute, ShouldHandle>;
+template <class Substitute, class ShouldHandle>
+fallback(Substitute, ShouldHandle, std::string) -> fallback<Substitute, ShouldHandle>;
 
 } // namespace resilience

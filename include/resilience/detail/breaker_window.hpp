@@ -62,13 +62,13 @@ private:
     window_counts totals_;
 };
 
-/// The calls of the last stretch of time, kept in `buckets` buckets of `width` each, so memory is
-/// fixed however many calls arrive. Bucket `k` holds the calls made in `[k*width, (k+1)*width)`
-/// (time since the clock's epoch); at time `t` the window is bucket `floor(t/width)` and the
-/// `buckets - 1` before it. A call therefore stops counting between `(buckets-1)*width` and
-/// `buckets*width` after it was made: never later. Recording costs O(1) plus one bucket cleared
-/// per bucket width that has passed (at most `buckets`); reading at a later time does not change
-/// the window. Not synchronised: the breaker holds its lock around every use.
+/// The calls of the last stretch of time, kept in `buckets` buckets (the `segments` of a
+/// `breaker_window`) of `width` each, so memory is fixed however many calls arrive. Bucket `k`
+/// holds the calls made in `[k*width, (k+1)*width)` (time since the clock's epoch); at time `t`
+/// the window is bucket `floor(t/width)` and the `buckets - 1` before it. A call therefore stops counting
+/// between `(buckets-1)*width` and `buckets*width` after it was made: never later. Recording costs O(1) plus
+/// one bucket cleared per bucket width that has passed (at most `buckets`); reading at a later time does not
+/// change the window. Not synchronised: the breaker holds its lock around every use.
 class time_window {
 public:
     time_window(std::chrono::nanoseconds width, std::size_t buckets) : width_(width), buckets_(buckets) {}
