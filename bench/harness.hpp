@@ -78,6 +78,24 @@ public:
             const double ratio = base == rows_.end() ? 0.0 : r.ns / base->second.ns;
             fmt::print("{:<48} {:>10.1f} {:>12.2f} {:>12.3f} {:>12.3f}\n", name, r.ns, ratio, r.allocs, r.throws);
         }
+        // Throughput of two threads against one, for each `<x>_two_threads` row with a matching
+        // `<x>_one_thread` row: 2 * (one thread's time per call) / (two threads' time per call).
+        bool header = false;
+        for (const auto& name : order_) {
+            const auto at = name.find("_two_threads");
+            if (at == std::string::npos)
+                continue;
+            const std::string prefix = name.substr(0, at);
+            for (const auto& other : order_) {
+                if (other.rfind(prefix + "_one_thread", 0) != 0)
+                    continue;
+                if (!header) {
+                    fmt::print("\n{:<48} {:>26}\n", "two threads", "throughput x one thread");
+                    header = true;
+                }
+                fmt::print("{:<48} {:>26.2f}\n", prefix, 2.0 * rows_[other].ns / rows_[name].ns);
+            }
+        }
     }
 
 private:

@@ -103,6 +103,27 @@ void pipeline_of_five(benchmark::State& state) {
 }
 BENCHMARK(pipeline_of_five);
 
+// The same, with a caller's stop token that can be stopped (it never is).
+void pipeline_of_five_caller_token(benchmark::State& state) {
+    const rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
+                         roomy_bulkhead(), roomy_limiter()};
+    std::stop_source caller;
+    bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
+        benchmark::DoNotOptimize(co_await p.execute(action, caller.get_token()));
+    });
+}
+BENCHMARK(pipeline_of_five_caller_token);
+
+// An action that takes the attempt's stop token, so the timeout makes one on every call.
+void pipeline_of_five_token_taken(benchmark::State& state) {
+    const rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
+                         roomy_bulkhead(), roomy_limiter()};
+    bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
+        benchmark::DoNotOptimize(co_await p.execute([](std::stop_token) { return dependency(); }));
+    });
+}
+BENCHMARK(pipeline_of_five_token_taken);
+
 // One handle of each stateful policy shared by two threads, each running its own event loop.
 const rs::pipeline<rs::circuit_breaker<>, rs::bulkhead<>, rs::rate_limiter<>>& shared_stateful() {
     static const rs::pipeline p{rs::circuit_breaker{{.failure_threshold = 5}}, roomy_bulkhead(),
@@ -118,6 +139,20 @@ void shared_handles_one_thread(benchmark::State& state) {
     through(state, shared_stateful());
 }
 BENCHMARK(shared_handles_one_thread)->UseRealTime();
+
+// The control: each thread its own handles (nothing shared), two threads and one.
+void separate_handles(benchmark::State& state) {
+    const rs::pipeline p{rs::circuit_breaker{{.failure_threshold = 5}}, roomy_bulkhead(), roomy_limiter()};
+    through(state, p);
+}
+void separate_handles_two_threads(benchmark::State& state) {
+    separate_handles(state);
+}
+BENCHMARK(separate_handles_two_threads)->Threads(2)->UseRealTime();
+void separate_handles_one_thread(benchmark::State& state) {
+    separate_handles(state);
+}
+BENCHMARK(separate_handles_one_thread)->UseRealTime();
 
 // The bulkhead and the limiter alone, one handle shared by two threads: their fast paths under
 // contention, without the breaker's mutex beside them.
