@@ -108,7 +108,7 @@ public:
         std::shared_ptr<state> st = state_; // the call may outlive every handle
         if (token.stop_requested())
             co_return failure::make(cancelled_error{});
-        // A named awaiter: GCC 12 destroys the members of an aggregate awaiter temporary twice.
+        // Named: an owner goes on using it after the co_await, to settle the call.
         entry joined{*st, key, std::move(token)};
         std::optional<outcome<T>> shared = co_await joined;
         if (shared)
@@ -407,6 +407,7 @@ private:
         bool finished_ = false;
     };
 
+    // The action may produce anything convertible to T; the callers share a T.
     template <class R>
     static outcome<T> converted(outcome<R>&& r) {
         if constexpr (std::is_same_v<R, T>) {
@@ -449,7 +450,7 @@ public:
         std::shared_ptr<state> st = flight_.state_;
         if (ctx.stop_token().stop_requested())
             co_return failure::make(cancelled_error{});
-        // A named awaiter: GCC 12 destroys the members of an aggregate awaiter temporary twice.
+        // Named: an owner goes on using it after the co_await, to settle the call.
         entry joined{*st, key_, ctx.stop_token()};
         std::optional<outcome<T>> shared = co_await joined;
         if (shared)
