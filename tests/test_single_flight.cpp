@@ -12,11 +12,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <exception>
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -193,27 +195,63 @@ TEST_CASE("single_flight: a caller that stops leaves at once, the others still g
     CHECK(r[2].at == 100ms);
 }
 
-TEST_CASE(
-    "single_flight: the shared call keeps running for the others when the caller that started it leaves",
-    "[single_flight]") {
+// The owner runs the shared call in its own frame, so when it stops it stays until the call ends
+// (it used to leave at once, the call running on detached): its result is then cancelled_error,
+// while the caller still attached gets the value.
+TEST_CASE("single_flight: when the owner stops while another caller is attached, the call runs on for it",
+          "[single_flight]") {
     rs::testing::simulation sim;
     flights sf;
     auto act = slow(sim);
-    record starter, other;
+    record owner, other;
     std::stop_source stop;
-    sim.spawn(caller(sim, sf, "k", act, starter, stop.get_token()));
+    sim.spawn(caller(sim, sf, "k", act, owner, stop.get_token()));
     sim.spawn(after(sim, 10ms, caller(sim, sf, "k", act, other)));
     sim.spawn(stop_at(sim, stop, 20ms));
+    bool contained_at_50 = false;
+    sim.spawn(at(sim, 50ms, [&] { contained_at_50 = sf.contains("k"); }));
     sim.run_all();
-    CHECK(starter.cancelled());
-    CHECK(starter.at == 20ms);
+    CHECK(owner.cancelled());
+    CHECK(owner.at == 100ms);
     CHECK(other.value == 42);
     CHECK(other.at == 100ms);
+    CHECK(contained_at_50); // the owner's stop does not free the key while another caller waits
     CHECK(act.calls() == 1);
     CHECK(act.stopped() == 0);
 }
 
-TEST_CASE("single_flight: when every caller has left, the shared call is stopped and the key is free",
+TEST_CASE("single_flight: the action may capture the owner's locals by reference, even when the owner stops",
+          "[single_flight]") {
+    rs::testing::simulation sim;
+    flights sf;
+    record owner, other;
+    std::stop_source stop;
+    auto owning = [&]() -> rs::task<void> {
+        // On the heap, so a read after this frame ended would be a use after free under ASan.
+        const std::string local(40, 'x');
+        auto act = [&](std::stop_token) -> rs::task<int> {
+            co_await sim.sleep_for(100ms);
+            co_return static_cast<int>(local.size()) + 2; // read after the suspension
+        };
+        try {
+            owner.value = co_await sf.run("k", act, stop.get_token());
+        } catch (...) {
+            owner.error = std::current_exception();
+        }
+        owner.at = sim.now();
+    };
+    auto unused = [](std::stop_token) -> rs::task<int> { co_return 0; };
+    sim.spawn(owning());
+    sim.spawn(after(sim, 10ms, caller(sim, sf, "k", unused, other)));
+    sim.spawn(stop_at(sim, stop, 20ms));
+    sim.run_all();
+    CHECK(other.value == 42);
+    CHECK(other.at == 100ms);
+    CHECK(owner.cancelled());
+    CHECK(owner.at == 100ms);
+}
+
+TEST_CASE("single_flight: when every caller has stopped, the shared call is stopped and the key is free",
           "[single_flight]") {
     rs::testing::simulation sim;
     flights sf;
@@ -233,8 +271,10 @@ TEST_CASE("single_flight: when every caller has left, the shared call is stopped
     }));
     sim.spawn(after(sim, 70ms, caller(sim, sf, "k", act, fresh)));
     sim.run_all();
+    // r[0] owns the call: its stop alone stopped nothing, and it stays until the call, stopped by the
+    // last caller at 50ms, has ended (before the call ran in its frame it left at 30ms).
     CHECK(r[0].cancelled());
-    CHECK(r[0].at == 30ms);
+    CHECK(r[0].at == 50ms);
     CHECK(r[1].cancelled());
     CHECK(r[1].at == 50ms);
     CHECK(contained_at_40);
@@ -377,6 +417,65 @@ TEST_CASE("single_flight: in the policy form the starting caller stays until the
         CHECK_FALSE(sf.contains("k"));
     }
     CHECK(act.calls() == 1);
+}
+
+namespace {
+
+// Suspends for good: nothing ever resumes it, only the destruction of its loop ends it.
+struct never {
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    void await_resume() const noexcept {}
+};
+
+} // namespace
+
+TEST_CASE("single_flight: a loop destroyed with a shared call pending frees the key and wakes the attached "
+          "callers",
+          "[single_flight]") {
+    flights sf;
+    std::optional<rs::testing::simulation> doomed;
+    doomed.emplace();
+    int parked_calls = 0;
+    auto parked = [&](std::stop_token) -> rs::task<int> {
+        ++parked_calls;
+        co_await never{};
+        co_return 0;
+    };
+    record owner, attached_on_doomed, attached_elsewhere, fresh;
+    // Spawned first, attaching at 10ms: destroyed after the owner (a loop destroys the coroutines it
+    // holds newest first), so the owner's teardown releases it into the loop being destroyed.
+    doomed->spawn(after(*doomed, 10ms, caller(*doomed, sf, "k", parked, attached_on_doomed)));
+    SECTION("the owner called run") {
+        doomed->spawn(caller(*doomed, sf, "k", parked, owner));
+    }
+    SECTION("the owner called through the policy form") {
+        doomed->spawn(policy_caller(*doomed, sf.policy("k"), parked, owner));
+    }
+    // Nothing will resume the parked action: the loop says it is stuck and returns, the call pending.
+    CHECK_THROWS_AS(doomed->run_all(), std::logic_error);
+    CHECK(sf.contains("k"));
+
+    rs::testing::simulation sim;
+    auto act = slow(sim);
+    bool contained_after_teardown = true;
+    sim.spawn(caller(sim, sf, "k", act, attached_elsewhere));
+    sim.spawn(at(sim, 10ms, [&] {
+        doomed.reset();
+        contained_after_teardown = sf.contains("k");
+    }));
+    sim.spawn(after(sim, 20ms, caller(sim, sf, "k", act, fresh)));
+    sim.run_all();
+    CHECK_FALSE(contained_after_teardown);
+    CHECK(attached_elsewhere.cancelled());
+    CHECK(attached_elsewhere.at == 10ms);
+    CHECK(fresh.value == 42); // a fresh call, not the dead one
+    CHECK(fresh.at == 120ms);
+    CHECK(act.calls() == 1);
+    CHECK(parked_calls == 1);
+    CHECK(owner.at == -1ns); // neither the owner nor the caller on its loop ever resumed
+    CHECK(attached_on_doomed.at == -1ns);
+    CHECK(sf.in_flight() == 0);
 }
 
 // ---- concurrency ------------------------------------------------------------------------------------

@@ -25,56 +25,39 @@
 
 namespace resilience {
 
-namespace detail {
-
-/// A coroutine that starts at once, with nobody awaiting it, and frees its own frame at the end.
-/// Starts a shared call when the caller that needs it runs outside any event loop.
-struct detached_task {
-    struct promise_type : recycled_frame {
-        detached_task get_return_object() const noexcept { return {}; }
-        std::suspend_never initial_suspend() const noexcept { return {}; }
-        std::suspend_never final_suspend() const noexcept { return {}; }
-        void return_void() const noexcept {}
-        // The only awaitable started this way catches everything itself.
-        void unhandled_exception() const noexcept { std::terminate(); }
-    };
-};
-
-inline detached_task start_detached(task<void> t) {
-    co_await std::move(t);
-}
-
-} // namespace detail
-
 /// Collapses concurrent calls that share a key into one call of the action, whose result (value or
 /// failure) every caller receives: a failure is the same exception object for all of them. Nothing
 /// is stored once the call settles: the next caller starts a new one. It is not a cache; there is
 /// no expiry to configure.
 ///
-/// - The first caller of a key starts the shared call as a coroutine of its own, spawned on that
-///   caller's event loop (started inline when there is none); later callers of the key join it.
-///   Their actions are never called (they are destroyed when their `run` ends).
-/// - Each caller's stop token detaches that caller alone: it gets `cancelled_error` at once and
-///   leaves. The shared call keeps running while at least one caller waits, even when the caller
-///   that started it has left. When the last caller leaves, the shared call's stop token is
-///   stopped and the key is free at once: the next caller starts a fresh call (the abandoned one
-///   finishes in the background, its result delivered to nobody).
-/// - Waiters are resumed on their own event loop (through `post`), whichever thread the shared
-///   call finished on; a waiter outside any loop is resumed inline.
+/// - The first caller of a key **owns** the shared call: it runs the action in its own frame, as
+///   `execute` would. Later callers of the key **attach** to it: they suspend until it ends and
+///   each takes a copy of the result. Their actions are never called (they are destroyed when
+///   their `run` ends).
+/// - Stops. The shared call's stop token is stopped only when every caller attached to it (the
+///   owner included) has stopped; at that instant the key is freed, so the next caller starts a
+///   fresh call instead of joining one being abandoned. An attached caller that stops leaves at
+///   once with `cancelled_error`. The owner that stops is detached the same way (its result will be
+///   `cancelled_error`), but, since the shared call runs in its frame, its `run` returns only when
+///   the shared call has ended; the callers still attached get the real result.
+/// - Teardown. If the owner's frame is destroyed before the call ends (its event loop destroyed
+///   with the call pending), the key is freed and every attached caller is woken with
+///   `cancelled_error` (a new object for each): none waits for a call that will never end.
+/// - Attached callers are resumed on their own event loop (through `post`), whichever thread the
+///   shared call ended on; one outside any loop is resumed inline.
 /// - Thread-safe: callers on different threads and loops share one call per key. No lock is held
 ///   while user code runs.
 ///
-/// Lifetimes. `run` moves the action into the shared call, which keeps it alive until the call
-/// ends; the shared call may outlive the caller that started it (it serves the others), so the
-/// action must own what it uses:
+/// Lifetimes. The action lives in the owner's frame and is awaited there, and the owner returns
+/// only after the shared call has ended, so the action may reference the caller's locals exactly
+/// as with `execute`:
 ///
-///     flights.run(key, [client](std::stop_token st) { return client->fetch(st); });  // OK: owns a copy
-///     flights.run(key, [&local](std::stop_token st) { return fetch(local, st); });    // dangling once
-///                                                 // the starting caller leaves while others wait
+///     int limit = 10;
+///     co_await flights.run(key, [&](std::stop_token st) { return fetch(limit, st); });  // OK
 ///
-/// The shared state is held by `std::shared_ptr` inside every caller and every shared call, so a
-/// call in flight keeps it alive even if every handle has been destroyed. The policy form
-/// (`policy(key)`) works differently, see `keyed_policy`.
+/// The shared state is held by `std::shared_ptr` inside every caller, so a call in flight keeps it
+/// alive even if every handle has been destroyed. The policy form (`policy(key)`) follows the same
+/// rules, see `keyed_policy`.
 ///
 /// A cheap copyable handle: copies share one set of calls. `Key` must be copyable, hashable by
 /// `Hash` and comparable by `KeyEqual`; `T` must be copyable (each caller receives its own copy)
@@ -104,9 +87,10 @@ public:
 
     /// Runs `action` once for all concurrent callers of `key` and returns the shared value, or
     /// rethrows the shared failure (the same exception object for every caller). The action is
-    /// called like a policy's action (with a `context`, a `std::stop_token`, or nothing) and gets
-    /// the shared call's stop token, stopped only when every caller has left. When `token` is
-    /// stopped this caller leaves at once with `cancelled_error`.
+    /// called like a policy's action (with a `context`, a `std::stop_token`, or nothing), in the
+    /// frame of the caller that owns the call, and gets the shared call's stop token, stopped only
+    /// when every caller has stopped. When `token` is stopped this caller gets `cancelled_error`:
+    /// at once if it is attached, when the shared call ends if it owns it.
     template <class A>
     task<T> run(Key key, A action, std::stop_token token = {}) const {
         outcome<T> result = co_await run_outcome(std::move(key), std::move(action), std::move(token));
@@ -124,41 +108,44 @@ public:
         std::shared_ptr<state> st = state_; // the call may outlive every handle
         if (token.stop_requested())
             co_return failure::make(cancelled_error{});
-        auto start = [&](const std::shared_ptr<call>& c) {
-            start_shared(st, c, run_action<A>{std::move(action)});
-        };
-        // A named awaiter: GCC 12 destroys the members of an aggregate awaiter temporary twice.
-        join_awaiter<decltype(start)> joined{*st, key, std::move(token), false, start};
-        co_return co_await joined;
+        // Named: an owner goes on using it after the co_await, to settle the call.
+        entry joined{*st, key, std::move(token)};
+        std::optional<outcome<T>> shared = co_await joined;
+        if (shared)
+            co_return std::move(*shared);
+        const context ctx{joined.call_token()};
+        // guarded_call turns whatever the action throws into a failure, so the call always settles.
+        co_return joined.finish(converted(co_await detail::guarded_call<A>{&action, ctx}));
     }
 
-    /// A policy that runs everything it wraps under `key`: the `next` of the first caller becomes
-    /// the shared call. Build one per call (it is a handle and a key: cheap) to key each call.
+    /// A policy that runs everything it wraps under `key`: the `next` of the caller that owns the
+    /// call becomes the shared call. Build one per call (it is a handle and a key: cheap) to key
+    /// each call.
     keyed_policy policy(Key key) const { return keyed_policy{*this, std::move(key)}; }
 
-    /// How many keys have a call that callers are waiting for. A call every caller has left is
-    /// not counted, even while it is still finishing.
+    /// How many keys have a call that callers are waiting for. A call every caller has stopped
+    /// waiting for is not counted, even while it is still finishing.
     std::size_t in_flight() const {
         std::lock_guard lock(state_->mutex);
         return state_->calls.size();
     }
-    /// Whether a caller arriving now with `key` would join a call rather than start one.
+    /// Whether a caller arriving now with `key` would attach to a call rather than own one.
     bool contains(const Key& key) const {
         std::lock_guard lock(state_->mutex);
         return state_->calls.find(key) != state_->calls.end();
     }
 
 private:
-    // One shared call. `stop` and `key` are set once; everything else is guarded by state::mutex.
+    // One shared call. `stop` and `key` are set once; `result` is written by the owner before it
+    // settles and only read after; everything else is guarded by state::mutex.
     struct call {
         explicit call(const Key& k) : key(k) {}
         const Key key;
         std::stop_source stop;
-        waiter* head = nullptr; // callers still attached (an intrusive list of their awaiters)
-        std::size_t attached = 0;
-        waiter* lender = nullptr; // policy form: the caller whose `next` runs as the shared call
-        bool lender_left = false;
-        std::optional<outcome<T>> result;
+        waiter* head = nullptr;   // attached callers (an intrusive list of their awaiters)
+        std::size_t attached = 0; // callers that have not stopped, the owner included
+        bool owner_attached = true;
+        std::optional<outcome<T>> result; // empty once settled: the owner's frame was destroyed
     };
 
     struct state {
@@ -167,7 +154,7 @@ private:
         std::unordered_map<Key, std::shared_ptr<call>, Hash, KeyEqual> calls;
     };
 
-    // The part of a caller's awaiter that the shared call and stop callbacks see.
+    // The part of an attached caller's awaiter that the owner and stop callbacks see.
     struct waiter {
         std::coroutine_handle<> handle;
         event_loop* loop = nullptr;
@@ -201,9 +188,9 @@ private:
         w.attached = false;
         --c.attached;
     }
-    static void erase_if_current(state& st, const std::shared_ptr<call>& c) {
-        auto it = st.calls.find(c->key);
-        if (it != st.calls.end() && it->second == c)
+    static void erase_if_current(state& st, const call& c) {
+        auto it = st.calls.find(c.key);
+        if (it != st.calls.end() && it->second.get() == &c)
             st.calls.erase(it);
     }
 
@@ -220,31 +207,78 @@ private:
             h.resume();
     }
 
-    // The shared call ended: record the result, free the key, release every attached caller.
-    static void settle(state& st, const std::shared_ptr<call>& c, outcome<T> result) {
+    // The shared call is over (the owner has written `result`, or its frame is being destroyed):
+    // free the key and release every attached caller. Says whether the owner had stopped, and
+    // whether anybody else will read `result`.
+    struct settled {
+        bool owner_stopped;
+        bool shared;
+    };
+    static settled settle(state& st, call& c) noexcept {
         waiter* list = nullptr;
-        waiter* lender = nullptr;
+        bool owner_stopped = false;
         {
             std::lock_guard lock(st.mutex);
-            c->result.emplace(std::move(result));
             erase_if_current(st, c);
-            list = std::exchange(c->head, nullptr);
+            list = std::exchange(c.head, nullptr);
             for (waiter* w = list; w; w = w->next)
                 w->attached = false;
-            c->attached = 0;
-            if (c->lender_left)
-                lender = c->lender;
+            c.attached = 0;
+            owner_stopped = !std::exchange(c.owner_attached, false);
         }
+        const settled s{owner_stopped, list != nullptr};
         while (list) {
             waiter* next = list->next;
             release(*list);
             list = next;
         }
-        if (lender)
-            release(*lender);
+        return s;
     }
 
-    // A destroyed waiter: detach it without waking it; the last one out stops the shared call.
+    // One caller has just been detached (stopped, or its frame destroyed); the last one to go stops
+    // the shared call and frees the key, so nobody attaches to a call being abandoned. Call under
+    // st.mutex; the caller requests the stop once the lock is released, when this says so.
+    static bool last_detached_locked(state& st, call& c) noexcept {
+        if (c.attached != 0)
+            return false;
+        erase_if_current(st, c);
+        return true;
+    }
+
+    // The owner's stop: it stays to run the call, but no longer counts as waiting for it.
+    static void owner_stops(state& st, call& c) noexcept {
+        bool last = false;
+        {
+            std::lock_guard lock(st.mutex);
+            if (!c.owner_attached)
+                return; // settled already
+            c.owner_attached = false;
+            --c.attached;
+            last = last_detached_locked(st, c);
+        }
+        if (last)
+            c.stop.request_stop();
+    }
+
+    // An attached caller's stop: it leaves at once.
+    static void waiter_stops(state& st, waiter& w) noexcept {
+        std::shared_ptr<call> c;
+        bool last = false;
+        {
+            std::lock_guard lock(st.mutex);
+            if (!w.attached)
+                return; // settled already: the owner releases it
+            c = w.owner;
+            unlink(*c, w);
+            w.cancelled = true;
+            last = last_detached_locked(st, *c);
+        }
+        if (last)
+            c->stop.request_stop();
+        release(w);
+    }
+
+    // An attached caller's frame destroyed while suspended: detach it without waking it.
     static void abandon(state& st, waiter& w) noexcept {
         std::shared_ptr<call> c;
         bool last = false;
@@ -254,163 +288,140 @@ private:
                 return;
             c = w.owner;
             unlink(*c, w);
-            if (c->lender == &w)
-                c->lender = nullptr;
-            if (c->attached == 0) {
-                last = true;
-                erase_if_current(st, c);
-            }
+            last = last_detached_locked(st, *c);
         }
         if (last)
             c->stop.request_stop();
     }
 
-    // A caller's stop callback: detach it; the last one out stops the shared call and frees the key.
-    static void leave(state& st, waiter& w) noexcept {
-        std::shared_ptr<call> c;
-        bool last = false, release_now = true;
-        {
-            std::lock_guard lock(st.mutex);
-            if (!w.attached)
-                return; // settled already: the shared call releases it
-            c = w.owner;
-            unlink(*c, w);
-            w.cancelled = true;
-            if (c->attached == 0) {
-                last = true;
-                erase_if_current(st, c);
-            }
-            if (c->lender == &w) {
-                c->lender_left = true; // its `next` is still running: released when the call ends
-                release_now = false;
-            }
-        }
-        if (last)
-            c->stop.request_stop();
-        if (release_now)
-            release(w);
-    }
-
+    class entry;
     struct on_stop {
-        state* st;
-        waiter* w;
-        void operator()() const noexcept { leave(*st, *w); }
+        entry* e;
+        void operator()() const noexcept { e->stopped(); }
     };
 
-    // Joins (or starts) the call for `key`; completes with the shared outcome, or with
-    // cancelled_error when `token` is stopped first.
-    template <class Starter>
-    struct join_awaiter {
-        state& st;
-        const Key& key;
-        std::stop_token token;
-        bool lends;
-        Starter& start;
-        waiter w{};
-        std::optional<std::stop_callback<on_stop>> stop_cb{};
-        bool suspended = false;
+    // One caller's place in a call: owning it or attached to it. `co_await` attaches to the
+    // key's call (completing with its outcome, or cancelled_error when `token` is stopped first),
+    // or, when there is none, makes this caller the owner and completes at once with nothing: the
+    // caller then runs the call and hands its result to `finish`.
+    class entry {
+    public:
+        entry(state& st, const Key& key, std::stop_token token) noexcept
+            : st_(st), key_(key), token_(std::move(token)) {}
+        entry(const entry&) = delete;
+        entry& operator=(const entry&) = delete;
+
+        // An owner's frame destroyed before its call ended (its event loop torn down): the key is
+        // freed and the attached callers are woken, finding no result. An attached caller's frame
+        // destroyed while it waits: it detaches without being woken.
+        ~entry() {
+            if (owns_) {
+                if (finished_)
+                    return;
+                stop_cb_.reset();
+                settle(st_, *w_.owner);
+                w_.owner->stop.request_stop(); // for anything the call handed its token to
+                return;
+            }
+            if (!suspended_)
+                return;
+            stop_cb_.reset();
+            abandon(st_, w_);
+        }
 
         bool await_ready() const noexcept { return false; }
         bool await_suspend(std::coroutine_handle<> h) {
-            w.handle = h;
-            w.loop = event_loop::current();
-            bool first = false;
+            w_.handle = h;
+            w_.loop = event_loop::current();
             {
-                std::lock_guard lock(st.mutex);
-                auto it = st.calls.find(key);
-                if (it == st.calls.end()) {
-                    it = st.calls.emplace(key, std::make_shared<call>(key)).first;
-                    first = true;
-                }
-                w.owner = it->second;
-                link(*w.owner, w);
-                if (first && lends)
-                    w.owner->lender = &w;
-            }
-            if (first) {
-                try {
-                    start(w.owner);
-                } catch (...) {
-                    settle(st, w.owner, failure::current());
+                std::lock_guard lock(st_.mutex);
+                auto it = st_.calls.find(key_);
+                if (it == st_.calls.end()) {
+                    it = st_.calls.emplace(key_, std::make_shared<call>(key_)).first;
+                    owns_ = true;
+                    ++it->second->attached;
+                    w_.owner = it->second;
+                } else {
+                    w_.owner = it->second;
+                    link(*w_.owner, w_);
                 }
             }
-            if (token.stop_possible())
-                stop_cb.emplace(token, on_stop{&st, &w});
-            suspended = true; // before the exchange: once suspended, another thread may resume it
-            const bool suspends = w.phase.exchange(1, std::memory_order_acq_rel) != 2;
+            // Registered here for both roles: a token stopped meanwhile fires at once, which for an
+            // attached caller releases it before it suspends (then it does not suspend).
+            if (token_.stop_possible())
+                stop_cb_.emplace(token_, on_stop{this});
+            if (owns_)
+                return false;
+            suspended_ = true; // before the exchange: once suspended, another thread may resume it
+            const bool suspends = w_.phase.exchange(1, std::memory_order_acq_rel) != 2;
             if (!suspends)
-                suspended = false;
+                suspended_ = false;
             return suspends;
         }
-        // Reached while suspended only when the waiting coroutine is destroyed without being
-        // resumed (its event loop was torn down): it detaches without being woken, and, if it was
-        // the last caller, the shared call is stopped as when the last caller leaves.
-        ~join_awaiter() {
-            if (!suspended)
-                return;
-            stop_cb.reset();
-            abandon(st, w);
+        std::optional<outcome<T>> await_resume() {
+            if (owns_)
+                return std::nullopt;
+            suspended_ = false;
+            stop_cb_.reset(); // waits for a callback running on another thread, so `w_` outlives it
+            if (w_.cancelled || !w_.owner->result)
+                return outcome<T>(failure::make(cancelled_error{}));
+            return *w_.owner->result;
         }
-        outcome<T> await_resume() {
-            suspended = false;
-            stop_cb.reset(); // waits for a callback running on another thread, so `w` outlives it
-            if (w.cancelled)
+
+        /// The owner's: the token to run the shared call with.
+        std::stop_token call_token() const noexcept { return w_.owner->stop.get_token(); }
+
+        /// The owner's: the shared call ended with `result`. Releases the attached callers and
+        /// returns what the owner itself gets.
+        outcome<T> finish(outcome<T> result) {
+            stop_cb_.reset(); // waits for a callback running on another thread
+            call& c = *w_.owner;
+            // Written before settling, which publishes it to the callers it releases; nobody
+            // writes it afterwards, so they copy it alongside the owner.
+            c.result.emplace(std::move(result));
+            const settled s = settle(st_, c);
+            finished_ = true;
+            if (s.owner_stopped)
                 return failure::make(cancelled_error{});
-            return *w.owner->result;
+            if (!s.shared)
+                return std::move(*c.result);
+            return *c.result;
         }
+
+        /// The caller's token was stopped (from `on_stop`, on whichever thread stopped it).
+        void stopped() noexcept {
+            if (owns_)
+                owner_stops(st_, *w_.owner);
+            else
+                waiter_stops(st_, w_);
+        }
+
+    private:
+        state& st_;
+        const Key& key_;
+        std::stop_token token_;
+        waiter w_{};
+        std::optional<std::stop_callback<on_stop>> stop_cb_{};
+        bool owns_ = false; // set before the stop callback is registered, never changed after
+        bool suspended_ = false;
+        bool finished_ = false;
     };
 
-    // The shared call as a coroutine of its own: it outlives any one caller.
-    template <class Produce>
-    static task<void> shared_call(std::shared_ptr<state> st, std::shared_ptr<call> c, Produce produce) {
-        std::optional<outcome<T>> result;
-        try {
-            result.emplace(co_await produce(c->stop.get_token()));
-        } catch (...) {
-            result.emplace(failure::current());
-        }
-        settle(*st, c, std::move(*result));
-    }
-
-    template <class Produce>
-    static void start_shared(const std::shared_ptr<state>& st, const std::shared_ptr<call>& c,
-                             Produce produce) {
-        task<void> t = shared_call(st, c, std::move(produce));
-        if (event_loop* loop = event_loop::current())
-            loop->spawn(std::move(t));
-        else
-            detail::start_detached(std::move(t));
-    }
-
-    // `run`'s shared call: owns the action and calls it once.
-    template <class A>
-    struct run_action {
-        A action;
-        task<outcome<T>> operator()(std::stop_token token) {
-            const context ctx{std::move(token)};
+    // The action may produce anything convertible to T; the callers share a T.
+    template <class R>
+    static outcome<T> converted(outcome<R>&& r) {
+        if constexpr (std::is_same_v<R, T>) {
+            return std::move(r);
+        } else {
+            if (r.has_failure())
+                return r.error();
             try {
-                if constexpr (std::is_void_v<T>) {
-                    co_await detail::invoke_action(action, ctx);
-                    co_return outcome<T>{};
-                } else {
-                    co_return outcome<T>(co_await detail::invoke_action(action, ctx));
-                }
+                return outcome<T>(static_cast<T>(std::move(*r)));
             } catch (...) {
-                co_return failure::current();
+                return failure::current();
             }
         }
-    };
-
-    // The policy form's shared call: the first caller's `next`, on the shared call's stop token.
-    template <class Next>
-    struct run_next {
-        Next next;
-        context ctx;
-        task<outcome<T>> operator()(std::stop_token token) {
-            const context child = ctx.with_stop_token(std::move(token));
-            co_return co_await next(child);
-        }
-    };
+    }
 
     std::shared_ptr<state> state_;
 };
@@ -419,13 +430,12 @@ private:
 /// `rs::pipeline{flights.policy(key), rs::retry{}, rs::timeout{1s}}` shares the whole retried call
 /// among concurrent callers of `key`. Satisfies `rs::policy`; the wrapped calls must produce `T`.
 ///
-/// Semantics are those of `run`, with one difference forced by lifetimes: the shared call runs the
-/// first caller's `next`, which refers to that caller's action and to the frames of the policies
-/// around it, so that caller cannot leave before the shared call ends. When it stops, it is
-/// detached (it gets `cancelled_error`, and if it was the last caller the shared call is stopped),
-/// but its call returns only when the shared call has finished. Every other caller leaves at once.
-/// In exchange the action may safely reference the caller's locals, as with every other policy.
-/// Holds a handle to the single_flight (kept alive by it) and a copy of the key.
+/// Semantics are those of `run`: the shared call is the owner's `next` (the rest of its pipeline
+/// and its action), run in the owner's frame, so the action may reference the caller's locals as
+/// with every other policy. The owner that stops gets `cancelled_error` when the shared call ends
+/// (which is at once if nobody else waits: its stop then stops the shared call); an attached caller
+/// that stops leaves at once. Holds a handle to the single_flight (kept alive by it) and a copy of
+/// the key.
 template <class Key, class T, class Hash, class KeyEqual>
 class single_flight<Key, T, Hash, KeyEqual>::keyed_policy : public policy_base<keyed_policy> {
 public:
@@ -440,10 +450,21 @@ public:
         std::shared_ptr<state> st = flight_.state_;
         if (ctx.stop_token().stop_requested())
             co_return failure::make(cancelled_error{});
-        auto start = [&](const std::shared_ptr<call>& c) { start_shared(st, c, run_next<Next>{next, ctx}); };
-        // A named awaiter: GCC 12 destroys the members of an aggregate awaiter temporary twice.
-        join_awaiter<decltype(start)> joined{*st, key_, ctx.stop_token(), true, start};
-        co_return co_await joined;
+        // Named: an owner goes on using it after the co_await, to settle the call.
+        entry joined{*st, key_, ctx.stop_token()};
+        std::optional<outcome<T>> shared = co_await joined;
+        if (shared)
+            co_return std::move(*shared);
+        const context child = ctx.with_stop_token(joined.call_token());
+        // Failures travel as values through `next`; what still escapes (say, no memory for a frame)
+        // must settle the call too, so the attached callers get it rather than a cancellation.
+        std::optional<outcome<T>> result;
+        try {
+            result.emplace(co_await next(child));
+        } catch (...) {
+            result.emplace(failure::current());
+        }
+        co_return joined.finish(std::move(*result));
     }
 
 private:
