@@ -118,7 +118,7 @@ struct yield_to_loop {
 // of that queue is not counted as memory held by the waiters (it is not: it is reused).
 rs::task<void> grow_run_queue(std::size_t n) {
     for (std::size_t i = 0; i < n + 2; ++i)
-        rs::event_loop::current()->post(rs::detail::job{[](void*) {}, nullptr});
+        rs::event_loop::current()->post([](void*) {}, nullptr);
     co_await yield_to_loop{};
 }
 
@@ -197,7 +197,7 @@ row raw_timers(std::size_t n) {
             t.when = deadline();
             t.owner = &fired;
             t.fire = [](rs::detail::timer_node* t) { ++*static_cast<std::size_t*>(t->owner); };
-            loop.add_timer(&t);
+            rs::detail::loop_access::add_timer(loop, &t);
         }
         r.allocated = counting.stop();
     }
@@ -206,9 +206,9 @@ row raw_timers(std::size_t n) {
     const auto t0 = clock_type::now();
     for (std::size_t i = 0; i < churn; ++i) {
         rs::detail::timer_node& t = nodes[rng() % n];
-        loop.remove_timer(&t);
+        rs::detail::loop_access::remove_timer(loop, &t);
         t.when = deadline();
-        loop.add_timer(&t);
+        rs::detail::loop_access::add_timer(loop, &t);
     }
     const auto t1 = clock_type::now();
     expect(loop.timers() == n, "raw timers: some timer is not pending");

@@ -201,9 +201,9 @@ struct probe {
             if (self->then)
                 self->then();
         };
-        loop->add_timer(&node);
+        rs::detail::loop_access::add_timer(*loop, &node);
     }
-    void cancel() { loop->remove_timer(&node); }
+    void cancel() { rs::detail::loop_access::remove_timer(*loop, &node); }
 };
 
 } // namespace

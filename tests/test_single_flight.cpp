@@ -522,12 +522,13 @@ struct caller_result {
 // Requests a stop from the other loop's thread, owning its copy of the stop source.
 void stop_from(rs::event_loop& other, const std::stop_source& src) {
     auto* owned = new std::stop_source(src);
-    other.post(rs::detail::job{[](void* p) {
-                                   auto* s = static_cast<std::stop_source*>(p);
-                                   s->request_stop();
-                                   delete s;
-                               },
-                               owned});
+    other.post(
+        [](void* p) {
+            auto* s = static_cast<std::stop_source*>(p);
+            s->request_stop();
+            delete s;
+        },
+        owned);
 }
 
 rs::task<void> concurrent_caller(flights sf, counters* c, int index, caller_result* out,

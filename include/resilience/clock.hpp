@@ -38,7 +38,7 @@ public:
     ~sleep_awaiter() {
         stop_.reset();
         if (node_.armed())
-            loop_->remove_timer(&node_);
+            loop_access::remove_timer(*loop_, &node_);
     }
 
     bool await_ready() const noexcept {
@@ -56,7 +56,7 @@ public:
             if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
                 self->waiter_.resume();
         };
-        loop_->add_timer(&node_);
+        loop_access::add_timer(*loop_, &node_);
         if (token_.stop_possible())
             stop_.emplace(token_, on_stop{this});
     }
@@ -67,12 +67,12 @@ private:
         sleep_awaiter* self;
         void operator()() const noexcept {
             if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
-                self->loop_->post(job{&sleep_awaiter::cancelled, self});
+                loop_access::post(*self->loop_, job{&sleep_awaiter::cancelled, self});
         }
     };
     static void cancelled(void* p) {
         auto* self = static_cast<sleep_awaiter*>(p);
-        self->loop_->remove_timer(&self->node_);
+        loop_access::remove_timer(*self->loop_, &self->node_);
         self->waiter_.resume();
     }
 
@@ -127,14 +127,14 @@ public:
             if (stop.stop_possible())
                 stop.request_stop(); // from here on, `self` may be gone
         };
-        loop_->add_timer(&node_);
+        loop_access::add_timer(*loop_, &node_);
     }
     deadline_timer(const deadline_timer&) = delete;
     deadline_timer& operator=(const deadline_timer&) = delete;
     ~deadline_timer() {
         // Only reached armed when the owning coroutine is destroyed without finishing (loop teardown).
         if (node_.armed())
-            loop_->remove_timer(&node_);
+            loop_access::remove_timer(*loop_, &node_);
     }
 
     /// True once the deadline passed and the stop was requested. Read after `disarm()`.
@@ -147,9 +147,9 @@ public:
             bool await_ready() noexcept { return self->try_disarm_here(); }
             void await_suspend(std::coroutine_handle<> h) {
                 self->waiter_ = h;
-                self->loop_->post(job{[](void* p) {
+                loop_access::post(*self->loop_, job{[](void* p) {
                                           auto* t = static_cast<deadline_timer*>(p);
-                                          t->loop_->remove_timer(&t->node_); // no-op unless still armed
+                                          loop_access::remove_timer(*t->loop_, &t->node_); // no-op unless still armed
                                           t->waiter_.resume();
                                       },
                                       self});
@@ -166,7 +166,7 @@ public:
             // Same thread as the timer: it is not between its two steps right now.
             if (state_.load(std::memory_order_relaxed) == armed) {
                 state_.store(cancelled, std::memory_order_relaxed);
-                loop_->remove_timer(&node_);
+                loop_access::remove_timer(*loop_, &node_);
             }
             return true;
         }

@@ -51,6 +51,8 @@ struct result_slot<void> {
     std::exception_ptr error;
 };
 
+struct loop_access;
+
 } // namespace detail
 
 /// Tag that makes an `event_loop` run on virtual time (see `testing::simulation`).
@@ -111,19 +113,10 @@ public:
         return std::chrono::steady_clock::now().time_since_epoch();
     }
 
-    /// Runs `j` on the loop's thread, after the work already queued. Thread-safe.
-    void post(detail::job j) {
-        if (current_ == this) {
-            local_.push(j);
-            return;
-        }
-        // Notified under the lock: once the lock is released the loop may run the job, finish, and
-        // be destroyed, so nothing of the loop may be touched after that.
-        std::lock_guard lock(mutex_);
-        remote_.push_back(j);
-        remote_pending_.store(true, std::memory_order_release);
-        wake_.notify_one();
-    }
+    /// Runs `fn(arg)` on the loop's thread, after the work already queued. Thread-safe; may
+    /// allocate (the queue grows), so it can throw `std::bad_alloc`.
+    void post(void (*fn)(void*), void* arg) { post(detail::job{fn, arg}); }
+    /// Resumes `h` on the loop's thread, after the work already queued. Thread-safe.
     void post(std::coroutine_handle<> h) { post(detail::job::resume(h)); }
 
     /// Starts `a` on this loop; `run()` does not return before it finishes. An exception escaping
@@ -162,15 +155,31 @@ public:
             return std::move(*slot.value);
     }
 
-    // ---- timers: the loop's own thread only ----
-    /// Arms `t`, which must not be armed, for `t->when`; it fires (`t->fire(t)`) on this loop.
-    void add_timer(detail::timer_node* t) { wheel_.insert(t); }
-    /// Disarms `t` if it is armed; it will not fire.
-    void remove_timer(detail::timer_node* t) noexcept { wheel_.erase(t); }
     /// Timers armed now.
-    std::size_t timers() const noexcept { return wheel_.size(); }
+    [[nodiscard]] std::size_t timers() const noexcept { return wheel_.size(); }
 
 private:
+    friend struct detail::loop_access;
+
+    // Work and timers for the library's own awaiters, through detail::loop_access.
+    void post(detail::job j) {
+        if (current_ == this) {
+            local_.push(j);
+            return;
+        }
+        // Notified under the lock: once the lock is released the loop may run the job, finish, and
+        // be destroyed, so nothing of the loop may be touched after that.
+        std::lock_guard lock(mutex_);
+        remote_.push_back(j);
+        remote_pending_.store(true, std::memory_order_release);
+        wake_.notify_one();
+    }
+    // Timers, the loop's own thread only. Arms `t`, which must not be armed, for `t->when`; it
+    // fires (`t->fire(t)`) on this loop.
+    void add_timer(detail::timer_node* t) { wheel_.insert(t); }
+    // Disarms `t` if it is armed; it will not fire.
+    void remove_timer(detail::timer_node* t) noexcept { wheel_.erase(t); }
+
     // Every spawned coroutine is on an intrusive list until it finishes, so the destructor can
     // reclaim the ones that never do.
     struct drive_node : detail::recycled_frame {
@@ -348,5 +357,14 @@ await_result_t<A> sync_wait(A&& a) {
     event_loop loop;
     return loop.run(std::forward<A>(a));
 }
+
+namespace detail {
+/// The library's way to post jobs and arm timers on a loop: not part of the public interface.
+struct loop_access {
+    static void post(event_loop& loop, job j) { loop.post(j); }
+    static void add_timer(event_loop& loop, timer_node* t) { loop.add_timer(t); }
+    static void remove_timer(event_loop& loop, timer_node* t) noexcept { loop.remove_timer(t); }
+};
+} // namespace detail
 
 } // namespace resilience
