@@ -758,7 +758,7 @@ TEST_CASE("bulkhead: a call made through a copy that is destroyed before the cal
     CHECK(keeper.in_flight() == 0);
 }
 
-TEST_CASE("bulkhead: copies and borrowed copies are equal and hash alike; other bulkheads are not",
+TEST_CASE("bulkhead: copies and borrowed copies are equal and hash alike, other bulkheads do not",
           "[bulkhead]") {
     rs::bulkhead a{{.max_concurrent_calls = 2, .name = "a"}};
     const auto copy = a;

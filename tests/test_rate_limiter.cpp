@@ -786,8 +786,9 @@ TEST_CASE("rate_limiter: a token due at the very instant the queue_timeout runs 
     CHECK(refused[3].reason == rs::rejection_reason::queue_timeout);
 }
 
-TEST_CASE("sliding_window_limiter: queue_timeout refuses a waiter at exactly that instant; take reports it",
-          "[rate_limiter][sliding_window]") {
+TEST_CASE(
+    "sliding_window_limiter: queue_timeout refuses a waiter at exactly that instant, and take reports it",
+    "[rate_limiter][sliding_window]") {
     rs::testing::simulation sim;
     rs::sliding_window_limiter sw{{.permit_limit = 1,
                                    .window = 1s,
@@ -853,7 +854,7 @@ TEST_CASE("rate limiters: a call made through a copy that is destroyed before th
     CHECK(window_keeper.tokens() == 0.0);
 }
 
-TEST_CASE("rate limiters: copies and borrowed copies are equal and hash alike; other limiters are not",
+TEST_CASE("rate limiters: copies and borrowed copies are equal and hash alike, other limiters do not",
           "[rate_limiter][sliding_window]") {
     rs::rate_limiter a{{.token_limit = 1, .tokens_per_second = 1, .name = "a"}};
     const auto copy = a;
