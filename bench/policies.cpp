@@ -27,10 +27,10 @@ void through(benchmark::State& state, const Policy& policy) {
 
 // A limiter and a bulkhead that never refuse in these runs: the success path only.
 rs::rate_limiter<> roomy_limiter() {
-    return rs::rate_limiter{{.capacity = 1'000'000'000, .tokens_per_second = 1e12}};
+    return rs::rate_limiter{{.token_limit = 1'000'000'000, .tokens_per_second = 1e12}};
 }
 rs::bulkhead<> roomy_bulkhead() {
-    return rs::bulkhead{{.max_concurrent = 1'000}};
+    return rs::bulkhead{{.max_concurrent_calls = 1'000}};
 }
 
 void bare_call(benchmark::State& state) {
@@ -193,15 +193,14 @@ void rejected_by_open_breaker(benchmark::State& state) {
 BENCHMARK(rejected_by_open_breaker);
 
 void rejected_by_empty_limiter(benchmark::State& state) {
-    rs::rate_limiter limiter{
-        {.capacity = 1, .tokens_per_second = 1e-3, .on_exhausted = rs::on_exhausted::reject}};
+    rs::rate_limiter limiter{{.token_limit = 1, .tokens_per_second = 1e-3}};
     rs::sync_wait(limiter.take()); // empty the bucket: the next token is 1000 s away
     rejected(state, limiter);
 }
 BENCHMARK(rejected_by_empty_limiter);
 
 void rejected_by_full_bulkhead(benchmark::State& state) {
-    rs::bulkhead full{{.max_concurrent = 1}};
+    rs::bulkhead full{{.max_concurrent_calls = 1}};
     std::stop_source release;
     auto hold_the_slot = [&]() -> rs::task<int> {
         co_await rs::steady_clock{}.sleep_for(std::chrono::hours(1), release.get_token());

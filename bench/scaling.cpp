@@ -281,8 +281,7 @@ row bare_calls(std::size_t n) {
 // holder returns, and the slot is handed down the queue, call by call.
 row bulkhead_queue(std::size_t n) {
     rs::testing::simulation sim;
-    rs::bulkhead bulkhead{{.max_concurrent = 1, .max_queued = std::numeric_limits<std::size_t>::max()},
-                          sim.clock()};
+    rs::bulkhead bulkhead{{.max_concurrent_calls = 1, .queue_limit = rs::unbounded_queue}, sim.clock()};
     parking holder;
     row r;
     clock_type::time_point t1;
@@ -314,7 +313,8 @@ row bulkhead_queue(std::size_t n) {
 // and queue. Second: each in turn waits for its token (the front waiter's timer) and runs.
 row limiter_queue(std::size_t n) {
     rs::testing::simulation sim;
-    rs::rate_limiter limiter{{.capacity = 1, .tokens_per_second = 1e9}, sim.clock()};
+    rs::rate_limiter limiter{{.token_limit = 1, .tokens_per_second = 1e9, .queue_limit = rs::unbounded_queue},
+                             sim.clock()};
     row r;
     clock_type::time_point t1;
     sim.run([&]() -> rs::task<void> {
@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
          "finish+cancel ns/call", "B/call", timeout_calls},
         {"the same parked actions called from a bare coroutine (reference for the row above)",
          "start ns/call", "finish ns/call", "B/call", bare_calls},
-        {"waiters on a full bulkhead (max_concurrent 1)", "enqueue ns", "dequeue+run ns", "B/waiter",
+        {"waiters on a full bulkhead (max_concurrent_calls 1)", "enqueue ns", "dequeue+run ns", "B/waiter",
          bulkhead_queue},
         {"waiters on an empty rate_limiter (wait mode, 1 token/ns)", "enqueue ns", "dequeue+run ns",
          "B/waiter", limiter_queue},

@@ -284,7 +284,8 @@ TEST_CASE("any_clock: a service that is not a template runs on virtual time in t
     CHECK(sim.now() == 700ms); // three calls of 100 ms, two waits of 200 ms
 
     // The limiters sleep through it too: a token 100 ms away is granted at exactly 100 ms.
-    rs::rate_limiter limiter{{.capacity = 1, .tokens_per_second = 10}, rs::any_clock{sim.clock()}};
+    rs::rate_limiter limiter{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue},
+                             rs::any_clock{sim.clock()}};
     sim.run([](rs::rate_limiter<rs::any_clock>& l) -> rs::task<void> {
         co_await l.take();
         co_await l.take();

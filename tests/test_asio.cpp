@@ -178,7 +178,7 @@ TEST_CASE("asio: an exception thrown by the completion handler comes out of io_c
 
 TEST_CASE("asio: run() keeps going while the awaitable waits on something outside Asio",
           "[asio][concurrency]") {
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 8}};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 8}};
     std::stop_source release;
     std::atomic<bool> holding{false};
     // Another part of the program, on its own event loop, holds the only slot until told to let go.

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <coroutine>
+#include <functional>
 #include <latch>
 #include <map>
 #include <memory>
@@ -110,9 +111,10 @@ std::size_t stop_first_waiter(rs::testing::simulation& sim, rs::bulkhead<vclock>
 
 } // namespace
 
-TEST_CASE("bulkhead: at most max_concurrent calls run at once, the rest start as slots free", "[bulkhead]") {
+TEST_CASE("bulkhead: at most max_concurrent_calls calls run at once, the rest start as slots free",
+          "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 2, .max_queued = 10}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 2, .queue_limit = 10}, sim.clock()};
     journal j;
     for (int id = 1; id <= 5; ++id)
         sim.spawn(client(sim, bh, j, {.id = id, .hold = 100ms}));
@@ -130,9 +132,10 @@ TEST_CASE("bulkhead: at most max_concurrent calls run at once, the rest start as
     CHECK(bh.queued() == 0);
 }
 
-TEST_CASE("bulkhead: when full with max_queued = 0 a call is refused at once without running", "[bulkhead]") {
+TEST_CASE("bulkhead: when full with queue_limit = 0 a call is refused at once without running",
+          "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1}, sim.clock()};
     auto act =
         rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 7}};
     sim.spawn(bh.execute(act));
@@ -156,7 +159,7 @@ TEST_CASE("bulkhead: when full with max_queued = 0 a call is refused at once wit
 
 TEST_CASE("bulkhead: waiters get slots in the order they arrived", "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 10}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 10}, sim.clock()};
     journal j;
     // Spawned in another order than they arrive, so the test sees arrival order, not spawn order.
     sim.spawn(client(sim, bh, j, {.id = 4, .arrive = 40ms, .hold = 100ms}));
@@ -173,7 +176,7 @@ TEST_CASE("bulkhead: waiters get slots in the order they arrived", "[bulkhead]")
 TEST_CASE("bulkhead: a freed slot goes to the oldest waiter, not to a call arriving at that instant",
           "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 10}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 10}, sim.clock()};
     journal j;
     sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
     sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 100ms}));
@@ -188,7 +191,7 @@ TEST_CASE("bulkhead: a freed slot goes to the oldest waiter, not to a call arriv
 
 TEST_CASE("bulkhead: a queued call is refused at exactly queue_timeout", "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5, .queue_timeout = 50ms}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5, .queue_timeout = 50ms}, sim.clock()};
     journal j;
     sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
     sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms}));
@@ -207,8 +210,8 @@ TEST_CASE("bulkhead: a waiter whose caller stops leaves the queue at that instan
           "[bulkhead]") {
     const bool bounded = GENERATE(false, true); // with and without a queue timeout: two wait paths
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1,
-                     .max_queued = 5,
+    rs::bulkhead bh{{.max_concurrent_calls = 1,
+                     .queue_limit = 5,
                      .queue_timeout = bounded ? std::optional<nanoseconds>{1s} : std::nullopt},
                     sim.clock()};
     journal j;
@@ -223,7 +226,7 @@ TEST_CASE("bulkhead: a waiter whose caller stops leaves the queue at that instan
 TEST_CASE("bulkhead: a waiter stopped after its slot was handed over passes it on without running",
           "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5}, sim.clock()};
     journal j;
     // The stop fires at 100 ms after call 1's action ends (its timer was armed earlier): the slot has
     // been handed to call 2, which has not been resumed yet.
@@ -237,7 +240,7 @@ TEST_CASE("bulkhead: a waiter stopped after its slot was handed over passes it o
 
 TEST_CASE("bulkhead: the slot is released when the action throws", "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5}, sim.clock()};
     journal j;
     sim.spawn(client(sim, bh, j, {.id = 1, .hold = 50ms, .fail = true}));
     sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms}));
@@ -250,7 +253,7 @@ TEST_CASE("bulkhead: the slot is released when the action throws", "[bulkhead]")
 
 TEST_CASE("bulkhead: the slot is released when the running call is cancelled", "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 5}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5}, sim.clock()};
     journal j;
     std::stop_source src;
     sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms, .stop = src.get_token()}));
@@ -264,7 +267,7 @@ TEST_CASE("bulkhead: the slot is released when the running call is cancelled", "
 
 TEST_CASE("bulkhead: in_flight and queued count the calls holding and waiting for slots", "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 2, .max_queued = 2}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 2, .queue_limit = 2}, sim.clock()};
     journal j;
     for (int id = 1; id <= 5; ++id)
         sim.spawn(client(sim, bh, j, {.id = id, .arrive = id * 1ms, .hold = 100ms}));
@@ -286,8 +289,8 @@ TEST_CASE("bulkhead: in_flight and queued count the calls holding and waiting fo
 TEST_CASE("bulkhead: works as a stage of a pipeline and holds the slot across the inner stages",
           "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 1}, sim.clock()};
-    rs::pipeline p{bh, rs::bulkhead{{.max_concurrent = 5}, sim.clock()}};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1}, sim.clock()};
+    rs::pipeline p{bh, rs::bulkhead{{.max_concurrent_calls = 5}, sim.clock()}};
     auto act =
         rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 1}};
     sim.spawn(p.execute(act));
@@ -298,18 +301,18 @@ TEST_CASE("bulkhead: works as a stage of a pipeline and holds the slot across th
 }
 
 TEST_CASE("bulkhead: invalid options are refused naming the field and the value", "[bulkhead]") {
-    CHECK_THROWS_WITH(rs::bulkhead{{.max_concurrent = 0}},
-                      "resilience::bulkhead: max_concurrent must be positive, got 0");
-    CHECK_THROWS_WITH((rs::bulkhead{{.max_concurrent = 1, .queue_timeout = nanoseconds{0}}}),
+    CHECK_THROWS_WITH(rs::bulkhead{{.max_concurrent_calls = 0}},
+                      "resilience::bulkhead: max_concurrent_calls must be positive, got 0");
+    CHECK_THROWS_WITH((rs::bulkhead{{.max_concurrent_calls = 1, .queue_timeout = nanoseconds{0}}}),
                       "resilience::bulkhead: queue_timeout must be positive, got 0ns");
-    CHECK_THROWS_WITH((rs::bulkhead{{.max_concurrent = 1, .queue_timeout = -5ms}}),
+    CHECK_THROWS_WITH((rs::bulkhead{{.max_concurrent_calls = 1, .queue_timeout = -5ms}}),
                       "resilience::bulkhead: queue_timeout must be positive, got -5000000ns");
-    CHECK_NOTHROW(rs::bulkhead{{.max_concurrent = 1, .queue_timeout = 1ns}});
+    CHECK_NOTHROW(rs::bulkhead{{.max_concurrent_calls = 1, .queue_timeout = 1ns}});
 }
 
 TEST_CASE("bulkhead: copies are handles to one bulkhead", "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead a{{.max_concurrent = 1}, sim.clock()};
+    rs::bulkhead a{{.max_concurrent_calls = 1}, sim.clock()};
     auto b = a;
     auto act = rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms}};
     sim.spawn(a.execute(act));
@@ -351,9 +354,9 @@ waiter_state decide_and_enqueue(slots& s, rs::detail::waiter& w) {
 
 } // namespace
 
-TEST_CASE("bulkhead state: try_acquire and release take and give back slots up to max_concurrent",
+TEST_CASE("bulkhead state: try_acquire and release take and give back slots up to max_concurrent_calls",
           "[bulkhead]") {
-    slots s{{.max_concurrent = 2}, {}};
+    slots s{{.max_concurrent_calls = 2}, {}};
     CHECK(s.try_acquire());
     CHECK(s.try_acquire());
     CHECK_FALSE(s.try_acquire());
@@ -368,7 +371,7 @@ TEST_CASE("bulkhead state: try_acquire and release take and give back slots up t
 
 TEST_CASE("bulkhead state: a slot freed between the decision to queue and the queueing goes to that call",
           "[bulkhead]") {
-    slots s{{.max_concurrent = 1, .max_queued = 4}, {}};
+    slots s{{.max_concurrent_calls = 1, .queue_limit = 4}, {}};
     REQUIRE(s.try_acquire());
     rs::detail::waiter w = inert_waiter();
     {
@@ -390,7 +393,7 @@ TEST_CASE("bulkhead state: a slot freed between the decision to queue and the qu
 
 TEST_CASE("bulkhead state: a release after a call queued hands it the slot, which no newcomer can take",
           "[bulkhead]") {
-    slots s{{.max_concurrent = 2, .max_queued = 4}, {}};
+    slots s{{.max_concurrent_calls = 2, .queue_limit = 4}, {}};
     REQUIRE(s.try_acquire());
     REQUIRE(s.try_acquire());
     rs::detail::waiter w = inert_waiter();
@@ -411,7 +414,7 @@ TEST_CASE("bulkhead state: a release after a call queued hands it the slot, whic
 
 TEST_CASE("bulkhead state: once the last waiter stops, a slot given back is free for the next call at once",
           "[bulkhead]") {
-    slots s{{.max_concurrent = 1, .max_queued = 4}, {}};
+    slots s{{.max_concurrent_calls = 1, .queue_limit = 4}, {}};
     REQUIRE(s.try_acquire());
     rs::detail::waiter w = inert_waiter();
     REQUIRE(decide_and_enqueue(s, w) == waiter_state::queued);
@@ -469,15 +472,16 @@ rs::task<void> serial_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t f
 
 } // namespace
 
-TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurrent run at once",
+TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurrent_calls run at once",
           "[bulkhead][concurrency]") {
     struct variant {
         rs::bulkhead_options options;
         bool stops;
     };
-    const auto v = GENERATE(variant{{.max_concurrent = 3, .max_queued = 100000}, false},
-                            variant{{.max_concurrent = 3, .max_queued = 8}, false},
-                            variant{{.max_concurrent = 4, .max_queued = 100000, .queue_timeout = 10s}, true});
+    const auto v =
+        GENERATE(variant{{.max_concurrent_calls = 3, .queue_limit = 100000}, false},
+                 variant{{.max_concurrent_calls = 3, .queue_limit = 8}, false},
+                 variant{{.max_concurrent_calls = 4, .queue_limit = 100000, .queue_timeout = 10s}, true});
     constexpr std::size_t per_loop = 2000;
     rs::bulkhead bh{v.options};
     shared_counts c{2 * per_loop};
@@ -492,8 +496,8 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
     }
     resilience_tests::run_on_threads(a, b); // both loops start together, so their calls overlap
 
-    CHECK(c.peak.load() <= static_cast<int>(v.options.max_concurrent));
-    CHECK(c.peak_in_flight.load() <= static_cast<int>(v.options.max_concurrent));
+    CHECK(c.peak.load() <= static_cast<int>(v.options.max_concurrent_calls));
+    CHECK(c.peak_in_flight.load() <= static_cast<int>(v.options.max_concurrent_calls));
     CHECK(c.peak.load() >= 1);
     CHECK(c.running.load() == 0);
     CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(2 * per_loop));
@@ -501,7 +505,7 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
     REQUIRE(c.calls.completions.exactly_once() == 2 * per_loop);
     if (!v.stops)
         CHECK(c.calls.cancelled == 0);
-    if (v.options.max_queued >= 2 * per_loop)
+    if (v.options.queue_limit >= 2 * per_loop)
         CHECK(c.calls.refused == 0);
     else
         CHECK(c.calls.refused > 0);
@@ -510,15 +514,15 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
 }
 
 TEST_CASE("bulkhead: hammered by loops on four threads, with actions that end at once or yield, never more "
-          "than max_concurrent run at once and every call ends",
+          "than max_concurrent_calls run at once and every call ends",
           "[bulkhead][concurrency]") {
     // Actions that end at once give their slot back while other threads are taking theirs or
     // queueing: the release that races a waiter being queued must still reach it. Each loop runs
     // long enough (a few chains of calls, one after another) for the threads to overlap.
-    const auto options = GENERATE(rs::bulkhead_options{.max_concurrent = 1, .max_queued = 100000},
-                                  rs::bulkhead_options{.max_concurrent = 2, .max_queued = 100000},
-                                  rs::bulkhead_options{.max_concurrent = 2, .max_queued = 0},
-                                  rs::bulkhead_options{.max_concurrent = 1, .max_queued = 0});
+    const auto options = GENERATE(rs::bulkhead_options{.max_concurrent_calls = 1, .queue_limit = 100000},
+                                  rs::bulkhead_options{.max_concurrent_calls = 2, .queue_limit = 100000},
+                                  rs::bulkhead_options{.max_concurrent_calls = 2, .queue_limit = 0},
+                                  rs::bulkhead_options{.max_concurrent_calls = 1, .queue_limit = 0});
     constexpr std::size_t loops = 4, chains = 4, chain_length = 5000, per_loop = chains * chain_length;
     rs::bulkhead bh{options};
     shared_counts c{loops * per_loop};
@@ -529,25 +533,25 @@ TEST_CASE("bulkhead: hammered by loops on four threads, with actions that end at
             all[l]->spawn(serial_client(bh, c, l * per_loop + k * chain_length, chain_length));
     resilience_tests::run_on_threads(l0, l1, l2, l3);
 
-    CHECK(c.peak.load() <= static_cast<int>(options.max_concurrent));
-    CHECK(c.peak_in_flight.load() <= static_cast<int>(options.max_concurrent));
+    CHECK(c.peak.load() <= static_cast<int>(options.max_concurrent_calls));
+    CHECK(c.peak_in_flight.load() <= static_cast<int>(options.max_concurrent_calls));
     CHECK(c.running.load() == 0);
     CHECK(c.calls.values + c.calls.refused == static_cast<int>(loops * per_loop));
     CHECK(c.calls.failed == 0);
     CHECK(c.calls.cancelled == 0);
     REQUIRE(c.calls.completions.exactly_once() == loops * per_loop);
-    if (options.max_queued > 0)
+    if (options.queue_limit > 0)
         CHECK(c.calls.refused == 0);
     CHECK(bh.in_flight() == 0);
     CHECK(bh.queued() == 0);
 }
 
 TEST_CASE("bulkhead: one call at a time through sync_wait on each of four threads, never more than "
-          "max_concurrent run at once and every call ends",
+          "max_concurrent_calls run at once and every call ends",
           "[bulkhead][concurrency]") {
-    const std::size_t max_queued = GENERATE(std::size_t{0}, std::size_t{8});
+    const std::size_t queue_limit = GENERATE(std::size_t{0}, std::size_t{8});
     constexpr std::size_t threads = 4, per_thread = 5000;
-    rs::bulkhead bh{{.max_concurrent = 2, .max_queued = max_queued}};
+    rs::bulkhead bh{{.max_concurrent_calls = 2, .queue_limit = queue_limit}};
     shared_counts c{threads * per_thread};
     std::latch go{threads};
     std::vector<std::thread> workers;
@@ -566,18 +570,18 @@ TEST_CASE("bulkhead: one call at a time through sync_wait on each of four thread
     CHECK(c.calls.values + c.calls.refused == static_cast<int>(threads * per_thread));
     CHECK(c.calls.failed == 0);
     REQUIRE(c.calls.completions.exactly_once() == threads * per_thread);
-    if (max_queued >= threads)
+    if (queue_limit >= threads)
         CHECK(c.calls.refused == 0); // at most four calls at once: two run, the others wait
     CHECK(bh.in_flight() == 0);
     CHECK(bh.queued() == 0);
 }
 
 TEST_CASE("bulkhead state: try_acquire from threads released at the same instant never takes more than "
-          "max_concurrent slots",
+          "max_concurrent_calls slots",
           "[bulkhead][concurrency]") {
     // The fast paths alone, with nothing around them to spread the threads apart.
     constexpr std::size_t threads = 4, rounds = 20000;
-    slots s{{.max_concurrent = 1}, {}};
+    slots s{{.max_concurrent_calls = 1}, {}};
     std::atomic<int> peak{0};
     std::atomic<std::size_t> taken{0};
     resilience_tests::in_lockstep(threads, rounds, [&](std::size_t, std::size_t) {
@@ -594,7 +598,7 @@ TEST_CASE("bulkhead state: try_acquire from threads released at the same instant
 
 TEST_CASE("bulkhead: a waiter destroyed with its event loop leaves the queue, and the slot comes back",
           "[bulkhead]") {
-    rs::bulkhead shared{{.max_concurrent = 1, .max_queued = 4}};
+    rs::bulkhead shared{{.max_concurrent_calls = 1, .queue_limit = 4}};
     struct never {
         bool await_ready() const noexcept { return false; }
         void await_suspend(std::coroutine_handle<>) const noexcept {}
@@ -621,11 +625,153 @@ TEST_CASE("bulkhead: a waiter destroyed with its event loop leaves the queue, an
 TEST_CASE("bulkhead: a queue_timeout too long to add to the clock waits instead of overflowing",
           "[bulkhead]") {
     rs::testing::simulation sim;
-    rs::bulkhead bh{{.max_concurrent = 1, .max_queued = 1, .queue_timeout = nanoseconds::max()}, sim.clock()};
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = nanoseconds::max()},
+                    sim.clock()};
     rs::testing::scripted_action slow{sim.clock(), rs::testing::script<int>{.latency = 10ms, .value = 1}};
     sim.run([&]() -> rs::task<void> { co_await sim.sleep_for(1s); }()); // now + max must not wrap
     auto [a, b] = sim.run(rs::when_all(bh.execute_outcome(slow), bh.execute_outcome(slow)));
     CHECK(a.has_value());
     CHECK(b.has_value()); // waited its turn; a wrapped deadline would have refused it at once
     CHECK(sim.now() == 1s + 20ms);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Vocabulary: why a call was refused, names, defaults, borrowed handles, equality and hashing.
+
+namespace {
+
+// Refused calls' reasons and policy names, by call id.
+struct refusals {
+    std::map<int, rs::rejection_reason> reason;
+    std::map<int, std::string> name;
+};
+
+rs::task<void> hold_or_refuse(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, refusals& seen, int id,
+                              nanoseconds arrive, nanoseconds hold) {
+    if (arrive > sim.now())
+        co_await sim.sleep_for(arrive - sim.now());
+    auto action = [&sim, hold]() -> rs::task<int> {
+        co_await sim.sleep_for(hold);
+        co_return 1;
+    };
+    auto r = co_await bh.execute_outcome(std::move(action));
+    if (r.has_failure())
+        if (auto* e = r.error().template as<rs::bulkhead_rejected_error>()) {
+            seen.reason[id] = e->reason();
+            seen.name[id] = e->policy_name();
+        }
+}
+
+} // namespace
+
+TEST_CASE("bulkhead: a refusal says why: no_capacity, queue_full or queue_timeout, and names the bulkhead",
+          "[bulkhead]") {
+    rs::testing::simulation sim;
+    using why = rs::rejection_reason;
+    SECTION("queue_limit 0: refused at once, no_capacity") {
+        rs::bulkhead bh{{.max_concurrent_calls = 1, .name = "db"}, sim.clock()};
+        CHECK(bh.name() == "db");
+        refusals seen;
+        sim.spawn(hold_or_refuse(sim, bh, seen, 1, 0ms, 100ms));
+        sim.spawn(hold_or_refuse(sim, bh, seen, 2, 10ms, 0ms));
+        sim.run_all();
+        CHECK(seen.reason == std::map<int, why>{{2, why::no_capacity}});
+        CHECK(seen.name[2] == "db");
+    }
+    SECTION("a full queue: queue_full; a wait that runs out: queue_timeout, at exactly that instant") {
+        rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 50ms, .name = "db"},
+                        sim.clock()};
+        refusals seen;
+        sim.spawn(hold_or_refuse(sim, bh, seen, 1, 0ms, 100ms));
+        sim.spawn(hold_or_refuse(sim, bh, seen, 2, 10ms, 0ms)); // queued, refused at 60 ms
+        sim.spawn(hold_or_refuse(sim, bh, seen, 3, 20ms, 0ms)); // the queue is full
+        std::size_t queued_at_59 = 99, queued_at_60 = 99;
+        auto observe = [](rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, std::size_t& before,
+                          std::size_t& at) -> rs::task<void> {
+            co_await sim.sleep_for(59ms);
+            before = bh.queued();
+            co_await sim.sleep_for(1ms);
+            co_await resilience_tests::yield_now{};
+            at = bh.queued();
+        };
+        sim.spawn(observe(sim, bh, queued_at_59, queued_at_60));
+        sim.run_all();
+        CHECK(seen.reason == std::map<int, why>{{2, why::queue_timeout}, {3, why::queue_full}});
+        CHECK(seen.name[2] == "db");
+        CHECK(queued_at_59 == 1);
+        CHECK(queued_at_60 == 0);
+    }
+    SECTION("rs::unbounded_queue refuses no call for want of a queue place") {
+        rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = rs::unbounded_queue}, sim.clock()};
+        refusals seen;
+        for (int id = 1; id <= 50; ++id)
+            sim.spawn(hold_or_refuse(sim, bh, seen, id, 0ms, 1ms));
+        sim.run_all();
+        CHECK(seen.reason.empty());
+        CHECK(sim.now() == 50ms);
+    }
+}
+
+TEST_CASE("bulkhead: default options are valid: 25 calls at once, none queued", "[bulkhead]") {
+    const rs::bulkhead_options defaults{};
+    CHECK(defaults.max_concurrent_calls == 25);
+    CHECK(defaults.queue_limit == 0);
+    CHECK_FALSE(defaults.queue_timeout);
+    CHECK(defaults.name.empty());
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{}, sim.clock()};
+    refusals seen;
+    for (int id = 1; id <= 26; ++id)
+        sim.spawn(hold_or_refuse(sim, bh, seen, id, 0ms, 10ms));
+    sim.run_all();
+    CHECK(seen.reason == std::map<int, rs::rejection_reason>{{26, rs::rejection_reason::no_capacity}});
+    CHECK(seen.name[26].empty());
+    CHECK_NOTHROW(rs::bulkhead<>{});
+}
+
+TEST_CASE("bulkhead: a call made through a copy that is destroyed before the call is awaited runs on the "
+          "shared state",
+          "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead keeper{{.max_concurrent_calls = 1, .queue_limit = 1}, sim.clock()};
+    auto act =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 3}};
+    auto first = keeper.execute(act);
+    auto copy = std::make_unique<rs::bulkhead<vclock>>(keeper);
+    // The fast path (a free slot) for one call, the waiting path (queued behind it) for the other.
+    auto through_copy = copy->execute(act);
+    auto queued_through_copy = copy->execute_outcome(act);
+    copy.reset(); // the handle object is gone; `keeper` keeps the state alive
+    std::vector<int> got;
+    auto run = [](rs::task<int> t, std::vector<int>& got) -> rs::task<void> {
+        got.push_back(co_await std::move(t));
+    };
+    auto run_outcome = [](rs::task<rs::outcome<int>> t, std::vector<int>& got) -> rs::task<void> {
+        got.push_back((co_await std::move(t)).value());
+    };
+    sim.spawn(run(std::move(through_copy), got));
+    sim.spawn(run_outcome(std::move(queued_through_copy), got));
+    sim.run_all();
+    CHECK(got == std::vector<int>{3, 3});
+    CHECK(sim.now() == 200ms);
+    CHECK(sim.run(std::move(first)) == 3);
+    CHECK(keeper.in_flight() == 0);
+}
+
+TEST_CASE("bulkhead: copies and borrowed copies are equal and hash alike, other bulkheads do not",
+          "[bulkhead]") {
+    rs::bulkhead a{{.max_concurrent_calls = 2, .name = "a"}};
+    const auto copy = a;
+    const auto borrowed = a.borrow();
+    rs::bulkhead other{{.max_concurrent_calls = 2, .name = "a"}};
+    CHECK(copy == a);
+    CHECK(borrowed == a);
+    CHECK(other != a);
+    const std::hash<rs::bulkhead<>> h;
+    CHECK(h(copy) == h(a));
+    CHECK(h(borrowed) == h(a));
+    CHECK(borrowed.name() == "a");
+    CHECK(&borrowed.options() == &a.options()); // one state
+    static_assert(noexcept(a.borrow()));
+    static_assert(noexcept(a.in_flight()));
 }

@@ -17,8 +17,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -107,10 +109,11 @@ ending limited_at(nanoseconds at, nanoseconds retry_after) {
 // ---------------------------------------------------------------------------------------------------------
 // rate_limiter
 
-TEST_CASE("rate_limiter: a full bucket admits capacity calls at once, then one per refill interval",
+TEST_CASE("rate_limiter: a full bucket admits token_limit calls at once, then one per refill interval",
           "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 2, .tokens_per_second = 10}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 2, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue},
+                        sim.clock()};
     journal j = run_burst(sim, rl, 6);
     using admissions = std::vector<std::pair<int, nanoseconds>>;
     CHECK(j.admitted == admissions{{1, 0ms}, {2, 0ms}, {3, 100ms}, {4, 200ms}, {5, 300ms}, {6, 400ms}});
@@ -119,18 +122,19 @@ TEST_CASE("rate_limiter: a full bucket admits capacity calls at once, then one p
 
 TEST_CASE("rate_limiter: a refill interval that is not a whole nanosecond is rounded up", "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 3}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 3, .queue_limit = rs::unbounded_queue},
+                        sim.clock()};
     journal j = run_burst(sim, rl, 3);
     CHECK(j.admitted_at(1) == 0ns);
     CHECK(j.admitted_at(2) == 333'333'334ns); // 1/3 s, never before
     CHECK(j.admitted_at(3) == 666'666'667ns);
 }
 
-TEST_CASE("rate_limiter: reject mode refuses at once with the exact retry_after, without running",
-          "[rate_limiter]") {
+TEST_CASE(
+    "rate_limiter: queue_limit 0 (the default) refuses at once with the exact retry_after, without running",
+    "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10, .on_exhausted = rs::on_exhausted::reject},
-                        sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10}, sim.clock()};
     journal j;
     sim.spawn(client(sim, rl, j, 1, 0ms));
     sim.spawn(client(sim, rl, j, 2, 30ms));
@@ -151,10 +155,10 @@ TEST_CASE("rate_limiter: reject mode refuses at once with the exact retry_after,
     sim.run(probe(rl));
 }
 
-TEST_CASE("rate_limiter: max_queued bounds the waiters, and a refused call's retry_after counts them",
+TEST_CASE("rate_limiter: queue_limit bounds the waiters, and a refused call's retry_after counts them",
           "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10, .max_queued = 2}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 2}, sim.clock()};
     journal j = run_burst(sim, rl, 4);
     CHECK(j.finished[1] == value_at(0ms));
     CHECK(j.finished[2] == value_at(100ms));
@@ -162,9 +166,9 @@ TEST_CASE("rate_limiter: max_queued bounds the waiters, and a refused call's ret
     CHECK(j.finished[4] == limited_at(0ms, 300ms)); // two waiters ahead: the third token from now
 }
 
-TEST_CASE("rate_limiter: max_queued = 0 never waits", "[rate_limiter]") {
+TEST_CASE("rate_limiter: queue_limit = 0 never waits", "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10, .max_queued = 0}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 0}, sim.clock()};
     journal j;
     sim.spawn(client(sim, rl, j, 1, 0ms));
     sim.spawn(client(sim, rl, j, 2, 40ms));
@@ -176,7 +180,8 @@ TEST_CASE(
     "rate_limiter: waiters are served in arrival order: a new call cannot take a token while anyone waits",
     "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue},
+                        sim.clock()};
     journal j;
     // New calls arrive exactly when each token comes due, and are spawned first, so their timers
     // fire before the waiting call's: a limiter that let them take a free token would starve it.
@@ -194,7 +199,8 @@ TEST_CASE("rate_limiter: a waiter whose caller stops leaves the queue at once, a
           "the timing",
           "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue},
+                        sim.clock()};
     journal j;
     std::stop_source stop_head, stop_third;
     std::size_t queued_after_head = 99, queued_after_third = 99;
@@ -218,7 +224,8 @@ TEST_CASE("rate_limiter: a waiter whose caller stops leaves the queue at once, a
 TEST_CASE("rate_limiter: a timeout around the limiter bounds the wait, and the waiter leaves the queue",
           "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 1}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 1, .queue_limit = rs::unbounded_queue},
+                        sim.clock()};
     rs::pipeline bounded{rs::timeout{150ms, sim.clock()}, rl};
     journal j;
     sim.spawn(client(sim, rl, j, 1, 0ms));
@@ -244,7 +251,8 @@ TEST_CASE("rate_limiter: a timeout around the limiter bounds the wait, and the w
 
 TEST_CASE("rate_limiter: take spends a token by the same rules as a call", "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 10}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue},
+                        sim.clock()};
     journal j;
     std::vector<nanoseconds> taken;
     auto taker = [](rs::testing::simulation& sim, rs::rate_limiter<vclock>& rl,
@@ -269,11 +277,10 @@ TEST_CASE("rate_limiter: take spends a token by the same rules as a call", "[rat
     CHECK(r.error().code() == rs::errc::cancelled);
 }
 
-TEST_CASE("rate_limiter: take in reject mode throws rate_limited_error, or reports it as a value",
+TEST_CASE("rate_limiter: take with queue_limit 0 throws rate_limited_error, or reports it as a value",
           "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 1, .tokens_per_second = 4, .on_exhausted = rs::on_exhausted::reject},
-                        sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 4}, sim.clock()};
     sim.run(rl.take());
     auto r = sim.run(rl.take_outcome());
     REQUIRE(r.has_failure());
@@ -283,10 +290,11 @@ TEST_CASE("rate_limiter: take in reject mode throws rate_limited_error, or repor
     CHECK(sim.now() == 0ms);
 }
 
-TEST_CASE("rate_limiter: tokens refill lazily and never exceed capacity, however long the idle",
+TEST_CASE("rate_limiter: tokens refill lazily and never exceed token_limit, however long the idle",
           "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.capacity = 3, .tokens_per_second = 10}, sim.clock()};
+    rs::rate_limiter rl{{.token_limit = 3, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue},
+                        sim.clock()};
     CHECK(rl.tokens() == 3.0);
     CHECK(sim.loop().timers() == 0); // nothing scheduled: the bucket is refilled by reading the clock
     for (int i = 0; i < 3; ++i)
@@ -305,8 +313,7 @@ TEST_CASE("rate_limiter: tokens refill lazily and never exceed capacity, however
 
 TEST_CASE("rate_limiter: copies are handles to one bucket", "[rate_limiter]") {
     rs::testing::simulation sim;
-    rs::rate_limiter a{{.capacity = 1, .tokens_per_second = 10, .on_exhausted = rs::on_exhausted::reject},
-                       sim.clock()};
+    rs::rate_limiter a{{.token_limit = 1, .tokens_per_second = 10}, sim.clock()};
     auto b = a;
     sim.run(a.take());
     CHECK(b.tokens() == 0.0);
@@ -319,7 +326,7 @@ TEST_CASE("rate_limiter: try_take_now with the caller's clock reading grants no 
     // The entry point a pipeline sharing one clock reading per call uses, on the limiter's state.
     rs::testing::simulation sim;
     rs::detail::limiter_state<vclock, rs::detail::token_bucket> bucket{rs::detail::token_bucket{2, 10},
-                                                                       sim.clock(), std::nullopt};
+                                                                       sim.clock(), rs::unbounded_queue};
     const vclock::time_point t0 = sim.clock().now();
     CHECK(bucket.try_take_now(t0));
     CHECK(bucket.try_take_now(t0));
@@ -345,7 +352,7 @@ TEST_CASE("rate_limiter: try_take_now takes no token while a call waits, whateve
           "[rate_limiter]") {
     rs::testing::simulation sim;
     rs::detail::limiter_state<vclock, rs::detail::token_bucket> bucket{rs::detail::token_bucket{1, 10},
-                                                                       sim.clock(), std::nullopt};
+                                                                       sim.clock(), rs::unbounded_queue};
     const vclock::time_point t0 = sim.clock().now();
     REQUIRE(bucket.try_take_now(t0));
     rs::detail::waiter w;
@@ -365,27 +372,29 @@ TEST_CASE("rate_limiter: try_take_now takes no token while a call waits, whateve
 
 TEST_CASE("rate_limiter: invalid options are refused naming the field and the value", "[rate_limiter]") {
     using Catch::Matchers::Contains;
-    CHECK_THROWS_WITH((rs::rate_limiter{{.capacity = 0, .tokens_per_second = 1}}),
-                      "resilience::rate_limiter: capacity must be positive, got 0");
-    CHECK_THROWS_WITH((rs::rate_limiter{{.capacity = 1, .tokens_per_second = 0}}),
+    CHECK_THROWS_WITH((rs::rate_limiter{{.token_limit = 0, .tokens_per_second = 1}}),
+                      "resilience::rate_limiter: token_limit must be positive, got 0");
+    CHECK_THROWS_WITH((rs::rate_limiter{{.token_limit = 1, .tokens_per_second = 0}}),
                       "resilience::rate_limiter: tokens_per_second must be finite and positive, got 0");
-    CHECK_THROWS_WITH((rs::rate_limiter{{.capacity = 1, .tokens_per_second = -2.5}}),
+    CHECK_THROWS_WITH((rs::rate_limiter{{.token_limit = 1, .tokens_per_second = -2.5}}),
                       "resilience::rate_limiter: tokens_per_second must be finite and positive, got -2.5");
     CHECK_THROWS_WITH(
-        (rs::rate_limiter{{.capacity = 1, .tokens_per_second = std::numeric_limits<double>::quiet_NaN()}}),
+        (rs::rate_limiter{{.token_limit = 1, .tokens_per_second = std::numeric_limits<double>::quiet_NaN()}}),
         Contains("tokens_per_second must be finite and positive, got") && Contains("nan"));
     CHECK_THROWS_WITH(
-        (rs::rate_limiter{{.capacity = 1, .tokens_per_second = std::numeric_limits<double>::infinity()}}),
+        (rs::rate_limiter{{.token_limit = 1, .tokens_per_second = std::numeric_limits<double>::infinity()}}),
         "resilience::rate_limiter: tokens_per_second must be finite and positive, got inf");
-    CHECK_NOTHROW(rs::rate_limiter{{.capacity = 1, .tokens_per_second = 0.001}});
+    CHECK_NOTHROW(rs::rate_limiter{{.token_limit = 1, .tokens_per_second = 0.001}});
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // sliding_window_limiter
 
-TEST_CASE("sliding_window_limiter: admits exactly limit calls per window", "[rate_limiter][sliding_window]") {
+TEST_CASE("sliding_window_limiter: admits exactly permit_limit calls per window",
+          "[rate_limiter][sliding_window]") {
     rs::testing::simulation sim;
-    rs::sliding_window_limiter sw{{.limit = 3, .window = 1s}, sim.clock()};
+    rs::sliding_window_limiter sw{{.permit_limit = 3, .window = 1s, .queue_limit = rs::unbounded_queue},
+                                  sim.clock()};
     journal j = run_burst(sim, sw, 7);
     using admissions = std::vector<std::pair<int, nanoseconds>>;
     CHECK(j.admitted == admissions{{1, 0s}, {2, 0s}, {3, 0s}, {4, 1s}, {5, 1s}, {6, 1s}, {7, 2s}});
@@ -396,7 +405,9 @@ TEST_CASE(
     "sliding_window_limiter: a permit comes back a window after the segment boundary at or after its call",
     "[rate_limiter][sliding_window]") {
     rs::testing::simulation sim;
-    rs::sliding_window_limiter sw{{.limit = 2, .window = 1s, .segments = 4}, sim.clock()}; // 250 ms segments
+    rs::sliding_window_limiter sw{
+        {.permit_limit = 2, .window = 1s, .segments = 4, .queue_limit = rs::unbounded_queue},
+        sim.clock()}; // 250 ms segments
     journal j;
     sim.spawn(client(sim, sw, j, 1, 0ms));   // counted at 0: back at 1 s
     sim.spawn(client(sim, sw, j, 2, 100ms)); // counted at 250 ms: back at 1.25 s
@@ -407,11 +418,13 @@ TEST_CASE(
     CHECK(j.admitted == admissions{{1, 0ms}, {2, 100ms}, {3, 1s}, {4, 1250ms}});
 }
 
-TEST_CASE("sliding_window_limiter: no window-long span admits more than limit calls",
+TEST_CASE("sliding_window_limiter: no window-long span admits more than permit_limit calls",
           "[rate_limiter][sliding_window]") {
     rs::testing::simulation sim;
     const std::size_t limit = 5;
-    rs::sliding_window_limiter sw{{.limit = limit, .window = 1s, .segments = 7}, sim.clock()};
+    rs::sliding_window_limiter sw{
+        {.permit_limit = limit, .window = 1s, .segments = 7, .queue_limit = rs::unbounded_queue},
+        sim.clock()};
     journal j;
     // Irregular arrivals: every 37 ms for 6 s, so calls land all over the segments.
     for (int id = 0; id < 160; ++id)
@@ -433,12 +446,11 @@ TEST_CASE("sliding_window_limiter: no window-long span admits more than limit ca
                          [](auto& a, auto& b) { return a.first < b.first; })); // arrival order kept
 }
 
-TEST_CASE("sliding_window_limiter: reject mode, max_queued and take follow the rate_limiter rules",
+TEST_CASE("sliding_window_limiter: queue_limit 0, queue_limit and take follow the rate_limiter rules",
           "[rate_limiter][sliding_window]") {
     rs::testing::simulation sim;
-    SECTION("reject mode: retry_after is when the oldest permit comes back") {
-        rs::sliding_window_limiter sw{{.limit = 1, .window = 1s, .on_exhausted = rs::on_exhausted::reject},
-                                      sim.clock()};
+    SECTION("queue_limit 0: retry_after is when the oldest permit comes back") {
+        rs::sliding_window_limiter sw{{.permit_limit = 1, .window = 1s}, sim.clock()};
         journal j;
         sim.spawn(client(sim, sw, j, 1, 250ms)); // counted at 300 ms: back at 1.3 s
         sim.spawn(client(sim, sw, j, 2, 400ms));
@@ -448,8 +460,8 @@ TEST_CASE("sliding_window_limiter: reject mode, max_queued and take follow the r
         CHECK(j.finished[2] == limited_at(400ms, 900ms));
         CHECK(j.finished[3] == value_at(1300ms));
     }
-    SECTION("max_queued: the waiters beyond it are refused, retry_after counting those ahead") {
-        rs::sliding_window_limiter sw{{.limit = 2, .window = 1s, .max_queued = 3}, sim.clock()};
+    SECTION("queue_limit: the waiters beyond it are refused, retry_after counting those ahead") {
+        rs::sliding_window_limiter sw{{.permit_limit = 2, .window = 1s, .queue_limit = 3}, sim.clock()};
         journal j = run_burst(sim, sw, 6);
         CHECK(j.finished[3] == value_at(1s));
         CHECK(j.finished[4] == value_at(1s));
@@ -457,7 +469,8 @@ TEST_CASE("sliding_window_limiter: reject mode, max_queued and take follow the r
         CHECK(j.finished[6] == limited_at(0ms, 2s)); // three ahead: the second permit of the third window
     }
     SECTION("take spends a permit; tokens() counts the free ones") {
-        rs::sliding_window_limiter sw{{.limit = 2, .window = 1s}, sim.clock()};
+        rs::sliding_window_limiter sw{{.permit_limit = 2, .window = 1s, .queue_limit = rs::unbounded_queue},
+                                      sim.clock()};
         CHECK(sw.tokens() == 2.0);
         sim.run(sw.take());
         CHECK(sw.tokens() == 1.0);
@@ -468,7 +481,8 @@ TEST_CASE("sliding_window_limiter: reject mode, max_queued and take follow the r
         CHECK(sw.queued() == 0);
     }
     SECTION("a waiter whose caller stops leaves the queue at once") {
-        rs::sliding_window_limiter sw{{.limit = 1, .window = 1s}, sim.clock()};
+        rs::sliding_window_limiter sw{{.permit_limit = 1, .window = 1s, .queue_limit = rs::unbounded_queue},
+                                      sim.clock()};
         journal j;
         std::stop_source src;
         std::size_t queued_after = 99;
@@ -485,18 +499,18 @@ TEST_CASE("sliding_window_limiter: reject mode, max_queued and take follow the r
 
 TEST_CASE("sliding_window_limiter: invalid options are refused naming the field and the value",
           "[rate_limiter][sliding_window]") {
-    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 0, .window = 1s}}),
-                      "resilience::sliding_window_limiter: limit must be positive, got 0");
-    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 1, .window = 0s}}),
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.permit_limit = 0, .window = 1s}}),
+                      "resilience::sliding_window_limiter: permit_limit must be positive, got 0");
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.permit_limit = 1, .window = 0s}}),
                       "resilience::sliding_window_limiter: window must be positive, got 0ns");
-    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 1, .window = -1ms}}),
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.permit_limit = 1, .window = -1ms}}),
                       "resilience::sliding_window_limiter: window must be positive, got -1000000ns");
-    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.limit = 1, .window = 1s, .segments = 0}}),
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s, .segments = 0}}),
                       "resilience::sliding_window_limiter: segments must be positive, got 0");
     CHECK_THROWS_WITH(
-        (rs::sliding_window_limiter{{.limit = 1, .window = 5ns, .segments = 6}}),
+        (rs::sliding_window_limiter{{.permit_limit = 1, .window = 5ns, .segments = 6}}),
         "resilience::sliding_window_limiter: segments must be at most the window in nanoseconds (5), got 6");
-    CHECK_NOTHROW(rs::sliding_window_limiter{{.limit = 1, .window = 5ns, .segments = 5}});
+    CHECK_NOTHROW(rs::sliding_window_limiter{{.permit_limit = 1, .window = 5ns, .segments = 5}});
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -534,13 +548,15 @@ rs::task<void> limited_client(rs::rate_limiter<recording_clock>& rl, shared_log&
 
 } // namespace
 
-TEST_CASE(
-    "rate_limiter: shared by loops on two threads, no span of length t admits more than capacity + rate * t",
-    "[rate_limiter][concurrency]") {
+TEST_CASE("rate_limiter: shared by loops on two threads, no span of length t admits more than token_limit + "
+          "rate * t",
+          "[rate_limiter][concurrency]") {
     constexpr std::size_t capacity = 10;
     constexpr double rate = 20000; // a token every 50 us
     constexpr std::size_t per_loop = 1000;
-    rs::rate_limiter rl{{.capacity = capacity, .tokens_per_second = rate}, recording_clock{}};
+    rs::rate_limiter rl{
+        {.token_limit = capacity, .tokens_per_second = rate, .queue_limit = rs::unbounded_queue},
+        recording_clock{}};
     shared_log log{2 * per_loop};
     std::vector<recording_clock::time_point> admitted_a, admitted_b;
     // Every 7th call of loop A is stopped from loop B at some point, waiting or not.
@@ -586,8 +602,7 @@ TEST_CASE("rate_limiter: shared by four threads, a bucket of N that barely refil
           "[rate_limiter][concurrency]") {
     constexpr std::size_t capacity = 1000, threads = 4, per_thread = 1000, calls = threads * per_thread;
     // A token per 10^6 s: none comes back during the test.
-    rs::rate_limiter rl{
-        {.capacity = capacity, .tokens_per_second = 1e-6, .on_exhausted = rs::on_exhausted::reject}};
+    rs::rate_limiter rl{{.token_limit = capacity, .tokens_per_second = 1e-6}};
     shared_log log{calls};
     resilience_tests::in_lockstep(threads, per_thread, [&](std::size_t t, std::size_t i) {
         log.record(t * per_thread + i, rs::sync_wait(rl.take_outcome()));
@@ -606,7 +621,7 @@ TEST_CASE("rate_limiter: try_take_now from threads released at the same instant 
     // The fast path alone, with nothing around it to spread the threads apart.
     constexpr std::size_t threads = 4, rounds = 20000, capacity = rounds * threads / 2;
     rs::detail::limiter_state<rs::steady_clock, rs::detail::token_bucket> bucket{
-        rs::detail::token_bucket{capacity, 1e-6}, rs::steady_clock{}, std::size_t{0}};
+        rs::detail::token_bucket{capacity, 1e-6}, rs::steady_clock{}, 0};
     std::atomic<std::size_t> taken{0};
     resilience_tests::in_lockstep(threads, rounds, [&](std::size_t, std::size_t) {
         if (bucket.try_take_now())
@@ -620,7 +635,8 @@ TEST_CASE("rate_limiter: shared by loops on four threads, a bucket of N that bar
           "N calls at once, the others wait in the queue until stopped",
           "[rate_limiter][concurrency]") {
     constexpr std::size_t capacity = 50, loops = 4, per_loop = 200, total = loops * per_loop;
-    rs::rate_limiter rl{{.capacity = capacity, .tokens_per_second = 1e-6}};
+    rs::rate_limiter rl{
+        {.token_limit = capacity, .tokens_per_second = 1e-6, .queue_limit = rs::unbounded_queue}};
     shared_log log{total};
     std::atomic<std::size_t> admitted{0};
     std::stop_source stop_all;
@@ -653,4 +669,211 @@ TEST_CASE("rate_limiter: shared by loops on four threads, a bucket of N that bar
     CHECK(log.refused + log.failed == 0);
     REQUIRE(log.completions.exactly_once() == total);
     CHECK(rl.queued() == 0);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Queue options, reasons, names, borrowed handles, equality and hashing.
+
+namespace {
+
+// How each refused call was refused (the reason and the limiter's name), by call id.
+struct refusal {
+    rs::rejection_reason reason{};
+    std::string name;
+    bool operator==(const refusal&) const = default;
+};
+
+template <class L>
+rs::task<void> noted_client(rs::testing::simulation& sim, L& limiter, journal& j,
+                            std::map<int, refusal>& refused, int id, nanoseconds arrive) {
+    if (arrive > sim.now())
+        co_await sim.sleep_for(arrive - sim.now());
+    auto action = [&sim, &j, id]() -> rs::task<int> {
+        j.admitted.emplace_back(id, sim.now());
+        co_return id;
+    };
+    auto r = co_await limiter.execute_outcome(std::move(action));
+    j.finished[id] = describe(r, sim.now());
+    if (auto* e = r.has_failure() ? r.error().template as<rs::rate_limited_error>() : nullptr)
+        refused[id] = {e->reason(), e->policy_name()};
+}
+
+} // namespace
+
+TEST_CASE("rate_limiter: a refusal says why: no_capacity with queue_limit 0, queue_full beyond it",
+          "[rate_limiter]") {
+    using why = rs::rejection_reason;
+    rs::testing::simulation sim;
+    rs::rate_limiter eager{{.token_limit = 1, .tokens_per_second = 10, .name = "api"}, sim.clock()};
+    rs::rate_limiter patient{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 1, .name = "api2"},
+                             sim.clock()};
+    CHECK(eager.options().queue_limit == 0); // the default
+    CHECK(eager.name() == "api");
+    journal j, k;
+    std::map<int, refusal> refused, refused_k;
+    for (int id = 1; id <= 2; ++id)
+        sim.spawn(noted_client(sim, eager, j, refused, id, 0ms));
+    for (int id = 1; id <= 3; ++id)
+        sim.spawn(noted_client(sim, patient, k, refused_k, id, 0ms));
+    sim.run_all();
+    CHECK(refused == std::map<int, refusal>{{2, {why::no_capacity, "api"}}});
+    CHECK(j.finished[2] == limited_at(0ms, 100ms));
+    CHECK(refused_k == std::map<int, refusal>{{3, {why::queue_full, "api2"}}});
+    CHECK(k.finished[2] == value_at(100ms));
+    CHECK(k.finished[3] == limited_at(0ms, 200ms));
+}
+
+TEST_CASE("rate_limiter: a waiter is refused at exactly its queue_timeout, and the waiters behind it are "
+          "served in order at their exact instants",
+          "[rate_limiter]") {
+    using why = rs::rejection_reason;
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.token_limit = 1,
+                         .tokens_per_second = 10,
+                         .queue_limit = rs::unbounded_queue,
+                         .queue_timeout = 150ms,
+                         .name = "api"},
+                        sim.clock()};
+    journal j;
+    std::map<int, refusal> refused;
+    // Tokens are due every 100 ms; each waiter gives up 150 ms after it queued.
+    sim.spawn(noted_client(sim, rl, j, refused, 1, 0ms));   // the full bucket's token
+    sim.spawn(noted_client(sim, rl, j, refused, 2, 0ms));   // the head: its token at 100 ms
+    sim.spawn(noted_client(sim, rl, j, refused, 3, 0ms));   // head at 100 ms, token due 200: out at 150
+    sim.spawn(noted_client(sim, rl, j, refused, 4, 0ms));   // head at 150 ms, its deadline: out at once
+    sim.spawn(noted_client(sim, rl, j, refused, 5, 60ms));  // takes the token call 3 gave up, at 200
+    sim.spawn(noted_client(sim, rl, j, refused, 6, 120ms)); // head at 200, token due 300: out at 270
+    sim.spawn(noted_client(sim, rl, j, refused, 7, 200ms)); // head at 270: the 300 ms token
+    sim.spawn(noted_client(sim, rl, j, refused, 8, 290ms)); // head at 300: the 400 ms token
+    std::size_t queued_at_149 = 99, queued_at_150 = 99;
+    auto observe = [](rs::testing::simulation& sim, rs::rate_limiter<vclock>& rl, std::size_t& before,
+                      std::size_t& at) -> rs::task<void> {
+        co_await sim.sleep_for(149ms);
+        before = rl.queued();
+        co_await sim.sleep_for(1ms);
+        for (int i = 0; i < 4; ++i)
+            co_await resilience_tests::yield_now{};
+        at = rl.queued();
+    };
+    sim.spawn(observe(sim, rl, queued_at_149, queued_at_150));
+    sim.run_all();
+    using admissions = std::vector<std::pair<int, nanoseconds>>;
+    CHECK(j.admitted == admissions{{1, 0ms}, {2, 100ms}, {5, 200ms}, {7, 300ms}, {8, 400ms}});
+    CHECK(j.finished[3] == limited_at(150ms, 50ms)); // the token it waited for was 50 ms away
+    CHECK(j.finished[4] == limited_at(150ms, 50ms));
+    CHECK(j.finished[6] == limited_at(270ms, 30ms));
+    CHECK(refused == std::map<int, refusal>{{3, {why::queue_timeout, "api"}},
+                                            {4, {why::queue_timeout, "api"}},
+                                            {6, {why::queue_timeout, "api"}}});
+    CHECK(queued_at_149 == 4); // calls 3, 4, 5 and 6
+    CHECK(queued_at_150 == 2); // calls 5 and 6
+    CHECK(rl.queued() == 0);
+    CHECK(sim.loop().timers() == 0);
+}
+
+TEST_CASE("rate_limiter: a token due at the very instant the queue_timeout runs out is still taken",
+          "[rate_limiter]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 5, .queue_timeout = 100ms},
+                        sim.clock()};
+    journal j;
+    std::map<int, refusal> refused;
+    for (int id = 1; id <= 3; ++id)
+        sim.spawn(noted_client(sim, rl, j, refused, id, 0ms));
+    sim.run_all();
+    CHECK(j.finished[2] == value_at(100ms));
+    CHECK(j.finished[3] == limited_at(100ms, 100ms));
+    CHECK(refused[3].reason == rs::rejection_reason::queue_timeout);
+}
+
+TEST_CASE(
+    "sliding_window_limiter: queue_timeout refuses a waiter at exactly that instant, and take reports it",
+    "[rate_limiter][sliding_window]") {
+    rs::testing::simulation sim;
+    rs::sliding_window_limiter sw{{.permit_limit = 1,
+                                   .window = 1s,
+                                   .queue_limit = rs::unbounded_queue,
+                                   .queue_timeout = 500ms,
+                                   .name = "window"},
+                                  sim.clock()};
+    CHECK(sw.name() == "window");
+    journal j;
+    std::map<int, refusal> refused;
+    sim.spawn(noted_client(sim, sw, j, refused, 1, 0ms));
+    sim.spawn(noted_client(sim, sw, j, refused, 2, 0ms));   // out at 500 ms
+    sim.spawn(noted_client(sim, sw, j, refused, 3, 600ms)); // the permit back at 1 s
+    sim.run_all();
+    CHECK(j.finished[2] == limited_at(500ms, 500ms));
+    CHECK(refused[2] == refusal{rs::rejection_reason::queue_timeout, "window"});
+    CHECK(j.finished[3] == value_at(1s));
+
+    auto r = sim.run([](rs::sliding_window_limiter<vclock>& sw) -> rs::task<rs::outcome<void>> {
+        co_return co_await sw.take_outcome();
+    }(sw));
+    REQUIRE(r.has_failure());
+    CHECK(r.error().as<rs::rate_limited_error>()->reason() == rs::rejection_reason::queue_timeout);
+    CHECK(sim.now() == 1500ms);
+}
+
+TEST_CASE("rate limiters: a queue_timeout that is not positive is refused naming the field and the value",
+          "[rate_limiter][sliding_window]") {
+    CHECK_THROWS_WITH((rs::rate_limiter{{.token_limit = 1, .tokens_per_second = 1, .queue_timeout = 0ms}}),
+                      "resilience::rate_limiter: queue_timeout must be positive, got 0ns");
+    CHECK_THROWS_WITH((rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s, .queue_timeout = -2ns}}),
+                      "resilience::sliding_window_limiter: queue_timeout must be positive, got -2ns");
+    // No default rate: only the user knows the dependency's limit.
+    CHECK_THROWS_AS(rs::rate_limiter{rs::rate_limiter_options{}}, std::invalid_argument);
+    CHECK_THROWS_AS(rs::sliding_window_limiter{rs::sliding_window_limiter_options{}}, std::invalid_argument);
+}
+
+TEST_CASE("rate limiters: a call made through a copy that is destroyed before the call is awaited runs on "
+          "the shared state",
+          "[rate_limiter][sliding_window]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter keeper{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 1}, sim.clock()};
+    auto copy = std::make_unique<rs::rate_limiter<vclock>>(keeper);
+    auto action = [&sim]() -> rs::task<nanoseconds> { co_return sim.now(); };
+    auto now_call = copy->execute(action);             // the fast path: the bucket's token
+    auto waiting_call = copy->execute_outcome(action); // the waiting path: the 100 ms token
+    copy.reset();
+    std::vector<nanoseconds> got;
+    sim.spawn([](rs::task<nanoseconds> t, std::vector<nanoseconds>& got) -> rs::task<void> {
+        got.push_back(co_await std::move(t));
+    }(std::move(now_call), got));
+    sim.spawn([](rs::task<rs::outcome<nanoseconds>> t, std::vector<nanoseconds>& got) -> rs::task<void> {
+        got.push_back((co_await std::move(t)).value());
+    }(std::move(waiting_call), got));
+    sim.run_all();
+    CHECK(got == std::vector<nanoseconds>{0ms, 100ms});
+
+    rs::sliding_window_limiter window_keeper{{.permit_limit = 1, .window = 1s}, sim.clock()};
+    auto window_copy = std::make_unique<rs::sliding_window_limiter<vclock>>(window_keeper);
+    auto window_call = window_copy->execute(action);
+    window_copy.reset();
+    CHECK(sim.run(std::move(window_call)) == sim.now());
+    CHECK(window_keeper.tokens() == 0.0);
+}
+
+TEST_CASE("rate limiters: copies and borrowed copies are equal and hash alike, other limiters do not",
+          "[rate_limiter][sliding_window]") {
+    rs::rate_limiter a{{.token_limit = 1, .tokens_per_second = 1, .name = "a"}};
+    const auto copy = a;
+    const auto borrowed = a.borrow();
+    const rs::rate_limiter other{{.token_limit = 1, .tokens_per_second = 1, .name = "a"}};
+    CHECK(copy == a);
+    CHECK(borrowed == a);
+    CHECK(other != a);
+    const std::hash<rs::rate_limiter<>> h;
+    CHECK(h(copy) == h(a));
+    CHECK(h(borrowed) == h(a));
+    CHECK(borrowed.name() == "a");
+    static_assert(noexcept(a.borrow()));
+
+    rs::sliding_window_limiter w{{.permit_limit = 1, .window = 1s}};
+    const auto w_borrowed = w.borrow();
+    CHECK(w_borrowed == w);
+    CHECK(w != rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s}});
+    CHECK(std::hash<rs::sliding_window_limiter<>>{}(w_borrowed) ==
+          std::hash<rs::sliding_window_limiter<>>{}(w));
+    static_assert(noexcept(w.borrow()));
 }

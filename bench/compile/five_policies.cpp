@@ -14,7 +14,8 @@ rs::task<int> dependency() {
 
 int main() {
     rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
-                   rs::bulkhead{{.max_concurrent = 8}}, rs::rate_limiter{{.capacity = 10, .tokens_per_second = 10}}};
+                   rs::bulkhead{{.max_concurrent_calls = 8}},
+                   rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 10}}};
     const auto action = [] { return dependency(); };
     int v = rs::sync_wait(p.execute(action));
     auto o = rs::sync_wait(p.execute_outcome(action));

@@ -18,8 +18,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,14 +33,18 @@
 namespace resilience {
 
 struct bulkhead_options {
-    /// How many calls may run at once. Must be positive.
-    std::size_t max_concurrent = 0;
-    /// How many more calls may wait for a slot. Beyond that a call is refused at once; the
-    /// default 0 refuses as soon as every slot is busy.
-    std::size_t max_queued = 0;
-    /// How long a call may wait in the queue before it is refused. Empty (the default): as long as
-    /// it takes. Must be positive when set.
+    /// How many calls may run at once. Must be positive. 25 is resilience4j's default: a guess,
+    /// like any default here; size it to what the dependency can serve.
+    std::size_t max_concurrent_calls = 25;
+    /// How many more calls may wait for a slot; beyond that a call is refused at once
+    /// (`rejection_reason::queue_full`). The default 0 refuses as soon as every slot is busy
+    /// (`no_capacity`); `rs::unbounded_queue` never refuses for want of a queue place.
+    std::size_t queue_limit = 0;
+    /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
+    /// that instant. Empty (the default): as long as it takes. Must be positive when set.
     std::optional<std::chrono::nanoseconds> queue_timeout{};
+    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
+    std::string name{};
 };
 
 namespace detail {
@@ -64,26 +70,26 @@ template <clock C>
 struct bulkhead_state {
     bulkhead_state(bulkhead_options o, C c)
         : options(std::move(o)), clock(std::move(c)),
-          limit(std::min<std::uint64_t>(options.max_concurrent, slot_mask)) {}
+          limit(std::min<std::uint64_t>(options.max_concurrent_calls, slot_mask)) {}
 
     static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;
     static constexpr std::uint64_t slot_mask = waiting - 1;
 
     const bulkhead_options options;
     C clock;
-    const std::uint64_t limit; // max_concurrent, kept clear of the `waiting` bit
+    const std::uint64_t limit; // max_concurrent_calls, kept clear of the `waiting` bit
     std::mutex mutex;
     waiter_queue queue;
     std::atomic<std::uint64_t> word{0};
 
-    std::size_t in_flight() const noexcept {
+    [[nodiscard]] std::size_t in_flight() const noexcept {
         return static_cast<std::size_t>(word.load(std::memory_order_relaxed) & slot_mask);
     }
 
     /// Takes a slot if one is free and nobody waits, without waiting or locking. False: the
     /// caller must take the waiting path (as `bulkhead::run` does), which decides again under
     /// the mutex. A slot taken is given back with `release`.
-    bool try_acquire() noexcept {
+    [[nodiscard]] bool try_acquire() noexcept {
         std::uint64_t seen = word.load(std::memory_order_relaxed);
         // Acquire: whatever the slot's previous holder did happens before this call runs.
         while (seen < limit)
@@ -119,7 +125,7 @@ struct bulkhead_state {
     waiter_state decide_locked(waiter&) noexcept {
         if (queue.empty() && take_locked(false))
             return waiter_state::granted;
-        if (queue.size() >= options.max_queued)
+        if (queue.size() >= options.queue_limit)
             return waiter_state::rejected;
         return waiter_state::idle;
     }
@@ -167,14 +173,15 @@ struct bulkhead_state {
 
 /// Bounds how many calls run at once, so one slow dependency cannot take every connection,
 /// socket or worker the process has.
-/// - At most `max_concurrent` calls hold a slot. A call holds its slot from admission until the
+/// - At most `max_concurrent_calls` calls hold a slot. A call holds its slot from admission until the
 ///   rest of the pipeline returns, however it ends: value, failure, exception or cancellation.
-/// - When every slot is busy, up to `max_queued` calls wait, served strictly in arrival order: a
+/// - When every slot is busy, up to `queue_limit` calls wait, served strictly in arrival order: a
 ///   freed slot is handed straight to the oldest waiter, so a call arriving while anyone waits
 ///   queues behind it even if it arrives at the very instant a slot frees (no barging).
 /// - A call with no slot and no queue place, or whose wait outlasts `queue_timeout` (refused at
 ///   exactly that instant), fails with `bulkhead_rejected_error`, returned as a value through the
-///   pipeline: `execute_outcome` reports it without an exception, and the action never runs.
+///   pipeline: `execute_outcome` reports it without an exception, and the action never runs. Its
+///   `reason()` says which: `no_capacity` (`queue_limit` 0), `queue_full` or `queue_timeout`.
 /// - A waiter whose caller stops (its stop token) leaves the queue at that instant, takes no slot,
 ///   and fails with `cancelled_error`; so does a call whose token is stopped before it starts, or
 ///   by the time a slot handed to it is picked up (the slot goes straight on to the next waiter).
@@ -183,11 +190,12 @@ struct bulkhead_state {
 /// loops on several threads may share it, and each waiter is resumed on the loop it waited on.
 /// While nobody waits, a call takes and gives back its slot with one atomic operation each,
 /// without a lock.
-/// Constructing one starts no timer. The bulkhead must outlive the calls made through it. `C` is
+/// Constructing one starts no timer. A call made through a handle needs only the shared state to
+/// live (some copy of the handle), not that handle object. `C` is
 /// used only for `queue_timeout` (its sleeps run on the waiter's loop); copies share one clock
 /// object, which must be usable from every thread that calls through the bulkhead.
 ///
-///     rs::bulkhead db{{.max_concurrent = 8, .max_queued = 32, .queue_timeout = 200ms}};
+///     rs::bulkhead db{{.max_concurrent_calls = 8, .queue_limit = 32, .queue_timeout = 200ms}};
 ///     auto rows = co_await db.execute(query);          // throws bulkhead_rejected_error when full
 ///     auto r = co_await db.execute_outcome(query);     // or reports it without throwing
 template <clock C = steady_clock>
@@ -195,18 +203,29 @@ class bulkhead : public policy_base<bulkhead<C>> {
     using state = detail::bulkhead_state<C>;
 
 public:
+    /// The default options: 25 calls at once, none queued.
+    bulkhead() requires std::default_initializable<C> : bulkhead(bulkhead_options{}) {}
     explicit bulkhead(bulkhead_options options, C clock = C{})
-        : state_(std::make_shared<state>(validate(options), std::move(clock))) {}
+        : state_(std::make_shared<state>(validate(std::move(options)), std::move(clock))) {}
 
     /// Calls holding a slot now (including one just handed to a waiter not yet resumed).
-    std::size_t in_flight() const { return state_->in_flight(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return state_->in_flight(); }
     /// Calls waiting for a slot now.
-    std::size_t queued() const {
+    [[nodiscard]] std::size_t queued() const {
         std::lock_guard lock(state_->mutex);
         return state_->queue.size();
     }
-    const bulkhead_options& options() const noexcept { return state_->options; }
-    const C& clock() const noexcept { return state_->clock; }
+    [[nodiscard]] const bulkhead_options& options() const noexcept { return state_->options; }
+    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
+    [[nodiscard]] const C& clock() const noexcept { return state_->clock; }
+
+    /// A copy that does not own the shared state: copying it touches no reference count. A call
+    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
+    [[nodiscard]] bulkhead borrow() const noexcept {
+        return bulkhead{std::shared_ptr<state>(std::shared_ptr<void>{}, state_.get())};
+    }
+    /// Copies of one bulkhead (borrowed or not) are equal: they share its slots and queue.
+    friend bool operator==(const bulkhead& a, const bulkhead& b) noexcept { return a.state_ == b.state_; }
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {
@@ -265,7 +284,7 @@ public:
         if (admitted == waiter_state::stopped)
             co_return failure::make(cancelled_error{});
         if (admitted != waiter_state::granted)
-            co_return failure::make(bulkhead_rejected_error{});
+            co_return failure::make(bulkhead_rejected_error{s.options.name, reason_of(s, admitted)});
         slot_guard slot{&s};
         if (token.stop_requested())
             co_return failure::make(cancelled_error{});
@@ -273,6 +292,15 @@ public:
     }
 
 private:
+    friend struct std::hash<bulkhead>;
+
+    explicit bulkhead(std::shared_ptr<state> s) noexcept : state_(std::move(s)) {}
+
+    static rejection_reason reason_of(const state& s, detail::waiter_state refused) noexcept {
+        if (refused == detail::waiter_state::expired)
+            return rejection_reason::queue_timeout;
+        return s.options.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+    }
 
     struct slot_guard {
         state* s;
@@ -323,8 +351,8 @@ private:
     }
 
     static bulkhead_options validate(bulkhead_options o) {
-        if (o.max_concurrent == 0)
-            throw std::invalid_argument("resilience::bulkhead: max_concurrent must be positive, got 0");
+        if (o.max_concurrent_calls == 0)
+            throw std::invalid_argument("resilience::bulkhead: max_concurrent_calls must be positive, got 0");
         if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
             throw std::invalid_argument("resilience::bulkhead: queue_timeout must be positive, got " +
                                         std::to_string(o.queue_timeout->count()) + "ns");
@@ -339,3 +367,11 @@ template <clock C>
 bulkhead(bulkhead_options, C) -> bulkhead<C>;
 
 } // namespace resilience
+
+/// Hashes a bulkhead by the state its copies share, consistently with `==`.
+template <resilience::clock C>
+struct std::hash<resilience::bulkhead<C>> {
+    std::size_t operator()(const resilience::bulkhead<C>& b) const noexcept {
+        return std::hash<const void*>{}(b.state_.get());
+    }
+};

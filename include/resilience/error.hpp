@@ -155,18 +155,38 @@ public:
                              std::move(policy_name)) {}
 };
 
-/// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out.
-class bulkhead_rejected_error : public error {
-public:
-    explicit bulkhead_rejected_error(std::string policy_name = {})
-        : error(errc::bulkhead_rejected, std::move(policy_name)) {}
+/// Why a bulkhead or a rate limiter refused a call (`reason()` of their errors). The three need
+/// different answers from the caller: more capacity, a longer queue, or a longer `queue_timeout`.
+enum class rejection_reason : unsigned char {
+    no_capacity,   ///< nothing free and waiting not allowed (`queue_limit` 0)
+    queue_full,    ///< nothing free and `queue_limit` calls already waiting
+    queue_timeout, ///< waited in the queue for `queue_timeout` without being served
 };
 
-/// A rate limiter refused the call; `retry_after()` is when a token will be there for it.
+/// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out;
+/// `reason()` says which.
+class bulkhead_rejected_error : public error {
+public:
+    explicit bulkhead_rejected_error(std::string policy_name = {},
+                                     rejection_reason reason = rejection_reason::no_capacity)
+        : error(errc::bulkhead_rejected, std::move(policy_name)), reason_(reason) {}
+    rejection_reason reason() const noexcept { return reason_; }
+
+private:
+    rejection_reason reason_;
+};
+
+/// A rate limiter refused the call; `retry_after()` is when a token will be there for it, and
+/// `reason()` why it was refused.
 class rate_limited_error : public retry_after_error {
 public:
-    explicit rate_limited_error(std::chrono::nanoseconds retry_after, std::string policy_name = {})
-        : retry_after_error(errc::rate_limited, retry_after, std::move(policy_name)) {}
+    explicit rate_limited_error(std::chrono::nanoseconds retry_after, std::string policy_name = {},
+                                rejection_reason reason = rejection_reason::no_capacity)
+        : retry_after_error(errc::rate_limited, retry_after, std::move(policy_name)), reason_(reason) {}
+    rejection_reason reason() const noexcept { return reason_; }
+
+private:
+    rejection_reason reason_;
 };
 
 } // namespace resilience

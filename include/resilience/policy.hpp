@@ -540,11 +540,23 @@ struct driver {
     }
 };
 
+template <class S>
+inline constexpr bool is_policy_ref = false;
+template <class P>
+inline constexpr bool is_policy_ref<policy_ref<P>> = true;
+
 template <bool Throw, class Source, class A>
 auto run_action(Source source, A action, context ctx) {
     using stages = decltype(stages_of(source.get()));
-    return driver<stages, guarded<A>>::template drive<0, Throw>(std::move(source), owned_action<A>{std::move(action)},
-                                                                std::move(ctx));
+    using drv = driver<stages, guarded<A>>;
+    // The task is lazy: the caller's policy is read now, not when the task starts, so a handle's
+    // borrowed copy (see `stages_of`) is all the call keeps, and the handle object may go first.
+    if constexpr (is_policy_ref<Source>)
+        return drv::template drive<0, Throw>(stages_ref<stages>{stages_of(source.get())},
+                                             owned_action<A>{std::move(action)}, std::move(ctx));
+    else
+        return drv::template drive<0, Throw>(std::move(source), owned_action<A>{std::move(action)},
+                                             std::move(ctx));
 }
 
 // Stand-ins used to check the `policy` concept. Defined, because checking a policy whose `run`

@@ -6,6 +6,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/time.hpp"
 #include "detail/waiter_queue.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -21,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,16 +33,10 @@
 
 namespace resilience {
 
-/// What a rate limiter does with a call that finds no token (or permit).
-enum class on_exhausted {
-    wait,   ///< queue for one, first come first served (bounded by `max_queued`)
-    reject, ///< refuse at once with `rate_limited_error`
-};
-
 namespace detail {
 
-/// The outcome of asking a limiter for one token: `granted`, `rejected` (with `retry_after`) or
-/// `stopped`.
+/// The outcome of asking a limiter for one token: `granted`, `rejected` or `expired` (with
+/// `retry_after`), or `stopped`.
 struct admission {
     waiter_state state = waiter_state::idle;
     std::chrono::nanoseconds retry_after{};
@@ -84,6 +80,12 @@ concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
 /// become the head or their caller stops. So a new call never takes a permit while anyone waits,
 /// and no timer runs for a limiter nobody waits on.
 ///
+/// A queue timeout needs no timer of its own either. Every waiter's deadline is its queueing time
+/// (read under the mutex, so never decreasing along the queue) plus the same timeout, so the head
+/// always has the earliest deadline: it sleeps until its permit is due or its deadline, whichever
+/// comes first, and at its deadline leaves (`expired`) and hands the turn on. The next waiter
+/// takes over at that instant, so its own deadline, no earlier, is never missed.
+///
 /// A `lock_free_meter` keeps its state where calls can take a permit without the mutex, at any
 /// reading of the clock (a stale one sees fewer permits, never more):
 ///
@@ -97,13 +99,16 @@ concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
 /// ahead of a waiter, and the mutex side always sees a state nobody else changes.
 template <clock C, class Meter>
 struct limiter_state {
-    limiter_state(Meter m, C c, std::optional<std::size_t> max_waiting)
-        : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), max_queued(max_waiting) {}
+    limiter_state(Meter m, C c, std::size_t queue_limit_,
+                  std::optional<std::chrono::nanoseconds> queue_timeout_ = std::nullopt)
+        : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), queue_limit(queue_limit_),
+          queue_timeout(queue_timeout_) {}
 
     Meter meter;
     C clock;
     const typename C::time_point origin;
-    const std::optional<std::size_t> max_queued; // 0 in reject mode
+    const std::size_t queue_limit;
+    const std::optional<std::chrono::nanoseconds> queue_timeout;
     std::mutex mutex;
     waiter_queue queue;
 
@@ -148,7 +153,7 @@ struct limiter_state {
         const auto now = elapsed_locked();
         if (queue.empty() && meter.try_take(now))
             return waiter_state::granted;
-        if (max_queued && queue.size() >= *max_queued) {
+        if (queue.size() >= queue_limit) {
             w.retry_after = ceil_ns(meter.available_at(now, queue.size())) - now;
             return waiter_state::rejected;
         }
@@ -158,6 +163,12 @@ struct limiter_state {
     // before this waiter queued, never after, however the two race.
     waiter_state enqueue_locked(waiter& w) noexcept {
         meter_lease lease{*this};
+        if (queue_timeout) {
+            const auto now = elapsed_locked();
+            w.deadline = *queue_timeout < std::chrono::nanoseconds::max() - now
+                             ? now + *queue_timeout
+                             : std::chrono::nanoseconds::max();
+        }
         queue.push_back(w);
         return queue.front() == &w ? waiter_state::turn : waiter_state::queued;
     }
@@ -165,7 +176,7 @@ struct limiter_state {
     /// The fast path: a permit at `now`, a reading of `clock` the caller made, with nobody waiting.
     /// False: no permit now or someone waits; the caller goes on to `wait`, which decides again.
     /// Without the mutex for a `lock_free_meter`.
-    bool try_take_now(typename C::time_point now) {
+    [[nodiscard]] bool try_take_now(typename C::time_point now) {
         if constexpr (lock_free_meter<Meter>) {
             return meter.try_take_shared(since_origin(now));
         } else {
@@ -174,7 +185,7 @@ struct limiter_state {
             return queue.empty() && meter.try_take(std::max(since_origin(now), latest));
         }
     }
-    bool try_take_now() { return try_take_now(clock.now()); }
+    [[nodiscard]] bool try_take_now() { return try_take_now(clock.now()); }
 
     /// The slow path: refuse, or wait for a permit in arrival order.
     task<admission> wait(std::stop_token token) {
@@ -217,8 +228,9 @@ struct limiter_state {
         void operator()() const noexcept { stop_waiter(*self, *node); }
     };
 
-    // The head's loop: take the permit when it is there, else sleep until it is due. Ends when
-    // the permit is taken, or when the node left its turn (stopped).
+    // The head's loop: take the permit when it is there, else sleep until it is due or the wait
+    // runs out. Ends when the permit is taken, when the deadline passed first (a permit due at the
+    // very instant of the deadline is still taken), or when the node left its turn (stopped).
     task<waiter_state> serve_head(waiter& node, const std::stop_token& token) {
         for (;;) {
             typename C::time_point due{};
@@ -238,7 +250,16 @@ struct limiter_state {
                         next = queue.leave_turn(node, waiter_state::granted);
                         st = waiter_state::granted;
                     } else {
-                        due = time_point_of(meter.available_at(now, 0));
+                        const double at = meter.available_at(now, 0);
+                        if (now >= node.deadline) {
+                            node.retry_after = ceil_ns(at) - now;
+                            next = queue.leave_turn(node, waiter_state::expired);
+                            st = waiter_state::expired;
+                        } else if (ceil_ns(at) <= node.deadline) {
+                            due = time_point_of(at);
+                        } else {
+                            due = detail::add_saturating(origin, node.deadline);
+                        }
                     }
                 }
             }
@@ -255,15 +276,24 @@ struct limiter_state {
         meter_lease lease{*this};
         return meter.remaining(elapsed_locked());
     }
-    std::size_t queued() {
+    [[nodiscard]] std::size_t queued() {
         std::lock_guard lock(mutex);
         return queue.size();
     }
 };
 
-/// The public face shared by the limiters: the policy protocol, `take`, `tokens`, `queued`.
-/// A copyable handle to one shared, thread-safe limiter.
-template <class Derived, clock C, class Meter>
+/// A limiter's shared state with the options it was made with, which the handles read.
+template <clock C, class Meter, class Options>
+struct limiter_shared : limiter_state<C, Meter> {
+    limiter_shared(Meter m, C c, Options o)
+        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout),
+          options(std::move(o)) {}
+    const Options options;
+};
+
+/// The public face shared by the limiters: the policy protocol, `take`, `queued`, `name`,
+/// `borrow`, `==`. A copyable handle to one shared, thread-safe limiter.
+template <class Derived, clock C, class Meter, class Options>
 class limiter_handle : public policy_base<Derived> {
 public:
     // ---- the policy protocol (see policy.hpp) ----
@@ -284,8 +314,9 @@ public:
     }
 
     /// Admits the call once it has a permit, spending exactly one; otherwise fails it (as a value)
-    /// with `rate_limited_error` when it may not wait, or `cancelled_error` when its caller stops
-    /// first. A permit, once spent, is not given back, however the call ends.
+    /// with `rate_limited_error` when it may not wait or waited `queue_timeout`, or
+    /// `cancelled_error` when its caller stops first. A permit, once spent, is not given back,
+    /// however the call ends.
     template <class Next>
     task<next_outcome_t<Next>> run(Next next, const context& ctx) const {
         if (ctx.stop_requested())
@@ -296,7 +327,7 @@ public:
             if (a.state == waiter_state::stopped)
                 co_return failure::make(cancelled_error{});
             if (a.state != waiter_state::granted)
-                co_return failure::make(rate_limited_error{a.retry_after});
+                co_return failure::make(refusal(a));
         }
         co_return co_await next(ctx);
     }
@@ -309,7 +340,7 @@ public:
         r.value();
     }
     /// `take`, reporting a refusal or a stop as a failure value instead of throwing it.
-    task<outcome<void>> take_outcome(std::stop_token token = {}) const {
+    [[nodiscard]] task<outcome<void>> take_outcome(std::stop_token token = {}) const {
         if (token.stop_requested())
             co_return failure::make(cancelled_error{});
         if (state_->try_take_now())
@@ -319,26 +350,55 @@ public:
             co_return outcome<void>{};
         if (a.state == waiter_state::stopped)
             co_return failure::make(cancelled_error{});
-        co_return failure::make(rate_limited_error{a.retry_after});
+        co_return failure::make(refusal(a));
     }
 
     /// Calls (and `take`s) waiting now, the one watching the clock included.
-    std::size_t queued() const { return state_->queued(); }
-    const C& clock() const noexcept { return state_->clock; }
+    [[nodiscard]] std::size_t queued() const { return state_->queued(); }
+    [[nodiscard]] const Options& options() const noexcept { return state_->options; }
+    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
+    [[nodiscard]] const C& clock() const noexcept { return state_->clock; }
+
+    /// A copy that does not own the shared state: copying it touches no reference count. A call
+    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
+    [[nodiscard]] Derived borrow() const noexcept {
+        return Derived{std::shared_ptr<shared>(std::shared_ptr<void>{}, state_.get())};
+    }
+    /// Copies of one limiter (borrowed or not) are equal: they share its permits and queue.
+    friend bool operator==(const limiter_handle& a, const limiter_handle& b) noexcept {
+        return a.state_ == b.state_;
+    }
 
 protected:
-    limiter_handle(Meter meter, C clock, on_exhausted mode, std::optional<std::size_t> max_queued)
-        : state_(std::make_shared<limiter_state<C, Meter>>(
-              std::move(meter), std::move(clock),
-              mode == on_exhausted::reject ? std::optional<std::size_t>{0} : max_queued)) {}
+    using shared = limiter_shared<C, Meter, Options>;
 
-    std::shared_ptr<limiter_state<C, Meter>> state_;
+    limiter_handle(Meter meter, C clock, Options options)
+        : state_(std::make_shared<shared>(std::move(meter), std::move(clock), std::move(options))) {}
+    explicit limiter_handle(std::shared_ptr<shared> s) noexcept : state_(std::move(s)) {}
+
+    std::shared_ptr<shared> state_;
+
+private:
+    rate_limited_error refusal(const admission& a) const {
+        rejection_reason why = rejection_reason::queue_timeout;
+        if (a.state == waiter_state::rejected)
+            why = state_->queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+        return rate_limited_error{a.retry_after, state_->options.name, why};
+    }
 };
 
+/// Checks the queue options both limiters share; `who` starts the message.
+template <class Options>
+void validate_queue_options(const Options& o, const std::string& who) {
+    if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
+        throw std::invalid_argument(who + "queue_timeout must be positive, got " +
+                                    std::to_string(o.queue_timeout->count()) + "ns");
+}
+
 /// A token bucket in time form: the bucket holds `(now - empty_at) / interval` tokens, capped at
-/// `capacity`. Keeping the instant the bucket was empty instead of a token count makes every
-/// due time one addition, exact on virtual time whenever `interval` is a whole number of
-/// nanoseconds (10 per second: 100 ms), and within a nanosecond otherwise.
+/// `capacity` (the `token_limit`). Keeping the instant the bucket was empty instead of a token count makes
+/// every due time one addition, exact on virtual time whenever `interval` is a whole number of nanoseconds
+/// (10 per second: 100 ms), and within a nanosecond otherwise.
 ///
 /// That instant is the bucket's whole state, so it lives in one atomic word, as the bits of the
 /// double, and a token is taken with one compare-and-swap (a `lock_free_meter`). While the mutex
@@ -421,63 +481,76 @@ private:
 
 struct rate_limiter_options {
     /// The burst after idle: how many tokens the bucket holds. It starts full. Must be positive.
-    std::size_t capacity = 0;
+    /// No default, as for the rate: only the user knows what the dependency allows.
+    std::size_t token_limit = 0;
     /// The sustained rate: tokens added per second, lazily, as time passes. Finite and positive.
+    /// No default: a guessed rate would either throttle a dependency that could take more or let
+    /// through more than it can take, silently; so a limiter made without one throws.
     double tokens_per_second = 0;
-    /// What a call that finds the bucket empty does: wait (default) or be refused.
-    resilience::on_exhausted on_exhausted = resilience::on_exhausted::wait;
-    /// How many calls may wait: empty (default) for no bound, 0 never to wait; a call beyond it is
-    /// refused. Ignored with `on_exhausted::reject`, which never waits.
-    std::optional<std::size_t> max_queued{};
+    /// How many calls may wait for a token; beyond that a call is refused at once
+    /// (`rejection_reason::queue_full`). The default 0 refuses as soon as the bucket is empty
+    /// (`no_capacity`); `rs::unbounded_queue` never refuses for want of a queue place.
+    std::size_t queue_limit = 0;
+    /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
+    /// that instant; a token due at that very instant is still taken. Empty (the default): as
+    /// long as it takes. Must be positive when set.
+    std::optional<std::chrono::nanoseconds> queue_timeout{};
+    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
+    std::string name{};
 };
 
-/// Limits how often calls start: a token bucket of `capacity` tokens (full at first) refilled at
-/// `tokens_per_second`. Each admitted call spends exactly one token before it starts.
+/// Limits how often calls start: a token bucket of `token_limit` tokens (full at first) refilled
+/// at `tokens_per_second`. Each admitted call spends exactly one token before it starts.
 /// - Refilled lazily from the clock, never by a timer: an idle limiter costs nothing, and the
-///   bucket never holds more than `capacity` however long it idles.
-/// - A call that finds no token waits (`on_exhausted::wait`) in a queue served in arrival order:
-///   while anyone waits, a new call queues behind them even if a token is there, so a stream of
-///   new calls cannot starve the oldest. Only the front waiter watches the clock: it sleeps until
-///   its token is due (exact on virtual time); when it is served or leaves, the next one takes
-///   over. A waiter whose caller stops leaves the queue at once and fails with `cancelled_error`.
-/// - A call that may not wait (`on_exhausted::reject`, `max_queued` reached) fails with
-///   `rate_limited_error`, returned as a value through the pipeline, whose `retry_after()` is how
-///   long until a token would be there for it, counting the waiters before it.
+///   bucket never holds more than `token_limit` however long it idles.
+/// - A call that finds no token waits, when `queue_limit` allows, in a queue served in arrival
+///   order: while anyone waits, a new call queues behind them even if a token is there, so a
+///   stream of new calls cannot starve the oldest. Only the front waiter watches the clock: it
+///   sleeps until its token is due (exact on virtual time); when it is served or leaves, the next
+///   one takes over. A waiter whose caller stops leaves the queue at once and fails with
+///   `cancelled_error`.
+/// - A call that may not wait (`queue_limit` 0 or reached) or that waited `queue_timeout` fails
+///   with `rate_limited_error`, returned as a value through the pipeline, whose `reason()` says
+///   which and whose `retry_after()` is how long until a token would be there for it, counting
+///   the waiters before it.
 ///
 /// A copyable handle: copies share one bucket, which is thread-safe; event loops on several
 /// threads may share it, and each waiter is resumed on the loop it waited on. While nobody waits,
-/// a call takes its token with one atomic compare-and-swap, without a lock. The limiter must
-/// outlive the calls made through it. `C` serves every use of time (see `clock`); copies share
-/// one clock object, which must be usable from every thread that calls through the limiter.
+/// a call takes its token with one atomic compare-and-swap, without a lock. A call made through a
+/// handle needs only the shared state to live (some copy of the handle), not that handle object.
+/// `C` serves every use of time (see `clock`); copies share one clock object, which must be
+/// usable from every thread that calls through the limiter.
 ///
-///     rs::rate_limiter api{{.capacity = 10, .tokens_per_second = 5}};
+///     rs::rate_limiter api{{.token_limit = 10, .tokens_per_second = 5, .queue_limit = 100}};
 ///     auto r = co_await api.execute(call);              // waits for a token when needed
 ///     co_await api.take(stop);                          // or spend one directly
 template <clock C = steady_clock>
-class rate_limiter : public detail::limiter_handle<rate_limiter<C>, C, detail::token_bucket> {
-    using base = detail::limiter_handle<rate_limiter<C>, C, detail::token_bucket>;
+class rate_limiter
+    : public detail::limiter_handle<rate_limiter<C>, C, detail::token_bucket, rate_limiter_options> {
+    using base = detail::limiter_handle<rate_limiter<C>, C, detail::token_bucket, rate_limiter_options>;
 
 public:
     explicit rate_limiter(rate_limiter_options options, C clock = C{})
-        : base(meter_of(options), std::move(clock), options.on_exhausted, options.max_queued),
-          options_(options) {}
+        : base(meter_of(options), std::move(clock), options) {}
 
-    /// Tokens in the bucket now (fractional while refilling), at most `capacity`.
-    double tokens() const { return this->state_->remaining(); }
-    const rate_limiter_options& options() const noexcept { return options_; }
+    /// Tokens in the bucket now (fractional while refilling), at most `token_limit`.
+    [[nodiscard]] double tokens() const { return this->state_->remaining(); }
 
 private:
-    static detail::token_bucket meter_of(const rate_limiter_options& o) {
-        if (o.capacity == 0)
-            throw std::invalid_argument("resilience::rate_limiter: capacity must be positive, got 0");
-        if (!std::isfinite(o.tokens_per_second) || !(o.tokens_per_second > 0))
-            throw std::invalid_argument(
-                "resilience::rate_limiter: tokens_per_second must be finite and positive, got " +
-                detail::format_number(o.tokens_per_second));
-        return detail::token_bucket{o.capacity, o.tokens_per_second};
-    }
+    friend base;
+    friend struct std::hash<rate_limiter>;
+    explicit rate_limiter(std::shared_ptr<typename base::shared> s) noexcept : base(std::move(s)) {}
 
-    rate_limiter_options options_;
+    static detail::token_bucket meter_of(const rate_limiter_options& o) {
+        const std::string who = "resilience::rate_limiter: ";
+        if (o.token_limit == 0)
+            throw std::invalid_argument(who + "token_limit must be positive, got 0");
+        if (!std::isfinite(o.tokens_per_second) || !(o.tokens_per_second > 0))
+            throw std::invalid_argument(who + "tokens_per_second must be finite and positive, got " +
+                                        detail::format_number(o.tokens_per_second));
+        detail::validate_queue_options(o, who);
+        return detail::token_bucket{o.token_limit, o.tokens_per_second};
+    }
 };
 
 rate_limiter(rate_limiter_options)->rate_limiter<steady_clock>;
@@ -485,3 +558,11 @@ template <clock C>
 rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
 
 } // namespace resilience
+
+/// Hashes a rate limiter by the state its copies share, consistently with `==`.
+template <resilience::clock C>
+struct std::hash<resilience::rate_limiter<C>> {
+    std::size_t operator()(const resilience::rate_limiter<C>& r) const noexcept {
+        return std::hash<const void*>{}(r.state_.get());
+    }
+};

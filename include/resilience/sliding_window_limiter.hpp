@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -114,9 +116,11 @@ private:
 
 } // namespace detail
 
-struct sliding_window_options {
-    /// How many calls any window-long span may admit. Must be positive.
-    std::size_t limit = 0;
+struct sliding_window_limiter_options {
+    /// How many calls any window-long span may admit. Must be positive. No default, as for the
+    /// window: only the user knows what the dependency allows, and a guess would silently either
+    /// throttle it or overload it; so a limiter made without them throws.
+    std::size_t permit_limit = 0;
     /// The span. Must be positive.
     std::chrono::nanoseconds window{};
     /// How finely the window slides: permits come back in steps of `window / segments`. Positive
@@ -124,73 +128,88 @@ struct sliding_window_options {
     std::size_t segments = 10;
     /// The most `segments` accepted: one counter each is kept, so the bound caps the memory (8 MB).
     static constexpr std::size_t max_segments = 1'000'000;
-    /// What a call that finds no permit does: wait (default) or be refused.
-    resilience::on_exhausted on_exhausted = resilience::on_exhausted::wait;
-    /// How many calls may wait: empty (default) for no bound, 0 never to wait; a call beyond it is
-    /// refused. Ignored with `on_exhausted::reject`, which never waits.
-    std::optional<std::size_t> max_queued{};
+    /// How many calls may wait for a permit; beyond that a call is refused at once
+    /// (`rejection_reason::queue_full`). The default 0 refuses as soon as no permit is free
+    /// (`no_capacity`); `rs::unbounded_queue` never refuses for want of a queue place.
+    std::size_t queue_limit = 0;
+    /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
+    /// that instant. Empty (the default): as long as it takes. Must be positive when set.
+    std::optional<std::chrono::nanoseconds> queue_timeout{};
+    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
+    std::string name{};
 };
 
-/// Limits calls to `limit` in any `window`, with the interface of `rate_limiter` (waiting in
-/// arrival order, `on_exhausted`, `max_queued`, `take`, `rate_limited_error::retry_after()`,
-/// `queued()`; `tokens()` is the number of permits free now).
+/// Limits calls to `permit_limit` in any `window`, with the interface of `rate_limiter` (waiting
+/// in arrival order, `queue_limit`, `queue_timeout`, `take`, `rate_limited_error::retry_after()`
+/// and `reason()`, `queued()`, `name()`, `borrow()`; `tokens()` is the number of permits free now).
 ///
 /// Counting is segmented: the window is cut into `segments` segments (on a grid starting when the
 /// limiter is made), and a permit is counted against the segment boundary at or after the instant
 /// it was taken, coming back one window after that boundary. So:
-/// - no span `[t, t + window)` ever admits more than `limit` calls;
+/// - no span `[t, t + window)` ever admits more than `permit_limit` calls;
 /// - a permit comes back between `window` and `window + window / segments` after it was taken:
-///   exactly `window` after for calls made on a segment boundary (`limit` calls at 0 free their
-///   permits at exactly `window`);
+///   exactly `window` after for calls made on a segment boundary (`permit_limit` calls at 0 free
+///   their permits at exactly `window`);
 /// - memory is a ring of about `segments` counters, whatever the limit.
 /// Unlike a token bucket it has no sustained rate separate from its burst: after a quiet window
-/// all `limit` permits are there at once.
+/// all `permit_limit` permits are there at once.
 ///
 /// A copyable handle to one shared, thread-safe limiter; see `rate_limiter` for waiting, clocks
 /// and lifetimes, which are the same.
 ///
-///     rs::sliding_window_limiter api{{.limit = 100, .window = 1min}};
+///     rs::sliding_window_limiter api{{.permit_limit = 100, .window = 1min, .queue_limit = 50}};
 ///     auto r = co_await api.execute(call);
 template <clock C = steady_clock>
 class sliding_window_limiter
-    : public detail::limiter_handle<sliding_window_limiter<C>, C, detail::window_counter> {
-    using base = detail::limiter_handle<sliding_window_limiter<C>, C, detail::window_counter>;
+    : public detail::limiter_handle<sliding_window_limiter<C>, C, detail::window_counter,
+                                    sliding_window_limiter_options> {
+    using base = detail::limiter_handle<sliding_window_limiter<C>, C, detail::window_counter,
+                                        sliding_window_limiter_options>;
 
 public:
-    explicit sliding_window_limiter(sliding_window_options options, C clock = C{})
-        : base(meter_of(options), std::move(clock), options.on_exhausted, options.max_queued),
-          options_(options) {}
+    explicit sliding_window_limiter(sliding_window_limiter_options options, C clock = C{})
+        : base(meter_of(options), std::move(clock), options) {}
 
-    /// Permits free now, at most `limit`.
-    double tokens() const { return this->state_->remaining(); }
-    const sliding_window_options& options() const noexcept { return options_; }
+    /// Permits free now, at most `permit_limit`.
+    [[nodiscard]] double tokens() const { return this->state_->remaining(); }
 
 private:
-    static detail::window_counter meter_of(const sliding_window_options& o) {
+    friend base;
+    friend struct std::hash<sliding_window_limiter>;
+    explicit sliding_window_limiter(std::shared_ptr<typename base::shared> s) noexcept : base(std::move(s)) {}
+
+    static detail::window_counter meter_of(const sliding_window_limiter_options& o) {
         const std::string who = "resilience::sliding_window_limiter: ";
-        if (o.limit == 0)
-            throw std::invalid_argument(who + "limit must be positive, got 0");
+        if (o.permit_limit == 0)
+            throw std::invalid_argument(who + "permit_limit must be positive, got 0");
         if (o.window <= std::chrono::nanoseconds::zero())
             throw std::invalid_argument(who + "window must be positive, got " +
                                         std::to_string(o.window.count()) + "ns");
         if (o.segments == 0)
             throw std::invalid_argument(who + "segments must be positive, got 0");
-        if (o.segments > sliding_window_options::max_segments)
+        if (o.segments > sliding_window_limiter_options::max_segments)
             throw std::invalid_argument(who + "segments must be at most " +
-                                        std::to_string(sliding_window_options::max_segments) + ", got " +
-                                        std::to_string(o.segments));
+                                        std::to_string(sliding_window_limiter_options::max_segments) +
+                                        ", got " + std::to_string(o.segments));
         if (o.segments > static_cast<std::uint64_t>(o.window.count()))
             throw std::invalid_argument(who + "segments must be at most the window in nanoseconds (" +
                                         std::to_string(o.window.count()) + "), got " +
                                         std::to_string(o.segments));
-        return detail::window_counter{o.limit, o.window, o.segments};
+        detail::validate_queue_options(o, who);
+        return detail::window_counter{o.permit_limit, o.window, o.segments};
     }
-
-    sliding_window_options options_;
 };
 
-sliding_window_limiter(sliding_window_options)->sliding_window_limiter<steady_clock>;
+sliding_window_limiter(sliding_window_limiter_options)->sliding_window_limiter<steady_clock>;
 template <clock C>
-sliding_window_limiter(sliding_window_options, C) -> sliding_window_limiter<C>;
+sliding_window_limiter(sliding_window_limiter_options, C) -> sliding_window_limiter<C>;
 
 } // namespace resilience
+
+/// Hashes a sliding-window limiter by the state its copies share, consistently with `==`.
+template <resilience::clock C>
+struct std::hash<resilience::sliding_window_limiter<C>> {
+    std::size_t operator()(const resilience::sliding_window_limiter<C>& l) const noexcept {
+        return std::hash<const void*>{}(l.state_.get());
+    }
+};

@@ -22,7 +22,8 @@
 ///   `turn`), sets its state under `mutex`, releases `mutex`, then calls `node->wake()`;
 /// - the caller's stop token: a stop request takes a still-queued node out at once (`stopped`),
 ///   and a node at its `turn` too (handing the turn on), through `stop_waiter`;
-/// - anything else that bounds the wait (a bulkhead's queue timeout) through `withdraw`.
+/// - anything else that bounds the wait (a bulkhead's queue timeout) through `withdraw`; a rate
+///   limiter's head ends its own `turn` when its queue timeout comes first (see `limiter_state`).
 /// The awaiter's result is the node's final state. Each of these checks the node's state under
 /// `mutex` first, so the first one wins and the others do nothing.
 #pragma once
@@ -33,9 +34,17 @@
 #include <concepts>
 #include <coroutine>
 #include <cstddef>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stop_token>
+
+namespace resilience {
+
+/// A `queue_limit` with no bound: every call that finds nothing free waits.
+inline constexpr std::size_t unbounded_queue = std::numeric_limits<std::size_t>::max();
+
+} // namespace resilience
 
 namespace resilience::detail {
 
@@ -48,7 +57,7 @@ enum class waiter_state : unsigned char {
     granted,  ///< got its slot or token; out of the queue
     rejected, ///< refused without waiting (no queue place, or waiting not allowed)
     stopped,  ///< its caller stopped waiting first; out of the queue, got nothing
-    expired,  ///< its wait bound ran out first; out of the queue, got nothing
+    expired,  ///< its queue timeout ran out first; out of the queue, got nothing
 };
 
 /// One waiting caller: an intrusive list node living in the waiting coroutine's frame. The owner's
@@ -61,6 +70,8 @@ struct waiter {
     event_loop* loop = nullptr; ///< the loop it suspended on; null: it is resumed inline
     waiter_state state = waiter_state::idle;
     std::chrono::nanoseconds retry_after{}; ///< the owner's note on a refusal (rate limiters)
+    /// The owner's note, set when queued: when the wait runs out (rate limiters with a queue timeout).
+    std::chrono::nanoseconds deadline = std::chrono::nanoseconds::max();
 
     /// Resumes the waiter on its own loop, or inline when it had none. Call it without the
     /// owner's mutex held (an inline resume may re-enter the owner), and touch the node no more:
