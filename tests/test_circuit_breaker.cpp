@@ -1633,3 +1633,23 @@ TEST_CASE("circuit_breaker: four threads admitting and recording straight on the
     CHECK(wrong_state == 0);
     CHECK(checks == 2 * rounds);
 }
+
+TEST_CASE("circuit_breaker: copies compare equal and hash alike, and a call outlives the copy it was made through",
+          "[circuit_breaker]") {
+    rs::testing::simulation sim;
+    rs::circuit_breaker<rs::testing::virtual_clock> breaker{{.failure_threshold = 1}, sim.clock()};
+    const rs::circuit_breaker<rs::testing::virtual_clock> other{{.failure_threshold = 1}, sim.clock()};
+    auto copy = std::make_unique<rs::circuit_breaker<rs::testing::virtual_clock>>(breaker);
+    CHECK(*copy == breaker);
+    CHECK_FALSE(other == breaker);
+    CHECK(std::hash<rs::circuit_breaker<rs::testing::virtual_clock>>{}(*copy) ==
+          std::hash<rs::circuit_breaker<rs::testing::virtual_clock>>{}(breaker));
+    CHECK(breaker.borrow() == breaker);
+    auto call = copy->execute([&]() -> rs::task<int> {
+        co_await sim.sleep_for(1s);
+        throw std::runtime_error("down");
+    });
+    copy.reset(); // the handle the call was made through is gone; `breaker` keeps the state
+    CHECK_THROWS_AS(sim.run(std::move(call)), std::runtime_error);
+    CHECK(breaker.state() == rs::circuit_state::open); // the call's failure reached the shared state
+}

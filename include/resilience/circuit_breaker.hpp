@@ -798,6 +798,16 @@ public:
         return step::proceed;
     }
 
+    /// A copy that does not own the shared state: copying it touches no reference count. A call
+    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
+    [[nodiscard]] circuit_breaker borrow() const noexcept {
+        return circuit_breaker{std::shared_ptr<detail::breaker_core<C>>(std::shared_ptr<void>{}, core_.get())};
+    }
+    /// Copies of one breaker (borrowed or not) are equal: they are the same breaker.
+    friend bool operator==(const circuit_breaker& a, const circuit_breaker& b) noexcept {
+        return a.core_ == b.core_;
+    }
+
     /// The state now, with open turned half-open once the break is over. Changes nothing.
     [[nodiscard]] circuit_state state() const { return core_->state(); }
     /// A snapshot taken at one instant. Changes nothing.
@@ -864,6 +874,9 @@ private:
         return std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock));
     }
 
+    friend struct std::hash<circuit_breaker>;
+    explicit circuit_breaker(std::shared_ptr<detail::breaker_core<C>> core) noexcept : core_(std::move(core)) {}
+
     std::shared_ptr<detail::breaker_core<C>> core_;
 };
 
@@ -875,3 +888,11 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 // clang-format on
 
 } // namespace resilience
+
+/// Hashes a breaker by the state its copies share, consistently with `==`.
+template <resilience::clock C>
+struct std::hash<resilience::circuit_breaker<C>> {
+    std::size_t operator()(const resilience::circuit_breaker<C>& b) const noexcept {
+        return std::hash<const void*>{}(b.core_.get());
+    }
+};
