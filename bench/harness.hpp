@@ -79,7 +79,9 @@ public:
             fmt::print("{:<48} {:>10.1f} {:>12.2f} {:>12.3f} {:>12.3f}\n", name, r.ns, ratio, r.allocs, r.throws);
         }
         // Throughput of two threads against one, for each `<x>_two_threads` row with a matching
-        // `<x>_one_thread` row: 2 * (one thread's time per call) / (two threads' time per call).
+        // `<x>_one_thread` row. With several threads Google Benchmark divides the wall time by the
+        // calls of all threads together, so the ratio of the two rows' times is the throughput ratio
+        // (2.00: two threads do twice the work of one in the same time).
         bool header = false;
         for (const auto& name : order_) {
             const auto at = name.find("_two_threads");
@@ -93,7 +95,7 @@ public:
                     fmt::print("\n{:<48} {:>26}\n", "two threads", "throughput x one thread");
                     header = true;
                 }
-                fmt::print("{:<48} {:>26.2f}\n", prefix, 2.0 * rows_[other].ns / rows_[name].ns);
+                fmt::print("{:<48} {:>26.2f}\n", prefix, rows_[other].ns / rows_[name].ns);
             }
         }
     }

@@ -164,6 +164,10 @@ void bulkhead_shared_two_threads(benchmark::State& state) {
     through(state, shared_bulkhead());
 }
 BENCHMARK(bulkhead_shared_two_threads)->Threads(2)->UseRealTime();
+void bulkhead_shared_one_thread(benchmark::State& state) {
+    through(state, shared_bulkhead());
+}
+BENCHMARK(bulkhead_shared_one_thread)->UseRealTime();
 
 const rs::rate_limiter<>& shared_limiter() {
     static const rs::rate_limiter l = roomy_limiter();
@@ -173,6 +177,25 @@ void rate_limiter_shared_two_threads(benchmark::State& state) {
     through(state, shared_limiter());
 }
 BENCHMARK(rate_limiter_shared_two_threads)->Threads(2)->UseRealTime();
+void rate_limiter_shared_one_thread(benchmark::State& state) {
+    through(state, shared_limiter());
+}
+BENCHMARK(rate_limiter_shared_one_thread)->UseRealTime();
+
+// A closed breaker alone, one handle shared by two threads: admitting and recording a success
+// only read the shared state.
+const rs::circuit_breaker<>& shared_breaker() {
+    static const rs::circuit_breaker b{{.failure_threshold = 5}};
+    return b;
+}
+void breaker_shared_two_threads(benchmark::State& state) {
+    through(state, shared_breaker());
+}
+BENCHMARK(breaker_shared_two_threads)->Threads(2)->UseRealTime();
+void breaker_shared_one_thread(benchmark::State& state) {
+    through(state, shared_breaker());
+}
+BENCHMARK(breaker_shared_one_thread)->UseRealTime();
 
 // Rejections reported as values: no exception is thrown on these paths.
 template <class Policy>
