@@ -10,12 +10,14 @@
 ///     co_await p.execute(action, ctx);             // from inside another attempt
 ///     co_await p.execute_outcome(action);          // outcome<R>, never throws for the action's failure
 ///
-/// The action is taken by value and kept alive until the call ends; the policy object must
-/// outlive the call, as an Asio I/O object must outlive its operations:
+/// The action is taken by value and kept alive until the call ends. A policy called as an lvalue
+/// must outlive the call, as an Asio I/O object must outlive its operations (a stateful handle
+/// need not: the call refers to its shared state, which lives while any copy does); called on an
+/// rvalue, the policy is moved into the call:
 ///
 ///     rs::task<int> ok(rs::retry<>& r) { co_return co_await r.execute(fetch); }   // OK: r outlives the call
-///     rs::task<int> bad() { return rs::retry<>{}.execute(fetch); }               // dangling: the policy
-///     dies first
+///     rs::task<int> also_ok() { return rs::retry<>{}.execute(fetch); }           // OK: moved into the call
+///     rs::task<int> bad(rs::retry<> r) { return r.execute(fetch); }               // dangling: r dies first
 ///
 /// How a policy is built: two ways, which compose freely in one pipeline.
 ///

@@ -126,11 +126,13 @@ struct retry_options {
 /// A stateless value, copied freely, except for its random source `Random`: the default
 /// `thread_random` is safe to share across threads, but a retry given a stateful generator
 /// (`seeded_random`) mutates it on every jittered wait and must not be used from two threads
-/// at once. `C` serves every use of time. The retry must outlive the calls made through it:
+/// at once. `C` serves every use of time. A retry called as an lvalue must outlive the calls made
+/// through it; called on an rvalue it is moved into the call:
 ///
 ///     rs::retry r{{.max_attempts = 3}};
-///     int v = co_await r.execute(fetch);                           // OK: r outlives the call
-///     rs::task<int> bad() { return rs::retry{}.execute(fetch); }   // dangling: the retry dies first
+///     int v = co_await r.execute(fetch);                              // OK: r outlives the call
+///     rs::task<int> also_ok() { return rs::retry{}.execute(fetch); }  // OK: moved into the call
+///     rs::task<int> bad(rs::retry<> r) { return r.execute(fetch); }   // dangling: r dies first
 template <clock C = steady_clock, random_source Random = thread_random>
 class retry : public policy_base<retry<C, Random>> {
 public:
