@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
 
+#include <resilience/circuit_breaker.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/when_all.hpp>
 
 #include <chrono>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 #include <stop_token>
 
 namespace rs = resilience;
@@ -90,4 +94,60 @@ TEST_CASE("deterministic_random: the same seed gives the same sequence", "[simul
         (void)c;
     }
     CHECK(rs::testing::deterministic_random{42}() != rs::testing::deterministic_random{43}());
+}
+
+TEST_CASE("simulation: run_for steps virtual time and leaves later work pending", "[simulation]") {
+    rs::testing::simulation sim;
+    std::vector<std::pair<int, std::chrono::nanoseconds>> woke;
+    auto sleeper = [](rs::testing::simulation& s, std::vector<std::pair<int, std::chrono::nanoseconds>>& log,
+                      int id, std::chrono::nanoseconds d) -> rs::task<void> {
+        co_await s.sleep_for(d);
+        log.emplace_back(id, s.now());
+        co_await s.sleep_for(d);
+        log.emplace_back(id, s.now());
+    };
+    sim.spawn(sleeper(sim, woke, 1, 300ms));
+    sim.spawn(sleeper(sim, woke, 2, 500ms));
+    sim.run_for(700ms);
+    CHECK(sim.now() == 700ms);
+    CHECK(woke == std::vector<std::pair<int, std::chrono::nanoseconds>>{{1, 300ms}, {2, 500ms}, {1, 600ms}});
+    CHECK(sim.loop().timers() == 1); // the second sleeper's next wake, at 1 s, still pending
+    sim.run_until(1s);
+    CHECK(sim.now() == 1s);
+    CHECK(woke.back() == std::pair<int, std::chrono::nanoseconds>{2, 1s});
+    sim.run_until(500ms); // a past instant: nothing moves back
+    CHECK(sim.now() == 1s);
+    sim.run_all();
+}
+
+TEST_CASE("simulation: a call started with spawn can be inspected between steps", "[simulation]") {
+    rs::testing::simulation sim;
+    rs::circuit_breaker breaker{{.failure_threshold = 2, .break_duration = 10s}, sim.clock()};
+    rs::testing::scripted_action down{sim.clock(), rs::testing::script<int>{.failures = 100, .latency = 1s}};
+    std::vector<bool> failed;
+    auto caller = [](rs::circuit_breaker<rs::testing::virtual_clock>& b, decltype(down)& a,
+                     std::vector<bool>& log) -> rs::task<void> {
+        for (int i = 0; i < 3; ++i)
+            log.push_back((co_await b.execute_outcome(a)).has_failure());
+    };
+    sim.spawn(caller(breaker, down, failed));
+    sim.run_for(1500ms);
+    CHECK(breaker.state() == rs::circuit_state::closed); // one failure recorded, the second call running
+    sim.run_for(500ms);
+    CHECK(sim.now() == 2s);
+    CHECK(breaker.state() == rs::circuit_state::open); // the second failure, at exactly 2 s, opened it
+    sim.run_all();
+    CHECK(failed == std::vector<bool>{true, true, true}); // the third refused without running
+    CHECK(down.calls() == 2);
+}
+
+TEST_CASE("simulation: run_until rethrows what a spawned coroutine let escape", "[simulation]") {
+    rs::testing::simulation sim;
+    sim.spawn([](rs::testing::simulation& s) -> rs::task<void> {
+        co_await s.sleep_for(1s);
+        throw std::runtime_error("boom");
+    }(sim));
+    CHECK_NOTHROW(sim.run_for(500ms));
+    CHECK_THROWS_WITH(sim.run_for(1s), "boom");
+    CHECK(sim.now() == 1500ms);
 }

@@ -142,6 +142,41 @@ public:
             std::rethrow_exception(e);
     }
 
+    /// Virtual time only: runs everything due up to the instant `t` (posted work, and timers in
+    /// order, time jumping to each one's instant), then sets the time to `t` and returns, leaving
+    /// later timers and unfinished coroutines pending for the next call. Rethrows the first
+    /// exception a spawned coroutine let escape. Never throws "stuck": work may well be pending.
+    void run_until(std::chrono::nanoseconds t) {
+        if (!virtual_)
+            throw std::logic_error("resilience::event_loop: run_until needs a virtual-time loop");
+        event_loop* previous = std::exchange(current_, this);
+        struct restore {
+            event_loop* p;
+            ~restore() { current_ = p; }
+        } guard{previous};
+        for (;;) {
+            take_remote();
+            while (!local_.empty()) {
+                local_.pop()();
+                take_remote();
+            }
+            // wake_at() is the earliest deadline or a lower bound of it: past `t`, nothing is due.
+            if (wheel_.empty() || wheel_.wake_at() > t)
+                break;
+            detail::timer_node* first = wheel_.pop_due(t);
+            if (!first)
+                break;
+            if (first->when > vnow_)
+                vnow_ = first->when;
+            first->fire(first);
+            fire_due(vnow_); // the others of the same instant
+        }
+        if (t > vnow_)
+            vnow_ = t;
+        if (auto e = std::exchange(failed_, nullptr))
+            std::rethrow_exception(e);
+    }
+
     /// Runs `a` to completion on this loop (with anything else spawned) and returns its result.
     template <awaitable A>
     await_result_t<A> run(A&& a) {

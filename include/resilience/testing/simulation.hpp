@@ -73,6 +73,19 @@ public:
     /// Runs until every spawned coroutine has finished.
     void run_all() { loop_.run(); }
 
+    /// Runs everything due up to the instant `t` (timers in order, time jumping to each), then
+    /// sets the time to `t` and returns with later work still pending: start calls with `spawn`,
+    /// step time with `run_until`/`run_for`, and look at the policies' state in between. A `t`
+    /// already past runs what is ready and leaves the time as it is. Rethrows the first exception
+    /// a spawned coroutine let escape.
+    ///
+    ///     sim.spawn(call_through(breaker));      // starts at the next step
+    ///     sim.run_for(1s);
+    ///     CHECK(breaker.state() == rs::circuit_state::open);
+    void run_until(std::chrono::nanoseconds t) { loop_.run_until(t); }
+    /// `run_until(now() + d)`.
+    void run_for(std::chrono::nanoseconds d) { loop_.run_until(now() + d); }
+
     /// Virtual time elapsed since the simulation started.
     std::chrono::nanoseconds now() const noexcept { return loop_.now(); }
     /// A clock for policies under test.
