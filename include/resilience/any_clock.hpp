@@ -54,15 +54,6 @@ class held_sleep {
         std::conditional_t<self_awaiting, char,
                            std::conditional_t<by_reference, awaiter_type*, std::optional<awaiter_type>>>;
 
-    // Lets optional::emplace construct from a prvalue, so the awaiter need not be movable.
-    template <class F>
-    struct from {
-        F make;
-        operator std::invoke_result_t<F&>() { return make(); }
-    };
-    template <class F>
-    from(F) -> from<F>; // clang 14 has no deduction for aggregates
-
 public:
     held_sleep(const C& clock, typename C::time_point tp, std::stop_token&& token)
         : awaitable_(clock.sleep_until(tp, std::move(token))) {}
@@ -71,7 +62,7 @@ public:
         if constexpr (by_reference)
             awaiter_ = &get_awaiter(std::move(awaitable_));
         else if constexpr (!self_awaiting)
-            awaiter_.emplace(from{[&] { return get_awaiter(std::move(awaitable_)); }});
+            awaiter_.emplace(emplace_from{[&] { return get_awaiter(std::move(awaitable_)); }});
         return static_cast<bool>(awaiter().await_ready());
     }
     std::coroutine_handle<> suspend(std::coroutine_handle<> h) {

@@ -36,6 +36,16 @@ concept has_free_co_await = requires(T&& t) {
 };
 
 /// The awaiter a `co_await` of `t` would use (ignoring await_transform, which we never rely on).
+/// Constructs an optional's value from a function's prvalue (`opt.emplace(emplace_from{make})`), so
+/// the value need not be movable: awaitables and awaiters are often neither copyable nor movable.
+template <class F>
+struct emplace_from {
+    F make;
+    operator std::invoke_result_t<F&>() { return make(); }
+};
+template <class F>
+emplace_from(F) -> emplace_from<F>; // clang 14 has no deduction for aggregates
+
 template <class T>
 decltype(auto) get_awaiter(T&& t) {
     if constexpr (has_member_co_await<T>)

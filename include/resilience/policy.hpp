@@ -186,16 +186,6 @@ public:
     }
 
 private:
-    // Constructs an optional's value from a function's prvalue, so neither the awaitable nor the
-    // awaiter has to be movable.
-    template <class F>
-    struct emplace_from {
-        F make;
-        operator std::invoke_result_t<F&>() { return make(); }
-    };
-    template <class F>
-    emplace_from(F) -> emplace_from<F>; // clang 14 has no deduction for aggregates
-
     awaiter_type& awaiter() noexcept {
         if constexpr (self_awaiting)
             return *awaitable_;
