@@ -206,3 +206,33 @@ TEST_CASE("composition: the success path of retry, breaker, timeout, bulkhead an
     CHECK(allocations == 0);
 }
 #endif
+
+TEST_CASE("composition: a call stopped before it starts is refused by the policy that saw it, by name",
+          "[composition][names]") {
+    rs::testing::simulation sim;
+    std::stop_source caller;
+    caller.request_stop();
+    const auto name_of = [](const rs::outcome<int>& o) {
+        REQUIRE(o.has_failure());
+        const auto* e = o.error().as<rs::cancelled_error>();
+        REQUIRE(e);
+        return std::string(e->policy_name());
+    };
+    const auto answer = []() -> rs::task<int> { co_return 42; };
+    const rs::timeout deadline{{.timeout = 1s, .name = "deadline"}, sim.clock()};
+    const rs::bulkhead slots{{.max_concurrent_calls = 1, .name = "slots"}, sim.clock()};
+    const rs::rate_limiter bucket{{.token_limit = 1, .tokens_per_second = 1, .name = "bucket"}, sim.clock()};
+    const rs::sliding_window_limiter window{{.permit_limit = 1, .window = 1s, .name = "window"}, sim.clock()};
+    const rs::single_flight<int, int> flights{{.name = "flights"}};
+    sim.run([&]() -> rs::task<void> {
+        CHECK(name_of(co_await deadline.execute_outcome(answer, caller.get_token())) == "deadline");
+        CHECK(name_of(co_await slots.execute_outcome(answer, caller.get_token())) == "slots");
+        CHECK(name_of(co_await bucket.execute_outcome(answer, caller.get_token())) == "bucket");
+        CHECK(name_of(co_await window.execute_outcome(answer, caller.get_token())) == "window");
+        CHECK(name_of(co_await flights.run_outcome(1, answer, caller.get_token())) == "flights");
+        // The outermost policy sees the stop first.
+        const rs::pipeline both{slots, deadline};
+        CHECK(name_of(co_await both.execute_outcome(answer, caller.get_token())) == "slots");
+    }());
+    CHECK(flights.name() == "flights");
+}

@@ -243,7 +243,7 @@ public:
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{}));
+            result.emplace(failure::make(cancelled_error{name()}));
             return step::done;
         }
         if (!state_->try_acquire())
@@ -263,7 +263,7 @@ public:
         using detail::waiter_state;
         const std::stop_token& token = ctx.stop_token();
         if (token.stop_requested())
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{name()});
         state& s = *state_;
         detail::waiter node;
         waiter_state admitted = waiter_state::granted;
@@ -282,12 +282,12 @@ public:
             }
         }
         if (admitted == waiter_state::stopped)
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{name()});
         if (admitted != waiter_state::granted)
             co_return failure::make(bulkhead_rejected_error{s.options.name, reason_of(s, admitted)});
         slot_guard slot{&s};
         if (token.stop_requested())
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{name()});
         co_return co_await next(ctx);
     }
 

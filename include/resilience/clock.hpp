@@ -65,7 +65,7 @@ public:
 private:
     struct on_stop {
         sleep_awaiter* self;
-        void operator()() const noexcept {
+        void operator()() const { // posting may allocate
             if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
                 loop_access::post(*self->loop_, job{&sleep_awaiter::cancelled, self});
         }

@@ -197,6 +197,12 @@ private:
     friend struct detail::loop_access;
 
     // Work and timers for the library's own awaiters, through detail::loop_access.
+    //
+    // `post` may allocate (the queues grow), so it is never called from a function marked noexcept:
+    // waking a waiter, a stop callback that posts, and a shared call releasing its callers are all
+    // declared as able to throw. The one place a wake-up is posted where nothing may throw is a
+    // destructor (a call's frame destroyed while holding a bulkhead slot hands the slot to the next
+    // waiter); there, running out of memory ends the program, as it does in any destructor.
     void post(detail::job j) {
         if (current_ == this) {
             local_.push(j);

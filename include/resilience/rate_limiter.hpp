@@ -225,7 +225,7 @@ struct limiter_state {
     struct leave_on_stop {
         limiter_state* self;
         waiter* node;
-        void operator()() const noexcept { stop_waiter(*self, *node); }
+        void operator()() const { stop_waiter(*self, *node); } // may post a wake-up
     };
 
     // The head's loop: take the permit when it is there, else sleep until it is due or the wait
@@ -303,7 +303,7 @@ public:
     template <class R>
     step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{}));
+            result.emplace(failure::make(cancelled_error{name()}));
             return step::done;
         }
         return state_->try_take_now(call_now(state_->clock, ctx)) ? step::proceed : step::wait;
@@ -320,12 +320,12 @@ public:
     template <class Next>
     task<next_outcome_t<Next>> run(Next next, const context& ctx) const {
         if (ctx.stop_requested())
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{name()});
         const std::stop_token& token = ctx.stop_token();
         if (!state_->try_take_now()) {
             const admission a = co_await state_->wait(token);
             if (a.state == waiter_state::stopped)
-                co_return failure::make(cancelled_error{});
+                co_return failure::make(cancelled_error{name()});
             if (a.state != waiter_state::granted)
                 co_return failure::make(refusal(a));
         }
@@ -342,14 +342,14 @@ public:
     /// `take`, reporting a refusal or a stop as a failure value instead of throwing it.
     [[nodiscard]] task<outcome<void>> take_outcome(std::stop_token token = {}) const {
         if (token.stop_requested())
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{name()});
         if (state_->try_take_now())
             co_return outcome<void>{};
         const admission a = co_await state_->wait(token);
         if (a.state == waiter_state::granted)
             co_return outcome<void>{};
         if (a.state == waiter_state::stopped)
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{name()});
         co_return failure::make(refusal(a));
     }
 

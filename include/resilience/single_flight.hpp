@@ -19,11 +19,18 @@
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 
 namespace resilience {
+
+/// Options of a `single_flight`. Nothing to tune: a shared call lasts as long as its action.
+struct single_flight_options {
+    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
+    std::string name{};
+};
 
 /// Collapses concurrent calls that share a key into one call of the action, whose result (value or
 /// failure) every caller receives: a failure is the same exception object for all of them. Nothing
@@ -81,9 +88,14 @@ class single_flight {
 public:
     class keyed_policy;
 
-    single_flight() : state_(std::make_shared<state>(Hash{}, KeyEqual{})) {}
+    single_flight() : state_(std::make_shared<state>(single_flight_options{}, Hash{}, KeyEqual{})) {}
     explicit single_flight(Hash hash, KeyEqual equal = KeyEqual{})
-        : state_(std::make_shared<state>(std::move(hash), std::move(equal))) {}
+        : state_(std::make_shared<state>(single_flight_options{}, std::move(hash), std::move(equal))) {}
+    explicit single_flight(single_flight_options options, Hash hash = Hash{}, KeyEqual equal = KeyEqual{})
+        : state_(std::make_shared<state>(std::move(options), std::move(hash), std::move(equal))) {}
+
+    /// The name given in its options (empty by default).
+    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
 
     /// Runs `action` once for all concurrent callers of `key` and returns the shared value, or
     /// rethrows the shared failure (the same exception object for every caller). The action is
@@ -107,7 +119,7 @@ public:
                       "resilience::single_flight: the action's result must convert to T");
         std::shared_ptr<state> st = state_; // the call may outlive every handle
         if (token.stop_requested())
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{st->options.name});
         // Named: an owner goes on using it after the co_await, to settle the call.
         entry joined{*st, key, std::move(token)};
         std::optional<outcome<T>> shared = co_await joined;
@@ -149,7 +161,9 @@ private:
     };
 
     struct state {
-        state(Hash hash, KeyEqual equal) : calls(0, std::move(hash), std::move(equal)) {}
+        state(single_flight_options o, Hash hash, KeyEqual equal)
+            : options(std::move(o)), calls(0, std::move(hash), std::move(equal)) {}
+        const single_flight_options options;
         std::mutex mutex;
         std::unordered_map<Key, std::shared_ptr<call>, Hash, KeyEqual> calls;
     };
@@ -196,7 +210,7 @@ private:
 
     // Hands the waiter back to its coroutine. Nothing may touch `w` after the exchange: once
     // released, its frame may resume and end at any moment.
-    static void release(waiter& w) noexcept {
+    static void release(waiter& w) { // posting may allocate
         const std::coroutine_handle<> h = w.handle;
         event_loop* const loop = w.loop;
         if (w.phase.exchange(2, std::memory_order_acq_rel) != 1)
@@ -214,7 +228,7 @@ private:
         bool owner_stopped;
         bool shared;
     };
-    static settled settle(state& st, call& c) noexcept {
+    static settled settle(state& st, call& c) {
         waiter* list = nullptr;
         bool owner_stopped = false;
         {
@@ -261,7 +275,7 @@ private:
     }
 
     // An attached caller's stop: it leaves at once.
-    static void waiter_stops(state& st, waiter& w) noexcept {
+    static void waiter_stops(state& st, waiter& w) {
         std::shared_ptr<call> c;
         bool last = false;
         {
@@ -297,7 +311,7 @@ private:
     class entry;
     struct on_stop {
         entry* e;
-        void operator()() const noexcept { e->stopped(); }
+        void operator()() const { e->stopped(); }
     };
 
     // One caller's place in a call: owning it or attached to it. `co_await` attaches to the
@@ -364,7 +378,7 @@ private:
             suspended_ = false;
             stop_cb_.reset(); // waits for a callback running on another thread, so `w_` outlives it
             if (w_.cancelled || !w_.owner->result)
-                return outcome<T>(failure::make(cancelled_error{}));
+                return outcome<T>(failure::make(cancelled_error{st_.options.name}));
             return *w_.owner->result;
         }
 
@@ -382,14 +396,14 @@ private:
             const settled s = settle(st_, c);
             finished_ = true;
             if (s.owner_stopped)
-                return failure::make(cancelled_error{});
+                return failure::make(cancelled_error{st_.options.name});
             if (!s.shared)
                 return std::move(*c.result);
             return *c.result;
         }
 
         /// The caller's token was stopped (from `on_stop`, on whichever thread stopped it).
-        void stopped() noexcept {
+        void stopped() {
             if (owns_)
                 owner_stops(st_, *w_.owner);
             else
@@ -449,7 +463,7 @@ public:
                       "resilience::single_flight::keyed_policy: the wrapped call must produce exactly T");
         std::shared_ptr<state> st = flight_.state_;
         if (ctx.stop_token().stop_requested())
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{st->options.name});
         // Named: an owner goes on using it after the co_await, to settle the call.
         entry joined{*st, key_, ctx.stop_token()};
         std::optional<outcome<T>> shared = co_await joined;

@@ -24,7 +24,8 @@ namespace resilience {
 struct timeout_options {
     /// How long an attempt may run before it is asked to stop (Polly's `Timeout`). Positive.
     std::chrono::nanoseconds timeout = std::chrono::seconds{30};
-    /// Carried by the `timeout_error`s this policy makes (`policy_name()`); empty: unnamed.
+    /// Carried by the errors this policy makes (`timeout_error`, and `cancelled_error` for a call
+    /// stopped before it starts: `policy_name()`); empty: unnamed.
     std::string name{};
 };
 
@@ -82,7 +83,7 @@ public:
             return step::wait;
         } else {
             if (ctx.stop_requested()) {
-                result.emplace(failure::make(cancelled_error{}));
+                result.emplace(failure::make(cancelled_error{name_}));
                 return step::done;
             }
             event_loop* const loop = clock_.timer_loop();
@@ -99,7 +100,7 @@ public:
     }
 
     template <class R>
-    step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
+    step leave(call_state& s, const context& ctx, outcome<R>& result) const {
         if (!s.timer->try_disarm_here())
             return step::wait; // finished on another thread: disarm on the loop
         if (s.timer->expired())
@@ -130,7 +131,7 @@ private:
     template <class Next>
     task<detail::next_outcome_t<Next>> run_beside(Next next, const context& ctx) const {
         if (ctx.stop_requested())
-            co_return failure::make(cancelled_error{});
+            co_return failure::make(cancelled_error{name_});
         const auto deadline = detail::add_saturating(clock_.now(), after_);
         detail::pooled_stop_source attempt_stop;
         detail::stop_link link{ctx.stop_token(), attempt_stop};
