@@ -116,7 +116,11 @@ public:
     int attempt() const noexcept { return attempt_; }
     /// The earliest deadline set by an enclosing timeout, as time since the epoch of that timeout's
     /// clock (compare with `clock.now().time_since_epoch()`); empty when nothing bounds the attempt.
-    std::optional<std::chrono::nanoseconds> deadline() const noexcept { return deadline_; }
+    std::optional<std::chrono::nanoseconds> deadline() const noexcept {
+        if (deadline_ == no_deadline)
+            return std::nullopt;
+        return deadline_;
+    }
 
     [[nodiscard]] context with_stop_token(std::stop_token t) const {
         context c = *this;
@@ -146,7 +150,7 @@ private:
 
     bool self_contained() const noexcept { return !from_ && !lazy_; }
     void tighten(std::chrono::nanoseconds d) noexcept {
-        if (!deadline_ || d < *deadline_)
+        if (d < deadline_)
             deadline_ = d;
     }
 
@@ -155,7 +159,10 @@ private:
     detail::lazy_stop* lazy_ = nullptr;     // a timeout's attempt token, made on first use
     detail::time_cache* time_ = nullptr;    // the call's shared clock reading, while admitting
     int attempt_ = 1;
-    std::optional<std::chrono::nanoseconds> deadline_;
+    // No deadline: the largest time (a plain integer rather than an optional: contexts are moved
+    // on every call's fast path, and a field of mixed widths costs a store-forwarding stall).
+    static constexpr std::chrono::nanoseconds no_deadline = std::chrono::nanoseconds::max();
+    std::chrono::nanoseconds deadline_ = no_deadline;
 };
 
 namespace detail {
@@ -168,6 +175,8 @@ struct context_access {
         c.time_ = cache;
         return c;
     }
+    /// Points `c` (a call's own context, in its frame) at the call's shared clock reading.
+    static void attach(context& c, time_cache* cache) noexcept { c.time_ = cache; }
     static context derive_attempt(const context& parent, int attempt) noexcept {
         context c(context::derived_tag{}, parent);
         c.attempt_ = attempt;
@@ -179,6 +188,15 @@ struct context_access {
         c.lazy_ = stop;
         c.tighten(d);
         return c;
+    }
+    /// Makes `c` (default-constructed, in a call's state) what `derive_deadline` returns, in place:
+    /// assigning a returned context would cost a store-forwarding stall on the fast path.
+    static void set_deadline(context& c, const context& parent, lazy_stop* stop, std::chrono::nanoseconds d) noexcept {
+        c.from_ = nullptr;
+        c.lazy_ = stop;
+        c.time_ = parent.time_;
+        c.attempt_ = parent.attempt_;
+        c.deadline_ = parent.deadline_ < d ? parent.deadline_ : d;
     }
     static time_cache* cache(const context& c) noexcept { return c.time_; }
 };

@@ -65,7 +65,10 @@
 
 #include <concepts>
 #include <coroutine>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <tuple>
@@ -385,12 +388,25 @@ struct driver {
     template <std::size_t J>
     using policy_at = std::remove_cvref_t<std::tuple_element_t<J, Stages>>;
 
-    // The stages' states, default-initialised (a std::tuple would value-initialise, zeroing them).
+    // The stages' states. Each is constructed when the call reaches its stage, just before its
+    // `enter`, and destroyed with the frame: constructing them all up front compiles to zeroing
+    // the whole block (hundreds of bytes with a timeout in it), which costs more than the states'
+    // own work on the fast path.
+    template <class T>
+    struct slot {
+        slot() noexcept {}
+        slot(const slot&) = delete;
+        slot& operator=(const slot&) = delete;
+        ~slot() {}
+        union {
+            T value;
+        };
+    };
     template <class... Ts>
     struct pack {};
     template <class T, class... Ts>
     struct pack<T, Ts...> {
-        T head;
+        slot<T> head;
         pack<Ts...> tail;
     };
     template <class Seq>
@@ -399,13 +415,47 @@ struct driver {
     struct states_of<std::index_sequence<Js...>> {
         using type = pack<typename state_of<policy_at<Js>>::type...>;
     };
-    using states = typename states_of<std::make_index_sequence<size>>::type;
     template <std::size_t J, class P>
-    static auto& state(P& p) noexcept {
+    static auto& state_slot(P& p) noexcept {
         if constexpr (J == 0)
             return p.head;
         else
-            return state<J - 1>(p.tail);
+            return state_slot<J - 1>(p.tail);
+    }
+    template <std::size_t J>
+    using state_type = typename state_of<policy_at<J>>::type;
+    static_assert(size <= 64, "resilience::pipeline: at most 64 stages");
+
+    struct states {
+        typename states_of<std::make_index_sequence<size>>::type p;
+        std::uint64_t made = 0; // bit J: stage J's state is constructed (only those with a destructor)
+
+        states() noexcept {}
+        states(const states&) = delete;
+        states& operator=(const states&) = delete;
+        ~states() { destroy<size>(); }
+
+        template <std::size_t J>
+        void make() {
+            std::construct_at(&state_slot<J>(p).value);
+            if constexpr (!std::is_trivially_destructible_v<state_type<J>>)
+                made |= std::uint64_t{1} << J;
+        }
+        // Innermost first, as the stages leave.
+        template <std::size_t N>
+        void destroy() noexcept {
+            if constexpr (N > 0) {
+                if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
+                    if (made & (std::uint64_t{1} << (N - 1)))
+                        std::destroy_at(&state_slot<N - 1>(p).value);
+                }
+                destroy<N - 1>();
+            }
+        }
+    };
+    template <std::size_t J>
+    static auto& state(states& st) noexcept {
+        return state_slot<J>(st.p).value;
     }
 
     static constexpr std::size_t none = static_cast<std::size_t>(-1);
@@ -421,8 +471,10 @@ struct driver {
         } else {
             at[J + 1] = at[J];
             step s = step::wait;
-            if constexpr (fast_policy<policy_at<J>>)
+            if constexpr (fast_policy<policy_at<J>>) {
+                st.template make<J>();
                 s = std::get<J>(stages).enter(state<J>(st), *at[J], at[J + 1], result);
+            }
             if (s != step::proceed) {
                 k = J;
                 return s;
@@ -450,7 +502,7 @@ struct driver {
         Stages stages;
         Leaf leaf;
         task<outcome_type> operator()(const context& ctx) const {
-            return drive<J + 1, false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf}, ctx);
+            return drive<J + 1, false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf}, context_access::derive(ctx));
         }
     };
     template <std::size_t J>
@@ -473,19 +525,25 @@ struct driver {
             return as_task(std::forward<Awaitable>(a));
     }
 
+    // The stages handed down (a reference to them, in the frame's own parameter), or made from
+    // the policy the call holds.
     template <class Source>
-    static Stages stages_from(const Source& source) {
+    static decltype(auto) stages_from(const Source& source) {
         if constexpr (requires { source.stages; })
-            return source.stages;
+            return (source.stages);
         else
             return stages_of(source.get());
     }
 
-    template <std::size_t I, bool Throw, class Source, class Holder, class Ctx>
-    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, Ctx ctx) {
-        const Stages stages = stages_from(source);
+    /// `ctx`: the caller's context, or, for a drive inside another call (a stage's `run` or
+    /// `resume`), one derived from that call's, which outlives it. It is the call's own context,
+    /// used in place: moving it would cost a store-forwarding stall right after the frame's ramp.
+    template <std::size_t I, bool Throw, class Source, class Holder>
+    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, context ctx) {
+        decltype(auto) stages = stages_from(source);
         time_cache cache;
-        const context root = context_access::derive(ctx, &cache);
+        context& root = ctx;
+        context_access::attach(root, &cache);
         auto leaf = holder.leaf();
         states st;
         const context* at[size + 1];
@@ -493,8 +551,21 @@ struct driver {
         std::optional<outcome_type> result;
         std::size_t k = size;
         const step s = enter_from<I>(stages, st, at, result, k);
+        // Outward from the stage inside the one that stopped (or the innermost): the first stage
+        // whose `leave` must wait, or `none`.
+        const auto leave_below = [&](std::size_t from) -> std::size_t {
+            if (from == I)
+                return none;
+            return visit_stage<I, size>(from - 1, [&](auto j) -> std::size_t {
+                return leave_from<I, decltype(j)::value>(stages, st, at, *result);
+            });
+        };
+        std::size_t w = none;
         if (s == step::proceed) {
             result.emplace(co_await leaf(*at[size]));
+            cache.clear();
+            // The common path: every stage proceeded, so every stage leaves, innermost first.
+            w = leave_from<I, size - 1>(stages, st, at, *result);
         } else if (s == step::wait) {
             cache.clear();
             result.emplace(co_await visit_stage<I, size>(k, [&](auto j) -> task<outcome_type> {
@@ -505,16 +576,11 @@ struct driver {
                     return task<outcome_type>{}; // unreachable: its `enter` never waits
             }));
         }
-        cache.clear();
-        // Outward from the stage inside the one that stopped (or the innermost).
-        const auto leave_below = [&](std::size_t from) -> std::size_t {
-            if (from == I)
-                return none;
-            return visit_stage<I, size>(from - 1, [&](auto j) -> std::size_t {
-                return leave_from<I, decltype(j)::value>(stages, st, at, *result);
-            });
-        };
-        for (std::size_t w = leave_below(k); w != none; w = leave_below(w)) {
+        if (s != step::proceed) {
+            cache.clear();
+            w = leave_below(k);
+        }
+        for (; w != none; w = leave_below(w)) {
             outcome_type r = co_await visit_stage<I, size>(w, [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
                 auto next = next_after<J>(stages, leaf);
@@ -646,7 +712,7 @@ public:
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using stages = decltype(detail::stages_of(self()));
         return detail::driver<stages, Next>::template drive<0, false>(
-            ref(), detail::borrowed_next<Next>{std::move(next)}, ctx);
+            ref(), detail::borrowed_next<Next>{std::move(next)}, detail::context_access::derive(ctx));
     }
 
 private:

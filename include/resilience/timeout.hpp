@@ -92,7 +92,7 @@ public:
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(detail::call_now(clock_, ctx), after_).time_since_epoch());
             s.stop.emplace(&ctx);
-            s.inner = detail::context_access::derive_deadline(ctx, &*s.stop, deadline);
+            detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline);
             s.timer.emplace(loop, deadline, *s.stop);
             inner = &s.inner;
             return step::proceed;

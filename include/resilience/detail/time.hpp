@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <type_traits>
 
 namespace resilience::detail {
 
@@ -23,6 +24,13 @@ constexpr std::chrono::nanoseconds saturating_nanoseconds(std::chrono::duration<
 template <class TimePoint>
 TimePoint add_saturating(TimePoint now, std::chrono::nanoseconds d) noexcept {
     using D = typename TimePoint::duration;
+    if constexpr (std::is_same_v<D, std::chrono::nanoseconds>) {
+        // The common case (every clock of the library ticks in nanoseconds): integers only.
+        // `d` is not negative, so `max - d` cannot overflow.
+        if (now.time_since_epoch().count() > D::max().count() - d.count())
+            return TimePoint::max();
+        return now + d;
+    }
     using wide = std::chrono::duration<long double, std::nano>;
     const long double room = wide(D(TimePoint::max().time_since_epoch().count())).count() -
                              wide(D(now.time_since_epoch().count())).count();
