@@ -114,6 +114,17 @@ void pipeline_of_five_caller_token(benchmark::State& state) {
 }
 BENCHMARK(pipeline_of_five_caller_token);
 
+// The same five over `rs::coarse_steady_clock`: the call's one clock reading is the kernel's coarse
+// clock (a few nanoseconds) instead of the precise one.
+void pipeline_of_five_coarse_clock(benchmark::State& state) {
+    const rs::coarse_steady_clock coarse;
+    through(state, rs::pipeline{rs::retry{{}, coarse}, rs::circuit_breaker{{.failure_threshold = 5}, coarse},
+                                rs::timeout{1s, coarse},
+                                rs::bulkhead{{.max_concurrent_calls = 1'000}, coarse},
+                                rs::rate_limiter{{.token_limit = 1'000'000'000, .tokens_per_second = 1e12}, coarse}});
+}
+BENCHMARK(pipeline_of_five_coarse_clock);
+
 // An action that takes the attempt's stop token, so the timeout makes one on every call.
 void pipeline_of_five_token_taken(benchmark::State& state) {
     const rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},

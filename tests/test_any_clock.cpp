@@ -412,3 +412,32 @@ TEST_CASE("any_clock: sleeps and timeouts over the library's clocks allocate not
     CHECK(allocations == 0);
 }
 #endif
+
+TEST_CASE("coarse_steady_clock: steady_clock's epoch, readings that never run ahead, exact timers",
+          "[clock]") {
+    const rs::coarse_steady_clock coarse;
+    // Same epoch as steady_clock; a coarse reading is the last tick, never later than the true time.
+    const auto first = coarse.now();
+    const auto precise = std::chrono::steady_clock::now();
+    const auto second = coarse.now();
+    CHECK(first <= precise);
+    CHECK(first <= second);
+#if defined(__linux__)
+    CHECK(rs::coarse_steady_clock::resolution() > nanoseconds{0});
+    CHECK(rs::coarse_steady_clock::resolution() <= 100ms);
+#endif
+
+    // Policies run over it as over steady_clock: a timeout still stops a call that listens.
+    const rs::timeout limit{20ms, coarse};
+    const auto outcome = rs::sync_wait(limit.execute_outcome([](std::stop_token st) -> rs::task<int> {
+        co_await rs::steady_clock{}.sleep_for(1h, st);
+        if (st.stop_requested())
+            throw rs::cancelled_error{};
+        co_return 1;
+    }));
+    REQUIRE(outcome.has_failure());
+    CHECK(outcome.failure().is<rs::timeout_error>());
+    const rs::pipeline fast{rs::retry{{}, coarse}, rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 1}, coarse},
+                            rs::timeout{1s, coarse}};
+    CHECK(rs::sync_wait(fast.execute([]() -> rs::task<int> { co_return 2; })) == 2);
+}

@@ -69,6 +69,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stop_token>
 #include <tuple>
@@ -437,7 +438,8 @@ struct driver {
 
         template <std::size_t J>
         void make() {
-            std::construct_at(&state_slot<J>(p).value);
+            // Default-initialised: std::construct_at would value-initialise, zeroing it first.
+            ::new (static_cast<void*>(&state_slot<J>(p).value)) state_type<J>;
             if constexpr (!std::is_trivially_destructible_v<state_type<J>>)
                 made |= std::uint64_t{1} << J;
         }
