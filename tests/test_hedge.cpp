@@ -174,7 +174,7 @@ TEST_CASE("hedge: a first attempt that answers before the delay is the only one"
     CHECK(sim.loop().timers() == 0);    // the delay's timer was disarmed, not waited out
 }
 
-TEST_CASE("hedge: a slow attempt gets company at the delay; the first answer wins and the loser is stopped "
+TEST_CASE("hedge: a slow attempt gets company at the delay, the first answer wins, the loser is stopped "
           "and awaited",
           "[hedge]") {
     simulation sim;
@@ -680,7 +680,7 @@ private:
 };
 } // namespace
 
-TEST_CASE("hedge: attempts that finish on other threads; the hedge carries on on its own loop",
+TEST_CASE("hedge: attempts that finish on other threads, and the hedge carries on on its own loop",
           "[hedge][concurrency]") {
     const rs::hedge h{{.max_attempts = 3, .delay = 0s}};
     std::atomic<int> stopped{0};
