@@ -66,6 +66,18 @@ void timeout_alone_any_clock(benchmark::State& state) {
 }
 BENCHMARK(timeout_alone_any_clock);
 
+// The first attempt answers at once, so no extra attempt starts and no timer is armed: what is left is
+// the hedge's frame and the attempt's own.
+void hedge_alone(benchmark::State& state) {
+    through(state, rs::hedge{{.max_attempts = 2, .delay = 1s}});
+}
+BENCHMARK(hedge_alone);
+
+void pipeline_retry_hedge_timeout(benchmark::State& state) {
+    through(state, rs::pipeline{rs::retry{}, rs::hedge{{.max_attempts = 2, .delay = 1s}}, rs::timeout{1s}});
+}
+BENCHMARK(pipeline_retry_hedge_timeout);
+
 void fallback_alone(benchmark::State& state) {
     through(state, rs::fallback{0});
 }

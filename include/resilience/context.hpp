@@ -80,9 +80,9 @@ struct context_access;
 /// Per-attempt information handed to an action that asks for it (`[](rs::context const& c)`).
 /// Copying gives a self-contained context that owns its stop token. Policies derive child
 /// contexts: a retry sets `attempt()`, a timeout gives the attempt its own stop token and
-/// tightens the deadline. Inside the library a child refers to its parent instead of copying its
-/// token (no atomic reference counting per layer); the parent outlives it, as every call's frames
-/// are nested.
+/// tightens the deadline, a hedge numbers its attempts and gives each its own stop token. Inside
+/// the library a child refers to its parent instead of copying its token (no atomic reference
+/// counting per layer); the parent outlives it, as every call's frames are nested.
 class context {
 public:
     context() = default;
@@ -112,7 +112,7 @@ public:
             return lazy_->stop_requested();
         return (from_ ? from_->token_ : token_).stop_requested();
     }
-    /// 1 for the first attempt of the innermost retry, 2 for its first retry, and so on.
+    /// 1 for the first attempt of the innermost retry or hedge, 2 for the next one, and so on.
     int attempt() const noexcept { return attempt_; }
     /// The earliest deadline set by an enclosing timeout, as time since the epoch of that timeout's
     /// clock (compare with `clock.now().time_since_epoch()`); empty when nothing bounds the attempt.
@@ -156,7 +156,7 @@ private:
 
     std::stop_token token_;                 // when neither of the next two is set
     const context* from_ = nullptr;         // the context whose `token_` this one shares
-    detail::lazy_stop* lazy_ = nullptr;     // a timeout's attempt token, made on first use
+    detail::lazy_stop* lazy_ = nullptr;     // a timeout's or a hedge's attempt token, made on first use
     detail::time_cache* time_ = nullptr;    // the call's shared clock reading, while admitting
     int attempt_ = 1;
     // No deadline: the largest time (a plain integer rather than an optional: contexts are moved
@@ -179,6 +179,14 @@ struct context_access {
     static void attach(context& c, time_cache* cache) noexcept { c.time_ = cache; }
     static context derive_attempt(const context& parent, int attempt) noexcept {
         context c(context::derived_tag{}, parent);
+        c.attempt_ = attempt;
+        return c;
+    }
+    /// A child numbered `attempt` with a stop token of its own, made on first use (a hedge's attempt).
+    static context derive_attempt(const context& parent, lazy_stop* stop, int attempt) noexcept {
+        context c(context::derived_tag{}, parent);
+        c.from_ = nullptr;
+        c.lazy_ = stop;
         c.attempt_ = attempt;
         return c;
     }

@@ -14,6 +14,7 @@
 #include "error.hpp"
 #include "event_loop.hpp"
 #include "fallback.hpp"
+#include "hedge.hpp"
 #include "outcome.hpp"
 #include "pipeline.hpp"
 #include "policy.hpp"
