@@ -244,13 +244,13 @@ TEST_CASE("hedge: a failure brings the next attempt forward at once, and the del
     CHECK(sim.now() == 1150ms);
 }
 
-TEST_CASE("hedge: a failure hedge_if does not handle ends the call with that failure", "[hedge]") {
+TEST_CASE("hedge: a failure should_handle does not handle ends the call with that failure", "[hedge]") {
     simulation sim;
     SECTION("a classifier that says no") {
         const auto bad_request = std::make_exception_ptr(std::invalid_argument("bad request"));
         replicas service{sim, {{.latency = 1s, .value = 1}, {.latency = 50ms, .error = bad_request}}};
         rs::hedge h{
-            {.delay = 200ms, .hedge_if = [](const rs::failure& f) { return !f.is<std::logic_error>(); }},
+            {.delay = 200ms, .should_handle = [](const rs::failure& f) { return !f.is<std::logic_error>(); }},
             sim.clock()};
         auto result = sim.run(h.execute_outcome(service.action()));
         REQUIRE(result.has_failure());
@@ -428,7 +428,7 @@ TEST_CASE("hedge: a delay of nanoseconds::max() hedges on failures only", "[hedg
 TEST_CASE("hedge: an outcome classifier hedges on returned values too", "[hedge]") {
     simulation sim;
     rs::hedge h{
-        {.max_attempts = 3, .delay = 1s, .hedge_if = [](const rs::outcome<int>& o) { return !o || *o < 0; }},
+        {.max_attempts = 3, .delay = 1s, .should_handle = [](const rs::outcome<int>& o) { return !o || *o < 0; }},
         sim.clock()};
     replicas busy_then_ok{sim, {{.latency = 10ms, .value = -503}, {.latency = 10ms, .value = 7}}};
     CHECK(sim.run(h.execute(busy_then_ok.action())) == 7);
@@ -439,12 +439,12 @@ TEST_CASE("hedge: an outcome classifier hedges on returned values too", "[hedge]
         {{.latency = 10ms, .value = -1}, {.latency = 10ms, .value = -2}, {.latency = 10ms, .value = -3}}};
     CHECK(sim.run(h.execute(always_busy.action())) == -3); // the last value it handled
 
-    rs::hedge wrong_type{{.hedge_if = [](const rs::outcome<long>&) { return true; }}, sim.clock()};
+    rs::hedge wrong_type{{.should_handle = [](const rs::outcome<long>&) { return true; }}, sim.clock()};
     replicas untouched{sim, {{.value = 1}}};
     auto mismatch = sim.run(wrong_type.execute_outcome(untouched.action()));
     REQUIRE(mismatch.has_failure());
     CHECK_THAT(mismatch.error().what(),
-               Catch::Matchers::Contains("resilience::hedge: hedge_if classifies rs::outcome<long> but the "
+               Catch::Matchers::Contains("resilience::hedge: should_handle classifies rs::outcome<long> but the "
                                          "action returns int"));
     CHECK(untouched.calls() == 0);
 }
@@ -472,10 +472,10 @@ TEST_CASE("hedge: a callback that throws ends the call with its exception, after
         CHECK(result.error().what() == std::string("schedule"));
         CHECK(service[0].stopped == 0ms);
     }
-    SECTION("hedge_if") {
+    SECTION("should_handle") {
         replicas service{sim, {{.latency = 1s, .value = 1}, {.latency = 10ms, .error = replica_failure(2)}}};
         rs::hedge h{{.delay = 100ms,
-                     .hedge_if = [](const rs::failure&) -> bool { throw std::runtime_error("judge"); }},
+                     .should_handle = [](const rs::failure&) -> bool { throw std::runtime_error("judge"); }},
                     sim.clock()};
         auto result = sim.run(h.execute_outcome(service.action()));
         REQUIRE(result.has_failure());

@@ -33,7 +33,7 @@ namespace resilience {
 /// Why a hedge started an extra attempt.
 enum class hedge_reason : unsigned char {
     delay,   ///< the attempts in flight had not finished within `hedge_options::delay`
-    failure, ///< an attempt failed and `hedge_options::hedge_if` brought the next one forward
+    failure, ///< an attempt failed and `hedge_options::should_handle` brought the next one forward
 };
 
 constexpr const char* to_string(hedge_reason r) noexcept {
@@ -52,7 +52,7 @@ public:
     [[nodiscard]] int attempt() const noexcept { return attempt_; }
     [[nodiscard]] hedge_reason reason() const noexcept { return reason_; }
     /// For `hedge_reason::failure`, the failure that brought it forward; null for `delay`, and for
-    /// a returned value that `hedge_if` handled.
+    /// a returned value that `should_handle` handled.
     [[nodiscard]] const failure* error() const noexcept { return error_; }
     /// The `name` option of the hedge that reports (empty when unnamed).
     [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
@@ -122,7 +122,7 @@ private:
 /// How a `hedge` behaves. `hedge_options{}` sends a second attempt when the first has not answered
 /// within 2 s, and a failed first attempt brings it forward.
 ///
-/// A user callback (`delay` as a schedule, `hedge_if`, `on_hedge`) that throws ends the call with
+/// A user callback (`delay` as a schedule, `should_handle`, `on_hedge`) that throws ends the call with
 /// its exception as the call's failure, once every attempt in flight was stopped and has finished
 /// (a budget token withdrawn stays withdrawn).
 struct hedge_options {
@@ -136,7 +136,7 @@ struct hedge_options {
     /// the delay (see `classifier`). An outcome it does not handle ends the call: a failure passes
     /// straight to the caller, a value is the answer. Empty: every failure but cancellation; values
     /// are answers. One `rs::classifier` may serve a retry's `should_handle` and this alike.
-    classifier hedge_if{};
+    classifier should_handle{};
     /// Shared ceiling on extra attempts: each call records itself, each extra attempt withdraws a
     /// token first, and without one it does not start. The same budget may be given to a retry,
     /// so that retries and hedges draw from one ceiling.
@@ -158,11 +158,11 @@ class hedge_race;
 ///
 /// - The first attempt starts at once. While no attempt has succeeded, another starts every
 ///   `delay` (measured from the last start), or at once when an attempt fails with an outcome
-///   `hedge_if` handles, up to `max_attempts` in all and while `budget` has a token for it.
+///   `should_handle` handles, up to `max_attempts` in all and while `budget` has a token for it.
 /// - The first success wins. Every other attempt is asked to stop through its own stop token and
 ///   *awaited* before the call returns: no attempt outlives the call, so an action may safely
 ///   reference the caller's locals. The winner's token is never stopped.
-/// - A failure `hedge_if` does not handle (by default: a cancellation) ends the call with that
+/// - A failure `should_handle` does not handle (by default: a cancellation) ends the call with that
 ///   failure, after the others are stopped and awaited.
 /// - If every attempt fails, the failure that came last is the call's failure, exactly as it was
 ///   (for an outcome classifier: the last value it handled).
@@ -262,10 +262,10 @@ private:
     std::optional<failure> admit(const context& ctx) const {
         if (ctx.stop_requested())
             return failure::make(cancelled_error{options_.name});
-        if (!options_.hedge_if.template accepts<R>())
+        if (!options_.should_handle.template accepts<R>())
             return failure::make(std::invalid_argument(
-                detail::policy_label("hedge", options_.name) + ": hedge_if classifies rs::outcome<" +
-                detail::type_name(*options_.hedge_if.value_type()) + "> but the action returns " +
+                detail::policy_label("hedge", options_.name) + ": should_handle classifies rs::outcome<" +
+                detail::type_name(*options_.should_handle.value_type()) + "> but the action returns " +
                 detail::type_name(typeid(R))));
         if (options_.budget)
             options_.budget->record_call();
@@ -361,14 +361,14 @@ private:
             cancel();
             return;
         }
-        if (result.has_value() && !o_.hedge_if.sees_values()) {
+        if (result.has_value() && !o_.should_handle.sees_values()) {
             end_with(std::move(result)); // the first success wins
             return;
         }
         bool handled = false;
         try {
             handled =
-                o_.hedge_if.classify(result, [](const failure& f) noexcept { return !is_cancellation(f); })
+                o_.should_handle.classify(result, [](const failure& f) noexcept { return !is_cancellation(f); })
                     .handle;
         } catch (...) {
             end_with(O{failure::current()});
