@@ -109,6 +109,13 @@ void pipeline_retry_timeout(benchmark::State& state) {
 }
 BENCHMARK(pipeline_retry_timeout);
 
+// The same pipeline behind `rs::any_policy<int>`: what storing it without its type costs.
+void any_policy_pipeline(benchmark::State& state) {
+    const rs::any_policy<int> policy = rs::pipeline{rs::retry{}, rs::timeout{1s}};
+    through(state, policy);
+}
+BENCHMARK(any_policy_pipeline);
+
 void pipeline_of_five(benchmark::State& state) {
     through(state, rs::pipeline{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
                                 roomy_bulkhead(), roomy_limiter()});

@@ -11,14 +11,35 @@
 
 namespace resilience {
 
+namespace detail {
+
+/// One element of a pipeline, checked: a compiler shows `pipeline_element<Index, Type>` with the
+/// message, so the error says which element (counting from 0) is not a policy, and what it is.
+template <std::size_t Index, class Type>
+struct pipeline_element {
+    static_assert(policy<Type>,
+                  "resilience::pipeline: this element is not a policy (its index, counting from 0, and its type "
+                  "are the arguments of pipeline_element<Index, Type> shown with this error). A policy is what "
+                  "the library's policies are, or a class deriving from rs::policy_base with run() or "
+                  "enter()/leave(): see docs/pipeline.md");
+    static constexpr bool checked = true;
+};
+template <class... Ps, std::size_t... Is>
+constexpr bool pipeline_elements_checked(std::index_sequence<Is...>) {
+    return (pipeline_element<Is, Ps>::checked && ...);
+}
+
+} // namespace detail
+
 /// Composes policies: the first listed is the outermost. `pipeline{retry, breaker, timeout}` runs
 /// the retry loop, whose every attempt passes the breaker, whose every admitted call runs under
 /// the timeout. Holds its policies by value: a copy of a stateful policy (breaker, bulkhead, ...)
 /// is a handle to the same state, so sharing a breaker between pipelines is copying it in.
 /// A pipeline must outlive the calls made through it.
-template <policy... Ps>
+template <class... Ps>
 class pipeline : public policy_base<pipeline<Ps...>> {
-    static_assert(sizeof...(Ps) > 0, "a pipeline needs at least one policy");
+    static_assert(sizeof...(Ps) > 0, "resilience::pipeline: a pipeline needs at least one policy");
+    static_assert(detail::pipeline_elements_checked<Ps...>(std::index_sequence_for<Ps...>{}));
 
 public:
     explicit pipeline(Ps... ps) : policies_(std::move(ps)...) {}

@@ -101,6 +101,59 @@ using action_awaitable_t = decltype(invoke_action(std::declval<A&>(), std::declv
 template <class A>
 using action_result_t = await_result_t<action_awaitable_t<A>>;
 
+/// What `execute` returns for an action that breaks the rules below: the call's body then stops at
+/// a `static_assert` that names the rule, instead of the signature failing to form (which makes a
+/// compiler list every overload it tried, without saying why).
+struct invalid_action {
+    // Converts to whatever the caller expected (declared only: never called), so the caller's own
+    // code adds no error of its own beside the one that names the rule.
+    template <class T>
+    operator T() const noexcept;
+};
+
+template <class A>
+inline constexpr bool callable_action =
+    std::is_invocable_v<A&, const context&> || std::is_invocable_v<A&, std::stop_token> || std::is_invocable_v<A&>;
+
+template <class T, bool Valid>
+struct result_if {
+    using type = invalid_action;
+};
+template <class T>
+struct result_if<T, true> {
+    using type = await_result_t<T>;
+};
+template <class A, bool = callable_action<A>>
+struct checked_action {
+    static constexpr bool valid = false;
+    using result = invalid_action;
+};
+template <class A>
+struct checked_action<A, true> {
+    using awaitable_type = action_awaitable_t<A>;
+    static constexpr bool returns_awaitable = awaitable<awaitable_type>;
+    static constexpr bool valid = returns_awaitable && !std::is_reference_v<awaitable_type>;
+    using result = typename result_if<awaitable_type, valid>::type;
+};
+/// `action_result_t<A>`, or `invalid_action` when `A` is not an action: what `execute` declares.
+template <class A>
+using checked_result_t = typename checked_action<A>::result;
+
+/// The rules an action must follow, each a `static_assert` naming it.
+template <class A>
+void check_action() {
+    static_assert(callable_action<A>,
+                  "resilience: an action must be callable with (rs::context const&), (std::stop_token) or () "
+                  "(with execute(f, args...), with (args..., ctx), (args..., stop_token) or (args...))");
+    if constexpr (callable_action<A>) {
+        static_assert(checked_action<A>::returns_awaitable,
+                      "resilience: an action must return an awaitable such as rs::task<T> (it returns a plain "
+                      "value: make it a coroutine that co_returns the value)");
+        static_assert(!std::is_reference_v<action_awaitable_t<A>>,
+                      "resilience: an action must return its awaitable by value, not a reference");
+    }
+}
+
 /// What `next(ctx)` yields once awaited: `outcome<R>`.
 template <class Next>
 using next_outcome_t = await_result_t<std::invoke_result_t<Next&, const context&>>;
@@ -606,7 +659,7 @@ template <class P>
 inline constexpr bool is_policy_ref<policy_ref<P>> = true;
 
 template <bool Throw, class Source, class A>
-auto run_action(Source source, A action, context ctx) {
+auto run_valid_action(Source source, A action, context ctx) {
     using stages = decltype(stages_of(source.get()));
     using drv = driver<stages, guarded<A>>;
     // The task is lazy: the caller's policy is read now, not when the task starts, so a handle's
@@ -617,6 +670,16 @@ auto run_action(Source source, A action, context ctx) {
     else
         return drv::template drive<0, Throw>(std::move(source), owned_action<A>{std::move(action)},
                                              std::move(ctx));
+}
+
+template <bool Throw, class Source, class A>
+auto run_action(Source source, A action, context ctx) {
+    if constexpr (!checked_action<A>::valid) {
+        check_action<A>();
+        return task<std::conditional_t<Throw, invalid_action, outcome<invalid_action>>>{};
+    } else {
+        return run_valid_action<Throw>(std::move(source), std::move(action), std::move(ctx));
+    }
 }
 
 // Stand-ins used to check the `policy` concept. Defined, because checking a policy whose `run`
@@ -640,19 +703,19 @@ public:
     /// refers to the shared state, which lives while any copy of the handle does); called on an
     /// rvalue (a temporary, `std::move(p)`), the policy is moved into the call.
     template <class A>
-    task<detail::action_result_t<A>> execute(A action, context ctx) const& {
+    task<detail::checked_result_t<A>> execute(A action, context ctx) const& {
         return detail::run_action<true>(ref(), std::move(action), std::move(ctx));
     }
     template <class A>
-    task<detail::action_result_t<A>> execute(A action, std::stop_token token = {}) const& {
+    task<detail::checked_result_t<A>> execute(A action, std::stop_token token = {}) const& {
         return detail::run_action<true>(ref(), std::move(action), context{std::move(token)});
     }
     template <class A>
-    task<detail::action_result_t<A>> execute(A action, context ctx) && {
+    task<detail::checked_result_t<A>> execute(A action, context ctx) && {
         return detail::run_action<true>(owned(), std::move(action), std::move(ctx));
     }
     template <class A>
-    task<detail::action_result_t<A>> execute(A action, std::stop_token token = {}) && {
+    task<detail::checked_result_t<A>> execute(A action, std::stop_token token = {}) && {
         return detail::run_action<true>(owned(), std::move(action), context{std::move(token)});
     }
 
@@ -679,19 +742,19 @@ public:
 
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
     template <class A>
-    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) const& {
+    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, context ctx) const& {
         return detail::run_action<false>(ref(), std::move(action), std::move(ctx));
     }
     template <class A>
-    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const& {
+    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const& {
         return detail::run_action<false>(ref(), std::move(action), context{std::move(token)});
     }
     template <class A>
-    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, context ctx) && {
+    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, context ctx) && {
         return detail::run_action<false>(owned(), std::move(action), std::move(ctx));
     }
     template <class A>
-    task<outcome<detail::action_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) && {
+    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) && {
         return detail::run_action<false>(owned(), std::move(action), context{std::move(token)});
     }
     template <class F, class Arg, class... Args>

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "any_clock.hpp"
+#include "any_policy.hpp"
 #include "backoff.hpp"
 #include "bulkhead.hpp"
 #include "circuit_breaker.hpp"

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+/// \file any_policy.hpp
+/// `any_policy<T>`: any policy or pipeline for actions that produce `T`, behind one type, for class
+/// members, registries and plugin boundaries where spelling the pipeline's type is a burden.
+#pragma once
+
+#include "context.hpp"
+#include "outcome.hpp"
+#include "policy.hpp"
+#include "task.hpp"
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace resilience {
+
+namespace detail {
+
+/// The rest of a call, seen through a type-erased policy: calls the `next` it was made from,
+/// which lives in the frame of the `any_policy::run` that made it, for as long as the call runs.
+template <class T>
+class erased_next {
+public:
+    template <class Next>
+    explicit erased_next(Next& next) noexcept : next_(&next), call_(&call<Next>) {}
+
+    task<outcome<T>> operator()(const context& ctx) const { return call_(next_, ctx); }
+
+private:
+    template <class Next>
+    static task<outcome<T>> call(void* next, const context& ctx) {
+        co_return co_await (*static_cast<Next*>(next))(ctx);
+    }
+
+    void* next_;
+    task<outcome<T>> (*call_)(void*, const context&);
+};
+
+} // namespace detail
+
+/// Holds any policy (a pipeline included) that can run actions producing `T`, and is itself a
+/// policy: `execute`, `execute_outcome` and `run`, and it composes in pipelines.
+///
+///     class inventory_client {
+///         rs::any_policy<stock> policy_;   // no template argument lists the pipeline
+///     public:
+///         explicit inventory_client(rs::any_policy<stock> p) : policy_(std::move(p)) {}
+///         rs::task<stock> get(sku id) { return policy_.execute(fetch, id); }
+///     };
+///     inventory_client client{rs::pipeline{rs::retry{}, rs::timeout{2s}}};
+///
+/// Copies share the policy they hold, as copies of a stateful handle share its state (a copy of a
+/// breaker inside is the same breaker). The held policy is immutable once wrapped.
+///
+/// What it costs: one virtual call and one coroutine frame more per call (recycled, no
+/// allocation after warm-up; see bench/README.md, `any_policy_pipeline`), and the held pipeline
+/// runs as a stage of its own, not flattened into the caller's pipeline. Where the type can be
+/// named, a `decltype` alias costs nothing:
+///
+///     inline const auto make_policy = [] { return rs::pipeline{rs::retry{}, rs::timeout{2s}}; };
+///     using client_policy = decltype(make_policy());
+template <class T>
+class any_policy : public policy_base<any_policy<T>> {
+public:
+    using value_type = T;
+
+    /// Wraps `p` (copied in). `P` must be a policy (built on `rs::policy_base`, as every policy of
+    /// the library and every pipeline is) that runs actions producing `T`. The constraint only
+    /// looks at the base class: checking the whole `policy` concept here would make the check
+    /// depend on itself when a tuple of `any_policy` references is copied.
+    template <class P>
+    requires(!std::is_same_v<std::remove_cvref_t<P>, any_policy> &&
+             std::is_base_of_v<policy_base<std::remove_cvref_t<P>>, std::remove_cvref_t<P>>)
+    any_policy(P&& p) // NOLINT(google-explicit-constructor): a policy converts, as a lambda to std::function
+        : impl_(std::make_shared<const model<std::remove_cvref_t<P>>>(std::forward<P>(p))) {
+        static_assert(policy<std::remove_cvref_t<P>>, "resilience::any_policy: the argument is not a policy");
+    }
+
+    /// The waiting form of the protocol (see policy.hpp): the held policy runs `next` once.
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        static_assert(std::is_same_v<detail::next_value_t<Next>, T>,
+                      "resilience::any_policy<T>: the action must produce exactly T");
+        co_return co_await impl_->run(detail::erased_next<T>{next}, ctx);
+    }
+
+    /// Copies that hold the same policy are equal.
+    friend bool operator==(const any_policy& a, const any_policy& b) noexcept { return a.impl_ == b.impl_; }
+
+private:
+    struct concept_t {
+        virtual ~concept_t() = default;
+        virtual task<outcome<T>> run(detail::erased_next<T> next, const context& ctx) const = 0;
+    };
+    template <class P>
+    struct model final : concept_t {
+        template <class Q>
+        explicit model(Q&& q) : policy(std::forward<Q>(q)) {}
+        task<outcome<T>> run(detail::erased_next<T> next, const context& ctx) const override {
+            using result = decltype(policy.run(std::move(next), ctx));
+            if constexpr (std::is_same_v<result, task<outcome<T>>>)
+                return policy.run(std::move(next), ctx);
+            else
+                return as_task(policy.run(std::move(next), ctx));
+        }
+        template <class Awaitable>
+        static task<outcome<T>> as_task(Awaitable a) {
+            co_return co_await std::move(a);
+        }
+        P policy;
+    };
+
+    std::shared_ptr<const concept_t> impl_;
+};
+
+} // namespace resilience
