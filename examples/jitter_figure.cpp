@@ -78,8 +78,9 @@ run_result simulate(const jitter_mode& mode) {
         throw std::runtime_error("unavailable");
         co_return 0;
     };
+    auto client = [](rs::task<rs::outcome<int>> call) -> rs::task<void> { (void)co_await std::move(call); };
     for (int i = 0; i < clients; ++i)
-        sim.spawn(policy.execute_outcome(down));
+        sim.spawn(client(policy.execute_outcome(down)));
     sim.run_all();
     std::sort(result.retries.begin(), result.retries.end());
     find_busiest(result);

@@ -445,7 +445,8 @@ TEST_CASE("aimd: which failures count: should_handle, by default every failure b
             co_await sim.sleep_for(10ms);
             co_return 1;
         };
-        sim.spawn(p.execute_outcome(slow)); // holds the inner slot for 10 ms
+        auto hold = [](rs::task<rs::outcome<int>> t) -> rs::task<void> { (void)co_await std::move(t); };
+        sim.spawn(hold(p.execute_outcome(slow))); // holds the inner slot for 10 ms
         sim.run_for(1ms);
         auto refused = sim.run(p.execute_outcome(slow));
         REQUIRE(refused.has_failure());
