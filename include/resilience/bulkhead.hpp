@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 /// \file bulkhead.hpp
-/// `bulkhead`: a cap on how many calls run at once, with a bounded first-come-first-served queue.
+/// `bulkhead`: a cap on how many calls run at once, with a bounded first-come-first-served queue,
+/// and optionally a cap that moves with what the dependency manages (`adapt`).
 #pragma once
 
+#include "adaptive_limit.hpp"
+#include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
@@ -30,11 +33,21 @@
 #include <string>
 #include <utility>
 
+// Keeps a rare path out of a fast one, so that the fast one stays small enough to be inlined.
+#ifndef RESILIENCE_DETAIL_NOINLINE
+#if defined(_MSC_VER) && !defined(__clang__)
+#define RESILIENCE_DETAIL_NOINLINE __declspec(noinline)
+#else
+#define RESILIENCE_DETAIL_NOINLINE [[gnu::noinline]]
+#endif
+#endif
+
 namespace resilience {
 
 struct bulkhead_options {
     /// How many calls may run at once. Must be positive. 25 is resilience4j's default: a guess,
-    /// like any default here; size it to what the dependency can serve.
+    /// like any default here; size it to what the dependency can serve. With `adapt`, the
+    /// starting limit, within the algorithm's [`min`, `max`].
     std::size_t max_concurrent_calls = 25;
     /// How many more calls may wait for a slot; beyond that a call is refused at once
     /// (`rejection_reason::queue_full`). The default 0 refuses as soon as every slot is busy
@@ -43,13 +56,17 @@ struct bulkhead_options {
     /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
     /// that instant. Empty (the default): as long as it takes. Must be positive when set.
     std::optional<std::chrono::nanoseconds> queue_timeout{};
+    /// Moves the limit with what the dependency manages: `rs::aimd{...}` or `rs::gradient{...}`
+    /// (see adaptive_limit.hpp). Empty (the default): the limit stays `max_concurrent_calls`.
+    adaptive_limit adapt{};
     /// Carried by the errors it makes (`policy_name()`) and by `name()`.
     std::string name{};
 };
 
 namespace detail {
 
-/// What the copies of a `bulkhead` share: its slots, and the queue of calls waiting for one.
+/// What the copies of a `bulkhead` share: its slots, the limit on them, and the queue of calls
+/// waiting for one.
 ///
 /// The slots live in one atomic word, so that while nobody waits a call takes and gives back its
 /// slot with one atomic operation and never touches the mutex:
@@ -57,42 +74,71 @@ namespace detail {
 ///     bit 63       `waiting`: someone is queued; releases must come through the mutex
 ///     bits 0..62   slots taken, including ones handed to waiters not yet resumed
 ///
+/// The limit is an atomic of its own, read relaxed by the fast path and written only with `mutex`
+/// held (and only when `adapt` is set: otherwise it never changes).
+///
 /// Invariants:
 /// - Whenever `mutex` is free, `waiting` is set exactly when the queue is non-empty. It is raised
 ///   and lowered only with `mutex` held: raised in the same atomic step that finds every slot
 ///   taken, before the waiter is queued, and lowered by whoever empties the queue. So a release
 ///   that needs no mutex either freed its slot before that step (which then takes the slot
 ///   instead of queueing) or finds the bit and hands its slot over through the mutex.
+/// - Whenever `mutex` is free and the queue is non-empty, slots taken >= limit: nobody waits
+///   while a slot is free. A release through the mutex hands its slot over only when that keeps
+///   the count within the limit (after a shrink it just gives it back), and a limit that grows
+///   hands the new slots to waiters in the same locked step.
 /// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
 /// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is
-///   below bit 63.
+///   below bit 63. Slots taken may exceed the limit after it shrank: calls already admitted keep
+///   their slots.
 template <clock C>
 struct bulkhead_state {
     bulkhead_state(bulkhead_options o, C c)
-        : options(std::move(o)), clock(std::move(c)),
-          limit(std::min<std::uint64_t>(options.max_concurrent_calls, slot_mask)) {}
+        : options(std::move(o)), clock(std::move(c)), algorithm(options.adapt, options.max_concurrent_calls),
+          adaptive(algorithm.adaptive()), should_handle(limit_classifier(options.adapt)),
+          limit(clear_of_waiting(options.max_concurrent_calls)) {}
 
     static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;
     static constexpr std::uint64_t slot_mask = waiting - 1;
 
+    /// What an admitted call remembers for its sample: when it took its slot (in clock ticks since
+    /// the epoch), and the algorithm's epoch then. Left uninitialised in a call's state, so a
+    /// bulkhead without `adapt` pays nothing for it.
+    struct ticket {
+        typename C::duration::rep start;
+        std::uint64_t epoch;
+    };
+
     const bulkhead_options options;
     C clock;
-    const std::uint64_t limit; // max_concurrent_calls, kept clear of the `waiting` bit
+    limit_algorithm algorithm; // guarded by `mutex`
+    const bool adaptive;
+    const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
     std::mutex mutex;
     waiter_queue queue;
     std::atomic<std::uint64_t> word{0};
+    std::atomic<std::uint64_t> limit;    // written under `mutex`
+    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
+
+    static std::uint64_t clear_of_waiting(std::size_t n) noexcept {
+        return std::min<std::uint64_t>(n, slot_mask);
+    }
 
     [[nodiscard]] std::size_t in_flight() const noexcept {
         return static_cast<std::size_t>(word.load(std::memory_order_relaxed) & slot_mask);
     }
+    [[nodiscard]] std::size_t current_limit() const noexcept {
+        return static_cast<std::size_t>(limit.load(std::memory_order_relaxed));
+    }
 
     /// Takes a slot if one is free and nobody waits, without waiting or locking. False: the
     /// caller must take the waiting path (as `bulkhead::run` does), which decides again under
-    /// the mutex. A slot taken is given back with `release`.
+    /// the mutex. A slot taken is given back with `release` (or `finish`).
     [[nodiscard]] bool try_acquire() noexcept {
         std::uint64_t seen = word.load(std::memory_order_relaxed);
+        const std::uint64_t cap = limit.load(std::memory_order_relaxed);
         // Acquire: whatever the slot's previous holder did happens before this call runs.
-        while (seen < limit)
+        while (seen < cap)
             if (word.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire,
                                            std::memory_order_relaxed))
                 return true;
@@ -107,18 +153,74 @@ struct bulkhead_state {
             if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_release,
                                            std::memory_order_relaxed))
                 return;
-        waiter* next = nullptr;
+        release_to_waiter();
+    }
+
+    // ---- adaptation: only when `adaptive` ----
+
+    /// The ticket of a call admitted now. `now` is read only when the algorithm times calls.
+    template <class Now>
+    ticket admitted(Now&& now) const {
+        ticket t{};
+        if (algorithm_times_calls())
+            t.start = now().time_since_epoch().count();
+        t.epoch = epoch.load(std::memory_order_relaxed);
+        return t;
+    }
+    bool algorithm_times_calls() const noexcept { return times_calls_; }
+
+    /// Ends a call admitted with `t`: records its sample (unless `ignored`) and gives its slot
+    /// back, in one locked step when the sample may change the limit. A limit that grew hands its
+    /// new slots to waiters at once. The slot is given back even when the clock throws.
+    void finish(const ticket& t, limit_verdict v) {
+        if (v == limit_verdict::ignored) {
+            release();
+            return;
+        }
+        std::chrono::nanoseconds latency{};
+        if (times_calls_) {
+            try {
+                latency = std::max(
+                    saturating_nanoseconds(clock.now().time_since_epoch() - typename C::duration{t.start}),
+                    std::chrono::nanoseconds::zero());
+            } catch (...) {
+                release();
+                throw;
+            }
+        }
+        const bool failed = v == limit_verdict::failure;
+        // A sample that cannot change anything (an AIMD success while nothing waits) takes no lock:
+        // it is recorded, as nothing, at the instant of these loads.
+        if (algorithm.inert(latency, failed, limited_now())) {
+            release();
+            return;
+        }
+        waiter* woken = nullptr;
         {
             std::lock_guard lock(mutex);
-            next = queue.pop_front();
-            if (next)
-                next->state = waiter_state::granted; // the slot changes hands: count kept
-            else
-                word.fetch_sub(1, std::memory_order_release);
+            const limit_sample sample{
+                .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch};
+            if (algorithm.record(sample)) {
+                limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
+                epoch.store(algorithm.epoch(), std::memory_order_relaxed);
+            }
+            woken = release_locked();
+            woken = grant_locked(woken);
             waiter_left_locked();
         }
-        if (next)
-            next->wake();
+        wake_chain(woken);
+    }
+
+    // `release` with someone queued: through the mutex. Kept out of `release`, so that the path
+    // taken while nobody waits stays small enough to inline.
+    void release_to_waiter() {
+        waiter* woken = nullptr;
+        {
+            std::lock_guard lock(mutex);
+            woken = release_locked();
+            waiter_left_locked();
+        }
+        wake_chain(woken);
     }
 
     // ---- the waiter_queue protocol; `mutex` held ----
@@ -147,8 +249,9 @@ struct bulkhead_state {
     // when `raise`, raises `waiting` in the same atomic step that found every slot taken.
     bool take_locked(bool raise) noexcept {
         std::uint64_t seen = word.load(std::memory_order_relaxed);
+        const std::uint64_t cap = limit.load(std::memory_order_relaxed);
         for (;;) {
-            const bool free = seen < limit;
+            const bool free = seen < cap;
             if (!free && !raise)
                 return false;
             if (word.compare_exchange_weak(seen, free ? seen + 1 : seen | waiting, std::memory_order_acquire,
@@ -166,6 +269,63 @@ struct bulkhead_state {
         }
         if (wake)
             w.wake();
+    }
+
+private:
+    const bool times_calls_ = algorithm.adaptive() && algorithm.needs_latency();
+
+    // Is the limit what holds calls back: someone queued, or every slot taken (this call's own
+    // included)? Without the lock: at the instant of the loads.
+    bool limited_now() const noexcept {
+        const std::uint64_t w = word.load(std::memory_order_relaxed);
+        return (w & waiting) != 0 || (w & slot_mask) >= limit.load(std::memory_order_relaxed);
+    }
+    bool limited_locked() const noexcept {
+        return !queue.empty() ||
+               (word.load(std::memory_order_relaxed) & slot_mask) >= limit.load(std::memory_order_relaxed);
+    }
+
+    // `mutex` held. Gives back one slot: to the oldest waiter when the count stays within the limit
+    // (the slot changes hands, the count is kept), else to nobody. Returns the waiter to wake.
+    waiter* release_locked() noexcept {
+        const std::uint64_t taken = word.load(std::memory_order_relaxed) & slot_mask;
+        if (!queue.empty() && taken - 1 < limit.load(std::memory_order_relaxed)) {
+            waiter* next = queue.pop_front();
+            next->state = waiter_state::granted;
+            next->next = nullptr;
+            return next;
+        }
+        word.fetch_sub(1, std::memory_order_release);
+        return nullptr;
+    }
+
+    // `mutex` held. Hands the slots a grown limit freed to the oldest waiters, appending them to
+    // the chain `woken` (linked through `waiter::next`, which a granted waiter no longer uses).
+    waiter* grant_locked(waiter* woken) noexcept {
+        waiter* tail = woken;
+        while (!queue.empty() &&
+               (word.load(std::memory_order_relaxed) & slot_mask) < limit.load(std::memory_order_relaxed)) {
+            waiter* next = queue.pop_front();
+            next->state = waiter_state::granted;
+            next->next = nullptr;
+            word.fetch_add(1, std::memory_order_relaxed);
+            if (tail)
+                tail->next = next;
+            else
+                woken = next;
+            tail = next;
+        }
+        return woken;
+    }
+
+    // Wakes a chain of granted waiters, in order, with `mutex` released. Each link is read before
+    // its waiter is woken: once woken, it may run and end at once.
+    static void wake_chain(waiter* w) {
+        while (w) {
+            waiter* next = w->next;
+            w->wake();
+            w = next;
+        }
     }
 };
 
@@ -185,15 +345,24 @@ struct bulkhead_state {
 /// - A waiter whose caller stops (its stop token) leaves the queue at that instant, takes no slot,
 ///   and fails with `cancelled_error`; so does a call whose token is stopped before it starts, or
 ///   by the time a slot handed to it is picked up (the slot goes straight on to the next waiter).
+/// - With `adapt` (`rs::aimd` or `rs::gradient`), the limit moves within the algorithm's
+///   [`min`, `max`] with the outcomes and latencies of the calls that held a slot; `limit()` reads
+///   it. A smaller limit never cancels a call already admitted: it admits nobody until fewer than
+///   the new limit hold a slot. A larger one hands its new slots to the oldest waiters at once.
+///   The limit grows only while it is what holds calls back (someone queued, or every slot taken).
 ///
 /// A copyable handle: copies share one bulkhead (one set of slots), which is thread-safe; event
 /// loops on several threads may share it, and each waiter is resumed on the loop it waited on.
 /// While nobody waits, a call takes and gives back its slot with one atomic operation each,
 /// without a lock.
+/// Without `adapt` the limit is read with one relaxed atomic load and nothing else changes; with
+/// it, a call's end takes the lock when its sample may move the limit (an AIMD success while
+/// slots are free does not).
 /// Constructing one starts no timer. A call made through a handle needs only the shared state to
-/// live (some copy of the handle), not that handle object. `C` is
-/// used only for `queue_timeout` (its sleeps run on the waiter's loop); copies share one clock
-/// object, which must be usable from every thread that calls through the bulkhead.
+/// live (some copy of the handle), not that handle object. `C` is used for `queue_timeout` (its
+/// sleeps run on the waiter's loop) and to time calls for `adapt` (a slow-call duration, latency);
+/// copies share one clock object, which must be usable from every thread that calls through the
+/// bulkhead.
 ///
 ///     rs::bulkhead db{{.max_concurrent_calls = 8, .queue_limit = 32, .queue_timeout = 200ms}};
 ///     auto rows = co_await db.execute(query);          // throws bulkhead_rejected_error when full
@@ -208,8 +377,12 @@ public:
     explicit bulkhead(bulkhead_options options, C clock = C{})
         : state_(std::make_shared<state>(validate(std::move(options)), std::move(clock))) {}
 
-    /// Calls holding a slot now (including one just handed to a waiter not yet resumed).
+    /// Calls holding a slot now (including one just handed to a waiter not yet resumed). May
+    /// exceed `limit()` for a while after the limit shrank.
     [[nodiscard]] std::size_t in_flight() const noexcept { return state_->in_flight(); }
+    /// How many calls may hold a slot now: `max_concurrent_calls`, or with `adapt` wherever the
+    /// algorithm has moved it.
+    [[nodiscard]] std::size_t limit() const noexcept { return state_->current_limit(); }
     /// Calls waiting for a slot now.
     [[nodiscard]] std::size_t queued() const {
         std::lock_guard lock(state_->mutex);
@@ -229,7 +402,8 @@ public:
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {
-        state* held = nullptr; // the bulkhead whose slot this call holds
+        state* held = nullptr;         // the bulkhead whose slot this call holds
+        typename state::ticket ticket; // with `adapt`: what the call's sample needs
         call_state() = default;
         call_state(const call_state&) = delete;
         call_state& operator=(const call_state&) = delete;
@@ -246,14 +420,23 @@ public:
             result.emplace(failure::make(cancelled_error{name()}));
             return step::done;
         }
-        if (!state_->try_acquire())
+        state& s = *state_;
+        if (s.adaptive)
+            return enter_adaptive(c, ctx, result);
+        if (!s.try_acquire())
             return step::wait;
-        c.held = state_.get();
+        c.held = &s;
         return step::proceed;
     }
+    /// Gives the slot back; with `adapt`, records the call's outcome first. A `should_handle` (or a
+    /// clock) that throws makes its exception the call's result, once the slot is given back.
     template <class R>
-    step leave(call_state& c, const context&, outcome<R>&) const {
-        std::exchange(c.held, nullptr)->release();
+    step leave(call_state& c, const context& ctx, outcome<R>& result) const {
+        state* s = std::exchange(c.held, nullptr);
+        if (s->adaptive)
+            finish_adaptive(*s, c.ticket, ctx, result);
+        else
+            s->release();
         return step::proceed;
     }
 
@@ -262,9 +445,10 @@ public:
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using detail::waiter_state;
         const std::stop_token& token = ctx.stop_token();
-        if (token.stop_requested())
-            co_return failure::make(cancelled_error{name()});
         state& s = *state_;
+        using value_type = detail::next_value_t<Next>;
+        if (token.stop_requested() || (s.adaptive && !s.should_handle->template accepts<value_type>()))
+            co_return refused_before_admission<value_type>(ctx);
         detail::waiter node;
         waiter_state admitted = waiter_state::granted;
         if (!s.try_acquire()) {
@@ -285,10 +469,16 @@ public:
             co_return failure::make(cancelled_error{name()});
         if (admitted != waiter_state::granted)
             co_return failure::make(bulkhead_rejected_error{s.options.name, reason_of(s, admitted)});
-        slot_guard slot{&s};
+        call_state held;
+        held.held = &s; // given back by `leave`, or by its destructor if the call ends first
         if (token.stop_requested())
             co_return failure::make(cancelled_error{name()});
-        co_return co_await next(ctx);
+        std::optional<detail::next_outcome_t<Next>> refused;
+        if (s.adaptive && !admit(held, ctx, refused))
+            co_return std::move(*refused);
+        detail::next_outcome_t<Next> result = co_await next(ctx);
+        leave(held, ctx, result);
+        co_return result;
     }
 
 private:
@@ -296,19 +486,70 @@ private:
 
     explicit bulkhead(std::shared_ptr<state> s) noexcept : state_(std::move(s)) {}
 
+    // With `adapt`: judges the outcome, records it and gives the slot back.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE static void finish_adaptive(state& s, const typename state::ticket& t,
+                                                           const context& ctx, outcome<R>& result) {
+        detail::limit_verdict v = detail::limit_verdict::ignored;
+        std::optional<failure> thrown;
+        try {
+            v = detail::judge_limit(*s.should_handle, result, ctx.stop_requested());
+        } catch (...) {
+            thrown.emplace(failure::current());
+        }
+        try {
+            s.finish(t, v);
+        } catch (...) {
+            if (!thrown)
+                thrown.emplace(failure::current());
+        }
+        if (thrown)
+            result = outcome<R>{std::move(*thrown)};
+    }
+
+    // Takes the ticket of a call that has just taken its slot. A clock that throws gives the slot
+    // back and makes its exception the call's result (false).
+    template <class R>
+    bool admit(call_state& c, const context& ctx, std::optional<outcome<R>>& result) const {
+        state& s = *c.held;
+        try {
+            c.ticket = s.admitted([&] { return detail::call_now(s.clock, ctx); });
+            return true;
+        } catch (...) {
+            std::exchange(c.held, nullptr)->release();
+            result.emplace(failure::current());
+            return false;
+        }
+    }
+
+    // A stopped caller, or an outcome classifier for another result type: refused before any slot.
+    template <class R>
+    failure refused_before_admission(const context& ctx) const {
+        if (ctx.stop_requested())
+            return failure::make(cancelled_error{name()});
+        return state_->should_handle->template mismatch<R>("bulkhead", state_->options.name);
+    }
+
+    // `enter` with `adapt`: also checks the classifier's type, and takes the call's ticket.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step enter_adaptive(call_state& c, const context& ctx,
+                                                   std::optional<outcome<R>>& result) const {
+        state& s = *state_;
+        if (!s.should_handle->template accepts<R>()) {
+            result.emplace(refused_before_admission<R>(ctx));
+            return step::done;
+        }
+        if (!s.try_acquire())
+            return step::wait;
+        c.held = &s;
+        return admit(c, ctx, result) ? step::proceed : step::done;
+    }
+
     static rejection_reason reason_of(const state& s, detail::waiter_state refused) noexcept {
         if (refused == detail::waiter_state::expired)
             return rejection_reason::queue_timeout;
         return s.options.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
     }
-
-    struct slot_guard {
-        state* s;
-        explicit slot_guard(state* p) noexcept : s(p) {}
-        slot_guard(const slot_guard&) = delete;
-        slot_guard& operator=(const slot_guard&) = delete;
-        ~slot_guard() { s->release(); }
-    };
 
     // Waits in the queue with a watchdog beside it that withdraws the waiter at the deadline.
     // Whichever moves the node first (its turn, a stop, the deadline) wins; the other finds it
@@ -351,11 +592,13 @@ private:
     }
 
     static bulkhead_options validate(bulkhead_options o) {
+        const std::string label = detail::policy_label("bulkhead", o.name);
         if (o.max_concurrent_calls == 0)
-            throw std::invalid_argument("resilience::bulkhead: max_concurrent_calls must be positive, got 0");
+            throw std::invalid_argument(label + ": max_concurrent_calls must be positive, got 0");
         if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
-            throw std::invalid_argument("resilience::bulkhead: queue_timeout must be positive, got " +
+            throw std::invalid_argument(label + ": queue_timeout must be positive, got " +
                                         std::to_string(o.queue_timeout->count()) + "ns");
+        detail::validate_adaptive_limit(o.adapt, o.max_concurrent_calls, label);
         return o;
     }
 
