@@ -4,8 +4,8 @@
 # vcpkg keys its binary cache on the port's files, not on this source tree: after editing the sources,
 # `vcpkg remove resilience` and install again with --no-binarycaching.
 #
-# A registry port for a release fetches the tagged sources instead of the three lines that set
-# SOURCE_PATH below; that form is in docs/install.md and is filled in at release time.
+# A registry port for a release fetches the tagged sources in place of the lines below that set and
+# check SOURCE_PATH; that form is in docs/install.md and is filled in at release time.
 # tests/packaging/vcpkg_port.cmake runs this file's steps with plain CMake when vcpkg is not installed.
 
 # Header-only: one (release) configuration is enough.
