@@ -3,7 +3,8 @@
 #
 # Inputs (-D): RESILIENCE_BINARY_DIR, CONSUMER_SOURCE_DIR, CONSUMER_PREFIX, CONSUMER_BINARY_DIR,
 #              CONSUMER_CONFIG, CONSUMER_GENERATOR, CONSUMER_MAKE_PROGRAM, CONSUMER_CXX_COMPILER,
-#              CONSUMER_CXX_COMPILER_LAUNCHER (the last five may be empty).
+#              CONSUMER_CXX_COMPILER_LAUNCHER, CONSUMER_REQUEST (the version to ask for) (the last six may
+#              be empty).
 cmake_minimum_required(VERSION 3.21)
 
 foreach(var RESILIENCE_BINARY_DIR CONSUMER_SOURCE_DIR CONSUMER_PREFIX CONSUMER_BINARY_DIR)
@@ -49,6 +50,9 @@ if(CONSUMER_CXX_COMPILER_LAUNCHER)
 endif()
 if(CONSUMER_CONFIG)
     list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${CONSUMER_CONFIG}")
+endif()
+if(CONSUMER_REQUEST)
+    list(APPEND configure_args "-DRESILIENCE_REQUEST=${CONSUMER_REQUEST}")
 endif()
 run_step("configure" "${CMAKE_COMMAND}" ${configure_args})
 
