@@ -318,7 +318,7 @@ TEST_CASE("adaptive bulkhead: under light load, with nothing waiting, the limit 
     CHECK(limits == std::vector<std::size_t>(10, 10));
 }
 
-TEST_CASE("adaptive bulkhead: a smaller limit never cancels calls already admitted; it admits nobody "
+TEST_CASE("adaptive bulkhead: a smaller limit never cancels calls already admitted, and admits nobody "
           "until fewer than the new limit hold a slot",
           "[bulkhead][adaptive]") {
     rs::testing::simulation sim;
