@@ -113,7 +113,8 @@ TEST_CASE("asio: a stop requested from another thread ends a pending read", "[as
     bool resumed = false;
     auto reads = [&]() -> rs::task<void> {
         std::array<char, 16> buf{};
-        auto [ec, n] = co_await pair.client.async_read_some(::asio::buffer(buf), rs::asio::use_task(stop.get_token()));
+        auto [ec, n] =
+            co_await pair.client.async_read_some(::asio::buffer(buf), rs::asio::use_task(stop.get_token()));
         (void)n;
         read_ec = ec;
         resumed = true;
@@ -127,7 +128,8 @@ TEST_CASE("asio: a stop requested from another thread ends a pending read", "[as
     CHECK(read_ec == ::asio::error::operation_aborted);
 }
 
-TEST_CASE("asio: an operation started with a token already stopped is cancelled at once", "[asio][cancellation]") {
+TEST_CASE("asio: an operation started with a token already stopped is cancelled at once",
+          "[asio][cancellation]") {
     ::asio::io_context io;
     ::asio::steady_timer timer{io, std::chrono::steady_clock::now() + 1h};
     std::stop_source stop;
@@ -152,7 +154,8 @@ TEST_CASE("asio: a stop after the operation completed reaches nothing", "[asio][
         auto pair = std::make_unique<socket_pair>(io);
         ::asio::write(pair->server, ::asio::buffer(std::string("hi")));
         std::array<char, 16> buf{};
-        auto [ec, n] = co_await pair->client.async_read_some(::asio::buffer(buf), rs::asio::use_task(stop.get_token()));
+        auto [ec, n] =
+            co_await pair->client.async_read_some(::asio::buffer(buf), rs::asio::use_task(stop.get_token()));
         got = ec ? 0 : n;
         pair.reset();
         stop.request_stop();
@@ -214,7 +217,8 @@ TEST_CASE("asio: pending reads on a two-thread io_context all end when stopped f
             aborted.fetch_add(1);
     };
     for (auto& p : pairs)
-        rs::asio::async_run(io.get_executor(), reads(p->client), [&](std::exception_ptr) { finished.fetch_add(1); });
+        rs::asio::async_run(io.get_executor(), reads(p->client),
+                            [&](std::exception_ptr) { finished.fetch_add(1); });
     std::thread a([&] { io.run_for(10s); }), b([&] { io.run_for(10s); });
     std::thread stopper([&] { stop.request_stop(); }); // races with the reads still starting
     stopper.join();
@@ -275,9 +279,9 @@ TEST_CASE("asio: async_run ignores a request for total cancellation only", "[asi
         co_return ec ? 1 : 0;
     };
     int result = -1;
-    rs::asio::async_run(io.get_executor(), waits, ::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr, int v) {
-                            result = v;
-                        }));
+    rs::asio::async_run(
+        io.get_executor(), waits,
+        ::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr, int v) { result = v; }));
     io.poll();
     REQUIRE(seen.stop_possible());
     cancel.emit(::asio::cancellation_type::total); // emitted on the io_context's thread (this one)
@@ -305,6 +309,33 @@ TEST_CASE("asio: without a connected slot the callable form passes a token that 
     CHECK(result == 7);
 }
 
+TEST_CASE("asio: async_run keeps a coroutine lambda given as make alive until the call ends",
+          "[asio][cancellation]") {
+    ::asio::io_context io;
+    ::asio::steady_timer gate{io, 1ms};
+    std::string seen;
+    rs::asio::async_run(
+        io.get_executor(),
+        [&gate, &seen, owned = std::string(40, 'x')](std::stop_token st) -> rs::task<void> {
+            co_await gate.async_wait(rs::asio::use_task(st));
+            seen = owned; // a capture, read after the coroutine first suspended
+        },
+        [](std::exception_ptr) {});
+    io.run_for(10s);
+    CHECK(seen == std::string(40, 'x'));
+}
+
+TEST_CASE("asio: what make throws is the operation's failure", "[asio][cancellation]") {
+    ::asio::io_context io;
+    std::exception_ptr error;
+    rs::asio::async_run(
+        io.get_executor(), [](std::stop_token) -> rs::task<int> { throw std::runtime_error("no call"); },
+        [&](std::exception_ptr e, int) { error = e; });
+    io.run_for(10s);
+    REQUIRE(error != nullptr);
+    CHECK_THROWS_WITH(std::rethrow_exception(error), "no call");
+}
+
 #if defined(ASIO_HAS_CO_AWAIT) // asio::awaitable: g++ only with Debian's Asio 1.22 (see docs/asio.md)
 TEST_CASE("asio: the losing side of an Asio || stops the policy call and its pending read",
           "[asio][cancellation]") {
@@ -327,10 +358,11 @@ TEST_CASE("asio: the losing side of an Asio || stops the policy call and its pen
         io,
         [&]() -> ::asio::awaitable<void> {
             ::asio::steady_timer deadline{io, 10ms};
-            auto r = co_await (rs::asio::async_run(
-                                   io.get_executor(), [&](std::stop_token st) { return limit.execute(reads, st); },
-                                   ::asio::use_awaitable) ||
-                               deadline.async_wait(::asio::use_awaitable));
+            auto r =
+                co_await (rs::asio::async_run(
+                              io.get_executor(), [&](std::stop_token st) { return limit.execute(reads, st); },
+                              ::asio::use_awaitable) ||
+                          deadline.async_wait(::asio::use_awaitable));
             winner = r.index();
         },
         ::asio::detached);

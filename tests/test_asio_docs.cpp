@@ -248,10 +248,9 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
         io,
         [&]() -> asio::awaitable<void> {
             // ---- from the page (500ms there) ----
+            auto call = [&](std::stop_token st) { return policy.execute(fetch_quote, st); };
             asio::steady_timer deadline{io, 20ms};
-            auto first = co_await (rs::asio::async_run(
-                                       io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
-                                       asio::use_awaitable) ||
+            auto first = co_await (rs::asio::async_run(io.get_executor(), call, asio::use_awaitable) ||
                                    deadline.async_wait(asio::use_awaitable));
             // ---- end ----
             winner = first.index();

@@ -172,7 +172,8 @@ TEST_CASE("asio: an io_context destroyed before an async_run started destroys th
         flag = true;
         co_return;
     };
-    rs::asio::async_run(io->get_executor(), call(std::make_shared<tracked>(), ran), [](std::exception_ptr) {});
+    rs::asio::async_run(io->get_executor(), call(std::make_shared<tracked>(), ran),
+                        [](std::exception_ptr) {});
     CHECK(tracked::live == 1);
     io.reset();
     CHECK_FALSE(ran);

@@ -28,9 +28,9 @@
 /// finish, and once no handler of the call is pending any more, the call's outermost coroutine is
 /// destroyed, which destroys the task it awaits, and so on down the chain, as `rs::event_loop`'s
 /// destructor does with the coroutines spawned on it. Destroying only the innermost frame, the one
-/// a handler would resume, would leave the frames awaiting it holding a dangling task. The `async_run` completion handler is then
-/// destroyed uncalled, as Asio does with the handler of any operation that can no longer complete
-/// (an `asio::awaitable` waiting on it is destroyed in turn).
+/// a handler would resume, would leave the frames awaiting it holding a dangling task. The
+/// `async_run` completion handler is then destroyed uncalled, as Asio does with the handler of any
+/// operation that can no longer complete (an `asio::awaitable` waiting on it is destroyed in turn).
 /// A `use_task` operation belongs to the `async_run` operation whose coroutines were running on
 /// this thread, resumed by this header, when it started. One started elsewhere (in a coroutine
 /// driven by `rs::sync_wait` or `rs::event_loop`, or resumed from another thread by a bulkhead that
@@ -113,7 +113,9 @@ public:
         unhold();
     }
 
-    void attach(std::coroutine_handle<> frame) noexcept { frame_.store(frame.address(), std::memory_order_release); }
+    void attach(std::coroutine_handle<> frame) noexcept {
+        frame_.store(frame.address(), std::memory_order_release);
+    }
     /// The outermost frame is going away by itself (finished, or being destroyed here).
     void detach() noexcept { frame_.store(nullptr, std::memory_order_release); }
 
@@ -342,7 +344,9 @@ public:
             ~restore() { initiating = outer; }
         } restore_guard{record.outer};
         std::apply(
-            [&](auto&... a) { std::move(initiation_)(handler{this, root_hold{running_root}, stop}, std::move(a)...); },
+            [&](auto&... a) {
+                std::move(initiation_)(handler{this, root_hold{running_root}, stop}, std::move(a)...);
+            },
             args_);
         // From here the coroutine may be running on another thread, or gone: only locals are touched.
         if (record.completed || record.dropped)
@@ -354,8 +358,8 @@ public:
 
     result_type await_resume() {
         if (!result_)
-            throw std::logic_error(
-                "resilience::asio::use_task: the operation destroyed its completion handler without calling it");
+            throw std::logic_error("resilience::asio::use_task: the operation destroyed its completion "
+                                   "handler without calling it");
         return std::move(*result_);
     }
 
@@ -422,7 +426,7 @@ template <class... Args, class Initiation, class... InitArgs>
 auto make_operation(Initiation initiation, std::stop_token token, InitArgs... args) {
     using stored = std::tuple<std::decay_t<InitArgs>...>;
     return operation<Initiation, stored, Args...>{std::move(initiation), stored{std::move(args)...},
-                                                   std::move(token)};
+                                                  std::move(token)};
 }
 
 } // namespace detail
@@ -474,9 +478,10 @@ template <class... Args>
 class asio::async_result<resilience::asio::use_task_with_stop_t, void(Args...)> {
 public:
     template <class Initiation, class... InitArgs>
-    static auto initiate(Initiation initiation, resilience::asio::use_task_with_stop_t token, InitArgs... args) {
-        return resilience::asio::detail::make_operation<Args...>(std::move(initiation), std::move(token.token),
-                                                                 std::move(args)...);
+    static auto initiate(Initiation initiation, resilience::asio::use_task_with_stop_t token,
+                         InitArgs... args) {
+        return resilience::asio::detail::make_operation<Args...>(std::move(initiation),
+                                                                 std::move(token.token), std::move(args)...);
     }
 };
 
@@ -584,20 +589,24 @@ struct stop_on_cancel {
     }
 };
 
-// Runs the awaitable, then posts the completion to the handler's associated executor, outside this
-// coroutine: an exception thrown by the handler comes out of that executor's run(), as with any Asio
-// handler. Work is held on the I/O executor and on the handler's executor until the handler has run,
-// so neither io_context runs out of work while the awaitable waits on something outside Asio. The
-// slot this operation filled is cleared where Asio emits on it, before the handler runs.
-template <class A, class Handler>
-root_task run_and_complete(A awaitable, Handler handler, ::asio::any_io_executor io, bool clear_slot) {
-    using R = await_result_t<A>;
+// Makes the awaitable with `make(token)` and runs it, then posts the completion to the handler's
+// associated executor, outside this coroutine: an exception thrown by the handler comes out of that
+// executor's run(), as with any Asio handler. `make` lives in this frame until the end, so a coroutine
+// lambda's captures stay valid; what it throws is the operation's failure. Work is held on the I/O
+// executor and on the handler's executor until the handler has run, so neither io_context runs out of
+// work while the awaitable waits on something outside Asio. The slot this operation filled is cleared
+// where Asio emits on it, before the handler runs.
+template <class Make, class Handler>
+root_task run_and_complete(Make make, std::stop_token token, Handler handler, ::asio::any_io_executor io,
+                           bool clear_slot) {
+    using R = await_result_t<std::invoke_result_t<Make&, std::stop_token>>;
     auto io_work = ::asio::make_work_guard(io);
     auto handler_ex = ::asio::get_associated_executor(handler, io);
     auto handler_work = ::asio::make_work_guard(handler_ex);
     std::exception_ptr error;
     std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value;
     try {
+        auto&& awaitable = std::invoke(make, std::move(token));
         if constexpr (std::is_void_v<R>) {
             co_await std::move(awaitable);
         } else {
@@ -625,11 +634,20 @@ root_task run_and_complete(A awaitable, Handler handler, ::asio::any_io_executor
     }
 }
 
+// The `make` of an awaitable given ready-made.
+template <class A>
+struct ready_awaitable {
+    A awaitable;
+    A&& operator()(std::stop_token) noexcept { return std::move(awaitable); }
+};
+
 // In the executor's context: makes the outermost coroutine, gives it the call's root, and runs it
 // until it first waits, as the call's running resumption.
-template <class A, class Handler>
-void start(A awaitable, Handler handler, ::asio::any_io_executor io, root_ref root, bool clear_slot) {
-    root_task task = run_and_complete(std::move(awaitable), std::move(handler), std::move(io), clear_slot);
+template <class Make, class Handler>
+void start(Make make, std::stop_token token, Handler handler, ::asio::any_io_executor io, root_ref root,
+           bool clear_slot) {
+    root_task task =
+        run_and_complete(std::move(make), std::move(token), std::move(handler), std::move(io), clear_slot);
     call_root* r = root.get();
     r->attach(task.handle);
     task.handle.promise().root = root.release();
@@ -642,16 +660,20 @@ void start(A awaitable, Handler handler, ::asio::any_io_executor io, root_ref ro
 }
 
 // The initiation: a root for the call, the slot connected when there is a stop source to stop,
-// and the start posted to the executor. Until it runs, the posted function owns the awaitable and
-// the handler: destroyed unrun, it destroys both.
-template <class A, class Handler>
-void launch(const ::asio::any_io_executor& ex, A awaitable, Handler handler, std::stop_source stop) {
+// and the start posted to the executor. Until it runs, the posted function owns `make` (and the
+// awaitable in it) and the handler: destroyed unrun, it destroys them.
+template <class Make, class Handler>
+void launch(const ::asio::any_io_executor& ex, Make make, Handler handler, std::stop_source stop) {
     root_ref root{new call_root};
+    std::stop_token token = stop.get_token();
     const bool connect = stop.stop_possible();
     if (connect)
-        ::asio::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop), root);
-    ::asio::post(ex, [ex, aw = std::move(awaitable), h = std::move(handler), root = std::move(root),
-                      connect]() mutable { start(std::move(aw), std::move(h), ex, std::move(root), connect); });
+        ::asio::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop),
+                                                                                           root);
+    ::asio::post(ex, [ex, m = std::move(make), t = std::move(token), h = std::move(handler),
+                      root = std::move(root), connect]() mutable {
+        start(std::move(m), std::move(t), std::move(h), ex, std::move(root), connect);
+    });
 }
 
 template <class R>
@@ -676,32 +698,35 @@ auto async_run(::asio::any_io_executor executor, A awaitable, CompletionToken&& 
     using signature = typename detail::completion_signature<await_result_t<A>>::type;
     return ::asio::async_initiate<CompletionToken, signature>(
         [ex = std::move(executor)](auto handler, A aw) {
-            detail::launch(ex, std::move(aw), std::move(handler), std::stop_source{std::nostopstate});
+            detail::launch(ex, detail::ready_awaitable<A>{std::move(aw)}, std::move(handler),
+                           std::stop_source{std::nostopstate});
         },
         token, std::move(awaitable));
 }
 
-/// As above, with the awaitable made by `make(stop_token)` (called once, when the operation is
-/// initiated): Asio per-operation cancellation of this operation (the token's cancellation slot: a
-/// losing operand of `||`, `asio::bind_cancellation_slot`, `cancel_after` in Asio 1.31 and later)
-/// requests stop on that token, so the call ends as its policies end a stopped call (usually with
-/// `rs::cancelled_error`). `terminal` and `partial` cancellation are honoured; `total` only is not,
-/// since an attempt may already have had effects. Without a connected slot the token never stops.
+/// As above, with the awaitable made by `make(stop_token)`: `make` is moved into the operation,
+/// called once when it starts (in `executor`'s context) and kept alive until the call ends, as
+/// `execute` keeps its action, so a coroutine lambda is fine here; what it throws is the
+/// operation's failure. Asio per-operation cancellation of this operation (the token's
+/// cancellation slot: a losing operand of `||`, `asio::bind_cancellation_slot`, `cancel_after` in
+/// Asio 1.31 and later) requests stop on that token, so the call ends as its policies end a
+/// stopped call (usually with `rs::cancelled_error`). `terminal` and `partial` cancellation are
+/// honoured; `total` only is not, since an attempt may already have had effects. Without a
+/// connected slot the token never stops.
 ///
 ///     rs::asio::async_run(ex, [&](std::stop_token st) { return policy.execute(fetch, st); }, token);
 template <class F, class CompletionToken>
 requires(!awaitable<F>) && std::invocable<F&, std::stop_token> &&
         awaitable<std::invoke_result_t<F&, std::stop_token>>
 auto async_run(::asio::any_io_executor executor, F make, CompletionToken&& token) {
-    using A = std::invoke_result_t<F&, std::stop_token>;
-    using signature = typename detail::completion_signature<await_result_t<A>>::type;
+    using signature = typename detail::completion_signature<
+        await_result_t<std::invoke_result_t<F&, std::stop_token>>>::type;
     return ::asio::async_initiate<CompletionToken, signature>(
         [ex = std::move(executor)](auto handler, F f) {
             std::stop_source stop{std::nostopstate};
             if (::asio::get_associated_cancellation_slot(handler).is_connected())
                 stop = std::stop_source{};
-            A aw = std::invoke(f, stop.get_token());
-            detail::launch(ex, std::move(aw), std::move(handler), std::move(stop));
+            detail::launch(ex, std::move(f), std::move(handler), std::move(stop));
         },
         token, std::move(make));
 }
