@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: MIT
+// The examples of docs/asio.md, compiled and run against a quote server on a loopback TCP socket. Each
+// example's code is copied from the page unchanged, except for durations; when you change one, change
+// the other. Those marked g++ only in the page are built where Asio declares asio::awaitable.
+#include "catch.hpp"
+
+#include <resilience/asio.hpp>
+#include <resilience/resilience.hpp>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/buffer.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+#if defined(ASIO_HAS_CO_AWAIT)
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/use_awaitable.hpp>
+#endif
+
+#include <array>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+
+namespace {
+
+using asio::ip::tcp;
+
+// Accepts connections on 127.0.0.1; answers each with a quote, or holds it open unanswered.
+class test_server {
+public:
+    test_server(asio::io_context& io, bool answers)
+        : acceptor_(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0)), answers_(answers) {
+        accept();
+    }
+    tcp::endpoint endpoint() const { return acceptor_.local_endpoint(); }
+    void stop() {
+        acceptor_.close();
+        held_.clear();
+    }
+
+private:
+    void accept() {
+        acceptor_.async_accept([this](std::error_code ec, tcp::socket s) {
+            if (ec)
+                return;
+            auto conn = std::make_shared<tcp::socket>(std::move(s));
+            if (answers_)
+                asio::async_write(*conn, asio::buffer(reply_), [conn](std::error_code, std::size_t) {});
+            else
+                held_.push_back(conn);
+            accept();
+        });
+    }
+
+    tcp::acceptor acceptor_;
+    bool answers_;
+    std::string reply_ = "101.5";
+    std::vector<std::shared_ptr<tcp::socket>> held_;
+};
+
+struct outcome_log {
+    explicit outcome_log(test_server& s) : server(&s) {}
+    std::optional<double> quote;
+    std::exception_ptr error;
+    test_server* server;
+    void show(double q) {
+        quote = q;
+        server->stop();
+    }
+    void report(std::exception_ptr e) {
+        error = e;
+        server->stop();
+    }
+};
+
+} // namespace
+
+TEST_CASE("docs/asio.md: a call from Asio code, g++ and clang", "[asio][docs]") {
+    asio::io_context io;
+    test_server server{io, true};
+    outcome_log log{server};
+    auto show = [&](double q) { log.show(q); };
+    auto report = [&](std::exception_ptr e) { log.report(e); };
+    tcp::endpoint quote_server = server.endpoint();
+
+    // ---- from the page ----
+    rs::asio::clock clock{io.get_executor()};
+    rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
+
+    // One attempt, on a connection of its own. The attempt's token reaches each operation: when the
+    // timeout stops the attempt, the pending connect or read ends at once with operation_aborted.
+    auto fetch_quote = [&](std::stop_token st) -> rs::task<double> {
+        tcp::socket socket{io};
+        auto [connect_ec] = co_await socket.async_connect(quote_server, rs::asio::use_task(st));
+        if (connect_ec)
+            throw std::system_error(connect_ec);
+        std::array<char, 64> buf{};
+        auto [read_ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
+        if (read_ec)
+            throw std::system_error(read_ec);
+        co_return std::stod(std::string(buf.data(), n));
+    };
+
+    rs::asio::async_run(
+        io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
+        [&](std::exception_ptr error, double quote) {
+            if (error)
+                report(error);
+            else
+                show(quote);
+        });
+    // ---- end ----
+    io.run_for(10s);
+    REQUIRE(log.quote);
+    CHECK(*log.quote == 101.5);
+}
+
+TEST_CASE("docs/asio.md: a posted cancel that shares the per-attempt socket", "[asio][docs]") {
+    asio::io_context io;
+    test_server server{io, false};
+    tcp::endpoint quote_server = server.endpoint();
+    rs::asio::clock clock{io.get_executor()};
+    rs::timeout limit{20ms, clock};
+    std::error_code read_ec;
+    auto attempt = [&](std::stop_token st) -> rs::task<void> {
+        // ---- from the page ----
+        auto socket = std::make_shared<tcp::socket>(io);
+        std::stop_callback on_stop{st, [socket] {
+            asio::post(socket->get_executor(), [socket] { socket->cancel(); }); // keeps the socket alive
+        }};
+        // ---- end ----
+        auto [connect_ec] = co_await socket->async_connect(quote_server, rs::asio::use_task);
+        if (connect_ec)
+            throw std::system_error(connect_ec);
+        std::array<char, 64> buf{};
+        auto [ec, n] = co_await socket->async_read_some(asio::buffer(buf), rs::asio::use_task);
+        (void)n;
+        read_ec = ec;
+    };
+    bool done = false;
+    rs::asio::async_run(io.get_executor(), limit.execute(attempt), [&](std::exception_ptr) {
+        done = true;
+        server.stop();
+    });
+    io.run_for(10s);
+    CHECK(done);
+    CHECK(read_ec == asio::error::operation_aborted);
+}
+
+TEST_CASE("docs/asio.md: cancel_after's stand-in on Asio 1.22, g++ and clang", "[asio][docs]") {
+    asio::io_context io;
+    test_server server{io, false}; // never answers: the deadline comes first
+    outcome_log log{server};
+    auto show = [&](double q) { log.show(q); };
+    auto report = [&](std::exception_ptr e) { log.report(e); };
+    tcp::endpoint quote_server = server.endpoint();
+    rs::asio::clock clock{io.get_executor()};
+    rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{1h, clock}};
+    std::error_code read_ec;
+    auto fetch_quote = [&](std::stop_token st) -> rs::task<double> {
+        tcp::socket socket{io};
+        auto [connect_ec] = co_await socket.async_connect(quote_server, rs::asio::use_task(st));
+        if (connect_ec)
+            throw std::system_error(connect_ec);
+        std::array<char, 64> buf{};
+        auto [ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
+        read_ec = ec;
+        if (ec)
+            throw std::system_error(ec);
+        co_return std::stod(std::string(buf.data(), n));
+    };
+
+    // ---- from the page (500ms there) ----
+    asio::cancellation_signal cancel;
+    asio::steady_timer deadline{io, 20ms};
+    deadline.async_wait([&](std::error_code ec) {
+        if (!ec)
+            cancel.emit(asio::cancellation_type::terminal);
+    });
+    rs::asio::async_run(
+        io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
+        asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr error, double quote) {
+            deadline.cancel();
+            error ? report(error) : show(quote);
+        }));
+    // ---- end ----
+    io.run_for(10s);
+    CHECK(log.error != nullptr);
+    CHECK_FALSE(log.quote);
+    CHECK(read_ec == asio::error::operation_aborted);
+}
+
+#if defined(ASIO_HAS_CO_AWAIT)
+TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||, g++ only", "[asio][docs]") {
+    using namespace asio::experimental::awaitable_operators;
+    asio::io_context io;
+    test_server answering{io, true}, silent{io, false};
+    tcp::endpoint quote_server = answering.endpoint();
+    rs::asio::clock clock{io.get_executor()};
+    rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
+    auto fetch_quote = [&](std::stop_token st) -> rs::task<double> {
+        tcp::socket socket{io};
+        auto [connect_ec] = co_await socket.async_connect(quote_server, rs::asio::use_task(st));
+        if (connect_ec)
+            throw std::system_error(connect_ec);
+        std::array<char, 64> buf{};
+        auto [read_ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
+        if (read_ec)
+            throw std::system_error(read_ec);
+        co_return std::stod(std::string(buf.data(), n));
+    };
+    std::optional<double> shown;
+    auto show = [&](double q) {
+        shown = q;
+        io.stop(); // the servers still accept: end this run here
+    };
+    std::size_t winner = 99;
+
+    // ---- from the page ----
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        double quote = co_await rs::asio::async_run(
+            io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
+            asio::use_awaitable);
+        show(quote);
+    }, asio::detached);
+    // ---- end ----
+    io.run_for(10s);
+    REQUIRE(shown);
+    CHECK(*shown == 101.5);
+
+    io.restart();
+    quote_server = silent.endpoint();
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            // ---- from the page (500ms there) ----
+            auto call = [&](std::stop_token st) { return policy.execute(fetch_quote, st); };
+            asio::steady_timer deadline{io, 20ms};
+            auto first = co_await (rs::asio::async_run(io.get_executor(), call, asio::use_awaitable) ||
+                                   deadline.async_wait(asio::use_awaitable));
+            // ---- end ----
+            winner = first.index();
+            answering.stop();
+            silent.stop();
+        },
+        asio::detached);
+    io.run_for(10s);
+    CHECK(winner == 1);
+}
+#endif
