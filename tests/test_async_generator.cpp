@@ -142,7 +142,8 @@ TEST_CASE("async_generator: the body starts at the first next(), not when it is 
     CHECK(resumed == 1); // stopped at its first co_yield, not beyond
 }
 
-TEST_CASE("async_generator: a body that yields nothing gives an empty optional at once", "[async_generator]") {
+TEST_CASE("async_generator: a body that yields nothing gives an empty optional at once",
+          "[async_generator]") {
     rs::testing::simulation sim;
     auto gen = count_to(0);
     auto r = sim.run(consume(sim, gen));
@@ -268,8 +269,9 @@ TEST_CASE("async_generator: rvalues are moved, lvalues copied once, other types 
     rs::testing::simulation sim;
     SECTION("an rvalue reaches the consumer by moves only") {
         int copies = 0, moves = 0;
-        auto gen = [](int* c, int* m) -> rs::async_generator<counted> { co_yield counted{c, m, 7}; }(&copies,
-                                                                                                       &moves);
+        auto gen = [](int* c, int* m) -> rs::async_generator<counted> {
+            co_yield counted{c, m, 7};
+        }(&copies, &moves);
         auto r = sim.run(consume(sim, gen));
         REQUIRE(r.items.size() == 1);
         CHECK(r.items[0].value == 7);
@@ -304,14 +306,15 @@ TEST_CASE("async_generator: rvalues are moved, lvalues copied once, other types 
             co_yield std::string(40, 'x');
         }();
         auto r = sim.run(consume(sim, words));
-        CHECK(r.items ==
-              std::vector<std::string>{"a string long enough not to fit in the small buffer", std::string(40, 'x')});
+        CHECK(r.items == std::vector<std::string>{"a string long enough not to fit in the small buffer",
+                                                  std::string(40, 'x')});
         auto longs = []() -> rs::async_generator<long> { co_yield 5; }();
         CHECK(sim.run(consume(sim, longs)).items == std::vector<long>{5L});
     }
 }
 
-TEST_CASE("async_generator: a million items that complete at once do not grow the stack", "[async_generator]") {
+TEST_CASE("async_generator: a million items that complete at once do not grow the stack",
+          "[async_generator]") {
     rs::event_loop loop;
     long long sum = 0;
     loop.run([](long long& total) -> rs::task<void> {

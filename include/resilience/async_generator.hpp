@@ -21,6 +21,10 @@ class async_generator;
 
 namespace detail {
 
+/// A value of another type than `T` that `T` can be made from.
+template <class U, class T>
+concept converted_item = !std::same_as<std::remove_cvref_t<U>, T> && std::constructible_from<T, U&&>;
+
 template <class T>
 class async_generator_promise : public recycled_frame {
 public:
@@ -50,13 +54,13 @@ public:
         return {};
     }
     /// `co_yield "text"` into an `async_generator<std::string>`: the `T` is made in the frame.
-    template <class U>
-    requires(!std::same_as<std::remove_cvref_t<U>, T> && std::constructible_from<T, U &&>) auto
-    yield_value(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+    template <converted_item<T> U>
+    auto yield_value(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
         struct converted {
             T value;
             bool await_ready() const noexcept { return false; }
-            std::coroutine_handle<> await_suspend(std::coroutine_handle<async_generator_promise> self) noexcept {
+            std::coroutine_handle<>
+            await_suspend(std::coroutine_handle<async_generator_promise> self) noexcept {
                 self.promise().movable_ = std::addressof(value);
                 return self.promise().consumer_;
             }
