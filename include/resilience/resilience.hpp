@@ -5,6 +5,7 @@
 #pragma once
 
 #include "any_clock.hpp"
+#include "async_generator.hpp"
 #include "backoff.hpp"
 #include "bulkhead.hpp"
 #include "circuit_breaker.hpp"
@@ -22,6 +23,7 @@
 #include "rate_limiter.hpp"
 #include "retry.hpp"
 #include "retry_budget.hpp"
+#include "retry_stream.hpp"
 #include "single_flight.hpp"
 #include "sliding_window_limiter.hpp"
 #include "task.hpp"
