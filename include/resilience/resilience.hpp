@@ -6,6 +6,7 @@
 
 #include "any_clock.hpp"
 #include "any_policy.hpp"
+#include "async_generator.hpp"
 #include "backoff.hpp"
 #include "bulkhead.hpp"
 #include "circuit_breaker.hpp"
@@ -23,6 +24,7 @@
 #include "rate_limiter.hpp"
 #include "retry.hpp"
 #include "retry_budget.hpp"
+#include "retry_stream.hpp"
 #include "single_flight.hpp"
 #include "sliding_window_limiter.hpp"
 #include "task.hpp"
