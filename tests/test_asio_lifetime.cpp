@@ -225,7 +225,7 @@ TEST_CASE("asio: an initiating function that throws hands the exception to the c
     CHECK(result == 42);
 }
 
-TEST_CASE("asio: an operation that drops its handler is reported; one that completes inline resumes at once",
+TEST_CASE("asio: an operation that drops its handler is reported, and one that completes inline resumes at once",
           "[asio][lifetime]") {
     ::asio::io_context io;
     bool reported = false;
