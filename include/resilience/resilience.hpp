@@ -15,6 +15,7 @@
 #include "event_loop.hpp"
 #include "fallback.hpp"
 #include "hedge.hpp"
+#include "http.hpp"
 #include "outcome.hpp"
 #include "pipeline.hpp"
 #include "policy.hpp"
