@@ -22,6 +22,7 @@
 #include "random.hpp"
 #include "rate_limiter.hpp"
 #include "retry.hpp"
+#include "retry_by_request.hpp"
 #include "retry_budget.hpp"
 #include "single_flight.hpp"
 #include "sliding_window_limiter.hpp"
