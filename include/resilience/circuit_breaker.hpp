@@ -730,11 +730,11 @@ private:
 /// exception. An outcome is recorded as a failure when `should_handle` handles it (default: every
 /// failure but cancellation, and an `expected_like` value holding an error), and a failure never
 /// when the caller's own stop token was stopped; a declined failure passes through unchanged, a
-/// handled value is still returned. A
-/// result from a call admitted before the last change of state is dropped. Time rules are read
-/// lazily from the clock: nothing runs while idle, and the move from open to half-open happens
-/// (and is reported to `on_state_change`) when the first call after the break arrives; `state()`
-/// already shows it without changing anything. Errors it makes carry its `name`.
+/// handled value is still returned. A result from a call admitted before the last change of state
+/// is dropped. Time rules are read lazily from the clock: nothing runs while idle, and the move
+/// from open to half-open happens (and is reported to `on_state_change`) when the first call after
+/// the break arrives; `state()` already shows it without changing anything. Errors it makes carry
+/// its `name`.
 ///
 /// A cheap copyable handle: copies are the same breaker, thread-safe, usable from many event
 /// loops at once. The state lives as long as any copy; each call needs the handle it was made
