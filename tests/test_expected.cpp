@@ -18,11 +18,11 @@
 
 #include <chrono>
 #include <cstddef>
-#include <system_error>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
+#include <system_error>
 #include <utility>
 #include <vector>
 

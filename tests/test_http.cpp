@@ -124,22 +124,22 @@ TEST_CASE("http: parse_http_date refuses anything off the grammar", "[http][pars
         "Sun, 06 Nov 1994 08:49:37 UTC",
         "Sun, 06 Nov 1994 08:49:37 +0000",
         "Sun, 06 Nov 1994 08:49:37",
-        "Sun, 6 Nov 1994 08:49:37 GMT",         // IMF-fixdate: two-digit day
-        "Sun, 06 Nov 94 08:49:37 GMT",          // IMF-fixdate: four-digit year
+        "Sun, 6 Nov 1994 08:49:37 GMT", // IMF-fixdate: two-digit day
+        "Sun, 06 Nov 94 08:49:37 GMT",  // IMF-fixdate: four-digit year
         "Sun, 06 Nov 01994 08:49:37 GMT",
         "Sun,  06 Nov 1994 08:49:37 GMT",
         "Sun 06 Nov 1994 08:49:37 GMT",
-        "Sunday, 06 Nov 1994 08:49:37 GMT",     // a long name belongs to RFC 850
-        "Sun, 06-Nov-94 08:49:37 GMT",          // and a short one does not
+        "Sunday, 06 Nov 1994 08:49:37 GMT", // a long name belongs to RFC 850
+        "Sun, 06-Nov-94 08:49:37 GMT",      // and a short one does not
         "Sunday, 06-Nov-1994 08:49:37 GMT",
         "Sunday, 6-Nov-94 08:49:37 GMT",
-        "Sun Nov 6 08:49:37 1994",              // asctime: the day is two wide
+        "Sun Nov 6 08:49:37 1994", // asctime: the day is two wide
         "Sun Nov  6 08:49:37 94",
         "Sun Nov  6 08:49:37 1994 GMT",
         "Sunday Nov  6 08:49:37 1994",
-        "Fun, 06 Nov 1994 08:49:37 GMT",        // no such day
+        "Fun, 06 Nov 1994 08:49:37 GMT", // no such day
         "Funday, 06-Nov-94 08:49:37 GMT",
-        "Sun, 06 Nox 1994 08:49:37 GMT",        // no such month
+        "Sun, 06 Nox 1994 08:49:37 GMT", // no such month
         "Sun, 06 Nov 1994 08:49:37 GMT extra",
         "Sun, 06 Nov 1994 08:49:37 GMT,",
         "Sun, 06 Nov 1994 08:49:37 GMT\r\n",
@@ -222,8 +222,7 @@ TEST_CASE("http: parse_retry_after reads delay-seconds and nothing near it", "[h
     STATIC_REQUIRE(http::max_retry_after == seconds{9'223'372'036});
 }
 
-TEST_CASE("http: a Retry-After date is the wait from now, rounded up, and zero once past",
-          "[http][parse]") {
+TEST_CASE("http: a Retry-After date is the wait from now, rounded up, and zero once past", "[http][parse]") {
     // now_2025 is Sun, 15 Jun 2025 12:00:00 GMT.
     CHECK(http::parse_retry_after("Sun, 15 Jun 2025 12:01:30 GMT", now_2025) == 90s);
     CHECK(http::parse_retry_after("Sunday, 15-Jun-25 12:01:30 GMT", now_2025) == 90s);
@@ -296,8 +295,7 @@ struct sim_wall_clock {
     }
 };
 
-// A dependency answering with `replies` in turn (the last one from then on) after `latency`, or
-// throwing `throws` on the calls listed in `throw_on`.
+// A dependency answering with `replies` in turn (the last one from then on), each after `latency`.
 template <class R>
 class upstream {
 public:
@@ -382,8 +380,8 @@ TEST_CASE("http: a retry waits what Retry-After asks, in seconds or until a date
           "[http][classifier][retry]") {
     simulation sim;
     // Sun, 15 Jun 2025 12:00:00 GMT is virtual time zero on the wall clock.
-    upstream<reply> up{sim,
-                       {reply{503, "2"}, reply{429, "Sun, 15 Jun 2025 12:00:10 GMT"}, reply{503}, reply{200}}};
+    upstream<reply> up{
+        sim, {reply{503, "2"}, reply{429, "Sun, 15 Jun 2025 12:00:10 GMT"}, reply{503}, reply{200}}};
     rs::retry r{{.max_attempts = 5,
                  .backoff = exact_100ms,
                  .should_handle = http::response_classifier<reply, sim_wall_clock>{{}, sim_wall_clock{&sim}}},
@@ -425,8 +423,9 @@ TEST_CASE("http: an answer that is not transient is returned at once, and the la
           "[http][classifier][retry]") {
     simulation sim;
     upstream<reply> conflict{sim, {reply{409}, reply{200}}};
-    rs::retry r{{.max_attempts = 3, .backoff = exact_100ms, .should_handle = http::response_classifier<reply>{}},
-                sim.clock()};
+    rs::retry r{
+        {.max_attempts = 3, .backoff = exact_100ms, .should_handle = http::response_classifier<reply>{}},
+        sim.clock()};
     CHECK(sim.run(r.execute(conflict)).status == 409);
     CHECK(conflict.calls() == 1);
 
@@ -457,8 +456,9 @@ TEST_CASE("http: a result holding a transport error or a reply is classified wit
           "[http][classifier][retry]") {
     simulation sim;
     upstream<fetched> up{sim, {fetched{transport_error{104}}, fetched{reply{503, "1"}}, fetched{reply{200}}}};
-    rs::retry r{{.max_attempts = 4, .backoff = exact_100ms, .should_handle = http::response_classifier<fetched>{}},
-                sim.clock()};
+    rs::retry r{
+        {.max_attempts = 4, .backoff = exact_100ms, .should_handle = http::response_classifier<fetched>{}},
+        sim.clock()};
     const fetched answer = sim.run(r.execute(up));
     REQUIRE(answer.has_value());
     CHECK(answer.value().status == 200);
@@ -492,7 +492,8 @@ TEST_CASE("http: one classifier serves a breaker and a hedge too", "[http][class
     rs::hedge h{{.max_attempts = 2, .delay = 1s, .should_handle = c}, sim.clock()};
     const nanoseconds start = sim.now();
     CHECK(sim.run(h.execute(replicas)).status == 200);
-    CHECK(sim.now() - start == 20ms); // the 503 brought the second attempt forward; its Retry-After is for a retry
+    CHECK(sim.now() - start ==
+          20ms); // the 503 brought the second attempt forward; its Retry-After is for a retry
 }
 
 #if RESILIENCE_HAS_STD_EXPECTED
@@ -500,7 +501,8 @@ TEST_CASE("http: a std::expected of a reply is classified like the result type o
           "[http][classifier]") {
     using fetch_result = std::expected<reply, std::error_code>;
     const http::response_classifier<fetch_result> c;
-    CHECK(c(rs::outcome<fetch_result>{fetch_result{std::unexpect, std::make_error_code(std::errc::connection_reset)}})
+    CHECK(c(rs::outcome<fetch_result>{
+                fetch_result{std::unexpect, std::make_error_code(std::errc::connection_reset)}})
               .handle);
     CHECK(c(rs::outcome<fetch_result>{fetch_result{reply{503, "4"}}}).delay == nanoseconds{4s});
     CHECK_FALSE(c(rs::outcome<fetch_result>{fetch_result{reply{200}}}).handle);

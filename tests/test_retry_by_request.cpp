@@ -53,8 +53,8 @@ struct validation_error : std::invalid_argument {
 
 // What the handlers did, shared by their copies.
 struct journal {
-    int failures_left = 0;  // calls that fail with a transient error before they succeed
-    bool invalid = false;   // fail with validation_error instead
+    int failures_left = 0;          // calls that fail with a transient error before they succeed
+    bool invalid = false;           // fail with validation_error instead
     std::vector<std::string> calls; // the request kind of each call
     std::vector<int> attempts;      // context::attempt() as each call saw it
     std::vector<nanoseconds> starts;

@@ -282,7 +282,8 @@ parse_http_date(std::string_view value, std::chrono::system_clock::time_point no
     if (!t)
         t = detail::asctime_date(value);
     if (!t)
-        t = detail::rfc850_date(value, detail::year_of_day(detail::floor_div(detail::unix_seconds(now), 86'400)));
+        t = detail::rfc850_date(value,
+                                detail::year_of_day(detail::floor_div(detail::unix_seconds(now), 86'400)));
     if (!t)
         return std::nullopt;
     return std::chrono::sys_seconds{std::chrono::seconds{*t}};
@@ -395,7 +396,9 @@ std::optional<std::string_view> header_view(const H& h) noexcept {
 ///     template <> struct rs::http::response_traits<my::reply> {
 ///         static int status(const my::reply& r) { return r.code(); }
 ///         // optional; the view must stay valid while `r` lives:
-///         static std::optional<std::string_view> retry_after(const my::reply& r) { return r.header("Retry-After"); }
+///         static std::optional<std::string_view> retry_after(const my::reply& r) {
+///             return r.header("Retry-After");
+///         }
 ///     };
 ///
 /// `retry_after` may return an optional of anything string-like, a string-like value (empty for
@@ -405,14 +408,14 @@ std::optional<std::string_view> header_view(const H& h) noexcept {
 template <class Response>
 struct response_traits {
     static int status(const Response& r) requires detail::has_status_function<Response> ||
-                                                  detail::has_status_field<Response> {
+        detail::has_status_field<Response> {
         if constexpr (detail::has_status_function<Response>)
             return static_cast<int>(r.status());
         else
             return static_cast<int>(r.status);
     }
-    static decltype(auto) retry_after(const Response& r) requires detail::has_retry_after_function<Response> ||
-                                                                  detail::has_retry_after_field<Response> {
+    static decltype(auto) retry_after(const Response& r) requires
+        detail::has_retry_after_function<Response> || detail::has_retry_after_field<Response> {
         if constexpr (detail::has_retry_after_function<Response>)
             return r.retry_after();
         else
@@ -435,9 +438,10 @@ struct response_of<Result> {
     using type = Result;
 };
 template <class Result>
-requires(!response<Result> && expected_like<Result> &&
-         response<std::remove_cvref_t<decltype(std::declval<const Result&>().value())>>)
-struct response_of<Result> {
+requires(
+    !response<Result> && expected_like<Result> &&
+    response<
+        std::remove_cvref_t<decltype(std::declval<const Result&>().value())>>) struct response_of<Result> {
     using type = std::remove_cvref_t<decltype(std::declval<const Result&>().value())>;
 };
 
@@ -475,7 +479,9 @@ struct response_classifier_options {
 /// for a Retry-After that is a date. A value: copies are independent; `transient_status` is called
 /// as `const`, from any thread that runs a call.
 template <class Result, class WallClock = std::chrono::system_clock>
-requires requires { typename detail::response_of<Result>::type; }
+requires requires {
+    typename detail::response_of<Result>::type;
+}
 class response_classifier {
 public:
     /// The response type read through `response_traits`.

@@ -121,7 +121,8 @@ public:
     /// Runs `request`: under the policy when `retry_safe<Request>`, once otherwise. Yields what the
     /// handler yields, or throws what it (or the policy, giving up) throws.
     template <class Request>
-    task<detail::handler_result_t<Handler, Request>> operator()(Request request, std::stop_token token = {}) const {
+    task<detail::handler_result_t<Handler, Request>> operator()(Request request,
+                                                                std::stop_token token = {}) const {
         if constexpr (retry_safe<Request>) {
             // Made before the co_await, so no temporary of the awaited expression outlives a suspension.
             auto call = policy_.execute(detail::handler_attempt<Handler, Request>{&handler_, &request},
