@@ -7,6 +7,8 @@
 #include <resilience/fallback.hpp>
 #include <resilience/resilience.hpp>
 
+#include <stdexcept>
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -277,6 +279,50 @@ void rejected_by_full_bulkhead(benchmark::State& state) {
         [&] { release.request_stop(); });
 }
 BENCHMARK(rejected_by_full_bulkhead);
+
+// Results without exceptions: the dependency answers with an error value (an expected-like result),
+// never a throw. The retry makes its three attempts back to back (no wait) and returns the last
+// error value as it was: no exception is thrown or caught anywhere on the way.
+struct status_or_error {
+    int value = 0;
+    int code = 0; // 0: a value
+    bool has_value() const noexcept { return code == 0; }
+    int error() const noexcept { return code; }
+};
+rs::task<status_or_error> unavailable_dependency() {
+    co_return status_or_error{.value = 0, .code = 503};
+}
+const auto unavailable = [] { return unavailable_dependency(); };
+
+void retry_expected_error_path(benchmark::State& state) {
+    const rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ns, rs::jitter::none}}};
+    bench::run_on_loop(state, [&](benchmark::State* st) -> rs::task<void> {
+        const status_or_error last = co_await r.execute(unavailable);
+        if (st && last.has_value())
+            st->SkipWithError("the error value was lost");
+        benchmark::DoNotOptimize(last);
+    });
+}
+BENCHMARK(retry_expected_error_path);
+
+// The same three attempts with the failure thrown, for comparison: each attempt throws, and the
+// default classifier rethrows to look at it.
+rs::task<int> throwing_dependency() {
+    throw std::runtime_error("503");
+    co_return 0;
+}
+const auto throwing = [] { return throwing_dependency(); };
+
+void retry_thrown_error_path(benchmark::State& state) {
+    const rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ns, rs::jitter::none}}};
+    bench::run_on_loop(state, [&](benchmark::State* st) -> rs::task<void> {
+        auto last = co_await r.execute_outcome(throwing);
+        if (st && last.has_value())
+            st->SkipWithError("the failure was lost");
+        benchmark::DoNotOptimize(last);
+    });
+}
+BENCHMARK(retry_thrown_error_path);
 
 // The reference for the column above: a failure that is a real exception, thrown and caught.
 void thrown_and_caught(benchmark::State& state) {

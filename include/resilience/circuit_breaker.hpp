@@ -114,7 +114,8 @@ struct circuit_breaker_options {
     /// not recorded at all (neither opens nor closes the circuit, frees a probe slot) and is
     /// passed on unchanged. A returned value it handles is recorded as a failure with a null
     /// cause, and still returned to the caller. Empty: every failure but cancellation; values
-    /// are successes. Called without any lock held.
+    /// are successes, except an `expected_like` value holding an error. Called without any lock
+    /// held.
     classifier should_handle{};
     /// Told of every change of state, one at a time and in the order they happened, without any
     /// lock held (so it may call back into the breaker), on the thread of a call that made or saw
@@ -727,12 +728,13 @@ private:
 ///
 /// The refusal is a failure value (`failure::make`), so `execute_outcome` reports it without an
 /// exception. An outcome is recorded as a failure when `should_handle` handles it (default: every
-/// failure but cancellation, no value), and a failure never when the caller's own stop token was
-/// stopped; a declined failure passes through unchanged, a handled value is still returned. A
-/// result from a call admitted before the last change of state is dropped. Time rules are read
-/// lazily from the clock: nothing runs while idle, and the move from open to half-open happens
-/// (and is reported to `on_state_change`) when the first call after the break arrives; `state()`
-/// already shows it without changing anything. Errors it makes carry its `name`.
+/// failure but cancellation, and an `expected_like` value holding an error), and a failure never
+/// when the caller's own stop token was stopped; a declined failure passes through unchanged, a
+/// handled value is still returned. A result from a call admitted before the last change of state
+/// is dropped. Time rules are read lazily from the clock: nothing runs while idle, and the move
+/// from open to half-open happens (and is reported to `on_state_change`) when the first call after
+/// the break arrives; `state()` already shows it without changing anything. Errors it makes carry
+/// its `name`.
 ///
 /// A cheap copyable handle: copies are the same breaker, thread-safe, usable from many event
 /// loops at once. The state lives as long as any copy; each call needs the handle it was made
@@ -786,7 +788,7 @@ public:
     /// classifier threw, so a probe slot is freed).
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const {
-        if (result.has_value() && !core_->options().should_handle.sees_values()) {
+        if (core_->options().should_handle.plain_success(result)) {
             try {
                 s.call->finish(detail::breaker_verdict::success, nullptr);
             } catch (...) {

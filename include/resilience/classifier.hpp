@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -63,9 +64,53 @@ inline bool is_transient(const failure& f) noexcept {
     }
 }
 
+/// Specialize as `true` for a type that has `has_value()` and `error()` but is not a result that
+/// may hold an error, to keep it out of `expected_like`.
+template <class T>
+inline constexpr bool disable_expected_like = false;
+
+/// A result that carries its own error instead of throwing it: `std::expected<T, E>`,
+/// `tl::expected`, `boost::outcome`'s results, `rs::outcome`, or a type of your own with
+/// `has_value()` (which must not throw) and `error()`. An action returning one is classified by
+/// its value: one holding an error is handled by default (see `classifier`), and no exception is
+/// made for it anywhere. `std::optional` is not one: it has no `error()`.
+template <class T>
+concept expected_like = !disable_expected_like<std::remove_cv_t<T>> && requires(const T& r) {
+    { r.has_value() } -> std::convertible_to<bool>;
+    r.error();
+};
+
 class classifier;
 
 namespace detail {
+
+/// Does `v` hold an error? Only an `expected_like` value can.
+template <class T>
+bool holds_error(const T& v) noexcept {
+    if constexpr (expected_like<T>)
+        return !static_cast<bool>(v.has_value());
+    else
+        return false;
+}
+
+/// The default verdict on a returned value `v`: nothing unless it holds an error; an error that is
+/// an exception (an `rs::failure` or a `std::exception_ptr`) is judged as that failure by
+/// `judge(const failure&)`, any other error is handled.
+template <class T, class JudgeFailure>
+verdict judge_error_value(const T& v, const JudgeFailure& judge) {
+    if constexpr (expected_like<T>) {
+        if (!static_cast<bool>(v.has_value())) {
+            using error_type = std::remove_cvref_t<decltype(v.error())>;
+            if constexpr (std::is_same_v<error_type, failure>)
+                return judge(v.error());
+            else if constexpr (std::is_same_v<error_type, std::exception_ptr>)
+                return judge(failure{v.error()});
+            else
+                return verdict{.handle = true, .delay = std::nullopt};
+        }
+    }
+    return {};
+}
 
 template <class T>
 struct outcome_parameter : std::false_type {};
@@ -204,17 +249,26 @@ inline std::string policy_label(const char* policy, const std::string& name) {
 } // namespace detail
 
 /// Says which outcomes a policy handles: the `should_handle` of `retry` (which outcomes to retry),
-/// `circuit_breaker` (which count as failures) and `fallback` (which get the substitute). One
-/// object may be given to all three. Type-erased, so options stay plain aggregates. Built from:
-/// - nothing: empty; each policy then applies its own default (retry: `is_transient`; breaker and
-///   fallback: every failure but cancellation). Values are never handled;
-/// - a callable taking `const failure&`: sees failures only; values are never handled;
+/// `circuit_breaker` (which count as failures), `fallback` (which get the substitute) and `hedge`
+/// (which bring the next attempt forward). One object may be given to all four. Type-erased, so
+/// options stay plain aggregates. Built from:
+/// - nothing: empty; each policy then applies its own default (retry: `is_transient`; the others:
+///   every failure but cancellation). Values are not handled, except an `expected_like` value that
+///   holds an error (see below);
+/// - a callable taking `const failure&`: sees failures only; values are treated as by an empty one;
 /// - a callable whose one parameter is spelled `outcome<T>` (or `const outcome<T>&`), e.g.
 ///   `[](const rs::outcome<response>& o) { return !o || o.value().status == 503; }`: sees values
 ///   and failures, so a returned value can be retried, counted against the breaker, or replaced by
 ///   the fallback. `T` is read from the parameter, so the callable must not be generic (a generic
 ///   lambda is taken as a failure classifier).
 /// Each returns `bool` or a `verdict` (whose `delay` only a retry reads).
+/// Results without exceptions: when the action returns an `expected_like` value, the first two
+/// forms handle a value holding an error (`!v.has_value()`), so it is retried, counted against the
+/// breaker, substituted or hedged on as a thrown failure would be, and a policy that gives up
+/// returns that value, its error unchanged; no exception is thrown for it. An error that is itself
+/// an exception (`rs::failure`, `std::exception_ptr`: an action returning `rs::outcome<U>`, say)
+/// is judged as that failure would be, by the callable or the policy's default. To decide on the
+/// error's content, give an outcome classifier of the action's exact result type.
 /// An outcome classifier works only with actions whose result type is exactly `T`; any other
 /// action makes the call fail at once, before the action runs, with `std::invalid_argument`
 /// naming both types (options are not templates, so this cannot be checked at compile time).
@@ -248,17 +302,37 @@ public:
         return value_type_ == nullptr || *value_type_ == typeid(R);
     }
 
-    /// Judges one outcome; an empty classifier answers `otherwise(failure)` for a failure and "not
-    /// handled" for a value. Precondition: `accepts<T>()`. Whatever the callable throws propagates.
+    /// True when `o` is a value nobody needs to ask about: no outcome classifier looks at it, and it
+    /// is not an `expected_like` value holding an error. A policy's success path asks this, not the
+    /// classifier. Precondition: `accepts<T>()`.
+    template <class T>
+    [[nodiscard]] bool plain_success(const outcome<T>& o) const noexcept {
+        if (!o.has_value() || value_type_)
+            return false;
+        if constexpr (std::is_void_v<T>)
+            return true;
+        else
+            return !detail::holds_error(*o);
+    }
+
+    /// Judges one outcome; an empty classifier answers `otherwise(failure)` for a failure, and for a
+    /// value "not handled" unless it holds an error (see the class comment). Precondition:
+    /// `accepts<T>()`. Whatever the callable throws propagates.
     template <class T, class Otherwise>
     [[nodiscard]] verdict classify(const outcome<T>& o, const Otherwise& otherwise) const {
         if (value_type_)
             return model_->classify_outcome(&o);
-        if (o.has_value())
+        const auto judge = [&](const failure& f) {
+            if (model_)
+                return model_->classify_failure(f);
+            return verdict{.handle = static_cast<bool>(otherwise(f)), .delay = std::nullopt};
+        };
+        if (o.has_failure())
+            return judge(o.error());
+        if constexpr (std::is_void_v<T>)
             return {};
-        if (model_)
-            return model_->classify_failure(o.error());
-        return verdict{.handle = static_cast<bool>(otherwise(o.error())), .delay = std::nullopt};
+        else
+            return detail::judge_error_value(*o, judge);
     }
 
     /// The failure reported when an action returning `R` meets an outcome classifier of another

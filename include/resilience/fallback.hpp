@@ -20,7 +20,8 @@ namespace resilience {
 
 namespace detail {
 
-/// The default `should_handle` of a fallback: every failure but cancellation, no value.
+/// The default `should_handle` of a fallback: every failure but cancellation; no value but an
+/// `expected_like` one holding an error.
 struct unless_cancelled {
     bool operator()(const failure& f) const noexcept { return !is_cancellation(f); }
 };
@@ -34,7 +35,8 @@ concept fallback_predicate = std::same_as<H, classifier> || outcome_classifier<H
 template <class H>
 inline constexpr bool outcome_predicate = !std::same_as<H, classifier> && outcome_classifier<H>;
 
-/// Does `h` handle `o`? An empty classifier answers as `unless_cancelled`.
+/// Does `h` handle `o`? An empty classifier answers as `unless_cancelled`. A failure predicate
+/// sees failures, and treats a value as an empty classifier does (see `classifier`).
 template <class H, class R>
 bool fallback_handles(const H& h, const outcome<R>& o) {
     if constexpr (std::same_as<H, classifier>) {
@@ -45,17 +47,29 @@ bool fallback_handles(const H& h, const outcome<R>& o) {
                       "action's result type");
         return to_verdict(std::invoke(h, o)).handle;
     } else {
-        return o.has_failure() && to_verdict(std::invoke(h, o.error())).handle;
+        const auto judge = [&](const failure& f) { return to_verdict(std::invoke(h, f)); };
+        if (o.has_failure())
+            return judge(o.error()).handle;
+        if constexpr (std::is_void_v<R>)
+            return false;
+        else
+            return judge_error_value(*o, judge).handle;
     }
 }
 
-/// Does `h` look at returned values? Known at compile time except for a type-erased classifier.
-template <class H>
-bool fallback_sees_values(const H& h) noexcept {
-    if constexpr (std::same_as<H, classifier>)
-        return h.sees_values();
-    else
-        return outcome_predicate<H>;
+/// Is `o` a value `h` need not be asked about? Known at compile time except for a type-erased
+/// classifier and an `expected_like` value, which may hold an error.
+template <class H, class R>
+bool fallback_plain_success(const H& h, const outcome<R>& o) noexcept {
+    if constexpr (std::same_as<H, classifier>) {
+        return h.plain_success(o);
+    } else if constexpr (outcome_predicate<H>) {
+        return false;
+    } else if constexpr (std::is_void_v<R>) {
+        return o.has_value();
+    } else {
+        return o.has_value() && !holds_error(*o);
+    }
 }
 
 // How a substitute is used, in order of preference: called with the outcome it answers (only when
@@ -147,7 +161,8 @@ using substitute_result_t = typename substitute_result<S, R>::type;
 /// awaitable of `void`.
 ///
 /// - A value is returned unchanged and the substitute never runs, unless `should_handle` handles
-///   it (an outcome classifier: a 503 returned as a value, say). Then the substitute answers it:
+///   it (an outcome classifier: a 503 returned as a value, say; or, by default, an `expected_like`
+///   value holding an error, see `classifier`). Then the substitute answers it:
 ///   one taking `const rs::outcome<R>&` sees the value; one taking `const failure&` receives an
 ///   empty failure (`has_exception()` false), since there was none.
 /// - A failure the substitute answers: the call's result is the substitute's. The function sees
@@ -156,7 +171,8 @@ using substitute_result_t = typename substitute_result<S, R>::type;
 ///   It is an `rs::classifier` (the same object a retry or a breaker takes) or any callable a
 ///   classifier accepts, kept unerased: `bool`/`verdict` of `(const failure&)` or of a spelled
 ///   `(const rs::outcome<T>&)`. The default declines cancellation (`is_cancellation`) and every
-///   value: a caller that gave up is not a failure to answer for.
+///   value but an `expected_like` one holding an error: a caller that gave up is not a failure to
+///   answer for.
 /// - Whatever `should_handle` says, a call whose caller's stop token is stopped is never answered:
 ///   its outcome passes through, so cancelling a call never turns into a substitute.
 /// - If the substitute or `should_handle` throws, that exception becomes the call's failure: it
@@ -210,7 +226,7 @@ public:
     /// goes on to `resume` and the substitute.
     template <class R>
     step leave(call_state&, const context& ctx, outcome<R>& result) const {
-        if (result.has_value() && !detail::fallback_sees_values(should_handle_))
+        if (detail::fallback_plain_success(should_handle_, result))
             return step::proceed;
         if (ctx.stop_requested())
             return step::proceed;

@@ -135,7 +135,8 @@ struct hedge_options {
     /// Which outcomes of an attempt bring the next attempt forward at once instead of waiting out
     /// the delay (see `classifier`). An outcome it does not handle ends the call: a failure passes
     /// straight to the caller, a value is the answer. Empty: every failure but cancellation; values
-    /// are answers. One `rs::classifier` may serve a retry's `should_handle` and this alike.
+    /// are answers, except an `expected_like` value holding an error. One `rs::classifier` may
+    /// serve a retry's `should_handle` and this alike.
     classifier should_handle{};
     /// Shared ceiling on extra attempts: each call records itself, each extra attempt withdraws a
     /// token first, and without one it does not start. The same budget may be given to a retry,
@@ -165,7 +166,7 @@ class hedge_race;
 /// - A failure `should_handle` does not handle (by default: a cancellation) ends the call with that
 ///   failure, after the others are stopped and awaited.
 /// - If every attempt fails, the failure that came last is the call's failure, exactly as it was
-///   (for an outcome classifier: the last value it handled).
+///   (or the last value it handled: an outcome classifier's, or an `expected_like` error).
 /// - A stop requested by the caller stops every attempt (each attempt's token is linked to the
 ///   caller's), starts no more, and ends the call as `cancelled_error` once they have finished.
 ///   A caller already stopped is refused without running the action.
@@ -361,7 +362,7 @@ private:
             cancel();
             return;
         }
-        if (result.has_value() && !o_.should_handle.sees_values()) {
+        if (o_.should_handle.plain_success(result)) {
             end_with(std::move(result)); // the first success wins
             return;
         }

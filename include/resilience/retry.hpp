@@ -88,7 +88,8 @@ struct retry_options {
     /// full jitter. Validated when assigned (see `backoff`).
     resilience::backoff backoff{};
     /// Which outcomes to retry (see `classifier`); a `verdict` may set the wait. Cancellation is
-    /// never retried, whatever it says. Empty: `is_transient` failures; values succeed.
+    /// never retried, whatever it says. Empty: `is_transient` failures; values succeed, except an
+    /// `expected_like` value holding an error, which is retried.
     classifier should_handle{};
     /// No attempt is started once the wait before it would carry the call past this, measured
     /// from the start of the first attempt. Zero: unbounded. Must not be negative.
@@ -113,7 +114,8 @@ struct retry_options {
 /// - the wait before the next attempt would carry the call past `max_elapsed`;
 /// - the caller asked to stop: at once, also in the middle of a backoff wait.
 /// Whatever ended it, the last outcome is what the call produces: the last failure exactly as it
-/// was (the same exception object), or, for an outcome classifier, the last value it handled.
+/// was (the same exception object), or the last value it handled (an outcome classifier's, or an
+/// `expected_like` value holding an error: returned with its error unchanged, nothing thrown).
 /// A stop requested before the first attempt yields `cancelled_error` without calling the action.
 ///
 /// Each attempt sees `ctx.with_attempt(n)` (n = 1, 2, ...). The success path calls no
@@ -190,7 +192,7 @@ public:
     /// A success that nobody needs to judge ends here; anything else goes on in `resume`.
     template <class R>
     step leave(call_state&, const context&, const outcome<R>& result) const noexcept {
-        return result.has_value() && !options_.should_handle.sees_values() ? step::proceed : step::wait;
+        return options_.should_handle.plain_success(result) ? step::proceed : step::wait;
     }
 
     /// The retry loop after the first attempt ended with `result`.
@@ -201,7 +203,7 @@ public:
             if (attempt > 1) {
                 const context child = detail::context_access::derive_attempt(ctx, attempt);
                 result = co_await next(child);
-                if (result.has_value() && !options_.should_handle.sees_values())
+                if (options_.should_handle.plain_success(result))
                     co_return std::move(result);
             }
 

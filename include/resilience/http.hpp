@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: MIT
+/// \file http.hpp
+/// `rs::http`: which statuses are worth another attempt, a Retry-After parser, and
+/// `response_classifier`, a ready `should_handle` for any response type.
+///
+/// Nothing here sends a request or depends on an HTTP library: a response type of your own is read
+/// through `response_traits` (its status, and the Retry-After field's value when it has one).
+#pragma once
+
+#include "classifier.hpp"
+#include "outcome.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace resilience::http {
+
+/// Statuses worth sending the same request again for: 408 Request Timeout, 429 Too Many Requests
+/// and every 5xx. Not 409 Conflict or 422 Unprocessable Content: the server understood the request
+/// and refused it, and the same request will be refused the same way. (501 Not Implemented and 505
+/// are 5xx and so included; narrow with `response_classifier_options::transient_status`.)
+[[nodiscard]] constexpr bool is_transient_status(int status) noexcept {
+    return status == 408 || status == 429 || (status >= 500 && status <= 599);
+}
+
+/// The longest wait a Retry-After can ask for here: `std::chrono::nanoseconds::max()` in whole
+/// seconds (about 292 years), so that any hint converts to a `verdict`'s delay without overflow.
+/// A longer one is out of range and gives no hint (a retry would cap it at `max_delay` anyway).
+inline constexpr std::chrono::seconds max_retry_after =
+    std::chrono::duration_cast<std::chrono::seconds>(std::chrono::nanoseconds::max());
+
+namespace detail {
+
+// ---- civil calendar (proleptic Gregorian), in whole days from 1970-01-01 ----
+
+constexpr bool is_leap_year(std::int64_t y) noexcept {
+    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+}
+
+constexpr int days_in_month(std::int64_t y, int m) noexcept {
+    constexpr int length[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return m == 2 && is_leap_year(y) ? 29 : length[m - 1];
+}
+
+// Days from January 1st of year 1 to January 1st of year y, for y >= 1: 365 a year, plus one for
+// each leap year before it.
+constexpr std::int64_t days_before_year(std::int64_t y) noexcept {
+    const std::int64_t full = y - 1;
+    return 365 * full + full / 4 - full / 100 + full / 400;
+}
+
+// Four hundred Gregorian years hold exactly this many days, so shifting a year by 400 shifts its
+// day count by this much, and years 0 to 399 can be counted as years 400 to 799.
+inline constexpr std::int64_t days_per_400_years = 146'097;
+
+/// Days from 1970-01-01 to y-m-d (negative before it). Precondition: a valid date, y >= -399.
+constexpr std::int64_t days_from_civil(std::int64_t y, int m, int d) noexcept {
+    constexpr int before_month[12] = {0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334};
+    const std::int64_t jan1 = days_before_year(y + 400) - days_per_400_years;
+    const std::int64_t in_year = before_month[m - 1] + (m > 2 && is_leap_year(y) ? 1 : 0) + (d - 1);
+    return jan1 + in_year - (days_before_year(1970 + 400) - days_per_400_years);
+}
+
+/// The year of the day `days` after 1970-01-01, held within [0, 9999] (the years an HTTP-date can
+/// name; only the RFC 850 pivot asks, and a clock outside them has no useful century anyway).
+constexpr std::int64_t year_of_day(std::int64_t days) noexcept {
+    if (days < days_from_civil(0, 1, 1))
+        return 0;
+    if (days >= days_from_civil(9999, 12, 31))
+        return 9999;
+    std::int64_t y = 1970 + days / 365; // within a year or two of the answer over this range
+    if (y > 9999)
+        y = 9999;
+    if (y < 0)
+        y = 0;
+    while (days_from_civil(y, 1, 1) > days)
+        --y;
+    while (y < 9999 && days_from_civil(y + 1, 1, 1) <= days)
+        ++y;
+    return y;
+}
+
+constexpr std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept {
+    const std::int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+// ---- reading a field value ----
+
+constexpr bool is_digit(char c) noexcept {
+    return c >= '0' && c <= '9';
+}
+
+/// Without the optional whitespace (SP, HTAB) a field value may carry at either end.
+constexpr std::string_view trim_ows(std::string_view s) noexcept {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+        s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+        s.remove_suffix(1);
+    return s;
+}
+
+/// Reads a string left to right; every step either consumes what it expects or answers "no".
+class cursor {
+public:
+    constexpr explicit cursor(std::string_view s) noexcept : s_(s) {}
+
+    [[nodiscard]] constexpr bool at_end() const noexcept { return i_ == s_.size(); }
+
+    constexpr bool literal(std::string_view t) noexcept {
+        if (s_.size() - i_ < t.size() || s_.substr(i_, t.size()) != t)
+            return false;
+        i_ += t.size();
+        return true;
+    }
+
+    /// Exactly `n` digits as a number, or -1.
+    constexpr int digits(int n) noexcept {
+        if (s_.size() - i_ < static_cast<std::size_t>(n))
+            return -1;
+        int v = 0;
+        for (int k = 0; k < n; ++k) {
+            const char c = s_[i_ + static_cast<std::size_t>(k)];
+            if (!is_digit(c))
+                return -1;
+            v = v * 10 + (c - '0');
+        }
+        i_ += static_cast<std::size_t>(n);
+        return v;
+    }
+
+    /// The index of the name in `names` that comes next (case-sensitive), or -1. No name in a
+    /// table is a prefix of another.
+    template <std::size_t N>
+    constexpr int one_of(const std::string_view (&names)[N]) noexcept {
+        for (std::size_t k = 0; k < N; ++k)
+            if (literal(names[k]))
+                return static_cast<int>(k);
+        return -1;
+    }
+
+private:
+    std::string_view s_;
+    std::size_t i_ = 0;
+};
+
+inline constexpr std::string_view month_names[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+inline constexpr std::string_view day_names[7] = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+inline constexpr std::string_view long_day_names[7] = {"Monday", "Tuesday",  "Wednesday", "Thursday",
+                                                       "Friday", "Saturday", "Sunday"};
+
+/// hour ":" minute ":" second, as seconds into the day; 23:59:60 (a leap second) is accepted and
+/// reckoned as the next second. -1 when malformed or out of range.
+constexpr std::int64_t time_of_day(cursor& c) noexcept {
+    const int h = c.digits(2);
+    if (h < 0 || h > 23 || !c.literal(":"))
+        return -1;
+    const int m = c.digits(2);
+    if (m < 0 || m > 59 || !c.literal(":"))
+        return -1;
+    const int s = c.digits(2);
+    if (s < 0 || s > 60)
+        return -1;
+    return std::int64_t{h} * 3600 + m * 60 + s;
+}
+
+/// Seconds since 1970-01-01 00:00:00 UTC, or nullopt when the day does not exist in that month
+/// (February 29th of a common year, April 31st) or a field is out of range.
+constexpr std::optional<std::int64_t> to_unix(std::int64_t y, int month_index, int d,
+                                              std::int64_t seconds_of_day) noexcept {
+    if (month_index < 0 || d < 1 || d > days_in_month(y, month_index + 1) || seconds_of_day < 0)
+        return std::nullopt;
+    return days_from_civil(y, month_index + 1, d) * 86'400 + seconds_of_day;
+}
+
+// IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
+constexpr std::optional<std::int64_t> imf_fixdate(std::string_view s) noexcept {
+    cursor c{s};
+    if (c.one_of(day_names) < 0 || !c.literal(", "))
+        return std::nullopt;
+    const int d = c.digits(2);
+    if (d < 0 || !c.literal(" "))
+        return std::nullopt;
+    const int m = c.one_of(month_names);
+    if (m < 0 || !c.literal(" "))
+        return std::nullopt;
+    const int y = c.digits(4);
+    if (y < 0 || !c.literal(" "))
+        return std::nullopt;
+    const std::int64_t t = time_of_day(c);
+    if (t < 0 || !c.literal(" GMT") || !c.at_end())
+        return std::nullopt;
+    return to_unix(y, m, d, t);
+}
+
+/// The year a two-digit RFC 850 year names, seen in `current_year`: the latest year ending in those
+/// digits that is at most 50 years after the current one. This is RFC 9110's rule (a year more
+/// than 50 years ahead is the most recent past year with the same last two digits), compared year
+/// by year.
+constexpr std::int64_t rfc850_year(int two_digits, std::int64_t current_year) noexcept {
+    std::int64_t y = current_year - current_year % 100 + two_digits;
+    if (y > current_year + 50)
+        y -= 100;
+    else if (y <= current_year - 50)
+        y += 100;
+    return y;
+}
+
+// The obsolete RFC 850 form: "Sunday, 06-Nov-94 08:49:37 GMT".
+constexpr std::optional<std::int64_t> rfc850_date(std::string_view s, std::int64_t current_year) noexcept {
+    cursor c{s};
+    if (c.one_of(long_day_names) < 0 || !c.literal(", "))
+        return std::nullopt;
+    const int d = c.digits(2);
+    if (d < 0 || !c.literal("-"))
+        return std::nullopt;
+    const int m = c.one_of(month_names);
+    if (m < 0 || !c.literal("-"))
+        return std::nullopt;
+    const int yy = c.digits(2);
+    if (yy < 0 || !c.literal(" "))
+        return std::nullopt;
+    const std::int64_t t = time_of_day(c);
+    if (t < 0 || !c.literal(" GMT") || !c.at_end())
+        return std::nullopt;
+    const std::int64_t y = rfc850_year(yy, current_year);
+    if (y < 0)
+        return std::nullopt;
+    return to_unix(y, m, d, t);
+}
+
+// C's asctime() form: "Sun Nov  6 08:49:37 1994" (the day padded with a space or a zero).
+constexpr std::optional<std::int64_t> asctime_date(std::string_view s) noexcept {
+    cursor c{s};
+    if (c.one_of(day_names) < 0 || !c.literal(" "))
+        return std::nullopt;
+    const int m = c.one_of(month_names);
+    if (m < 0 || !c.literal(" "))
+        return std::nullopt;
+    const int d = c.literal(" ") ? c.digits(1) : c.digits(2);
+    if (d < 0 || !c.literal(" "))
+        return std::nullopt;
+    const std::int64_t t = time_of_day(c);
+    if (t < 0 || !c.literal(" "))
+        return std::nullopt;
+    const int y = c.digits(4);
+    if (y < 0 || !c.at_end())
+        return std::nullopt;
+    return to_unix(y, m, d, t);
+}
+
+constexpr std::int64_t unix_seconds(std::chrono::system_clock::time_point t) noexcept {
+    return std::chrono::floor<std::chrono::seconds>(t).time_since_epoch().count();
+}
+
+} // namespace detail
+
+/// An HTTP-date (RFC 9110, section 5.6.7) as seconds on the system clock, or nullopt when the
+/// value is not one. All three forms a recipient must accept are read:
+/// - IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`;
+/// - the obsolete RFC 850 form, `Sunday, 06-Nov-94 08:49:37 GMT`, whose two-digit year is the
+///   latest year ending in those digits that is at most 50 years after `now`'s year (RFC 9110's
+///   rule for a year that would otherwise be more than 50 years in the future);
+/// - C's asctime form, `Sun Nov  6 08:49:37 1994`, read as UTC.
+/// As the grammar says, names are case-sensitive and every field has its exact width. The day
+/// name must be a real one of the form's kind (`Sun` or `Sunday`), but it is not checked against
+/// the date: a sender that gets it wrong still means the date it wrote. A day that does not exist
+/// (February 29th of a common year, April 31st), an hour past 23, a minute past 59 or a second
+/// past 60 (a leap second, reckoned as the next second) makes the value malformed. Whitespace
+/// (SP, HTAB) around the value is ignored. Reads the text in place: no allocation, no locale.
+[[nodiscard]] constexpr std::optional<std::chrono::sys_seconds>
+parse_http_date(std::string_view value, std::chrono::system_clock::time_point now) noexcept {
+    value = detail::trim_ows(value);
+    std::optional<std::int64_t> t = detail::imf_fixdate(value);
+    if (!t)
+        t = detail::asctime_date(value);
+    if (!t)
+        t = detail::rfc850_date(value,
+                                detail::year_of_day(detail::floor_div(detail::unix_seconds(now), 86'400)));
+    if (!t)
+        return std::nullopt;
+    return std::chrono::sys_seconds{std::chrono::seconds{*t}};
+}
+
+namespace detail {
+
+/// `parse_retry_after`, asking `now()` for the time only when the value is a date.
+template <class Now>
+constexpr std::optional<std::chrono::seconds> retry_after_wait(std::string_view value, const Now& now) {
+    value = trim_ows(value);
+    if (value.empty())
+        return std::nullopt;
+    if (is_digit(value.front())) {
+        std::int64_t n = 0;
+        for (const char c : value) {
+            if (!is_digit(c))
+                return std::nullopt;
+            n = n * 10 + (c - '0');
+            if (n > max_retry_after.count())
+                return std::nullopt; // checked at every digit, so n never overflows
+        }
+        return std::chrono::seconds{n};
+    }
+    const std::chrono::system_clock::time_point at = now();
+    const std::optional<std::chrono::sys_seconds> date = parse_http_date(value, at);
+    if (!date)
+        return std::nullopt;
+    // A date holds whole seconds, so the wait rounded up is the date less `now` rounded down.
+    const std::int64_t wait = date->time_since_epoch().count() - unix_seconds(at);
+    if (wait <= 0)
+        return std::chrono::seconds::zero();
+    if (wait > max_retry_after.count())
+        return std::nullopt;
+    return std::chrono::seconds{wait};
+}
+
+} // namespace detail
+
+/// The wait a `Retry-After` field value asks for, seen at `now` on the system clock, or nullopt
+/// for no hint. The value is either
+/// - delay-seconds: one or more ASCII digits, nothing else (no sign, no fraction, no unit); or
+/// - an HTTP-date (see `parse_http_date`): the time from `now` until then, rounded up to a whole
+///   second (waiting a little longer is safe, retrying early is not); a date already past is zero.
+/// No hint for anything malformed, for a wait longer than `max_retry_after`, or for a number too
+/// large to hold: never a wrapped or clamped value standing in for what the server said.
+/// Whitespace (SP, HTAB) around the value is ignored. No allocation, no locale, no exception.
+[[nodiscard]] constexpr std::optional<std::chrono::seconds>
+parse_retry_after(std::string_view value, std::chrono::system_clock::time_point now) noexcept {
+    return detail::retry_after_wait(value, [now] { return now; });
+}
+
+namespace detail {
+
+template <class R>
+concept has_status_function = requires(const R& r) {
+    { r.status() } -> std::convertible_to<int>;
+};
+template <class R>
+concept has_status_field = requires(const R& r) {
+    { r.status } -> std::convertible_to<int>;
+};
+template <class R>
+concept has_retry_after_function = requires(const R& r) {
+    r.retry_after();
+};
+template <class R>
+concept has_retry_after_field = requires(const R& r) {
+    r.retry_after;
+};
+
+template <class H>
+concept optional_header = requires(const H& h) {
+    { static_cast<bool>(h) } -> std::same_as<bool>;
+    { *h } -> std::convertible_to<std::string_view>;
+};
+
+/// A Retry-After value as given by `response_traits<R>::retry_after`, as a view: an optional (or
+/// anything testable and dereferenceable) of something string-like; a `const char*`, null for
+/// none; or a string-like value, empty for none. The view refers to `h`.
+template <class H>
+std::optional<std::string_view> header_view(const H& h) noexcept {
+    if constexpr (std::is_same_v<H, std::nullopt_t>) {
+        return std::nullopt;
+    } else if constexpr (std::is_pointer_v<H>) {
+        static_assert(std::is_convertible_v<H, std::string_view>,
+                      "resilience::http: a Retry-After given as a pointer must be a const char*");
+        if (h == nullptr)
+            return std::nullopt;
+        return std::string_view{h};
+    } else if constexpr (optional_header<H>) {
+        if (!h)
+            return std::nullopt;
+        return std::string_view{*h};
+    } else {
+        static_assert(std::is_convertible_v<const H&, std::string_view>,
+                      "resilience::http: response_traits<R>::retry_after must return an optional string, a "
+                      "string (empty for none) or a const char* (null for none)");
+        const std::string_view v{h};
+        if (v.empty())
+            return std::nullopt;
+        return v;
+    }
+}
+
+} // namespace detail
+
+/// How `response_classifier` reads a response of type `Response`. Specialize it for yours:
+///
+///     template <> struct rs::http::response_traits<my::reply> {
+///         static int status(const my::reply& r) { return r.code(); }
+///         // optional; the view must stay valid while `r` lives:
+///         static std::optional<std::string_view> retry_after(const my::reply& r) {
+///             return r.header("Retry-After");
+///         }
+///     };
+///
+/// `retry_after` may return an optional of anything string-like, a string-like value (empty for
+/// none) or a `const char*` (null for none); without it, no Retry-After is read. This primary
+/// template reads members: `status()` or a `status` field convertible to `int`, and, when the type
+/// has one, `retry_after()` or a `retry_after` field of one of those kinds.
+template <class Response>
+struct response_traits {
+    static int status(const Response& r) requires detail::has_status_function<Response> ||
+        detail::has_status_field<Response> {
+        if constexpr (detail::has_status_function<Response>)
+            return static_cast<int>(r.status());
+        else
+            return static_cast<int>(r.status);
+    }
+    static decltype(auto) retry_after(const Response& r) requires
+        detail::has_retry_after_function<Response> || detail::has_retry_after_field<Response> {
+        if constexpr (detail::has_retry_after_function<Response>)
+            return r.retry_after();
+        else
+            return (r.retry_after); // a reference to the field
+    }
+};
+
+/// A type `response_traits` can read a status from.
+template <class Response>
+concept response = requires(const Response& r) {
+    { response_traits<Response>::status(r) } -> std::convertible_to<int>;
+};
+
+namespace detail {
+
+template <class Result>
+struct response_of {};
+template <response Result>
+struct response_of<Result> {
+    using type = Result;
+};
+template <class Result>
+requires(
+    !response<Result> && expected_like<Result> &&
+    response<
+        std::remove_cvref_t<decltype(std::declval<const Result&>().value())>>) struct response_of<Result> {
+    using type = std::remove_cvref_t<decltype(std::declval<const Result&>().value())>;
+};
+
+} // namespace detail
+
+/// What a `response_classifier` handles, and whether it listens to Retry-After.
+struct response_classifier_options {
+    /// Which statuses are worth another attempt (or count as failures, for a breaker).
+    /// Empty: `is_transient_status`. To widen or narrow it:
+    ///
+    ///     .transient_status = [](int s) { return rs::http::is_transient_status(s) && s != 501; }
+    std::function<bool(int)> transient_status{};
+    /// A handled response's Retry-After sets the retry's wait (capped by `retry_options::max_delay`,
+    /// as every verdict's delay is). `false`: the backoff decides, whatever the server asked.
+    bool use_retry_after = true;
+};
+
+/// A ready `should_handle` for actions returning `Result`: a response type `response_traits` reads,
+/// or an `expected_like` result whose value is one (`std::expected<reply, std::error_code>`).
+/// - A response whose status is transient (`is_transient_status`, or the options' predicate) is
+///   handled; when it carries a Retry-After the verdict's delay is what it asks for (seconds, or
+///   the time until its HTTP-date on `WallClock`), so a retry waits that long instead of its
+///   backoff, capped by `max_delay`. A Retry-After that gives no hint (see `parse_retry_after`)
+///   leaves the backoff in charge. Any other status is an answer, not handled.
+/// - A failure (an exception) is judged by `rs::is_transient`.
+/// - An `expected_like` result holding an error is judged as an empty classifier judges it:
+///   handled, or, for an error that is an exception, by `rs::is_transient`.
+/// Give it as `should_handle` to a retry (and the same to a breaker, a hedge or a fallback, which
+/// read `handle` only):
+///
+///     rs::retry r{{.should_handle = rs::http::response_classifier<reply>{}}};
+///
+/// `WallClock` gives the time an HTTP-date is measured from: anything whose `now()` converts to
+/// `std::chrono::system_clock::time_point` (a test gives a fixed or simulated one). It is read only
+/// for a Retry-After that is a date. A value: copies are independent; `transient_status` is called
+/// as `const`, from any thread that runs a call.
+template <class Result, class WallClock = std::chrono::system_clock>
+requires requires {
+    typename detail::response_of<Result>::type;
+}
+class response_classifier {
+public:
+    /// The response type read through `response_traits`.
+    using response_type = typename detail::response_of<Result>::type;
+
+    response_classifier() = default;
+    explicit response_classifier(response_classifier_options options, WallClock clock = WallClock{})
+        : options_(std::move(options)), clock_(std::move(clock)) {}
+
+    /// The verdict on one outcome (see the class comment).
+    verdict operator()(const outcome<Result>& o) const {
+        const auto by_failure = [](const failure& f) noexcept {
+            return verdict{.handle = is_transient(f), .delay = std::nullopt};
+        };
+        if (o.has_failure())
+            return by_failure(o.error());
+        const Result& r = *o;
+        if constexpr (std::is_same_v<Result, response_type>) {
+            return judge(r);
+        } else {
+            if (!static_cast<bool>(r.has_value()))
+                return resilience::detail::judge_error_value(r, by_failure);
+            return judge(r.value());
+        }
+    }
+
+    /// The verdict on a response alone: its status, and its Retry-After when the status is handled.
+    [[nodiscard]] verdict judge(const response_type& r) const {
+        const int status = response_traits<response_type>::status(r);
+        if (!(options_.transient_status ? options_.transient_status(status) : is_transient_status(status)))
+            return {};
+        verdict v{.handle = true, .delay = std::nullopt};
+        if constexpr (requires { response_traits<response_type>::retry_after(r); }) {
+            if (options_.use_retry_after) {
+                // Kept whole while viewed: retry_after may return the field's text by value.
+                const auto& field = response_traits<response_type>::retry_after(r);
+                if (const std::optional<std::string_view> text = detail::header_view(field)) {
+                    if (const auto wait = detail::retry_after_wait(*text, [this] { return wall_now(); }))
+                        v.delay = std::chrono::nanoseconds{*wait};
+                }
+            }
+        }
+        return v;
+    }
+
+    [[nodiscard]] const response_classifier_options& options() const noexcept { return options_; }
+    [[nodiscard]] const WallClock& wall_clock() const noexcept { return clock_; }
+
+private:
+    std::chrono::system_clock::time_point wall_now() const { return clock_.now(); }
+
+    response_classifier_options options_{};
+    WallClock clock_{};
+};
+
+} // namespace resilience::http
