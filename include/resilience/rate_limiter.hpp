@@ -260,9 +260,12 @@ struct limiter_state {
                             node.retry_after = ceil_ns(at) - now;
                             next = queue.leave_turn(node, waiter_state::expired);
                             st = waiter_state::expired;
-                        } else if (ceil_ns(at) <= node.deadline) {
+                        } else if (ceil_ns(at) <= node.deadline && ceil_ns(at) > now) {
                             due = time_point_of(at);
                         } else {
+                            // The deadline comes first, or the permit is further than the limiter
+                            // can tell (held at ceil_ns's limit, which `now` may have passed on
+                            // virtual time): sleep until the deadline, or for good, not in a loop.
                             due = detail::add_saturating(origin, node.deadline);
                         }
                     }
