@@ -34,7 +34,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+constexpr double qnan = std::numeric_limits<double>::quiet_NaN();
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double dmax = std::numeric_limits<double>::max();
 constexpr double dlowest = std::numeric_limits<double>::lowest();
@@ -113,9 +113,9 @@ TEST_CASE("bad input: backoff schedules", "[bad_input][backoff]") {
         refused("delays[1]", s, [&] { with(rs::list_backoff{.delays = {1ms, v}}); });
     }
     refused("initial", "0", [&] { with(rs::exponential_backoff{.initial = 0ns}); });
-    for (double f : {nan, inf, -inf, 0.0, -1.0, 0.5, dlowest, dtiny})
+    for (double f : {qnan, inf, -inf, 0.0, -1.0, 0.5, dlowest, dtiny})
         refused("factor", rs::detail::format_number(f), [&] { with(rs::exponential_backoff{.factor = f}); });
-    for (double f : {nan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest})
+    for (double f : {qnan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest})
         refused("fraction", rs::detail::format_number(f), [&] { rs::jitter::proportional(f); });
 
     // Accepted extremes give delays in [0, max] for every attempt number, without overflow.
@@ -157,11 +157,11 @@ TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") 
         refused("window.slow_call_duration", s,
                 [&] { window({.size = 10, .slow_call_duration = v, .slow_call_ratio = 0.5}); });
     }
-    for (double v : {nan, inf, -inf, 0.0, -1.0, 0.999, dlowest}) {
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, 0.999, dlowest}) {
         const std::string s = rs::detail::format_number(v);
         refused("break_duration_growth", s, [&] { make({.failure_threshold = 1, .break_duration_growth = v}); });
     }
-    for (double v : {nan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest}) {
+    for (double v : {qnan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest}) {
         const std::string s = rs::detail::format_number(v);
         refused("window.failure_ratio", s, [&] { window({.size = 10, .failure_ratio = v}); });
         refused("window.slow_call_ratio", s,
@@ -215,10 +215,10 @@ TEST_CASE("bad input: timeout options and durations", "[bad_input][timeout][regr
     // A NaN was converted to an integer count before it was checked (undefined behaviour); the
     // message then showed whatever that gave. Refused by name now, before converting.
     using seconds_d = std::chrono::duration<double>;
-    refused("timeout", "nan s", [&] { rs::timeout{seconds_d{nan}, sim.clock()}; });
+    refused("timeout", "nan s", [&] { rs::timeout{seconds_d{qnan}, sim.clock()}; });
     refused("timeout", "inf s", [&] { rs::timeout{seconds_d{inf}, sim.clock()}; });
     refused("timeout", "-inf s", [&] { rs::timeout{seconds_d{-inf}, sim.clock()}; });
-    refused("timeout", "nan ms", [&] { rs::timeout{std::chrono::duration<float, std::milli>{nan}}; });
+    refused("timeout", "nan ms", [&] { rs::timeout{std::chrono::duration<float, std::milli>{std::numeric_limits<float>::quiet_NaN()}}; });
     refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{dlowest}, sim.clock()}; });
     refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{-dtiny}, sim.clock()}; });
     refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{dtiny}, sim.clock()}; }); // rounds to 0 ns
@@ -251,7 +251,7 @@ TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
     rs::testing::simulation sim;
     const auto make = [&](rs::rate_limiter_options o) { return rs::rate_limiter{std::move(o), sim.clock()}; };
     refused("token_limit", "0", [&] { make({.token_limit = 0, .tokens_per_second = 1}); });
-    for (double v : {nan, inf, -inf, 0.0, -1.0, dlowest, dtiny, 1e-300, 1e-10})
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dtiny, 1e-300, 1e-10})
         refused("tokens_per_second", rs::detail::format_number(v), [&] { make({.token_limit = 1, .tokens_per_second = v}); });
     for (nanoseconds v : {0ns, -1ns, nmin})
         refused("queue_timeout", std::to_string(v.count()),
@@ -300,7 +300,9 @@ TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_wind
     behaves(sim, make({.permit_limit = 1, .window = nmax, .segments = 1'000'000}));
     behaves(sim, make({.permit_limit = 1, .window = 1ns, .queue_limit = smax, .queue_timeout = nmax}));
     for (std::size_t segments : {std::size_t{1}, std::size_t{3}, std::size_t{7}}) {
-        const auto longest = make({.permit_limit = 2, .window = nmax, .segments = segments, .queue_limit = 4});
+        // The waiters give up after 10 s: their permits never come back.
+        const auto longest =
+            make({.permit_limit = 2, .window = nmax, .segments = segments, .queue_limit = 4, .queue_timeout = 10s});
         CHECK(sim.run(longest.take_outcome()).has_value());
         CHECK(sim.run(longest.take_outcome()).has_value());
         for (int i = 0; i < 4; ++i)
@@ -314,9 +316,9 @@ TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_wind
 }
 
 TEST_CASE("bad input: retry budget options", "[bad_input][retry_budget]") {
-    for (double v : {nan, inf, -inf, 0.0, -1.0, 1.5, dlowest, dmax, dtiny, 1e-10})
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, 1.5, dlowest, dmax, dtiny, 1e-10})
         refused("ratio", rs::detail::format_number(v), [&] { rs::retry_budget{{.ratio = v}}; });
-    for (double v : {nan, inf, -inf, 0.0, -1.0, dlowest, dmax, 1e10})
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dmax, 1e10})
         refused("capacity", rs::detail::format_number(v), [&] { rs::retry_budget{{.capacity = v}}; });
     // Accepted extremes: tokens stay in [0, capacity].
     for (const rs::retry_budget_options o : {rs::retry_budget_options{.ratio = 1e-9, .capacity = 1e9},
@@ -339,7 +341,7 @@ TEST_CASE("bad input: hedge options", "[bad_input][hedge]") {
     for (nanoseconds v : {-1ns, nmin})
         refused("delay", std::to_string(v.count()), [&] { make({.delay = v}); });
     using seconds_d = std::chrono::duration<double>;
-    refused("delay", "nan s", [&] { make({.delay = seconds_d{nan}}); });
+    refused("delay", "nan s", [&] { make({.delay = seconds_d{qnan}}); });
     refused("delay", "inf s", [&] { make({.delay = seconds_d{inf}}); });
     refused("delay", "-inf s", [&] { make({.delay = seconds_d{-inf}}); });
 
@@ -347,7 +349,7 @@ TEST_CASE("bad input: hedge options", "[bad_input][hedge]") {
     behaves(sim, make({.max_attempts = INT_MAX, .delay = seconds_d{dmax}}));
     behaves(sim, make({.max_attempts = 3, .delay = 0ns}));
     // A schedule answering NaN ends the call that asked it, with the same message.
-    const auto odd = make({.max_attempts = 3, .delay = [](int) { return seconds_d{nan}; }});
+    const auto odd = make({.max_attempts = 3, .delay = [](int) { return seconds_d{qnan}; }});
     const auto r = sim.run(odd.execute_outcome([&sim] { return quick(sim); }));
     REQUIRE(r.has_failure());
     CHECK_THROWS_WITH(r.error().rethrow(), Contains("delay") && Contains("nan s"));

@@ -87,8 +87,8 @@ TEST_CASE("sliding window: a window of nanoseconds::max() saturates instead of o
     // nanosecond count it is held there, so retry_after is far away and positive (it was about
     // -8.3e18 ns, from a signed overflow).
     rs::testing::simulation sim;
-    rs::sliding_window_limiter limiter{{.permit_limit = 1, .window = nanoseconds::max(), .queue_limit = 1},
-                                       sim.clock()};
+    rs::sliding_window_limiter limiter{
+        {.permit_limit = 1, .window = nanoseconds::max(), .queue_limit = 1, .queue_timeout = 10s}, sim.clock()};
     std::vector<nanoseconds> admitted, retry_after;
     for (int i = 0; i < 3; ++i)
         sim.spawn(take(sim, limiter, admitted, retry_after));
