@@ -47,6 +47,10 @@ using ns = std::int64_t; // nanoseconds: every instant and duration of the model
 
 /// One thing that happened to one call, at one instant.
 struct event {
+    event() = default;
+    event(int c, ns t, std::string w, ns r = -1, std::string d = {})
+        : call(c), at(t), what(std::move(w)), retry_after(r), detail(std::move(d)) {}
+
     int call = 0;
     ns at = 0;
     std::string what;    // "admitted", "rate_limited", "bulkhead_rejected", "cancelled", "value", ...
