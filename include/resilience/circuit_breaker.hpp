@@ -57,15 +57,19 @@ constexpr const char* to_string(circuit_state s) noexcept {
 /// calls, however long ago) and `sampling_duration` (the calls of the last D of time, however
 /// many), and at least one of `failure_ratio` and `slow_call_ratio`.
 struct breaker_window {
-    /// Count-based: the last `size` calls. Positive.
+    /// Count-based: the last `size` calls. Positive and at most `max_size`.
     std::optional<int> size{};
+    /// The largest `size` accepted: one byte is kept per call, so the bound caps the memory (10 MB).
+    static constexpr int max_size = 10'000'000;
+    /// The most `segments` accepted: a few counters are kept per segment (about 24 MB at most).
+    static constexpr int max_segments = 1'000'000;
     /// Time-based: the calls of the last `sampling_duration`. Positive.
     std::optional<std::chrono::nanoseconds> sampling_duration{};
     /// Time-based only: `sampling_duration` is kept in this many segments of
     /// `sampling_duration / segments` (rounded down) each, so memory is fixed; a call stops
     /// counting at most `sampling_duration` after it was made, and not before
-    /// `sampling_duration - sampling_duration / segments`. Positive, and at most
-    /// `sampling_duration` in nanoseconds.
+    /// `sampling_duration - sampling_duration / segments`. Positive, at most `max_segments`, and
+    /// at most `sampling_duration` in nanoseconds.
     int segments = 10;
     /// Calls the window must hold before a ratio can open the circuit, so two failures in a quiet
     /// hour do not read as 100%. Default: `size` for a count window (it must be full), 20 for a
@@ -176,10 +180,16 @@ inline void validate_breaker_options(const circuit_breaker_options& o) {
                 (w.size ? "both" : "neither"));
         if (w.size && *w.size < 1)
             bad("window.size must be positive, got " + std::to_string(*w.size));
+        if (w.size && *w.size > breaker_window::max_size)
+            bad("window.size must be at most " + std::to_string(breaker_window::max_size) + ", got " +
+                std::to_string(*w.size));
         check_duration(w.sampling_duration, "window.sampling_duration");
         if (w.sampling_duration) {
             if (w.segments < 1)
                 bad("window.segments must be positive, got " + std::to_string(w.segments));
+            if (w.segments > breaker_window::max_segments)
+                bad("window.segments must be at most " + std::to_string(breaker_window::max_segments) +
+                    ", got " + std::to_string(w.segments));
             if (w.sampling_duration->count() < w.segments)
                 bad("window.segments must not exceed window.sampling_duration in nanoseconds (" +
                     std::to_string(w.sampling_duration->count()) + "), got " + std::to_string(w.segments));

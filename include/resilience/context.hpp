@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <mutex>
 #include <optional>
 #include <stop_token>
@@ -17,6 +18,22 @@ namespace resilience {
 class context;
 
 namespace detail {
+
+template <class C>
+inline constexpr char clock_key = 0;
+
+/// Which readings `c` may share: those of clocks of its type, or, for a clock that wraps others
+/// (`any_clock`), of its `reading_key()`. Clocks with one key read the same time (as every clock
+/// of this library of one type does), so a deadline is compared only with deadlines of its key.
+template <class C>
+const void* reading_key(const C& c) noexcept {
+    if constexpr (requires {
+                      { c.reading_key() } -> std::convertible_to<const void*>;
+                  })
+        return c.reading_key();
+    else
+        return &clock_key<C>;
+}
 
 /// One clock reading shared by every policy of a call while it is admitted, so a pipeline of a
 /// timeout, a limiter and a slow-call breaker reads the clock once. Valid only until the call
@@ -88,7 +105,8 @@ public:
     context() = default;
     explicit context(std::stop_token token) noexcept : token_(std::move(token)) {}
     context(const context& other)
-        : token_(other.stop_token()), attempt_(other.attempt_), deadline_(other.deadline_) {}
+        : token_(other.stop_token()), attempt_(other.attempt_), deadline_(other.deadline_),
+          deadline_clock_(other.deadline_clock_) {}
     // Moves keep a derived context's references: only the library holds derived contexts by
     // value (users see them as `const context&`), and it moves them only into place.
     context(context&&) noexcept = default;
@@ -114,10 +132,24 @@ public:
     }
     /// 1 for the first attempt of the innermost retry or hedge, 2 for the next one, and so on.
     int attempt() const noexcept { return attempt_; }
-    /// The earliest deadline set by an enclosing timeout, as time since the epoch of that timeout's
-    /// clock (compare with `clock.now().time_since_epoch()`); empty when nothing bounds the attempt.
+    /// The deadline set by the enclosing timeouts, as time since the epoch of the clock of the
+    /// timeout that set it; empty when nothing bounds the attempt. Timeouts on one clock keep the
+    /// earliest of their deadlines. Deadlines of different clocks cannot be compared (each clock
+    /// has its own epoch), so a timeout on another clock than the one that set the current deadline
+    /// replaces it with its own: the deadline seen is the innermost timeout's, and the outer one
+    /// still bounds the attempt through its own timer and stop token. Prefer `deadline_for(clock)`,
+    /// which says whether the deadline is on the clock you compare it with.
     std::optional<std::chrono::nanoseconds> deadline() const noexcept {
         if (deadline_ == no_deadline)
+            return std::nullopt;
+        return deadline_;
+    }
+    /// `deadline()` when it was set on `clock` (or on a clock of its type, which reads the same
+    /// time), as time since `clock`'s epoch: compare it with `clock.now().time_since_epoch()`.
+    /// Empty when there is no deadline, or when it is another clock's.
+    template <class C>
+    std::optional<std::chrono::nanoseconds> deadline_for(const C& clock) const noexcept {
+        if (deadline_ == no_deadline || deadline_clock_ != detail::reading_key(clock))
             return std::nullopt;
         return deadline_;
     }
@@ -132,10 +164,20 @@ public:
         c.attempt_ = a;
         return c;
     }
-    /// Keeps the earlier of the current deadline and `d`.
+    /// Keeps the earlier of the current deadline and `d`, a time on `clock`; replaces a deadline of
+    /// another clock (see `deadline()`).
+    template <class C>
+    [[nodiscard]] context with_deadline(std::chrono::nanoseconds d, const C& clock) const {
+        context c = *this;
+        c.tighten(d, detail::reading_key(clock));
+        return c;
+    }
+    /// Keeps the earlier of the current deadline and `d`, taken to be on the current deadline's
+    /// clock; with no deadline yet, `d` is on no known clock (`deadline()` shows it,
+    /// `deadline_for()` does not). Prefer the form that names the clock.
     [[nodiscard]] context with_deadline(std::chrono::nanoseconds d) const {
         context c = *this;
-        c.tighten(d);
+        c.tighten(d, deadline_clock_);
         return c;
     }
 
@@ -146,12 +188,16 @@ private:
     // A child that refers to `parent` for its stop token (see the class comment).
     context(derived_tag, const context& parent) noexcept
         : from_(parent.lazy_ ? nullptr : (parent.from_ ? parent.from_ : &parent)), lazy_(parent.lazy_),
-          time_(parent.time_), attempt_(parent.attempt_), deadline_(parent.deadline_) {}
+          time_(parent.time_), attempt_(parent.attempt_), deadline_(parent.deadline_),
+          deadline_clock_(parent.deadline_clock_) {}
 
     bool self_contained() const noexcept { return !from_ && !lazy_; }
-    void tighten(std::chrono::nanoseconds d) noexcept {
-        if (d < deadline_)
+    // The earlier deadline of one clock; another clock's replaces it (see `deadline()`).
+    void tighten(std::chrono::nanoseconds d, const void* clock) noexcept {
+        if (clock != deadline_clock_ || d < deadline_) {
             deadline_ = d;
+            deadline_clock_ = clock;
+        }
     }
 
     std::stop_token token_;                 // when neither of the next two is set
@@ -163,6 +209,7 @@ private:
     // on every call's fast path, and a field of mixed widths costs a store-forwarding stall).
     static constexpr std::chrono::nanoseconds no_deadline = std::chrono::nanoseconds::max();
     std::chrono::nanoseconds deadline_ = no_deadline;
+    const void* deadline_clock_ = nullptr; // the reading key (detail::reading_key) of the deadline's clock
 };
 
 namespace detail {
@@ -190,21 +237,27 @@ struct context_access {
         c.attempt_ = attempt;
         return c;
     }
-    static context derive_deadline(const context& parent, lazy_stop* stop, std::chrono::nanoseconds d) noexcept {
+    /// A child with its own stop token, made on first use, and the deadline `d` on the clock whose
+    /// reading key is `clock` (see `context::deadline()`).
+    static context derive_deadline(const context& parent, lazy_stop* stop, std::chrono::nanoseconds d,
+                                   const void* clock) noexcept {
         context c(context::derived_tag{}, parent);
         c.from_ = nullptr;
         c.lazy_ = stop;
-        c.tighten(d);
+        c.tighten(d, clock);
         return c;
     }
     /// Makes `c` (default-constructed, in a call's state) what `derive_deadline` returns, in place:
     /// assigning a returned context would cost a store-forwarding stall on the fast path.
-    static void set_deadline(context& c, const context& parent, lazy_stop* stop, std::chrono::nanoseconds d) noexcept {
+    static void set_deadline(context& c, const context& parent, lazy_stop* stop, std::chrono::nanoseconds d,
+                             const void* clock) noexcept {
         c.from_ = nullptr;
         c.lazy_ = stop;
         c.time_ = parent.time_;
         c.attempt_ = parent.attempt_;
-        c.deadline_ = parent.deadline_ < d ? parent.deadline_ : d;
+        const bool keep_parent = parent.deadline_clock_ == clock && parent.deadline_ < d;
+        c.deadline_ = keep_parent ? parent.deadline_ : d;
+        c.deadline_clock_ = clock;
     }
     static time_cache* cache(const context& c) noexcept { return c.time_; }
 };

@@ -94,12 +94,15 @@ public:
     /// 2 seconds.
     hedge_delay() noexcept = default;
     // Implicit on purpose, so that `.delay = 300ms` and `.delay = [](int) {...}` read well.
+    // A floating-point duration that is NaN or infinite is refused (`std::invalid_argument`), here
+    // and when a schedule answers one (which ends the call that asked it).
     template <class Rep, class Period>
-    hedge_delay(std::chrono::duration<Rep, Period> d) noexcept : fixed_(detail::saturating_nanoseconds(d)) {}
+    hedge_delay(std::chrono::duration<Rep, Period> d)
+        : fixed_(detail::finite_nanoseconds(d, "resilience::hedge: delay")) {}
     template <detail::hedge_schedule F>
     hedge_delay(F schedule)
         : schedule_([s = std::move(schedule)](int started) {
-              return detail::saturating_nanoseconds(s(started));
+              return detail::finite_nanoseconds(s(started), "resilience::hedge: delay (from its schedule)");
           }) {}
 
     /// The wait after `started` attempts have started: never negative.

@@ -301,21 +301,8 @@ struct state_of<P> {
     using type = typename P::call_state;
 };
 
-template <class C>
-inline constexpr char clock_key = 0;
-
-/// Which readings `c` may share: those of clocks of its type, or, for a clock that wraps others
-/// (`any_clock`), of its `reading_key()`.
-template <class C>
-const void* reading_key(const C& c) noexcept {
-    if constexpr (requires { { c.reading_key() } -> std::convertible_to<const void*>; })
-        return c.reading_key();
-    else
-        return &clock_key<C>;
-}
-
 /// The time on `clock` for a policy admitting a call: the call's shared reading when one of the
-/// same clock (see `reading_key`) was taken while admitting it, else a fresh one (then shared).
+/// same clock (see `reading_key`, in context.hpp) was taken while admitting it, else a fresh one (then shared).
 template <class C>
 typename C::time_point call_now(const C& clock, const context& ctx) {
     if constexpr (std::is_same_v<typename C::duration, std::chrono::nanoseconds>) {

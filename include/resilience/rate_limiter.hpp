@@ -46,8 +46,13 @@ struct admission {
 // woken or told to come back before the permit is really there. Times beyond about 146 years (a
 // rate of a token per century) are held there, so adding them to a clock's time cannot overflow.
 inline std::chrono::nanoseconds ceil_ns(double ns) noexcept {
-    constexpr double far = static_cast<double>(std::int64_t{1} << 62);
-    return std::chrono::nanoseconds(static_cast<std::int64_t>(std::min(std::ceil(ns), far)));
+    constexpr std::int64_t far = std::int64_t{1} << 62;
+    const double up = std::ceil(ns);
+    if (!(up < static_cast<double>(far))) // also NaN, which no meter makes: never sooner than can be told
+        return std::chrono::nanoseconds(far);
+    if (up < -static_cast<double>(far))
+        return std::chrono::nanoseconds(-far);
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(up));
 }
 
 // "0.5", "-1", "nan", "inf": a double as a person would write it, for validation messages.
@@ -124,7 +129,7 @@ struct limiter_state {
         return latest;
     }
     typename C::time_point time_point_of(double ns) const {
-        return origin + std::chrono::ceil<typename C::duration>(ceil_ns(ns));
+        return detail::add_saturating(origin, ceil_ns(ns)); // ns >= 0: a due time, never before now
     }
 
     // Made with `mutex` held, ended before it is released: a lock-free meter's state is held by the
@@ -255,9 +260,12 @@ struct limiter_state {
                             node.retry_after = ceil_ns(at) - now;
                             next = queue.leave_turn(node, waiter_state::expired);
                             st = waiter_state::expired;
-                        } else if (ceil_ns(at) <= node.deadline) {
+                        } else if (ceil_ns(at) <= node.deadline && ceil_ns(at) > now) {
                             due = time_point_of(at);
                         } else {
+                            // The deadline comes first, or the permit is further than the limiter
+                            // can tell (held at ceil_ns's limit, which `now` may have passed on
+                            // virtual time): sleep until the deadline, or for good, not in a loop.
                             due = detail::add_saturating(origin, node.deadline);
                         }
                     }
@@ -483,10 +491,16 @@ struct rate_limiter_options {
     /// The burst after idle: how many tokens the bucket holds. It starts full. Must be positive.
     /// No default, as for the rate: only the user knows what the dependency allows.
     std::size_t token_limit = 0;
-    /// The sustained rate: tokens added per second, lazily, as time passes. Finite and positive.
-    /// No default: a guessed rate would either throttle a dependency that could take more or let
-    /// through more than it can take, silently; so a limiter made without one throws.
+    /// The sustained rate: tokens added per second, lazily, as time passes. Finite and at least
+    /// `min_tokens_per_second`. No default: a guessed rate would either throttle a dependency that
+    /// could take more or let through more than it can take, silently; so a limiter made without
+    /// one throws.
     double tokens_per_second = 0;
+    /// The slowest rate accepted: a token every 31.7 years. The bucket counts in nanoseconds per
+    /// token; a slower rate is refused (`std::invalid_argument`) rather than rounded, since its
+    /// interval would not fit the times the limiter computes (a rate of 1e-300 would make it
+    /// infinite, and the bucket would admit everything).
+    static constexpr double min_tokens_per_second = 1e-9;
     /// How many calls may wait for a token; beyond that a call is refused at once
     /// (`rejection_reason::queue_full`). The default 0 refuses as soon as the bucket is empty
     /// (`no_capacity`); `rs::unbounded_queue` never refuses for want of a queue place.
@@ -548,6 +562,9 @@ private:
         if (!std::isfinite(o.tokens_per_second) || !(o.tokens_per_second > 0))
             throw std::invalid_argument(who + "tokens_per_second must be finite and positive, got " +
                                         detail::format_number(o.tokens_per_second));
+        if (o.tokens_per_second < rate_limiter_options::min_tokens_per_second)
+            throw std::invalid_argument(who + "tokens_per_second must be at least 1e-9 (a token every " +
+                                        "31.7 years), got " + detail::format_number(o.tokens_per_second));
         detail::validate_queue_options(o, who);
         return detail::token_bucket{o.token_limit, o.tokens_per_second};
     }

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -29,6 +30,10 @@ namespace detail {
 /// span `[t, t + window)` admits at most `limit`, and exactly `window` after for a permit taken
 /// on a boundary. Rounding up costs a permit at most one segment of extra holding; rounding down
 /// would let `2 * limit` calls through in a bit less than a window.
+///
+/// Times are nanoseconds since the limiter was made. A return time past the largest of them (a
+/// window near `nanoseconds::max()`) is held at that largest time rather than overflowing: such a
+/// permit never comes back in practice, and `available_at` says so with the latest time it has.
 class window_counter {
 public:
     window_counter(std::size_t limit, std::chrono::nanoseconds window, std::size_t segments)
@@ -51,7 +56,7 @@ public:
     double available_at(std::chrono::nanoseconds now, std::size_t ahead) {
         expire(now.count());
         // The callers ahead take the free permits first, then the ones in use as they come back,
-        // oldest first; a permit taken again comes back a window (on the segment grid) later.
+        // oldest first, then those permits again, in the same order, as each comes back.
         const std::size_t free = limit_ - active_;
         const std::size_t index = ahead % limit_;
         const auto cycles = static_cast<std::int64_t>(ahead / limit_);
@@ -60,7 +65,15 @@ public:
             at = return_of_used(index - free);
         if (cycles == 0)
             return static_cast<double>(at);
-        return static_cast<double>(ceil_div(at, segment_) * segment_ + cycles * window_);
+        // Every reuse is rounded up to the segment grid again, as try_take counts it: taken at `at`,
+        // the permit comes back at ceil_grid(at) + window; taken again then, at ceil_grid(at) +
+        // ceil_grid(window) + window; and so on, each further reuse adding ceil_grid(window), which
+        // is more than a window when the window is not a whole number of segments.
+        const std::int64_t boundary =
+            at > std::numeric_limits<std::int64_t>::max() - segment_ ? at : ceil_div(at, segment_) * segment_;
+        const std::int64_t first_back = saturating_add(boundary, window_);
+        const std::int64_t per_reuse = saturating_multiply(ceil_div(window_, segment_), segment_);
+        return static_cast<double>(saturating_add(first_back, saturating_multiply(cycles - 1, per_reuse)));
     }
 
     double remaining(std::chrono::nanoseconds now) {
@@ -76,6 +89,14 @@ private:
         return q;
     }
     static std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return -floor_div(-a, b); }
+    // For times and durations that are not negative: the sum or product, or the largest time.
+    static std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
+        return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
+    }
+    static std::int64_t saturating_multiply(std::int64_t a, std::int64_t b) noexcept {
+        return b != 0 && a > std::numeric_limits<std::int64_t>::max() / b ? std::numeric_limits<std::int64_t>::max()
+                                                                            : a * b;
+    }
 
     std::size_t slot(std::int64_t bucket) const noexcept {
         return static_cast<std::size_t>(bucket) % counts_.size(); // buckets are never negative
@@ -102,7 +123,7 @@ private:
                 break;
             k -= c;
         }
-        return b * segment_ + window_;
+        return saturating_add(b * segment_, window_);
     }
 
     std::size_t limit_;

@@ -14,12 +14,105 @@
 #include "task.hpp"
 #include "when_all.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <coroutine>
+#include <exception>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace resilience {
+
+namespace detail {
+
+/// Between a timeout's attempt and its watcher on the generic path (see `timeout::run_beside`):
+/// `done` is stopped once the attempt has finished, which wakes the watcher's sleep on the clock.
+struct beside_join {
+    pooled_stop_source done;
+    // Null; the watcher's handle when it waits without the clock (its clock threw); or `&mark`
+    // once the attempt has finished. Set to `&mark` before `done` is stopped.
+    std::atomic<void*> waiter{nullptr};
+    static inline char mark = 0;
+
+    bool finished() const noexcept { return waiter.load(std::memory_order_acquire) == &mark; }
+
+    // Called by the attempt once it has finished (its frame suspended for good): the watcher may
+    // destroy it, and this object, as soon as it sees that, so everything here is done on copies.
+    // Returns what to resume: the watcher when it was waiting without the clock.
+    std::coroutine_handle<> attempt_finished() noexcept {
+        std::stop_source stop = done.source(); // a copy: shares the stop state, outlives `*this`
+        void* w = waiter.exchange(&mark, std::memory_order_acq_rel);
+        stop.request_stop(); // the watcher's sleep on the clock ends, resumed where it slept
+        return w ? std::coroutine_handle<>::from_address(w) : std::noop_coroutine();
+    }
+
+    /// The watcher's wait when it cannot sleep on the clock: resumed by the attempt, on its thread.
+    struct last_resort {
+        beside_join& join;
+        bool await_ready() const noexcept { return join.finished(); }
+        bool await_suspend(std::coroutine_handle<> h) noexcept {
+            void* expected = nullptr;
+            return join.waiter.compare_exchange_strong(expected, h.address(), std::memory_order_acq_rel);
+        }
+        void await_resume() const noexcept {}
+    };
+};
+
+/// A timeout's attempt on the generic path: started by `start`, runs `next(ctx)` once, keeps its
+/// outcome, and tells the `beside_join` when it has finished. Owns its frame.
+template <class O>
+class beside_attempt {
+public:
+    struct promise_type : recycled_frame {
+        beside_join* join = nullptr;
+        std::optional<O> result;
+
+        beside_attempt get_return_object() noexcept {
+            return beside_attempt{std::coroutine_handle<promise_type>::from_promise(*this)};
+        }
+        std::suspend_always initial_suspend() const noexcept { return {}; }
+        struct final_awaiter {
+            bool await_ready() const noexcept { return false; }
+            std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) noexcept {
+                return h.promise().join->attempt_finished();
+            }
+            void await_resume() const noexcept {}
+        };
+        final_awaiter final_suspend() const noexcept { return {}; }
+        void return_value(O o) { result.emplace(std::move(o)); }
+        void unhandled_exception() noexcept { result.emplace(failure::current()); }
+    };
+
+    beside_attempt(beside_attempt&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+    beside_attempt& operator=(beside_attempt&&) = delete;
+    ~beside_attempt() {
+        if (h_)
+            h_.destroy();
+    }
+
+    /// Runs the attempt until its first suspension (or to its end).
+    template <class Next>
+    static beside_attempt start(Next next, const context& ctx, beside_join& join) {
+        beside_attempt a = run(std::move(next), ctx);
+        a.h_.promise().join = &join;
+        a.h_.resume();
+        return a;
+    }
+    /// The attempt's outcome; only once it has finished.
+    O result() { return std::move(*h_.promise().result); }
+
+private:
+    explicit beside_attempt(std::coroutine_handle<promise_type> h) noexcept : h_(h) {}
+    template <class Next>
+    static beside_attempt run(Next next, const context& ctx) {
+        co_return co_await next(ctx);
+    }
+    std::coroutine_handle<promise_type> h_;
+};
+
+} // namespace detail
 
 struct timeout_options {
     /// How long an attempt may run before it is asked to stop (Polly's `Timeout`). Positive.
@@ -57,9 +150,11 @@ public:
                                         std::to_string(after_.count()) + "ns");
     }
     /// A duration beyond what nanoseconds hold (about 292 years) is taken as that much: forever.
+    /// A floating-point duration that is NaN or infinite is refused (`std::invalid_argument`).
     template <class Rep, class Period>
     explicit timeout(std::chrono::duration<Rep, Period> after, C clock = C{})
-        : timeout(timeout_options{.timeout = detail::saturating_nanoseconds(after)}, std::move(clock)) {}
+        : timeout(timeout_options{.timeout = detail::finite_nanoseconds(after, "resilience::timeout: timeout")},
+                  std::move(clock)) {}
 
     /// How long an attempt may run.
     [[nodiscard]] std::chrono::nanoseconds duration() const noexcept { return after_; }
@@ -92,7 +187,7 @@ public:
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(detail::call_now(clock_, ctx), after_).time_since_epoch());
             s.stop.emplace(&ctx);
-            detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline);
+            detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline, detail::reading_key(clock_));
             s.timer.emplace(loop, deadline, *s.stop);
             inner = &s.inner;
             return step::proceed;
@@ -128,8 +223,13 @@ public:
     }
 
 private:
+    // The generic path. The attempt runs as a child coroutine; this coroutine waits in `watch`,
+    // whose every wake-up is a sleep on the clock, and the clock resumes a sleeper where it slept
+    // (see `clock`). The attempt, wherever it finishes, only wakes the watcher (by stopping its
+    // sleep): so the caller always carries on on its own loop, never on the attempt's thread.
     template <class Next>
     task<detail::next_outcome_t<Next>> run_beside(Next next, const context& ctx) const {
+        using result_type = detail::next_outcome_t<Next>;
         if (ctx.stop_requested())
             co_return failure::make(cancelled_error{name_});
         const auto deadline = detail::add_saturating(clock_.now(), after_);
@@ -137,13 +237,13 @@ private:
         detail::stop_link link{ctx.stop_token(), attempt_stop};
         const context child = ctx.with_stop_token(attempt_stop.get_token())
                                   .with_deadline(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                      deadline.time_since_epoch()));
-        detail::pooled_stop_source timer_stop;
+                                                     deadline.time_since_epoch()),
+                                                 clock_);
+        detail::beside_join join;
+        auto attempt = detail::beside_attempt<result_type>::start(std::move(next), child, join);
         bool expired = false;
-        auto [ignored, result] = co_await when_all(watch(deadline, timer_stop, attempt_stop, expired),
-                                                   attempt(std::move(next), child, timer_stop));
-        (void)ignored;
-        co_return finish(std::move(result), expired, ctx);
+        co_await watch(deadline, join, attempt_stop, expired); // returns once the attempt has finished
+        co_return finish(attempt.result(), expired, ctx);
     }
 
     template <class Outcome>
@@ -153,21 +253,31 @@ private:
         return Outcome{failure::make(timeout_error{result.error().exception(), name_})};
     }
 
-    // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it.
-    task<void> watch(typename C::time_point deadline, detail::pooled_stop_source& timer_stop,
+    // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it and
+    // sleeps on until it has finished. Returns only once the attempt has finished. A clock whose
+    // sleep throws cannot time the attempt: the attempt is left to finish, waited for without the
+    // clock, and the clock's exception is the call's.
+    task<void> watch(typename C::time_point deadline, detail::beside_join& join,
                      detail::pooled_stop_source& attempt_stop, bool& expired) const {
-        co_await clock_.sleep_until(deadline, timer_stop.get_token());
-        if (!timer_stop.stop_requested()) {
-            expired = true;
-            attempt_stop.request_stop();
+        std::exception_ptr clock_failed;
+        const std::stop_token finished = join.done.get_token();
+        if (!join.finished()) {
+            try {
+                co_await clock_.sleep_until(deadline, finished);
+                if (!join.finished()) {
+                    expired = true;
+                    attempt_stop.request_stop();
+                    co_await clock_.sleep_until(C::time_point::max(), finished);
+                }
+            } catch (...) {
+                clock_failed = std::current_exception();
+            }
         }
-    }
-    template <class Next>
-    static task<detail::next_outcome_t<Next>> attempt(Next next, const context& child,
-                                                      detail::pooled_stop_source& timer_stop) {
-        auto result = co_await next(child);
-        timer_stop.request_stop();
-        co_return result;
+        // The sleeps end early only once the attempt has finished; this is for a clock that threw.
+        if (!join.finished())
+            co_await detail::beside_join::last_resort{join};
+        if (clock_failed)
+            std::rethrow_exception(clock_failed);
     }
 
     std::chrono::nanoseconds after_;

@@ -4,19 +4,77 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
+#include <ratio>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 namespace resilience::detail {
 
+/// False for a floating-point duration that is NaN or infinite: options refuse those by name
+/// before converting them (converting a NaN to an integer count is undefined behaviour).
+template <class Rep, class Period>
+constexpr bool is_finite_duration(std::chrono::duration<Rep, Period> d) noexcept {
+    if constexpr (std::chrono::treat_as_floating_point_v<Rep>) {
+        const auto c = static_cast<long double>(d.count());
+        return c == c && c - c == 0; // NaN is unequal to itself; inf - inf is NaN
+    } else {
+        return true;
+    }
+}
+
+/// "nan s", "-inf ms", "2.5 h", "-5000000 ns": a duration as written, for validation messages.
+template <class Rep, class Period>
+std::string describe_duration(std::chrono::duration<Rep, Period> d) {
+    char count[48];
+    if constexpr (std::chrono::treat_as_floating_point_v<Rep>)
+        std::snprintf(count, sizeof count, "%Lg", static_cast<long double>(d.count()));
+    else if constexpr (std::is_signed_v<Rep>)
+        std::snprintf(count, sizeof count, "%lld", static_cast<long long>(d.count()));
+    else
+        std::snprintf(count, sizeof count, "%llu", static_cast<unsigned long long>(d.count()));
+    std::string unit;
+    if constexpr (std::is_same_v<Period, std::nano>)
+        unit = "ns";
+    else if constexpr (std::is_same_v<Period, std::micro>)
+        unit = "us";
+    else if constexpr (std::is_same_v<Period, std::milli>)
+        unit = "ms";
+    else if constexpr (std::is_same_v<Period, std::ratio<1>>)
+        unit = "s";
+    else if constexpr (std::is_same_v<Period, std::ratio<60>>)
+        unit = "min";
+    else if constexpr (std::is_same_v<Period, std::ratio<3600>>)
+        unit = "h";
+    else
+        unit = "x " + std::to_string(Period::num) + "/" + std::to_string(Period::den) + " s";
+    return std::string(count) + " " + unit;
+}
+
 /// `d` in nanoseconds, or the largest nanosecond count when it does not fit (about 292 years).
+/// `d` must be finite (see `is_finite_duration`): a NaN gives zero rather than undefined behaviour,
+/// but callers refuse it first, naming the option.
 template <class Rep, class Period>
 constexpr std::chrono::nanoseconds saturating_nanoseconds(std::chrono::duration<Rep, Period> d) noexcept {
     using wide = std::chrono::duration<long double, std::nano>;
+    if constexpr (std::chrono::treat_as_floating_point_v<Rep>)
+        if (d.count() != d.count())
+            return std::chrono::nanoseconds::zero(); // NaN
     if (wide(d) >= wide(std::chrono::nanoseconds::max()))
         return std::chrono::nanoseconds::max();
     if (wide(d) <= wide(std::chrono::nanoseconds::min()))
         return std::chrono::nanoseconds::min();
     return std::chrono::duration_cast<std::chrono::nanoseconds>(d);
+}
+
+/// `saturating_nanoseconds(d)`, after refusing a NaN or infinite `d` with `std::invalid_argument`
+/// "<field> must be finite, got nan s" (`field` names the option, prefixed with its policy).
+template <class Rep, class Period>
+std::chrono::nanoseconds finite_nanoseconds(std::chrono::duration<Rep, Period> d, const std::string& field) {
+    if (!is_finite_duration(d))
+        throw std::invalid_argument(field + " must be finite, got " + describe_duration(d));
+    return saturating_nanoseconds(d);
 }
 
 /// `now + d` rounded up to the clock's tick, or the latest representable time point when that would

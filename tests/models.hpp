@@ -1,0 +1,824 @@
+// SPDX-License-Identifier: MIT
+// Reference models of the stateful policies, written from their documentation (docs/*.md), and
+// runners that play one scenario through the real policy on virtual time. The model tests
+// (tests/test_model_*.cpp) and the model fuzzer (fuzz/) compare the two traces event by event.
+//
+// A scenario is a list of calls, each arriving at an instant. The models decide everything in
+// whole nanoseconds. Where the documentation leaves the order of two things at one instant open,
+// the scenarios avoid the tie, except for this one rule of the simulation, which the models follow:
+// every arrival and every caller's stop is a timer armed when the scenario starts, before any timer
+// a policy arms, so at one instant arrivals come first (in call order), then stops (in call order),
+// then whatever the policy had scheduled for that instant. Arrivals are never at 0, so that all of
+// them are armed before the policies start.
+#pragma once
+
+#include <resilience/bulkhead.hpp>
+#include <resilience/circuit_breaker.hpp>
+#include <resilience/outcome.hpp>
+#include <resilience/pipeline.hpp>
+#include <resilience/rate_limiter.hpp>
+#include <resilience/retry.hpp>
+#include <resilience/sliding_window_limiter.hpp>
+#include <resilience/task.hpp>
+#include <resilience/testing/simulation.hpp>
+#include <resilience/timeout.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace resilience_models {
+
+namespace rs = resilience;
+using ns = std::int64_t; // nanoseconds: every instant and duration of the models
+
+/// One thing that happened to one call, at one instant.
+struct event {
+    event() = default;
+    event(int c, ns t, std::string w, ns r = -1, std::string d = {})
+        : call(c), at(t), what(std::move(w)), retry_after(r), detail(std::move(d)) {}
+
+    int call = 0;
+    ns at = 0;
+    std::string what;    // "admitted", "rate_limited", "bulkhead_rejected", "cancelled", "value", ...
+    ns retry_after = -1; // for refusals that carry one; -1 otherwise
+    std::string detail;  // a reason, a state name: whatever else the policy reports
+
+    bool operator==(const event&) const = default;
+};
+
+inline std::string to_string(const std::vector<event>& trace) {
+    std::ostringstream out;
+    for (const event& e : trace) {
+        out << "  call " << e.call << " at " << e.at << "ns: " << e.what;
+        if (e.retry_after >= 0)
+            out << " retry_after=" << e.retry_after << "ns";
+        if (!e.detail.empty())
+            out << " (" << e.detail << ")";
+        out << '\n';
+    }
+    return out.str();
+}
+
+/// Events sorted by instant, then call: the order two implementations agree on.
+inline std::vector<event> sorted(std::vector<event> trace) {
+    std::stable_sort(trace.begin(), trace.end(),
+                     [](const event& a, const event& b) { return std::tie(a.at, a.call) < std::tie(b.at, b.call); });
+    return trace;
+}
+
+/// How many scenarios a model test runs: `RESILIENCE_MODEL_SCENARIOS` when set (scripts/dev model N),
+/// else `fallback`.
+inline int scenario_count(int fallback) {
+    if (const char* v = std::getenv("RESILIENCE_MODEL_SCENARIOS")) {
+        const long n = std::strtol(v, nullptr, 10);
+        if (n > 0)
+            return static_cast<int>(std::min(n, 100'000'000L));
+    }
+    return fallback;
+}
+
+/// The seed of scenario `i`: `RESILIENCE_MODEL_SEED` (to replay one) or a fixed base plus `i`.
+inline std::uint64_t scenario_seed(int i) {
+    if (const char* v = std::getenv("RESILIENCE_MODEL_SEED"))
+        return std::strtoull(v, nullptr, 10) + static_cast<std::uint64_t>(i);
+    return 0x5eed'0000ULL + static_cast<std::uint64_t>(i);
+}
+
+/// A small deterministic source of choices, from a seed (tests) or from bytes (the fuzzer).
+class chooser {
+public:
+    explicit chooser(std::uint64_t seed) : rng_(seed) {}
+    chooser(const std::uint8_t* data, std::size_t size) : bytes_(data), size_(size), from_bytes_(true) {}
+
+    /// A number in [lo, hi].
+    std::int64_t between(std::int64_t lo, std::int64_t hi) {
+        if (hi <= lo)
+            return lo;
+        const auto span = static_cast<std::uint64_t>(hi - lo) + 1;
+        return lo + static_cast<std::int64_t>(next() % span);
+    }
+    bool coin(int percent) { return between(0, 99) < percent; }
+    template <class T, std::size_t N>
+    const T& pick(const T (&items)[N]) {
+        return items[static_cast<std::size_t>(between(0, static_cast<std::int64_t>(N) - 1))];
+    }
+
+private:
+    std::uint64_t next() {
+        if (!from_bytes_)
+            return rng_();
+        std::uint64_t v = 0;
+        for (int i = 0; i < 4; ++i) {
+            v <<= 8;
+            if (at_ < size_)
+                v |= bytes_[at_++];
+        }
+        return v;
+    }
+
+    std::mt19937_64 rng_{0};
+    const std::uint8_t* bytes_ = nullptr;
+    std::size_t size_ = 0, at_ = 0;
+    bool from_bytes_ = false;
+};
+
+inline ns ceil_div(ns a, ns b) {
+    ns q = a / b;
+    if (a % b != 0 && ((a < 0) == (b < 0)))
+        ++q;
+    return q;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Limiters (docs/rate_limiter.md): arrivals, a FIFO queue whose front waiter is served as soon as a
+// permit is due, queue_limit, queue_timeout, a caller's stop, and retry_after counting the waiters ahead.
+
+struct limiter_call {
+    ns arrive = 1;
+    std::optional<ns> stop_at{}; // the caller stops waiting at this instant (if still waiting)
+};
+
+/// The counting half of a limiter model: when permits are there.
+struct token_bucket_meter {
+    ns capacity, interval, empty_at;
+    token_bucket_meter(ns tokens, ns interval_ns) : capacity(tokens), interval(interval_ns), empty_at(-tokens * interval_ns) {}
+
+    // The bucket holds (now - empty_at) / interval tokens, at most `capacity`.
+    void refill(ns now) { empty_at = std::max(empty_at, now - capacity * interval); }
+    bool try_take(ns now) {
+        refill(now);
+        if (now < empty_at + interval)
+            return false;
+        empty_at += interval;
+        return true;
+    }
+    ns available_at(ns now, std::size_t ahead) {
+        refill(now);
+        return std::max(now, empty_at + static_cast<ns>(ahead + 1) * interval);
+    }
+};
+
+struct sliding_window_meter {
+    ns limit, window, segment;
+    std::vector<ns> returns; // when each permit in use comes back
+    sliding_window_meter(ns permits, ns window_ns, ns segments)
+        : limit(permits), window(window_ns), segment(window_ns / segments) {}
+
+    // A permit taken at t is counted at the segment boundary at or after t and comes back a window later.
+    ns return_of(ns taken) const { return ceil_div(taken, segment) * segment + window; }
+    void expire(ns now) {
+        std::erase_if(returns, [now](ns r) { return r <= now; });
+    }
+    bool try_take(ns now) {
+        expire(now);
+        if (static_cast<ns>(returns.size()) >= limit)
+            return false;
+        returns.push_back(return_of(now));
+        return true;
+    }
+    // The callers ahead, then this one, each take the permit that is there first.
+    ns available_at(ns now, std::size_t ahead) {
+        expire(now);
+        std::vector<ns> when(returns);
+        for (ns i = static_cast<ns>(returns.size()); i < limit; ++i)
+            when.push_back(now);
+        ns at = now;
+        for (std::size_t k = 0; k <= ahead; ++k) {
+            auto first = std::min_element(when.begin(), when.end());
+            at = std::max(now, *first);
+            *first = return_of(at);
+        }
+        return at;
+    }
+};
+
+/// The waiting half, the same for both limiters.
+template <class Meter>
+std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::optional<ns> queue_timeout,
+                                 const std::vector<limiter_call>& calls) {
+    std::vector<event> out;
+    struct waiter {
+        int call;
+        ns deadline;
+    };
+    std::deque<waiter> queue;
+    const ns forever = INT64_MAX;
+    const auto refused = [&](int call, ns now, std::size_t ahead, const char* reason) {
+        out.push_back({call, now, "rate_limited", meter.available_at(now, ahead) - now, reason});
+    };
+    // Serves the front waiter at `now` until one must wait; returns when it wants to be woken.
+    const auto serve = [&](ns now) -> ns {
+        while (!queue.empty()) {
+            waiter& head = queue.front();
+            if (meter.try_take(now)) {
+                out.push_back({head.call, now, "admitted"});
+                queue.pop_front();
+                continue;
+            }
+            const ns due = meter.available_at(now, 0);
+            if (now >= head.deadline) {
+                out.push_back({head.call, now, "rate_limited", due - now, "queue_timeout"});
+                queue.pop_front();
+                continue;
+            }
+            return std::min(due, head.deadline);
+        }
+        return forever;
+    };
+
+    std::vector<std::pair<ns, int>> arrivals, stops;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
+        if (calls[i].stop_at)
+            stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
+    }
+    std::stable_sort(arrivals.begin(), arrivals.end());
+    std::stable_sort(stops.begin(), stops.end());
+    std::size_t a = 0, s = 0;
+    ns wake = forever;
+    for (;;) {
+        ns now = wake;
+        if (a < arrivals.size())
+            now = std::min(now, arrivals[a].first);
+        if (s < stops.size())
+            now = std::min(now, stops[s].first);
+        if (now == forever)
+            break;
+        for (; a < arrivals.size() && arrivals[a].first == now; ++a) {
+            const int id = arrivals[a].second;
+            if (queue.empty() && meter.try_take(now)) {
+                out.push_back({id, now, "admitted"});
+            } else if (queue.size() >= queue_limit) {
+                refused(id, now, queue.size(), queue_limit == 0 ? "no_capacity" : "queue_full");
+            } else {
+                const ns deadline = queue_timeout ? now + *queue_timeout : forever;
+                queue.push_back({id, deadline});
+            }
+        }
+        for (; s < stops.size() && stops[s].first == now; ++s) {
+            const int id = stops[s].second;
+            auto it = std::find_if(queue.begin(), queue.end(), [id](const waiter& w) { return w.call == id; });
+            if (it != queue.end()) {
+                out.push_back({id, now, "cancelled"});
+                queue.erase(it);
+            }
+        }
+        wake = serve(now);
+    }
+    return out;
+}
+
+inline std::string reason_name(rs::rejection_reason r) {
+    switch (r) {
+    case rs::rejection_reason::no_capacity:
+        return "no_capacity";
+    case rs::rejection_reason::queue_full:
+        return "queue_full";
+    case rs::rejection_reason::queue_timeout:
+        return "queue_timeout";
+    }
+    return "?";
+}
+
+/// Plays `calls` through `limiter` (built on `sim`'s clock) and writes down how each call was admitted.
+template <class Limiter>
+std::vector<event> run_limiter(rs::testing::simulation& sim, const Limiter& limiter,
+                               const std::vector<limiter_call>& calls) {
+    std::vector<event> out;
+    std::vector<std::stop_source> stops(calls.size());
+    const auto client = [&](int id) -> rs::task<void> {
+        co_await sim.sleep_for(std::chrono::nanoseconds{calls[static_cast<std::size_t>(id)].arrive});
+        auto action = [&out, &sim, id]() -> rs::task<void> {
+            out.push_back({id, sim.now().count(), "admitted"});
+            co_return;
+        };
+        const auto r = co_await limiter.execute_outcome(std::move(action), stops[static_cast<std::size_t>(id)].get_token());
+        if (r.has_value())
+            co_return;
+        if (auto* e = r.error().template as<rs::rate_limited_error>())
+            out.push_back({id, sim.now().count(), "rate_limited", e->retry_after().count(), reason_name(e->reason())});
+        else if (rs::is_cancellation(r.error()))
+            out.push_back({id, sim.now().count(), "cancelled"});
+        else
+            out.push_back({id, sim.now().count(), "unexpected failure"});
+    };
+    const auto stopper = [&](int id, ns at) -> rs::task<void> {
+        co_await sim.sleep_for(std::chrono::nanoseconds{at});
+        stops[static_cast<std::size_t>(id)].request_stop();
+    };
+    for (std::size_t i = 0; i < calls.size(); ++i)
+        sim.spawn(client(static_cast<int>(i)));
+    for (std::size_t i = 0; i < calls.size(); ++i)
+        if (calls[i].stop_at)
+            sim.spawn(stopper(static_cast<int>(i), *calls[i].stop_at));
+    sim.run_all();
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bulkhead (docs/bulkhead.md): at most N calls run at once; others wait in arrival order, up to
+// queue_limit, for at most queue_timeout, or until their caller stops.
+
+struct bulkhead_call {
+    ns arrive = 1;
+    ns hold = 0; // how long the action runs once admitted
+    std::optional<ns> stop_at{};
+};
+
+inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_limit, std::optional<ns> queue_timeout,
+                                         const std::vector<bulkhead_call>& calls) {
+    std::vector<event> out;
+    struct waiter {
+        int call;
+        ns deadline;
+    };
+    std::deque<waiter> queue;
+    std::vector<std::pair<ns, int>> running; // (ends at, call), in admission order
+    std::size_t busy = 0;
+    const ns forever = INT64_MAX;
+    const auto admit = [&](int id, ns now) {
+        ++busy;
+        out.push_back({id, now, "admitted"});
+        running.emplace_back(now + calls[static_cast<std::size_t>(id)].hold, id);
+    };
+
+    std::vector<std::pair<ns, int>> arrivals, stops;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
+        if (calls[i].stop_at)
+            stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
+    }
+    std::stable_sort(arrivals.begin(), arrivals.end());
+    std::stable_sort(stops.begin(), stops.end());
+    std::size_t a = 0, s = 0;
+    for (;;) {
+        ns now = forever;
+        if (a < arrivals.size())
+            now = std::min(now, arrivals[a].first);
+        if (s < stops.size())
+            now = std::min(now, stops[s].first);
+        for (auto& r : running)
+            now = std::min(now, r.first);
+        for (auto& w : queue)
+            now = std::min(now, w.deadline);
+        if (now == forever)
+            break;
+        for (; a < arrivals.size() && arrivals[a].first == now; ++a) {
+            const int id = arrivals[a].second;
+            if (queue.empty() && busy < slots)
+                admit(id, now);
+            else if (queue.size() >= queue_limit)
+                out.push_back({id, now, "bulkhead_rejected", -1, queue_limit == 0 ? "no_capacity" : "queue_full"});
+            else
+                queue.push_back({id, queue_timeout ? now + *queue_timeout : forever});
+        }
+        for (; s < stops.size() && stops[s].first == now; ++s) {
+            const int id = stops[s].second;
+            auto it = std::find_if(queue.begin(), queue.end(), [id](const waiter& w) { return w.call == id; });
+            if (it != queue.end()) {
+                out.push_back({id, now, "cancelled"});
+                queue.erase(it);
+            }
+        }
+        // Calls ending now free their slots, each handed to the front waiter at once.
+        for (std::size_t i = 0; i < running.size();) {
+            if (running[i].first != now) {
+                ++i;
+                continue;
+            }
+            out.push_back({running[i].second, now, "value"});
+            running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+            --busy;
+            if (!queue.empty()) {
+                const int next = queue.front().call;
+                queue.pop_front();
+                admit(next, now);
+            }
+        }
+        // Waiters whose time ran out leave.
+        for (auto it = queue.begin(); it != queue.end();) {
+            if (it->deadline == now) {
+                out.push_back({it->call, now, "bulkhead_rejected", -1, "queue_timeout"});
+                it = queue.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    return out;
+}
+
+template <class Bulkhead>
+std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bulkhead,
+                                const std::vector<bulkhead_call>& calls) {
+    std::vector<event> out;
+    std::vector<std::stop_source> stops(calls.size());
+    const auto client = [&](int id) -> rs::task<void> {
+        const bulkhead_call& c = calls[static_cast<std::size_t>(id)];
+        co_await sim.sleep_for(std::chrono::nanoseconds{c.arrive});
+        auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
+            out.push_back({id, sim.now().count(), "admitted"});
+            co_await sim.sleep_for(std::chrono::nanoseconds{hold}); // ignores stop: it holds its slot
+            co_return id;
+        };
+        const auto r = co_await bulkhead.execute_outcome(std::move(action), stops[static_cast<std::size_t>(id)].get_token());
+        if (r.has_value())
+            out.push_back({id, sim.now().count(), "value"});
+        else if (auto* e = r.error().template as<rs::bulkhead_rejected_error>())
+            out.push_back({id, sim.now().count(), "bulkhead_rejected", -1, reason_name(e->reason())});
+        else if (rs::is_cancellation(r.error()))
+            out.push_back({id, sim.now().count(), "cancelled"});
+        else
+            out.push_back({id, sim.now().count(), "unexpected failure"});
+    };
+    const auto stopper = [&](int id, ns at) -> rs::task<void> {
+        co_await sim.sleep_for(std::chrono::nanoseconds{at});
+        stops[static_cast<std::size_t>(id)].request_stop();
+    };
+    for (std::size_t i = 0; i < calls.size(); ++i)
+        sim.spawn(client(static_cast<int>(i)));
+    for (std::size_t i = 0; i < calls.size(); ++i)
+        if (calls[i].stop_at)
+            sim.spawn(stopper(static_cast<int>(i), *calls[i].stop_at));
+    sim.run_all();
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Circuit breaker (docs/circuit_breaker.md), consecutive-failure rule, calls one after another:
+// closed until `threshold` failures in a row; open for break_duration * growth^(n-1) (capped) after
+// the n-th opening in a row, refusing with retry_after = the time left; then half-open, admitting
+// `probes` calls, all of which must succeed to close it (any failure opens it again).
+
+struct breaker_call {
+    ns gap = 0;     // idle time before the call starts, after the previous one ended
+    ns latency = 0; // how long it runs
+    bool fails = false;
+};
+
+struct breaker_setup {
+    int threshold = 1;
+    ns break_duration = 1;
+    double growth = 1.0;
+    std::optional<ns> max_break{};
+    int probes = 1;
+};
+
+inline ns model_break_for(const breaker_setup& b, int opens) {
+    long double d = static_cast<long double>(b.break_duration);
+    for (int i = 1; i < opens; ++i)
+        d *= static_cast<long double>(b.growth);
+    const ns cap = b.max_break.value_or(INT64_MAX);
+    return d >= static_cast<long double>(cap) ? cap : static_cast<ns>(d);
+}
+
+inline std::vector<event> model_breaker(const breaker_setup& b, const std::vector<breaker_call>& calls) {
+    std::vector<event> out;
+    enum { closed, open, half_open } state = closed;
+    int run = 0, opens = 0, probes_passed = 0;
+    ns open_until = 0, now = 0;
+    const auto state_name = [&](ns t) -> std::string {
+        if (state == open && t >= open_until)
+            return "half_open";
+        return state == closed ? "closed" : state == open ? "open" : "half_open";
+    };
+    const auto open_at = [&](ns t) {
+        ++opens;
+        state = open;
+        open_until = t + model_break_for(b, opens);
+        probes_passed = 0;
+    };
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        const breaker_call& c = calls[i];
+        const int id = static_cast<int>(i);
+        now += c.gap;
+        if (state == open && now >= open_until)
+            state = half_open;
+        if (state == open) {
+            out.push_back({id, now, "circuit_open", open_until - now, "open"});
+            continue;
+        }
+        out.push_back({id, now, "admitted", -1, state_name(now)});
+        now += c.latency;
+        if (state == closed) {
+            if (c.fails) {
+                if (++run >= b.threshold) {
+                    run = 0;
+                    open_at(now);
+                }
+            } else {
+                run = 0;
+            }
+        } else if (c.fails) {
+            open_at(now);
+        } else if (++probes_passed >= b.probes) {
+            state = closed;
+            opens = 0;
+            run = 0;
+        }
+        out.push_back({id, now, c.fails ? "failure" : "value", -1, state_name(now)});
+    }
+    return out;
+}
+
+inline std::string state_name(rs::circuit_state s) { return rs::to_string(s); }
+
+template <class Breaker>
+std::vector<event> run_breaker(rs::testing::simulation& sim, const Breaker& breaker,
+                               const std::vector<breaker_call>& calls) {
+    std::vector<event> out;
+    sim.run([&]() -> rs::task<void> {
+        for (std::size_t i = 0; i < calls.size(); ++i) {
+            const breaker_call& c = calls[i];
+            const int id = static_cast<int>(i);
+            if (c.gap > 0)
+                co_await sim.sleep_for(std::chrono::nanoseconds{c.gap});
+            auto action = [&out, &sim, &breaker, id, c]() -> rs::task<int> {
+                out.push_back({id, sim.now().count(), "admitted", -1, state_name(breaker.state())});
+                if (c.latency > 0)
+                    co_await sim.sleep_for(std::chrono::nanoseconds{c.latency});
+                if (c.fails)
+                    throw std::runtime_error("scripted failure");
+                co_return id;
+            };
+            const auto r = co_await breaker.execute_outcome(std::move(action));
+            if (r.has_value()) {
+                out.push_back({id, sim.now().count(), "value", -1, state_name(breaker.state())});
+            } else if (auto* e = r.error().template as<rs::circuit_open_error>()) {
+                out.push_back({id, sim.now().count(), "circuit_open", e->retry_after().count(), "open"});
+            } else {
+                out.push_back({id, sim.now().count(), "failure", -1, state_name(breaker.state())});
+            }
+        }
+    }());
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// pipeline{retry, timeout} (docs/retry.md, docs/timeout.md): each attempt bounded by the timeout;
+// a failure before the deadline is reported at once, a failure after it (or a stop) becomes
+// timeout_error, a late value is returned; retried (transient failures and timeouts) after a
+// constant backoff, up to max_attempts; the last failure comes out unchanged.
+
+struct attempt_plan {
+    ns latency = 0;
+    bool fails = false;
+    bool ignores_stop = false;
+};
+
+struct retry_timeout_setup {
+    int max_attempts = 1;
+    ns backoff = 0;
+    ns timeout = 1;
+};
+
+inline std::vector<event> model_retry_timeout(const retry_timeout_setup& s, const std::vector<attempt_plan>& plan) {
+    std::vector<event> out;
+    ns now = 0;
+    for (int attempt = 1;; ++attempt) {
+        const attempt_plan& p = plan[static_cast<std::size_t>(attempt - 1) % plan.size()];
+        out.push_back({attempt, now, "attempt"});
+        std::string result;
+        if (p.latency < s.timeout) {
+            now += p.latency;
+            result = p.fails ? "scripted_failure" : "value";
+        } else if (p.ignores_stop) {
+            now += p.latency;
+            result = p.fails ? "timeout_error" : "value";
+        } else {
+            now += s.timeout;
+            result = "timeout_error";
+        }
+        if (result == "value" || attempt >= s.max_attempts) {
+            out.push_back({attempt, now, result});
+            return out;
+        }
+        now += s.backoff;
+    }
+}
+
+template <class Policy>
+std::vector<event> run_retry_timeout(rs::testing::simulation& sim, const Policy& policy,
+                                     const std::vector<attempt_plan>& plan) {
+    std::vector<event> out;
+    int attempt = 0;
+    auto action = [&](std::stop_token st) -> rs::task<int> {
+        const attempt_plan& p = plan[static_cast<std::size_t>(attempt) % plan.size()];
+        ++attempt;
+        out.push_back({attempt, sim.now().count(), "attempt"});
+        co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, p.ignores_stop ? std::stop_token{} : st);
+        if (!p.ignores_stop && st.stop_requested())
+            throw rs::cancelled_error{};
+        if (p.fails)
+            throw std::runtime_error("scripted failure");
+        co_return attempt;
+    };
+    const auto r = sim.run(policy.execute_outcome(action));
+    std::string what = "value";
+    if (!r.has_value()) {
+        if (r.error().template is<rs::timeout_error>())
+            what = "timeout_error";
+        else if (r.error().template is<std::runtime_error>())
+            what = "scripted_failure";
+        else
+            what = "unexpected failure";
+    }
+    out.push_back({attempt, sim.now().count(), what});
+    return out;
+}
+
+
+// ---------------------------------------------------------------------------------------------------------
+// Scenarios: made from a `chooser`, so the tests draw them from seeds and the fuzzer from bytes. Each
+// `check_*` plays one through the model and the policy and returns both traces, sorted.
+//
+// Grids keep apart the instants the documentation does not order: arrivals are at 1 mod 1000 ns,
+// stops at 250, queue deadlines at 501, attempt timeouts at 500 mod 1000 ns (latencies and holds
+// are whole microseconds).
+
+struct comparison {
+    std::string setup;
+    std::vector<event> expected, actual;
+    bool agree() const { return expected == actual; }
+};
+
+inline std::vector<limiter_call> limiter_calls(chooser& pick) {
+    std::vector<limiter_call> calls(static_cast<std::size_t>(pick.between(1, 12)));
+    const ns unit = pick.coin(50) ? 1'000 : 1'000'000; // microseconds or milliseconds apart
+    ns t = 0;
+    for (auto& c : calls) {
+        if (pick.coin(70))
+            t += pick.between(0, 400) * unit;
+        c.arrive = t + 1;
+        if (pick.coin(15))
+            c.stop_at = c.arrive + pick.between(0, 300) * unit + 249;
+    }
+    return calls;
+}
+
+inline std::optional<ns> queue_timeout_of(chooser& pick) {
+    if (!pick.coin(40))
+        return std::nullopt;
+    return pick.between(0, 500) * (pick.coin(50) ? 1'000 : 1'000'000) + 500;
+}
+
+inline comparison check_token_bucket(chooser& pick) {
+    static constexpr ns rates[] = {1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 1000, 1'000'000};
+    const ns tokens = pick.between(1, 4);
+    const ns rate = pick.pick(rates);
+    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+    const std::optional<ns> queue_timeout = queue_timeout_of(pick);
+    const std::vector<limiter_call> calls = limiter_calls(pick);
+
+    comparison c;
+    std::ostringstream setup;
+    setup << "token_limit=" << tokens << " tokens_per_second=" << rate << " queue_limit=" << queue_limit
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+    c.setup = setup.str();
+    c.expected = sorted(model_limiter(token_bucket_meter{tokens, 1'000'000'000 / rate}, queue_limit, queue_timeout, calls));
+    rs::testing::simulation sim;
+    rs::rate_limiter limiter{{.token_limit = static_cast<std::size_t>(tokens),
+                              .tokens_per_second = static_cast<double>(rate),
+                              .queue_limit = queue_limit,
+                              .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout}
+                                                             : std::nullopt},
+                             sim.clock()};
+    c.actual = sorted(run_limiter(sim, limiter, calls));
+    return c;
+}
+
+inline comparison check_sliding_window(chooser& pick) {
+    static constexpr ns windows[] = {1'000'000'000, 100'000'000, 999'999'999, 1'000'000'007, 3'000'000, 7'000};
+    const ns permits = pick.between(1, 4);
+    const ns window = pick.pick(windows);
+    const ns segments = pick.between(1, 7);
+    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+    const std::optional<ns> queue_timeout = queue_timeout_of(pick);
+    const std::vector<limiter_call> calls = limiter_calls(pick);
+
+    comparison c;
+    std::ostringstream setup;
+    setup << "permit_limit=" << permits << " window=" << window << "ns segments=" << segments
+          << " queue_limit=" << queue_limit
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+    c.setup = setup.str();
+    c.expected = sorted(model_limiter(sliding_window_meter{permits, window, segments}, queue_limit, queue_timeout, calls));
+    rs::testing::simulation sim;
+    rs::sliding_window_limiter limiter{
+        {.permit_limit = static_cast<std::size_t>(permits),
+         .window = std::chrono::nanoseconds{window},
+         .segments = static_cast<std::size_t>(segments),
+         .queue_limit = queue_limit,
+         .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout} : std::nullopt},
+        sim.clock()};
+    c.actual = sorted(run_limiter(sim, limiter, calls));
+    return c;
+}
+
+inline comparison check_bulkhead(chooser& pick) {
+    const auto slots = static_cast<std::size_t>(pick.between(1, 4));
+    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+    const std::optional<ns> queue_timeout =
+        pick.coin(40) ? std::optional<ns>{pick.between(0, 300) * 1'000 + 500} : std::nullopt;
+    std::vector<bulkhead_call> calls(static_cast<std::size_t>(pick.between(1, 12)));
+    ns t = 0;
+    for (auto& call : calls) {
+        if (pick.coin(70))
+            t += pick.between(0, 200) * 1'000;
+        call.arrive = t + 1;
+        call.hold = pick.between(1, 400) * 1'000;
+        if (pick.coin(15))
+            call.stop_at = call.arrive + pick.between(0, 300) * 1'000 + 249;
+    }
+
+    comparison c;
+    std::ostringstream setup;
+    setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+    c.setup = setup.str();
+    c.expected = sorted(model_bulkhead(slots, queue_limit, queue_timeout, calls));
+    rs::testing::simulation sim;
+    rs::bulkhead bulkhead{{.max_concurrent_calls = slots,
+                           .queue_limit = queue_limit,
+                           .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout}
+                                                          : std::nullopt},
+                          sim.clock()};
+    c.actual = sorted(run_bulkhead(sim, bulkhead, calls));
+    return c;
+}
+
+inline comparison check_breaker(chooser& pick) {
+    breaker_setup b;
+    b.threshold = static_cast<int>(pick.between(1, 4));
+    b.break_duration = pick.between(1, 50) * 1'000'000;
+    b.growth = pick.coin(50) ? 1.0 : pick.coin(50) ? 2.0 : 1.5;
+    if (pick.coin(40))
+        b.max_break = b.break_duration * pick.between(1, 5);
+    b.probes = static_cast<int>(pick.between(1, 3));
+    std::vector<breaker_call> calls(static_cast<std::size_t>(pick.between(1, 30)));
+    for (auto& call : calls) {
+        call.gap = pick.coin(50) ? 0 : pick.between(0, 60) * 1'000'000;
+        call.latency = pick.coin(30) ? 0 : pick.between(0, 20) * 1'000'000;
+        call.fails = pick.coin(45);
+    }
+
+    comparison c;
+    std::ostringstream setup;
+    setup << "failure_threshold=" << b.threshold << " break_duration=" << b.break_duration
+          << "ns break_duration_growth=" << b.growth << " max_break_duration="
+          << (b.max_break ? std::to_string(*b.max_break) + "ns" : "none") << " probes=" << b.probes;
+    c.setup = setup.str();
+    c.expected = model_breaker(b, calls);
+    rs::testing::simulation sim;
+    rs::circuit_breaker breaker{
+        {.failure_threshold = b.threshold,
+         .break_duration = std::chrono::nanoseconds{b.break_duration},
+         .break_duration_growth = b.growth,
+         .max_break_duration = b.max_break ? std::optional<std::chrono::nanoseconds>{*b.max_break} : std::nullopt,
+         .probes = b.probes},
+        sim.clock()};
+    c.actual = run_breaker(sim, breaker, calls);
+    return c;
+}
+
+inline comparison check_retry_timeout(chooser& pick) {
+    retry_timeout_setup s;
+    s.max_attempts = static_cast<int>(pick.between(1, 5));
+    s.backoff = pick.between(0, 50) * 1'000'000;
+    s.timeout = pick.between(1, 100) * 1'000'000 + 500;
+    std::vector<attempt_plan> plan(static_cast<std::size_t>(pick.between(1, 5)));
+    for (auto& p : plan) {
+        p.latency = pick.between(0, 150) * 1'000'000;
+        p.fails = pick.coin(50);
+        p.ignores_stop = pick.coin(25);
+    }
+
+    comparison c;
+    std::ostringstream setup;
+    setup << "max_attempts=" << s.max_attempts << " backoff=" << s.backoff << "ns timeout=" << s.timeout << "ns";
+    c.setup = setup.str();
+    c.expected = model_retry_timeout(s, plan);
+    rs::testing::simulation sim;
+    rs::pipeline policy{rs::retry{{.max_attempts = s.max_attempts,
+                                   .backoff = rs::constant_backoff{std::chrono::nanoseconds{s.backoff}, rs::jitter::none}},
+                                  sim.clock()},
+                        rs::timeout{std::chrono::nanoseconds{s.timeout}, sim.clock()}};
+    c.actual = run_retry_timeout(sim, policy, plan);
+    return c;
+}
+
+} // namespace resilience_models

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: MIT
+// Every duration, count and double field of every options struct, given the values that break
+// arithmetic: negative, zero, NaN, infinities, the type's minimum and maximum. Each is refused with
+// std::invalid_argument naming the field and the value as written, or is accepted as documented
+// (the extremes that saturate) and then gives a policy that behaves: a call through it ends as it
+// should. Nothing here may be undefined behaviour: the UBSan leg runs this file too.
+
+#include "catch.hpp"
+#include "support.hpp"
+
+#include <resilience/backoff.hpp>
+#include <resilience/bulkhead.hpp>
+#include <resilience/circuit_breaker.hpp>
+#include <resilience/hedge.hpp>
+#include <resilience/rate_limiter.hpp>
+#include <resilience/retry.hpp>
+#include <resilience/retry_budget.hpp>
+#include <resilience/sliding_window_limiter.hpp>
+#include <resilience/testing/simulation.hpp>
+#include <resilience/timeout.hpp>
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using std::chrono::nanoseconds;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr double qnan = std::numeric_limits<double>::quiet_NaN();
+constexpr double inf = std::numeric_limits<double>::infinity();
+constexpr double dmax = std::numeric_limits<double>::max();
+constexpr double dlowest = std::numeric_limits<double>::lowest();
+constexpr double dtiny = std::numeric_limits<double>::denorm_min();
+constexpr nanoseconds nmin = nanoseconds::min();
+constexpr nanoseconds nmax = nanoseconds::max();
+constexpr std::size_t smax = std::numeric_limits<std::size_t>::max();
+
+// `make()` must throw std::invalid_argument whose message names `field` and shows `value`.
+template <class Make>
+void refused(const std::string& field, const std::string& value, Make make) {
+    INFO(field << " = " << value);
+    CHECK_THAT(resilience_tests::invalid_argument_message(make), Contains(field) && Contains(value));
+}
+
+// A call that takes 1 ms and returns 7.
+rs::task<int> quick(rs::testing::simulation& sim) {
+    co_await sim.sleep_for(1ms);
+    co_return 7;
+}
+
+// `policy` (on `sim`'s clock) lets a quick call through with its value.
+template <class Policy>
+void behaves(rs::testing::simulation& sim, const Policy& policy) {
+    const auto r = sim.run(policy.execute_outcome([&sim] { return quick(sim); }));
+    REQUIRE(r.has_value());
+    CHECK(r.value() == 7);
+}
+
+} // namespace
+
+TEST_CASE("bad input: retry options", "[bad_input][retry]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::retry_options o) { return rs::retry{std::move(o), sim.clock()}; };
+    for (int v : {0, -1, INT_MIN})
+        refused("max_attempts", std::to_string(v), [&] { make({.max_attempts = v}); });
+    for (nanoseconds v : {-1ns, nmin}) {
+        refused("max_elapsed", std::to_string(v.count()), [&] { make({.max_elapsed = v}); });
+        refused("max_delay", std::to_string(v.count()), [&] { make({.max_delay = v}); });
+    }
+    // Accepted: every attempt count up to INT_MAX, no limit (0) or any limit up to the largest.
+    behaves(sim, make({.max_attempts = INT_MAX}));
+    behaves(sim, make({.max_elapsed = nmax}));
+    behaves(sim, make({.max_delay = 0ns}));
+    behaves(sim, make({.max_delay = nmax}));
+
+    // A call that always fails, retried with the extremes: ends, with the last failure.
+    int calls = 0;
+    const auto failing = [&]() -> rs::task<int> {
+        ++calls;
+        co_await sim.sleep_for(1ms);
+        throw std::runtime_error("down");
+    };
+    // The longest backoff, capped by max_delay: two waits of an hour.
+    const rs::retry capped{{.max_attempts = 3,
+                            .backoff = rs::constant_backoff{nmax, rs::jitter::none},
+                            .max_elapsed = nmax,
+                            .max_delay = 1h},
+                           sim.clock()};
+    auto before = sim.now();
+    CHECK(sim.run(capped.execute_outcome(failing)).has_failure());
+    CHECK(calls == 3);
+    CHECK(sim.now() - before == 2h + 3ms);
+    // Uncapped, the first wait (about 292 years) would pass max_elapsed: the loop ends at once.
+    const rs::retry longest{{.max_attempts = 3,
+                             .backoff = rs::constant_backoff{nmax, rs::jitter::none},
+                             .max_elapsed = nmax,
+                             .max_delay = nmax},
+                            sim.clock()};
+    calls = 0;
+    before = sim.now();
+    CHECK(sim.run(longest.execute_outcome(failing)).has_failure());
+    CHECK(calls == 1);
+    CHECK(sim.now() - before == 1ms);
+}
+
+TEST_CASE("bad input: backoff schedules", "[bad_input][backoff]") {
+    const auto with = [](auto schedule) { return rs::backoff{schedule}; };
+    for (nanoseconds v : {-1ns, nmin}) {
+        const std::string s = std::to_string(v.count());
+        refused("interval", s, [&] { with(rs::constant_backoff{v}); });
+        refused("initial", s, [&] { with(rs::linear_backoff{.initial = v}); });
+        refused("step", s, [&] { with(rs::linear_backoff{.step = v}); });
+        refused("max", s, [&] { with(rs::linear_backoff{.initial = 0ns, .max = v}); });
+        refused("initial", s, [&] { with(rs::exponential_backoff{.initial = v}); });
+        refused("max", s, [&] { with(rs::exponential_backoff{.max = v}); });
+        refused("delays[1]", s, [&] { with(rs::list_backoff{.delays = {1ms, v}}); });
+    }
+    refused("initial", "0", [&] { with(rs::exponential_backoff{.initial = 0ns}); });
+    for (double f : {qnan, inf, -inf, 0.0, -1.0, 0.5, dlowest, dtiny})
+        refused("factor", rs::detail::format_number(f), [&] { with(rs::exponential_backoff{.factor = f}); });
+    for (double f : {qnan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest})
+        refused("fraction", rs::detail::format_number(f), [&] { rs::jitter::proportional(f); });
+
+    // Accepted extremes give delays in [0, max] for every attempt number, without overflow.
+    rs::seeded_random rng{42};
+    const rs::backoff schedules[] = {
+        with(rs::constant_backoff{nmax}),
+        with(rs::constant_backoff{0ns}),
+        with(rs::linear_backoff{.initial = nmax, .step = nmax, .max = nmax}),
+        with(rs::exponential_backoff{.initial = 1ns, .factor = dmax, .max = nmax}),
+        with(rs::exponential_backoff{.initial = nmax, .factor = 1.0, .max = nmax, .jitter = rs::jitter::decorrelated}),
+        with(rs::exponential_backoff{.initial = 1ns, .max = nmax, .jitter = rs::jitter::proportional(dtiny)}),
+        with(rs::list_backoff{.delays = {nmax, 0ns}}),
+    };
+    for (const auto& b : schedules)
+        for (int attempt : {INT_MIN, -1, 0, 1, 2, 63, 64, 1'000'000'000, INT_MAX}) {
+            const nanoseconds d = b.delay(attempt, rng, rs::failure{}, nmax);
+            CHECK(d >= 0ns);
+        }
+}
+
+TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::circuit_breaker_options o) { return rs::circuit_breaker{std::move(o), sim.clock()}; };
+    const auto window = [&](rs::breaker_window w) { return make({.window = w}); };
+    for (int v : {0, -1, INT_MIN}) {
+        const std::string s = std::to_string(v);
+        refused("failure_threshold", s, [&] { make({.failure_threshold = v}); });
+        refused("probes", s, [&] { make({.probes = v}); });
+        refused("window.size", s, [&] { window({.size = v, .failure_ratio = 0.5}); });
+        refused("window.segments", s, [&] { window({.sampling_duration = 1s, .segments = v, .failure_ratio = 0.5}); });
+        refused("window.minimum_throughput", s,
+                [&] { window({.size = 10, .minimum_throughput = v, .failure_ratio = 0.5}); });
+    }
+    for (nanoseconds v : {0ns, -1ns, nmin}) {
+        const std::string s = std::to_string(v.count());
+        refused("break_duration", s, [&] { make({.failure_threshold = 1, .break_duration = v}); });
+        refused("max_break_duration", s, [&] { make({.failure_threshold = 1, .max_break_duration = v}); });
+        refused("window.sampling_duration", s, [&] { window({.sampling_duration = v, .failure_ratio = 0.5}); });
+        refused("window.slow_call_duration", s,
+                [&] { window({.size = 10, .slow_call_duration = v, .slow_call_ratio = 0.5}); });
+    }
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, 0.999, dlowest}) {
+        const std::string s = rs::detail::format_number(v);
+        refused("break_duration_growth", s, [&] { make({.failure_threshold = 1, .break_duration_growth = v}); });
+    }
+    for (double v : {qnan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest}) {
+        const std::string s = rs::detail::format_number(v);
+        refused("window.failure_ratio", s, [&] { window({.size = 10, .failure_ratio = v}); });
+        refused("window.slow_call_ratio", s,
+                [&] { window({.size = 10, .slow_call_duration = 1s, .slow_call_ratio = v}); });
+    }
+    // Sizes that would allocate gigabytes are refused (they used to be accepted and allocated).
+    refused("window.size", std::to_string(INT_MAX), [&] { window({.size = INT_MAX, .failure_ratio = 0.5}); });
+    refused("window.segments", std::to_string(INT_MAX),
+            [&] { window({.sampling_duration = nmax, .segments = INT_MAX, .failure_ratio = 0.5}); });
+    refused("window.segments", std::to_string(INT_MAX),
+            [&] { window({.sampling_duration = 1ms, .segments = INT_MAX, .failure_ratio = 0.5}); });
+    refused("window.minimum_throughput", std::to_string(INT_MAX),
+            [&] { window({.size = 10, .minimum_throughput = INT_MAX, .failure_ratio = 0.5}); });
+
+    // Accepted extremes: the largest counts, durations and growth. A breaker that opens for the
+    // longest break refuses with the longest retry_after, and growth saturates instead of overflowing.
+    behaves(sim, make({.failure_threshold = INT_MAX, .probes = INT_MAX}));
+    behaves(sim, window({.size = rs::breaker_window::max_size, .failure_ratio = dtiny}));
+    behaves(sim, window({.sampling_duration = nmax, .segments = rs::breaker_window::max_segments,
+                         .minimum_throughput = INT_MAX, .failure_ratio = 1.0, .slow_call_duration = nmax,
+                         .slow_call_ratio = 1.0}));
+    behaves(sim, window({.sampling_duration = 1ns, .segments = 1, .minimum_throughput = 1, .failure_ratio = dtiny,
+                         .slow_call_duration = 1ns, .slow_call_ratio = dtiny}));
+    const auto fail = [&]() -> rs::task<int> {
+        co_await sim.sleep_for(1ms);
+        throw std::runtime_error("down");
+    };
+    for (double growth : {1.0, dmax}) {
+        const auto breaker = make({.failure_threshold = 1, .break_duration = nmax, .break_duration_growth = growth});
+        for (int i = 0; i < 3; ++i) {
+            CHECK(sim.run(breaker.execute_outcome(fail)).has_failure());
+            const auto refused_call = sim.run(breaker.execute_outcome([&sim] { return quick(sim); }));
+            REQUIRE(refused_call.has_failure());
+            const auto* e = refused_call.error().as<rs::circuit_open_error>();
+            REQUIRE(e != nullptr);
+            CHECK(e->retry_after() > std::chrono::hours{24 * 365 * 100});
+            breaker.reset();
+        }
+    }
+    const auto growing = make({.failure_threshold = 1, .break_duration = 1ms, .break_duration_growth = dmax});
+    for (int i = 0; i < 4; ++i) {
+        CHECK(sim.run(growing.execute_outcome(fail)).has_failure());
+        sim.run([&]() -> rs::task<void> { co_await sim.sleep_for(1ms); }());
+    }
+}
+
+TEST_CASE("bad input: timeout options and durations", "[bad_input][timeout][regression]") {
+    rs::testing::simulation sim;
+    for (nanoseconds v : {0ns, -1ns, nmin})
+        refused("timeout", std::to_string(v.count()), [&] { rs::timeout{{.timeout = v}, sim.clock()}; });
+    // A NaN was converted to an integer count before it was checked (undefined behaviour); the
+    // message then showed whatever that gave. Refused by name now, before converting.
+    using seconds_d = std::chrono::duration<double>;
+    refused("timeout", "nan s", [&] { rs::timeout{seconds_d{qnan}, sim.clock()}; });
+    refused("timeout", "inf s", [&] { rs::timeout{seconds_d{inf}, sim.clock()}; });
+    refused("timeout", "-inf s", [&] { rs::timeout{seconds_d{-inf}, sim.clock()}; });
+    refused("timeout", "nan ms", [&] { rs::timeout{std::chrono::duration<float, std::milli>{std::numeric_limits<float>::quiet_NaN()}}; });
+    refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{dlowest}, sim.clock()}; });
+    refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{-dtiny}, sim.clock()}; });
+    refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{dtiny}, sim.clock()}; }); // rounds to 0 ns
+
+    // Accepted: the largest, and anything longer (saturated to it, documented as forever).
+    CHECK(rs::timeout{seconds_d{dmax}, sim.clock()}.duration() == nmax);
+    CHECK(rs::timeout{std::chrono::hours::max(), sim.clock()}.duration() == nmax);
+    behaves(sim, rs::timeout{{.timeout = nmax}, sim.clock()});
+    behaves(sim, rs::timeout{seconds_d{dmax}, sim.clock()});
+    behaves(sim, rs::timeout{{.timeout = 1ns}, sim.clock()} /* a value after the deadline is returned */);
+}
+
+TEST_CASE("bad input: bulkhead options", "[bad_input][bulkhead]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::bulkhead_options o) { return rs::bulkhead{std::move(o), sim.clock()}; };
+    refused("max_concurrent_calls", "0", [&] { make({.max_concurrent_calls = 0}); });
+    for (nanoseconds v : {0ns, -1ns, nmin})
+        refused("queue_timeout", std::to_string(v.count()), [&] { make({.queue_timeout = v}); });
+    behaves(sim, make({.max_concurrent_calls = smax}));
+    behaves(sim, make({.max_concurrent_calls = 1, .queue_limit = smax, .queue_timeout = nmax}));
+
+    // A full bulkhead with the longest queue timeout: the waiter gets the slot when it frees.
+    const auto one = make({.max_concurrent_calls = 1, .queue_limit = smax, .queue_timeout = nmax});
+    sim.spawn(one.execute([&sim] { return quick(sim); }));
+    const auto r = sim.run(one.execute_outcome([&sim] { return quick(sim); }));
+    CHECK(r.has_value());
+}
+
+TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::rate_limiter_options o) { return rs::rate_limiter{std::move(o), sim.clock()}; };
+    refused("token_limit", "0", [&] { make({.token_limit = 0, .tokens_per_second = 1}); });
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dtiny, 1e-300, 1e-10})
+        refused("tokens_per_second", rs::detail::format_number(v), [&] { make({.token_limit = 1, .tokens_per_second = v}); });
+    for (nanoseconds v : {0ns, -1ns, nmin})
+        refused("queue_timeout", std::to_string(v.count()),
+                [&] { make({.token_limit = 1, .tokens_per_second = 1, .queue_timeout = v}); });
+
+    // Accepted extremes behave: the slowest rate, the fastest, the largest bucket and queue.
+    behaves(sim, make({.token_limit = 1, .tokens_per_second = 1e-9}));
+    behaves(sim, make({.token_limit = 1, .tokens_per_second = dmax}));
+    behaves(sim, make({.token_limit = smax, .tokens_per_second = 1, .queue_limit = smax, .queue_timeout = nmax}));
+    const auto fastest = make({.token_limit = 1, .tokens_per_second = dmax, .queue_limit = 1});
+    for (int i = 0; i < 5; ++i)
+        CHECK(sim.run(fastest.take_outcome()).has_value()); // a token due within a nanosecond, waited for
+    CHECK(fastest.tokens() >= 0.0);
+    CHECK(fastest.tokens() <= 1.0);
+
+    // The slowest rate with a queue: a refused caller is told the far future, never a negative wait.
+    const auto slowest = make({.token_limit = 1, .tokens_per_second = 1e-9, .queue_limit = 3});
+    CHECK(sim.run(slowest.take_outcome()).has_value());
+    for (int i = 0; i < 3; ++i)
+        sim.spawn([&]() -> rs::task<void> { (void)co_await slowest.take_outcome(); }());
+    sim.run_for(1s);
+    const auto told = sim.run(slowest.take_outcome());
+    REQUIRE(told.has_failure());
+    CHECK(told.error().as<rs::rate_limited_error>()->retry_after() > std::chrono::hours{24 * 365 * 100});
+}
+
+TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_window][regression]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::sliding_window_limiter_options o) {
+        return rs::sliding_window_limiter{std::move(o), sim.clock()};
+    };
+    refused("permit_limit", "0", [&] { make({.permit_limit = 0, .window = 1s}); });
+    for (nanoseconds v : {0ns, -1ns, nmin}) {
+        refused("window", std::to_string(v.count()), [&] { make({.permit_limit = 1, .window = v}); });
+        refused("queue_timeout", std::to_string(v.count()),
+                [&] { make({.permit_limit = 1, .window = 1s, .queue_timeout = v}); });
+    }
+    refused("segments", "0", [&] { make({.permit_limit = 1, .window = 1s, .segments = 0}); });
+    refused("segments", std::to_string(smax), [&] { make({.permit_limit = 1, .window = 1s, .segments = smax}); });
+    refused("segments", "1000001", [&] { make({.permit_limit = 1, .window = 1s, .segments = 1'000'001}); });
+    refused("segments", "11", [&] { make({.permit_limit = 1, .window = 10ns, .segments = 11}); });
+
+    // Accepted extremes behave. The longest window saturates: a permit taken never comes back in
+    // practice (it used to overflow where its return time was computed).
+    behaves(sim, make({.permit_limit = smax, .window = nmax}));
+    behaves(sim, make({.permit_limit = 1, .window = nmax, .segments = 1'000'000}));
+    behaves(sim, make({.permit_limit = 1, .window = 1ns, .queue_limit = smax, .queue_timeout = nmax}));
+    for (std::size_t segments : {std::size_t{1}, std::size_t{3}, std::size_t{7}}) {
+        // The waiters give up after 10 s: their permits never come back.
+        const auto longest =
+            make({.permit_limit = 2, .window = nmax, .segments = segments, .queue_limit = 4, .queue_timeout = 10s});
+        CHECK(sim.run(longest.take_outcome()).has_value());
+        CHECK(sim.run(longest.take_outcome()).has_value());
+        for (int i = 0; i < 4; ++i)
+            sim.spawn([&]() -> rs::task<void> { (void)co_await longest.take_outcome(); }());
+        sim.run_for(1s);
+        const auto told = sim.run(longest.take_outcome());
+        REQUIRE(told.has_failure());
+        CHECK(told.error().as<rs::rate_limited_error>()->retry_after() > std::chrono::hours{24 * 365 * 100});
+        CHECK(longest.tokens() == 0.0);
+    }
+}
+
+TEST_CASE("bad input: retry budget options", "[bad_input][retry_budget]") {
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, 1.5, dlowest, dmax, dtiny, 1e-10})
+        refused("ratio", rs::detail::format_number(v), [&] { rs::retry_budget{{.ratio = v}}; });
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dmax, 1e10})
+        refused("capacity", rs::detail::format_number(v), [&] { rs::retry_budget{{.capacity = v}}; });
+    // Accepted extremes: tokens stay in [0, capacity].
+    for (const rs::retry_budget_options o : {rs::retry_budget_options{.ratio = 1e-9, .capacity = 1e9},
+                                             rs::retry_budget_options{.ratio = 1.0, .capacity = dtiny}}) {
+        rs::retry_budget budget{o};
+        for (int i = 0; i < 10; ++i) {
+            budget.record_call();
+            (void)budget.try_withdraw();
+        }
+        CHECK(budget.tokens() >= 0.0);
+        CHECK(budget.tokens() <= o.capacity);
+    }
+}
+
+TEST_CASE("bad input: hedge options", "[bad_input][hedge]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::hedge_options o) { return rs::hedge{std::move(o), sim.clock()}; };
+    for (int v : {0, -1, INT_MIN})
+        refused("max_attempts", std::to_string(v), [&] { make({.max_attempts = v}); });
+    for (nanoseconds v : {-1ns, nmin})
+        refused("delay", std::to_string(v.count()), [&] { make({.delay = v}); });
+    using seconds_d = std::chrono::duration<double>;
+    refused("delay", "nan s", [&] { make({.delay = seconds_d{qnan}}); });
+    refused("delay", "inf s", [&] { make({.delay = seconds_d{inf}}); });
+    refused("delay", "-inf s", [&] { make({.delay = seconds_d{-inf}}); });
+
+    behaves(sim, make({.max_attempts = INT_MAX, .delay = nmax}));
+    behaves(sim, make({.max_attempts = INT_MAX, .delay = seconds_d{dmax}}));
+    behaves(sim, make({.max_attempts = 3, .delay = 0ns}));
+    // A schedule answering NaN ends the call that asked it, with the same message.
+    const auto odd = make({.max_attempts = 3, .delay = [](int) { return seconds_d{qnan}; }});
+    const auto r = sim.run(odd.execute_outcome([&sim] { return quick(sim); }));
+    REQUIRE(r.has_failure());
+    CHECK_THROWS_WITH(r.error().rethrow(), Contains("delay") && Contains("nan s"));
+}
