@@ -620,7 +620,9 @@ std::vector<event> run_retry_timeout(rs::testing::simulation& sim, const Policy&
         const attempt_plan& p = plan[static_cast<std::size_t>(attempt) % plan.size()];
         ++attempt;
         out.push_back({attempt, sim.now().count(), "attempt"});
-        co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, p.ignores_stop ? std::stop_token{} : st);
+        // Named, not a temporary of the co_await expression (g++ 12 destroys those twice).
+        const std::stop_token listened = p.ignores_stop ? std::stop_token{} : st;
+        co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, listened);
         if (!p.ignores_stop && st.stop_requested())
             throw rs::cancelled_error{};
         if (p.fails)
@@ -810,6 +812,9 @@ inline comparison check_retry_timeout(chooser& pick) {
     comparison c;
     std::ostringstream setup;
     setup << "max_attempts=" << s.max_attempts << " backoff=" << s.backoff << "ns timeout=" << s.timeout << "ns";
+    for (const auto& p : plan)
+        setup << " [latency=" << p.latency << "ns" << (p.fails ? " fails" : "") << (p.ignores_stop ? " ignores_stop" : "")
+              << "]";
     c.setup = setup.str();
     c.expected = model_retry_timeout(s, plan);
     rs::testing::simulation sim;

@@ -309,7 +309,7 @@ TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_wind
     // practice (it used to overflow where its return time was computed).
     behaves(sim, make({.permit_limit = smax, .window = nmax}));
     behaves(sim, make({.permit_limit = 1, .window = nmax, .segments = 1'000'000}));
-    behaves(sim, make({.permit_limit = 1, .window = 1ns, .queue_limit = smax, .queue_timeout = nmax}));
+    behaves(sim, make({.permit_limit = 1, .window = 1ns, .segments = 1, .queue_limit = smax, .queue_timeout = nmax}));
     for (std::size_t segments : {std::size_t{1}, std::size_t{3}, std::size_t{7}}) {
         // The waiters give up after 10 s: their permits never come back.
         const auto longest =

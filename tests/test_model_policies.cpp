@@ -92,7 +92,7 @@ TEST_CASE("timeout: nested on two clocks, the attempt sees the inner deadline on
     // Inside out: the inner timeout is the one on the other clock, and its deadline is kept.
     rs::pipeline inside_out{rs::timeout{1s, sim.clock()}, rs::timeout{5s, other}};
     const auto start = sim.now();
-    sim.run(inside_out.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
+    (void)sim.run(inside_out.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
         on_inner = ctx.deadline_for(sim.clock());
         on_other = ctx.deadline_for(other);
         co_return 1;
@@ -103,7 +103,7 @@ TEST_CASE("timeout: nested on two clocks, the attempt sees the inner deadline on
     // On one clock, the earlier deadline is still kept, whichever timeout set it.
     rs::pipeline same{rs::timeout{1s, sim.clock()}, rs::timeout{5s, sim.clock()}};
     const auto later = sim.now();
-    sim.run(same.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
+    (void)sim.run(same.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
         on_inner = ctx.deadline_for(sim.clock());
         co_return 1;
     }));

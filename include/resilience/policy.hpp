@@ -60,6 +60,7 @@
 
 #include "concepts.hpp"
 #include "context.hpp"
+#include "event_loop.hpp"
 #include "outcome.hpp"
 #include "task.hpp"
 
@@ -79,6 +80,15 @@
 namespace resilience {
 
 namespace detail {
+
+/// Resumes the awaiting coroutine on `loop` (posted), for a call whose action finished on another
+/// thread: a call returns on the loop it was made on, whatever thread its action ended on.
+struct resume_on_loop {
+    event_loop* loop;
+    bool await_ready() const noexcept { return event_loop::current() == loop; }
+    void await_suspend(std::coroutine_handle<> h) const { loop->post(h); }
+    void await_resume() const noexcept {}
+};
 
 /// Calls an action the way it asks to be called: with the context, with the stop token, or bare.
 template <class A>
@@ -584,6 +594,7 @@ struct driver {
     static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, context ctx) {
         decltype(auto) stages = stages_from(source);
         time_cache cache;
+        event_loop* const home = event_loop::current(); // where the call returns (null: outside any loop)
         context& root = ctx;
         context_access::attach(root, &cache);
         auto leaf = holder.leaf();
@@ -605,6 +616,8 @@ struct driver {
         std::size_t w = none;
         if (s == step::proceed) {
             result.emplace(co_await leaf(*at[size]));
+            if (home && event_loop::current() != home)
+                co_await resume_on_loop{home}; // the action ended on another thread
             cache.clear();
             // The common path: every stage proceeded, so every stage leaves, innermost first.
             w = leave_from<I, size - 1>(stages, st, at, *result);
@@ -633,6 +646,8 @@ struct driver {
             });
             result.emplace(std::move(r));
         }
+        if (home && event_loop::current() != home)
+            co_await resume_on_loop{home}; // a stage's own wait ended on another thread
         if constexpr (Throw)
             co_return std::move(*result).value();
         else
