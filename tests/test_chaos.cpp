@@ -7,12 +7,14 @@
 #include "support.hpp"
 
 #include <resilience/chaos.hpp>
+#include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 #include <resilience/when_all.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -20,6 +22,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace rs = resilience;
@@ -375,4 +378,32 @@ TEST_CASE("chaos: at rate 0.5 a retry gets through on the first attempt the draw
     };
     CHECK(sim.run(p.execute(action)) == 9);
     CHECK(ran == 1);
+}
+
+TEST_CASE("chaos: a toggle flipped from another thread while calls run on a loop", "[chaos][concurrency]") {
+    chaos::toggle on{false};
+    const chaos::fault f{boom{}, {.injection_rate = 1, .enabled = on}};
+    const auto action = []() -> rs::task<int> { co_return 1; };
+    std::atomic<bool> done{false};
+    std::thread flipper([&] {
+        for (int i = 0; !done.load(); ++i)
+            on.set(i % 2 == 0);
+    });
+    int failed = 0;
+    int passed = 0;
+    rs::sync_wait([&]() -> rs::task<void> {
+        for (int i = 0; i < 20000; ++i) {
+            if (co_await f.execute_outcome(action))
+                ++passed;
+            else
+                ++failed;
+        }
+    }());
+    done = true;
+    flipper.join();
+    CHECK(failed + passed == 20000);
+    on.disable();
+    CHECK(rs::sync_wait(f.execute(action)) == 1);
+    on.enable();
+    CHECK_THROWS_AS(rs::sync_wait(f.execute(action)), boom);
 }

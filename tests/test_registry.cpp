@@ -309,6 +309,7 @@ TEST_CASE("registry: lookups, keyed churn and snapshots from many threads agree"
     constexpr int rounds = 2000;
     std::vector<std::vector<rs::circuit_breaker<>>> seen(threads);
     std::atomic<std::size_t> snapshots{0};
+    std::atomic<int> busy{0};
     std::vector<std::thread> workers;
     for (int t = 0; t < threads; ++t)
         workers.emplace_back([&, t] {
@@ -316,7 +317,8 @@ TEST_CASE("registry: lookups, keyed churn and snapshots from many threads agree"
                 if (i % 100 == 0)
                     seen[static_cast<std::size_t>(t)].push_back(reg.breaker("shared", {}));
                 auto tenant = reg.bulkhead("tenants", "t" + std::to_string((i * 7 + t) % 40), {});
-                CHECK(tenant.in_flight() == 0);
+                if (tenant.in_flight() != 0)
+                    ++busy; // (no CHECK here: Catch2 assertions are for the test's own thread)
                 auto budget = reg.retry_budget("budget", "k" + std::to_string(i % 3), {});
                 budget.record_call();
                 (void)budget.try_withdraw();
@@ -334,4 +336,5 @@ TEST_CASE("registry: lookups, keyed churn and snapshots from many threads agree"
     const auto all = reg.snapshot();
     CHECK(all.size() == 1 + 8 + 3);
     CHECK(snapshots.load() > 0);
+    CHECK(busy.load() == 0);
 }
