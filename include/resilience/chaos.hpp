@@ -15,8 +15,7 @@
 ///     rs::chaos::toggle rehearsal{false};     // off until a rehearsal turns it on
 ///     rs::pipeline p{rs::retry{}, rs::timeout{2s},
 ///                    rs::chaos::latency{5s, {.injection_rate = 0.1, .enabled = rehearsal}},
-///                    rs::chaos::fault{std::runtime_error{"injected"}, {.injection_rate = 0.05, .enabled =
-///                    rehearsal}}};
+///                    rs::chaos::fault{boom{}, {.injection_rate = 0.05, .enabled = rehearsal}}};
 ///     rehearsal.enable();
 #pragma once
 

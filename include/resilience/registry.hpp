@@ -262,8 +262,8 @@ struct registry_options {
 ///   {})` stays unambiguous.
 /// - `snapshot()` lists every entry, keyed ones included, with its state.
 ///
-/// Thread-safe: lookups and snapshots may come from any thread. Policies are made with the
-/// registry's lock held (constructors only allocate and validate). Handles handed out live on
+/// Thread-safe: lookups and snapshots may come from any thread. Policies are made with a lock held
+/// (the registry's, or a keyed family's: constructors only validate and allocate). Handles handed out live on
 /// their own: the registry may go before them. Not copyable: one registry is one set of names.
 /// `C` is the clock every policy it makes uses (`sim.clock()` in a test).
 ///
@@ -282,6 +282,9 @@ public:
     registry(const registry&) = delete;
     registry& operator=(const registry&) = delete;
 
+    /// The breaker registered as `name`, made from `options` if there is none yet (a later call's
+    /// options are ignored); with `key`, the one for `key` in the family `name`. The same for the
+    /// other kinds below.
     ::resilience::circuit_breaker<C> breaker(std::string_view name, circuit_breaker_options options = {}) {
         return plain<::resilience::circuit_breaker<C>>(name, std::move(options));
     }

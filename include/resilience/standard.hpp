@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
