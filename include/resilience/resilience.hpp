@@ -26,5 +26,6 @@
 #include "single_flight.hpp"
 #include "sliding_window_limiter.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 #include "timeout.hpp"
 #include "when_all.hpp"
