@@ -15,6 +15,7 @@
 #include "random.hpp"
 #include "retry_budget.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -103,6 +104,9 @@ struct retry_options {
     std::function<void(const retry_event&)> on_retry{};
     /// Called when `budget` refused a retry the classifier wanted; the last outcome is then returned.
     std::function<void(const retry_event&)> on_budget_exhausted{};
+    /// Hears this retry's `attempt` and `retry` events, and a `rejection` from `budget`. Empty: the
+    /// listener of a `telemetry` stage around it, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 /// Runs an action again after a failure, waiting out a backoff in between, until it succeeds or
@@ -177,8 +181,9 @@ public:
         }
         if (options_.budget)
             options_.budget->record_call();
-        // Only max_elapsed needs the start.
-        if (options_.max_elapsed > std::chrono::nanoseconds::zero())
+        // Only max_elapsed and a listener (the first attempt's length) need the start.
+        if (options_.max_elapsed > std::chrono::nanoseconds::zero() ||
+            detail::listener_for(options_.telemetry, ctx))
             s.start = detail::call_now(clock_, ctx);
         if (ctx.attempt() != 1) {
             s.inner = detail::context_access::derive_attempt(ctx, 1);
@@ -189,7 +194,12 @@ public:
 
     /// A success that nobody needs to judge ends here; anything else goes on in `resume`.
     template <class R>
-    step leave(call_state&, const context&, const outcome<R>& result) const noexcept {
+    step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
+        if (const telemetry_listener* l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]] {
+            if (!detail::report_ended(l, clock_, s.start,
+                                      detail::event(telemetry_kind::attempt, "retry", name(), 1), result))
+                return step::proceed; // the listener threw: that ends the call
+        }
         return result.has_value() && !options_.should_handle.sees_values() ? step::proceed : step::wait;
     }
 
@@ -197,10 +207,16 @@ public:
     template <class Next, class R>
     task<outcome<R>> resume(call_state& s, Next next, const context& ctx, outcome<R> result) const {
         std::chrono::nanoseconds previous{};
+        const telemetry_listener* const listener = detail::listener_for(options_.telemetry, ctx);
         for (int attempt = 1;; ++attempt) {
             if (attempt > 1) {
                 const context child = detail::context_access::derive_attempt(ctx, attempt);
+                const auto begun = listener ? clock_.now() : typename C::time_point{};
                 result = co_await next(child);
+                if (!detail::report_ended(listener, clock_, begun,
+                                          detail::event(telemetry_kind::attempt, "retry", name(), attempt),
+                                          result))
+                    co_return std::move(result);
                 if (result.has_value() && !options_.should_handle.sees_values())
                     co_return std::move(result);
             }
@@ -265,10 +281,15 @@ private:
             if (options_.on_budget_exhausted)
                 options_.on_budget_exhausted(retry_event{attempt, error, std::chrono::nanoseconds::zero(),
                                                          value, value_type, options_.name});
+            detail::emit(
+                options_.telemetry, ctx, clock_,
+                detail::event(telemetry_kind::rejection, "retry_budget", options_.name, attempt, {}, error));
             return std::nullopt;
         }
         if (options_.on_retry)
             options_.on_retry(retry_event{attempt, error, delay, value, value_type, options_.name});
+        detail::emit(options_.telemetry, ctx, clock_,
+                     detail::event(telemetry_kind::retry, "retry", options_.name, attempt, delay, error));
         return delay;
     }
 
