@@ -196,8 +196,7 @@ public:
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
         if (const telemetry_listener* l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]] {
-            if (!detail::report_ended(l, clock_, s.start,
-                                      detail::event(telemetry_kind::attempt, "retry", name(), 1), result))
+            if (!report_attempt(l, s.start, 1, result))
                 return step::proceed; // the listener threw: that ends the call
         }
         return result.has_value() && !options_.should_handle.sees_values() ? step::proceed : step::wait;
@@ -213,9 +212,7 @@ public:
                 const context child = detail::context_access::derive_attempt(ctx, attempt);
                 const auto begun = listener ? clock_.now() : typename C::time_point{};
                 result = co_await next(child);
-                if (!detail::report_ended(listener, clock_, begun,
-                                          detail::event(telemetry_kind::attempt, "retry", name(), attempt),
-                                          result))
+                if (listener && !report_attempt(listener, begun, attempt, result))
                     co_return std::move(result);
                 if (result.has_value() && !options_.should_handle.sees_values())
                     co_return std::move(result);
@@ -242,6 +239,14 @@ public:
     }
 
 private:
+    // Out of line, so that `leave` stays small enough to be inlined into the call's frame.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE bool report_attempt(const telemetry_listener* l, typename C::time_point begun,
+                                                   int attempt, outcome<R>& result) const noexcept {
+        return detail::report_ended(l, clock_, begun,
+                                    detail::event(telemetry_kind::attempt, "retry", name(), attempt), result);
+    }
+
     // The failure path: decides whether another attempt follows and after what wait (nullopt: the
     // loop ends with `result`). Tells the callbacks.
     template <class T>

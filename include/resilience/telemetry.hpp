@@ -72,6 +72,15 @@
 #include <type_traits>
 #include <utility>
 
+// Keeps a rare path out of a fast one, so that the fast one stays small enough to be inlined.
+#ifndef RESILIENCE_DETAIL_NOINLINE
+#if defined(_MSC_VER) && !defined(__clang__)
+#define RESILIENCE_DETAIL_NOINLINE __declspec(noinline)
+#else
+#define RESILIENCE_DETAIL_NOINLINE [[gnu::noinline]]
+#endif
+#endif
+
 namespace resilience {
 
 // Declared opaque here (a scoped enum's underlying type is int unless it says otherwise), defined
@@ -254,7 +263,8 @@ std::optional<failure> emit_caught(const telemetry_listener* l, const C& clock, 
 /// Reports `e` about the outcome `result` (its failure is `e.error` unless the event names one);
 /// what the listener throws replaces `result`. False then.
 template <class C, class R>
-bool report(const telemetry_listener* l, const C& clock, telemetry_event e, outcome<R>& result) noexcept {
+RESILIENCE_DETAIL_NOINLINE bool report(const telemetry_listener* l, const C& clock, telemetry_event e,
+                                       outcome<R>& result) noexcept {
     if (!l)
         return true;
     if (!e.error && result.has_failure())
@@ -269,8 +279,9 @@ bool report(const telemetry_listener* l, const C& clock, telemetry_event e, outc
 /// Reports that `result` ended something that began at `begun` on `clock` (`duration` is its
 /// length, `at` its end); what the listener throws replaces `result`. False then.
 template <class C, class R>
-bool report_ended(const telemetry_listener* l, const C& clock, typename C::time_point begun,
-                  telemetry_event e, outcome<R>& result) noexcept {
+RESILIENCE_DETAIL_NOINLINE bool report_ended(const telemetry_listener* l, const C& clock,
+                                             typename C::time_point begun, telemetry_event e,
+                                             outcome<R>& result) noexcept {
     if (!l)
         return true;
     if (!e.error && result.has_failure())
@@ -289,7 +300,8 @@ bool report_ended(const telemetry_listener* l, const C& clock, typename C::time_
 
 /// Reports the refusal `f` (as `e.error`) and returns it, or what the listener threw instead.
 template <class C>
-failure refused(const telemetry_listener* l, const C& clock, telemetry_event e, failure f) noexcept {
+RESILIENCE_DETAIL_NOINLINE failure refused(const telemetry_listener* l, const C& clock, telemetry_event e,
+                                           failure f) noexcept {
     if (!l)
         return f;
     e.error = &f;
