@@ -24,8 +24,8 @@
 /// - `state_change` (circuit_breaker): `from` and `to`.
 /// - `rejection` (circuit_breaker, bulkhead, rate_limiter, sliding_window_limiter; retry_budget,
 ///   through the retry or hedge it refused): a call, a retry or a hedge was refused. `duration`: the
-///   time it waited in a queue first; `error`: the refusal (for a budget: the outcome that stays the
-///   answer); `reason` for a bulkhead or a limiter.
+///   time it waited in a queue first; `error`: the refusal (for a budget: the failure that asked for
+///   the retry or hedge, null for a delay or a handled value); `reason` for a bulkhead or a limiter.
 /// - `hedge` (hedge): an extra attempt starts; `attempt` is its number. `duration`: the delay that
 ///   passed, zero when an outcome brought it forward; `error`: that outcome's failure.
 /// - `queue_wait` (bulkhead, rate_limiter, sliding_window_limiter): a call that found no room was
@@ -37,7 +37,7 @@
 ///
 /// `reason` is meaningful for bulkhead and limiter rejections (for the others it is
 /// `no_capacity`: refused at once, without waiting). `attempt` is the attempt number the policy
-/// saw (`context::attempt()`), except where the table says otherwise; zero for a state change.
+/// saw (`context::attempt()`), except for `hedge` (above); zero for a state change.
 /// `at` is the reporting policy's clock, as time since its epoch.
 ///
 /// The listener is called synchronously, on the thread and coroutine of the call that made the
@@ -49,9 +49,10 @@
 /// the call's failure, after the policy's own bookkeeping (a slot given back, a result recorded), and
 /// ends the call (a retry does not retry it). `execute_outcome` returns it; nothing escapes it.
 ///
-/// Cost: with no listener set, an emission point is a test of an empty listener and of one pointer
-/// in the context; the event is built only when somebody listens. The success path allocates
-/// nothing either way (bench/policies.cpp: `pipeline_of_five`, `pipeline_of_five_telemetry`).
+/// Cost: with no listener set, an emission point on a success path is a test of an empty listener
+/// and of one pointer in the context, and the event is built only when somebody listens. The
+/// success path allocates nothing either way (bench/policies.cpp: `pipeline_of_five`,
+/// `pipeline_of_five_telemetry`).
 #pragma once
 
 #include "clock.hpp"
