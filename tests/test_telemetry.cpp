@@ -363,6 +363,29 @@ TEST_CASE("telemetry: a hedge reports each extra attempt with the delay that pas
     CHECK(rec.events[1].at == 200ms);
 }
 
+TEST_CASE("telemetry: a hedge whose budget refuses an extra attempt reports a rejection by retry_budget",
+          "[telemetry][hedge]") {
+    rs::testing::simulation sim;
+    recorder rec;
+    rs::retry_budget budget{{.ratio = 0.1, .capacity = 1}};
+    REQUIRE(budget.try_withdraw()); // empty
+    const rs::hedge h{{.max_attempts = 2,
+                       .delay = 100ms,
+                       .budget = budget,
+                       .name = "replicas",
+                       .telemetry = rec.listener()},
+                      sim.clock()};
+    scripted_action slow{sim.clock(), script<int>{.latency = 300ms, .value = 5}};
+    CHECK(sim.run(h.execute(slow)) == 5);
+    REQUIRE(rec.kinds() == std::vector{telemetry_kind::rejection});
+    CHECK(rec.events[0].policy == "retry_budget");
+    CHECK(rec.events[0].name == "replicas");
+    CHECK(rec.events[0].attempt == 2);
+    CHECK(rec.events[0].at == 100ms);
+    CHECK_FALSE(rec.events[0].error);
+    CHECK(slow.calls() == 1);
+}
+
 TEST_CASE("telemetry: a fallback reports the failure its substitute answers", "[telemetry][fallback]") {
     rs::testing::simulation sim;
     recorder rec;
