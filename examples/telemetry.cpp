@@ -104,7 +104,7 @@ int main() {
     const auto client = [&](int id) -> rs::task<void> {
         co_await sim.sleep_for(id * 10ms); // spread them over the first 100 ms
         while (sim.now() < std::chrono::seconds(seconds)) {
-            co_await policy.execute_outcome(call, &service);
+            (void)co_await policy.execute_outcome(call, &service); // the listener sees how it ended
             co_await sim.sleep_for(100ms);
         }
     };

@@ -203,12 +203,12 @@ TEST_CASE("telemetry: a breaker reports its state changes in order and the calls
         sim.clock()};
     scripted_action flaky{sim.clock(), script<int>{.failures = 2, .latency = 10ms, .value = 1}};
     sim.run([&]() -> rs::task<void> {
-        co_await breaker.execute_outcome(flaky);
-        co_await breaker.execute_outcome(flaky); // opens at 20ms
+        (void)co_await breaker.execute_outcome(flaky);
+        (void)co_await breaker.execute_outcome(flaky); // opens at 20ms
         const rs::outcome<int> refused = co_await breaker.execute_outcome(flaky);
         CHECK(refused.error().is<rs::circuit_open_error>());
         co_await sim.sleep_for(5s);
-        co_await breaker.execute_outcome(flaky); // half-open at 5020ms, the probe closes it at 5030ms
+        (void)co_await breaker.execute_outcome(flaky); // half-open at 5020ms, the probe closes it at 5030ms
     }());
     REQUIRE(rec.kinds() == std::vector{telemetry_kind::state_change, telemetry_kind::rejection,
                                        telemetry_kind::state_change, telemetry_kind::state_change});
