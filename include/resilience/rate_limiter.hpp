@@ -331,12 +331,15 @@ public:
             const admission a = co_await state_->wait(token);
             if (a.state == waiter_state::stopped)
                 co_return failure::make(cancelled_error{name()});
-            if (a.state != waiter_state::granted)
-                co_return refused(listener, clock(), waited(ctx, queued_at, telemetry_kind::rejection, a),
-                                  failure::make(refusal(a)));
+            if (a.state != waiter_state::granted) {
+                rate_limited_error e = refusal(a);
+                const telemetry_event refusing =
+                    waited(ctx, queued_at, telemetry_kind::rejection, e.reason());
+                co_return refused(listener, clock(), refusing, failure::make(std::move(e)));
+            }
             if (queued_at)
                 if (std::optional<failure> thrown =
-                        emit_caught(listener, clock(), waited(ctx, queued_at, telemetry_kind::queue_wait, a)))
+                        emit_caught(listener, clock(), waited(ctx, queued_at, telemetry_kind::queue_wait)))
                     co_return std::move(*thrown); // the permit stays spent
         }
         co_return co_await next(ctx);
@@ -389,24 +392,22 @@ protected:
     std::shared_ptr<shared> state_;
 
 private:
-    rejection_reason reason_of(const admission& a) const noexcept {
-        if (a.state != waiter_state::rejected)
-            return rejection_reason::queue_timeout;
-        return state_->queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
-    }
     rate_limited_error refusal(const admission& a) const {
-        return rate_limited_error{a.retry_after, state_->options.name, reason_of(a)};
+        rejection_reason why = rejection_reason::queue_timeout;
+        if (a.state == waiter_state::rejected)
+            why = state_->queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+        return rate_limited_error{a.retry_after, state_->options.name, why};
     }
     // An event about a call that waited since `since` (read only for a listener).
     telemetry_event waited(const context& ctx, const std::optional<typename C::time_point>& since,
-                           telemetry_kind k, const admission& a) const {
+                           telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
         return {.kind = k,
                 .policy = Derived::telemetry_policy,
                 .name = name(),
                 .attempt = ctx.attempt(),
                 .duration =
                     since ? saturating_nanoseconds(clock().now() - *since) : std::chrono::nanoseconds{},
-                .reason = k == telemetry_kind::rejection ? reason_of(a) : rejection_reason::no_capacity};
+                .reason = why};
     }
 };
 
