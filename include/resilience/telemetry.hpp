@@ -180,11 +180,11 @@ struct telemetry_event {
 class telemetry_listener {
 public:
     telemetry_listener() noexcept = default;
+    // Implicit, so that `.telemetry = [&](const rs::telemetry_event& e) {...}` reads well.
     template <class F>
     requires(!std::same_as<std::remove_cvref_t<F>, telemetry_listener> &&
              std::invocable<const std::remove_cvref_t<F>&, const telemetry_event&>)
-        // Implicit, so that `.telemetry = [&](const rs::telemetry_event& e) {...}` reads well.
-        telemetry_listener(F&& f)
+    telemetry_listener(F&& f)
         : owner_(std::make_shared<const std::remove_cvref_t<F>>(std::forward<F>(f))),
           call_(&invoke<std::remove_cvref_t<F>>) {}
 
