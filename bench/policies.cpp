@@ -124,6 +124,18 @@ void pipeline_of_five(benchmark::State& state) {
 }
 BENCHMARK(pipeline_of_five);
 
+// The same five inside a `telemetry` stage whose listener counts events (two per call: the retry's
+// attempt and the stage's call): what listening costs. With no listener the row above pays only the
+// emission points' tests of an empty listener.
+void pipeline_of_five_telemetry(benchmark::State& state) {
+    std::size_t events = 0;
+    through(state, rs::pipeline{rs::telemetry{[&events](const rs::telemetry_event&) { ++events; }},
+                                rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
+                                roomy_bulkhead(), roomy_limiter()});
+    benchmark::DoNotOptimize(events);
+}
+BENCHMARK(pipeline_of_five_telemetry);
+
 // The same, with a caller's stop token that can be stopped (it never is).
 void pipeline_of_five_caller_token(benchmark::State& state) {
     const rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},

@@ -16,6 +16,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 #include "when_all.hpp"
 
 #include <algorithm>
@@ -61,6 +62,9 @@ struct bulkhead_options {
     adaptive_limit adapt{};
     /// Carried by the errors it makes (`policy_name()`) and by `name()`.
     std::string name{};
+    /// Hears this bulkhead's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
+    /// stage around the call, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 namespace detail {
@@ -451,7 +455,11 @@ public:
             co_return refused_before_admission<value_type>(ctx);
         detail::waiter node;
         waiter_state admitted = waiter_state::granted;
+        const telemetry_listener* const listener = detail::listener_for(s.options.telemetry, ctx);
+        std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
         if (!s.try_acquire()) {
+            if (listener)
+                queued_at = s.clock.now();
             if (!s.options.queue_timeout) {
                 admitted = co_await detail::queue_awaiter<state>{s, node, token};
             } else {
@@ -467,12 +475,20 @@ public:
         }
         if (admitted == waiter_state::stopped)
             co_return failure::make(cancelled_error{name()});
-        if (admitted != waiter_state::granted)
-            co_return failure::make(bulkhead_rejected_error{s.options.name, reason_of(s, admitted)});
+        if (admitted != waiter_state::granted) {
+            const rejection_reason why = reason_of(s, admitted);
+            co_return detail::refused(listener, s.clock,
+                                      waited(ctx, queued_at, telemetry_kind::rejection, why),
+                                      failure::make(bulkhead_rejected_error{s.options.name, why}));
+        }
         call_state held;
         held.held = &s; // given back by `leave`, or by its destructor if the call ends first
         if (token.stop_requested())
             co_return failure::make(cancelled_error{name()});
+        if (queued_at)
+            if (std::optional<failure> thrown = detail::emit_caught(
+                    listener, s.clock, waited(ctx, queued_at, telemetry_kind::queue_wait)))
+                co_return std::move(*thrown); // the slot goes back with `held`
         std::optional<detail::next_outcome_t<Next>> refused;
         if (s.adaptive && !admit(held, ctx, refused))
             co_return std::move(*refused);
@@ -543,6 +559,18 @@ private:
             return step::wait;
         c.held = &s;
         return admit(c, ctx, result) ? step::proceed : step::done;
+    }
+
+    // An event about a call that waited since `since` (if it waited at all).
+    telemetry_event waited(const context& ctx, const std::optional<typename C::time_point>& since,
+                           telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
+        return {.kind = k,
+                .policy = "bulkhead",
+                .name = name(),
+                .attempt = ctx.attempt(),
+                .duration = since ? detail::saturating_nanoseconds(clock().now() - *since)
+                                  : std::chrono::nanoseconds{},
+                .reason = why};
     }
 
     static rejection_reason reason_of(const state& s, detail::waiter_state refused) noexcept {

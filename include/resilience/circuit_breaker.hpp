@@ -14,6 +14,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -125,6 +126,10 @@ struct circuit_breaker_options {
     /// lock held (so it may call back into the breaker), on the thread of a call that made or saw
     /// a change. Empty: nothing is told.
     std::function<void(circuit_state from, circuit_state to)> on_state_change{};
+    /// Hears this breaker's `state_change` events (after `on_state_change`, in the same order) and its
+    /// `rejection`s. Empty: the listener of a `telemetry` stage around the call that made or saw the
+    /// change, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 /// A consistent snapshot of a breaker, taken under its lock at one instant.
@@ -275,22 +280,23 @@ public:
     /// Does admitting a call need the time (to time it against a slow-call rule)?
     bool times_calls() const noexcept { return slow_duration_.has_value(); }
 
-    ticket admit() {
+    /// `sink` hears the state changes this call makes or sees, unless the options have a listener.
+    ticket admit(const telemetry_listener* sink = nullptr) {
         if (slow_duration_)
-            return admit(clock_.now());
+            return admit(clock_.now(), sink);
         const std::uint64_t w = word_.load(std::memory_order_acquire);
         if (state_of(w) == circuit_state::closed)
             return closed_ticket(w, time_point{});
-        return admit_locked(std::nullopt);
+        return admit_locked(std::nullopt, sink);
     }
 
     /// As `admit()`, with `now` a reading of `clock()` the caller has just made: it is the call's
     /// start for slow-call rules and the time the break is judged at; the clock is not read again.
-    ticket admit(time_point now) {
+    ticket admit(time_point now, const telemetry_listener* sink = nullptr) {
         const std::uint64_t w = word_.load(std::memory_order_acquire);
         if (state_of(w) == circuit_state::closed)
             return closed_ticket(w, now);
-        return admit_locked(now);
+        return admit_locked(now, sink);
     }
 
     /// How the outcome `o` of an admitted call is recorded: a value is a success unless
@@ -309,7 +315,8 @@ public:
 
     /// Records the result of the call `t` admitted. A closed-state result that would change nothing
     /// returns without the lock.
-    void record(const ticket& t, breaker_verdict v, const std::exception_ptr& error) {
+    void record(const ticket& t, breaker_verdict v, const std::exception_ptr& error,
+                const telemetry_listener* sink = nullptr) {
         if (!t.admitted)
             return; // a refused call ran nothing: its result says nothing about the dependency
         if (!t.probe) {
@@ -327,7 +334,7 @@ public:
                 consecutive_failures_.load(std::memory_order_relaxed) == 0)
                 return;
         }
-        record_locked(t, v, error);
+        record_locked(t, v, error, sink);
     }
 
     circuit_state state() {
@@ -421,7 +428,7 @@ private:
 
     // Any state but a closed one seen by the lock-free load. `read` is the caller's clock reading,
     // if it made one.
-    ticket admit_locked(std::optional<time_point> read) {
+    ticket admit_locked(std::optional<time_point> read, const telemetry_listener* sink) {
         ticket t;
         bool changed = false;
         for (;;) {
@@ -473,7 +480,7 @@ private:
         }
         if (changed) {
             try {
-                notify();
+                notify(sink);
             } catch (...) {
                 // The call fails with the observer's exception and never runs: its slot goes back.
                 record(t, breaker_verdict::ignored, nullptr);
@@ -483,7 +490,8 @@ private:
         return t;
     }
 
-    void record_locked(const ticket& t, breaker_verdict v, const std::exception_ptr& error) {
+    void record_locked(const ticket& t, breaker_verdict v, const std::exception_ptr& error,
+                       const telemetry_listener* sink) {
         // The clock is read only when the result may need it: a success of a breaker with no
         // window and no slow-call rule needs no time at all.
         const bool needs_time =
@@ -503,7 +511,7 @@ private:
                 changed = record_closed(v, slow, error, now);
         }
         if (changed)
-            notify();
+            notify(sink);
     }
 
     static std::chrono::nanoseconds since_epoch(time_point t) noexcept {
@@ -632,9 +640,9 @@ private:
         last_failure_ = nullptr;
     }
 
+    // Every change is queued: a listener may be in the context of whichever call drains it.
     void transition(circuit_state to) {
-        if (options_.on_state_change)
-            changes_.push(change{current_state(), to});
+        changes_.push(change{current_state(), to});
         publish(to, current_generation() + 1);
     }
 
@@ -643,9 +651,9 @@ private:
     // thread drains is left to that thread, which looks at the queue again before it stops.
     // An exception from the callback does not stop the draining (every change is still told); the
     // first one is rethrown once the queue is empty, to the call or the caller that drained it.
-    void notify() {
-        if (!options_.on_state_change)
-            return;
+    // The telemetry listener hears each change after the callback: the options' own, else `sink`.
+    void notify(const telemetry_listener* sink = nullptr) {
+        const telemetry_listener* const listener = options_.telemetry ? &options_.telemetry : sink;
         std::exception_ptr thrown;
         {
             std::unique_lock lock(mutex_);
@@ -656,11 +664,16 @@ private:
                 const change c = changes_.pop();
                 lock.unlock();
                 try {
-                    options_.on_state_change(c.from, c.to);
+                    if (options_.on_state_change)
+                        options_.on_state_change(c.from, c.to);
                 } catch (...) {
                     if (!thrown)
                         thrown = std::current_exception();
                 }
+                auto f =
+                    detail::emit_caught(listener, clock_, detail::state_change(options_.name, c.from, c.to));
+                if (f && !thrown)
+                    thrown = f->exception();
                 lock.lock();
             }
             draining_ = false;
@@ -698,21 +711,23 @@ private:
 template <class C>
 class breaker_call {
 public:
-    breaker_call(breaker_core<C>& core, typename breaker_core<C>::ticket t) noexcept
-        : core_(&core), ticket_(std::move(t)) {}
+    breaker_call(breaker_core<C>& core, typename breaker_core<C>::ticket t,
+                 const telemetry_listener* sink = nullptr) noexcept
+        : core_(&core), ticket_(std::move(t)), sink_(sink) {}
     breaker_call(const breaker_call&) = delete;
     breaker_call& operator=(const breaker_call&) = delete;
     ~breaker_call() {
         if (core_)
-            core_->record(ticket_, breaker_verdict::ignored, nullptr);
+            core_->record(ticket_, breaker_verdict::ignored, nullptr, sink_);
     }
     void finish(breaker_verdict v, const std::exception_ptr& error) {
-        std::exchange(core_, nullptr)->record(ticket_, v, error);
+        std::exchange(core_, nullptr)->record(ticket_, v, error, sink_);
     }
 
 private:
     breaker_core<C>* core_;
     typename breaker_core<C>::ticket ticket_;
+    const telemetry_listener* sink_; // the call's listener, for the state changes it makes
 };
 
 } // namespace detail
@@ -778,14 +793,19 @@ public:
             result.emplace(refused_before_admission<R>(ctx));
             return step::done;
         }
+        const telemetry_listener* const sink = detail::context_access::telemetry(ctx);
         try {
             // The call's shared clock reading serves a slow-call rule's start time.
-            auto ticket = core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx)) : core.admit();
+            auto ticket =
+                core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx), sink) : core.admit(sink);
             if (ticket.admitted) {
-                s.call.emplace(core, std::move(ticket));
+                s.call.emplace(core, std::move(ticket), sink);
                 return step::proceed;
             }
-            result.emplace(refusal(ticket));
+            result.emplace(detail::refused(
+                detail::listener_for(core.options().telemetry, ctx), core.clock(),
+                detail::event(telemetry_kind::rejection, "circuit_breaker", name(), ctx.attempt()),
+                refusal(ticket)));
         } catch (...) {
             // on_state_change threw (the probe slot is already given back), or the clock did
             result.emplace(failure::current());

@@ -16,6 +16,7 @@
 namespace resilience {
 
 class context;
+class telemetry_listener;
 
 namespace detail {
 
@@ -105,8 +106,8 @@ public:
     context() = default;
     explicit context(std::stop_token token) noexcept : token_(std::move(token)) {}
     context(const context& other)
-        : token_(other.stop_token()), attempt_(other.attempt_), deadline_(other.deadline_),
-          deadline_clock_(other.deadline_clock_) {}
+        : token_(other.stop_token()), telemetry_(other.telemetry_), attempt_(other.attempt_),
+          deadline_(other.deadline_), deadline_clock_(other.deadline_clock_) {}
     // Moves keep a derived context's references: only the library holds derived contexts by
     // value (users see them as `const context&`), and it moves them only into place.
     context(context&&) noexcept = default;
@@ -188,8 +189,8 @@ private:
     // A child that refers to `parent` for its stop token (see the class comment).
     context(derived_tag, const context& parent) noexcept
         : from_(parent.lazy_ ? nullptr : (parent.from_ ? parent.from_ : &parent)), lazy_(parent.lazy_),
-          time_(parent.time_), attempt_(parent.attempt_), deadline_(parent.deadline_),
-          deadline_clock_(parent.deadline_clock_) {}
+          time_(parent.time_), telemetry_(parent.telemetry_), attempt_(parent.attempt_),
+          deadline_(parent.deadline_), deadline_clock_(parent.deadline_clock_) {}
 
     bool self_contained() const noexcept { return !from_ && !lazy_; }
     // The earlier deadline of one clock; another clock's replaces it (see `deadline()`).
@@ -204,6 +205,8 @@ private:
     const context* from_ = nullptr;         // the context whose `token_` this one shares
     detail::lazy_stop* lazy_ = nullptr;     // a timeout's or a hedge's attempt token, made on first use
     detail::time_cache* time_ = nullptr;    // the call's shared clock reading, while admitting
+    // The listener of the `telemetry` stage around the call, for the stages inside it.
+    const telemetry_listener* telemetry_ = nullptr;
     int attempt_ = 1;
     // No deadline: the largest time (a plain integer rather than an optional: contexts are moved
     // on every call's fast path, and a field of mixed widths costs a store-forwarding stall).
@@ -254,12 +257,16 @@ struct context_access {
         c.from_ = nullptr;
         c.lazy_ = stop;
         c.time_ = parent.time_;
+        c.telemetry_ = parent.telemetry_;
         c.attempt_ = parent.attempt_;
         const bool keep_parent = parent.deadline_clock_ == clock && parent.deadline_ < d;
         c.deadline_ = keep_parent ? parent.deadline_ : d;
         c.deadline_clock_ = clock;
     }
     static time_cache* cache(const context& c) noexcept { return c.time_; }
+    /// The listener of the `telemetry` stage around the call, or null (see telemetry.hpp).
+    static const telemetry_listener* telemetry(const context& c) noexcept { return c.telemetry_; }
+    static void set_telemetry(context& c, const telemetry_listener* l) noexcept { c.telemetry_ = l; }
 };
 
 inline bool lazy_stop::stop_requested() const noexcept {

@@ -9,6 +9,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 
 #include <functional>
 #include <optional>
@@ -196,11 +197,13 @@ class fallback : public policy_base<fallback<Substitute, ShouldHandle>> {
     static_assert(!std::is_reference_v<Substitute>, "resilience::fallback: the substitute is held by value");
 
 public:
-    /// `name` names the fallback in its messages (`name()`); empty: unnamed.
+    /// `name` names the fallback in its messages (`name()`); empty: unnamed. `telemetry` hears a
+    /// `fallback` event each time the substitute answers; empty: the listener of a `telemetry`
+    /// stage around the call, if any (see telemetry.hpp).
     explicit fallback(Substitute substitute, ShouldHandle should_handle = ShouldHandle{},
-                      std::string name = {})
+                      std::string name = {}, telemetry_listener telemetry = {})
         : substitute_(std::move(substitute)), should_handle_(std::move(should_handle)),
-          name_(std::move(name)) {}
+          name_(std::move(name)), telemetry_(std::move(telemetry)) {}
 
     [[nodiscard]] const Substitute& substitute() const noexcept { return substitute_; }
     [[nodiscard]] const ShouldHandle& should_handle() const noexcept { return should_handle_; }
@@ -250,6 +253,10 @@ public:
         const failure none;
         const failure& original = result.has_failure() ? result.error() : none;
         try {
+            // No clock here: the event's `at` is zero.
+            if (const telemetry_listener* l = detail::listener_for(telemetry_, ctx))
+                (*l)(detail::event(telemetry_kind::fallback, "fallback", name_, ctx.attempt(), {},
+                                   result.has_failure() ? &original : nullptr));
             if constexpr (std::is_void_v<R>) {
                 if constexpr (detail::substitute_awaited<Substitute, R>)
                     co_await detail::call_substitute(substitute_, result, original, ctx);
@@ -277,6 +284,7 @@ private:
     Substitute substitute_;
     ShouldHandle should_handle_;
     std::string name_;
+    telemetry_listener telemetry_;
 };
 
 template <class Substitute>
@@ -285,5 +293,7 @@ template <class Substitute, class ShouldHandle>
 fallback(Substitute, ShouldHandle) -> fallback<Substitute, ShouldHandle>;
 template <class Substitute, class ShouldHandle>
 fallback(Substitute, ShouldHandle, std::string) -> fallback<Substitute, ShouldHandle>;
+template <class Substitute, class ShouldHandle>
+fallback(Substitute, ShouldHandle, std::string, telemetry_listener) -> fallback<Substitute, ShouldHandle>;
 
 } // namespace resilience

@@ -15,6 +15,7 @@
 #include "policy.hpp"
 #include "retry_budget.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 
 #include <chrono>
 #include <concepts>
@@ -150,6 +151,9 @@ struct hedge_options {
     std::function<void(const hedge_event&)> on_hedge{};
     /// Carried by the errors this policy makes (`policy_name()`) and by `hedge_event`s. Empty: unnamed.
     std::string name{};
+    /// Hears a `hedge` event for each extra attempt, and a `rejection` when `budget` refuses one.
+    /// Empty: the listener of a `telemetry` stage around the call, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 namespace detail {
@@ -493,10 +497,17 @@ private:
         if (n > 1) {
             if (o_.budget && !o_.budget->try_withdraw()) {
                 closed_ = true; // no token now: no more extra attempts in this call
+                emit(o_.telemetry, ctx_, clock_,
+                     event(telemetry_kind::rejection, "retry_budget", o_.name, n, {}, cause));
                 return false;
             }
             if (o_.on_hedge)
                 o_.on_hedge(hedge_event{n, why, cause, o_.name});
+            if (const telemetry_listener* l = listener_for(o_.telemetry, ctx_)) // asks `delay` only then
+                emit(l, clock_,
+                     event(telemetry_kind::hedge, "hedge", o_.name, n,
+                           why == hedge_reason::delay ? o_.delay(started_) : std::chrono::nanoseconds{},
+                           cause));
         }
         promise& p = adopt(attempt(next_), n);
         ++started_;

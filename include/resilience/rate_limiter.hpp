@@ -12,6 +12,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -331,11 +332,23 @@ public:
             co_return failure::make(cancelled_error{name()});
         const std::stop_token& token = ctx.stop_token();
         if (!state_->try_take_now()) {
+            const telemetry_listener* const listener = listener_for(options().telemetry, ctx);
+            std::optional<typename C::time_point> queued_at; // for a listener only
+            if (listener)
+                queued_at = clock().now();
             const admission a = co_await state_->wait(token);
             if (a.state == waiter_state::stopped)
                 co_return failure::make(cancelled_error{name()});
-            if (a.state != waiter_state::granted)
-                co_return failure::make(refusal(a));
+            if (a.state != waiter_state::granted) {
+                rate_limited_error e = refusal(a);
+                const telemetry_event refusing =
+                    waited(ctx, queued_at, telemetry_kind::rejection, e.reason());
+                co_return refused(listener, clock(), refusing, failure::make(std::move(e)));
+            }
+            if (queued_at)
+                if (std::optional<failure> thrown =
+                        emit_caught(listener, clock(), waited(ctx, queued_at, telemetry_kind::queue_wait)))
+                    co_return std::move(*thrown); // the permit stays spent
         }
         co_return co_await next(ctx);
     }
@@ -392,6 +405,17 @@ private:
         if (a.state == waiter_state::rejected)
             why = state_->queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
         return rate_limited_error{a.retry_after, state_->options.name, why};
+    }
+    // An event about a call that waited since `since` (read only for a listener).
+    telemetry_event waited(const context& ctx, const std::optional<typename C::time_point>& since,
+                           telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
+        return {.kind = k,
+                .policy = Derived::telemetry_policy,
+                .name = name(),
+                .attempt = ctx.attempt(),
+                .duration =
+                    since ? saturating_nanoseconds(clock().now() - *since) : std::chrono::nanoseconds{},
+                .reason = why};
     }
 };
 
@@ -511,6 +535,9 @@ struct rate_limiter_options {
     std::optional<std::chrono::nanoseconds> queue_timeout{};
     /// Carried by the errors it makes (`policy_name()`) and by `name()`.
     std::string name{};
+    /// Hears this limiter's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
+    /// stage around the call, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 /// Limits how often calls start: a token bucket of `token_limit` tokens (full at first) refilled
@@ -544,6 +571,9 @@ class rate_limiter
     using base = detail::limiter_handle<rate_limiter<C>, C, detail::token_bucket, rate_limiter_options>;
 
 public:
+    /// The `policy` of its telemetry events.
+    static constexpr std::string_view telemetry_policy = "rate_limiter";
+
     explicit rate_limiter(rate_limiter_options options, C clock = C{})
         : base(meter_of(options), std::move(clock), options) {}
 

@@ -33,5 +33,6 @@
 #include "sliding_window_limiter.hpp"
 #include "standard.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 #include "timeout.hpp"
 #include "when_all.hpp"

@@ -15,6 +15,7 @@
 #include "random.hpp"
 #include "retry_budget.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -104,6 +105,9 @@ struct retry_options {
     std::function<void(const retry_event&)> on_retry{};
     /// Called when `budget` refused a retry the classifier wanted; the last outcome is then returned.
     std::function<void(const retry_event&)> on_budget_exhausted{};
+    /// Hears this retry's `attempt` and `retry` events, and a `rejection` from `budget`. Empty: the
+    /// listener of a `telemetry` stage around it, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 /// Runs an action again after a failure, waiting out a backoff in between, until it succeeds or
@@ -179,8 +183,9 @@ public:
         }
         if (options_.budget)
             options_.budget->record_call();
-        // Only max_elapsed needs the start.
-        if (options_.max_elapsed > std::chrono::nanoseconds::zero())
+        // Only max_elapsed and a listener (the first attempt's length) need the start.
+        if (options_.max_elapsed > std::chrono::nanoseconds::zero() ||
+            detail::listener_for(options_.telemetry, ctx))
             s.start = detail::call_now(clock_, ctx);
         if (ctx.attempt() != 1) {
             s.inner = detail::context_access::derive_attempt(ctx, 1);
@@ -191,7 +196,11 @@ public:
 
     /// A success that nobody needs to judge ends here; anything else goes on in `resume`.
     template <class R>
-    step leave(call_state&, const context&, const outcome<R>& result) const noexcept {
+    step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
+        if (const telemetry_listener* l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]] {
+            if (!report_attempt(l, s.start, 1, result))
+                return step::proceed; // the listener threw: that ends the call
+        }
         return options_.should_handle.plain_success(result) ? step::proceed : step::wait;
     }
 
@@ -199,10 +208,14 @@ public:
     template <class Next, class R>
     task<outcome<R>> resume(call_state& s, Next next, const context& ctx, outcome<R> result) const {
         std::chrono::nanoseconds previous{};
+        const telemetry_listener* const listener = detail::listener_for(options_.telemetry, ctx);
         for (int attempt = 1;; ++attempt) {
             if (attempt > 1) {
                 const context child = detail::context_access::derive_attempt(ctx, attempt);
+                const auto begun = listener ? clock_.now() : typename C::time_point{};
                 result = co_await next(child);
+                if (listener && !report_attempt(listener, begun, attempt, result))
+                    co_return std::move(result);
                 if (options_.should_handle.plain_success(result))
                     co_return std::move(result);
             }
@@ -228,6 +241,14 @@ public:
     }
 
 private:
+    // Out of line, so that `leave` stays small enough to be inlined into the call's frame.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE bool report_attempt(const telemetry_listener* l, typename C::time_point begun,
+                                                   int attempt, outcome<R>& result) const noexcept {
+        return detail::report_ended(l, clock_, begun,
+                                    detail::event(telemetry_kind::attempt, "retry", name(), attempt), result);
+    }
+
     // The failure path: decides whether another attempt follows and after what wait (nullopt: the
     // loop ends with `result`). Tells the callbacks.
     template <class T>
@@ -267,10 +288,15 @@ private:
             if (options_.on_budget_exhausted)
                 options_.on_budget_exhausted(retry_event{attempt, error, std::chrono::nanoseconds::zero(),
                                                          value, value_type, options_.name});
+            detail::emit(
+                options_.telemetry, ctx, clock_,
+                detail::event(telemetry_kind::rejection, "retry_budget", options_.name, attempt, {}, error));
             return std::nullopt;
         }
         if (options_.on_retry)
             options_.on_retry(retry_event{attempt, error, delay, value, value_type, options_.name});
+        detail::emit(options_.telemetry, ctx, clock_,
+                     detail::event(telemetry_kind::retry, "retry", options_.name, attempt, delay, error));
         return delay;
     }
 

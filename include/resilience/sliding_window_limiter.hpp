@@ -158,6 +158,9 @@ struct sliding_window_limiter_options {
     std::optional<std::chrono::nanoseconds> queue_timeout{};
     /// Carried by the errors it makes (`policy_name()`) and by `name()`.
     std::string name{};
+    /// Hears this limiter's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
+    /// stage around the call, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 /// Limits calls to `permit_limit` in any `window`, with the interface of `rate_limiter` (waiting
@@ -188,6 +191,9 @@ class sliding_window_limiter
                                         sliding_window_limiter_options>;
 
 public:
+    /// The `policy` of its telemetry events.
+    static constexpr std::string_view telemetry_policy = "sliding_window_limiter";
+
     explicit sliding_window_limiter(sliding_window_limiter_options options, C clock = C{})
         : base(meter_of(options), std::move(clock), options) {}
 

@@ -12,6 +12,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
+#include "telemetry.hpp"
 #include "when_all.hpp"
 
 #include <atomic>
@@ -120,6 +121,9 @@ struct timeout_options {
     /// Carried by the errors this policy makes (`timeout_error`, and `cancelled_error` for a call
     /// stopped before it starts: `policy_name()`); empty: unnamed.
     std::string name{};
+    /// Hears a `timeout` event when an attempt ends after its deadline. Empty: the listener of a
+    /// `telemetry` stage around it, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
 };
 
 /// Gives each call it wraps its own deadline, structured and honest about the outcome:
@@ -144,7 +148,8 @@ public:
     /// 30 seconds, as Polly's default.
     timeout() : timeout(timeout_options{}) {}
     explicit timeout(timeout_options options, C clock = C{})
-        : after_(options.timeout), clock_(std::move(clock)), name_(std::move(options.name)) {
+        : after_(options.timeout), clock_(std::move(clock)), name_(std::move(options.name)),
+          telemetry_(std::move(options.telemetry)) {
         if (after_ <= std::chrono::nanoseconds::zero())
             throw std::invalid_argument("resilience::timeout: timeout must be positive, got " +
                                         std::to_string(after_.count()) + "ns");
@@ -248,9 +253,14 @@ private:
 
     template <class Outcome>
     Outcome finish(Outcome result, bool expired, const context& ctx) const {
-        if (!expired || result.has_value() || ctx.stop_requested())
+        if (!expired || ctx.stop_requested())
             return result;
-        return Outcome{failure::make(timeout_error{result.error().exception(), name_})};
+        if (result.has_failure())
+            result = Outcome{failure::make(timeout_error{result.error().exception(), name_})};
+        detail::report(detail::listener_for(telemetry_, ctx), clock_,
+                       detail::event(telemetry_kind::timeout, "timeout", name_, ctx.attempt(), after_),
+                       result);
+        return result;
     }
 
     // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it and
@@ -283,6 +293,7 @@ private:
     std::chrono::nanoseconds after_;
     C clock_;
     std::string name_;
+    telemetry_listener telemetry_;
 };
 
 template <class Rep, class Period>
