@@ -255,7 +255,11 @@ struct on_new_thread {
     std::chrono::microseconds pause;
     bool await_ready() const noexcept { return false; }
     void await_suspend(std::coroutine_handle<> h) {
-        thread = std::thread([h, p = pause] {
+        // Read every member first: once the thread starts, it may resume and end the awaiting
+        // coroutine, and this awaiter with it, before the assignment below runs.
+        std::thread& slot = thread;
+        const auto p = pause;
+        slot = std::thread([h, p] {
             if (p.count() > 0)
                 std::this_thread::sleep_for(p);
             h.resume();

@@ -91,7 +91,8 @@ struct resume_elsewhere {
     std::thread& thread;
     bool await_ready() const noexcept { return false; }
     void await_suspend(std::coroutine_handle<> h) {
-        thread = std::thread([h] { h.resume(); });
+        std::thread& slot = thread; // read before the thread may end this awaiter's coroutine
+        slot = std::thread([h] { h.resume(); });
     }
     void await_resume() const noexcept {}
 };

@@ -282,7 +282,8 @@ TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
     const auto slowest = make({.token_limit = 1, .tokens_per_second = 1e-9, .queue_limit = 3});
     CHECK(sim.run(slowest.take_outcome()).has_value());
     for (int i = 0; i < 3; ++i)
-        sim.spawn([&]() -> rs::task<void> { (void)co_await slowest.take_outcome(); }());
+        // A parameter, not a capture: the closure is gone once spawn returns.
+        sim.spawn([](const auto& limiter) -> rs::task<void> { (void)co_await limiter.take_outcome(); }(slowest));
     sim.run_for(1s);
     const auto told = sim.run(slowest.take_outcome());
     REQUIRE(told.has_failure());
@@ -317,7 +318,8 @@ TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_wind
         CHECK(sim.run(longest.take_outcome()).has_value());
         CHECK(sim.run(longest.take_outcome()).has_value());
         for (int i = 0; i < 4; ++i)
-            sim.spawn([&]() -> rs::task<void> { (void)co_await longest.take_outcome(); }());
+            // A parameter, not a capture: the closure is gone once spawn returns.
+        sim.spawn([](const auto& limiter) -> rs::task<void> { (void)co_await limiter.take_outcome(); }(longest));
         sim.run_for(1s);
         const auto told = sim.run(longest.take_outcome());
         REQUIRE(told.has_failure());
