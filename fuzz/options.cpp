@@ -18,8 +18,10 @@
 #include <resilience/timeout.hpp>
 
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -202,7 +204,10 @@ int bulkhead_options(const std::uint8_t* data, std::size_t size) {
                              sim.clock()};
         one_call(sim, b, true);
         for (int i = 0; i < 3; ++i)
-            sim.spawn([&]() -> rs::task<void> { (void)co_await b.execute_outcome([&sim] { return quick(sim); }); }());
+            // Parameters, not captures: the closure is gone once spawn returns.
+            sim.spawn([](const rs::bulkhead<rs::testing::virtual_clock>& bh, rs::testing::simulation& s) -> rs::task<void> {
+                (void)co_await bh.execute_outcome([&s] { return quick(s); });
+            }(b, sim));
         sim.run_all();
     });
 }
@@ -232,7 +237,10 @@ int rate_limiter_options(const std::uint8_t* data, std::size_t size) {
 int sliding_window_limiter_options(const std::uint8_t* data, std::size_t size) {
     input in{data, size};
     return construct([&] {
-        rs::testing::simulation sim;
+        // The loop goes first (reset below), so that waiters still queued leave the limiter's
+        // queue while the limiter lives.
+        auto owned_sim = std::make_unique<rs::testing::simulation>();
+        rs::testing::simulation& sim = *owned_sim;
         const std::size_t permits = in.size();
         const auto window = in.duration();
         const std::size_t segments = in.size();
@@ -242,15 +250,16 @@ int sliding_window_limiter_options(const std::uint8_t* data, std::size_t size) {
                                            sim.clock()};
         one_call(sim, l, true);
         for (int i = 0; i < 4; ++i)
-            sim.spawn([&]() -> rs::task<void> {
-                const auto r = co_await l.take_outcome();
+            sim.spawn([](const rs::sliding_window_limiter<rs::testing::virtual_clock>& lim) -> rs::task<void> {
+                const auto r = co_await lim.take_outcome();
                 if (!r.has_value())
                     if (auto* e = r.error().as<rs::rate_limited_error>())
                         require(e->retry_after() >= 0ns, "a negative retry_after");
-            }());
+            }(l));
         sim.run_for(std::chrono::nanoseconds{in.int64() & 0xffff'ffff});
         const double t = l.tokens();
         require(t >= 0.0 && t <= static_cast<double>(permits), "tokens() outside [0, permit_limit]");
+        owned_sim.reset();
     });
 }
 

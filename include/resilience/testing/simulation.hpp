@@ -4,6 +4,7 @@
 #pragma once
 
 #include "../clock.hpp"
+#include "../detail/time.hpp"
 #include "../concepts.hpp"
 #include "../event_loop.hpp"
 #include "../random.hpp"
@@ -30,7 +31,8 @@ public:
         return detail::sleep_awaiter{loop_, tp.time_since_epoch(), std::move(token)};
     }
     detail::sleep_awaiter sleep_for(duration d, std::stop_token token) const noexcept {
-        return sleep_until(now() + d, std::move(token));
+        // Saturating: a sleep of "forever" late in virtual time must not overflow.
+        return sleep_until(d.count() < 0 ? now() + d : detail::add_saturating(now(), d), std::move(token));
     }
     event_loop* timer_loop() const noexcept { return loop_; }
 
