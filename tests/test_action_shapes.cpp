@@ -254,11 +254,10 @@ struct on_new_thread {
     std::thread& thread;
     std::chrono::microseconds pause;
     bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) {
-        // Read every member first: once the thread starts, it may resume and end the awaiting
-        // coroutine, and this awaiter with it, before the assignment below runs.
-        std::thread& slot = thread;
-        const auto p = pause;
+    void await_suspend(std::coroutine_handle<> h) { start(thread, pause, h); }
+    // Out of line, so that nothing of the thread's start lives in the coroutine's frame: once the
+    // thread runs, it may resume and end the awaiting coroutine, frame and awaiter included.
+    [[gnu::noinline]] static void start(std::thread& slot, std::chrono::microseconds p, std::coroutine_handle<> h) {
         slot = std::thread([h, p] {
             if (p.count() > 0)
                 std::this_thread::sleep_for(p);

@@ -90,8 +90,10 @@ auto inline_op(Token&& token) {
 struct resume_elsewhere {
     std::thread& thread;
     bool await_ready() const noexcept { return false; }
-    void await_suspend(std::coroutine_handle<> h) {
-        std::thread& slot = thread; // read before the thread may end this awaiter's coroutine
+    void await_suspend(std::coroutine_handle<> h) { start(thread, h); }
+    // Out of line, so that nothing of the thread's start lives in the coroutine's frame, which the
+    // thread may end before the start returns.
+    [[gnu::noinline]] static void start(std::thread& slot, std::coroutine_handle<> h) {
         slot = std::thread([h] { h.resume(); });
     }
     void await_resume() const noexcept {}
