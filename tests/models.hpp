@@ -459,10 +459,18 @@ std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bu
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Circuit breaker (docs/circuit_breaker.md), consecutive-failure rule, calls one after another:
-// closed until `threshold` failures in a row; open for break_duration * growth^(n-1) (capped) after
-// the n-th opening in a row, refusing with retry_after = the time left; then half-open, admitting
-// `probes` calls, all of which must succeed to close it (any failure opens it again).
+// Circuit breaker (docs/circuit_breaker.md), calls one after another: closed until `threshold`
+// failures in a row, or until a window's failure or slow-call share reaches its ratio (with at least
+// `minimum_throughput` calls in it); open for break_duration * growth^(n-1) (capped) after the n-th
+// opening in a row, refusing with retry_after = the time left; then half-open, admitting `probes`
+// calls, all of which must succeed (and, with a slow-call ratio, not slowly) to close it; any
+// failure opens it again. The window holds only calls recorded while closed and is emptied when
+// the circuit closes.
+//
+// The window is kept here as the list of recorded calls, not in segments: a count window is the
+// last `size` of them; a time window counts a call recorded at t while
+// floor(now / width) - floor(t / width) < segments, width = sampling_duration / segments (rounded
+// down), segments aligned to the clock's epoch.
 
 struct breaker_call {
     ns gap = 0;     // idle time before the call starts, after the previous one ended
@@ -470,13 +478,46 @@ struct breaker_call {
     bool fails = false;
 };
 
+struct breaker_window_setup {
+    std::optional<int> size{};     // a count window
+    std::optional<ns> sampling{};  // or a time window
+    int segments = 10;
+    int minimum_throughput = 1;
+    std::optional<double> failure_ratio{};
+    std::optional<ns> slow_call_duration{};
+    std::optional<double> slow_call_ratio{};
+};
+
 struct breaker_setup {
-    int threshold = 1;
+    int threshold = 1; // 0: no consecutive-failure rule
     ns break_duration = 1;
     double growth = 1.0;
     std::optional<ns> max_break{};
     int probes = 1;
+    std::optional<breaker_window_setup> window{};
 };
+
+struct model_recorded_call {
+    ns at;
+    bool failed, slow;
+};
+
+// The calls the window holds at `now`.
+inline std::vector<model_recorded_call> model_window_calls(const breaker_window_setup& w,
+                                                           const std::vector<model_recorded_call>& recorded, ns now) {
+    std::vector<model_recorded_call> held;
+    if (w.size) {
+        const std::size_t n = static_cast<std::size_t>(*w.size);
+        const std::size_t from = recorded.size() > n ? recorded.size() - n : 0;
+        held.assign(recorded.begin() + static_cast<std::ptrdiff_t>(from), recorded.end());
+        return held;
+    }
+    const ns width = *w.sampling / w.segments;
+    for (const auto& r : recorded)
+        if (now / width - r.at / width < w.segments)
+            held.push_back(r);
+    return held;
+}
 
 inline ns model_break_for(const breaker_setup& b, int opens) {
     long double d = static_cast<long double>(b.break_duration);
@@ -502,6 +543,23 @@ inline std::vector<event> model_breaker(const breaker_setup& b, const std::vecto
         open_until = t + model_break_for(b, opens);
         probes_passed = 0;
     };
+    std::vector<model_recorded_call> recorded;
+    // After a call recorded while closed: does the window's share open the circuit?
+    const auto window_opens = [&](ns t) {
+        if (!b.window)
+            return false;
+        const breaker_window_setup& w = *b.window;
+        const auto held = model_window_calls(w, recorded, t);
+        if (static_cast<int>(held.size()) < w.minimum_throughput)
+            return false;
+        const auto failures = std::count_if(held.begin(), held.end(), [](const auto& r) { return r.failed; });
+        const auto slow = std::count_if(held.begin(), held.end(), [](const auto& r) { return r.slow; });
+        const double calls = static_cast<double>(held.size());
+        // The share as one division, as the documentation says.
+        if (w.failure_ratio && failures > 0 && static_cast<double>(failures) / calls >= *w.failure_ratio)
+            return true;
+        return w.slow_call_ratio && slow > 0 && static_cast<double>(slow) / calls >= *w.slow_call_ratio;
+    };
     for (std::size_t i = 0; i < calls.size(); ++i) {
         const breaker_call& c = calls[i];
         const int id = static_cast<int>(i);
@@ -514,21 +572,26 @@ inline std::vector<event> model_breaker(const breaker_setup& b, const std::vecto
         }
         out.push_back({id, now, "admitted", -1, state_name(now)});
         now += c.latency;
+        const bool slow = b.window && b.window->slow_call_duration && c.latency >= *b.window->slow_call_duration;
         if (state == closed) {
-            if (c.fails) {
-                if (++run >= b.threshold) {
+            run = c.fails ? run + 1 : 0;
+            if (b.threshold > 0 && c.fails && run >= b.threshold) {
+                run = 0;
+                open_at(now);
+            } else {
+                recorded.push_back({now, c.fails, slow});
+                if (window_opens(now)) {
                     run = 0;
                     open_at(now);
                 }
-            } else {
-                run = 0;
             }
-        } else if (c.fails) {
+        } else if (c.fails || (slow && b.window->slow_call_ratio)) {
             open_at(now);
         } else if (++probes_passed >= b.probes) {
             state = closed;
             opens = 0;
             run = 0;
+            recorded.clear();
         }
         out.push_back({id, now, c.fails ? "failure" : "value", -1, state_name(now)});
     }
@@ -791,6 +854,73 @@ inline comparison check_breaker(chooser& pick) {
          .break_duration = std::chrono::nanoseconds{b.break_duration},
          .break_duration_growth = b.growth,
          .max_break_duration = b.max_break ? std::optional<std::chrono::nanoseconds>{*b.max_break} : std::nullopt,
+         .probes = b.probes},
+        sim.clock()};
+    c.actual = run_breaker(sim, breaker, calls);
+    return c;
+}
+
+// A breaker with a count or time window, and sometimes a consecutive-failure rule besides.
+inline comparison check_breaker_window(chooser& pick) {
+    breaker_setup b;
+    b.threshold = pick.coin(30) ? static_cast<int>(pick.between(2, 5)) : 0;
+    b.break_duration = pick.between(1, 50) * 1'000'000;
+    b.growth = pick.coin(60) ? 1.0 : 2.0;
+    b.probes = static_cast<int>(pick.between(1, 3));
+    breaker_window_setup w;
+    if (pick.coin(50))
+        w.size = static_cast<int>(pick.between(1, 8));
+    else {
+        w.sampling = pick.between(1, 100) * 1'000'000 + (pick.coin(50) ? 0 : pick.between(1, 999));
+        w.segments = static_cast<int>(pick.between(1, 12));
+    }
+    w.minimum_throughput = static_cast<int>(pick.between(1, w.size.value_or(6)));
+    static constexpr double ratios[] = {0.1, 0.25, 0.3, 0.5, 0.6, 0.75, 1.0};
+    const bool slow_rule = pick.coin(40);
+    if (!slow_rule || pick.coin(50))
+        w.failure_ratio = pick.pick(ratios);
+    if (slow_rule || pick.coin(20))
+        w.slow_call_duration = pick.between(1, 20) * 1'000'000;
+    if (slow_rule)
+        w.slow_call_ratio = pick.pick(ratios);
+    b.window = w;
+    std::vector<breaker_call> calls(static_cast<std::size_t>(pick.between(1, 40)));
+    for (auto& call : calls) {
+        call.gap = pick.coin(50) ? 0 : pick.between(0, 60) * 1'000'000 + (pick.coin(70) ? 0 : pick.between(1, 999));
+        call.latency = pick.coin(30) ? 0 : pick.between(0, 25) * 1'000'000;
+        call.fails = pick.coin(40);
+    }
+
+    comparison c;
+    std::ostringstream setup;
+    setup << "failure_threshold=" << (b.threshold ? std::to_string(b.threshold) : "none")
+          << " break_duration=" << b.break_duration << "ns break_duration_growth=" << b.growth
+          << " probes=" << b.probes << " window{";
+    if (w.size)
+        setup << "size=" << *w.size;
+    else
+        setup << "sampling_duration=" << *w.sampling << "ns segments=" << w.segments;
+    setup << " minimum_throughput=" << w.minimum_throughput << " failure_ratio="
+          << (w.failure_ratio ? std::to_string(*w.failure_ratio) : "none") << " slow_call_duration="
+          << (w.slow_call_duration ? std::to_string(*w.slow_call_duration) + "ns" : "none")
+          << " slow_call_ratio=" << (w.slow_call_ratio ? std::to_string(*w.slow_call_ratio) : "none") << "}";
+    c.setup = setup.str();
+    c.expected = model_breaker(b, calls);
+    const auto opt_ns = [](std::optional<ns> v) {
+        return v ? std::optional<std::chrono::nanoseconds>{*v} : std::nullopt;
+    };
+    rs::testing::simulation sim;
+    rs::circuit_breaker breaker{
+        {.failure_threshold = b.threshold ? std::optional<int>{b.threshold} : std::nullopt,
+         .window = rs::breaker_window{.size = w.size,
+                                      .sampling_duration = opt_ns(w.sampling),
+                                      .segments = w.segments,
+                                      .minimum_throughput = w.minimum_throughput,
+                                      .failure_ratio = w.failure_ratio,
+                                      .slow_call_duration = opt_ns(w.slow_call_duration),
+                                      .slow_call_ratio = w.slow_call_ratio},
+         .break_duration = std::chrono::nanoseconds{b.break_duration},
+         .break_duration_growth = b.growth,
          .probes = b.probes},
         sim.clock()};
     c.actual = run_breaker(sim, breaker, calls);

@@ -16,6 +16,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/single_flight.hpp>
 #include <resilience/sliding_window_limiter.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -128,6 +129,7 @@ auto every_policy(C clock) {
         rs::rate_limiter{{.token_limit = 100, .tokens_per_second = 100}, clock},
         rs::sliding_window_limiter{{.permit_limit = 100, .window = 1s}, clock},
         rs::hedge{{.max_attempts = 2, .delay = 1h}, clock},
+        rs::single_flight<int, int>{}.policy(1),
         rs::pipeline{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}, clock},
                      rs::circuit_breaker{{.failure_threshold = 100}, clock}, rs::timeout{1h, clock},
                      rs::bulkhead{{.max_concurrent_calls = 2}, clock},
@@ -135,7 +137,7 @@ auto every_policy(C clock) {
     };
 }
 constexpr const char* policy_names[] = {"retry",          "circuit_breaker", "timeout", "bulkhead", "rate_limiter",
-                                        "sliding_window", "hedge",           "pipeline"};
+                                        "sliding_window", "hedge",           "single_flight", "pipeline"};
 
 template <class Each>
 void for_each_policy(auto& policies, Each each) {
@@ -217,8 +219,10 @@ TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "
                 }, caller.get_token()),
                 resilience_tests::stop_at(sim, caller, start + 1s)));
             CHECK(sim.now() - start == 2s);
-            // The value is returned; a hedge whose caller stopped ends as cancelled (docs/hedge.md).
-            CHECK(how(r) == (std::string(policy) == "hedge" ? ends::cancelled : ends::value));
+            // The value is returned; a hedge whose caller stopped ends as cancelled (docs/hedge.md),
+            // and so does the owner of a single flight that stopped (docs/single_flight.md).
+            const bool stop_wins = std::string(policy) == "hedge" || std::string(policy) == "single_flight";
+            CHECK(how(r) == (stop_wins ? ends::cancelled : ends::value));
         }
         // One that would never finish but honours its token ends when the caller stops.
         {

@@ -33,6 +33,11 @@ TEST_CASE("model: the circuit breaker opens, refuses, probes and closes as its m
     run_scenarios(300, [](rm::chooser& pick) { return rm::check_breaker(pick); });
 }
 
+TEST_CASE("model: a windowed circuit breaker opens on its failure and slow-call shares as its model",
+          "[model][circuit_breaker]") {
+    run_scenarios(300, [](rm::chooser& pick) { return rm::check_breaker_window(pick); });
+}
+
 TEST_CASE("model: a retry around a timeout ends as its model, at the same instant", "[model][retry][timeout]") {
     run_scenarios(300, [](rm::chooser& pick) { return rm::check_retry_timeout(pick); });
 }
