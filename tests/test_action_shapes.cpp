@@ -344,3 +344,40 @@ TEST_CASE("timeout: on a clock without loop timers, the caller resumes on its ow
     CHECK(calls_back_elsewhere(roomy, 300, 0us, values) == 0); // the attempt finishes first
     CHECK(values == 300);
 }
+
+TEST_CASE("bulkhead: a queued caller handed its slot from another thread resumes on its own loop",
+          "[bulkhead][action_shapes][concurrency]") {
+    // The holder finishes on a worker thread, which releases the slot and hands it to the queued
+    // caller there; with a queue_timeout the queued wait is joined with its watchdog. Both callers
+    // must still end on the loop they called from, with and without loop timers on the clock.
+    const auto check = [](const auto& bulkhead) {
+        rs::event_loop loop;
+        int elsewhere = 0, values = 0;
+        for (int round = 0; round < 50; ++round) {
+            std::thread worker;
+            const auto caller = [&](bool holds) -> rs::task<void> {
+                const auto home = std::this_thread::get_id();
+                const auto r = co_await bulkhead.execute_outcome([&worker, holds]() -> rs::task<int> {
+                    if (holds)
+                        co_await on_new_thread{worker, 200us};
+                    co_return 42;
+                });
+                if (std::this_thread::get_id() != home)
+                    ++elsewhere;
+                if (r.has_value() && r.value() == 42)
+                    ++values;
+            };
+            auto holder = caller(true);
+            auto queued = caller(false);
+            loop.run([&]() -> rs::task<void> {
+                co_await rs::when_all(std::move(holder), std::move(queued));
+            }());
+            worker.join();
+        }
+        CHECK(elsewhere == 0);
+        CHECK(values == 100);
+    };
+    check(rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1}, plain_clock{}});
+    check(rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1h}, plain_clock{}});
+    check(rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1h}, rs::steady_clock{}});
+}
