@@ -630,6 +630,8 @@ struct driver {
                 else
                     return task<outcome_type>{}; // unreachable: its `enter` never waits
             }));
+            if (home && event_loop::current() != home)
+                co_await resume_on_loop{home}; // the stage's wait ended on another thread
         }
         if (s != step::proceed) {
             cache.clear();
@@ -645,9 +647,10 @@ struct driver {
                     return task<outcome_type>{}; // unreachable: its `leave` never waits
             });
             result.emplace(std::move(r));
+            if (home && event_loop::current() != home)
+                co_await resume_on_loop{home}; // the stage's wait ended on another thread
         }
-        if (home && event_loop::current() != home)
-            co_await resume_on_loop{home}; // a stage's own wait ended on another thread
+        // Every co_await above is followed by the return home, so the common path pays nothing here.
         if constexpr (Throw)
             co_return std::move(*result).value();
         else
