@@ -20,6 +20,9 @@ int sliding_window_limiter_options(const std::uint8_t* data, std::size_t size);
 int retry_budget_options(const std::uint8_t* data, std::size_t size);
 int hedge_options(const std::uint8_t* data, std::size_t size);
 
+// Parsers: a Retry-After value (delay-seconds or any HTTP-date form), after one byte that moves `now`.
+int retry_after(const std::uint8_t* data, std::size_t size);
+
 // A policy driven by a random scenario on virtual time against its model (tests/models.hpp).
 int model(const std::uint8_t* data, std::size_t size);
 
