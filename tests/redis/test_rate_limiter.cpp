@@ -127,3 +127,243 @@ TEST_CASE("redis rate_limiter: a token that is refused is not spent", "[redis]")
     CHECK(admitted == 1);
     CHECK(std::chrono::steady_clock::now() - first < 600ms); // not 21 x 50 ms on
 }
+
+namespace {
+
+// Admission instants of calls made for `length` through a limiter of its own, on an event loop and a
+// connection of its own (a replica), on the calling thread.
+std::vector<std::chrono::steady_clock::time_point> replica(std::uint16_t port, redis::rate_limiter_options o,
+                                                           std::chrono::nanoseconds length) {
+    ::asio::io_context io;
+    redis::connection_options co{.port = port, .command_timeout = 2s};
+    redis::connection c{io.get_executor(), co};
+    const redis::rate_limiter limiter{std::move(o), c};
+    std::vector<std::chrono::steady_clock::time_point> admitted;
+    auto stamp = [](redis::rate_limiter l, std::vector<std::chrono::steady_clock::time_point>& out,
+                    std::chrono::steady_clock::time_point end) -> rs::task<int> {
+        while (std::chrono::steady_clock::now() < end) {
+            auto call = l.execute_outcome(one);
+            if ((co_await std::move(call)).has_value())
+                out.push_back(std::chrono::steady_clock::now());
+        }
+        co_return 0;
+    };
+    const auto end = std::chrono::steady_clock::now() + length;
+    for (int i = 0; i < 4; ++i) // four callers at once on this loop
+        rs::asio::async_run(io.get_executor(), stamp(limiter, admitted, end), [](std::exception_ptr, int) {});
+    io.run();
+    return admitted;
+}
+
+} // namespace
+
+TEST_CASE("redis rate_limiter: event loops on three threads share one limit, window after window", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    constexpr std::size_t burst = 10;
+    constexpr double rate = 100; // a token every 10 ms, for the three together
+    const auto length = 1200ms;
+    std::vector<std::chrono::steady_clock::time_point> all[3];
+    {
+        std::vector<std::jthread> threads;
+        for (auto& out : all)
+            threads.emplace_back([&out, &server, length] { out = replica(server.port(), quota("shared", burst, rate), length); });
+    }
+    std::vector<std::chrono::steady_clock::time_point> merged;
+    for (const auto& a : all) {
+        CHECK(a.size() > 10); // every replica got some
+        merged.insert(merged.end(), a.begin(), a.end());
+    }
+    std::sort(merged.begin(), merged.end());
+    REQUIRE(!merged.empty());
+    // In all, no more than the burst and the rate over the time it took (and not far below it: the
+    // callers asked all the time). Each instant is read after its reply, a few ms after Redis decided:
+    // the tolerance is what the rate adds in 30 ms, plus two.
+    const auto span = std::chrono::duration<double>(merged.back() - merged.front()).count();
+    const auto within = [&](double seconds) { return static_cast<double>(burst) + rate * (seconds + 0.03) + 2; };
+    CHECK(static_cast<double>(merged.size()) <= within(span));
+    CHECK(static_cast<double>(merged.size()) >= rate * span * 0.5);
+    // And in every window of 200 ms, wherever it starts.
+    const auto window = 200ms;
+    std::size_t worst = 0;
+    for (std::size_t i = 0, j = 0; i < merged.size(); ++i) {
+        while (j < merged.size() && merged[j] - merged[i] < window)
+            ++j;
+        worst = std::max(worst, j - i);
+    }
+    INFO("most admissions in a window of 200 ms: " << worst);
+    CHECK(static_cast<double>(worst) <= within(0.2));
+}
+
+TEST_CASE("redis rate_limiter: a key per tenant: tenants do not share", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    ::asio::io_context io;
+    redis::connection c{io.get_executor(), server.options()};
+    const redis::rate_limiter a{quota("tenant:a", 3, 1), c};
+    const redis::rate_limiter b{quota("tenant:b", 3, 1), c};
+    const redis::rate_limiter a_again{quota("tenant:a", 3, 1), c}; // another limiter, the same key
+    CHECK(run(io, calls(a, 2)).admitted == 2);
+    CHECK(run(io, calls(b, 5)).admitted == 3);
+    CHECK(run(io, calls(a_again, 5)).admitted == 1); // a's bucket, with a's two tokens spent
+}
+
+TEST_CASE("redis rate_limiter: calls that may wait reserve their tokens and are admitted in turn", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    ::asio::io_context io;
+    redis::connection c{io.get_executor(), server.options()};
+    std::atomic<int> waits{0};
+    auto o = quota("waiting", 1, 20); // a token every 50 ms
+    o.queue_limit = 10;
+    o.telemetry = [&](const rs::telemetry_event& e) {
+        if (e.kind == rs::telemetry_kind::queue_wait)
+            ++waits;
+    };
+    const redis::rate_limiter limiter{o, c};
+    const auto start = std::chrono::steady_clock::now();
+    const tally t = run(io, burst(limiter, 5));
+    const auto took = std::chrono::steady_clock::now() - start;
+    CHECK(t.admitted == 5);
+    CHECK(waits == 4);
+    CHECK(took >= 190ms); // four tokens after the first, 50 ms apart
+    CHECK(took < 3s);
+}
+
+TEST_CASE("redis rate_limiter: queue_timeout refuses a wait too long, queue_limit a wait too many", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    ::asio::io_context io;
+    redis::connection c{io.get_executor(), server.options()};
+    std::vector<rs::rejection_reason> reasons;
+    auto o = quota("patience", 1, 10); // a token every 100 ms
+    o.queue_limit = 10;
+    o.queue_timeout = 150ms;
+    o.telemetry = [&](const rs::telemetry_event& e) {
+        if (e.kind == rs::telemetry_kind::rejection)
+            reasons.push_back(e.reason);
+    };
+    const tally t = run(io, burst(redis::rate_limiter{o, c}, 5));
+    CHECK(t.admitted == 2); // now and 100 ms on; 200 ms is past the queue timeout
+    CHECK(t.refused == 3);
+    CHECK(reasons == std::vector<rs::rejection_reason>(3, rs::rejection_reason::queue_timeout));
+
+    reasons.clear();
+    o.key = "crowded";
+    o.queue_limit = 1;
+    o.queue_timeout.reset();
+    const redis::rate_limiter crowded{o, c};
+    CHECK(run(io, calls(crowded, 1)).admitted == 1); // the token there
+    const tally u = run(io, burst(crowded, 3));
+    CHECK(u.admitted == 1); // one wait, the one place
+    CHECK(u.refused == 2);
+    CHECK(reasons == std::vector<rs::rejection_reason>(2, rs::rejection_reason::queue_full));
+}
+
+TEST_CASE("redis rate_limiter: after a script flush the script is sent whole, counting the call once", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    ::asio::io_context io;
+    redis::connection c{io.get_executor(), server.options()};
+    const redis::rate_limiter limiter{quota("flushed", 3, 0.1), c};
+    CHECK(run(io, calls(limiter, 1)).admitted == 1);
+    auto flush = [](redis::connection conn) -> rs::task<redis::reply> {
+        auto sent = conn.command({"SCRIPT", "FLUSH"});
+        co_return co_await std::move(sent);
+    };
+    CHECK(run(io, flush(c)).type == redis::reply::kind::status);
+    CHECK(run(io, calls(limiter, 1)).admitted == 1); // NOSCRIPT, then EVAL: one token
+    CHECK(run(io, calls(limiter, 3)).admitted == 1); // the third token, not more
+}
+
+TEST_CASE("redis rate_limiter: composes with local policies in a pipeline on the Asio clock", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    ::asio::io_context io;
+    const rs::asio::clock clock{io.get_executor()};
+    redis::connection c{io.get_executor(), server.options()};
+    const redis::rate_limiter limiter{quota("piped", 2, 0.1), c};
+    const rs::pipeline p{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}, clock}, limiter,
+                         rs::circuit_breaker{{}, clock}, rs::timeout{1s, clock}};
+    const tally t = run(io, calls(p, 3));
+    CHECK(t.admitted == 2);
+    CHECK(t.refused == 1); // a refusal is not retried: it comes out as the limiter made it
+}
+
+namespace {
+
+struct recorder {
+    std::mutex mutex;
+    std::vector<rs::telemetry_kind> kinds;
+    std::vector<std::string> notes;
+    void operator()(const rs::telemetry_event& e) {
+        if (e.kind != rs::telemetry_kind::backend_lost && e.kind != rs::telemetry_kind::backend_restored)
+            return;
+        std::lock_guard lock(mutex);
+        kinds.push_back(e.kind);
+        notes.emplace_back(e.note);
+    }
+};
+
+// Redis killed after a first call: what `mode` makes of the next ten, how long they took, and how soon
+// after a restart Redis decides again.
+void outage(redis::unavailable_policy mode, int expect_admitted, int expect_refused) {
+    redis_server server;
+    ::asio::io_context io;
+    redis::connection c{io.get_executor(), server.options()};
+    auto events = std::make_shared<recorder>();
+    auto o = quota(std::string("outage:") + redis::to_string(mode), 5, 10);
+    o.when_unavailable = mode;
+    o.local_share = 0.5; // locally: 2 tokens, 5 a second
+    o.telemetry = [events](const rs::telemetry_event& e) { (*events)(e); };
+    const redis::rate_limiter limiter{o, c};
+    CHECK(run(io, calls(limiter, 1)).admitted == 1);
+    CHECK(limiter.redis_up());
+
+    server.kill();
+    const auto start = std::chrono::steady_clock::now();
+    const tally t = run(io, calls(limiter, 10));
+    CHECK(std::chrono::steady_clock::now() - start < 2s); // nobody waited for the dead server
+    CHECK(t.admitted == expect_admitted);
+    CHECK(t.refused == expect_refused);
+    CHECK(t.other == 0);
+    CHECK(!limiter.redis_up());
+    CHECK(events->kinds == std::vector{rs::telemetry_kind::backend_lost}); // once, however many calls
+    CHECK(events->notes == std::vector<std::string>{redis::to_string(mode)});
+
+    server.start();
+    const auto restarted = std::chrono::steady_clock::now();
+    while (!limiter.redis_up() && std::chrono::steady_clock::now() - restarted < 5s)
+        (void)run(io, calls(limiter, 1));
+    CHECK(limiter.redis_up());
+    // The backoff is at most 100 ms here: a margin for a loaded machine, far below the 5 s of the poll.
+    CHECK(std::chrono::steady_clock::now() - restarted < 1s);
+    CHECK(events->kinds == std::vector{rs::telemetry_kind::backend_lost, rs::telemetry_kind::backend_restored});
+    CHECK(run(io, calls(limiter, 10)).admitted <= 5); // Redis's bucket again (the restart emptied it)
+}
+
+} // namespace
+
+TEST_CASE("redis rate_limiter: Redis killed mid-run: fail_closed refuses, without waiting for it", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    outage(redis::unavailable_policy::fail_closed, 0, 10);
+}
+
+TEST_CASE("redis rate_limiter: Redis killed mid-run: fail_open admits every call", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    outage(redis::unavailable_policy::fail_open, 10, 0);
+}
+
+TEST_CASE("redis rate_limiter: Redis killed mid-run: local_share limits with the replica's share", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    outage(redis::unavailable_policy::local_share, 2, 8); // 2 tokens locally, and 10 calls within 400 ms
+}

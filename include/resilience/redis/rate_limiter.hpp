@@ -46,7 +46,9 @@ struct rate_limiter_options {
     /// How many calls of this limiter may wait for their token at once; beyond that a call that
     /// would have to wait is refused (`queue_full`). The default 0 refuses as soon as no token is
     /// there (`no_capacity`). A call that waits has reserved its token in Redis already: it sleeps
-    /// locally until the token is due, with no further round trip.
+    /// locally until the token is due, with no further round trip. A place is held from the moment
+    /// a call asks Redis (whether it will have to wait is known only from the answer), so calls
+    /// asking at once cannot reserve more waits than this between them.
     std::size_t queue_limit = 0;
     /// The longest wait a call accepts; a call whose token is due later is refused at once
     /// (`queue_timeout`) and reserves nothing. Empty: any wait. Must be positive when set.
@@ -124,7 +126,7 @@ struct redis_limiter_state {
     script lua;
     store_health health;
     std::optional<::resilience::rate_limiter<resilience::asio::clock>> local;
-    std::size_t waiting = 0; // calls of this limiter asleep on a reserved token (executor only)
+    std::size_t waiting = 0; // calls of this limiter that may wait, asking or asleep (executor only)
 };
 
 } // namespace detail
@@ -217,13 +219,13 @@ public:
 private:
     using state = detail::redis_limiter_state<rate_limiter_options>;
 
-    // Counts a reserved wait for `queue_limit`, however the wait ends.
-    struct asleep {
+    // One of the `queue_limit` places, however the call's wait ends.
+    struct queue_place {
         std::size_t& waiting;
-        explicit asleep(std::size_t& w) noexcept : waiting(w) { ++waiting; }
-        asleep(const asleep&) = delete;
-        asleep& operator=(const asleep&) = delete;
-        ~asleep() { --waiting; }
+        explicit queue_place(std::size_t& w) noexcept : waiting(w) { ++waiting; }
+        queue_place(const queue_place&) = delete;
+        queue_place& operator=(const queue_place&) = delete;
+        ~queue_place() { --waiting; }
     };
 
     struct decision {
@@ -234,7 +236,12 @@ private:
     static task<decision> admit(std::shared_ptr<state> s, std::stop_token token, const telemetry_listener* listener,
                                 int attempt) {
         const rate_limiter_options& o = s->options;
+        // A call that may wait holds a queue place from before it asks until its wait ends, so calls
+        // asking at once cannot together reserve more waits than `queue_limit`.
         const bool may_wait = o.queue_limit > 0 && s->waiting < o.queue_limit;
+        std::optional<queue_place> place;
+        if (may_wait)
+            place.emplace(s->waiting);
         long long max_wait_us = 0;
         if (may_wait)
             max_wait_us = o.queue_timeout ? std::chrono::duration_cast<std::chrono::microseconds>(*o.queue_timeout).count()
@@ -293,11 +300,9 @@ private:
         }
         if (us > std::chrono::microseconds::zero()) {
             const auto until = resilience::detail::add_saturating(s->clock.now(), us);
-            {
-                asleep counted{s->waiting};
-                auto sleeping = s->clock.sleep_until(until, token);
-                co_await std::move(sleeping);
-            }
+            auto sleeping = s->clock.sleep_until(until, token);
+            co_await std::move(sleeping);
+            place.reset();
             if (token.stop_requested())
                 co_return decision{failure::make(cancelled_error{o.name})};
             if (std::optional<failure> thrown = resilience::detail::emit_caught(
