@@ -273,6 +273,7 @@ public:
     const connection_options& options() const noexcept { return options_; }
     bool connected() const noexcept { return state_ == state::open; }
     std::size_t in_flight() const noexcept { return queue_.size(); }
+    std::uint64_t commands() const noexcept { return commands_; }
 
     /// Queues `args` (connecting first if needed) and returns its entry; already failed when the
     /// connection is waiting out its backoff.
@@ -295,6 +296,7 @@ public:
         }
         append_command(out_, args);
         queue_.push_back(p);
+        ++commands_;
         if (state_ == state::idle) {
             connect();
         } else if (state_ == state::open) {
@@ -511,6 +513,7 @@ private:
     ::asio::steady_timer watchdog_;
     bool watchdog_armed_ = false;
     int attempts_ = 0; // failed connects in a row
+    std::uint64_t commands_ = 0;
     std::chrono::steady_clock::time_point retry_at_{};
     std::string last_failure_;
 };
@@ -607,6 +610,9 @@ public:
     [[nodiscard]] bool connected() const noexcept { return state_->connected(); }
     /// Commands sent (or being sent) whose reply has not arrived yet.
     [[nodiscard]] std::size_t in_flight() const noexcept { return state_->in_flight(); }
+    /// Commands written (or queued to be) since the connection was made: each is one round trip,
+    /// shared with the commands pipelined beside it. Commands refused while backing off are not counted.
+    [[nodiscard]] std::uint64_t commands() const noexcept { return state_->commands(); }
     /// Time until the next connect may be tried: zero unless waiting out the reconnect backoff.
     [[nodiscard]] std::chrono::nanoseconds reconnect_in() const noexcept { return state_->reconnect_in(); }
     [[nodiscard]] const ::asio::any_io_executor& executor() const noexcept { return state_->executor(); }

@@ -246,7 +246,7 @@ private:
         if (may_wait)
             max_wait_us = o.queue_timeout ? std::chrono::duration_cast<std::chrono::microseconds>(*o.queue_timeout).count()
                                           : -1;
-        std::vector<std::string> args{std::to_string(o.token_limit), detail::format_number(s->interval_us),
+        std::vector<std::string> args{std::to_string(o.token_limit), detail::number_arg(s->interval_us),
                                       std::to_string(max_wait_us)};
         std::optional<failure> unreachable;
         std::optional<reply> r;
@@ -319,10 +319,10 @@ private:
             throw std::invalid_argument(who + "token_limit must be positive, got 0");
         if (!std::isfinite(o.tokens_per_second) || !(o.tokens_per_second > 0))
             throw std::invalid_argument(who + "tokens_per_second must be finite and positive, got " +
-                                        detail::format_number(o.tokens_per_second));
+                                        resilience::detail::format_number(o.tokens_per_second));
         if (o.tokens_per_second < ::resilience::rate_limiter_options::min_tokens_per_second)
             throw std::invalid_argument(who + "tokens_per_second must be at least 1e-9, got " +
-                                        detail::format_number(o.tokens_per_second));
+                                        resilience::detail::format_number(o.tokens_per_second));
         if (static_cast<double>(o.token_limit) > 1e15)
             throw std::invalid_argument(who + "token_limit must be at most 1e15, got " + std::to_string(o.token_limit));
         resilience::detail::validate_queue_options(o, who);

@@ -8,6 +8,7 @@
 #include "../context.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
+#include "../rate_limiter.hpp"
 #include "../task.hpp"
 #include "../telemetry.hpp"
 #include "connection.hpp"
@@ -54,7 +55,8 @@ constexpr const char* to_string(unavailable_policy p) noexcept {
 
 namespace detail {
 
-inline std::string format_number(double v) {
+// A double as Redis reads it back exactly (17 significant digits).
+inline std::string number_arg(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.17g", v);
     return buf;
@@ -66,10 +68,10 @@ void validate_shared(const Options& o, const std::string& who) {
     if (o.key.empty())
         throw std::invalid_argument(who + "key must not be empty");
     if (!std::isfinite(o.local_share) || o.local_share < 0.0 || o.local_share > 1.0)
-        throw std::invalid_argument(who + "local_share must be in [0, 1], got " + format_number(o.local_share));
+        throw std::invalid_argument(who + "local_share must be in [0, 1], got " + resilience::detail::format_number(o.local_share));
     if (o.when_unavailable == unavailable_policy::local_share && !(o.local_share > 0.0))
         throw std::invalid_argument(who + "local_share must be positive with when_unavailable = local_share, got " +
-                                    format_number(o.local_share));
+                                    resilience::detail::format_number(o.local_share));
 }
 
 /// A Lua script run by its SHA-1. The SHA is learnt with `SCRIPT LOAD` on first use (one round trip
