@@ -7,8 +7,9 @@
 //   ping_pipelined/N                    N PINGs in flight at once, per PING
 //   admission_pipelined/N               N admissions in flight at once, per admission
 //
-// `round_trips/admission` counts the commands the connection sent per admission (1: one EVALSHA).
-// The server is started by the benchmark itself (redis-server on PATH).
+// `round_trips/admission` counts the commands the connection sent per admission (1: one EVALSHA), and
+// `ns/admission` (`ns/ping`) is the time per item; the summary's ns/call is per iteration, which for
+// the pipelined rows is a batch of N. The server is started by the benchmark itself (redis-server on PATH).
 #include "harness.hpp"
 #include "redis/server_process.hpp"
 
@@ -20,6 +21,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -65,17 +68,23 @@ void on_io(benchmark::State& state, const char* item, Step step) {
         auto warm = s(conn, l, per); // loads the script, connects
         (void)co_await std::move(warm);
         const std::uint64_t before = conn.commands();
+        const std::size_t allocated = bench::allocations.load(std::memory_order_relaxed);
+        const auto start = std::chrono::steady_clock::now();
         std::int64_t ok = 0;
         for (auto _ : st) {
             auto one = s(conn, l, per);
             ok += co_await std::move(one);
         }
-        const auto items = st.iterations() * per;
-        if (ok != items)
+        const auto took = std::chrono::steady_clock::now() - start;
+        const auto items = static_cast<double>(st.iterations() * per);
+        if (ok != st.iterations() * per)
             st.SkipWithError("a call failed");
-        st.SetItemsProcessed(items);
-        st.counters[std::string("round_trips/") + what] =
-            static_cast<double>(conn.commands() - before) / static_cast<double>(items);
+        st.SetItemsProcessed(st.iterations() * per);
+        const std::string per_item = std::string("/") + what;
+        st.counters["round_trips" + per_item] = static_cast<double>(conn.commands() - before) / items;
+        st.counters["ns" + per_item] = static_cast<double>(std::chrono::nanoseconds{took}.count()) / items;
+        st.counters["allocs" + per_item] =
+            static_cast<double>(bench::allocations.load(std::memory_order_relaxed) - allocated) / items;
         co_return 0;
     };
     std::exception_ptr failed;
