@@ -11,8 +11,6 @@
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/read.hpp>
-#include <asio/write.hpp>
 #include <fmt/core.h>
 
 #include <array>
@@ -69,18 +67,20 @@ public:
     std::uint16_t port() const { return port_; }
 
 private:
+    // Asks with the library's own connection: a PING answered means the server is up.
     bool answers() const {
-        try {
-            ::asio::io_context io;
-            ::asio::ip::tcp::socket s{io};
-            s.connect({::asio::ip::make_address("127.0.0.1"), port_});
-            ::asio::write(s, ::asio::buffer(std::string_view{"PING\r\n"}));
-            std::array<char, 7> reply{};
-            ::asio::read(s, ::asio::buffer(reply));
-            return std::string_view(reply.data(), reply.size()) == "+PONG\r\n";
-        } catch (const std::exception&) {
-            return false;
-        }
+        ::asio::io_context io;
+        const redis::connection probe{io.get_executor(), {.port = port_}};
+        bool up = false;
+        rs::asio::async_run(
+            io.get_executor(),
+            [](redis::connection c) -> rs::task<bool> {
+                auto ping = c.command({"PING"});
+                co_return (co_await std::move(ping)).str == "PONG";
+            }(probe),
+            [&up](std::exception_ptr e, bool pong) { up = !e && pong; });
+        io.run();
+        return up;
     }
     std::uint16_t port_ = 0;
     std::string dir_;

@@ -35,6 +35,15 @@ inline bool redis_tests_enabled() {
     return false;
 }
 
+/// What most tests start with: a private server, an io_context, a connection to the server on it and
+/// the Asio clock of that io_context. Members in that order, for a structured binding.
+struct local_redis {
+    redis_server server;
+    ::asio::io_context io;
+    resilience::redis::connection connection{io.get_executor(), server.options()};
+    resilience::asio::clock clock{io.get_executor()};
+};
+
 /// Runs `t` on `io` as an async_run operation, runs `io` until nothing is left, and returns the value
 /// (or rethrows). `io` is restarted first, so it may be run again.
 template <class T>

@@ -68,9 +68,8 @@ redis::bulkhead_options slots(std::string key, std::size_t n, std::chrono::nanos
 TEST_CASE("redis bulkhead: two replicas share the slots; a slot comes back when its call ends", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection ca{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, ca, clock] = fixture;
     redis::connection cb{io.get_executor(), server.options()};
     const redis::bulkhead a{slots("shared", 2, 5s), ca};
     const redis::bulkhead b{slots("shared", 2, 5s), cb};
@@ -180,9 +179,8 @@ TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewi
 TEST_CASE("redis bulkhead: Redis killed: each failure mode as configured, reported once", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     std::vector<std::string> lost;
     const auto make = [&](redis::unavailable_policy mode) {
         return redis::bulkhead{{.key = "outage",

@@ -10,6 +10,7 @@
 
 #include <asio/io_context.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -97,9 +98,8 @@ redis::rate_limiter_options quota(std::string key, std::size_t limit, double rat
 TEST_CASE("redis rate_limiter: a burst of token_limit, then refusals with the wait Redis computed", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     const redis::rate_limiter limiter{quota("burst", 5, 10), c}; // a token every 100 ms
     const tally t = run(io, calls(limiter, 8));
     CHECK(t.admitted == 5);
@@ -113,9 +113,8 @@ TEST_CASE("redis rate_limiter: a burst of token_limit, then refusals with the wa
 TEST_CASE("redis rate_limiter: a token that is refused is not spent", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     const redis::rate_limiter limiter{quota("refused", 1, 20), c}; // a token every 50 ms
     CHECK(run(io, calls(limiter, 1)).admitted == 1);
     const auto first = std::chrono::steady_clock::now();
@@ -199,9 +198,8 @@ TEST_CASE("redis rate_limiter: event loops on three threads share one limit, win
 TEST_CASE("redis rate_limiter: a key per tenant: tenants do not share", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     const redis::rate_limiter a{quota("tenant:a", 3, 1), c};
     const redis::rate_limiter b{quota("tenant:b", 3, 1), c};
     const redis::rate_limiter a_again{quota("tenant:a", 3, 1), c}; // another limiter, the same key
@@ -213,9 +211,8 @@ TEST_CASE("redis rate_limiter: a key per tenant: tenants do not share", "[redis]
 TEST_CASE("redis rate_limiter: calls that may wait reserve their tokens and are admitted in turn", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     std::atomic<int> waits{0};
     auto o = quota("waiting", 1, 20); // a token every 50 ms
     o.queue_limit = 10;
@@ -236,9 +233,8 @@ TEST_CASE("redis rate_limiter: calls that may wait reserve their tokens and are 
 TEST_CASE("redis rate_limiter: queue_timeout refuses a wait too long, queue_limit a wait too many", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     std::vector<rs::rejection_reason> reasons;
     auto o = quota("patience", 1, 10); // a token every 100 ms
     o.queue_limit = 10;
@@ -267,9 +263,8 @@ TEST_CASE("redis rate_limiter: queue_timeout refuses a wait too long, queue_limi
 TEST_CASE("redis rate_limiter: after a script flush the script is sent whole, counting the call once", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     const redis::rate_limiter limiter{quota("flushed", 3, 0.1), c};
     CHECK(run(io, calls(limiter, 1)).admitted == 1);
     auto flush = [](redis::connection conn) -> rs::task<redis::reply> {
@@ -284,16 +279,14 @@ TEST_CASE("redis rate_limiter: after a script flush the script is sent whole, co
 TEST_CASE("redis rate_limiter: composes with local policies in a pipeline on the Asio clock", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    const rs::asio::clock clock{io.get_executor()};
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     const redis::rate_limiter limiter{quota("piped", 2, 0.1), c};
     const rs::pipeline p{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}, clock}, limiter,
                          rs::circuit_breaker{{}, clock}, rs::timeout{1s, clock}};
     const tally t = run(io, calls(p, 3));
     CHECK(t.admitted == 2);
-    CHECK(t.refused == 1); // a refusal is not retried: it comes out as the limiter made it
+    CHECK(t.refused == 1); // retried, and refused again: a refusal spent no token
 }
 
 namespace {
@@ -314,9 +307,8 @@ struct recorder {
 // Redis killed after a first call: what `mode` makes of the next ten, how long they took, and how soon
 // after a restart Redis decides again.
 void outage(redis::unavailable_policy mode, int expect_admitted, int expect_refused) {
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), server.options()};
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
     auto events = std::make_shared<recorder>();
     auto o = quota(std::string("outage:") + redis::to_string(mode), 5, 10);
     o.when_unavailable = mode;
@@ -366,4 +358,60 @@ TEST_CASE("redis rate_limiter: Redis killed mid-run: local_share limits with the
     if (!resilience_tests::redis_tests_enabled())
         return;
     outage(redis::unavailable_policy::local_share, 2, 8); // 2 tokens locally, and 10 calls within 400 ms
+}
+
+TEST_CASE("redis rate_limiter: a frozen Redis holds a call no longer than the command timeout", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    resilience_tests::local_redis fixture; // command_timeout 200 ms, reconnect backoff 20 ms to 100 ms
+    auto& [server, io, c, clock] = fixture;
+    auto o = quota("frozen", 100, 100);
+    o.when_unavailable = redis::unavailable_policy::fail_open;
+    const redis::rate_limiter limiter{o, c};
+    CHECK(run(io, calls(limiter, 1)).admitted == 1);
+    server.freeze();
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(run(io, calls(limiter, 1)).admitted == 1); // waited for the timeout, then let through
+    const auto first = std::chrono::steady_clock::now() - start;
+    CHECK(first >= 200ms);
+    CHECK(first < 1200ms);
+    CHECK(run(io, calls(limiter, 20)).admitted == 20); // the connection backs off: no more waiting
+    CHECK(std::chrono::steady_clock::now() - start < 1500ms);
+    server.thaw();
+}
+
+TEST_CASE("redis rate_limiter and bulkhead: one pipeline with local policies", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
+    const rs::pipeline p{rs::retry{{.max_attempts = 1}, clock}, redis::rate_limiter{quota("both", 3, 0.1), c},
+                         redis::bulkhead{{.key = "both:slots", .max_concurrent_calls = 2}, c},
+                         rs::circuit_breaker{{}, clock}, rs::timeout{1s, clock}};
+    // Five calls at once, each lasting 200 ms: three get tokens, two of those get slots.
+    auto lasting = [](rs::pipeline<rs::retry<rs::asio::clock>, redis::rate_limiter, redis::bulkhead,
+                                   rs::circuit_breaker<rs::asio::clock>, rs::timeout<rs::asio::clock>> const& policy,
+                      rs::asio::clock k) -> rs::task<int> {
+        auto call = policy.execute_outcome(
+            [](rs::asio::clock kk, std::stop_token st) -> rs::task<int> {
+                auto sleeping = kk.sleep_for(200ms, st);
+                co_await std::move(sleeping);
+                co_return 1;
+            },
+            k);
+        const rs::outcome<int> r = co_await std::move(call);
+        if (r.has_value())
+            co_return 0;
+        co_return r.failure().code() == rs::errc::rate_limited ? 1 : 2;
+    };
+    std::vector<rs::task<int>> five;
+    for (int i = 0; i < 5; ++i)
+        five.push_back(lasting(p, clock));
+    auto all = [](std::vector<rs::task<int>> ts) -> rs::task<std::vector<int>> {
+        auto together = rs::when_all(std::move(ts));
+        co_return co_await std::move(together);
+    };
+    std::vector<int> got = run(io, all(std::move(five)));
+    std::sort(got.begin(), got.end());
+    CHECK(got == std::vector{0, 0, 1, 1, 2}); // admitted twice, refused by the limiter twice, by the bulkhead once
 }

@@ -148,7 +148,7 @@ struct redis_bulkhead_state {
 ///
 ///     rs::redis::bulkhead slots{{.key = "slots:reports", .max_concurrent_calls = 8, .lease_duration = 5s}, redis};
 ///     rs::pipeline p{slots, rs::timeout{30s, clock}};
-class bulkhead : public policy_base<bulkhead> {
+class bulkhead : public detail::shared_limit<bulkhead, detail::redis_bulkhead_state> {
 public:
     /// The `policy` of its telemetry events.
     static constexpr std::string_view telemetry_policy = "redis_bulkhead";
@@ -156,7 +156,7 @@ public:
     bulkhead(bulkhead_options options, connection conn)
         : bulkhead(std::move(options), conn, resilience::asio::clock{conn.executor()}) {}
     bulkhead(bulkhead_options options, connection conn, resilience::asio::clock clock)
-        : state_(std::make_shared<state>(validated(std::move(options)), std::move(conn), std::move(clock))) {}
+        : shared_limit(std::make_shared<state>(validated(std::move(options)), std::move(conn), std::move(clock))) {}
 
     /// Runs the call holding a lease (renewed while it runs, released when it ends), or fails it as
     /// a value: `bulkhead_rejected_error` when every slot is taken (or Redis is unreachable and
@@ -169,17 +169,12 @@ public:
             co_return failure::make(cancelled_error{o.name});
         const telemetry_listener* listener = resilience::detail::listener_for(o.telemetry, ctx);
         const std::string id = s->next_lease_id();
-        std::optional<failure> unreachable;
-        std::optional<reply> r;
-        try {
-            auto acquiring = s->lua.run(s->conn, o.key, s->args("acquire", id), ctx.stop_token());
-            r.emplace(co_await std::move(acquiring));
-        } catch (const cancelled_error&) {
+        auto acquiring = s->lua.ask(s->conn, o.key, s->args("acquire", id), ctx.stop_token());
+        detail::script::answer a = co_await std::move(acquiring);
+        if (a.cancelled)
             co_return failure::make(cancelled_error{o.name});
-        } catch (...) {
-            unreachable.emplace(failure::current());
-        }
-        if (!unreachable && r->type != reply::kind::integer)
+        std::optional<failure>& unreachable = a.unreachable;
+        if (!unreachable && a.value->type != reply::kind::integer)
             unreachable.emplace(failure::make(error{errc::protocol, "unexpected reply from the bulkhead script"}));
         const telemetry_event refusing{.kind = telemetry_kind::rejection,
                                        .policy = telemetry_policy,
@@ -199,7 +194,7 @@ public:
         }
         if (std::optional<failure> thrown = s->health.answered(listener, s->clock, o.name))
             co_return std::move(*thrown);
-        if (r->integer != 1)
+        if (a.value->integer != 1)
             co_return resilience::detail::refused(listener, s->clock, refusing,
                                                   failure::make(bulkhead_rejected_error{o.name}));
 
@@ -212,15 +207,6 @@ public:
         s->conn.send(release_command(*s, id));
         co_return std::move(result);
     }
-
-    [[nodiscard]] const bulkhead_options& options() const noexcept { return state_->options; }
-    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
-    [[nodiscard]] const resilience::asio::clock& clock() const noexcept { return state_->clock; }
-    [[nodiscard]] const connection& redis() const noexcept { return state_->conn; }
-    /// False from the call that found Redis unreachable until the one that found it back.
-    [[nodiscard]] bool redis_up() const noexcept { return state_->health.up(); }
-
-    friend bool operator==(const bulkhead& a, const bulkhead& b) noexcept { return a.state_ == b.state_; }
 
 private:
     using state = detail::redis_bulkhead_state;
@@ -244,17 +230,13 @@ private:
             co_await std::move(sleeping);
             if (ended.stop_requested())
                 co_return;
-            std::optional<failure> failed;
-            try {
-                auto renewing = s->lua.run(s->conn, s->options.key, s->args("renew", id), ended);
-                const reply r = co_await std::move(renewing);
-                if (r.type != reply::kind::integer || r.integer != 1)
-                    failed.emplace(failure::make(error{errc::server, "lease " + id + " expired before its renewal"}));
-            } catch (const cancelled_error&) {
+            auto renewing = s->lua.ask(s->conn, s->options.key, s->args("renew", id), ended);
+            const detail::script::answer a = co_await std::move(renewing);
+            if (a.cancelled)
                 co_return;
-            } catch (...) {
-                failed.emplace(failure::current());
-            }
+            std::optional<failure> failed = a.unreachable;
+            if (!failed && (a.value->type != reply::kind::integer || a.value->integer != 1))
+                failed.emplace(failure::make(error{errc::server, "lease " + id + " expired before its renewal"}));
             if (failed)
                 (void)s->health.lost(listener, s->clock, s->options.name, *failed);
             else
@@ -271,16 +253,10 @@ private:
         detail::validate_shared(o, who);
         if (o.max_concurrent_calls == 0)
             throw std::invalid_argument(who + "max_concurrent_calls must be positive, got 0");
-        if (o.lease_duration < std::chrono::milliseconds{10})
-            throw std::invalid_argument(who + "lease_duration must be at least 10ms, got " +
-                                        std::to_string(o.lease_duration.count()) + "ns");
-        if (o.lease_duration > std::chrono::hours{24 * 365})
-            throw std::invalid_argument(who + "lease_duration must be at most a year, got " +
-                                        std::to_string(o.lease_duration.count()) + "ns");
+        detail::check_duration(who, "lease_duration", o.lease_duration, std::chrono::milliseconds{10}, "10ms",
+                               std::chrono::hours{24 * 365}, "a year");
         return o;
     }
-
-    std::shared_ptr<state> state_;
 };
 
 } // namespace resilience::redis

@@ -627,11 +627,8 @@ private:
             throw std::invalid_argument(who + "host must not be empty");
         if (o.port == 0)
             throw std::invalid_argument(who + "port must not be 0");
-        if (o.command_timeout <= std::chrono::nanoseconds::zero())
-            throw std::invalid_argument(who + "command_timeout must be positive, got " +
-                                        std::to_string(o.command_timeout.count()) + "ns");
-        if (o.command_timeout > std::chrono::hours{24 * 365})
-            throw std::invalid_argument(who + "command_timeout must be at most a year, got " +
+        if (o.command_timeout <= std::chrono::nanoseconds::zero() || o.command_timeout > std::chrono::hours{24 * 365})
+            throw std::invalid_argument(who + "command_timeout must be positive and at most a year, got " +
                                         std::to_string(o.command_timeout.count()) + "ns");
         return o;
     }

@@ -160,7 +160,7 @@ struct redis_limiter_state {
 ///                                    .local_share = 1.0 / 20},
 ///                                   redis};
 ///     rs::pipeline p{rs::retry{{}, clock}, quota, breaker, rs::timeout{2s, clock}};
-class rate_limiter : public policy_base<rate_limiter> {
+class rate_limiter : public detail::shared_limit<rate_limiter, detail::redis_limiter_state<rate_limiter_options>> {
 public:
     /// The `policy` of its telemetry events.
     static constexpr std::string_view telemetry_policy = "redis_rate_limiter";
@@ -169,7 +169,7 @@ public:
     rate_limiter(rate_limiter_options options, connection conn)
         : rate_limiter(std::move(options), conn, resilience::asio::clock{conn.executor()}) {}
     rate_limiter(rate_limiter_options options, connection conn, resilience::asio::clock clock)
-        : state_(std::make_shared<state>(validated(std::move(options)), std::move(conn), std::move(clock))) {}
+        : shared_limit(std::make_shared<state>(validated(std::move(options)), std::move(conn), std::move(clock))) {}
 
     /// Admits the call after its one round trip (and its reserved wait, if any), or fails it as a
     /// value: `rate_limited_error` when refused (or Redis is unreachable and `fail_closed`),
@@ -206,16 +206,6 @@ public:
         }
     }
 
-    [[nodiscard]] const rate_limiter_options& options() const noexcept { return state_->options; }
-    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
-    [[nodiscard]] const resilience::asio::clock& clock() const noexcept { return state_->clock; }
-    [[nodiscard]] const connection& redis() const noexcept { return state_->conn; }
-    /// False from the call that found Redis unreachable until the one that found it back.
-    [[nodiscard]] bool redis_up() const noexcept { return state_->health.up(); }
-
-    /// Copies of one limiter are equal.
-    friend bool operator==(const rate_limiter& a, const rate_limiter& b) noexcept { return a.state_ == b.state_; }
-
 private:
     using state = detail::redis_limiter_state<rate_limiter_options>;
 
@@ -248,16 +238,12 @@ private:
                                           : -1;
         std::vector<std::string> args{std::to_string(o.token_limit), detail::number_arg(s->interval_us),
                                       std::to_string(max_wait_us)};
-        std::optional<failure> unreachable;
-        std::optional<reply> r;
-        try {
-            auto running = s->lua.run(s->conn, o.key, std::move(args), token);
-            r.emplace(co_await std::move(running));
-        } catch (const cancelled_error&) {
+        auto asking = s->lua.ask(s->conn, o.key, std::move(args), token);
+        detail::script::answer a = co_await std::move(asking);
+        if (a.cancelled)
             co_return decision{failure::make(cancelled_error{o.name})};
-        } catch (...) {
-            unreachable.emplace(failure::current());
-        }
+        std::optional<failure>& unreachable = a.unreachable;
+        const std::optional<reply>& r = a.value;
         const auto event = [&](telemetry_kind k, std::chrono::nanoseconds waited, rejection_reason why) {
             return telemetry_event{.kind = k,
                                    .policy = telemetry_policy,
@@ -328,8 +314,6 @@ private:
         resilience::detail::validate_queue_options(o, who);
         return o;
     }
-
-    std::shared_ptr<state> state_;
 };
 
 } // namespace resilience::redis

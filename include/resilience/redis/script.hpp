@@ -5,15 +5,19 @@
 /// (`unavailable_policy`), and the reports of Redis lost and back.
 #pragma once
 
+#include "../asio.hpp"
 #include "../context.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
+#include "../policy.hpp"
 #include "../rate_limiter.hpp"
 #include "../task.hpp"
 #include "../telemetry.hpp"
 #include "connection.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -74,6 +78,15 @@ void validate_shared(const Options& o, const std::string& who) {
                                     resilience::detail::format_number(o.local_share));
 }
 
+// Refuses a duration outside [min, max], naming the field and the value.
+inline void check_duration(const std::string& who, const char* field, std::chrono::nanoseconds value,
+                           std::chrono::nanoseconds min, const char* min_text, std::chrono::nanoseconds max,
+                           const char* max_text) {
+    if (value < min || value > max)
+        throw std::invalid_argument(who + field + " must be from " + min_text + " to " + max_text + ", got " +
+                                    std::to_string(value.count()) + "ns");
+}
+
 /// A Lua script run by its SHA-1. The SHA is learnt with `SCRIPT LOAD` on first use (one round trip
 /// once); afterwards each run is one `EVALSHA`. A `NOSCRIPT` reply (the server restarted, or its
 /// scripts were flushed) proves the script did not run, so it is sent whole with `EVAL`, which also
@@ -109,6 +122,26 @@ public:
         if (r.is_error())
             throw error{errc::server, r.str};
         co_return r;
+    }
+
+    /// What `run` came to, without an exception: the reply, or that Redis could not answer (the
+    /// failure), or that the caller stopped first.
+    struct answer {
+        std::optional<reply> value{};
+        std::optional<failure> unreachable{};
+        bool cancelled = false;
+    };
+    task<answer> ask(connection conn, std::string key, std::vector<std::string> args, std::stop_token token) {
+        answer a;
+        try {
+            auto running = run(std::move(conn), std::move(key), std::move(args), std::move(token));
+            a.value.emplace(co_await std::move(running));
+        } catch (const cancelled_error&) {
+            a.cancelled = true;
+        } catch (...) {
+            a.unreachable.emplace(failure::current());
+        }
+        co_return a;
     }
 
 private:
@@ -147,6 +180,26 @@ private:
     std::string_view policy_;
     unavailable_policy mode_;
     std::atomic<bool> up_{true};
+};
+
+/// The public face both shared limits have: the policy protocol's base, and what a handle tells.
+/// `State` has `options`, `conn`, `clock` and `health`. Copies share one state.
+template <class Derived, class State>
+class shared_limit : public policy_base<Derived> {
+public:
+    [[nodiscard]] const auto& options() const noexcept { return state_->options; }
+    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
+    [[nodiscard]] const resilience::asio::clock& clock() const noexcept { return state_->clock; }
+    [[nodiscard]] const connection& redis() const noexcept { return state_->conn; }
+    /// False from the call that found Redis unreachable until the one that found it back.
+    [[nodiscard]] bool redis_up() const noexcept { return state_->health.up(); }
+
+    /// Copies of one policy are equal.
+    friend bool operator==(const shared_limit& a, const shared_limit& b) noexcept { return a.state_ == b.state_; }
+
+protected:
+    explicit shared_limit(std::shared_ptr<State> s) noexcept : state_(std::move(s)) {}
+    std::shared_ptr<State> state_;
 };
 
 } // namespace detail
