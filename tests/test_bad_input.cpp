@@ -417,7 +417,7 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
     const auto bulkhead = [&](redis::bulkhead_options o) { return redis::bulkhead{std::move(o), c}; };
     refused("key", "empty", [&] { bulkhead({}); });
     refused("max_concurrent_calls", "0", [&] { bulkhead({.key = "k", .max_concurrent_calls = 0}); });
-    for (nanoseconds v : {0ns, -1ns, nmin, 9ms, nmax})
+    for (nanoseconds v : {0ns, -1ns, nmin, nanoseconds{9ms}, nmax})
         refused("lease_duration", std::to_string(v.count()), [&] { bulkhead({.key = "k", .lease_duration = v}); });
     for (double v : {qnan, inf, -1.0, 1.5})
         refused("local_share", rs::detail::format_number(v), [&] { bulkhead({.key = "k", .local_share = v}); });
