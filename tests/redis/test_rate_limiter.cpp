@@ -415,3 +415,26 @@ TEST_CASE("redis rate_limiter and bulkhead: one pipeline with local policies", "
     std::sort(got.begin(), got.end());
     CHECK(got == std::vector{0, 0, 1, 1, 2}); // admitted twice, refused by the limiter twice, by the bulkhead once
 }
+
+TEST_CASE("redis rate_limiter: take spends a token without a call, and throws the refusal", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
+    const redis::rate_limiter limiter{quota("take", 2, 0.1), c};
+    auto taking = [](redis::rate_limiter l, int n) -> rs::task<int> {
+        int taken = 0;
+        try {
+            for (; taken < n; ++taken) {
+                auto one_token = l.take();
+                co_await std::move(one_token);
+            }
+        } catch (const rs::rate_limited_error& e) {
+            CHECK(e.retry_after() > 1s); // a token every 10 s
+            CHECK(e.reason() == rs::rejection_reason::no_capacity);
+        }
+        co_return taken;
+    };
+    CHECK(run(io, taking(limiter, 5)) == 2);
+    CHECK(run(io, calls(limiter, 1)).admitted == 0); // the same bucket as the calls'
+}
