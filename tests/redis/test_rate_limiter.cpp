@@ -438,3 +438,27 @@ TEST_CASE("redis rate_limiter: take spends a token without a call, and throws th
     CHECK(run(io, taking(limiter, 5)) == 2);
     CHECK(run(io, calls(limiter, 1)).admitted == 0); // the same bucket as the calls'
 }
+
+TEST_CASE("redis rate_limiter: a command that timed out is not sent again: its call counts once at most",
+          "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    resilience_tests::local_redis fixture; // command_timeout 200 ms
+    auto& [server, io, c, clock] = fixture;
+    const redis::rate_limiter limiter{quota("once", 3, 0.01), c}; // no token comes back during the test
+    CHECK(run(io, calls(limiter, 1)).admitted == 1);
+    server.freeze();
+    const tally t = run(io, calls(limiter, 1)); // sent, then no reply within the timeout: refused
+    CHECK(t.refused == 1);
+    CHECK(!limiter.redis_up());
+    server.thaw(); // the server reads the command it was sent, and runs it: one token
+    const auto start = std::chrono::steady_clock::now();
+    int admitted = 0;
+    while (!limiter.redis_up() && std::chrono::steady_clock::now() - start < 5s)
+        admitted += run(io, calls(limiter, 1)).admitted;
+    REQUIRE(limiter.redis_up());
+    admitted += run(io, calls(limiter, 5)).admitted;
+    // Of the three tokens: the first call's, the timed-out command's, and one left for the calls after.
+    // Resent, the timed-out command would have taken two, and left none.
+    CHECK(admitted == 1);
+}
