@@ -19,6 +19,14 @@
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
+#if defined(RESILIENCE_HAS_REDIS)
+// Named through a macro: a test source that includes the Redis header by name is left out of builds
+// without hiredis, and this file's other rows must be built everywhere.
+#define RESILIENCE_REDIS_HEADER <resilience/redis.hpp>
+#include RESILIENCE_REDIS_HEADER
+#include <asio/io_context.hpp>
+#endif
+
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -367,3 +375,53 @@ TEST_CASE("bad input: hedge options", "[bad_input][hedge]") {
     REQUIRE(r.has_failure());
     CHECK_THROWS_WITH(r.error().rethrow(), Contains("delay") && Contains("nan s"));
 }
+
+#if defined(RESILIENCE_HAS_REDIS)
+// The Redis options: refused at construction like every other's (nothing connects until a call, so no
+// server is needed here; tests/redis/ runs the accepted ones against a real one).
+TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[bad_input][redis]") {
+    namespace redis = rs::redis;
+    ::asio::io_context io;
+    const auto connect = [&](redis::connection_options o) { return redis::connection{io.get_executor(), std::move(o)}; };
+    refused("host", "empty", [&] { connect({.host = ""}); });
+    refused("port", "0", [&] { connect({.port = 0}); });
+    for (nanoseconds v : {0ns, -1ns, nmin, nmax})
+        refused("command_timeout", std::to_string(v.count()), [&] { connect({.command_timeout = v}); });
+    refused("port", "99999", [&] { (void)redis::connection_options::from_url("redis://h:99999"); });
+    const redis::connection c = connect({});
+
+    const auto limiter = [&](redis::rate_limiter_options o) { return redis::rate_limiter{std::move(o), c}; };
+    refused("key", "empty", [&] { limiter({.token_limit = 1, .tokens_per_second = 1}); });
+    refused("token_limit", "0", [&] { limiter({.key = "k", .token_limit = 0, .tokens_per_second = 1}); });
+    refused("token_limit", std::to_string(smax), [&] { limiter({.key = "k", .token_limit = smax, .tokens_per_second = 1}); });
+    for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dtiny, 1e-300, 1e-10})
+        refused("tokens_per_second", rs::detail::format_number(v),
+                [&] { limiter({.key = "k", .token_limit = 1, .tokens_per_second = v}); });
+    for (nanoseconds v : {0ns, -1ns, nmin})
+        refused("queue_timeout", std::to_string(v.count()),
+                [&] { limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1, .queue_timeout = v}); });
+    for (double v : {qnan, inf, -inf, -1.0, 1.5, dmax, dlowest})
+        refused("local_share", rs::detail::format_number(v),
+                [&] { limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1, .local_share = v}); });
+    refused("local_share", "0", [&] {
+        limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1,
+                 .when_unavailable = redis::unavailable_policy::local_share});
+    });
+    // Accepted extremes: the slowest and fastest rates, the longest wait, the smallest share.
+    (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1e-9});
+    (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = dmax});
+    (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1, .queue_limit = smax, .queue_timeout = nmax});
+    (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1,
+                   .when_unavailable = redis::unavailable_policy::local_share, .local_share = dtiny});
+
+    const auto bulkhead = [&](redis::bulkhead_options o) { return redis::bulkhead{std::move(o), c}; };
+    refused("key", "empty", [&] { bulkhead({}); });
+    refused("max_concurrent_calls", "0", [&] { bulkhead({.key = "k", .max_concurrent_calls = 0}); });
+    for (nanoseconds v : {0ns, -1ns, nmin, nanoseconds{9ms}, nmax})
+        refused("lease_duration", std::to_string(v.count()), [&] { bulkhead({.key = "k", .lease_duration = v}); });
+    for (double v : {qnan, inf, -1.0, 1.5})
+        refused("local_share", rs::detail::format_number(v), [&] { bulkhead({.key = "k", .local_share = v}); });
+    (void)bulkhead({.key = "k", .max_concurrent_calls = smax, .lease_duration = 10ms});
+    (void)bulkhead({.key = "k", .when_unavailable = redis::unavailable_policy::local_share, .local_share = 1.0});
+}
+#endif

@@ -211,6 +211,14 @@ inline std::string describe_event(const telemetry_event& e) {
         text += fmt::format("attempt {} answered by the substitute", e.attempt);
         text += e.error ? " for: " + error : std::string(" for a handled value");
         break;
+    case telemetry_kind::backend_lost:
+        text += fmt::format("store lost, {} meanwhile", e.note);
+        if (e.error)
+            text += ": " + error;
+        break;
+    case telemetry_kind::backend_restored:
+        text += fmt::format("store back, after {}", e.note);
+        break;
     }
     return text;
 }

@@ -34,6 +34,11 @@
 ///   for a value the classifier handled. A fallback has no clock: `at` is zero.
 /// - `call` (telemetry): a call through the stage ended. `duration`: its length; `error`: its
 ///   failure, null for a value.
+/// - `backend_lost` (the limits shared through Redis, redis.hpp): the shared store stopped answering;
+///   until it is back the policy does what `note` says ("fail_open", "fail_closed" or
+///   "local_share"). `error`: the failure that showed it.
+/// - `backend_restored` (the same): the store answers again; `note` says what the policy did
+///   meanwhile.
 ///
 /// `reason` is meaningful for bulkhead and limiter rejections (for the others it is
 /// `no_capacity`: refused at once, without waiting). `attempt` is the attempt number the policy
@@ -99,6 +104,8 @@ enum class telemetry_kind : unsigned char {
     queue_wait,   ///< a call was admitted after waiting in a queue
     fallback,     ///< a fallback answers with its substitute
     call,         ///< a call through a `telemetry` stage ended
+    backend_lost,     ///< a shared limit's store (Redis) stopped answering; `note` says what the policy does meanwhile
+    backend_restored, ///< that store answers again
 };
 
 /// "attempt", "retry", ...: a static string, for logs and metric labels.
@@ -122,6 +129,10 @@ constexpr const char* to_string(telemetry_kind k) noexcept {
         return "fallback";
     case telemetry_kind::call:
         return "call";
+    case telemetry_kind::backend_lost:
+        return "backend_lost";
+    case telemetry_kind::backend_restored:
+        return "backend_restored";
     }
     return "unknown";
 }
@@ -145,7 +156,8 @@ constexpr const char* to_string(rejection_reason r) noexcept {
 struct telemetry_event {
     telemetry_kind kind{};
     /// Which policy: "retry", "circuit_breaker", "timeout", "bulkhead", "rate_limiter",
-    /// "sliding_window_limiter", "retry_budget", "hedge", "fallback" or "telemetry".
+    /// "sliding_window_limiter", "retry_budget", "hedge", "fallback", "telemetry",
+    /// "redis_rate_limiter" or "redis_bulkhead".
     std::string_view policy{};
     /// The reporting policy's `name` option (for a budget: the retry's or hedge's); may be empty.
     std::string_view name{};
@@ -160,6 +172,9 @@ struct telemetry_event {
     circuit_state to{};
     /// For a bulkhead's or a limiter's `rejection`: why.
     rejection_reason reason = rejection_reason::no_capacity;
+    /// For `backend_lost` and `backend_restored`: what the policy does without its store (a static
+    /// string); empty otherwise.
+    std::string_view note{};
     /// When, on the reporting policy's clock: time since its epoch (virtual time in a simulation).
     std::chrono::nanoseconds at{};
 };
