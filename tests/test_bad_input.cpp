@@ -8,6 +8,7 @@
 #include "catch.hpp"
 #include "support.hpp"
 
+#include <resilience/adaptive_throttle.hpp>
 #include <resilience/backoff.hpp>
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
@@ -343,6 +344,42 @@ TEST_CASE("bad input: retry budget options", "[bad_input][retry_budget]") {
         }
         CHECK(budget.tokens() >= 0.0);
         CHECK(budget.tokens() <= o.capacity);
+    }
+}
+
+TEST_CASE("bad input: adaptive throttle options", "[bad_input][adaptive_throttle]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::adaptive_throttle_options o) {
+        return rs::adaptive_throttle{std::move(o), sim.clock(), rs::seeded_random{1}};
+    };
+    for (double v : {qnan, inf, -inf, 0.0, -0.0, -1.0, dlowest})
+        refused("k", rs::detail::format_number(v), [&] { make({.k = v}); });
+    for (nanoseconds v : {0ns, -1ns, nmin})
+        refused("window", std::to_string(v.count()), [&] { make({.window = v}); });
+    refused("segments", "0", [&] { make({.segments = 0}); });
+    refused("segments", std::to_string(smax), [&] { make({.segments = smax}); });
+    refused("segments", "1000001", [&] { make({.window = 1h, .segments = 1'000'001}); });
+    refused("segments", "11", [&] { make({.window = 10ns, .segments = 11}); });
+
+    // Accepted extremes behave: the tiniest and the largest k, the longest window, the finest one.
+    behaves(sim, make({.k = dtiny}));
+    behaves(sim, make({.k = dmax}));
+    behaves(sim, make({.window = nmax}));
+    behaves(sim, make({.window = nmax, .segments = 1'000'000}));
+    behaves(sim, make({.window = 1ns, .segments = 1}));
+    // With the largest k, a failing dependency is never throttled; with the tiniest, it is at once.
+    for (const double k : {dtiny, dmax}) {
+        const auto t = make({.k = k});
+        (void)sim.run(t.execute_outcome([&sim] { return quick(sim); }));
+        for (int i = 0; i < 3; ++i)
+            (void)sim.run(t.execute_outcome([]() -> rs::task<int> {
+                throw std::runtime_error("down");
+                co_return 0;
+            }));
+        const double p = t.probability();
+        CHECK(p >= 0.0);
+        CHECK(p < 1.0);
+        CHECK((p == 0.0) == (k == dmax));
     }
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The bulkhead, the circuit breaker and a retry around a timeout against their reference models
+// The bulkhead, the circuit breaker, the adaptive throttle and a retry around a timeout against their reference models
 // (tests/models.hpp) on seeded random scenarios, and timeouts nested on two clocks.
 //
 // A failing scenario prints its seed; replay it alone with
@@ -35,6 +35,11 @@ TEST_CASE("model: the circuit breaker opens, refuses, probes and closes as its m
 
 TEST_CASE("model: a retry around a timeout ends as its model, at the same instant", "[model][retry][timeout]") {
     run_scenarios(300, [](rm::chooser& pick) { return rm::check_retry_timeout(pick); });
+}
+
+TEST_CASE("model: the adaptive throttle refuses and counts as its model, with the same draws",
+          "[model][adaptive_throttle]") {
+    run_scenarios(300, [](rm::chooser& pick) { return rm::check_throttle(pick); });
 }
 
 namespace {
