@@ -13,6 +13,7 @@
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/hedge.hpp>
+#include <resilience/pipeline.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_budget.hpp>
@@ -75,12 +76,15 @@ TEST_CASE("bad input: retry options", "[bad_input][retry]") {
     for (nanoseconds v : {-1ns, nmin}) {
         refused("max_elapsed", std::to_string(v.count()), [&] { make({.max_elapsed = v}); });
         refused("max_delay", std::to_string(v.count()), [&] { make({.max_delay = v}); });
+        refused("min_attempt_time", std::to_string(v.count()), [&] { make({.min_attempt_time = v}); });
     }
     // Accepted: every attempt count up to INT_MAX, no limit (0) or any limit up to the largest.
     behaves(sim, make({.max_attempts = INT_MAX}));
     behaves(sim, make({.max_elapsed = nmax}));
     behaves(sim, make({.max_delay = 0ns}));
     behaves(sim, make({.max_delay = nmax}));
+    behaves(sim, make({.min_attempt_time = nmax}));
+    behaves(sim, rs::pipeline{rs::timeout{nmax, sim.clock()}, make({.min_attempt_time = nmax})});
 
     // A call that always fails, retried with the extremes: ends, with the last failure.
     int calls = 0;
@@ -108,6 +112,16 @@ TEST_CASE("bad input: retry options", "[bad_input][retry]") {
     calls = 0;
     before = sim.now();
     CHECK(sim.run(longest.execute_outcome(failing)).has_failure());
+    CHECK(calls == 1);
+    CHECK(sim.now() - before == 1ms);
+    // The longest min_attempt_time inside a deadline: it would end past it, so the loop ends after the
+    // first attempt, without overflowing on the way. (A timeout of nmax sets no deadline: its end
+    // saturates at the end of time, which is what "no deadline" is.)
+    const rs::pipeline deadline{rs::timeout{1h, sim.clock()},
+                                make({.max_attempts = 3, .min_attempt_time = nmax})};
+    calls = 0;
+    before = sim.now();
+    CHECK(sim.run(deadline.execute_outcome(failing)).has_failure());
     CHECK(calls == 1);
     CHECK(sim.now() - before == 1ms);
 }
