@@ -207,6 +207,40 @@ TEST_CASE("adaptive_throttle: over 2000 calls with a seeded source, the refusals
     CHECK(std::abs(count - mean) < 4.0 * std::sqrt(variance));
 }
 
+TEST_CASE("adaptive_throttle: a client offering ten times what its dependency accepts sends about k times it",
+          "[adaptive_throttle]") {
+    // One call a millisecond to a dependency that accepts 100 calls a second and refuses the rest at
+    // once. Once the first window (10 s) has passed, the client sends about k * 100 calls a second and
+    // the dependency still gets enough to accept (nearly) all it can.
+    for (const double k : {1.1, 2.0, 3.0}) {
+        simulation sim;
+        rs::adaptive_throttle t{{.k = k, .window = 10s, .segments = 10}, sim.clock(), rs::seeded_random{1}};
+        long sent = 0, accepted = 0, capacity = 100;
+        std::int64_t second = 0;
+        sim.run([&]() -> rs::task<void> {
+            for (int i = 0; i < 60'000; ++i) {
+                if (sim.now() / 1s != second) {
+                    second = sim.now() / 1s;
+                    capacity = 100;
+                }
+                const bool counted = sim.now() >= 10s;
+                (void)co_await t.execute_outcome([&]() -> rs::task<int> {
+                    sent += counted ? 1 : 0;
+                    if (capacity == 0)
+                        throw boom{};
+                    --capacity;
+                    accepted += counted ? 1 : 0;
+                    co_return 1;
+                });
+                co_await sim.sleep_for(1ms);
+            }
+        }());
+        INFO("k = " << k << ": " << sent / 50.0 << " sent and " << accepted / 50.0 << " accepted a second");
+        CHECK(std::abs(static_cast<double>(sent) / 50.0 - k * 100.0) < 0.1 * k * 100.0);
+        CHECK(accepted >= 95 * 50);
+    }
+}
+
 TEST_CASE("adaptive_throttle: a refused call is a request, is not sent, and costs no exception",
           "[adaptive_throttle]") {
     simulation sim;

@@ -44,11 +44,11 @@ struct adaptive_throttle_options {
     double k = 2.0;
     /// How long a request or an accept is remembered. Positive.
     std::chrono::nanoseconds window = std::chrono::minutes{2};
-    /// `window` is kept in this many segments of `window / segments` (rounded down) each, so the
-    /// memory is fixed: a count stops counting exactly at the end of the segment `segments - 1`
-    /// after its own, between `window - window / segments` and `window` after it was made (see
-    /// `breaker_window::segments`). Positive, at most `max_segments`, and at most `window` in
-    /// nanoseconds.
+    /// `window` is kept in this many segments of `window / segments` (rounded down) each, on a grid
+    /// from the clock's epoch, so the memory is fixed: a count made in the segment starting at `s`
+    /// stops counting at exactly `s + segments * (window / segments)`, between
+    /// `window - window / segments` and `window` after it was made (as `breaker_window::segments`).
+    /// Positive, at most `max_segments`, and at most `window` in nanoseconds.
     std::size_t segments = 12;
     /// The most `segments` accepted: a few counters are kept per segment (about 48 MB at most).
     static constexpr std::size_t max_segments = 1'000'000;
@@ -176,7 +176,7 @@ private:
 /// `rejection`; `is_transient` says no, so a default retry around the throttle does not retry it.
 ///
 /// - A request is counted when the call arrives; an accept when the call ends, at that instant.
-///   Each stops counting at the end of its window segment's last segment (see `segments`), exactly.
+///   Each stops counting exactly `segments` segments after the start of its own (see `segments`).
 /// - Cancellation is not a refusal: a call that ends with a failure after its caller stopped it is
 ///   an accept. A call stopped before it arrives is refused with `cancelled_error` and not counted.
 /// - The draw uses `Random` under the throttle's lock, so even a `seeded_random` may be shared by

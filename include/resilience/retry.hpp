@@ -293,9 +293,9 @@ private:
             std::clamp(wanted, std::chrono::nanoseconds::zero(), options_.max_delay);
         const std::optional<std::chrono::nanoseconds> deadline = ctx.deadline_for(clock_);
         if (options_.max_elapsed > std::chrono::nanoseconds::zero() || deadline) {
-            const typename C::time_point now = clock_.now();
-            const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(now - start);
-            if (options_.max_elapsed > std::chrono::nanoseconds::zero() && delay > options_.max_elapsed - elapsed)
+            const typename C::time_point now = clock_.now(); // one reading serves both
+            if (options_.max_elapsed > std::chrono::nanoseconds::zero() &&
+                delay > options_.max_elapsed - std::chrono::duration_cast<std::chrono::nanoseconds>(now - start))
                 return std::nullopt;
             if (deadline && !fits_before(*deadline, detail::since_epoch(now), delay))
                 return std::nullopt;
