@@ -195,8 +195,11 @@ private:
 template <clock C = steady_clock, random_source Random = thread_random>
 class adaptive_throttle : public policy_base<adaptive_throttle<C, Random>> {
 public:
+    /// The SRE book's values: see `adaptive_throttle_options`. (A constructor of its own rather than
+    /// defaulted options, so that a clock or a source without a default is asked for only when used.)
+    adaptive_throttle() : adaptive_throttle(adaptive_throttle_options{}) {}
     /// Validates `options` (`std::invalid_argument` naming the field and value). Starts no timer.
-    explicit adaptive_throttle(adaptive_throttle_options options = {}, C clock = C{}, Random rng = Random{})
+    explicit adaptive_throttle(adaptive_throttle_options options, C clock = C{}, Random rng = Random{})
         : core_(make_core(std::move(options), std::move(clock), std::move(rng))) {}
 
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
