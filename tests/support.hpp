@@ -112,8 +112,10 @@ struct shifted_clock {
     resilience::testing::virtual_clock inner;
     time_point now() const { return time_point{inner.now().time_since_epoch() - shift}; }
     auto sleep_until(time_point tp, std::stop_token st) const {
-        return inner.sleep_until(resilience::testing::virtual_clock::time_point{tp.time_since_epoch() + shift},
-                                 std::move(st));
+        // A sleep "forever" (the latest time point) stays the latest one instead of overflowing.
+        const duration at =
+            tp.time_since_epoch() > duration::max() - shift ? duration::max() : tp.time_since_epoch() + shift;
+        return inner.sleep_until(resilience::testing::virtual_clock::time_point{at}, std::move(st));
     }
 };
 

@@ -14,6 +14,7 @@
 #include <resilience/random.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/telemetry.hpp>
+#include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <algorithm>
@@ -289,20 +290,37 @@ TEST_CASE("adaptive_throttle: a refused call is a request, is not sent, and cost
     }
 }
 
+namespace {
+
+// Spawned, so a function of its own: its parameters live in its frame, where a lambda's captures would
+// not (see docs/core.md, lifetimes). At 5 s two accepted calls, at 25 s three failed ones.
+rs::task<void> accepts_then_failures(simulation& sim, const virtual_throttle& t) {
+    co_await sim.sleep_for(5s);
+    for (int i = 0; i < 2; ++i)
+        (void)co_await t.execute_outcome(succeed_now());
+    co_await sim.sleep_for(20s);
+    int ran = 0;
+    for (int i = 0; i < 3; ++i)
+        (void)co_await t.execute_outcome(fail_now(&ran));
+    CHECK(ran == 3); // p was (2 - 4) / 3, (3 - 4) / 4, (4 - 4) / 5: never above 0
+}
+
+// At `at`, one call that takes `latency` and succeeds.
+rs::task<void> one_call(simulation& sim, const virtual_throttle& t, nanoseconds at, nanoseconds latency) {
+    co_await sim.sleep_for(at);
+    // Named, not a temporary of the co_await expression (g++ 12 destroys those twice).
+    const rs::testing::scripted_action call{sim.clock(), rs::testing::script<int>{.latency = latency, .value = 1}};
+    const auto r = co_await t.execute_outcome(call);
+    CHECK(r.has_value());
+}
+
+} // namespace
+
 TEST_CASE("adaptive_throttle: counts leave the window at exact segment instants", "[adaptive_throttle]") {
     simulation sim;
     // Segments of 10 s: a count made in [10k, 10k + 10) s stops counting at 10k + 60 s.
     rs::adaptive_throttle t{{.window = 60s, .segments = 6}, sim.clock(), rs::seeded_random{5}};
-    sim.spawn([&]() -> rs::task<void> {
-        co_await sim.sleep_for(5s);
-        for (int i = 0; i < 2; ++i)
-            (void)co_await t.execute_outcome(succeed_now());
-        co_await sim.sleep_for(20s); // 25 s
-        int ran = 0;
-        for (int i = 0; i < 3; ++i)
-            (void)co_await t.execute_outcome(fail_now(&ran));
-        CHECK(ran == 3); // p was (2 - 4) / 3, (3 - 4) / 4, (4 - 4) / 5: never above 0
-    }());
+    sim.spawn(accepts_then_failures(sim, t));
     sim.run_until(60s - 1ns);
     CHECK(t.requests() == 5);
     CHECK(t.accepts() == 2);
@@ -323,14 +341,7 @@ TEST_CASE("adaptive_throttle: a request counts when the call arrives, an accept 
           "[adaptive_throttle]") {
     simulation sim;
     rs::adaptive_throttle t{{.window = 60s, .segments = 6}, sim.clock(), rs::seeded_random{5}};
-    sim.spawn([&]() -> rs::task<void> {
-        co_await sim.sleep_for(9s);
-        const auto r = co_await t.execute_outcome([&]() -> rs::task<int> {
-            co_await sim.sleep_for(2s);
-            co_return 1;
-        });
-        CHECK(r.has_value());
-    }());
+    sim.spawn(one_call(sim, t, 9s, 2s));
     sim.run_until(10s);
     CHECK(t.requests() == 1);
     CHECK(t.accepts() == 0); // still running
