@@ -54,8 +54,9 @@ struct adaptive_throttle_options {
     static constexpr std::size_t max_segments = 1'000'000;
     /// Which outcomes the dependency did not accept (see `classifier`). Empty: every failure but
     /// cancellation, and an `expected_like` value holding an error; every other value is an accept.
-    /// A failure that ends a call whose caller stopped it is an accept whatever this says: the
-    /// dependency did not refuse it. Called without any lock held.
+    /// A failure that ends a call stopped from outside the throttle (by its caller, or by a timeout
+    /// around the throttle) is an accept whatever this says: the dependency did not refuse it.
+    /// Called without any lock held.
     classifier should_handle{};
     /// Hears this throttle's `rejection`s. Empty: the listener of a `telemetry` stage around the
     /// call, if any (see telemetry.hpp).
@@ -177,8 +178,8 @@ private:
 ///
 /// - A request is counted when the call arrives; an accept when the call ends, at that instant.
 ///   Each stops counting exactly `segments` segments after the start of its own (see `segments`).
-/// - Cancellation is not a refusal: a call that ends with a failure after its caller stopped it is
-///   an accept. A call stopped before it arrives is refused with `cancelled_error` and not counted.
+/// - Cancellation is not a refusal: a call that ends with a failure after it was stopped from outside
+///   (its caller, a timeout around the throttle) is an accept. A call stopped before it arrives is refused with `cancelled_error` and not counted.
 /// - The draw uses `Random` under the throttle's lock, so even a `seeded_random` may be shared by
 ///   threads; the same calls at the same instants with the same seed give the same decisions. No
 ///   draw is made while `p` is 0.
