@@ -335,7 +335,11 @@ std::string figure(const fleet& f, const std::vector<run_result>& runs) {
     std::int64_t peak = 0;
     for (const auto& r : runs)
         peak = std::max(peak, r.peak_offered);
-    const double top_value = std::ceil(static_cast<double>(peak) * 1.05 / 1000) * 1000;
+    // A round step (1, 2 or 5 times a power of ten) that reaches past the peak in at most ten ticks.
+    double step = 1;
+    for (int i = 0; static_cast<double>(peak) * 1.05 > 10 * step; ++i)
+        step *= i % 3 == 1 ? 2.5 : 2.0; // 1, 2, 5, 10, 20, 50, ...
+    const double top_value = std::ceil(static_cast<double>(peak) * 1.05 / step) * step;
     constexpr double left = 80, right = 210, top = 60, plot_w = 760, plot_h = 380, bottom = 50;
     const auto x = [&](double s) { return left + s / last * plot_w; };
     const auto y = [&](double v) { return top + plot_h - v / top_value * plot_h; };
@@ -352,7 +356,7 @@ std::string figure(const fleet& f, const std::vector<run_result>& runs) {
         "one line per client configuration</text>\n",
         left + plot_w + right, top + plot_h + bottom, left, f.clients, processes, drop_at / 1s,
         restore_at / 1s);
-    // The dip, shaded; axes; ticks every 5 s and every 1000 calls (or a tenth of the scale).
+    // The dip, shaded; axes; ticks every 5 s and every `step` attempts.
     svg +=
         fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#f1c40f\" "
                     "fill-opacity=\"0.2\"/>\n",
@@ -366,7 +370,6 @@ std::string figure(const fleet& f, const std::vector<run_result>& runs) {
             "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#444\"/>"
             "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\" font-size=\"10\">{4} s</text>\n",
             x(s), top + plot_h, top + plot_h + 4, top + plot_h + 16, s);
-    const double step = top_value / 10;
     for (double v = 0; v <= top_value + 1; v += step)
         svg +=
             fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>"
