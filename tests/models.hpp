@@ -12,10 +12,12 @@
 // them are armed before the policies start.
 #pragma once
 
+#include <resilience/adaptive_throttle.hpp>
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/outcome.hpp>
 #include <resilience/pipeline.hpp>
+#include <resilience/random.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/sliding_window_limiter.hpp>
@@ -645,6 +647,96 @@ std::vector<event> run_retry_timeout(rs::testing::simulation& sim, const Policy&
 
 
 // ---------------------------------------------------------------------------------------------------------
+// Adaptive throttle (docs/adaptive_throttle.md), calls one after another: each call arriving at `now` is
+// refused with p = max(0, (requests - k * accepts) / (requests + 1)) over the window as it stands, drawn
+// from the seeded source only while p > 0, then counted as a request; an admitted call that succeeds is
+// an accept at the instant it ends. A count made at t stops counting at (floor(t / width) + segments) *
+// width, width = window / segments rounded down.
+
+struct throttle_call {
+    ns gap = 0;     // idle time before the call arrives, after the previous one ended
+    ns latency = 0; // how long it runs when admitted
+    bool fails = false;
+};
+
+struct throttle_setup {
+    double k = 2.0;
+    ns window = 1;
+    ns segments = 1;
+    std::uint64_t seed = 0;
+};
+
+inline std::string probability_text(double p) {
+    std::ostringstream out;
+    out.precision(17);
+    out << "p=" << p;
+    return out.str();
+}
+
+inline std::vector<event> model_throttle(const throttle_setup& s, const std::vector<throttle_call>& calls) {
+    std::vector<event> out;
+    std::vector<ns> requests, accepts; // the instants they were counted at
+    const ns width = s.window / s.segments;
+    const auto live = [&](const std::vector<ns>& counted, ns now) {
+        return static_cast<double>(std::count_if(counted.begin(), counted.end(), [&](ns t) {
+            return now < (t / width + s.segments) * width;
+        }));
+    };
+    rs::seeded_random rng{s.seed};
+    ns now = 0;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        const throttle_call& c = calls[i];
+        const int id = static_cast<int>(i);
+        now += c.gap;
+        const double r = live(requests, now), a = live(accepts, now);
+        const double p = std::max(0.0, (r - s.k * a) / (r + 1.0));
+        const bool refuse = p > 0.0 && rs::detail::unit_random(rng) < p;
+        requests.push_back(now);
+        if (refuse) {
+            out.push_back({id, now, "throttled", -1, probability_text(p)});
+            continue;
+        }
+        out.push_back({id, now, "admitted", -1, probability_text(p)});
+        now += c.latency;
+        if (!c.fails)
+            accepts.push_back(now);
+        out.push_back({id, now, c.fails ? "failure" : "value"});
+    }
+    return out;
+}
+
+template <class Throttle>
+std::vector<event> run_throttle(rs::testing::simulation& sim, const Throttle& throttle,
+                                const std::vector<throttle_call>& calls) {
+    std::vector<event> out;
+    sim.run([&]() -> rs::task<void> {
+        for (std::size_t i = 0; i < calls.size(); ++i) {
+            const throttle_call& c = calls[i];
+            const int id = static_cast<int>(i);
+            if (c.gap > 0)
+                co_await sim.sleep_for(std::chrono::nanoseconds{c.gap});
+            const double before = throttle.probability();
+            auto action = [&out, &sim, id, c, before]() -> rs::task<int> {
+                out.push_back({id, sim.now().count(), "admitted", -1, probability_text(before)});
+                if (c.latency > 0)
+                    co_await sim.sleep_for(std::chrono::nanoseconds{c.latency});
+                if (c.fails)
+                    throw std::runtime_error("scripted failure");
+                co_return id;
+            };
+            const auto r = co_await throttle.execute_outcome(std::move(action));
+            if (r.has_value())
+                out.push_back({id, sim.now().count(), "value"});
+            else if (auto* e = r.error().template as<rs::throttled_error>())
+                out.push_back({id, sim.now().count(), "throttled", -1, probability_text(e->probability())});
+            else
+                out.push_back({id, sim.now().count(), "failure"});
+        }
+    }());
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Scenarios: made from a `chooser`, so the tests draw them from seeds and the fuzzer from bytes. Each
 // `check_*` plays one through the model and the policy and returns both traces, sorted.
 //
@@ -823,6 +915,42 @@ inline comparison check_retry_timeout(chooser& pick) {
                                   sim.clock()},
                         rs::timeout{std::chrono::nanoseconds{s.timeout}, sim.clock()}};
     c.actual = run_retry_timeout(sim, policy, plan);
+    return c;
+}
+
+inline comparison check_throttle(chooser& pick) {
+    static constexpr double ks[] = {0.5, 1.0, 1.1, 1.5, 2.0, 3.0};
+    static constexpr ns windows[] = {1'000'000'000, 100'000'000, 999'999'999, 1'000'000'007, 3'000'000, 7'000};
+    throttle_setup s;
+    s.k = pick.pick(ks);
+    s.window = pick.pick(windows);
+    s.segments = pick.between(1, 12);
+    s.seed = static_cast<std::uint64_t>(pick.between(0, 1'000'000));
+    // Half the scenarios keep to the segment grid, so that counts often leave at the very instant a
+    // call arrives; the others move in fortieths of the window, off the grid by a few nanoseconds.
+    const bool on_grid = pick.coin(50);
+    const ns unit = on_grid ? s.window / s.segments : s.window / 40;
+    const int fail_percent = static_cast<int>(pick.between(0, 100));
+    std::vector<throttle_call> calls(static_cast<std::size_t>(pick.between(1, 60)));
+    for (auto& call : calls) {
+        call.gap = pick.coin(50) ? 0 : pick.between(0, 12) * unit + (on_grid ? 0 : pick.between(0, 3));
+        call.latency = pick.coin(50) ? 0 : pick.between(0, 6) * unit;
+        call.fails = pick.coin(fail_percent);
+    }
+
+    comparison c;
+    std::ostringstream setup;
+    setup << "k=" << s.k << " window=" << s.window << "ns segments=" << s.segments << " seed=" << s.seed
+          << " calls=" << calls.size() << " failing=" << fail_percent << "%" << (on_grid ? " on the grid" : "");
+    c.setup = setup.str();
+    c.expected = model_throttle(s, calls);
+    rs::testing::simulation sim;
+    rs::adaptive_throttle throttle{{.k = s.k,
+                                    .window = std::chrono::nanoseconds{s.window},
+                                    .segments = static_cast<std::size_t>(s.segments)},
+                                   sim.clock(),
+                                   rs::seeded_random{s.seed}};
+    c.actual = run_throttle(sim, throttle, calls);
     return c;
 }
 

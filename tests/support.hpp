@@ -103,6 +103,20 @@ resilience::task<void> stop_at(resilience::testing::simulation& sim, std::stop_s
     queued_after = policy.queued();
 }
 
+/// The simulation's time shifted by an hour: another epoch, so its readings are an hour behind the
+/// simulation's. A valid clock without loop timers, so a timeout on it watches beside the call.
+struct shifted_clock {
+    using duration = std::chrono::nanoseconds;
+    using time_point = std::chrono::time_point<shifted_clock, duration>;
+    static constexpr duration shift = std::chrono::hours{1};
+    resilience::testing::virtual_clock inner;
+    time_point now() const { return time_point{inner.now().time_since_epoch() - shift}; }
+    auto sleep_until(time_point tp, std::stop_token st) const {
+        return inner.sleep_until(resilience::testing::virtual_clock::time_point{tp.time_since_epoch() + shift},
+                                 std::move(st));
+    }
+};
+
 /// Which call did something and at what instant, in the order it happened.
 using instant_log = std::vector<std::pair<int, std::chrono::nanoseconds>>;
 

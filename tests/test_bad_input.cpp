@@ -8,10 +8,12 @@
 #include "catch.hpp"
 #include "support.hpp"
 
+#include <resilience/adaptive_throttle.hpp>
 #include <resilience/backoff.hpp>
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/hedge.hpp>
+#include <resilience/pipeline.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_budget.hpp>
@@ -74,12 +76,15 @@ TEST_CASE("bad input: retry options", "[bad_input][retry]") {
     for (nanoseconds v : {-1ns, nmin}) {
         refused("max_elapsed", std::to_string(v.count()), [&] { make({.max_elapsed = v}); });
         refused("max_delay", std::to_string(v.count()), [&] { make({.max_delay = v}); });
+        refused("min_attempt_time", std::to_string(v.count()), [&] { make({.min_attempt_time = v}); });
     }
     // Accepted: every attempt count up to INT_MAX, no limit (0) or any limit up to the largest.
     behaves(sim, make({.max_attempts = INT_MAX}));
     behaves(sim, make({.max_elapsed = nmax}));
     behaves(sim, make({.max_delay = 0ns}));
     behaves(sim, make({.max_delay = nmax}));
+    behaves(sim, make({.min_attempt_time = nmax}));
+    behaves(sim, rs::pipeline{rs::timeout{nmax, sim.clock()}, make({.min_attempt_time = nmax})});
 
     // A call that always fails, retried with the extremes: ends, with the last failure.
     int calls = 0;
@@ -107,6 +112,16 @@ TEST_CASE("bad input: retry options", "[bad_input][retry]") {
     calls = 0;
     before = sim.now();
     CHECK(sim.run(longest.execute_outcome(failing)).has_failure());
+    CHECK(calls == 1);
+    CHECK(sim.now() - before == 1ms);
+    // The longest min_attempt_time inside a deadline: it would end past it, so the loop ends after the
+    // first attempt, without overflowing on the way. (A timeout of nmax sets no deadline: its end
+    // saturates at the end of time, which is what "no deadline" is.)
+    const rs::pipeline deadline{rs::timeout{1h, sim.clock()},
+                                make({.max_attempts = 3, .min_attempt_time = nmax})};
+    calls = 0;
+    before = sim.now();
+    CHECK(sim.run(deadline.execute_outcome(failing)).has_failure());
     CHECK(calls == 1);
     CHECK(sim.now() - before == 1ms);
 }
@@ -343,6 +358,42 @@ TEST_CASE("bad input: retry budget options", "[bad_input][retry_budget]") {
         }
         CHECK(budget.tokens() >= 0.0);
         CHECK(budget.tokens() <= o.capacity);
+    }
+}
+
+TEST_CASE("bad input: adaptive throttle options", "[bad_input][adaptive_throttle]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::adaptive_throttle_options o) {
+        return rs::adaptive_throttle{std::move(o), sim.clock(), rs::seeded_random{1}};
+    };
+    for (double v : {qnan, inf, -inf, 0.0, -0.0, -1.0, dlowest})
+        refused("k", rs::detail::format_number(v), [&] { make({.k = v}); });
+    for (nanoseconds v : {0ns, -1ns, nmin})
+        refused("window", std::to_string(v.count()), [&] { make({.window = v}); });
+    refused("segments", "0", [&] { make({.segments = 0}); });
+    refused("segments", std::to_string(smax), [&] { make({.segments = smax}); });
+    refused("segments", "1000001", [&] { make({.window = 1h, .segments = 1'000'001}); });
+    refused("segments", "11", [&] { make({.window = 10ns, .segments = 11}); });
+
+    // Accepted extremes behave: the tiniest and the largest k, the longest window, the finest one.
+    behaves(sim, make({.k = dtiny}));
+    behaves(sim, make({.k = dmax}));
+    behaves(sim, make({.window = nmax}));
+    behaves(sim, make({.window = nmax, .segments = 1'000'000}));
+    behaves(sim, make({.window = 1ns, .segments = 1}));
+    // With the largest k, a failing dependency is never throttled; with the tiniest, it is at once.
+    for (const double k : {dtiny, dmax}) {
+        const auto t = make({.k = k});
+        (void)sim.run(t.execute_outcome([&sim] { return quick(sim); }));
+        for (int i = 0; i < 3; ++i)
+            (void)sim.run(t.execute_outcome([]() -> rs::task<int> {
+                throw std::runtime_error("down");
+                co_return 0;
+            }));
+        const double p = t.probability();
+        CHECK(p >= 0.0);
+        CHECK(p < 1.0);
+        CHECK((p == 0.0) == (k == dmax));
     }
 }
 

@@ -25,6 +25,7 @@ TEST_CASE("fmt: errors print what a caller acts on: how long to wait and why", "
     CHECK(fmt::format("{}", rs::circuit_open_error{4500ms, nullptr, "payments"}) ==
           "payments: circuit open (retry after 4.5s)");
     CHECK(fmt::format("{}", rs::circuit_isolated_error{"payments"}) == "payments: circuit isolated");
+    CHECK(fmt::format("{}", rs::throttled_error{0.5, "payments"}) == "payments: throttled");
     CHECK(fmt::format("{}", rs::bulkhead_rejected_error{"db", rs::rejection_reason::queue_full}) ==
           "db: bulkhead rejected the call (queue_full)");
     CHECK(fmt::format("{}", rs::rate_limited_error{250ms, "", rs::rejection_reason::no_capacity}) ==

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The bulkhead, the circuit breaker and a retry around a timeout against their reference models
+// The bulkhead, the circuit breaker, the adaptive throttle and a retry around a timeout against their reference models
 // (tests/models.hpp) on seeded random scenarios, and timeouts nested on two clocks.
 //
 // A failing scenario prints its seed; replay it alone with
@@ -8,6 +8,7 @@
 
 #include "catch.hpp"
 #include "model_scenarios.hpp"
+#include "support.hpp"
 
 #include <resilience/clock.hpp>
 #include <resilience/event_loop.hpp>
@@ -37,20 +38,14 @@ TEST_CASE("model: a retry around a timeout ends as its model, at the same instan
     run_scenarios(300, [](rm::chooser& pick) { return rm::check_retry_timeout(pick); });
 }
 
+TEST_CASE("model: the adaptive throttle refuses and counts as its model, with the same draws",
+          "[model][adaptive_throttle]") {
+    run_scenarios(300, [](rm::chooser& pick) { return rm::check_throttle(pick); });
+}
+
 namespace {
 
-// The simulation's time shifted by an hour: another epoch, so its readings are an hour behind the
-// simulation's. A valid clock without loop timers, so a timeout on it watches beside the call.
-struct shifted_clock {
-    using duration = std::chrono::nanoseconds;
-    using time_point = std::chrono::time_point<shifted_clock, duration>;
-    static constexpr duration shift = std::chrono::hours{1};
-    rs::testing::virtual_clock inner;
-    time_point now() const { return time_point{inner.now().time_since_epoch() - shift}; }
-    auto sleep_until(time_point tp, std::stop_token st) const {
-        return inner.sleep_until(rs::testing::virtual_clock::time_point{tp.time_since_epoch() + shift}, std::move(st));
-    }
-};
+using resilience_tests::shifted_clock;
 static_assert(rs::clock<shifted_clock> && !rs::detail::loop_timer_clock<shifted_clock>);
 
 // steady_clock's time an hour behind, sleeping on steady_clock's timers: the same on real time.

@@ -42,12 +42,14 @@ struct verdict {
 /// The default classification of a failure for a retry: worth retrying, unless retrying cannot
 /// help or the caller gave up. Not transient: `cancelled_error`, `circuit_open_error` and
 /// `circuit_isolated_error` (the breaker refuses on purpose; retrying would only spin against it),
-/// and `std::logic_error` and everything derived from it (a bug or a bad argument fails the same
+/// `throttled_error` (an adaptive throttle refuses on purpose, and each retry is one more request
+/// drawn against the same odds), and `std::logic_error` and everything derived from it (a bug or a bad argument fails the same
 /// way every time). Costs one rethrow for a failure the library did not make.
 inline bool is_transient(const failure& f) noexcept {
     if (!f.has_exception())
         return false;
-    if (f.code() == errc::cancelled || f.code() == errc::circuit_open || f.code() == errc::circuit_isolated)
+    if (f.code() == errc::cancelled || f.code() == errc::circuit_open || f.code() == errc::circuit_isolated ||
+        f.code() == errc::throttled)
         return false;
     if (f.code() != errc{})
         return true; // the library's other failures (timeout, rejections) are transient: no rethrow needed
@@ -57,6 +59,8 @@ inline bool is_transient(const failure& f) noexcept {
         return false;
     } catch (const circuit_open_error&) {
         return false; // circuit_isolated_error too
+    } catch (const throttled_error&) {
+        return false;
     } catch (const std::logic_error&) {
         return false;
     } catch (...) {

@@ -22,6 +22,7 @@ enum class errc {
     rate_limited,      ///< a rate limiter had no token and would not wait
     budget_exhausted,  ///< a retry budget had no token left
     circuit_isolated,  ///< a circuit breaker isolated by hand refused the call (until `reset()`)
+    throttled,         ///< an adaptive throttle refused the call locally, without sending it
 };
 
 namespace detail {
@@ -44,6 +45,8 @@ public:
             return "retry budget exhausted";
         case errc::circuit_isolated:
             return "circuit isolated";
+        case errc::throttled:
+            return "throttled";
         }
         return "unknown resilience error";
     }
@@ -187,6 +190,21 @@ public:
 
 private:
     rejection_reason reason_;
+};
+
+/// An adaptive throttle refused the call locally, without sending it: the dependency has been
+/// refusing so much of what it was sent that this call would likely have been refused too.
+/// `probability()` is the rejection probability the call was refused with (in (0, 1)). No
+/// `retry_after`: the refusal is a draw, not a wait, and `is_transient` says no (a retry at once
+/// would only draw again against the same odds, and add to the requests that raise them).
+class throttled_error : public error {
+public:
+    explicit throttled_error(double probability = 0.0, std::string policy_name = {})
+        : error(errc::throttled, std::move(policy_name)), probability_(probability) {}
+    double probability() const noexcept { return probability_; }
+
+private:
+    double probability_;
 };
 
 } // namespace resilience

@@ -160,6 +160,8 @@ template <>
 struct fmt::formatter<resilience::bulkhead_rejected_error> : resilience::detail::error_formatter {};
 template <>
 struct fmt::formatter<resilience::rate_limited_error> : resilience::detail::error_formatter {};
+template <>
+struct fmt::formatter<resilience::throttled_error> : resilience::detail::error_formatter {};
 
 namespace resilience::detail {
 

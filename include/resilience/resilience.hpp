@@ -4,6 +4,7 @@
 /// `resilience/testing/`, optional integrations in `resilience/fmt.hpp` and `resilience/asio.hpp`.
 #pragma once
 
+#include "adaptive_throttle.hpp"
 #include "any_clock.hpp"
 #include "any_policy.hpp"
 #include "async_generator.hpp"

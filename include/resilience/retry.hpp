@@ -95,6 +95,13 @@ struct retry_options {
     /// No attempt is started once the wait before it would carry the call past this, measured
     /// from the start of the first attempt. Zero: unbounded. Must not be negative.
     std::chrono::nanoseconds max_elapsed{};
+    /// Inside a call with a deadline (an enclosing `timeout`'s, `context::deadline_for(clock)`), no
+    /// attempt is started that would have less than this left before the deadline: the loop ends
+    /// when `now + wait + min_attempt_time > deadline`, as it does for `max_elapsed`. Zero (the
+    /// default): it ends only when the wait itself would end past the deadline. A deadline set on
+    /// another clock type cannot be compared with this clock's time and is not applied. Must not be
+    /// negative.
+    std::chrono::nanoseconds min_attempt_time{};
     /// Cap on every wait, the backoff's and a verdict's `delay` alike (a server asking for an hour
     /// does not park the caller for an hour). Zero: no wait at all. Must not be negative.
     std::chrono::nanoseconds max_delay = std::chrono::seconds{30};
@@ -116,6 +123,8 @@ struct retry_options {
 /// - `should_handle` said no (cancellation is never retried);
 /// - `budget` had no token left (`on_budget_exhausted` is told);
 /// - the wait before the next attempt would carry the call past `max_elapsed`;
+/// - the wait and `min_attempt_time` would carry the next attempt past the call's deadline (set by
+///   a `timeout` around the retry, on a clock of the retry's clock type);
 /// - the caller asked to stop: at once, also in the middle of a backoff wait.
 /// Whatever ended it, the last outcome is what the call produces: the last failure exactly as it
 /// was (the same exception object), or the last value it handled (an outcome classifier's, or an
@@ -156,6 +165,9 @@ public:
                 "ns");
         if (options_.max_delay < std::chrono::nanoseconds::zero())
             bad("max_delay must not be negative, got " + std::to_string(options_.max_delay.count()) + "ns");
+        if (options_.min_attempt_time < std::chrono::nanoseconds::zero())
+            bad("min_attempt_time must not be negative, got " +
+                std::to_string(options_.min_attempt_time.count()) + "ns");
     }
 
     [[nodiscard]] const retry_options& options() const noexcept { return options_; }
@@ -279,9 +291,13 @@ private:
             v.delay ? *v.delay : options_.backoff.delay(attempt, rng_, error ? *error : failure{}, previous);
         const std::chrono::nanoseconds delay =
             std::clamp(wanted, std::chrono::nanoseconds::zero(), options_.max_delay);
-        if (options_.max_elapsed > std::chrono::nanoseconds::zero()) {
-            const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.now() - start);
-            if (delay > options_.max_elapsed - elapsed)
+        const std::optional<std::chrono::nanoseconds> deadline = ctx.deadline_for(clock_);
+        if (options_.max_elapsed > std::chrono::nanoseconds::zero() || deadline) {
+            const typename C::time_point now = clock_.now();
+            const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(now - start);
+            if (options_.max_elapsed > std::chrono::nanoseconds::zero() && delay > options_.max_elapsed - elapsed)
+                return std::nullopt;
+            if (deadline && !fits_before(*deadline, detail::since_epoch(now), delay))
                 return std::nullopt;
         }
         if (options_.budget && !options_.budget->try_withdraw()) {
@@ -298,6 +314,19 @@ private:
         detail::emit(options_.telemetry, ctx, clock_,
                      detail::event(telemetry_kind::retry, "retry", options_.name, attempt, delay, error));
         return delay;
+    }
+
+    // Does `now + delay + min_attempt_time <= deadline` hold? Without overflowing: `delay` and
+    // `min_attempt_time` are not negative, and a deadline already past leaves no time at all.
+    bool fits_before(std::chrono::nanoseconds deadline, std::chrono::nanoseconds now,
+                     std::chrono::nanoseconds delay) const noexcept {
+        if (deadline < now)
+            return false;
+        const std::chrono::nanoseconds left =
+            now < std::chrono::nanoseconds::zero() && deadline > std::chrono::nanoseconds::max() + now
+                ? std::chrono::nanoseconds::max()
+                : deadline - now;
+        return delay <= left && options_.min_attempt_time <= left - delay;
     }
 
     // now + d on the clock, rounded up to its tick, saturating at the clock's end.

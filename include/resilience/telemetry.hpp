@@ -22,7 +22,8 @@
 /// - `timeout` (timeout): an attempt ended after its deadline (the timeout waits for it).
 ///   `duration`: the timeout's length; `error`: the `timeout_error`, null for a value that came late.
 /// - `state_change` (circuit_breaker): `from` and `to`.
-/// - `rejection` (circuit_breaker, bulkhead, rate_limiter, sliding_window_limiter; retry_budget,
+/// - `rejection` (circuit_breaker, bulkhead, rate_limiter, sliding_window_limiter, adaptive_throttle;
+///   retry_budget,
 ///   through the retry or hedge it refused): a call, a retry or a hedge was refused. `duration`: the
 ///   time it waited in a queue first; `error`: the refusal (for a budget: the failure that asked for
 ///   the retry or hedge, null for a delay or a handled value); `reason` for a bulkhead or a limiter.
@@ -145,7 +146,7 @@ constexpr const char* to_string(rejection_reason r) noexcept {
 struct telemetry_event {
     telemetry_kind kind{};
     /// Which policy: "retry", "circuit_breaker", "timeout", "bulkhead", "rate_limiter",
-    /// "sliding_window_limiter", "retry_budget", "hedge", "fallback" or "telemetry".
+    /// "sliding_window_limiter", "adaptive_throttle", "retry_budget", "hedge", "fallback" or "telemetry".
     std::string_view policy{};
     /// The reporting policy's `name` option (for a budget: the retry's or hedge's); may be empty.
     std::string_view name{};

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: MIT
+/// \file adaptive_throttle.hpp
+/// `adaptive_throttle`: refuses calls locally, at random, in proportion to how much of what it sent
+/// the dependency has been refusing lately, so an overloaded dependency is not sent what it would
+/// refuse anyway.
+#pragma once
+
+#include "classifier.hpp"
+#include "clock.hpp"
+#include "concepts.hpp"
+#include "context.hpp"
+#include "detail/breaker_window.hpp"
+#include "error.hpp"
+#include "outcome.hpp"
+#include "policy.hpp"
+#include "random.hpp"
+#include "task.hpp"
+#include "telemetry.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace resilience {
+
+/// How an `adaptive_throttle` decides. `adaptive_throttle_options{}` is valid (the values of the
+/// Google SRE book's "Handling Overload" chapter: `k` 2, a window of two minutes). Checked by the
+/// constructor (`std::invalid_argument` naming the field and value).
+struct adaptive_throttle_options {
+    /// How many requests each accepted one allows: calls are refused locally once the window's
+    /// requests exceed `k` times its accepts. 2 lets through twice what the dependency accepts (it
+    /// wastes some of its capacity on refusals, but finds out quickly when it recovers); 1.1 is
+    /// stricter. Positive and finite. At most 1, the throttle refuses calls while any call of the
+    /// window was not accepted (refused calls included), however few: rarely what is wanted.
+    double k = 2.0;
+    /// How long a request or an accept is remembered. Positive.
+    std::chrono::nanoseconds window = std::chrono::minutes{2};
+    /// `window` is kept in this many segments of `window / segments` (rounded down) each, so the
+    /// memory is fixed: a count stops counting exactly at the end of the segment `segments - 1`
+    /// after its own, between `window - window / segments` and `window` after it was made (see
+    /// `breaker_window::segments`). Positive, at most `max_segments`, and at most `window` in
+    /// nanoseconds.
+    std::size_t segments = 12;
+    /// The most `segments` accepted: a few counters are kept per segment (about 48 MB at most).
+    static constexpr std::size_t max_segments = 1'000'000;
+    /// Which outcomes the dependency did not accept (see `classifier`). Empty: every failure but
+    /// cancellation, and an `expected_like` value holding an error; every other value is an accept.
+    /// A failure that ends a call whose caller stopped it is an accept whatever this says: the
+    /// dependency did not refuse it. Called without any lock held.
+    classifier should_handle{};
+    /// Hears this throttle's `rejection`s. Empty: the listener of a `telemetry` stage around the
+    /// call, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
+    /// Carried by the errors it makes (`error::policy_name()`) and by `name()`. Empty: unnamed.
+    std::string name{};
+};
+
+namespace detail {
+
+/// Throws `std::invalid_argument` for the first thing wrong with `o`.
+inline void validate_throttle_options(const adaptive_throttle_options& o) {
+    const auto bad = [&o](const std::string& what) {
+        throw std::invalid_argument(policy_label("adaptive_throttle", o.name) + ": " + what);
+    };
+    if (!(o.k > 0.0 && std::isfinite(o.k))) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", o.k);
+        bad(std::string("k must be positive and finite, got ") + buf);
+    }
+    if (o.window <= std::chrono::nanoseconds::zero())
+        bad("window must be positive, got " + std::to_string(o.window.count()) + "ns");
+    if (o.segments == 0)
+        bad("segments must be positive, got 0");
+    if (o.segments > adaptive_throttle_options::max_segments)
+        bad("segments must be at most " + std::to_string(adaptive_throttle_options::max_segments) + ", got " +
+            std::to_string(o.segments));
+    if (o.segments > static_cast<std::uint64_t>(o.window.count()))
+        bad("segments must be at most the window in nanoseconds (" + std::to_string(o.window.count()) +
+            "), got " + std::to_string(o.segments));
+}
+
+/// The rejection probability for `requests` and `accepts`: `max(0, (requests - k * accepts) /
+/// (requests + 1))`, always below 1.
+inline double throttle_probability(std::uint64_t requests, std::uint64_t accepts, double k) noexcept {
+    const double r = static_cast<double>(requests);
+    return std::max(0.0, (r - k * static_cast<double>(accepts)) / (r + 1.0));
+}
+
+/// The shared state of one throttle: two windows of counts (requests, accepts), the random source
+/// and the latest time seen, all under `mutex_`, which is held to admit a call and to record an
+/// accept, never across user code (the clock, the classifier and the listener are called without
+/// it). Time never goes back for the windows: a reading older than one already used (two threads
+/// racing) is taken as that one.
+template <class C, class Random>
+class throttle_core {
+public:
+    using time_point = typename C::time_point;
+
+    throttle_core(adaptive_throttle_options o, C clock, Random rng)
+        : options_(std::move(o)), clock_(std::move(clock)), rng_(std::move(rng)),
+          requests_(width(options_), options_.segments), accepts_(width(options_), options_.segments) {}
+
+    const adaptive_throttle_options& options() const noexcept { return options_; }
+    const C& clock() const noexcept { return clock_; }
+
+    /// Counts a request at `now`; returns the probability it is refused with when the draw refuses
+    /// it, nothing when it is admitted. Draws only when the probability is above zero.
+    std::optional<double> admit(time_point read) {
+        std::lock_guard lock(mutex_);
+        const std::chrono::nanoseconds now = monotonic(read);
+        const double p =
+            throttle_probability(requests_.counts(now).calls, accepts_.counts(now).calls, options_.k);
+        requests_.add(now, false, false);
+        if (p > 0.0 && unit_random(rng_) < p)
+            return p;
+        return std::nullopt;
+    }
+
+    /// Counts an accept at `read`.
+    void accept(time_point read) {
+        std::lock_guard lock(mutex_);
+        accepts_.add(monotonic(read), false, false);
+    }
+
+    struct snapshot {
+        std::uint64_t requests = 0, accepts = 0;
+    };
+    /// The counts at `read` (not before the latest time used), without changing anything.
+    snapshot counts(time_point read) const {
+        std::lock_guard lock(mutex_);
+        const std::chrono::nanoseconds now = std::max(since_epoch(read), last_now_);
+        return {requests_.counts(now).calls, accepts_.counts(now).calls};
+    }
+
+private:
+    static std::chrono::nanoseconds width(const adaptive_throttle_options& o) noexcept {
+        return o.window / static_cast<std::int64_t>(o.segments);
+    }
+    std::chrono::nanoseconds monotonic(time_point read) noexcept {
+        last_now_ = std::max(since_epoch(read), last_now_);
+        return last_now_;
+    }
+
+    const adaptive_throttle_options options_;
+    C clock_;
+    mutable std::mutex mutex_;
+    Random rng_;
+    detail::time_window requests_; // every call, refused ones included (only `calls` is used)
+    detail::time_window accepts_;  // the calls the dependency accepted (only `calls` is used)
+    std::chrono::nanoseconds last_now_ = std::chrono::nanoseconds::min();
+};
+
+} // namespace detail
+
+/// Client-side adaptive throttling, as the Google SRE book's "Handling Overload" chapter describes
+/// it. Over a sliding `window`, the throttle counts the *requests* (every call made through it,
+/// those it refuses itself included) and the *accepts* (the calls whose outcome `should_handle`
+/// does not handle), and refuses each new call, before it is sent, with probability
+///
+///     p = max(0, (requests - k * accepts) / (requests + 1))
+///
+/// as the window stands when the call arrives (the call itself is counted after). While the
+/// dependency accepts at least one call in `k`, `p` is 0 and nothing is refused; as it refuses
+/// more, the throttle sends less, and it sends again as accepts come back. `p` stays below 1, so
+/// some calls always go through to find out. A refused call fails with `throttled_error` (a failure
+/// value: `execute_outcome` reports it without an exception), reported to the listener as a
+/// `rejection`; `is_transient` says no, so a default retry around the throttle does not retry it.
+///
+/// - A request is counted when the call arrives; an accept when the call ends, at that instant.
+///   Each stops counting at the end of its window segment's last segment (see `segments`), exactly.
+/// - Cancellation is not a refusal: a call that ends with a failure after its caller stopped it is
+///   an accept. A call stopped before it arrives is refused with `cancelled_error` and not counted.
+/// - The draw uses `Random` under the throttle's lock, so even a `seeded_random` may be shared by
+///   threads; the same calls at the same instants with the same seed give the same decisions. No
+///   draw is made while `p` is 0.
+///
+/// A cheap copyable handle: copies are the same throttle, thread-safe, usable from many event
+/// loops at once. The state lives as long as any copy. Admitting a call locks a mutex briefly and
+/// reads the clock (the call's shared reading); so does counting an accept (a fresh reading). An
+/// admitted call allocates nothing; a refusal allocates its `throttled_error`, and throws nothing.
+///
+///     rs::adaptive_throttle throttle{{.k = 2.0, .window = 2min}};
+///     rs::pipeline p{rs::retry{}, throttle, rs::timeout{1s}};   // every attempt is a request
+///     rs::outcome<page> r = co_await p.execute_outcome(fetch);
+///     if (!r && r.error().code() == rs::errc::throttled) { /* not sent: the dependency is refusing */ }
+template <clock C = steady_clock, random_source Random = thread_random>
+class adaptive_throttle : public policy_base<adaptive_throttle<C, Random>> {
+public:
+    /// Validates `options` (`std::invalid_argument` naming the field and value). Starts no timer.
+    explicit adaptive_throttle(adaptive_throttle_options options = {}, C clock = C{}, Random rng = Random{})
+        : core_(make_core(std::move(options), std::move(clock), std::move(rng))) {}
+
+    // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
+    static constexpr bool enter_never_waits = true;
+    struct call_state {};
+
+    template <class R>
+    step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        core_type& core = *core_;
+        const adaptive_throttle_options& o = core.options();
+        if (ctx.stop_requested()) {
+            result.emplace(failure::make(cancelled_error{o.name}));
+            return step::done;
+        }
+        if (!o.should_handle.template accepts<R>()) {
+            result.emplace(o.should_handle.template mismatch<R>("adaptive_throttle", o.name));
+            return step::done;
+        }
+        try {
+            const std::optional<double> refused_with = core.admit(detail::call_now(core.clock(), ctx));
+            if (!refused_with)
+                return step::proceed;
+            result.emplace(detail::refused(
+                detail::listener_for(o.telemetry, ctx), core.clock(),
+                detail::event(telemetry_kind::rejection, "adaptive_throttle", o.name, ctx.attempt()),
+                failure::make(throttled_error{*refused_with, o.name})));
+        } catch (...) {
+            result.emplace(failure::current()); // the clock threw
+        }
+        return step::done;
+    }
+
+    /// Counts an accept unless `should_handle` handles the outcome. A classifier (or a clock) that
+    /// throws makes its exception the call's failure, and nothing is counted.
+    template <class R>
+    step leave(call_state&, const context& ctx, outcome<R>& result) const {
+        core_type& core = *core_;
+        try {
+            if (accepted(result, ctx))
+                core.accept(core.clock().now());
+        } catch (...) {
+            result = outcome<R>{failure::current()};
+        }
+        return step::proceed;
+    }
+
+    /// The rejection probability a call arriving now would be refused with. Changes nothing.
+    [[nodiscard]] double probability() const {
+        const auto c = counts();
+        return detail::throttle_probability(c.requests, c.accepts, core_->options().k);
+    }
+    /// The requests in the window now, refused ones included. Changes nothing.
+    [[nodiscard]] std::uint64_t requests() const { return counts().requests; }
+    /// The accepts in the window now. Changes nothing.
+    [[nodiscard]] std::uint64_t accepts() const { return counts().accepts; }
+
+    /// A copy that does not own the shared state: copying it touches no reference count. A call
+    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
+    [[nodiscard]] adaptive_throttle borrow() const noexcept {
+        return adaptive_throttle{std::shared_ptr<core_type>(std::shared_ptr<void>{}, core_.get())};
+    }
+    /// Copies of one throttle (borrowed or not) are equal: they are the same throttle.
+    friend bool operator==(const adaptive_throttle& a, const adaptive_throttle& b) noexcept {
+        return a.core_ == b.core_;
+    }
+
+    [[nodiscard]] const adaptive_throttle_options& options() const noexcept { return core_->options(); }
+    [[nodiscard]] const C& clock() const noexcept { return core_->clock(); }
+    /// The `name` option (empty when unnamed).
+    [[nodiscard]] const std::string& name() const noexcept { return core_->options().name; }
+
+private:
+    using core_type = detail::throttle_core<C, Random>;
+
+    typename core_type::snapshot counts() const { return core_->counts(core_->clock().now()); }
+
+    // An accept unless the classifier handles it; a failure of a call its caller stopped is one.
+    template <class R>
+    bool accepted(const outcome<R>& result, const context& ctx) const {
+        const classifier& handles = core_->options().should_handle;
+        if (handles.plain_success(result) || (result.has_failure() && ctx.stop_requested()))
+            return true;
+        return !handles.classify(result, &not_cancellation).handle;
+    }
+    static bool not_cancellation(const failure& f) noexcept { return !is_cancellation(f); }
+
+    static std::shared_ptr<core_type> make_core(adaptive_throttle_options options, C clock, Random rng) {
+        detail::validate_throttle_options(options);
+        return std::make_shared<core_type>(std::move(options), std::move(clock), std::move(rng));
+    }
+
+    friend struct std::hash<adaptive_throttle>;
+    explicit adaptive_throttle(std::shared_ptr<core_type> core) noexcept : core_(std::move(core)) {}
+
+    std::shared_ptr<core_type> core_;
+};
+
+// clang-format off
+adaptive_throttle() -> adaptive_throttle<steady_clock, thread_random>;
+adaptive_throttle(adaptive_throttle_options) -> adaptive_throttle<steady_clock, thread_random>;
+template <clock C>
+adaptive_throttle(adaptive_throttle_options, C) -> adaptive_throttle<C, thread_random>;
+template <clock C, random_source R>
+adaptive_throttle(adaptive_throttle_options, C, R) -> adaptive_throttle<C, R>;
+// clang-format on
+
+} // namespace resilience
+
+/// Hashes a throttle by the state its copies share, consistently with `==`.
+template <resilience::clock C, resilience::random_source R>
+struct std::hash<resilience::adaptive_throttle<C, R>> {
+    std::size_t operator()(const resilience::adaptive_throttle<C, R>& t) const noexcept {
+        return std::hash<const void*>{}(t.core_.get());
+    }
+};
