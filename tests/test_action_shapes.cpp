@@ -6,6 +6,7 @@
 #include "catch.hpp"
 #include "support.hpp"
 
+#include <resilience/adaptive_throttle.hpp>
 #include <resilience/any_clock.hpp>
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
@@ -130,6 +131,8 @@ auto every_policy(C clock) {
         rs::sliding_window_limiter{{.permit_limit = 100, .window = 1s}, clock},
         rs::hedge{{.max_attempts = 2, .delay = 1h}, clock},
         rs::single_flight<int, int>{}.policy(1),
+        // Counting no failure against the dependency, so it never starts refusing as the shapes fail.
+        rs::adaptive_throttle{{.should_handle = rs::classifier{[](const rs::failure&) { return false; }}}, clock},
         rs::pipeline{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}, clock},
                      rs::circuit_breaker{{.failure_threshold = 100}, clock}, rs::timeout{1h, clock},
                      rs::bulkhead{{.max_concurrent_calls = 2}, clock},
@@ -137,7 +140,7 @@ auto every_policy(C clock) {
     };
 }
 constexpr const char* policy_names[] = {"retry",          "circuit_breaker", "timeout", "bulkhead", "rate_limiter",
-                                        "sliding_window", "hedge",           "single_flight", "pipeline"};
+                                        "sliding_window", "hedge",           "single_flight", "adaptive_throttle", "pipeline"};
 
 template <class Each>
 void for_each_policy(auto& policies, Each each) {
