@@ -117,6 +117,43 @@ TEST_CASE("redis connection: a frozen server fails the command with a timeout, t
     CHECK(until_answered(io, c) < 1s);
 }
 
+TEST_CASE("redis connection: a frozen server that still accepts connections makes the backoff grow", "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    ::asio::io_context io;
+    redis::connection c{io.get_executor(),
+                        {.port = server.port(),
+                         .command_timeout = 100ms,
+                         .reconnect = rs::exponential_backoff{50ms, 4.0, 5s, rs::jitter::none}}};
+    CHECK(run(io, one(c, {"PING"})).str == "PONG");
+    server.freeze();
+    // Each cycle: the backoff ends, a new connect succeeds (the kernel accepts for the frozen
+    // server), the command times out. The server never answered, so the backoff goes on growing:
+    // 50 ms, 200 ms, 800 ms; were a connect enough to end the outage, it would stay at 50 ms.
+    std::vector<std::chrono::nanoseconds> waits;
+    for (int cycle = 0; cycle < 3; ++cycle) {
+        ::asio::steady_timer backoff{io, c.reconnect_in()};
+        backoff.async_wait([](const std::error_code&) {});
+        io.restart();
+        io.run();
+        CHECK(run(io, code_of(one(c, {"PING"}))) == redis::errc::timeout);
+        waits.push_back(c.reconnect_in());
+    }
+    server.thaw();
+    INFO("backoffs " << waits[0].count() << "ns, " << waits[1].count() << "ns, " << waits[2].count() << "ns");
+    CHECK(waits[0] <= 50ms);
+    CHECK(waits[1] > 100ms);
+    CHECK(waits[1] <= 200ms);
+    CHECK(waits[2] > 400ms);
+    // Once the server answers, the outage is over: the next timeout backs off from the first step.
+    CHECK(until_answered(io, c) < 2s);
+    server.freeze();
+    CHECK(run(io, code_of(one(c, {"PING"}))) == redis::errc::timeout);
+    CHECK(c.reconnect_in() <= 50ms);
+    server.thaw();
+}
+
 TEST_CASE("redis connection: a killed server fails commands in flight, and the restarted one is reached again",
           "[redis]") {
     if (!resilience_tests::redis_tests_enabled())

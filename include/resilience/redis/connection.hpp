@@ -360,8 +360,7 @@ private:
             }
             std::error_code ignored;
             l->socket.set_option(::asio::ip::tcp::no_delay{true}, ignored);
-            self->state_ = state::open;
-            self->attempts_ = 0;
+            self->state_ = state::open; // the backoff goes on growing until the server answers
             self->flush();
             self->read();
         };
@@ -434,6 +433,7 @@ private:
                     if (raw == nullptr)
                         break;
                     std::unique_ptr<reply> r{static_cast<reply*>(raw)};
+                    self->attempts_ = 0; // an answer, not a connect, ends the outage
                     if (self->queue_.empty()) {
                         self->lost(errc::protocol, "a reply nobody asked for", false);
                         return;
@@ -512,7 +512,7 @@ private:
     std::deque<std::shared_ptr<pending>> queue_; // sent or to send, in order, awaiting replies
     ::asio::steady_timer watchdog_;
     bool watchdog_armed_ = false;
-    int attempts_ = 0; // failed connects in a row
+    int attempts_ = 0; // failed connects and timed-out links since the server last answered
     std::uint64_t commands_ = 0;
     std::chrono::steady_clock::time_point retry_at_{};
     std::string last_failure_;
