@@ -9,6 +9,7 @@
 #include <resilience/resilience.hpp>
 
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -216,6 +217,43 @@ TEST_CASE("redis bulkhead: Redis killed: each failure mode as configured, report
     CHECK(three(local) == std::vector{1, 1, 0}); // half of 4 slots, locally
     CHECK(std::chrono::steady_clock::now() - start < 2s);
     CHECK(lost == std::vector<std::string>{"fail_closed", "fail_open", "local_share"});
+}
+
+TEST_CASE("redis bulkhead: an acquisition whose caller stopped gives its slot back at once, not after the lease",
+          "[redis]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    redis_server server;
+    ::asio::io_context io;
+    redis::connection c{io.get_executor(), {.port = server.port(), .command_timeout = 10s}};
+    const redis::bulkhead b{slots("stopped", 1, 1h), c};
+    CHECK(run(io, call(b, 0ns)) == 1); // connected, the script loaded: the next call is one EVALSHA
+    // The server is frozen, so the acquisition is sent but not answered before its caller stops.
+    server.freeze();
+    std::stop_source stop;
+    ::asio::steady_timer timer{io, 50ms};
+    timer.async_wait([&stop](const std::error_code&) { stop.request_stop(); });
+    std::optional<bool> cancelled;
+    auto stopped = [](redis::bulkhead bh, std::stop_token st) -> rs::task<bool> {
+        auto running = bh.execute_outcome(lasting, bh.clock(), 0ns, st);
+        rs::outcome<int> r = co_await std::move(running);
+        co_return !r.has_value() && r.failure().code() == rs::errc::cancelled;
+    };
+    rs::asio::async_run(io.get_executor(), stopped(b, stop.get_token()), [&](std::exception_ptr, bool v) {
+        cancelled = v;
+        server.thaw(); // the acquisition runs now, taking the slot; then whatever followed it
+    });
+    io.restart();
+    io.run_for(5s); // until the acquisition and what followed it are answered
+    const redis::reply held = run(io, [](redis::connection conn) -> rs::task<redis::reply> {
+        std::vector<std::string> count{"ZCARD", "stopped"};
+        auto asking = conn.command(std::move(count));
+        co_return co_await std::move(asking);
+    }(c));
+    REQUIRE(cancelled.has_value());
+    CHECK(*cancelled);
+    CHECK(held.integer == 0); // with a lease of an hour: only the release can have freed it
+    CHECK(run(io, call(b, 0ns)) == 1);
 }
 
 TEST_CASE("redis bulkhead and rate_limiter: bad options are refused naming the field", "[redis]") {

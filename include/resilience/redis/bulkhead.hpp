@@ -141,7 +141,10 @@ struct redis_bulkhead_state {
 /// - **Redis unreachable or slow**: as `redis::rate_limiter`: the connection's `command_timeout`
 ///   bounds the wait, then `when_unavailable` decides (refuse, let through, or a local bulkhead of
 ///   `local_share` of the limit), reported to the listener once lost and once back. A command that
-///   timed out is never resent: a lease it may have taken expires by itself.
+///   timed out is never resent. A lease it may have taken is released with a `ZREM` (it runs after
+///   the acquisition, which it follows on the connection), as is that of an acquisition whose
+///   caller stopped first; when the connection is waiting out its backoff the `ZREM` cannot be
+///   sent, and the lease expires by itself.
 ///
 /// A copyable handle; copies share the connection and the local share. Calls must be made on the
 /// connection's executor (its thread).
@@ -171,8 +174,12 @@ public:
         const std::string id = s->next_lease_id();
         auto acquiring = s->lua.ask(s->conn, o.key, s->args("acquire", id), ctx.stop_token());
         detail::script::answer a = co_await std::move(acquiring);
-        if (a.cancelled)
+        // Past this point a call that does not run may still hold a slot (the acquisition ran, its
+        // answer was not awaited or not used): it is released at once, not after the lease.
+        if (a.cancelled) {
+            s->conn.send(release_command(*s, id));
             co_return failure::make(cancelled_error{o.name});
+        }
         std::optional<failure>& unreachable = a.unreachable;
         if (!unreachable && a.value->type != reply::kind::integer)
             unreachable.emplace(failure::make(error{errc::protocol, "unexpected reply from the bulkhead script"}));
@@ -181,6 +188,7 @@ public:
                                        .name = o.name,
                                        .attempt = ctx.attempt()};
         if (unreachable) {
+            s->conn.send(release_command(*s, id));
             if (std::optional<failure> thrown = s->health.lost(listener, s->clock, o.name, *unreachable))
                 co_return std::move(*thrown);
             if (o.when_unavailable == unavailable_policy::fail_open)
@@ -192,8 +200,11 @@ public:
             co_return resilience::detail::refused(listener, s->clock, refusing,
                                                   failure::make(bulkhead_rejected_error{o.name}));
         }
-        if (std::optional<failure> thrown = s->health.answered(listener, s->clock, o.name))
+        if (std::optional<failure> thrown = s->health.answered(listener, s->clock, o.name)) {
+            if (a.value->integer == 1)
+                s->conn.send(release_command(*s, id));
             co_return std::move(*thrown);
+        }
         if (a.value->integer != 1)
             co_return resilience::detail::refused(listener, s->clock, refusing,
                                                   failure::make(bulkhead_rejected_error{o.name}));
