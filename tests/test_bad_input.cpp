@@ -472,7 +472,12 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
         refused("lease_duration", std::to_string(v.count()), [&] { bulkhead({.key = "k", .lease_duration = v}); });
     for (double v : {qnan, inf, -1.0, 1.5})
         refused("local_share", rs::detail::format_number(v), [&] { bulkhead({.key = "k", .local_share = v}); });
-    (void)bulkhead({.key = "k", .max_concurrent_calls = smax, .lease_duration = 10ms});
+    // At least 3 x the connection's command_timeout (250 ms here), named with both values.
+    refused("lease_duration", "749999999", [&] { bulkhead({.key = "k", .lease_duration = 749999999ns}); });
+    refused("250000000", "749999999", [&] { bulkhead({.key = "k", .lease_duration = 749999999ns}); });
+    (void)bulkhead({.key = "k", .lease_duration = 750ms});
+    const redis::connection quick = connect({.command_timeout = 3ms});
+    (void)redis::bulkhead{{.key = "k", .max_concurrent_calls = smax, .lease_duration = 10ms}, quick};
     (void)bulkhead({.key = "k", .when_unavailable = redis::unavailable_policy::local_share, .local_share = 1.0});
 }
 #endif

@@ -60,6 +60,13 @@ std::chrono::nanoseconds until_admitted(::asio::io_context& io, const redis::bul
     return std::chrono::nanoseconds::max();
 }
 
+// The server's options with the longest command timeout a bulkhead with a lease of `lease` accepts.
+redis::connection_options for_lease(const redis_server& server, std::chrono::nanoseconds lease) {
+    redis::connection_options o = server.options();
+    o.command_timeout = lease / 3;
+    return o;
+}
+
 redis::bulkhead_options slots(std::string key, std::size_t n, std::chrono::nanoseconds lease) {
     return {.key = std::move(key), .max_concurrent_calls = n, .lease_duration = lease};
 }
@@ -99,7 +106,7 @@ TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back aft
         // The replica: takes both slots with calls of an hour, then its loop stops for good, as a
         // crashed process's would: no renewal, no release. Destroying it drops its connection.
         ::asio::io_context dying;
-        redis::connection c{dying.get_executor(), server.options()};
+        redis::connection c{dying.get_executor(), for_lease(server, lease)};
         const redis::bulkhead a{slots("crash", 2, lease), c};
         for (int i = 0; i < 2; ++i) {
             auto hour = a.execute([&running](rs::asio::clock clock) -> rs::task<int> {
@@ -117,7 +124,7 @@ TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back aft
         taken = std::chrono::steady_clock::now();
     }
     ::asio::io_context io;
-    redis::connection cb{io.get_executor(), server.options()};
+    redis::connection cb{io.get_executor(), for_lease(server, lease)};
     const redis::bulkhead b{slots("crash", 2, lease), cb};
     CHECK(run(io, call(b, 0ns)) == 0); // both slots still leased to the dead replica
     const auto waited = until_admitted(io, b, 5s);
@@ -139,7 +146,7 @@ TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewi
     // The long call, for four leases, on a loop of its own on another thread.
     std::jthread replica([&server, &holding, &done, lease] {
         ::asio::io_context io;
-        redis::connection c{io.get_executor(), server.options()};
+        redis::connection c{io.get_executor(), for_lease(server, lease)};
         const redis::bulkhead a{slots("renewed", 1, lease), c};
         auto long_call = [](redis::bulkhead b, std::atomic<bool>& held) -> rs::task<int> {
             auto running = b.execute_outcome([&held](rs::asio::clock clock) -> rs::task<int> {
@@ -159,7 +166,7 @@ TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewi
         std::this_thread::sleep_for(5ms); // a poll, under the deadline
     REQUIRE(holding);
     ::asio::io_context io;
-    redis::connection cb{io.get_executor(), server.options()};
+    redis::connection cb{io.get_executor(), for_lease(server, lease)};
     const redis::bulkhead b{slots("renewed", 1, lease), cb};
     int refused = 0;
     int admitted_early = 0;
@@ -262,6 +269,10 @@ TEST_CASE("redis bulkhead and rate_limiter: bad options are refused naming the f
     CHECK_THROWS_AS(redis::bulkhead({.key = ""}, c), std::invalid_argument);
     CHECK_THROWS_AS(redis::bulkhead({.key = "k", .max_concurrent_calls = 0}, c), std::invalid_argument);
     CHECK_THROWS_AS(redis::bulkhead({.key = "k", .lease_duration = 1ms}, c), std::invalid_argument);
+    // A lease must outlive a renewal that timed out: at least 3 x the connection's command_timeout.
+    REQUIRE(c.options().command_timeout == 250ms);
+    CHECK_THROWS_AS(redis::bulkhead({.key = "k", .lease_duration = 749ms}, c), std::invalid_argument);
+    CHECK(redis::bulkhead({.key = "k", .lease_duration = 750ms}, c).options().lease_duration == 750ms);
     CHECK_THROWS_AS(redis::bulkhead({.key = "k", .when_unavailable = redis::unavailable_policy::local_share}, c),
                     std::invalid_argument);
     CHECK_THROWS_AS(redis::rate_limiter({.key = "k", .token_limit = 1, .tokens_per_second = 0}, c),

@@ -43,7 +43,8 @@ struct bulkhead_options {
     std::size_t max_concurrent_calls = 25;
     /// How long a slot stays taken without news from its holder: a replica that dies holding slots
     /// gives them back this long after its last renewal. A running call renews its lease every third
-    /// of this. At least 10 ms: a renewal must have time to reach Redis.
+    /// of this. At least 10 ms, and at least 3 x the connection's `command_timeout`: a renewal that
+    /// timed out leaves the lease alive for the next one.
     std::chrono::nanoseconds lease_duration = std::chrono::seconds{10};
     /// What a call gets while Redis cannot be reached (see `unavailable_policy`).
     unavailable_policy when_unavailable = unavailable_policy::fail_closed;
@@ -159,7 +160,8 @@ public:
     bulkhead(bulkhead_options options, connection conn)
         : bulkhead(std::move(options), conn, resilience::asio::clock{conn.executor()}) {}
     bulkhead(bulkhead_options options, connection conn, resilience::asio::clock clock)
-        : shared_limit(std::make_shared<state>(validated(std::move(options)), std::move(conn), std::move(clock))) {}
+        : shared_limit(std::make_shared<state>(validated(std::move(options), conn.options().command_timeout),
+                                               std::move(conn), std::move(clock))) {}
 
     /// Runs the call holding a lease (renewed while it runs, released when it ends), or fails it as
     /// a value: `bulkhead_rejected_error` when every slot is taken (or Redis is unreachable and
@@ -259,13 +261,19 @@ private:
         return {"ZREM", s.options.key, id};
     }
 
-    static bulkhead_options validated(bulkhead_options o) {
+    // `command_timeout` is the connection's: a lease must outlive one renewal that timed out (the
+    // renewals come every third of it).
+    static bulkhead_options validated(bulkhead_options o, std::chrono::nanoseconds command_timeout) {
         const std::string who = "resilience::redis::bulkhead: ";
         detail::validate_shared(o, who);
         if (o.max_concurrent_calls == 0)
             throw std::invalid_argument(who + "max_concurrent_calls must be positive, got 0");
         detail::check_duration(who, "lease_duration", o.lease_duration, std::chrono::milliseconds{10}, "10ms",
                                std::chrono::hours{24 * 365}, "a year");
+        if (o.lease_duration / 3 < command_timeout) // command_timeout is at most a year: 3 x fits
+            throw std::invalid_argument(who + "lease_duration must be at least 3 x the connection's command_timeout (" +
+                                        std::to_string(command_timeout.count()) + "ns), got " +
+                                        std::to_string(o.lease_duration.count()) + "ns");
         return o;
     }
 };
