@@ -67,6 +67,7 @@ namespace detail {
 // follows the latest lease, so a key whose holders all died goes away by itself.
 //   ARGV: op, lease id, lease (us), limit
 inline constexpr std::string_view bulkhead_script = R"lua(
+if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local op = ARGV[1]

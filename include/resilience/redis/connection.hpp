@@ -17,6 +17,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#include <hiredis/hiredis.h> // HIREDIS_MAJOR
 #include <hiredis/read.h>
 
 #include <array>
@@ -165,7 +166,15 @@ struct reply_builder {
             return nullptr;
         }
     }
-    static void* create_array(const redisReadTask* task, int n) noexcept {
+    // hiredis 1.0 changed the reader's callbacks: an array's size became a size_t, and RESP3's
+    // doubles and booleans got callbacks of their own (never called here, as the connection speaks
+    // RESP2; should one come, a double keeps its text and a boolean becomes 0 or 1).
+#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
+    using array_size = std::size_t;
+#else
+    using array_size = int;
+#endif
+    static void* create_array(const redisReadTask* task, array_size n) noexcept {
         try {
             reply* r = place(task);
             r->type = reply::kind::array;
@@ -196,11 +205,31 @@ struct reply_builder {
     }
     static void free_object(void* r) noexcept { delete static_cast<reply*>(r); }
 
+#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
+    static void* create_double(const redisReadTask* task, double, char* s, std::size_t n) noexcept {
+        try {
+            reply* r = place(task);
+            r->type = reply::kind::string;
+            r->str.assign(s, n);
+            return r;
+        } catch (...) {
+            return nullptr;
+        }
+    }
+    static void* create_bool(const redisReadTask* task, int v) noexcept { return create_integer(task, v != 0); }
+
+    static redisReplyObjectFunctions* functions() noexcept {
+        static redisReplyObjectFunctions fns{&create_string, &create_array, &create_integer, &create_double,
+                                             &create_nil,    &create_bool,  &free_object};
+        return &fns;
+    }
+#else
     static redisReplyObjectFunctions* functions() noexcept {
         static redisReplyObjectFunctions fns{&create_string, &create_array, &create_integer, &create_nil,
                                              &free_object};
         return &fns;
     }
+#endif
 };
 
 /// A command as RESP: an array of bulk strings.

@@ -78,6 +78,7 @@ namespace detail {
 //   ARGV: burst, interval (us), longest wait accepted (us; -1: any)
 //   returns {1, wait (us)} admitted (sleep `wait` first), or {0, retry after (us)}
 inline constexpr std::string_view rate_limiter_script = R"lua(
+if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local burst = tonumber(ARGV[1])
