@@ -439,6 +439,9 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
     for (nanoseconds v : {0ns, -1ns, nmin, nmax})
         refused("command_timeout", std::to_string(v.count()), [&] { connect({.command_timeout = v}); });
     refused("port", "99999", [&] { (void)redis::connection_options::from_url("redis://h:99999"); });
+    refused("db", "2", [&] { (void)redis::connection_options::from_url("redis://h:6379/2"); });
+    refused("user info", "@", [&] { (void)redis::connection_options::from_url("redis://:pw@h:6379"); });
+    refused("bracketed host", "[::1", [&] { (void)redis::connection_options::from_url("redis://[::1"); });
     const redis::connection c = connect({});
 
     const auto limiter = [&](redis::rate_limiter_options o) { return redis::rate_limiter{std::move(o), c}; };

@@ -212,3 +212,29 @@ TEST_CASE("redis connection: bad options are refused naming the field", "[redis]
     CHECK(redis::connection_options::from_url("redis://10.1.2.3:7000").host == "10.1.2.3");
     CHECK_THROWS_AS(redis::connection_options::from_url("redis://h:99999"), std::invalid_argument);
 }
+
+TEST_CASE("redis connection: from_url reads host and port, and refuses what it would not honour", "[redis]") {
+    using redis::connection_options;
+    CHECK(connection_options::from_url("cache").host == "cache");
+    CHECK(connection_options::from_url("cache").port == 6379);
+    CHECK(connection_options::from_url("redis://cache:7000/").port == 7000);
+    CHECK(connection_options::from_url("redis://cache:7000/0").host == "cache");
+    INFO("IPv6 in brackets: the brackets are not part of the address");
+    CHECK(connection_options::from_url("redis://[::1]:7000").host == "::1");
+    CHECK(connection_options::from_url("redis://[::1]:7000").port == 7000);
+    CHECK(connection_options::from_url("redis://[::1]").host == "::1");
+    CHECK(connection_options::from_url("redis://[::1]").port == 6379);
+    CHECK_THROWS_AS(connection_options::from_url("redis://[::1"), std::invalid_argument);
+    CHECK_THROWS_AS(connection_options::from_url("redis://[::1]x"), std::invalid_argument);
+    INFO("a database other than 0, a user or a password: refused, not dropped");
+    CHECK_THROWS_AS(connection_options::from_url("redis://cache:6379/2"), std::invalid_argument);
+    CHECK_THROWS_AS(connection_options::from_url("redis://:secret@cache:6379"), std::invalid_argument);
+    CHECK_THROWS_AS(connection_options::from_url("redis://user:secret@cache"), std::invalid_argument);
+    CHECK_THROWS_AS(connection_options::from_url("redis://cache:"), std::invalid_argument);
+    // The password is not repeated in the error.
+    try {
+        (void)connection_options::from_url("redis://:secret@cache");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string{e.what()}.find("secret") == std::string::npos);
+    }
+}

@@ -118,28 +118,48 @@ struct connection_options {
     /// Carried by the errors (`what()`).
     std::string name{};
 
-    /// `redis://host:port` (or `host:port`, or `host`; the port defaults to 6379).
+    /// `redis://host:port` (or `host:port`, or `host`; the port defaults to 6379). An IPv6 address
+    /// is written in brackets: `redis://[::1]:6379`. A database may be given only as `/0` (the
+    /// connection sends no `SELECT`), and no user or password (it sends no `AUTH`): anything else
+    /// throws `std::invalid_argument` rather than connecting somewhere other than meant.
     static connection_options from_url(std::string_view url) {
+        const std::string who = "resilience::redis::connection_options::from_url: ";
         connection_options o;
         if (url.starts_with("redis://"))
             url.remove_prefix(8);
-        if (const auto slash = url.find('/'); slash != std::string_view::npos)
+        if (const auto slash = url.find('/'); slash != std::string_view::npos) {
+            const std::string db{url.substr(slash + 1)};
+            if (!db.empty() && db != "0")
+                throw std::invalid_argument(who + "db must be 0 (no SELECT is sent), got \"" + db + "\"");
             url = url.substr(0, slash);
-        if (const auto colon = url.rfind(':'); colon != std::string_view::npos) {
-            const std::string port{url.substr(colon + 1)};
+        }
+        if (url.find('@') != std::string_view::npos) // its text, a password, is left out of the message
+            throw std::invalid_argument(who + "user info (\"user:password@\") is not supported (no AUTH is sent)");
+        std::string_view port = url;
+        if (url.starts_with('[')) {
+            const auto close = url.find(']');
+            if (close == std::string_view::npos || (close + 1 < url.size() && url[close + 1] != ':'))
+                throw std::invalid_argument(who + "bad bracketed host, got \"" + std::string{url} + "\"");
+            o.host = std::string{url.substr(1, close - 1)};
+            port = url.substr(close + 1);
+        } else {
+            const auto colon = url.rfind(':');
+            o.host = std::string{url.substr(0, colon)};
+            port = colon == std::string_view::npos ? std::string_view{} : url.substr(colon);
+        }
+        if (!port.empty()) { // ":port"
+            const std::string digits{port.substr(1)};
             std::size_t used = 0;
             unsigned long p = 0;
             try {
-                p = std::stoul(port, &used);
+                p = std::stoul(digits, &used);
             } catch (const std::exception&) {
                 used = 0;
             }
-            if (used != port.size() || p == 0 || p > 65535)
-                throw std::invalid_argument("resilience::redis: bad port in url, got \"" + port + "\"");
+            if (used != digits.size() || p == 0 || p > 65535)
+                throw std::invalid_argument(who + "port must be from 1 to 65535, got \"" + digits + "\"");
             o.port = static_cast<std::uint16_t>(p);
-            url = url.substr(0, colon);
         }
-        o.host = std::string{url};
         return o;
     }
 };
