@@ -6,6 +6,7 @@
 #include "fuzz_input.hpp"
 #include "targets.hpp"
 
+#include <resilience/adaptive_throttle.hpp>
 #include <resilience/backoff.hpp>
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
@@ -113,6 +114,7 @@ int retry_options(const std::uint8_t* data, std::size_t size) {
         o.backoff = backoff_of(in);
         o.max_elapsed = in.duration();
         o.max_delay = in.duration();
+        o.min_attempt_time = in.duration(); // no deadline here: it must change nothing
         const rs::retry r{std::move(o), sim.clock(), rs::seeded_random{in.raw()}};
         one_call(sim, r, true);
         // A failing call ends, after at most max_attempts attempts (bounded here to keep runs short).
@@ -293,6 +295,32 @@ int hedge_options(const std::uint8_t* data, std::size_t size) {
         // Every attempt may start together (a zero delay): keep the number small enough to run.
         if (h.options().max_attempts <= 8)
             one_call(sim, h, true);
+    });
+}
+
+int adaptive_throttle_options(const std::uint8_t* data, std::size_t size) {
+    input in{data, size};
+    return construct([&] {
+        rs::testing::simulation sim;
+        rs::adaptive_throttle_options o;
+        o.k = in.number();
+        o.window = in.duration();
+        o.segments = in.size();
+        const rs::adaptive_throttle t{std::move(o), sim.clock(), rs::seeded_random{in.raw()}};
+        one_call(sim, t, true); // nothing refused yet: the first call goes through
+        // Calls that fail or succeed, some time apart: the probability stays in [0, 1).
+        for (int i = 0; i < 12; ++i) {
+            const bool fails = in.flag();
+            (void)sim.run(t.execute_outcome([&sim, fails]() -> rs::task<int> {
+                co_await sim.sleep_for(1ms);
+                if (fails)
+                    throw std::runtime_error("refused by the dependency");
+                co_return 7;
+            }));
+            sim.run_for(std::chrono::nanoseconds{static_cast<std::int64_t>(in.raw() % 10'000'000'000)});
+            const double p = t.probability();
+            require(p >= 0.0 && p < 1.0, "throttle probability outside [0, 1)");
+        }
     });
 }
 

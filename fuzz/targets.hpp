@@ -19,6 +19,7 @@ int rate_limiter_options(const std::uint8_t* data, std::size_t size);
 int sliding_window_limiter_options(const std::uint8_t* data, std::size_t size);
 int retry_budget_options(const std::uint8_t* data, std::size_t size);
 int hedge_options(const std::uint8_t* data, std::size_t size);
+int adaptive_throttle_options(const std::uint8_t* data, std::size_t size);
 
 // Parsers: a Retry-After value (delay-seconds or any HTTP-date form), after one byte that moves `now`.
 int retry_after(const std::uint8_t* data, std::size_t size);
