@@ -9,6 +9,7 @@
 #pragma once
 
 #include "classifier.hpp"
+#include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 
@@ -318,13 +319,6 @@ inline const classifier* limit_classifier(const adaptive_limit& choice) noexcept
     return nullptr;
 }
 
-// "0.5", "-1", "nan": a double as a person would write it, for validation messages.
-inline std::string limit_number(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
-
 /// Throws `std::invalid_argument` (prefixed with `label`) for the first thing wrong with `choice`,
 /// given the starting limit `start` (`max_concurrent_calls`).
 inline void validate_adaptive_limit(const adaptive_limit& choice, std::size_t start,
@@ -343,7 +337,7 @@ inline void validate_adaptive_limit(const adaptive_limit& choice, std::size_t st
     if (const aimd* a = std::get_if<aimd>(&choice)) {
         check_bounds(a->min, a->max);
         if (!(a->decrease > 0.0 && a->decrease < 1.0))
-            bad("adapt.decrease must be in (0, 1), got " + limit_number(a->decrease));
+            bad("adapt.decrease must be in (0, 1), got " + format_number(a->decrease));
         if (a->slow_call_duration && *a->slow_call_duration <= std::chrono::nanoseconds::zero())
             bad("adapt.slow_call_duration must be positive, got " +
                 std::to_string(a->slow_call_duration->count()) + "ns");
@@ -354,11 +348,11 @@ inline void validate_adaptive_limit(const adaptive_limit& choice, std::size_t st
         if (g->long_window == 0)
             bad("adapt.long_window must be positive, got 0");
         if (!(g->tolerance >= 1.0 && std::isfinite(g->tolerance)))
-            bad("adapt.tolerance must be finite and at least 1, got " + limit_number(g->tolerance));
+            bad("adapt.tolerance must be finite and at least 1, got " + format_number(g->tolerance));
         if (!(g->smoothing > 0.0 && g->smoothing <= 1.0))
-            bad("adapt.smoothing must be in (0, 1], got " + limit_number(g->smoothing));
+            bad("adapt.smoothing must be in (0, 1], got " + format_number(g->smoothing));
         if (!(g->headroom >= 0.0 && std::isfinite(g->headroom)))
-            bad("adapt.headroom must be finite and not negative, got " + limit_number(g->headroom));
+            bad("adapt.headroom must be finite and not negative, got " + format_number(g->headroom));
     }
 }
 

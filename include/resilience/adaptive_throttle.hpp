@@ -10,6 +10,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/breaker_window.hpp"
+#include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
@@ -72,11 +73,8 @@ inline void validate_throttle_options(const adaptive_throttle_options& o) {
     const auto bad = [&o](const std::string& what) {
         throw std::invalid_argument(policy_label("adaptive_throttle", o.name) + ": " + what);
     };
-    if (!(o.k > 0.0 && std::isfinite(o.k))) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%g", o.k);
-        bad(std::string("k must be positive and finite, got ") + buf);
-    }
+    if (!(o.k > 0.0 && std::isfinite(o.k)))
+        bad("k must be positive and finite, got " + format_number(o.k));
     if (o.window <= std::chrono::nanoseconds::zero())
         bad("window must be positive, got " + std::to_string(o.window.count()) + "ns");
     if (o.segments == 0)

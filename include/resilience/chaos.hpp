@@ -94,11 +94,9 @@ inline std::string label(const char* stage, const std::string& name) {
 }
 
 inline void validate(const injection_options& o, const char* stage) {
-    if (!(o.injection_rate >= 0.0 && o.injection_rate <= 1.0)) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%g", o.injection_rate);
-        throw std::invalid_argument(label(stage, o.name) + ": injection_rate must be in [0, 1], got " + buf);
-    }
+    if (!(o.injection_rate >= 0.0 && o.injection_rate <= 1.0))
+        throw std::invalid_argument(label(stage, o.name) + ": injection_rate must be in [0, 1], got " +
+                                    resilience::detail::format_number(o.injection_rate));
 }
 
 /// The decision every stage makes: is the switch on, and does this call's draw fall under the rate?

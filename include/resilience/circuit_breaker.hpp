@@ -145,13 +145,6 @@ struct circuit_metrics {
 
 namespace detail {
 
-// "0.5", "-1", "nan": a double as a person would write it, for validation messages.
-inline std::string breaker_number(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
-
 /// Throws `std::invalid_argument` for the first thing wrong with `o`.
 inline void validate_breaker_options(const circuit_breaker_options& o) {
     const auto bad = [&o](const std::string& what) {
@@ -159,7 +152,7 @@ inline void validate_breaker_options(const circuit_breaker_options& o) {
     };
     const auto check_ratio = [&bad](const std::optional<double>& ratio, const char* name) {
         if (ratio && !(*ratio > 0.0 && *ratio <= 1.0))
-            bad(std::string(name) + " must be in (0, 1], got " + breaker_number(*ratio));
+            bad(std::string(name) + " must be in (0, 1], got " + format_number(*ratio));
     };
     const auto check_duration = [&bad](const std::optional<std::chrono::nanoseconds>& d, const char* name) {
         if (d && *d <= std::chrono::nanoseconds::zero())
@@ -170,7 +163,7 @@ inline void validate_breaker_options(const circuit_breaker_options& o) {
     check_duration(o.break_duration, "break_duration");
     if (!(o.break_duration_growth >= 1.0 && std::isfinite(o.break_duration_growth)))
         bad("break_duration_growth must be finite and at least 1, got " +
-            breaker_number(o.break_duration_growth));
+            format_number(o.break_duration_growth));
     check_duration(o.max_break_duration, "max_break_duration");
     if (o.max_break_duration && *o.max_break_duration < o.break_duration)
         bad("max_break_duration must be at least break_duration (" +

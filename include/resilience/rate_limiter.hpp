@@ -56,13 +56,6 @@ inline std::chrono::nanoseconds ceil_ns(double ns) noexcept {
     return std::chrono::nanoseconds(static_cast<std::int64_t>(up));
 }
 
-// "0.5", "-1", "nan", "inf": a double as a person would write it, for validation messages.
-inline std::string format_number(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
-
 /// A meter that can also hand out permits without the limiter's mutex (see `limiter_state`).
 template <class M>
 concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {

@@ -87,7 +87,7 @@ inline void validate_standard_options(const standard_options& o) {
         bad("attempt_timeout must be less than total_timeout (" + standard_ns(o.total_timeout) + "), got " +
             standard_ns(o.attempt_timeout));
     if (!(o.failure_ratio > 0.0 && o.failure_ratio <= 1.0))
-        bad("failure_ratio must be in (0, 1], got " + breaker_number(o.failure_ratio));
+        bad("failure_ratio must be in (0, 1], got " + format_number(o.failure_ratio));
     positive(o.sampling_duration, "sampling_duration");
     // sampling >= 2 * attempt, written as a halving (rounded down) so that nothing overflows.
     if (o.sampling_duration / 2 < o.attempt_timeout)

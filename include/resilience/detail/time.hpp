@@ -12,6 +12,13 @@
 
 namespace resilience::detail {
 
+/// "0.5", "-1", "nan", "inf": a double as a person would write it, for validation messages.
+inline std::string format_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
 /// False for a floating-point duration that is NaN or infinite: options refuse those by name
 /// before converting them (converting a NaN to an integer count is undefined behaviour).
 template <class Rep, class Period>
