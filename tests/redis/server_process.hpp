@@ -75,8 +75,9 @@ public:
     resilience::redis::connection_options options() const {
         return {.port = port_,
                 .command_timeout = std::chrono::milliseconds{200},
-                .reconnect = resilience::exponential_backoff{std::chrono::milliseconds{20}, 2.0,
-                                                             std::chrono::milliseconds{100}}};
+                // Fixed and without jitter: a test that expects `unavailable` right after a failure
+                // must not find the backoff already over (a full-jitter draw may be close to zero).
+                .reconnect = resilience::constant_backoff{std::chrono::milliseconds{250}, resilience::jitter::none}};
     }
 
     /// Starts the server (again, on the same port) and returns once it answers PING.
