@@ -100,14 +100,14 @@ TEST_CASE("redis rate_limiter: a burst of token_limit, then refusals with the wa
         return;
     resilience_tests::local_redis fixture;
     auto& [server, io, c, clock] = fixture;
-    const redis::rate_limiter limiter{quota("burst", 5, 10), c}; // a token every 100 ms
+    const redis::rate_limiter limiter{quota("burst", 5, 2), c}; // a token every 500 ms: 8 calls take far less
     const tally t = run(io, calls(limiter, 8));
     CHECK(t.admitted == 5);
     CHECK(t.refused == 3);
     CHECK(t.other == 0);
     // The next token is at most one interval away, and more than the time the calls took before it.
     CHECK(t.retry_after > 0ns);
-    CHECK(t.retry_after <= 100ms);
+    CHECK(t.retry_after <= 500ms);
 }
 
 TEST_CASE("redis rate_limiter: a token that is refused is not spent", "[redis]") {
@@ -115,16 +115,16 @@ TEST_CASE("redis rate_limiter: a token that is refused is not spent", "[redis]")
         return;
     resilience_tests::local_redis fixture;
     auto& [server, io, c, clock] = fixture;
-    const redis::rate_limiter limiter{quota("refused", 1, 20), c}; // a token every 50 ms
+    const redis::rate_limiter limiter{quota("refused", 1, 5), c}; // a token every 200 ms
     CHECK(run(io, calls(limiter, 1)).admitted == 1);
     const auto first = std::chrono::steady_clock::now();
     CHECK(run(io, calls(limiter, 20)).admitted == 0); // 20 refusals in a row spend nothing...
-    const auto deadline = first + 5s;
+    const auto deadline = first + 10s;
     int admitted = 0;
     while (admitted == 0 && std::chrono::steady_clock::now() < deadline)
-        admitted = run(io, calls(limiter, 1)).admitted; // ...so the next token comes 50 ms on,
+        admitted = run(io, calls(limiter, 1)).admitted; // ...so the next token comes 200 ms on,
     CHECK(admitted == 1);
-    CHECK(std::chrono::steady_clock::now() - first < 600ms); // not 21 x 50 ms on
+    CHECK(std::chrono::steady_clock::now() - first < 2s); // not 21 x 200 ms on
 }
 
 namespace {
