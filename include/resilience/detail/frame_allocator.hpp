@@ -22,11 +22,10 @@ public:
 
     static void* allocate(std::size_t n) {
         const std::size_t c = class_of(n);
-        if (c < classes && alive_) {
-            frame_cache& self = instance();
-            if (node* head = self.free_[c]) {
-                self.free_[c] = head->next;
-                --self.count_[c];
+        if (c < classes && state_ != state::gone) {
+            if (node* head = lists_.free[c]) {
+                lists_.free[c] = head->next;
+                --lists_.count[c];
                 return head;
             }
             return ::operator new((c + 1) * granule);
@@ -36,41 +35,53 @@ public:
 
     static void deallocate(void* p, std::size_t n) noexcept {
         const std::size_t c = class_of(n);
-        if (c < classes && alive_) {
-            frame_cache& self = instance();
-            if (self.count_[c] < max_cached) {
+        if (c < classes && state_ != state::gone) {
+            if (state_ == state::fresh)
+                enrol();
+            if (lists_.count[c] < max_cached) {
                 auto* head = static_cast<node*>(p);
-                head->next = self.free_[c];
-                self.free_[c] = head;
-                ++self.count_[c];
+                head->next = lists_.free[c];
+                lists_.free[c] = head;
+                ++lists_.count[c];
                 return;
             }
         }
         ::operator delete(p);
     }
 
-    ~frame_cache() {
-        alive_ = false;
-        for (node*& head : free_)
-            while (head)
-                ::operator delete(std::exchange(head, head->next));
-    }
-
 private:
     struct node {
         node* next;
     };
-    static std::size_t class_of(std::size_t n) noexcept { return n == 0 ? 0 : (n - 1) / granule; }
-    static frame_cache& instance() {
-        thread_local frame_cache cache;
-        return cache;
+    struct lists {
+        node* free[classes];
+        std::size_t count[classes];
+    };
+    // fresh: nothing cached yet on this thread; live: the reaper is registered and frees the lists
+    // at thread exit; gone: the thread is exiting, frames go straight back to the heap.
+    enum class state : unsigned char { fresh, live, gone };
+    // Frees the cached frames when the thread exits. Registered on the first frame cached, so the
+    // lists themselves stay trivially constructed thread_locals that every call reaches without a
+    // guard (a thread_local with a destructor is reached through an initialisation check).
+    struct reaper {
+        reaper() noexcept { state_ = state::live; }
+        ~reaper() {
+            state_ = state::gone;
+            for (node*& head : lists_.free)
+                while (head)
+                    ::operator delete(std::exchange(head, head->next));
+        }
+        reaper(const reaper&) = delete;
+        reaper& operator=(const reaper&) = delete;
+    };
+    static void enrol() noexcept {
+        thread_local reaper r;
+        (void)r;
     }
+    static std::size_t class_of(std::size_t n) noexcept { return n == 0 ? 0 : (n - 1) / granule; }
 
-    // Trivially destructible, so it stays readable while other thread_locals are being destroyed:
-    // frames freed during thread exit after the cache is gone go back to the heap.
-    static inline thread_local bool alive_ = true;
-    node* free_[classes] = {};
-    std::size_t count_[classes] = {};
+    static constinit inline thread_local state state_ = state::fresh;
+    static constinit inline thread_local lists lists_ = {};
 };
 
 /// Mixed into every promise type of the library.
