@@ -184,6 +184,24 @@ std::vector<event> run_calls(rs::testing::simulation& sim, const std::vector<Cal
     return out;
 }
 
+/// The instants at which concurrent calls arrive and their callers stop, each as (instant, call), in the
+/// order the simulation fires them: by instant, then by call.
+struct call_instants {
+    std::vector<std::pair<ns, int>> arrivals, stops;
+};
+template <class Call>
+call_instants instants_of(const std::vector<Call>& calls) {
+    call_instants out;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        out.arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
+        if (calls[i].stop_at)
+            out.stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
+    }
+    std::stable_sort(out.arrivals.begin(), out.arrivals.end());
+    std::stable_sort(out.stops.begin(), out.stops.end());
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Limiters (docs/rate_limiter.md): arrivals, a FIFO queue whose front waiter is served as soon as a
 // permit is due, queue_limit, queue_timeout, a caller's stop, and retry_after counting the waiters ahead.
@@ -281,14 +299,9 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
         return forever;
     };
 
-    std::vector<std::pair<ns, int>> arrivals, stops;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-        arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
-        if (calls[i].stop_at)
-            stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
-    }
-    std::stable_sort(arrivals.begin(), arrivals.end());
-    std::stable_sort(stops.begin(), stops.end());
+    const call_instants instants = instants_of(calls);
+    const auto& arrivals = instants.arrivals;
+    const auto& stops = instants.stops;
     std::size_t a = 0, s = 0;
     ns wake = forever;
     for (;;) {
@@ -386,14 +399,9 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
         running.emplace_back(now + calls[static_cast<std::size_t>(id)].hold, id);
     };
 
-    std::vector<std::pair<ns, int>> arrivals, stops;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-        arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
-        if (calls[i].stop_at)
-            stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
-    }
-    std::stable_sort(arrivals.begin(), arrivals.end());
-    std::stable_sort(stops.begin(), stops.end());
+    const call_instants instants = instants_of(calls);
+    const auto& arrivals = instants.arrivals;
+    const auto& stops = instants.stops;
     std::size_t a = 0, s = 0;
     for (;;) {
         ns now = forever;
