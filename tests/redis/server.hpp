@@ -52,7 +52,7 @@ struct local_redis {
     /// reconnect backoff): `local_redis fixture{[](connection_options& o) { o.command_timeout = 10s; }};`
     template <std::invocable<resilience::redis::connection_options&> Adjust>
     explicit local_redis(Adjust adjust)
-        : connection{io.get_executor(), options_of(server, std::move(adjust))} {}
+        : server{}, io{}, connection{io.get_executor(), options_of(server, std::move(adjust))} {}
 
     redis_server server;
     ::asio::io_context io;
