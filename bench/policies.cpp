@@ -106,6 +106,13 @@ void rate_limiter_alone(benchmark::State& state) {
 }
 BENCHMARK(rate_limiter_alone);
 
+// A dependency that accepts every call, so the rejection probability stays 0: admitting and counting
+// the accept, no draw.
+void adaptive_throttle_alone(benchmark::State& state) {
+    through(state, rs::adaptive_throttle{});
+}
+BENCHMARK(adaptive_throttle_alone);
+
 void pipeline_retry_timeout(benchmark::State& state) {
     through(state, rs::pipeline{rs::retry{}, rs::timeout{1s}});
 }

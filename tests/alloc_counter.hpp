@@ -3,7 +3,7 @@
 // The replacement operator new lives in test_task.cpp (one definition for the test binary).
 #pragma once
 
-#include <cstddef>
+#include "thread_counter.hpp"
 
 // Sanitizers bring their own operator new; replacing it under them breaks their bookkeeping, so
 // allocation counts are only taken in plain builds.
@@ -20,20 +20,9 @@
 
 namespace resilience_tests {
 
-struct allocation_counter {
-    static inline thread_local bool enabled = false;
-    static inline thread_local std::size_t count = 0;
-};
-
+struct allocation_tag {};
+using allocation_counter = thread_counter<allocation_tag>;
 /// While alive, counts this thread's calls of operator new.
-class counting_allocations {
-public:
-    counting_allocations() noexcept {
-        allocation_counter::count = 0;
-        allocation_counter::enabled = true;
-    }
-    ~counting_allocations() { allocation_counter::enabled = false; }
-    std::size_t count() const noexcept { return allocation_counter::count; }
-};
+using counting_allocations = counting_scope<allocation_tag>;
 
 } // namespace resilience_tests

@@ -145,6 +145,63 @@ inline ns ceil_div(ns a, ns b) {
     return q;
 }
 
+/// Plays `calls` through a real policy on `sim`'s virtual time and returns what `step` wrote down.
+/// `step(out, id, call, stop)` makes call `id` through the policy, with `stop` as its caller's token,
+/// and writes down what happened; it returns an `rs::task<void>`. Calls with an `arrive` instant run
+/// at once, each from its own instant, and a call with a `stop_at` instant has its caller stop then
+/// (every arrival and stop is a timer armed before the policy runs: see the top of this file). Calls
+/// with a `gap` run one after another, each `gap` after the previous one ended, never stopped.
+template <class Call, class Step>
+std::vector<event> run_calls(rs::testing::simulation& sim, const std::vector<Call>& calls, Step step) {
+    std::vector<event> out;
+    if constexpr (requires(const Call& c) { c.arrive; }) {
+        std::vector<std::stop_source> stops(calls.size());
+        const auto client = [&](std::size_t i) -> rs::task<void> {
+            co_await sim.sleep_for(std::chrono::nanoseconds{calls[i].arrive});
+            const std::stop_token stop = stops[i].get_token();
+            co_await step(out, static_cast<int>(i), calls[i], stop);
+        };
+        const auto stopper = [&](std::size_t i) -> rs::task<void> {
+            co_await sim.sleep_for(std::chrono::nanoseconds{*calls[i].stop_at});
+            stops[i].request_stop();
+        };
+        for (std::size_t i = 0; i < calls.size(); ++i)
+            sim.spawn(client(i));
+        for (std::size_t i = 0; i < calls.size(); ++i)
+            if (calls[i].stop_at)
+                sim.spawn(stopper(i));
+        sim.run_all();
+    } else {
+        sim.run([&]() -> rs::task<void> {
+            const std::stop_token never;
+            for (std::size_t i = 0; i < calls.size(); ++i) {
+                if (calls[i].gap > 0)
+                    co_await sim.sleep_for(std::chrono::nanoseconds{calls[i].gap});
+                co_await step(out, static_cast<int>(i), calls[i], never);
+            }
+        }());
+    }
+    return out;
+}
+
+/// The instants at which concurrent calls arrive and their callers stop, each as (instant, call), in the
+/// order the simulation fires them: by instant, then by call.
+struct call_instants {
+    std::vector<std::pair<ns, int>> arrivals, stops;
+};
+template <class Call>
+call_instants instants_of(const std::vector<Call>& calls) {
+    call_instants out;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+        out.arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
+        if (calls[i].stop_at)
+            out.stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
+    }
+    std::stable_sort(out.arrivals.begin(), out.arrivals.end());
+    std::stable_sort(out.stops.begin(), out.stops.end());
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Limiters (docs/rate_limiter.md): arrivals, a FIFO queue whose front waiter is served as soon as a
 // permit is due, queue_limit, queue_timeout, a caller's stop, and retry_after counting the waiters ahead.
@@ -242,14 +299,9 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
         return forever;
     };
 
-    std::vector<std::pair<ns, int>> arrivals, stops;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-        arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
-        if (calls[i].stop_at)
-            stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
-    }
-    std::stable_sort(arrivals.begin(), arrivals.end());
-    std::stable_sort(stops.begin(), stops.end());
+    const call_instants instants = instants_of(calls);
+    const auto& arrivals = instants.arrivals;
+    const auto& stops = instants.stops;
     std::size_t a = 0, s = 0;
     ns wake = forever;
     for (;;) {
@@ -300,35 +352,24 @@ inline std::string reason_name(rs::rejection_reason r) {
 template <class Limiter>
 std::vector<event> run_limiter(rs::testing::simulation& sim, const Limiter& limiter,
                                const std::vector<limiter_call>& calls) {
-    std::vector<event> out;
-    std::vector<std::stop_source> stops(calls.size());
-    const auto client = [&](int id) -> rs::task<void> {
-        co_await sim.sleep_for(std::chrono::nanoseconds{calls[static_cast<std::size_t>(id)].arrive});
-        auto action = [&out, &sim, id]() -> rs::task<void> {
-            out.push_back({id, sim.now().count(), "admitted"});
-            co_return;
-        };
-        const auto r = co_await limiter.execute_outcome(std::move(action), stops[static_cast<std::size_t>(id)].get_token());
-        if (r.has_value())
-            co_return;
-        if (auto* e = r.error().template as<rs::rate_limited_error>())
-            out.push_back({id, sim.now().count(), "rate_limited", e->retry_after().count(), reason_name(e->reason())});
-        else if (rs::is_cancellation(r.error()))
-            out.push_back({id, sim.now().count(), "cancelled"});
-        else
-            out.push_back({id, sim.now().count(), "unexpected failure"});
-    };
-    const auto stopper = [&](int id, ns at) -> rs::task<void> {
-        co_await sim.sleep_for(std::chrono::nanoseconds{at});
-        stops[static_cast<std::size_t>(id)].request_stop();
-    };
-    for (std::size_t i = 0; i < calls.size(); ++i)
-        sim.spawn(client(static_cast<int>(i)));
-    for (std::size_t i = 0; i < calls.size(); ++i)
-        if (calls[i].stop_at)
-            sim.spawn(stopper(static_cast<int>(i), *calls[i].stop_at));
-    sim.run_all();
-    return out;
+    return run_calls(
+        sim, calls,
+        [&](std::vector<event>& out, int id, const limiter_call&, std::stop_token stop) -> rs::task<void> {
+            auto action = [&out, &sim, id]() -> rs::task<void> {
+                out.push_back({id, sim.now().count(), "admitted"});
+                co_return;
+            };
+            const auto r = co_await limiter.execute_outcome(std::move(action), stop);
+            if (r.has_value())
+                co_return;
+            if (auto* e = r.error().template as<rs::rate_limited_error>())
+                out.push_back({id, sim.now().count(), "rate_limited", e->retry_after().count(),
+                               reason_name(e->reason())});
+            else if (rs::is_cancellation(r.error()))
+                out.push_back({id, sim.now().count(), "cancelled"});
+            else
+                out.push_back({id, sim.now().count(), "unexpected failure"});
+        });
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -358,14 +399,9 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
         running.emplace_back(now + calls[static_cast<std::size_t>(id)].hold, id);
     };
 
-    std::vector<std::pair<ns, int>> arrivals, stops;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-        arrivals.emplace_back(calls[i].arrive, static_cast<int>(i));
-        if (calls[i].stop_at)
-            stops.emplace_back(*calls[i].stop_at, static_cast<int>(i));
-    }
-    std::stable_sort(arrivals.begin(), arrivals.end());
-    std::stable_sort(stops.begin(), stops.end());
+    const call_instants instants = instants_of(calls);
+    const auto& arrivals = instants.arrivals;
+    const auto& stops = instants.stops;
     std::size_t a = 0, s = 0;
     for (;;) {
         ns now = forever;
@@ -427,37 +463,24 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
 template <class Bulkhead>
 std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bulkhead,
                                 const std::vector<bulkhead_call>& calls) {
-    std::vector<event> out;
-    std::vector<std::stop_source> stops(calls.size());
-    const auto client = [&](int id) -> rs::task<void> {
-        const bulkhead_call& c = calls[static_cast<std::size_t>(id)];
-        co_await sim.sleep_for(std::chrono::nanoseconds{c.arrive});
-        auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
-            out.push_back({id, sim.now().count(), "admitted"});
-            co_await sim.sleep_for(std::chrono::nanoseconds{hold}); // ignores stop: it holds its slot
-            co_return id;
-        };
-        const auto r = co_await bulkhead.execute_outcome(std::move(action), stops[static_cast<std::size_t>(id)].get_token());
-        if (r.has_value())
-            out.push_back({id, sim.now().count(), "value"});
-        else if (auto* e = r.error().template as<rs::bulkhead_rejected_error>())
-            out.push_back({id, sim.now().count(), "bulkhead_rejected", -1, reason_name(e->reason())});
-        else if (rs::is_cancellation(r.error()))
-            out.push_back({id, sim.now().count(), "cancelled"});
-        else
-            out.push_back({id, sim.now().count(), "unexpected failure"});
-    };
-    const auto stopper = [&](int id, ns at) -> rs::task<void> {
-        co_await sim.sleep_for(std::chrono::nanoseconds{at});
-        stops[static_cast<std::size_t>(id)].request_stop();
-    };
-    for (std::size_t i = 0; i < calls.size(); ++i)
-        sim.spawn(client(static_cast<int>(i)));
-    for (std::size_t i = 0; i < calls.size(); ++i)
-        if (calls[i].stop_at)
-            sim.spawn(stopper(static_cast<int>(i), *calls[i].stop_at));
-    sim.run_all();
-    return out;
+    return run_calls(
+        sim, calls,
+        [&](std::vector<event>& out, int id, const bulkhead_call& c, std::stop_token stop) -> rs::task<void> {
+            auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
+                out.push_back({id, sim.now().count(), "admitted"});
+                co_await sim.sleep_for(std::chrono::nanoseconds{hold}); // ignores stop: it holds its slot
+                co_return id;
+            };
+            const auto r = co_await bulkhead.execute_outcome(std::move(action), stop);
+            if (r.has_value())
+                out.push_back({id, sim.now().count(), "value"});
+            else if (auto* e = r.error().template as<rs::bulkhead_rejected_error>())
+                out.push_back({id, sim.now().count(), "bulkhead_rejected", -1, reason_name(e->reason())});
+            else if (rs::is_cancellation(r.error()))
+                out.push_back({id, sim.now().count(), "cancelled"});
+            else
+                out.push_back({id, sim.now().count(), "unexpected failure"});
+        });
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -605,13 +628,9 @@ inline std::string state_name(rs::circuit_state s) { return rs::to_string(s); }
 template <class Breaker>
 std::vector<event> run_breaker(rs::testing::simulation& sim, const Breaker& breaker,
                                const std::vector<breaker_call>& calls) {
-    std::vector<event> out;
-    sim.run([&]() -> rs::task<void> {
-        for (std::size_t i = 0; i < calls.size(); ++i) {
-            const breaker_call& c = calls[i];
-            const int id = static_cast<int>(i);
-            if (c.gap > 0)
-                co_await sim.sleep_for(std::chrono::nanoseconds{c.gap});
+    return run_calls(
+        sim, calls,
+        [&](std::vector<event>& out, int id, const breaker_call& c, std::stop_token) -> rs::task<void> {
             auto action = [&out, &sim, &breaker, id, c]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted", -1, state_name(breaker.state())});
                 if (c.latency > 0)
@@ -621,16 +640,13 @@ std::vector<event> run_breaker(rs::testing::simulation& sim, const Breaker& brea
                 co_return id;
             };
             const auto r = co_await breaker.execute_outcome(std::move(action));
-            if (r.has_value()) {
+            if (r.has_value())
                 out.push_back({id, sim.now().count(), "value", -1, state_name(breaker.state())});
-            } else if (auto* e = r.error().template as<rs::circuit_open_error>()) {
+            else if (auto* e = r.error().template as<rs::circuit_open_error>())
                 out.push_back({id, sim.now().count(), "circuit_open", e->retry_after().count(), "open"});
-            } else {
+            else
                 out.push_back({id, sim.now().count(), "failure", -1, state_name(breaker.state())});
-            }
-        }
-    }());
-    return out;
+        });
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -676,38 +692,45 @@ inline std::vector<event> model_retry_timeout(const retry_timeout_setup& s, cons
     }
 }
 
+/// Plays one call of `policy` (a retry around a timeout, on `sim`'s clock), its attempts following `plan`
+/// in turn; the call is the runner's only one, and each event's `call` is the attempt's number.
 template <class Policy>
 std::vector<event> run_retry_timeout(rs::testing::simulation& sim, const Policy& policy,
                                      const std::vector<attempt_plan>& plan) {
-    std::vector<event> out;
-    int attempt = 0;
-    auto action = [&](std::stop_token st) -> rs::task<int> {
-        const attempt_plan& p = plan[static_cast<std::size_t>(attempt) % plan.size()];
-        ++attempt;
-        out.push_back({attempt, sim.now().count(), "attempt"});
-        // Named, not a temporary of the co_await expression (g++ 12 destroys those twice).
-        const std::stop_token listened = p.ignores_stop ? std::stop_token{} : st;
-        co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, listened);
-        if (!p.ignores_stop && st.stop_requested())
-            throw rs::cancelled_error{};
-        if (p.fails)
-            throw std::runtime_error("scripted failure");
-        co_return attempt;
+    struct only_call {
+        ns gap = 0;
     };
-    const auto r = sim.run(policy.execute_outcome(action));
-    std::string what = "value";
-    if (!r.has_value()) {
-        if (r.error().template is<rs::timeout_error>())
-            what = "timeout_error";
-        else if (r.error().template is<std::runtime_error>())
-            what = "scripted_failure";
-        else
-            what = "unexpected failure";
-    }
-    out.push_back({attempt, sim.now().count(), what});
-    return out;
+    const std::vector<only_call> one(1);
+    return run_calls(sim, one,
+                     [&](std::vector<event>& out, int, const only_call&, std::stop_token) -> rs::task<void> {
+                         int attempt = 0;
+                         auto action = [&](std::stop_token st) -> rs::task<int> {
+                             const attempt_plan& p = plan[static_cast<std::size_t>(attempt) % plan.size()];
+                             ++attempt;
+                             out.push_back({attempt, sim.now().count(), "attempt"});
+                             // Named, not a temporary of the co_await expression (g++ 12 destroys those
+                             // twice).
+                             const std::stop_token listened = p.ignores_stop ? std::stop_token{} : st;
+                             co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, listened);
+                             if (!p.ignores_stop && st.stop_requested())
+                                 throw rs::cancelled_error{};
+                             if (p.fails)
+                                 throw std::runtime_error("scripted failure");
+                             co_return attempt;
+                         };
+                         const auto r = co_await policy.execute_outcome(action);
+                         std::string what = "value";
+                         if (!r.has_value()) {
+                             if (r.error().template is<rs::timeout_error>())
+                                 what = "timeout_error";
+                             else if (r.error().template is<std::runtime_error>())
+                                 what = "scripted_failure";
+                             else
+                                 what = "unexpected failure";
+                         }
+                         out.push_back({attempt, sim.now().count(), what});
+                     });
 }
-
 
 // ---------------------------------------------------------------------------------------------------------
 // Adaptive throttle (docs/adaptive_throttle.md), calls one after another: each call arriving at `now` is
@@ -771,13 +794,9 @@ inline std::vector<event> model_throttle(const throttle_setup& s, const std::vec
 template <class Throttle>
 std::vector<event> run_throttle(rs::testing::simulation& sim, const Throttle& throttle,
                                 const std::vector<throttle_call>& calls) {
-    std::vector<event> out;
-    sim.run([&]() -> rs::task<void> {
-        for (std::size_t i = 0; i < calls.size(); ++i) {
-            const throttle_call& c = calls[i];
-            const int id = static_cast<int>(i);
-            if (c.gap > 0)
-                co_await sim.sleep_for(std::chrono::nanoseconds{c.gap});
+    return run_calls(
+        sim, calls,
+        [&](std::vector<event>& out, int id, const throttle_call& c, std::stop_token) -> rs::task<void> {
             const double before = throttle.probability();
             auto action = [&out, &sim, id, c, before]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted", -1, probability_text(before)});
@@ -794,9 +813,7 @@ std::vector<event> run_throttle(rs::testing::simulation& sim, const Throttle& th
                 out.push_back({id, sim.now().count(), "throttled", -1, probability_text(e->probability())});
             else
                 out.push_back({id, sim.now().count(), "failure"});
-        }
-    }());
-    return out;
+        });
 }
 
 // ---------------------------------------------------------------------------------------------------------

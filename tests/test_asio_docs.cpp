@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The examples of docs/asio.md, compiled and run against a quote server on a loopback TCP socket. Each
 // example's code is copied from the page unchanged, except for durations; when you change one, change
-// the other. Those marked g++ only in the page are built where Asio declares asio::awaitable.
+// the other. The page's `fetch_quote` stands in the first case as the page has it; the later cases call
+// the same steps as `fetch_quote_from`. Those marked g++ only in the page are built where Asio declares
+// asio::awaitable.
 #include "catch.hpp"
 
 #include <resilience/asio.hpp>
@@ -87,6 +89,24 @@ struct outcome_log {
     }
 };
 
+// The page's `fetch_quote` (the first case below has its text): one attempt, on a connection of its own
+// to `server` (as it is when the attempt starts), the attempt's token reaching each operation. The
+// read's error code is written to `*read_ec` when one is given.
+rs::task<double> fetch_quote_from(asio::io_context& io, const tcp::endpoint& server, std::stop_token st,
+                                  std::error_code* read_ec = nullptr) {
+    tcp::socket socket{io};
+    auto [connect_ec] = co_await socket.async_connect(server, rs::asio::use_task(st));
+    if (connect_ec)
+        throw std::system_error(connect_ec);
+    std::array<char, 64> buf{};
+    auto [ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
+    if (read_ec)
+        *read_ec = ec;
+    if (ec)
+        throw std::system_error(ec);
+    co_return std::stod(std::string(buf.data(), n));
+}
+
 } // namespace
 
 TEST_CASE("docs/asio.md: a call from Asio code, g++ and clang", "[asio][docs]") {
@@ -171,18 +191,7 @@ TEST_CASE("docs/asio.md: cancel_after's stand-in on Asio 1.22, g++ and clang", "
     rs::asio::clock clock{io.get_executor()};
     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{1h, clock}};
     std::error_code read_ec;
-    auto fetch_quote = [&](std::stop_token st) -> rs::task<double> {
-        tcp::socket socket{io};
-        auto [connect_ec] = co_await socket.async_connect(quote_server, rs::asio::use_task(st));
-        if (connect_ec)
-            throw std::system_error(connect_ec);
-        std::array<char, 64> buf{};
-        auto [ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
-        read_ec = ec;
-        if (ec)
-            throw std::system_error(ec);
-        co_return std::stod(std::string(buf.data(), n));
-    };
+    auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(io, quote_server, st, &read_ec); };
 
     // ---- from the page (500ms there) ----
     asio::cancellation_signal cancel;
@@ -212,17 +221,7 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
     tcp::endpoint quote_server = answering.endpoint();
     rs::asio::clock clock{io.get_executor()};
     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
-    auto fetch_quote = [&](std::stop_token st) -> rs::task<double> {
-        tcp::socket socket{io};
-        auto [connect_ec] = co_await socket.async_connect(quote_server, rs::asio::use_task(st));
-        if (connect_ec)
-            throw std::system_error(connect_ec);
-        std::array<char, 64> buf{};
-        auto [read_ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
-        if (read_ec)
-            throw std::system_error(read_ec);
-        co_return std::stod(std::string(buf.data(), n));
-    };
+    auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(io, quote_server, st); };
     std::optional<double> shown;
     auto show = [&](double q) {
         shown = q;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "alloc_counter.hpp"
 #include "catch.hpp"
+#include "stream_consumer.hpp"
 
 #include <resilience/async_generator.hpp>
 #include <resilience/event_loop.hpp>
@@ -20,6 +21,7 @@
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+using resilience_tests::consume;
 using std::chrono::nanoseconds;
 
 static_assert(!std::is_copy_constructible_v<rs::async_generator<int>>);
@@ -31,33 +33,6 @@ static_assert(std::is_same_v<rs::await_result_t<decltype(std::declval<rs::async_
                              std::optional<int>>);
 
 namespace {
-
-// What a consumer saw: the items, the instant each arrived, and how the stream ended.
-template <class T>
-struct received {
-    std::vector<T> items;
-    std::vector<nanoseconds> at;
-    std::exception_ptr error;
-};
-
-// Pulls up to `limit` items from `gen`, noting the virtual instant of each.
-template <class T>
-rs::task<received<T>> consume(rs::testing::simulation& sim, rs::async_generator<T>& gen,
-                              std::size_t limit = static_cast<std::size_t>(-1)) {
-    received<T> r;
-    try {
-        while (r.items.size() < limit) {
-            std::optional<T> v = co_await gen.next();
-            if (!v)
-                break;
-            r.items.push_back(std::move(*v));
-            r.at.push_back(sim.now());
-        }
-    } catch (...) {
-        r.error = std::current_exception();
-    }
-    co_return r;
-}
 
 std::string message_of(const std::exception_ptr& e) {
     try {

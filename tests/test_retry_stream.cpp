@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "stream_consumer.hpp"
 #include "support.hpp"
 
 #include <resilience/async_generator.hpp>
@@ -24,6 +25,7 @@
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+using resilience_tests::consume;
 using resilience_tests::invalid_argument_message;
 using resilience_tests::stop_at;
 using std::chrono::nanoseconds;
@@ -108,33 +110,6 @@ struct planned_factory {
         return numbers(*sim, *log, c.attempt(), from, total, breaks[i], every);
     }
 };
-
-template <class T>
-struct received {
-    std::vector<T> items;
-    std::vector<nanoseconds> at;
-    std::exception_ptr error;
-    nanoseconds ended{-1};
-};
-
-template <class T>
-rs::task<received<T>> consume(rs::testing::simulation& sim, rs::async_generator<T>& gen,
-                              std::size_t limit = static_cast<std::size_t>(-1)) {
-    received<T> r;
-    try {
-        while (r.items.size() < limit) {
-            std::optional<T> v = co_await gen.next();
-            if (!v)
-                break;
-            r.items.push_back(std::move(*v));
-            r.at.push_back(sim.now());
-        }
-    } catch (...) {
-        r.error = std::current_exception();
-    }
-    r.ended = sim.now();
-    co_return r;
-}
 
 template <class E>
 const E* as(const std::exception_ptr& p) {

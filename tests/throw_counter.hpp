@@ -6,7 +6,7 @@
 // somewhere, so a count of zero means none did.
 #pragma once
 
-#include <cstddef>
+#include "thread_counter.hpp"
 
 #if defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && __has_include(<dlfcn.h>)
 #define RESILIENCE_TESTS_COUNT_CATCHES 1
@@ -14,22 +14,9 @@
 
 namespace resilience_tests {
 
-struct catch_counter {
-    static inline thread_local bool enabled = false;
-    static inline thread_local std::size_t count = 0;
-};
-
+struct catch_tag {};
+using catch_counter = thread_counter<catch_tag>;
 /// While alive, counts the exceptions this thread catches.
-class counting_catches {
-public:
-    counting_catches() noexcept {
-        catch_counter::count = 0;
-        catch_counter::enabled = true;
-    }
-    ~counting_catches() { catch_counter::enabled = false; }
-    counting_catches(const counting_catches&) = delete;
-    counting_catches& operator=(const counting_catches&) = delete;
-    std::size_t count() const noexcept { return catch_counter::count; }
-};
+using counting_catches = counting_scope<catch_tag>;
 
 } // namespace resilience_tests

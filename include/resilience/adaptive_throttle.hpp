@@ -19,17 +19,20 @@
 #include "telemetry.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace resilience {
 
@@ -51,7 +54,7 @@ struct adaptive_throttle_options {
     /// `window - window / segments` and `window` after it was made (as `breaker_window::segments`).
     /// Positive, at most `max_segments`, and at most `window` in nanoseconds.
     std::size_t segments = 12;
-    /// The most `segments` accepted: a few counters are kept per segment (about 48 MB at most).
+    /// The most `segments` accepted: two counters are kept per segment (16 MB at most).
     static constexpr std::size_t max_segments = 1'000'000;
     /// Which outcomes the dependency did not accept (see `classifier`). Empty: every failure but
     /// cancellation, and an `expected_like` value holding an error; every other value is an accept.
@@ -94,11 +97,17 @@ inline double throttle_probability(std::uint64_t requests, std::uint64_t accepts
     return std::max(0.0, (r - k * static_cast<double>(accepts)) / (r + 1.0));
 }
 
-/// The shared state of one throttle: two windows of counts (requests, accepts), the random source
-/// and the latest time seen, all under `mutex_`, which is held to admit a call and to record an
-/// accept, never across user code (the clock, the classifier and the listener are called without
-/// it). Time never goes back for the windows: a reading older than one already used (two threads
-/// racing) is taken as that one.
+/// The shared state of one throttle: one ring of `segments` pairs of counts (requests, accepts) with
+/// their totals, the random source and the newest segment reached (the head), under `mutex_`, which is
+/// held to admit a call, never across user code (the clock, the classifier and the listener are called
+/// without it). Time never goes back for the window: a reading older than one already used (two
+/// threads racing) is taken as that one, so only the segment of the newest reading matters.
+///
+/// An accept whose reading falls in the head segment or before it (the common case: the call ended
+/// in the segment it was admitted in) is one atomic increment of `pending_accepts_`, without the lock:
+/// whoever takes the lock next adds the pending accepts to the head segment before anything else,
+/// which is where the accept would have gone under the lock (the head cannot have moved in between
+/// without that holder adding them first). Only an accept in a later segment takes the lock.
 template <class C, class Random>
 class throttle_core {
 public:
@@ -106,19 +115,19 @@ public:
 
     throttle_core(adaptive_throttle_options o, C clock, Random rng)
         : options_(std::move(o)), clock_(std::move(clock)), rng_(std::move(rng)),
-          requests_(width(options_), options_.segments), accepts_(width(options_), options_.segments) {}
+          width_(options_.window / static_cast<std::int64_t>(options_.segments)), ring_(options_.segments) {}
 
     const adaptive_throttle_options& options() const noexcept { return options_; }
     const C& clock() const noexcept { return clock_; }
 
-    /// Counts a request at `now`; returns the probability it is refused with when the draw refuses
+    /// Counts a request at `read`; returns the probability it is refused with when the draw refuses
     /// it, nothing when it is admitted. Draws only when the probability is above zero.
     std::optional<double> admit(time_point read) {
         std::lock_guard lock(mutex_);
-        const std::chrono::nanoseconds now = monotonic(read);
-        const double p =
-            throttle_probability(requests_.counts(now).calls, accepts_.counts(now).calls, options_.k);
-        requests_.add(now, false, false);
+        reach(since_epoch(read));
+        const double p = throttle_probability(totals_.requests, totals_.accepts, options_.k);
+        ++ring_[head_slot_].requests;
+        ++totals_.requests;
         if (p > 0.0 && unit_random(rng_) < p)
             return p;
         return std::nullopt;
@@ -126,8 +135,17 @@ public:
 
     /// Counts an accept at `read`.
     void accept(time_point read) {
+        const std::chrono::nanoseconds now = since_epoch(read);
+        // Acquire: the head that published this end was reached after every flush before it, so the
+        // increment is added by a later holder of the lock, to that head or a newer one.
+        if (now.count() < head_end_.load(std::memory_order_acquire)) {
+            pending_accepts_.fetch_add(1, std::memory_order_relaxed);
+            return;
+        }
         std::lock_guard lock(mutex_);
-        accepts_.add(monotonic(read), false, false);
+        reach(now);
+        ++ring_[head_slot_].accepts;
+        ++totals_.accepts;
     }
 
     struct snapshot {
@@ -136,26 +154,92 @@ public:
     /// The counts at `read` (not before the latest time used), without changing anything.
     snapshot counts(time_point read) const {
         std::lock_guard lock(mutex_);
-        const std::chrono::nanoseconds now = std::max(since_epoch(read), last_now_);
-        return {requests_.counts(now).calls, accepts_.counts(now).calls};
+        if (!started_)
+            return {};
+        const std::int64_t k = index_of(since_epoch(read));
+        const auto n = static_cast<std::int64_t>(ring_.size());
+        if (k > head_ && k - head_ >= n)
+            return {};
+        snapshot c = totals_;
+        c.accepts += pending_accepts_.load(std::memory_order_relaxed); // they belong to the head segment
+        if (k > head_) {
+            std::size_t slot = head_slot_;
+            for (std::int64_t i = head_ + 1; i <= k; ++i) {
+                slot = next(slot);
+                c.requests -= ring_[slot].requests;
+                c.accepts -= ring_[slot].accepts;
+            }
+        }
+        return c;
     }
 
 private:
-    static std::chrono::nanoseconds width(const adaptive_throttle_options& o) noexcept {
-        return o.window / static_cast<std::int64_t>(o.segments);
+    // Adds the pending accepts to the head segment, then moves the head to the segment of `now` if it is
+    // newer, emptying the segments that leave the window on the way. Under the lock.
+    void reach(std::chrono::nanoseconds now) {
+        if (started_) {
+            if (pending_accepts_.load(std::memory_order_relaxed) != 0) {
+                const std::uint64_t pending = pending_accepts_.exchange(0, std::memory_order_relaxed);
+                ring_[head_slot_].accepts += pending;
+                totals_.accepts += pending;
+            }
+            // Within the head segment (or before it): no division.
+            if (now.count() < head_end_.load(std::memory_order_relaxed))
+                return;
+        }
+        const std::int64_t k = index_of(now);
+        if (!started_) {
+            started_ = true;
+            head_slot_ = slot_of(k);
+        } else if (k <= head_) {
+            return; // only at the saturated end of time, where the head's end cannot be represented
+        } else if (k - head_ >= static_cast<std::int64_t>(ring_.size())) {
+            std::fill(ring_.begin(), ring_.end(), segment{});
+            totals_ = {};
+            head_slot_ = slot_of(k);
+        } else {
+            for (std::int64_t i = head_ + 1; i <= k; ++i) {
+                head_slot_ = next(head_slot_);
+                totals_.requests -= ring_[head_slot_].requests;
+                totals_.accepts -= ring_[head_slot_].accepts;
+                ring_[head_slot_] = {};
+            }
+        }
+        head_ = k;
+        head_end_.store(end_of(k), std::memory_order_release);
     }
-    std::chrono::nanoseconds monotonic(time_point read) noexcept {
-        last_now_ = std::max(since_epoch(read), last_now_);
-        return last_now_;
+
+    std::int64_t index_of(std::chrono::nanoseconds t) const noexcept { return segment_of(t, width_); }
+    // The first instant after segment `k` (saturated: the last segment of time ends at the end of time).
+    std::int64_t end_of(std::int64_t k) const noexcept {
+        std::int64_t next_k = 0, end = 0;
+        if (__builtin_add_overflow(k, 1, &next_k) || __builtin_mul_overflow(next_k, width_.count(), &end))
+            return std::numeric_limits<std::int64_t>::max();
+        return end;
     }
+    std::size_t slot_of(std::int64_t k) const noexcept { return ring_slot(k, ring_.size()); }
+    std::size_t next(std::size_t slot) const noexcept { return slot + 1 == ring_.size() ? 0 : slot + 1; }
+
+    struct segment {
+        std::uint64_t requests = 0; // every call, refused ones included
+        std::uint64_t accepts = 0;  // the calls the dependency accepted
+    };
 
     const adaptive_throttle_options options_;
     C clock_;
     mutable std::mutex mutex_;
     Random rng_;
-    detail::time_window requests_; // every call, refused ones included (only `calls` is used)
-    detail::time_window accepts_;  // the calls the dependency accepted (only `calls` is used)
-    std::chrono::nanoseconds last_now_ = std::chrono::nanoseconds::min();
+    const std::chrono::nanoseconds width_;
+    std::vector<segment> ring_;
+    snapshot totals_;
+    std::int64_t head_ = 0; // the newest segment reached; `ring_[head_slot_]`
+    std::size_t head_slot_ = 0;
+    bool started_ = false;
+    // The end of the head segment, for the accepts that read it without the lock; the lowest value
+    // (no reading is below it) until the first call.
+    std::atomic<std::int64_t> head_end_{std::numeric_limits<std::int64_t>::min()};
+    // Accepts counted without the lock since it was last held: they belong to the head segment.
+    std::atomic<std::uint64_t> pending_accepts_{0};
 };
 
 } // namespace detail
@@ -177,15 +261,18 @@ private:
 /// - A request is counted when the call arrives; an accept when the call ends, at that instant.
 ///   Each stops counting exactly `segments` segments after the start of its own (see `segments`).
 /// - Cancellation is not a refusal: a call that ends with a failure after it was stopped from outside
-///   (its caller, a timeout around the throttle) is an accept. A call stopped before it arrives is refused with `cancelled_error` and not counted.
+///   (its caller, a timeout around the throttle) is an accept. A call stopped before it arrives is refused
+///   with `cancelled_error` and not counted.
 /// - The draw uses `Random` under the throttle's lock, so even a `seeded_random` may be shared by
 ///   threads; the same calls at the same instants with the same seed give the same decisions. No
 ///   draw is made while `p` is 0.
 ///
 /// A cheap copyable handle: copies are the same throttle, thread-safe, usable from many event
 /// loops at once. The state lives as long as any copy. Admitting a call locks a mutex briefly and
-/// reads the clock (the call's shared reading); so does counting an accept (a fresh reading). An
-/// admitted call allocates nothing; a refusal allocates its `throttled_error`, and throws nothing.
+/// reads the clock (the call's shared reading). Counting an accept reads the clock (a fresh reading)
+/// and is one atomic increment, without the lock, unless the call ends in a later segment of the
+/// window than any call before it. An admitted call allocates nothing; a refusal allocates its
+/// `throttled_error`, and throws nothing.
 ///
 ///     rs::adaptive_throttle throttle{{.k = 2.0, .window = 2min}};
 ///     rs::pipeline p{rs::retry{}, throttle, rs::timeout{1s}};   // every attempt is a request

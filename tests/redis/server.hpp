@@ -11,6 +11,7 @@
 
 #include <asio/io_context.hpp>
 
+#include <concepts>
 #include <cstdlib>
 #include <exception>
 #include <optional>
@@ -35,9 +36,24 @@ inline bool redis_tests_enabled() {
     return false;
 }
 
+/// `server`'s connection options (`redis_server::options`) as `adjust` changes them.
+template <std::invocable<resilience::redis::connection_options&> Adjust>
+resilience::redis::connection_options options_of(const redis_server& server, Adjust adjust) {
+    resilience::redis::connection_options o = server.options();
+    adjust(o);
+    return o;
+}
+
 /// What most tests start with: a private server, an io_context, a connection to the server on it and
 /// the Asio clock of that io_context. Members in that order, for a structured binding.
 struct local_redis {
+    local_redis() = default;
+    /// The same, with the connection's options changed by `adjust` (a longer command timeout, another
+    /// reconnect backoff): `local_redis fixture{[](connection_options& o) { o.command_timeout = 10s; }};`
+    template <std::invocable<resilience::redis::connection_options&> Adjust>
+    explicit local_redis(Adjust adjust)
+        : server{}, io{}, connection{io.get_executor(), options_of(server, std::move(adjust))} {}
+
     redis_server server;
     ::asio::io_context io;
     resilience::redis::connection connection{io.get_executor(), server.options()};

@@ -60,11 +60,9 @@ std::chrono::nanoseconds until_admitted(::asio::io_context& io, const redis::bul
     return std::chrono::nanoseconds::max();
 }
 
-// The server's options with the longest command timeout a bulkhead with a lease of `lease` accepts.
-redis::connection_options for_lease(const redis_server& server, std::chrono::nanoseconds lease) {
-    redis::connection_options o = server.options();
-    o.command_timeout = lease / 3;
-    return o;
+// Gives connection options the longest command timeout a bulkhead with a lease of `lease` accepts.
+auto for_lease(std::chrono::nanoseconds lease) {
+    return [lease](redis::connection_options& o) { o.command_timeout = lease / 3; };
 }
 
 redis::bulkhead_options slots(std::string key, std::size_t n, std::chrono::nanoseconds lease) {
@@ -98,15 +96,16 @@ TEST_CASE("redis bulkhead: two replicas share the slots, and a slot comes back w
 TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back after the lease", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
     const auto lease = 300ms;
+    resilience_tests::local_redis fixture{for_lease(lease)};
     std::chrono::steady_clock::time_point taken;
     std::atomic<int> running{0};
     {
         // The replica: takes both slots with calls of an hour, then its loop stops for good, as a
         // crashed process's would: no renewal, no release. Destroying it drops its connection.
         ::asio::io_context dying;
-        redis::connection c{dying.get_executor(), for_lease(server, lease)};
+        redis::connection c{dying.get_executor(),
+                            resilience_tests::options_of(fixture.server, for_lease(lease))};
         const redis::bulkhead a{slots("crash", 2, lease), c};
         for (int i = 0; i < 2; ++i) {
             auto hour = a.execute([&running](rs::asio::clock clock) -> rs::task<int> {
@@ -123,9 +122,8 @@ TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back aft
         REQUIRE(running == 2);
         taken = std::chrono::steady_clock::now();
     }
-    ::asio::io_context io;
-    redis::connection cb{io.get_executor(), for_lease(server, lease)};
-    const redis::bulkhead b{slots("crash", 2, lease), cb};
+    ::asio::io_context& io = fixture.io;
+    const redis::bulkhead b{slots("crash", 2, lease), fixture.connection};
     CHECK(run(io, call(b, 0ns)) == 0); // both slots still leased to the dead replica
     const auto waited = until_admitted(io, b, 5s);
     const auto since = std::chrono::steady_clock::now() - taken;
@@ -139,14 +137,15 @@ TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back aft
 TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewing it", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
     const auto lease = 150ms;
+    resilience_tests::local_redis fixture{for_lease(lease)};
     std::atomic<bool> holding{false};
     std::atomic<bool> done{false};
     // The long call, for four leases, on a loop of its own on another thread.
-    std::jthread replica([&server, &holding, &done, lease] {
+    std::jthread replica([&fixture, &holding, &done, lease] {
         ::asio::io_context io;
-        redis::connection c{io.get_executor(), for_lease(server, lease)};
+        redis::connection c{io.get_executor(),
+                            resilience_tests::options_of(fixture.server, for_lease(lease))};
         const redis::bulkhead a{slots("renewed", 1, lease), c};
         auto long_call = [](redis::bulkhead b, std::atomic<bool>& held) -> rs::task<int> {
             auto running = b.execute_outcome([&held](rs::asio::clock clock) -> rs::task<int> {
@@ -165,9 +164,8 @@ TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewi
     while (!holding && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(5ms); // a poll, under the deadline
     REQUIRE(holding);
-    ::asio::io_context io;
-    redis::connection cb{io.get_executor(), for_lease(server, lease)};
-    const redis::bulkhead b{slots("renewed", 1, lease), cb};
+    ::asio::io_context& io = fixture.io;
+    const redis::bulkhead b{slots("renewed", 1, lease), fixture.connection};
     int refused = 0;
     int admitted_early = 0;
     while (!done) {
@@ -230,9 +228,11 @@ TEST_CASE("redis bulkhead: an acquisition whose caller stopped gives its slot ba
           "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), {.port = server.port(), .command_timeout = 10s}};
+    resilience_tests::local_redis fixture{[](redis::connection_options& o) { o.command_timeout = 10s; }};
+    // Named, not bound: clang 14 does not let a lambda capture a structured binding.
+    redis_server& server = fixture.server;
+    ::asio::io_context& io = fixture.io;
+    const redis::connection& c = fixture.connection;
     const redis::bulkhead b{slots("stopped", 1, 1h), c};
     CHECK(run(io, call(b, 0ns)) == 1); // connected, the script loaded: the next call is one EVALSHA
     // The server is frozen, so the acquisition is sent but not answered before its caller stops.

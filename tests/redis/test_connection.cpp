@@ -120,12 +120,11 @@ TEST_CASE("redis connection: a frozen server fails the command with a timeout, t
 TEST_CASE("redis connection: a frozen server that still accepts connections makes the backoff grow", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(),
-                        {.port = server.port(),
-                         .command_timeout = 100ms,
-                         .reconnect = rs::exponential_backoff{50ms, 4.0, 5s, rs::jitter::none}}};
+    resilience_tests::local_redis fixture{[](redis::connection_options& o) {
+        o.command_timeout = 100ms;
+        o.reconnect = rs::exponential_backoff{50ms, 4.0, 5s, rs::jitter::none};
+    }};
+    auto& [server, io, c, clock] = fixture;
     CHECK(run(io, one(c, {"PING"})).str == "PONG");
     server.freeze();
     // Each cycle: the backoff ends, a new connect succeeds (the kernel accepts for the frozen
@@ -173,9 +172,11 @@ TEST_CASE("redis connection: a killed server fails commands in flight, and the r
 TEST_CASE("redis connection: a stop ends the caller's wait at once with cancelled_error", "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
-    redis_server server;
-    ::asio::io_context io;
-    redis::connection c{io.get_executor(), {.port = server.port(), .command_timeout = 10s}};
+    resilience_tests::local_redis fixture{[](redis::connection_options& o) { o.command_timeout = 10s; }};
+    // Named, not bound: clang 14 does not let a lambda capture a structured binding.
+    redis_server& server = fixture.server;
+    ::asio::io_context& io = fixture.io;
+    redis::connection& c = fixture.connection;
     CHECK(run(io, one(c, {"PING"})).str == "PONG");
     server.freeze();
     std::stop_source stop;

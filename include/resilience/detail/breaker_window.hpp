@@ -10,6 +10,20 @@
 
 namespace resilience::detail {
 
+/// The segment of width `width` that holds the instant `t` (nanoseconds since the clock's epoch):
+/// `floor(t / width)`, for clocks whose epoch lies in the future too.
+inline std::int64_t segment_of(std::chrono::nanoseconds t, std::chrono::nanoseconds width) noexcept {
+    std::int64_t q = t.count() / width.count();
+    if (t.count() % width.count() < 0)
+        --q;
+    return q;
+}
+/// Where segment `k` lives in a ring of `n` places.
+inline std::size_t ring_slot(std::int64_t k, std::size_t n) noexcept {
+    const auto m = static_cast<std::int64_t>(n);
+    return static_cast<std::size_t>(((k % m) + m) % m);
+}
+
 /// What a window holds at one instant.
 struct window_counts {
     std::uint64_t calls = 0;
@@ -109,16 +123,8 @@ public:
     }
 
 private:
-    std::int64_t index_of(std::chrono::nanoseconds t) const noexcept {
-        std::int64_t q = t.count() / width_.count();
-        if (t.count() % width_.count() < 0)
-            --q; // floor, for clocks whose epoch lies in the future
-        return q;
-    }
-    std::size_t slot(std::int64_t k) const noexcept {
-        const auto n = static_cast<std::int64_t>(buckets_.size());
-        return static_cast<std::size_t>(((k % n) + n) % n);
-    }
+    std::int64_t index_of(std::chrono::nanoseconds t) const noexcept { return segment_of(t, width_); }
+    std::size_t slot(std::int64_t k) const noexcept { return ring_slot(k, buckets_.size()); }
     // Moves the newest bucket to `k`, emptying the buckets that leave the window on the way.
     void advance(std::int64_t k) noexcept {
         if (!started_) {
