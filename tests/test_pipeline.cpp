@@ -233,19 +233,39 @@ TEST_CASE("pipeline: fast and waiting policies keep their order when mixed", "[p
                                           "e leave", "d leave", "c leave", "b leave", "a leave"});
 }
 
-TEST_CASE("pipeline: a fast policy that goes on in resume runs the stages inside it again", "[pipeline]") {
-    std::vector<std::string> log;
-    rs::pipeline p{fast_recorder{"outer", log, true}, fast_recorder{"inner", log}};
-    int calls = 0;
-    int v = rs::sync_wait(p.execute([&]() -> rs::task<int> {
+namespace {
+// An action that logs each call and fails the first, then returns 9.
+auto fails_first_time(std::vector<std::string>& log, int& calls) {
+    return [&log, &calls]() -> rs::task<int> {
         log.push_back("action");
         if (++calls == 1)
             throw std::runtime_error("first");
         co_return 9;
-    }));
+    };
+}
+} // namespace
+
+TEST_CASE("pipeline: a fast policy that goes on in resume runs the stages inside it again", "[pipeline]") {
+    std::vector<std::string> log;
+    rs::pipeline p{fast_recorder{"outer", log, true}, fast_recorder{"inner", log}};
+    int calls = 0;
+    int v = rs::sync_wait(p.execute(fails_first_time(log, calls)));
     CHECK(v == 9);
     CHECK(log == std::vector<std::string>{"outer enter", "inner enter", "action", "inner leave", "outer leave",
                                           "outer again", "inner enter", "action", "inner leave"});
+}
+
+TEST_CASE("pipeline: a stage that goes on in resume inside a waiting one runs only the stages inside it again",
+          "[pipeline]") {
+    std::vector<std::string> log;
+    rs::pipeline p{fast_recorder{"a", log}, recorder{"b", log}, fast_recorder{"c", log, true},
+                   fast_recorder{"d", log}};
+    int calls = 0;
+    auto r = rs::sync_wait(p.execute_outcome(fails_first_time(log, calls)));
+    CHECK(r.value() == 9);
+    CHECK(log == std::vector<std::string>{"a enter", "b enter", "c enter", "d enter", "action", "d leave",
+                                          "c leave", "c again", "d enter", "action", "d leave", "b leave",
+                                          "a leave"});
 }
 
 TEST_CASE("pipeline: a refusal in enter reaches execute_outcome as a value and skips the inner stages",

@@ -416,15 +416,13 @@ struct borrowed_next {
     Next leaf() const { return next; }
 };
 
-template <std::size_t J, std::size_t End, class F>
-decltype(auto) visit_stage(std::size_t k, F&& f) {
-    if constexpr (J + 1 == End) {
-        return f(std::integral_constant<std::size_t, J>{});
-    } else {
-        if (k == J)
-            return f(std::integral_constant<std::size_t, J>{});
-        return visit_stage<J + 1, End>(k, std::forward<F>(f));
-    }
+/// Calls `f(std::integral_constant<std::size_t, k>{})` for a stage index `k` known at run time:
+/// a fold over the indices, so each `f` is instantiated once, with no chain of instantiations.
+template <class R, class F, std::size_t... Js>
+R visit_stage(std::size_t k, F&& f, std::index_sequence<Js...>) {
+    R r{};
+    (void)((k == Js && (r = f(std::integral_constant<std::size_t, Js>{}), true)) || ...);
+    return r;
 }
 
 /// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
@@ -511,50 +509,71 @@ struct driver {
     }
 
     static constexpr std::size_t none = static_cast<std::size_t>(-1);
-
-    // Enters stages J, J+1, ... inward; stops at the first that does not proceed, leaving its
-    // index in `k` (`size` when all did).
-    template <std::size_t J>
-    static step enter_from(const Stages& stages, states& st, const context** at,
-                           std::optional<outcome_type>& result, std::size_t& k) {
-        if constexpr (J == size) {
-            k = size;
-            return step::proceed;
-        } else {
-            at[J + 1] = at[J];
-            step s = step::wait;
-            if constexpr (fast_policy<policy_at<J>>) {
-                st.template make<J>();
-                s = std::get<J>(stages).enter(state<J>(st), *at[J], at[J + 1], result);
-            }
-            if (s != step::proceed) {
-                k = J;
-                return s;
-            }
-            return enter_from<J + 1>(stages, st, at, result, k);
-        }
+    using all_stages = std::make_index_sequence<size>;
+    /// Where a drive starts: stage 0 for a call (known when compiling, so the common path folds
+    /// to straight-line code), or a stage known at run time for the stages inside a waiting one.
+    using outermost = std::integral_constant<std::size_t, 0>;
+    // A function rather than `j < from`, which g++ warns about when `from` is the constant 0.
+    static constexpr bool outside(std::size_t j, std::size_t from, std::size_t end) noexcept {
+        return j < from || j >= end;
     }
 
-    // Leaves stages J, J-1, ..., I outward; returns the first that must wait, or `none`.
-    template <std::size_t I, std::size_t J>
-    static std::size_t leave_from(const Stages& stages, states& st, const context** at, outcome_type& result) {
+    // Stage J's `enter` (a stage of the waiting form always waits). True when it proceeded;
+    // otherwise `s` says how it stopped and `k` is J.
+    template <std::size_t J>
+    static bool entered(const Stages& stages, states& st, const context** at, std::optional<outcome_type>& result,
+                        step& s, std::size_t& k) {
+        at[J + 1] = at[J];
         if constexpr (fast_policy<policy_at<J>>) {
-            if (std::get<J>(stages).leave(state<J>(st), *at[J], result) == step::wait)
-                return J;
+            st.template make<J>();
+            s = std::get<J>(stages).enter(state<J>(st), *at[J], at[J + 1], result);
+        } else {
+            s = step::wait;
         }
-        if constexpr (J == I)
-            return none;
-        else
-            return leave_from<I, J - 1>(stages, st, at, result);
+        if (s == step::proceed)
+            return true;
+        k = J;
+        return false;
+    }
+    // Enters the stages from `from` inward; stops at the first that does not proceed, leaving
+    // its index in `k` (`size` when all did).
+    template <class From, std::size_t... Js>
+    static step enter_all(From from, const Stages& stages, states& st, const context** at,
+                          std::optional<outcome_type>& result, std::size_t& k, std::index_sequence<Js...>) {
+        step s = step::proceed;
+        k = size;
+        (void)((outside(Js, from, size) || entered<Js>(stages, st, at, result, s, k)) && ...);
+        return s;
     }
 
-    /// `next` for stage J: the stages after it, then the leaf, in a frame of their own.
+    // Stage J's `leave`: true when it must wait, its `resume` coming next.
     template <std::size_t J>
+    static bool leave_waits(const Stages& stages, states& st, const context** at, outcome_type& result) {
+        if constexpr (fast_policy<policy_at<J>>)
+            return std::get<J>(stages).leave(state<J>(st), *at[J], result) == step::wait;
+        else
+            return false;
+    }
+    // Leaves the stages inside `end` down to `from`, innermost first; returns the first that must
+    // wait, or `none`.
+    template <class End, class From, std::size_t... Js>
+    static std::size_t leave_all(End end, From from, const Stages& stages, states& st, const context** at,
+                                 outcome_type& result, std::index_sequence<Js...>) {
+        std::size_t w = none;
+        (void)((outside(size - 1 - Js, from, end) || !leave_waits<size - 1 - Js>(stages, st, at, result) ||
+                (w = size - 1 - Js, false)) &&
+               ...);
+        return w;
+    }
+
+    /// `next` for the stages from `from` inward, then the leaf, in a frame of their own.
     struct inner_next {
         Stages stages;
         Leaf leaf;
+        std::size_t from;
         task<outcome_type> operator()(const context& ctx) const {
-            return drive<J + 1, false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf}, context_access::derive(ctx));
+            return drive<false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf}, context_access::derive(ctx),
+                                from);
         }
     };
     template <std::size_t J>
@@ -562,7 +581,7 @@ struct driver {
         if constexpr (J + 1 == size)
             return leaf;
         else
-            return inner_next<J>{stages, leaf};
+            return inner_next{stages, leaf, J + 1};
     }
 
     template <class Awaitable>
@@ -575,6 +594,41 @@ struct driver {
             return std::forward<Awaitable>(a);
         else
             return as_task(std::forward<Awaitable>(a));
+    }
+
+    // The waiting paths, out of the drive's body so that every drive of the pipeline (with and
+    // without throwing, and the inner ones) shares one instance of each.
+
+    // Stage `k`'s `run`, for a stage whose `enter` waited: it handles the call from there inward.
+    static task<outcome_type> run_stage(std::size_t k, const Stages& stages, const context** at, const Leaf& leaf) {
+        return visit_stage<task<outcome_type>>(
+            k,
+            [&](auto j) -> task<outcome_type> {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (enter_may_wait<policy_at<J>>)
+                    return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), *at[J]));
+                else
+                    return task<outcome_type>{}; // unreachable: its `enter` never waits
+            },
+            all_stages{});
+    }
+    // Stage `w`'s `resume`, for a stage whose `leave` waited: it may run the stages inside again.
+    static task<outcome_type> resume_stage(std::size_t w, const Stages& stages, states& st, const context** at,
+                                           const Leaf& leaf, outcome_type& result) {
+        return visit_stage<task<outcome_type>>(
+            w,
+            [&](auto j) -> task<outcome_type> {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (requires {
+                                  std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf), *at[J],
+                                                             std::move(result));
+                              })
+                    return std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf), *at[J],
+                                                      std::move(result));
+                else
+                    return task<outcome_type>{}; // unreachable: its `leave` never waits
+            },
+            all_stages{});
     }
 
     // The stages handed down (a reference to them, in the frame's own parameter), or made from
@@ -590,8 +644,10 @@ struct driver {
     /// `ctx`: the caller's context, or, for a drive inside another call (a stage's `run` or
     /// `resume`), one derived from that call's, which outlives it. It is the call's own context,
     /// used in place: moving it would cost a store-forwarding stall right after the frame's ramp.
-    template <std::size_t I, bool Throw, class Source, class Holder>
-    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, context ctx) {
+    /// `from`: the first stage, `outermost` for a call, a `std::size_t` for an inner drive.
+    template <bool Throw, class Source, class Holder, class From>
+    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, context ctx,
+                                                                           From from) {
         decltype(auto) stages = stages_from(source);
         time_cache cache;
         event_loop* const home = event_loop::current(); // where the call returns (null: outside any loop)
@@ -600,19 +656,10 @@ struct driver {
         auto leaf = holder.leaf();
         states st;
         const context* at[size + 1];
-        at[I] = &root;
+        at[from] = &root;
         std::optional<outcome_type> result;
         std::size_t k = size;
-        const step s = enter_from<I>(stages, st, at, result, k);
-        // Outward from the stage inside the one that stopped (or the innermost): the first stage
-        // whose `leave` must wait, or `none`.
-        const auto leave_below = [&](std::size_t from) -> std::size_t {
-            if (from == I)
-                return none;
-            return visit_stage<I, size>(from - 1, [&](auto j) -> std::size_t {
-                return leave_from<I, decltype(j)::value>(stages, st, at, *result);
-            });
-        };
+        const step s = enter_all(from, stages, st, at, result, k, all_stages{});
         std::size_t w = none;
         if (s == step::proceed) {
             result.emplace(co_await leaf(*at[size]));
@@ -620,35 +667,26 @@ struct driver {
                 co_await resume_on_loop{home}; // the action ended on another thread
             cache.clear();
             // The common path: every stage proceeded, so every stage leaves, innermost first.
-            w = leave_from<I, size - 1>(stages, st, at, *result);
-        } else if (s == step::wait) {
+            w = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result, all_stages{});
+        } else {
             cache.clear();
-            result.emplace(co_await visit_stage<I, size>(k, [&](auto j) -> task<outcome_type> {
-                constexpr std::size_t J = decltype(j)::value;
-                if constexpr (enter_may_wait<policy_at<J>>)
-                    return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), *at[J]));
-                else
-                    return task<outcome_type>{}; // unreachable: its `enter` never waits
-            }));
-            if (home && event_loop::current() != home)
-                co_await resume_on_loop{home}; // the stage's wait ended on another thread
+            if (s == step::wait) {
+                task<outcome_type> waiting = run_stage(k, stages, at, leaf);
+                result.emplace(co_await std::move(waiting));
+                if (home && event_loop::current() != home)
+                    co_await resume_on_loop{home}; // the stage's wait ended on another thread
+                cache.clear();
+            }
+            // Outward from the stage inside the one that stopped.
+            w = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
         }
-        if (s != step::proceed) {
-            cache.clear();
-            w = leave_below(k);
-        }
-        for (; w != none; w = leave_below(w)) {
-            outcome_type r = co_await visit_stage<I, size>(w, [&](auto j) -> task<outcome_type> {
-                constexpr std::size_t J = decltype(j)::value;
-                auto next = next_after<J>(stages, leaf);
-                if constexpr (requires { std::get<J>(stages).resume(state<J>(st), next, *at[J], std::move(*result)); })
-                    return std::get<J>(stages).resume(state<J>(st), std::move(next), *at[J], std::move(*result));
-                else
-                    return task<outcome_type>{}; // unreachable: its `leave` never waits
-            });
+        while (w != none) {
+            task<outcome_type> resuming = resume_stage(w, stages, st, at, leaf, *result);
+            outcome_type r = co_await std::move(resuming);
             result.emplace(std::move(r));
             if (home && event_loop::current() != home)
                 co_await resume_on_loop{home}; // the stage's wait ended on another thread
+            w = leave_all(w, std::size_t{from}, stages, st, at, *result, all_stages{});
         }
         // Every co_await above is followed by the return home, so the common path pays nothing here.
         if constexpr (Throw)
@@ -670,11 +708,11 @@ auto run_valid_action(Source source, A action, context ctx) {
     // The task is lazy: the caller's policy is read now, not when the task starts, so a handle's
     // borrowed copy (see `stages_of`) is all the call keeps, and the handle object may go first.
     if constexpr (is_policy_ref<Source>)
-        return drv::template drive<0, Throw>(stages_ref<stages>{stages_of(source.get())},
-                                             owned_action<A>{std::move(action)}, std::move(ctx));
+        return drv::template drive<Throw>(stages_ref<stages>{stages_of(source.get())},
+                                          owned_action<A>{std::move(action)}, std::move(ctx), typename drv::outermost{});
     else
-        return drv::template drive<0, Throw>(std::move(source), owned_action<A>{std::move(action)},
-                                             std::move(ctx));
+        return drv::template drive<Throw>(std::move(source), owned_action<A>{std::move(action)}, std::move(ctx),
+                                          typename drv::outermost{});
 }
 
 template <bool Throw, class Source, class A>
@@ -780,9 +818,9 @@ public:
     /// its own `run`, which hides this one.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        using stages = decltype(detail::stages_of(self()));
-        return detail::driver<stages, Next>::template drive<0, false>(
-            ref(), detail::borrowed_next<Next>{std::move(next)}, detail::context_access::derive(ctx));
+        using drv = detail::driver<decltype(detail::stages_of(self())), Next>;
+        return drv::template drive<false>(ref(), detail::borrowed_next<Next>{std::move(next)},
+                                          detail::context_access::derive(ctx), typename drv::outermost{});
     }
 
 private:
