@@ -47,6 +47,15 @@
 #include <cstdint>
 #include <memory>
 
+// Keeps a rare path out of a fast one, so that the fast one stays small enough to be inlined.
+#ifndef RESILIENCE_DETAIL_NOINLINE
+#if defined(_MSC_VER) && !defined(__clang__)
+#define RESILIENCE_DETAIL_NOINLINE __declspec(noinline)
+#else
+#define RESILIENCE_DETAIL_NOINLINE [[gnu::noinline]]
+#endif
+#endif
+
 namespace resilience::detail {
 
 /// Where a timer is linked: a list, circular through its head.
@@ -231,8 +240,8 @@ private:
         return high | (static_cast<std::uint64_t>(digit) << (level * bits));
     }
 
-    // Levels 0 to `level` get their heads, uninitialised.
-    void reserve(int level) {
+    // Levels 0 to `level` get their heads, uninitialised. Once per wheel and level: out of line.
+    RESILIENCE_DETAIL_NOINLINE void reserve(int level) {
         while (reserved_ <= level) {
             auto* heads = static_cast<timer_link*>(frame_cache::allocate(block_bytes));
             std::uninitialized_default_construct_n(heads, width * levels_per_block);
