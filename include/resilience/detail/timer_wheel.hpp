@@ -38,6 +38,7 @@
 #pragma once
 
 #include "frame_allocator.hpp"
+#include "inlining.hpp"
 
 #include <algorithm>
 #include <array>
@@ -46,15 +47,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-
-// Keeps a rare path out of a fast one, so that the fast one stays small enough to be inlined.
-#ifndef RESILIENCE_DETAIL_NOINLINE
-#if defined(_MSC_VER) && !defined(__clang__)
-#define RESILIENCE_DETAIL_NOINLINE __declspec(noinline)
-#else
-#define RESILIENCE_DETAIL_NOINLINE [[gnu::noinline]]
-#endif
-#endif
 
 namespace resilience::detail {
 
