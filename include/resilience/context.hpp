@@ -3,6 +3,7 @@
 /// `context`: what one attempt knows about itself (stop token, attempt number, deadline).
 #pragma once
 
+#include "detail/inlining.hpp"
 #include "detail/stop.hpp"
 
 #include <atomic>
@@ -62,7 +63,7 @@ public:
     lazy_stop& operator=(const lazy_stop&) = delete;
 
     /// Stopped by the deadline or by the parent: no token made for that.
-    bool stop_requested() const noexcept {
+    RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
         const lazy_stop* l = this;
         while (!l->expired_.load(std::memory_order_acquire)) {
             if (!l->parent_lazy_)
@@ -140,7 +141,7 @@ public:
         return from_ ? from_->token_ : token_;
     }
     /// Same as `stop_token().stop_requested()`, without making a token.
-    bool stop_requested() const noexcept {
+    RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
         if (lazy_)
             return lazy_->stop_requested();
         return (from_ ? from_->token_ : token_).stop_requested();
