@@ -14,6 +14,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
@@ -299,6 +300,42 @@ TEST_CASE("timeout: the attempt's token, made late, still follows the caller's s
     CHECK(sim.now() == 3s);
     REQUIRE(result.has_value());
     CHECK(result.value() == -1);
+}
+
+TEST_CASE("timeout: an attempt that only polls sees, through an inner timeout, the outer deadline and the "
+          "caller's stop at their instants",
+          "[timeout]") {
+    rs::testing::simulation sim;
+    std::vector<bool> polls;
+    auto poll_at = [&](std::vector<std::chrono::nanoseconds> instants) {
+        return [&sim, &polls, instants](const rs::context& ctx) -> rs::task<int> {
+            for (const auto at : instants) {
+                co_await sim.sleep_for(at - sim.now()); // no token: the attempt never makes one
+                polls.push_back(ctx.stop_requested());
+            }
+            co_return 1;
+        };
+    };
+    SECTION("the outer deadline, passed while the inner one is far away") {
+        rs::pipeline nested{rs::timeout{1s, sim.clock()}, rs::timeout{10s, sim.clock()}};
+        auto result = sim.run(nested.execute_outcome(poll_at({0s, 999ms, 1s, 2s})));
+        CHECK(polls == std::vector<bool>{false, false, true, true});
+        CHECK(sim.now() == 2s);
+        CHECK(result.has_value()); // a value that arrives late is still returned
+    }
+    SECTION("the caller's stop, with neither deadline passed") {
+        rs::pipeline nested{rs::timeout{1h, sim.clock()}, rs::timeout{2h, sim.clock()}};
+        std::stop_source caller;
+        auto stop_at_3s = [&]() -> rs::task<void> {
+            co_await sim.sleep_for(3s);
+            caller.request_stop();
+        };
+        auto [result, ignored] = sim.run(
+            rs::when_all(nested.execute_outcome(poll_at({2s, 3s, 4s}), caller.get_token()), stop_at_3s()));
+        CHECK(polls == std::vector<bool>{false, true, true}); // the stop, armed first, comes first at 3s
+        CHECK(sim.now() == 4s);
+        CHECK(result.has_value());
+    }
 }
 
 TEST_CASE("timeout: nested timeouts hand the inner attempt a token stopped by the earlier deadline",

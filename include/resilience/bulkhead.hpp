@@ -34,15 +34,6 @@
 #include <string>
 #include <utility>
 
-// Keeps a rare path out of a fast one, so that the fast one stays small enough to be inlined.
-#ifndef RESILIENCE_DETAIL_NOINLINE
-#if defined(_MSC_VER) && !defined(__clang__)
-#define RESILIENCE_DETAIL_NOINLINE __declspec(noinline)
-#else
-#define RESILIENCE_DETAIL_NOINLINE [[gnu::noinline]]
-#endif
-#endif
-
 namespace resilience {
 
 struct bulkhead_options {
@@ -420,8 +411,8 @@ public:
     /// A free slot with nobody queued is taken at once; anything else waits in `run`.
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
-        if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{name()}));
+        if (ctx.stop_requested()) [[unlikely]] {
+            detail::set_cancelled(result, name());
             return step::done;
         }
         state& s = *state_;

@@ -239,13 +239,16 @@ public:
     using time_point = typename C::time_point;
     using duration = typename C::duration;
 
-    /// What `admit` decided.
-    struct ticket {
+    /// What recording a call's result needs to know of its admission.
+    struct admission {
         bool admitted = false;
         bool probe = false;
-        bool isolated = false; // refused because isolated by hand: no wait helps
         std::uint64_t generation = 0;
         time_point start{};
+    };
+    /// What `admit` decided.
+    struct ticket : admission {
+        bool isolated = false; // refused because isolated by hand: no wait helps
         std::chrono::nanoseconds retry_after{};
         std::exception_ptr cause;
     };
@@ -283,6 +286,18 @@ public:
         return admit_locked(std::nullopt, sink);
     }
 
+    /// The closed state's part of `admit()` with no slow-call rule (`!times_calls()`): admits the
+    /// call into `a` and returns true when the breaker is closed at this one load; false changes
+    /// nothing (the caller goes on to `admit()`).
+    bool admit_closed(admission& a) const noexcept {
+        const std::uint64_t w = word_.load(std::memory_order_acquire);
+        if (state_of(w) != circuit_state::closed)
+            return false;
+        a.admitted = true;
+        a.generation = generation_of(w);
+        return true;
+    }
+
     /// As `admit()`, with `now` a reading of `clock()` the caller has just made: it is the call's
     /// start for slow-call rules and the time the break is judged at; the clock is not read again.
     ticket admit(time_point now, const telemetry_listener* sink = nullptr) {
@@ -308,7 +323,7 @@ public:
 
     /// Records the result of the call `t` admitted. A closed-state result that would change nothing
     /// returns without the lock.
-    void record(const ticket& t, breaker_verdict v, const std::exception_ptr& error,
+    void record(const admission& t, breaker_verdict v, const std::exception_ptr& error,
                 const telemetry_listener* sink = nullptr) {
         if (!t.admitted)
             return; // a refused call ran nothing: its result says nothing about the dependency
@@ -483,8 +498,9 @@ private:
         return t;
     }
 
-    void record_locked(const ticket& t, breaker_verdict v, const std::exception_ptr& error,
-                       const telemetry_listener* sink) {
+    // Out of line: `record`'s lock-free checks stay small enough to be inlined into a call's frame.
+    RESILIENCE_DETAIL_NOINLINE void record_locked(const admission& t, breaker_verdict v,
+                                                  const std::exception_ptr& error, const telemetry_listener* sink) {
         // The clock is read only when the result may need it: a success of a breaker with no
         // window and no slow-call rule needs no time at all.
         const bool needs_time =
@@ -700,27 +716,34 @@ private:
 };
 
 /// Records a call's result once; if the call ends without one (the classifier threw, the
-/// coroutine was destroyed), records it as ignored so a probe slot is never lost.
+/// coroutine was destroyed), records it as ignored so a probe slot is never lost. Holds nothing
+/// until `start`.
 template <class C>
 class breaker_call {
 public:
-    breaker_call(breaker_core<C>& core, typename breaker_core<C>::ticket t,
-                 const telemetry_listener* sink = nullptr) noexcept
-        : core_(&core), ticket_(std::move(t)), sink_(sink) {}
+    using admission = typename breaker_core<C>::admission;
+
+    breaker_call() noexcept {}
     breaker_call(const breaker_call&) = delete;
     breaker_call& operator=(const breaker_call&) = delete;
     ~breaker_call() {
         if (core_)
-            core_->record(ticket_, breaker_verdict::ignored, nullptr, sink_);
+            core_->record(admission_, breaker_verdict::ignored, nullptr, sink_);
+    }
+    /// The call admitted by `a` is under way; its result is recorded by `finish` or the destructor.
+    void start(breaker_core<C>& core, const admission& a, const telemetry_listener* sink) noexcept {
+        admission_ = a;
+        sink_ = sink;
+        core_ = &core;
     }
     void finish(breaker_verdict v, const std::exception_ptr& error) {
-        std::exchange(core_, nullptr)->record(ticket_, v, error, sink_);
+        std::exchange(core_, nullptr)->record(admission_, v, error, sink_);
     }
 
 private:
-    breaker_core<C>* core_;
-    typename breaker_core<C>::ticket ticket_;
-    const telemetry_listener* sink_; // the call's listener, for the state changes it makes
+    breaker_core<C>* core_ = nullptr;
+    admission admission_;
+    const telemetry_listener* sink_ = nullptr; // the call's listener, for the state changes it makes
 };
 
 } // namespace detail
@@ -776,7 +799,7 @@ public:
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
     struct call_state {
-        std::optional<detail::breaker_call<C>> call; // records "ignored" if the call never finishes
+        detail::breaker_call<C> call; // records "ignored" if the call never finishes
     };
 
     template <class R>
@@ -787,23 +810,12 @@ public:
             return step::done;
         }
         const telemetry_listener* const sink = detail::context_access::telemetry(ctx);
-        try {
-            // The call's shared clock reading serves a slow-call rule's start time.
-            auto ticket =
-                core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx), sink) : core.admit(sink);
-            if (ticket.admitted) {
-                s.call.emplace(core, std::move(ticket), sink);
-                return step::proceed;
-            }
-            result.emplace(detail::refused(
-                detail::listener_for(core.options().telemetry, ctx), core.clock(),
-                detail::event(telemetry_kind::rejection, "circuit_breaker", name(), ctx.attempt()),
-                refusal(ticket)));
-        } catch (...) {
-            // on_state_change threw (the probe slot is already given back), or the clock did
-            result.emplace(failure::current());
+        // Closed, with no call to time: admitted at one load, nothing else to decide.
+        if (typename detail::breaker_core<C>::admission a; !core.times_calls() && core.admit_closed(a)) {
+            s.call.start(core, a, sink);
+            return step::proceed;
         }
-        return step::done;
+        return enter_other(s, ctx, result, sink);
     }
 
     /// Records the result. A classifier or `on_state_change` that throws replaces the result with
@@ -813,7 +825,7 @@ public:
     step leave(call_state& s, const context& ctx, outcome<R>& result) const {
         if (core_->options().should_handle.plain_success(result)) {
             try {
-                s.call->finish(detail::breaker_verdict::success, nullptr);
+                s.call.finish(detail::breaker_verdict::success, nullptr);
             } catch (...) {
                 result = outcome<R>{failure::current()};
             }
@@ -853,6 +865,32 @@ public:
     [[nodiscard]] const std::string& name() const noexcept { return core_->options().name; }
 
 private:
+    // Every admission but a closed breaker's with no call to time: judged under the lock, or
+    // refused.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step enter_other(call_state& s, const context& ctx,
+                                                std::optional<outcome<R>>& result,
+                                                const telemetry_listener* sink) const {
+        detail::breaker_core<C>& core = *core_;
+        try {
+            // The call's shared clock reading serves a slow-call rule's start time.
+            auto ticket =
+                core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx), sink) : core.admit(sink);
+            if (ticket.admitted) {
+                s.call.start(core, ticket, sink);
+                return step::proceed;
+            }
+            result.emplace(detail::refused(
+                detail::listener_for(core.options().telemetry, ctx), core.clock(),
+                detail::event(telemetry_kind::rejection, "circuit_breaker", name(), ctx.attempt()),
+                refusal(ticket)));
+        } catch (...) {
+            // on_state_change threw (the probe slot is already given back), or the clock did
+            result.emplace(failure::current());
+        }
+        return step::done;
+    }
+
     // The refusals, out of the admission path.
     template <class R>
     failure refused_before_admission(const context& ctx) const {
@@ -885,7 +923,7 @@ private:
             }
         }
         try {
-            s.call->finish(v, cause);
+            s.call.finish(v, cause);
         } catch (...) {
             if (!thrown)
                 thrown.emplace(failure::current());

@@ -3,6 +3,7 @@
 /// `context`: what one attempt knows about itself (stop token, attempt number, deadline).
 #pragma once
 
+#include "detail/inlining.hpp"
 #include "detail/stop.hpp"
 
 #include <atomic>
@@ -51,14 +52,26 @@ struct time_cache {
 /// is taken and no callback is linked to the caller's token. Asking (`token()`) makes a source
 /// linked to the parent context's token; the deadline (`expire()`) stops it, or, if nobody has
 /// asked yet, makes every later one start stopped. Both may happen on different threads.
+///
+/// Polling (`stop_requested()`) walks up the chain of lazy stops without a call per level: each
+/// one knows, from its construction, the nearest lazy stop above it and otherwise the token it
+/// ends at, or that nothing above it can ever stop (a token that cannot stop never will).
 class lazy_stop {
 public:
-    explicit lazy_stop(const context* parent) noexcept : parent_(parent) {}
+    explicit lazy_stop(const context* parent) noexcept;
     lazy_stop(const lazy_stop&) = delete;
     lazy_stop& operator=(const lazy_stop&) = delete;
 
     /// Stopped by the deadline or by the parent: no token made for that.
-    bool stop_requested() const noexcept;
+    RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
+        const lazy_stop* l = this;
+        while (!l->expired_.load(std::memory_order_acquire)) {
+            if (!l->parent_lazy_)
+                return l->parent_token_ && l->parent_token_->stop_requested();
+            l = l->parent_lazy_;
+        }
+        return true;
+    }
     /// The attempt's token, made (and linked to the parent's) on first use.
     const std::stop_token& token() const {
         if (!ready_.load(std::memory_order_acquire))
@@ -83,6 +96,8 @@ private:
     void materialize() const;
 
     const context* parent_;
+    const lazy_stop* parent_lazy_;       // the parent's own lazy stop, if it has one
+    const std::stop_token* parent_token_; // else the token the parent ends at; null if it cannot stop
     mutable std::mutex mutex_;
     mutable std::optional<pooled_stop_source> source_; // pooled: no allocation per call
     mutable std::optional<std::stop_callback<forward>> link_;
@@ -126,7 +141,7 @@ public:
         return from_ ? from_->token_ : token_;
     }
     /// Same as `stop_token().stop_requested()`, without making a token.
-    bool stop_requested() const noexcept {
+    RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
         if (lazy_)
             return lazy_->stop_requested();
         return (from_ ? from_->token_ : token_).stop_requested();
@@ -184,6 +199,7 @@ public:
 
 private:
     friend struct detail::context_access;
+    friend class detail::lazy_stop;
     struct derived_tag {};
 
     // A child that refers to `parent` for its stop token (see the class comment).
@@ -269,8 +285,11 @@ struct context_access {
     static void set_telemetry(context& c, const telemetry_listener* l) noexcept { c.telemetry_ = l; }
 };
 
-inline bool lazy_stop::stop_requested() const noexcept {
-    return expired_.load(std::memory_order_acquire) || parent_->stop_requested();
+inline lazy_stop::lazy_stop(const context* parent) noexcept
+    : parent_(parent), parent_lazy_(parent->lazy_),
+      parent_token_(parent->lazy_ ? nullptr : (parent->from_ ? &parent->from_->token_ : &parent->token_)) {
+    if (parent_token_ && !parent_token_->stop_possible())
+        parent_token_ = nullptr;
 }
 
 inline void lazy_stop::materialize() const {

@@ -3,6 +3,7 @@
 /// `failure` (a held exception) and `outcome<T>` (a value or a failure).
 #pragma once
 
+#include "detail/inlining.hpp"
 #include "error.hpp"
 
 #include <cassert>
@@ -344,5 +345,16 @@ private:
 
     std::variant<stored, resilience::failure> data_;
 };
+
+namespace detail {
+
+/// Makes `result` a `cancelled_error` from the policy named `name`: a caller that stopped before a
+/// policy admitted its call. Out of line, so that the admissions that check for it stay small.
+template <class R>
+RESILIENCE_DETAIL_NOINLINE void set_cancelled(std::optional<outcome<R>>& result, const std::string& name) {
+    result.emplace(failure::make(cancelled_error{name}));
+}
+
+} // namespace detail
 
 } // namespace resilience

@@ -304,8 +304,8 @@ public:
     /// A permit now with nobody queued is taken at once; anything else waits (or is refused) in `run`.
     template <class R>
     step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
-        if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{name()}));
+        if (ctx.stop_requested()) [[unlikely]] {
+            set_cancelled(result, name());
             return step::done;
         }
         return state_->try_take_now(call_now(state_->clock, ctx)) ? step::proceed : step::wait;

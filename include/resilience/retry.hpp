@@ -185,14 +185,8 @@ public:
     template <class R>
     step enter(call_state& s, const context& ctx, const context*& inner,
                std::optional<outcome<R>>& result) const {
-        if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{options_.name}));
-            return step::done;
-        }
-        if (!options_.should_handle.template accepts<R>()) {
-            result.emplace(options_.should_handle.template mismatch<R>("retry", options_.name));
-            return step::done;
-        }
+        if (ctx.stop_requested() || !options_.should_handle.template accepts<R>()) [[unlikely]]
+            return refuse(ctx, result);
         if (options_.budget)
             options_.budget->record_call();
         // Only max_elapsed and a listener (the first attempt's length) need the start.
@@ -253,6 +247,17 @@ public:
     }
 
 private:
+    // A stopped caller, or an outcome classifier for another result type: refused before the first
+    // attempt. Out of line, so that `enter` stays small enough to be inlined into the call's frame.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step refuse(const context& ctx, std::optional<outcome<R>>& result) const {
+        if (ctx.stop_requested())
+            detail::set_cancelled(result, options_.name);
+        else
+            result.emplace(options_.should_handle.template mismatch<R>("retry", options_.name));
+        return step::done;
+    }
+
     // Out of line, so that `leave` stays small enough to be inlined into the call's frame.
     template <class R>
     RESILIENCE_DETAIL_NOINLINE bool report_attempt(const telemetry_listener* l, typename C::time_point begun,

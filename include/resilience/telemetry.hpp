@@ -79,15 +79,6 @@
 #include <type_traits>
 #include <utility>
 
-// Keeps a rare path out of a fast one, so that the fast one stays small enough to be inlined.
-#ifndef RESILIENCE_DETAIL_NOINLINE
-#if defined(_MSC_VER) && !defined(__clang__)
-#define RESILIENCE_DETAIL_NOINLINE __declspec(noinline)
-#else
-#define RESILIENCE_DETAIL_NOINLINE [[gnu::noinline]]
-#endif
-#endif
-
 namespace resilience {
 
 // Declared opaque here (a scoped enum's underlying type is int unless it says otherwise), defined

@@ -182,8 +182,8 @@ public:
         if constexpr (!detail::loop_timer_clock<C>) {
             return step::wait;
         } else {
-            if (ctx.stop_requested()) {
-                result.emplace(failure::make(cancelled_error{name_}));
+            if (ctx.stop_requested()) [[unlikely]] {
+                detail::set_cancelled(result, name_);
                 return step::done;
             }
             event_loop* const loop = clock_.timer_loop();

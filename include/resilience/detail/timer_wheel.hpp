@@ -21,7 +21,8 @@
 /// Time moves by cascading: when `cur` reaches the start of the earliest slot of a level L > 0, that slot
 /// is emptied into lower levels relative to the new `cur`. A timer only ever moves down, at most 10
 /// times, so expiry is O(1) amortised however far away a deadline is (292 years fits). Cancelling is an
-/// unlink; the cancel that empties a slot clears its bit, and finds the slot from the timer's key.
+/// unlink; the cancel that empties a slot clears its bit, and knows the slot from the timer itself (the
+/// wheel notes it in the node whenever it links one).
 ///
 /// Exact instants. Virtual time jumps to the next deadline, so it may cascade straight down to it:
 /// `advance_to_next` moves `cur` to the earliest slot's start until that slot is at level 0, whose start
@@ -37,8 +38,10 @@
 #pragma once
 
 #include "frame_allocator.hpp"
+#include "inlining.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cstddef>
@@ -61,6 +64,9 @@ struct timer_node : timer_link {
     std::chrono::nanoseconds when{};
     void (*fire)(timer_node*) = nullptr;
     void* owner = nullptr; ///< for `fire` to find its way back to whoever armed the timer
+    /// Set by the wheel: the slot the timer is linked into (level * 64 + digit), or -1 in the late
+    /// FIFO, so that the cancel that empties a slot need not work out where the timer sits.
+    int slot_index = -1;
     bool armed() const noexcept { return prev != nullptr; }
 };
 
@@ -86,9 +92,14 @@ public:
     /// cascading, which only moves timers down, never has to.
     void insert(timer_node* t) {
         const std::uint64_t k = key(t->when);
-        if (k >= cur_)
-            reserve(level_of(k));
-        place(t);
+        if (k < cur_) {
+            link_late(t);
+        } else {
+            const int level = level_of(k);
+            if (level >= reserved_) [[unlikely]]
+                reserve(level);
+            link_into(t, level, digit_of(k, level));
+        }
         ++size_;
     }
 
@@ -102,12 +113,12 @@ public:
         n->prev = p;
         t->prev = t->next = nullptr;
         --size_;
-        if (p == n && p != &late_) { // only the head is left: clear the slot's bit
-            // Where a timer sits is a function of its key and `cur_`, so `t` names its slot.
-            const std::uint64_t k = key(t->when);
-            const int level = level_of(k);
-            occupied_[level] &= ~(std::uint64_t{1} << digit_of(k, level));
-            if (!occupied_[level])
+        if (p == n && t->slot_index >= 0) { // only the head is left: clear the slot's bit
+            const auto where = static_cast<unsigned>(t->slot_index);
+            const unsigned level = where / width;
+            const std::uint64_t left = occupied_[level] & ~(std::uint64_t{1} << (where % width));
+            occupied_[level] = left;
+            if (!left)
                 levels_ &= ~(std::uint32_t{1} << level);
         }
     }
@@ -197,9 +208,16 @@ private:
 
     // The highest digit where `k` (not before the wheel's time) differs from it.
     int level_of(std::uint64_t k) const noexcept {
-        const std::uint64_t differ = k ^ cur_;
-        return differ == 0 ? 0 : (static_cast<int>(std::bit_width(differ)) - 1) / bits;
+        // `| 1`: equal keys (no digit differs) go to level 0, as do keys differing in bit 0 only.
+        return level_of_bit[std::bit_width((k ^ cur_) | 1) - 1];
     }
+    // The level of each bit of a key: a table read instead of a division by `bits`.
+    static constexpr auto level_of_bit = [] {
+        std::array<std::uint8_t, 64> levels{};
+        for (int b = 0; b < 64; ++b)
+            levels[static_cast<std::size_t>(b)] = static_cast<std::uint8_t>(b / bits);
+        return levels;
+    }();
     static int digit_of(std::uint64_t k, int level) noexcept {
         return static_cast<int>((k >> (level * bits)) & (width - 1));
     }
@@ -214,8 +232,8 @@ private:
         return high | (static_cast<std::uint64_t>(digit) << (level * bits));
     }
 
-    // Levels 0 to `level` get their heads, uninitialised.
-    void reserve(int level) {
+    // Levels 0 to `level` get their heads, uninitialised. Once per wheel and level: out of line.
+    RESILIENCE_DETAIL_NOINLINE void reserve(int level) {
         while (reserved_ <= level) {
             auto* heads = static_cast<timer_link*>(frame_cache::allocate(block_bytes));
             std::uninitialized_default_construct_n(heads, width * levels_per_block);
@@ -228,16 +246,26 @@ private:
     void place(timer_node* t) noexcept {
         const std::uint64_t k = key(t->when);
         if (k < cur_) {
-            link_back(late_, t);
+            link_late(t);
             return;
         }
         const int level = level_of(k);
-        const int digit = digit_of(k, level);
+        link_into(t, level, digit_of(k, level));
+    }
+
+    void link_late(timer_node* t) noexcept {
+        t->slot_index = -1;
+        link_back(late_, t);
+    }
+    // Precondition: `level` is reserved.
+    void link_into(timer_node* t, int level, int digit) noexcept {
         timer_link& head = slot(level, digit);
         const std::uint64_t bit = std::uint64_t{1} << digit;
-        if (!(occupied_[level] & bit)) {
+        const std::uint64_t occupied = occupied_[level];
+        t->slot_index = level * width + digit;
+        if (!(occupied & bit)) {
             head.prev = head.next = &head;
-            occupied_[level] |= bit;
+            occupied_[level] = occupied | bit;
             levels_ |= std::uint32_t{1} << level;
         }
         link_back(head, t);
