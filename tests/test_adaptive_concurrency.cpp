@@ -496,6 +496,15 @@ TEST_CASE("aimd: which failures count: should_handle, by default every failure b
             Catch::Matchers::Contains("resilience::bulkhead: should_handle classifies rs::outcome<int>"));
         CHECK_FALSE(ran);
         CHECK(bh.in_flight() == 0);
+        // A caller that has stopped too still learns of the setup mistake, not of a cancellation.
+        std::stop_source stopped;
+        stopped.request_stop();
+        auto r_stopped = sim.run(bh.execute_outcome(other, stopped.get_token()));
+        REQUIRE(r_stopped.has_failure());
+        CHECK_THROWS_WITH(
+            r_stopped.error().rethrow(),
+            Catch::Matchers::Contains("resilience::bulkhead: should_handle classifies rs::outcome<int>"));
+        CHECK_FALSE(ran);
     }
     SECTION("a classifier that throws makes its exception the call's failure, and the slot comes back") {
         rs::bulkhead bh{{.max_concurrent_calls = 1,

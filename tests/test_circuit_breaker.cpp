@@ -1133,6 +1133,18 @@ TEST_CASE("circuit_breaker: a returned value should_handle handles counts as a f
     CHECK(other.error().what() ==
           std::string("resilience::circuit_breaker: should_handle classifies rs::outcome<(anonymous "
                       "namespace)::reply> but the action returns int"));
+    // A caller that has stopped too still learns of the setup mistake, not of a cancellation.
+    std::stop_source stopped;
+    stopped.request_stop();
+    auto other_stopped = sim.run(breaker.execute_outcome(
+        [&]() -> rs::task<int> {
+            ran = true;
+            co_return 1;
+        },
+        stopped.get_token()));
+    CHECK_FALSE(ran);
+    REQUIRE(other_stopped.error().as<std::invalid_argument>());
+    CHECK(other_stopped.error().what() == std::string(other.error().what()));
     CHECK(breaker.metrics().consecutive_failures == 0);
 }
 

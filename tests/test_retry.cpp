@@ -361,6 +361,12 @@ TEST_CASE("retry: an outcome classifier for another result type fails the call w
     CHECK(message.find(
               "resilience::retry: should_handle classifies rs::outcome<long> but the action returns int") ==
           0);
+    // A caller that has stopped too still learns of the setup mistake, not of a cancellation.
+    std::stop_source stopped;
+    stopped.request_stop();
+    const std::string when_stopped =
+        invalid_argument_message([&] { sim.run(r.execute(act, stopped.get_token())); });
+    CHECK(when_stopped == message);
     CHECK(act.calls() == 0);
 }
 

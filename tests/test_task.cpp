@@ -4,12 +4,15 @@
 
 #include <resilience/event_loop.hpp>
 #include <resilience/task.hpp>
+#include <resilience/detail/frame_allocator.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #ifdef RESILIENCE_TESTS_COUNT_ALLOCATIONS
 // Counting replacement of the global allocation functions (see alloc_counter.hpp).
@@ -144,3 +147,31 @@ TEST_CASE("task: a steady stream of calls reuses coroutine frames instead of all
     CHECK(allocations == 0);
 }
 #endif
+
+namespace {
+// Makes a frame-sized block in its destructor, which runs on an exiting thread after the frame
+// cache's own clean-up (it was constructed before the cache kept its first frame).
+void* made_while_exiting = nullptr;
+struct allocates_at_exit {
+    ~allocates_at_exit() { made_while_exiting = resilience::detail::frame_cache::allocate(100); }
+};
+} // namespace
+
+TEST_CASE("frame cache: a frame made while its thread exits can serve any frame of its class on another thread",
+          "[task]") {
+    using resilience::detail::frame_cache;
+    std::thread exiting([] {
+        thread_local allocates_at_exit late;
+        (void)&late;
+        frame_cache::deallocate(frame_cache::allocate(64), 64); // the cache registers its clean-up now
+    });
+    exiting.join();
+    REQUIRE(made_while_exiting != nullptr);
+    // Freed here, the 100-byte frame joins this thread's list of frames up to 128 bytes...
+    frame_cache::deallocate(made_while_exiting, 100);
+    // ...and the next 128-byte frame may be that block: it must hold 128 bytes (ASan checks the write).
+    void* next = frame_cache::allocate(128);
+    std::memset(next, 0xab, 128);
+    CHECK(static_cast<unsigned char*>(next)[127] == 0xab);
+    frame_cache::deallocate(next, 128);
+}

@@ -212,10 +212,13 @@ private:
     std::int64_t index_of(std::chrono::nanoseconds t) const noexcept { return segment_of(t, width_); }
     // The first instant after segment `k` (saturated: the last segment of time ends at the end of time).
     std::int64_t end_of(std::int64_t k) const noexcept {
-        std::int64_t next_k = 0, end = 0;
-        if (__builtin_add_overflow(k, 1, &next_k) || __builtin_mul_overflow(next_k, width_.count(), &end))
-            return std::numeric_limits<std::int64_t>::max();
-        return end;
+        // `k` is the floor of some reading over the width, so `(k + 1) * width` cannot fall below the
+        // lowest value; it passes the highest exactly when `k >= max / width`.
+        constexpr std::int64_t highest = std::numeric_limits<std::int64_t>::max();
+        const std::int64_t width = width_.count();
+        if (k >= highest / width)
+            return highest;
+        return (k + 1) * width;
     }
     std::size_t slot_of(std::int64_t k) const noexcept { return ring_slot(k, ring_.size()); }
     std::size_t next(std::size_t slot) const noexcept { return slot + 1 == ring_.size() ? 0 : slot + 1; }

@@ -443,7 +443,7 @@ public:
         state& s = *state_;
         using value_type = detail::next_value_t<Next>;
         if (token.stop_requested() || (s.adaptive && !s.should_handle->template accepts<value_type>()))
-            co_return refused_before_admission<value_type>(ctx);
+            co_return refused_before_admission<value_type>();
         detail::waiter node;
         waiter_state admitted = waiter_state::granted;
         const telemetry_listener* const listener = detail::listener_for(s.options.telemetry, ctx);
@@ -531,10 +531,12 @@ private:
 
     // A stopped caller, or an outcome classifier for another result type: refused before any slot.
     template <class R>
-    failure refused_before_admission(const context& ctx) const {
-        if (ctx.stop_requested())
-            return failure::make(cancelled_error{name()});
-        return state_->should_handle->template mismatch<R>("bulkhead", state_->options.name);
+    // The classifier's type is asked first: it does not change, while a stop may arrive between
+    // two checks.
+    failure refused_before_admission() const {
+        if (state_->adaptive && !state_->should_handle->template accepts<R>())
+            return state_->should_handle->template mismatch<R>("bulkhead", state_->options.name);
+        return failure::make(cancelled_error{name()});
     }
 
     // `enter` with `adapt`: also checks the classifier's type, and takes the call's ticket.
@@ -543,7 +545,7 @@ private:
                                                    std::optional<outcome<R>>& result) const {
         state& s = *state_;
         if (!s.should_handle->template accepts<R>()) {
-            result.emplace(refused_before_admission<R>(ctx));
+            result.emplace(refused_before_admission<R>());
             return step::done;
         }
         if (!s.try_acquire())

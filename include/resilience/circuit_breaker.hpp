@@ -806,7 +806,7 @@ public:
     step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         detail::breaker_core<C>& core = *core_;
         if (ctx.stop_requested() || !core.options().should_handle.template accepts<R>()) {
-            result.emplace(refused_before_admission<R>(ctx));
+            result.emplace(refused_before_admission<R>());
             return step::done;
         }
         const telemetry_listener* const sink = detail::context_access::telemetry(ctx);
@@ -893,11 +893,13 @@ private:
 
     // The refusals, out of the admission path.
     template <class R>
-    failure refused_before_admission(const context& ctx) const {
+    // Called when the caller stopped or the classifier is for another type. The type is asked
+    // first: it does not change, while a stop may arrive between two checks.
+    failure refused_before_admission() const {
         const circuit_breaker_options& o = core_->options();
-        if (ctx.stop_requested())
-            return failure::make(cancelled_error{o.name});
-        return o.should_handle.template mismatch<R>("circuit_breaker", o.name);
+        if (!o.should_handle.template accepts<R>())
+            return o.should_handle.template mismatch<R>("circuit_breaker", o.name);
+        return failure::make(cancelled_error{o.name});
     }
     failure refusal(const typename detail::breaker_core<C>::ticket& t) const {
         const std::string& name = core_->options().name;

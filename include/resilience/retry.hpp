@@ -186,7 +186,7 @@ public:
     step enter(call_state& s, const context& ctx, const context*& inner,
                std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested() || !options_.should_handle.template accepts<R>()) [[unlikely]]
-            return refuse(ctx, result);
+            return refuse(result);
         if (options_.budget)
             options_.budget->record_call();
         // Only max_elapsed and a listener (the first attempt's length) need the start.
@@ -250,11 +250,13 @@ private:
     // A stopped caller, or an outcome classifier for another result type: refused before the first
     // attempt. Out of line, so that `enter` stays small enough to be inlined into the call's frame.
     template <class R>
-    RESILIENCE_DETAIL_NOINLINE step refuse(const context& ctx, std::optional<outcome<R>>& result) const {
-        if (ctx.stop_requested())
-            detail::set_cancelled(result, options_.name);
-        else
+    // The classifier's type is asked first: it does not change, while a stop may arrive between the
+    // two checks, and a setup mistake must not pass for a cancellation.
+    RESILIENCE_DETAIL_NOINLINE step refuse(std::optional<outcome<R>>& result) const {
+        if (!options_.should_handle.template accepts<R>())
             result.emplace(options_.should_handle.template mismatch<R>("retry", options_.name));
+        else
+            detail::set_cancelled(result, options_.name);
         return step::done;
     }
 

@@ -22,15 +22,18 @@ public:
 
     static void* allocate(std::size_t n) {
         const std::size_t c = class_of(n);
-        if (c < classes && state_ != state::gone) {
+        if (c >= classes)
+            return ::operator new(n);
+        if (state_ != state::gone) {
             if (node* head = lists_.free[c]) {
                 lists_.free[c] = head->next;
                 --lists_.count[c];
                 return head;
             }
-            return ::operator new((c + 1) * granule);
         }
-        return ::operator new(n);
+        // Always the whole class, even on an exiting thread: the frame may be freed on a live thread
+        // and join its cache, where it must hold any frame of its class.
+        return ::operator new((c + 1) * granule);
     }
 
     static void deallocate(void* p, std::size_t n) noexcept {
