@@ -411,13 +411,13 @@ public:
     /// A free slot with nobody queued is taken at once; anything else waits in `run`.
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        state& s = *state_;
+        if (s.adaptive)
+            return enter_adaptive(c, ctx, result);
         if (ctx.stop_requested()) [[unlikely]] {
             detail::set_cancelled(result, name());
             return step::done;
         }
-        state& s = *state_;
-        if (s.adaptive)
-            return enter_adaptive(c, ctx, result);
         if (!s.try_acquire())
             return step::wait;
         c.held = &s;
@@ -544,7 +544,7 @@ private:
     RESILIENCE_DETAIL_NOINLINE step enter_adaptive(call_state& c, const context& ctx,
                                                    std::optional<outcome<R>>& result) const {
         state& s = *state_;
-        if (!s.should_handle->template accepts<R>()) {
+        if (!s.should_handle->template accepts<R>() || ctx.stop_requested()) [[unlikely]] {
             result.emplace(refused_before_admission<R>());
             return step::done;
         }
