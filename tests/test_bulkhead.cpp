@@ -775,3 +775,32 @@ TEST_CASE("bulkhead: copies and borrowed copies are equal and hash alike, other 
     static_assert(noexcept(a.borrow()));
     static_assert(noexcept(a.in_flight()));
 }
+
+TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down before it resumes comes back",
+          "[bulkhead]") {
+    rs::bulkhead shared{{.max_concurrent_calls = 1, .queue_limit = 4}};
+    std::coroutine_handle<> parked{};
+    struct park {
+        std::coroutine_handle<>* where;
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<> h) const noexcept { *where = h; }
+        int await_resume() const noexcept { return 0; }
+    };
+    auto holds = [&parked]() -> rs::task<int> { co_return co_await park{&parked}; };
+    auto quick = []() -> rs::task<int> { co_return 1; };
+    rs::testing::simulation holder_loop;
+    auto waiter_loop = std::make_unique<rs::testing::simulation>();
+    holder_loop.spawn(shared.execute(holds)); // takes the only slot
+    holder_loop.run_for(1ms);
+    waiter_loop->spawn(shared.execute(quick)); // queues on the other loop
+    waiter_loop->run_for(1ms);
+    REQUIRE(shared.queued() == 1);
+    std::exchange(parked, {}).resume(); // the holder's action ends...
+    holder_loop.run_for(1ms);           // ...and its slot is handed to the waiter, posted to its loop
+    CHECK(shared.queued() == 0);
+    CHECK(shared.in_flight() == 1);
+    waiter_loop.reset(); // torn down before the waiter resumed
+    CHECK(shared.in_flight() == 0);
+    rs::testing::simulation again;
+    CHECK(again.run(shared.execute(quick)) == 1);
+}

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "support.hpp"
 
+#include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/rate_limiter.hpp>
@@ -383,4 +385,113 @@ TEST_CASE("pipeline: a timeout, a limiter and a slow-call breaker read the clock
     // One reading admits the call (timeout deadline, limiter refill, breaker start); the breaker
     // reads once more to time the finished call.
     CHECK(*clock.reads - before == 2);
+}
+
+namespace {
+// A call that arrives at `arrive`, notes when its action starts under `id`, runs for `hold` (listening
+// to its stop token) and notes how and when the call ended.
+struct timed_call {
+    int id = 0;
+    std::chrono::nanoseconds arrive{};
+    std::chrono::nanoseconds hold{};
+};
+struct call_log {
+    resilience_tests::instant_log started;
+    std::vector<std::pair<int, std::chrono::nanoseconds>> ended;
+    std::vector<std::string> how;
+};
+template <class P>
+rs::task<void> timed(rs::testing::simulation& sim, const P& p, call_log& log, timed_call c) {
+    co_await sim.sleep_for(c.arrive);
+    auto action = [&sim, &log, c](std::stop_token st) -> rs::task<int> {
+        log.started.emplace_back(c.id, sim.now());
+        co_await sim.sleep_for(c.hold, st);
+        if (st.stop_requested())
+            throw rs::cancelled_error{};
+        co_return c.id;
+    };
+    auto r = co_await p.execute_outcome(std::move(action));
+    log.ended.emplace_back(c.id, sim.now());
+    log.how.push_back(r.has_value()                                     ? "value"
+                      : r.error().template is<rs::timeout_error>()      ? "timeout"
+                      : r.error().template is<rs::bulkhead_rejected_error>() ? "rejected"
+                                                                        : "other");
+}
+} // namespace
+
+TEST_CASE("pipeline: a call queued in a bulkhead, once admitted, goes on through the stages inside it, "
+          "waiting again in a rate limiter there",
+          "[pipeline][bulkhead][rate_limiter]") {
+    rs::testing::simulation sim;
+    // One slot; one token, then one every 100 ms.
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5}, sim.clock()};
+    rs::rate_limiter lim{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 5}, sim.clock()};
+    rs::pipeline p{bh, lim, rs::timeout{1s, sim.clock()}};
+    call_log log;
+    sim.spawn(timed(sim, p, log, {.id = 1, .hold = 50ms}));                 // slot and token at 0
+    sim.spawn(timed(sim, p, log, {.id = 2, .arrive = 10ms, .hold = 50ms})); // slot at 50, token at 100
+    sim.spawn(timed(sim, p, log, {.id = 3, .arrive = 20ms, .hold = 50ms})); // slot at 150, token at 200
+    sim.run_all();
+    using ms = std::chrono::milliseconds;
+    CHECK(log.started == resilience_tests::instant_log{{1, ms{0}}, {2, ms{100}}, {3, ms{200}}});
+    CHECK(log.ended == resilience_tests::instant_log{{1, ms{50}}, {2, ms{150}}, {3, ms{250}}});
+    CHECK(log.how == std::vector<std::string>{"value", "value", "value"});
+    CHECK(bh.in_flight() == 0);
+    CHECK(bh.queued() == 0);
+    CHECK(lim.queued() == 0);
+}
+
+TEST_CASE("pipeline: a retry around a bulkhead queues its next attempt for a slot like any call",
+          "[pipeline][bulkhead][retry]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5}, sim.clock()};
+    rs::pipeline p{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{0ms}}, sim.clock()}, bh};
+    // The first attempt holds the slot for 50 ms and fails; call 2 queued at 10 ms takes the slot at 50 ms
+    // for 100 ms, so the second attempt queues and runs at 150 ms.
+    auto flaky = rs::testing::scripted_action{sim.clock(),
+                                              rs::testing::script<int>{.failures = 1, .latency = 50ms, .value = 7}};
+    std::optional<rs::outcome<int>> first;
+    sim.spawn([](const auto& p, auto act, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
+        out.emplace(co_await p.execute_outcome(std::move(act)));
+    }(p, flaky, first));
+    call_log log;
+    sim.spawn(timed(sim, p, log, {.id = 2, .arrive = 10ms, .hold = 100ms}));
+    sim.run_all();
+    REQUIRE(first.has_value());
+    CHECK(first->value() == 7);
+    CHECK(flaky.calls() == 2);
+    CHECK(log.started == resilience_tests::instant_log{{2, std::chrono::milliseconds{50}}});
+    CHECK(sim.now() == 200ms); // the second attempt ran from 150 ms to 200 ms
+    CHECK(bh.in_flight() == 0);
+}
+
+TEST_CASE("pipeline: a timeout around a bulkhead ends a queued call at its deadline and takes it out of "
+          "the queue",
+          "[pipeline][bulkhead][timeout]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5}, sim.clock()};
+    rs::pipeline p{rs::timeout{30ms, sim.clock()}, bh};
+    call_log log;
+    std::size_t queued_at_15 = 99, queued_at_45 = 99, queued_at_55 = 99;
+    sim.spawn(timed(sim, bh, log, {.id = 1, .hold = 100ms}));               // holds the slot, no timeout
+    sim.spawn(timed(sim, p, log, {.id = 2, .arrive = 10ms, .hold = 10ms})); // queued from 10 ms to 40 ms
+    sim.spawn(timed(sim, p, log, {.id = 3, .arrive = 20ms, .hold = 10ms})); // queued from 20 ms to 50 ms
+    sim.spawn([](rs::testing::simulation& sim, const rs::bulkhead<rs::testing::virtual_clock>& bh,
+                 std::size_t& at_15, std::size_t& at_45, std::size_t& at_55) -> rs::task<void> {
+        co_await sim.sleep_for(15ms);
+        at_15 = bh.queued();
+        co_await sim.sleep_for(30ms);
+        at_45 = bh.queued();
+        co_await sim.sleep_for(10ms);
+        at_55 = bh.queued();
+    }(sim, bh, queued_at_15, queued_at_45, queued_at_55));
+    sim.run_all();
+    using ms = std::chrono::milliseconds;
+    CHECK(queued_at_15 == 1);
+    CHECK(queued_at_45 == 1);
+    CHECK(queued_at_55 == 0);
+    CHECK(log.started == resilience_tests::instant_log{{1, ms{0}}}); // the queued calls never ran
+    CHECK(log.ended == resilience_tests::instant_log{{2, ms{40}}, {3, ms{50}}, {1, ms{100}}});
+    CHECK(log.how == std::vector<std::string>{"timeout", "timeout", "value"});
+    CHECK(bh.in_flight() == 0);
 }

@@ -877,3 +877,49 @@ TEST_CASE("rate limiters: copies and borrowed copies are equal and hash alike, o
           std::hash<rs::sliding_window_limiter<>>{}(w));
     static_assert(noexcept(w.borrow()));
 }
+
+TEST_CASE("rate_limiter: calls destroyed with their event loop while they wait leave the queue, the first "
+          "one while it watches the clock",
+          "[rate_limiter]") {
+    auto sim = std::make_unique<rs::testing::simulation>();
+    rs::rate_limiter lim{{.token_limit = 1, .tokens_per_second = 1, .queue_limit = 4}, sim->clock()};
+    auto quick = []() -> rs::task<int> { co_return 1; };
+    sim->spawn(lim.execute(quick)); // takes the only token
+    sim->spawn(lim.execute(quick)); // the head: sleeps until the next token, due at 1 s
+    sim->spawn(lim.execute(quick)); // waits behind it
+    sim->run_for(10ms);
+    CHECK(lim.queued() == 2);
+    sim.reset(); // the loop is torn down with both calls suspended
+    CHECK(lim.queued() == 0);
+}
+
+TEST_CASE("rate_limiter: the first waiter in a pipeline, stopped while it watches the clock, hands the "
+          "turn on at that instant",
+          "[rate_limiter][pipeline]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter lim{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 4}, sim.clock()};
+    rs::pipeline p{lim, rs::timeout{1s, sim.clock()}}; // a stage inside, run once admitted
+    journal j;
+    std::stop_source stop;
+    const auto call = [&](int id, std::stop_token token) -> rs::task<void> {
+        auto action = [&sim, &j, id]() -> rs::task<int> {
+            j.admitted.emplace_back(id, sim.now());
+            co_return id;
+        };
+        auto r = co_await p.execute_outcome(std::move(action), std::move(token));
+        j.finished[id] = {sim.now(), r.has_value() ? "value" : r.error().what()};
+    };
+    sim.spawn(call(1, {}));               // the token at 0
+    sim.spawn(call(2, stop.get_token())); // the head: its token is due at 100 ms
+    sim.spawn(call(3, {}));               // behind it: takes the 100 ms token
+    sim.run_until(40ms);
+    CHECK(lim.queued() == 2);
+    stop.request_stop();
+    sim.run_until(41ms);
+    CHECK(lim.queued() == 1);
+    sim.run_all();
+    CHECK(j.order() == std::vector<int>{1, 3});
+    CHECK(j.admitted_at(3) == 100ms);
+    CHECK(j.finished[2].at == 40ms);
+    CHECK(lim.queued() == 0);
+}

@@ -408,7 +408,8 @@ public:
         }
     };
 
-    /// A free slot with nobody queued is taken at once; anything else waits in `run`.
+    /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait`, or in
+    /// `run` for a bulkhead that times or bounds the wait (see `waits_in_frame`).
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         state& s = *state_;
@@ -434,6 +435,74 @@ public:
             s->release();
         return step::proceed;
     }
+
+    /// Whether a call that found no free slot waits for one in the pipeline's frame (`frame_wait`):
+    /// a bulkhead without `adapt`, `queue_timeout` or a telemetry listener does; the others wait
+    /// in `run`, which also times the wait and watches its deadline.
+    bool waits_in_frame(const context& ctx) const noexcept {
+        const state& s = *state_;
+        return !s.adaptive && !s.options.queue_timeout && !detail::listener_for(s.options.telemetry, ctx);
+    }
+    /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
+    /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
+    /// in `result`. Not movable: the queue's node is inside it.
+    template <class R>
+    class frame_wait {
+    public:
+        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
+            : state_(*b.state_), call_(c), ctx_(ctx), result_(result),
+              queue_(state_, node_, ctx.stop_token()) {}
+        frame_wait(const frame_wait&) = delete;
+        frame_wait& operator=(const frame_wait&) = delete;
+        /// A slot granted to this waiter that it never took over (its frame destroyed after the
+        /// grant and before it resumed: its event loop torn down) goes back. A waiter still
+        /// queued leaves first, under the same lock, so that no grant comes between the two.
+        ~frame_wait() {
+            if (claimed_)
+                return;
+            bool unclaimed = false;
+            {
+                std::lock_guard lock(state_.mutex);
+                if (state_.queue.withdraw(node_, detail::waiter_state::stopped))
+                    state_.waiter_left_locked();
+                unclaimed = node_.state == detail::waiter_state::granted;
+            }
+            if (unclaimed)
+                state_.release();
+        }
+
+        bool await_ready() { return queue_.await_ready(); }
+        bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
+        step await_resume() {
+            detail::waiter_state admitted = queue_.await_resume();
+            claimed_ = true;
+            if (admitted == detail::waiter_state::granted) {
+                if (!ctx_.stop_requested()) {
+                    call_.held = &state_; // given back by `leave`, or by the state's destructor
+                    return step::proceed;
+                }
+                state_.release();
+                admitted = detail::waiter_state::stopped;
+            }
+            if (admitted == detail::waiter_state::stopped)
+                detail::set_cancelled(result_, state_.options.name);
+            else
+                result_.emplace(
+                    failure::make(bulkhead_rejected_error{state_.options.name, reason_of(state_, admitted)}));
+            return step::done;
+        }
+
+    private:
+        state& state_;
+        call_state& call_;
+        const context& ctx_;
+        std::optional<outcome<R>>& result_;
+        detail::waiter node_;
+        // After the node it queues. Its tail padding holds `claimed_`, which keeps the whole at
+        // 184 bytes, a 192-byte block with the pipeline's stage index.
+        [[no_unique_address]] detail::queue_awaiter<state> queue_;
+        bool claimed_ = false; // resumed: what it was granted, it took
+    };
 
     /// The waiting form: queues for a slot, then runs `next` holding it.
     template <class Next>

@@ -47,11 +47,20 @@
 ///    down): a state that holds something (a slot, a timer) gives it back in its destructor.
 ///    `policy_base` gives such a policy a `run` made from these three.
 ///
+///    A policy whose `enter` may wait can also wait without a frame of its own, as the bulkhead and
+///    the rate limiters do: `bool waits_in_frame(const context&)` says whether it can for a call,
+///    and `frame_wait<R>`, constructed from `(policy, call_state&, ctx, std::optional<outcome<R>>&
+///    result)`, is the awaiter that waits, yielding `step::proceed` (admitted: the call goes on
+///    inward in the pipeline's frame), `step::done` (refused: `result` says why) or `step::wait`
+///    (not decided yet: the pipeline awaits the same object again). The pipeline makes it in a
+///    block from the frame cache, only for a call that waits.
+///
 /// A call through `pipeline{p1, p2, ..., pn}` (nested pipelines flattened) runs in one frame:
-/// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. Only a policy that
-/// waits costs a frame more: its `run` or `resume`, with the policies inside it run in a frame
-/// of their own. A policy of the waiting form always waits, so everything inside it runs the
-/// same way, in a frame of its own, and is fast again.
+/// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. A policy that waits
+/// for admission through `frame_wait` waits in that frame; any other policy that waits costs a
+/// frame more: its `run` or `resume`, with the policies inside it run in a frame of their own. A
+/// policy of the waiting form always waits, so everything inside it runs the same way, in a frame
+/// of its own, and is fast again.
 ///
 /// Policies may share one clock reading while a call is admitted: `detail::call_now(clock, ctx)`
 /// reads the clock once per call for every policy using the same clock type; the reading is
@@ -64,6 +73,7 @@
 #include "outcome.hpp"
 #include "task.hpp"
 
+#include <algorithm>
 #include <concepts>
 #include <coroutine>
 #include <cstddef>
@@ -302,6 +312,19 @@ concept fast_policy = requires { typename P::call_state; };
 template <class P>
 inline constexpr bool enter_may_wait = !requires { requires P::enter_never_waits; };
 
+/// A fast policy whose `enter` may wait can also wait for admission without a frame of its own
+/// (see the file comment): `waits_in_frame(ctx)` says whether it can for this call, and
+/// `frame_wait<R>`, made from the policy, the call's state, its context and its result, is the
+/// awaiter that waits, yielding `step::proceed` (admitted), `step::done` (refused: the result
+/// says why) or `step::wait` (not decided yet: the pipeline awaits the same object again).
+template <class P, class S, class R>
+concept frame_waiting = requires(const P& p, const context& c) {
+    { p.waits_in_frame(c) } -> std::same_as<bool>;
+    typename P::template frame_wait<R>;
+    requires std::is_constructible_v<typename P::template frame_wait<R>, const P&, S&, const context&,
+                                     std::optional<outcome<R>>&>;
+};
+
 template <class P>
 struct state_of {
     struct type {};
@@ -426,9 +449,9 @@ R visit_stage(std::size_t k, F&& f, std::index_sequence<Js...>) {
 }
 
 /// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
-/// every stage's `enter` inward, the innermost step, every `leave` outward. Only a stage that
-/// must wait costs more: its `run` (or `resume`) is awaited, with the stages inside it run by
-/// another `drive` of their own.
+/// every stage's `enter` inward, the innermost step, every `leave` outward. A stage that waits
+/// for admission through `frame_wait` waits in this frame; any other stage that must wait costs
+/// more: its `run` (or `resume`) is awaited, with the stages inside it run by another `drive`.
 template <class Stages, class Leaf>
 struct driver {
     static constexpr std::size_t size = std::tuple_size_v<Stages>;
@@ -584,6 +607,134 @@ struct driver {
             return inner_next{stages, leaf, J + 1};
     }
 
+    // ---- waiting for admission in this frame (a stage with `frame_wait`, see the file comment) ----
+    // Stage J waits here if its `enter` may wait and it has the members for it.
+    template <std::size_t J>
+    static constexpr bool admits_here() {
+        if constexpr (fast_policy<policy_at<J>> && enter_may_wait<policy_at<J>>)
+            return frame_waiting<policy_at<J>, state_type<J>, value_type>;
+        else
+            return false;
+    }
+    template <std::size_t J>
+    using admission_at = typename policy_at<J>::template frame_wait<value_type>;
+    // The size (or alignment) of stage J's admission awaiter, 0 if it has none.
+    template <std::size_t J, bool Align>
+    static constexpr std::size_t admission_extent() {
+        if constexpr (admits_here<J>())
+            return Align ? alignof(admission_at<J>) : sizeof(admission_at<J>);
+        else
+            return 0;
+    }
+    template <bool Align, std::size_t... Js>
+    static constexpr std::size_t largest_admission(std::index_sequence<Js...>) {
+        std::size_t n = 0;
+        ((n = std::max(n, admission_extent<Js, Align>())), ...);
+        return n;
+    }
+    static constexpr bool any_waits_in_frame = largest_admission<false>(all_stages{}) > 0;
+    static constexpr std::size_t admission_bytes = largest_admission<false>(all_stages{});
+    static_assert(largest_admission<true>(all_stages{}) <= alignof(std::max_align_t),
+                  "resilience: a policy's frame_wait must not be over-aligned");
+
+    // Whether stage `k`, whose `enter` waited, waits for admission here rather than in its `run`.
+    RESILIENCE_DETAIL_NOINLINE static bool stage_waits_in_frame(std::size_t k, const Stages& stages,
+                                                                const context* const* at) {
+        return visit_stage<bool>(
+            k,
+            [&](auto j) {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (admits_here<J>())
+                    return std::get<J>(stages).waits_in_frame(*at[J]);
+                else
+                    return false;
+            },
+            all_stages{});
+    }
+    /// Awaits stage `k`'s admission (out of line: the drive's common path stays small enough for
+    /// the compiler to inline what it calls). The stage's awaiter is made in a block from the frame cache,
+    /// taken only by a call that waits (so a call that does not carries no room for it), with
+    /// the stage's index after it; it is destroyed with this awaiter, also when the frame is destroyed
+    /// while it waits. One pointer, as every byte of this awaiter is in every call's frame.
+    struct wait_in_frame {
+        // The stage's index follows the awaiter.
+        static constexpr std::size_t index_at =
+            (admission_bytes + alignof(std::size_t) - 1) / alignof(std::size_t) * alignof(std::size_t);
+        static constexpr std::size_t block = index_at + sizeof(std::size_t);
+        void* space;
+
+        RESILIENCE_DETAIL_NOINLINE wait_in_frame(std::size_t stage, const Stages& stages, states& st,
+                                                 const context* const* at,
+                                                 std::optional<outcome_type>& result)
+            : space(frame_cache::allocate(block)) {
+            ::new (static_cast<unsigned char*>(space) + index_at) std::size_t(stage);
+            try {
+                on_stage([&](auto j) {
+                    constexpr std::size_t J = decltype(j)::value;
+                    ::new (space) admission_at<J>(std::get<J>(stages), state<J>(st), *at[J], result);
+                });
+            } catch (...) {
+                frame_cache::deallocate(space, block);
+                throw;
+            }
+        }
+        wait_in_frame(const wait_in_frame&) = delete;
+        wait_in_frame& operator=(const wait_in_frame&) = delete;
+        RESILIENCE_DETAIL_NOINLINE ~wait_in_frame() {
+            on_stage([&](auto j) { std::destroy_at(get<decltype(j)::value>()); });
+            frame_cache::deallocate(space, block);
+        }
+        RESILIENCE_DETAIL_NOINLINE bool await_ready() {
+            bool ready = true;
+            on_stage([&](auto j) { ready = get<decltype(j)::value>()->await_ready(); });
+            return ready;
+        }
+        RESILIENCE_DETAIL_NOINLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) {
+            std::coroutine_handle<> next = h;
+            on_stage([&](auto j) {
+                auto& a = *get<decltype(j)::value>();
+                using result = decltype(a.await_suspend(h));
+                if constexpr (std::is_void_v<result>) {
+                    a.await_suspend(h);
+                    next = std::noop_coroutine();
+                } else if constexpr (std::is_same_v<result, bool>) {
+                    if (a.await_suspend(h))
+                        next = std::noop_coroutine();
+                } else {
+                    next = a.await_suspend(h);
+                }
+            });
+            return next;
+        }
+        RESILIENCE_DETAIL_NOINLINE step await_resume() {
+            step s = step::done;
+            on_stage([&](auto j) { s = get<decltype(j)::value>()->await_resume(); });
+            return s;
+        }
+
+    private:
+        std::size_t stage() const noexcept {
+            unsigned char* const at = static_cast<unsigned char*>(space) + index_at;
+            return *std::launder(reinterpret_cast<std::size_t*>(at));
+        }
+        template <std::size_t J>
+        admission_at<J>* get() const noexcept {
+            return std::launder(static_cast<admission_at<J>*>(space));
+        }
+        // Calls `f(std::integral_constant<std::size_t, k>{})`: stage `k` admits here (`waits_in_frame`).
+        template <class F>
+        void on_stage(F&& f) const {
+            visit_stage<bool>(
+                stage(),
+                [&](auto j) {
+                    if constexpr (admits_here<decltype(j)::value>())
+                        f(j);
+                    return true;
+                },
+                all_stages{});
+        }
+    };
+
     template <class Awaitable>
     static task<outcome_type> as_task(Awaitable a) {
         co_return co_await std::move(a);
@@ -611,6 +762,13 @@ struct driver {
                     return task<outcome_type>{}; // unreachable: its `enter` never waits
             },
             all_stages{});
+    }
+    // `run_stage` out of line, for a pipeline whose waiting stages mostly wait in its frame: clang
+    // would otherwise build the stage's `run` coroutine in the drive's own frame (1.3 KB for a
+    // bulkhead's), making every call's frame as large as a waiting one's.
+    RESILIENCE_DETAIL_NOINLINE static task<outcome_type>
+    run_stage_out_of_line(std::size_t k, const Stages& stages, const context** at, const Leaf& leaf) {
+        return run_stage(k, stages, at, leaf);
     }
     // Stage `w`'s `resume`, for a stage whose `leave` waited: it may run the stages inside again.
     static task<outcome_type> resume_stage(std::size_t w, const Stages& stages, states& st, const context** at,
@@ -659,7 +817,25 @@ struct driver {
         at[from] = &root;
         std::optional<outcome_type> result;
         std::size_t k = size;
-        const step s = enter_all(from, stages, st, at, result, k, all_stages{});
+        step s = enter_all(from, stages, st, at, result, k, all_stages{});
+        if constexpr (any_waits_in_frame) {
+            // A stage that waits for admission here: once admitted, the call goes on inward from
+            // the stage after it, still in this frame.
+            while (s == step::wait && stage_waits_in_frame(k, stages, at)) [[unlikely]] {
+                cache.clear();
+                {
+                    wait_in_frame admission{k, stages, st, at, result};
+                    do // `step::wait`: not decided yet, await it again
+                        s = co_await admission;
+                    while (s == step::wait);
+                }
+                if (home && event_loop::current() != home)
+                    co_await resume_on_loop{home}; // admitted on another thread
+                cache.clear(); // a reading taken while waiting is stale now
+                if (s == step::proceed) // `k` is read before enter_all writes it
+                    s = enter_all(std::size_t{k + 1}, stages, st, at, result, k, all_stages{});
+            }
+        }
         std::size_t w = none;
         if (s == step::proceed) {
             result.emplace(co_await leaf(*at[size]));
@@ -671,7 +847,8 @@ struct driver {
         } else {
             cache.clear();
             if (s == step::wait) {
-                task<outcome_type> waiting = run_stage(k, stages, at, leaf);
+                task<outcome_type> waiting = any_waits_in_frame ? run_stage_out_of_line(k, stages, at, leaf)
+                                                                : run_stage(k, stages, at, leaf);
                 result.emplace(co_await std::move(waiting));
                 if (home && event_loop::current() != home)
                     co_await resume_on_loop{home}; // the stage's wait ended on another thread

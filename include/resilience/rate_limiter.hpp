@@ -191,17 +191,25 @@ struct limiter_state {
         waiter node;
         waiter_state st = co_await queue_awaiter<limiter_state>{*this, node, token};
         if (st == waiter_state::turn) {
-            // However this coroutine ends (a value, an exception from the clock, or destroyed while
-            // asleep), the turn passes on: the waiters behind are never stranded.
+            // Passes the turn on if `serve_turn` cannot even start (its frame not allocated);
+            // once it runs, its own guard does it first and this one finds nothing to do.
             turn_guard guard{this, &node};
-            // While it is the head, a stop takes it out of the queue at once and hands the turn
-            // on, as for any waiter; its sleep, stopped by the same token, then ends the loop.
-            std::optional<std::stop_callback<leave_on_stop>> on_stop;
-            if (token.stop_possible())
-                on_stop.emplace(token, leave_on_stop{this, &node});
-            st = co_await serve_head(node, token);
+            st = co_await serve_turn(node, token);
         }
         co_return admission{st, node.retry_after};
+    }
+
+    /// The head's part of a wait: `node` has its turn; ends with its final state.
+    task<waiter_state> serve_turn(waiter& node, std::stop_token token) {
+        // However this coroutine ends (a value, an exception from the clock, or destroyed while
+        // asleep), the turn passes on: the waiters behind are never stranded.
+        turn_guard guard{this, &node};
+        // While it is the head, a stop takes it out of the queue at once and hands the turn
+        // on, as for any waiter; its sleep, stopped by the same token, then ends the loop.
+        std::optional<std::stop_callback<leave_on_stop>> on_stop;
+        if (token.stop_possible())
+            on_stop.emplace(token, leave_on_stop{this, &node});
+        co_return co_await serve_head(node, token);
     }
 
     struct turn_guard {
@@ -269,7 +277,7 @@ struct limiter_state {
                 next->wake();
             if (st != waiter_state::turn)
                 co_return st;
-            co_await clock.sleep_until(due, token); // if it throws, wait()'s turn_guard hands the turn on
+            co_await clock.sleep_until(due, token); // if it throws, serve_turn's turn_guard hands the turn on
         }
     }
 
@@ -301,7 +309,8 @@ public:
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {};
 
-    /// A permit now with nobody queued is taken at once; anything else waits (or is refused) in `run`.
+    /// A permit now with nobody queued is taken at once; anything else waits (or is refused) in
+    /// `frame_wait`, or in `run` when a telemetry listener times the wait.
     template <class R>
     step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested()) [[unlikely]] {
@@ -314,6 +323,101 @@ public:
     step leave(call_state&, const context&, outcome<R>&) const noexcept {
         return step::proceed;
     }
+
+    /// Whether a call that found no permit waits for one in the pipeline's frame (`frame_wait`):
+    /// yes, unless a telemetry listener times the wait (then `run` does).
+    bool waits_in_frame(const context& ctx) const noexcept { return !listener_for(options().telemetry, ctx); }
+    /// Waits for a permit without a frame of its own, by the rules of `run`: yields `step::proceed`
+    /// with the permit spent, or `step::done` with the refusal (`rate_limited_error`) or the stop
+    /// (`cancelled_error`) in `result`. The queue's node is in it; only the head, which watches
+    /// the clock, runs a coroutine (`serve_turn`), so it answers `step::wait` (await it again)
+    /// when its turn comes.
+    template <class R>
+    class frame_wait {
+    public:
+        frame_wait(const limiter_handle& l, call_state&, const context& ctx,
+                   std::optional<outcome<R>>& result)
+            : limiter_(l), ctx_(ctx), result_(result), queue_(*l.state_, node_, ctx.stop_token()) {}
+        frame_wait(const frame_wait&) = delete;
+        frame_wait& operator=(const frame_wait&) = delete;
+        ~frame_wait() {
+            // Ended (or destroyed) at its turn, before or while the head's coroutine ran: the turn
+            // passes on all the same. The coroutine goes first; its own guard may do it.
+            turn_ = {};
+            if (phase_ == phase::turn) {
+                typename limiter_state<C, Meter>::turn_guard pass_on{limiter_.state_.get(), &node_};
+                (void)pass_on; // its destructor hands the turn on, if the node still has it
+            }
+        }
+
+        bool await_ready() {
+            switch (phase_) {
+            case phase::start:
+                if (ctx_.stop_requested()) {
+                    set_cancelled(result_, limiter_.name());
+                    phase_ = phase::decided;
+                    answer_ = step::done;
+                    return true;
+                }
+                if (limiter_.state_->try_take_now()) {
+                    phase_ = phase::decided;
+                    answer_ = step::proceed;
+                    return true;
+                }
+                phase_ = phase::queue;
+                return queue_.await_ready();
+            case phase::turn:
+                return false; // the head's coroutine runs next
+            default:
+                return true;
+            }
+        }
+        std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) {
+            if (phase_ == phase::turn)
+                return std::move(turn_).operator co_await().await_suspend(h);
+            return queue_.await_suspend(h) ? std::noop_coroutine() : h;
+        }
+        step await_resume() {
+            waiter_state st;
+            switch (phase_) {
+            case phase::decided:
+                return answer_;
+            case phase::queue:
+                st = queue_.await_resume();
+                if (st == waiter_state::turn) {
+                    phase_ = phase::turn;
+                    turn_ = limiter_.state_->serve_turn(node_, ctx_.stop_token());
+                    return step::wait;
+                }
+                break;
+            default: // phase::turn
+                st = std::move(turn_).operator co_await().await_resume();
+                break;
+            }
+            phase_ = phase::decided;
+            if (st == waiter_state::granted)
+                return answer_ = step::proceed;
+            if (st == waiter_state::stopped)
+                set_cancelled(result_, limiter_.name());
+            else
+                result_.emplace(failure::make(limiter_.refusal(admission{st, node_.retry_after})));
+            return answer_ = step::done;
+        }
+
+    private:
+        enum class phase : unsigned char { start, queue, turn, decided };
+
+        const limiter_handle& limiter_;
+        const context& ctx_;
+        std::optional<outcome<R>>& result_;
+        waiter node_;
+        // After the node it queues. Its tail padding holds the two fields after it, which keeps
+        // the whole at 184 bytes, a 192-byte block with the pipeline's stage index.
+        [[no_unique_address]] queue_awaiter<limiter_state<C, Meter>> queue_;
+        phase phase_ = phase::start;
+        step answer_ = step::done;
+        task<waiter_state> turn_; // the head's: watches the clock
+    };
 
     /// Admits the call once it has a permit, spending exactly one; otherwise fails it (as a value)
     /// with `rate_limited_error` when it may not wait or waited `queue_timeout`, or

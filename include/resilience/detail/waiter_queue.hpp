@@ -15,9 +15,10 @@
 /// withdrawal took a waiter out here, so that it can update the summary when the queue empties.
 ///
 /// A call then waits with `co_await queue_awaiter<Owner>{owner, node, stop_token}`, where `node` is a
-/// `waiter` declared in the calling coroutine (so it lives in that frame, and queueing allocates
-/// nothing). The awaiter decides at once when it can; otherwise it queues the node, suspends, and
-/// is resumed exactly once, on the event loop it suspended on, by whoever moves the node on:
+/// `waiter` that outlives the wait: declared in the calling coroutine, or beside the awaiter in a
+/// pipeline's `frame_wait` (so queueing allocates nothing of its own). The awaiter decides at once when it
+/// can; otherwise it queues the node, suspends, and is resumed exactly once, on the event loop it suspended
+/// on, by whoever moves the node on:
 /// - the owner, when the node's turn comes: it pops the node (or leaves it at the front for a
 ///   `turn`), sets its state under `mutex`, releases `mutex`, then calls `node->wake()`;
 /// - the caller's stop token: a stop request takes a still-queued node out at once (`stopped`),
