@@ -778,7 +778,13 @@ TEST_CASE("bulkhead: copies and borrowed copies are equal and hash alike, other 
 
 TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down before it resumes comes back",
           "[bulkhead]") {
-    rs::bulkhead shared{{.max_concurrent_calls = 1, .queue_limit = 4}};
+    const bool bounded = GENERATE(false, true); // with a queue timeout the call waits in `run`
+    auto waiter_loop = std::make_unique<rs::testing::simulation>();
+    // The queue timeout's watchdog sleeps on the waiter's loop, so on that loop's clock.
+    rs::bulkhead shared{{.max_concurrent_calls = 1,
+                         .queue_limit = 4,
+                         .queue_timeout = bounded ? std::optional<nanoseconds>{1h} : std::nullopt},
+                        waiter_loop->clock()};
     std::coroutine_handle<> parked{};
     struct park {
         std::coroutine_handle<>* where;
@@ -789,7 +795,6 @@ TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down bef
     auto holds = [&parked]() -> rs::task<int> { co_return co_await park{&parked}; };
     auto quick = []() -> rs::task<int> { co_return 1; };
     rs::testing::simulation holder_loop;
-    auto waiter_loop = std::make_unique<rs::testing::simulation>();
     holder_loop.spawn(shared.execute(holds)); // takes the only slot
     holder_loop.run_for(1ms);
     waiter_loop->spawn(shared.execute(quick)); // queues on the other loop

@@ -218,7 +218,10 @@ struct bulkhead_state {
         wake_chain(woken);
     }
 
-    // ---- the waiter_queue protocol; `mutex` held ----
+    // ---- the waiter_queue protocol; `mutex` held, except for take_back_grant ----
+    /// A waiter destroyed after its slot was handed to it and before it resumed (its event loop
+    /// torn down): the slot goes back.
+    void take_back_grant() { release(); }
     waiter_state decide_locked(waiter&) noexcept {
         if (queue.empty() && take_locked(false))
             return waiter_state::granted;
@@ -454,28 +457,10 @@ public:
               queue_(state_, node_, ctx.stop_token()) {}
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
-        /// A slot granted to this waiter that it never took over (its frame destroyed after the
-        /// grant and before it resumed: its event loop torn down) goes back. A waiter still
-        /// queued leaves first, under the same lock, so that no grant comes between the two.
-        ~frame_wait() {
-            if (claimed_)
-                return;
-            bool unclaimed = false;
-            {
-                std::lock_guard lock(state_.mutex);
-                if (state_.queue.withdraw(node_, detail::waiter_state::stopped))
-                    state_.waiter_left_locked();
-                unclaimed = node_.state == detail::waiter_state::granted;
-            }
-            if (unclaimed)
-                state_.release();
-        }
-
         bool await_ready() { return queue_.await_ready(); }
         bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
         step await_resume() {
             detail::waiter_state admitted = queue_.await_resume();
-            claimed_ = true;
             if (admitted == detail::waiter_state::granted) {
                 if (!ctx_.stop_requested()) {
                     call_.held = &state_; // given back by `leave`, or by the state's destructor
@@ -498,10 +483,7 @@ public:
         const context& ctx_;
         std::optional<outcome<R>>& result_;
         detail::waiter node_;
-        // After the node it queues. Its tail padding holds `claimed_`, which keeps the whole at
-        // 184 bytes, a 192-byte block with the pipeline's stage index.
-        [[no_unique_address]] detail::queue_awaiter<state> queue_;
-        bool claimed_ = false; // resumed: what it was granted, it took
+        detail::queue_awaiter<state> queue_; // after the node it queues
     };
 
     /// The waiting form: queues for a slot, then runs `next` holding it.

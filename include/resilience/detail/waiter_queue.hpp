@@ -13,6 +13,8 @@
 /// An owner whose fast path reads a summary of the queue without the mutex (whether anyone waits)
 /// may also provide `void waiter_left_locked()`, called with `mutex` held after a stop or a
 /// withdrawal took a waiter out here, so that it can update the summary when the queue empties.
+/// An owner whose grant can be given back (a bulkhead's slot) may provide `void take_back_grant()`,
+/// called without `mutex` when a waiter is destroyed after being granted and before it resumed.
 ///
 /// A call then waits with `co_await queue_awaiter<Owner>{owner, node, stop_token}`, where `node` is a
 /// `waiter` that outlives the wait: declared in the calling coroutine, or beside the awaiter in a
@@ -224,21 +226,26 @@ public:
     queue_awaiter& operator=(const queue_awaiter&) = delete;
     /// Reached while still suspended only when the waiting coroutine is destroyed without being
     /// resumed (its event loop was torn down): a still-queued node leaves the queue, so nobody
-    /// wakes a dead frame. (A slot or token already granted to it and not yet handed over is lost
-    /// with it, as the grant was.)
+    /// wakes a dead frame. What was already granted to it goes back to an owner that takes grants
+    /// back (`take_back_grant`); otherwise (a limiter's permit) it is spent, as the grant was.
     ~queue_awaiter() {
         if (!suspended_)
             return;
         stop_.reset();
         waiter* next = nullptr;
+        [[maybe_unused]] bool granted = false; // read only for an owner that takes grants back
         {
             std::lock_guard lock(owner_.mutex);
             if (!owner_.queue.withdraw(node_, waiter_state::stopped) && node_.state == waiter_state::turn)
                 next = owner_.queue.leave_turn(node_, waiter_state::stopped);
+            granted = node_.state == waiter_state::granted;
             waiter_left_locked(owner_);
         }
         if (next)
             next->wake_later();
+        if constexpr (requires { owner_.take_back_grant(); })
+            if (granted)
+                owner_.take_back_grant();
     }
 
     bool await_ready() {
