@@ -370,6 +370,47 @@ TEST_CASE("pipeline: execute on a temporary policy moves it into the call", "[pi
     CHECK(sim.run(std::move(moved)) == 5);
 }
 
+TEST_CASE("pipeline: a copy, a move and an assignment each run calls through their own policies",
+          "[pipeline]") {
+    // A pipeline keeps the stages its calls pass through (borrowed handles and references to its
+    // own members): each copy must make its own, and an assignment must remake them.
+    rs::testing::simulation sim;
+    const rs::circuit_breaker<rs::testing::virtual_clock> first{{.failure_threshold = 5}, sim.clock()};
+    const rs::circuit_breaker<rs::testing::virtual_clock> second{{.failure_threshold = 5}, sim.clock()};
+    using two_policies = rs::pipeline<rs::circuit_breaker<rs::testing::virtual_clock>,
+                                       rs::timeout<rs::testing::virtual_clock>>;
+    // The failure counted, and the time left to the deadline, for one failing call through `p`.
+    const auto failing_call = [&sim](const two_policies& p) {
+        std::chrono::nanoseconds left{};
+        auto r = sim.run(p.execute_outcome([&sim, &left](const rs::context& ctx) -> rs::task<int> {
+            left = *ctx.deadline() - sim.now();
+            throw std::runtime_error("down");
+            co_return 0;
+        }));
+        CHECK(r.has_failure());
+        return left;
+    };
+    auto original = std::make_unique<two_policies>(first, rs::timeout{1s, sim.clock()});
+    two_policies copy = *original;
+    two_policies source = *original;
+    two_policies moved = std::move(source);
+    original.reset(); // the copies do not refer to it
+    CHECK(failing_call(copy) == 1s);
+    CHECK(failing_call(moved) == 1s);
+    CHECK(first.metrics().consecutive_failures == 2);
+
+    two_policies assigned{second, rs::timeout{3s, sim.clock()}};
+    CHECK(failing_call(assigned) == 3s);
+    CHECK(second.metrics().consecutive_failures == 1);
+    assigned = copy; // now the first breaker and a 1-second timeout
+    CHECK(failing_call(assigned) == 1s);
+    CHECK(first.metrics().consecutive_failures == 3);
+    CHECK(second.metrics().consecutive_failures == 1);
+    assigned = two_policies{second, rs::timeout{2s, sim.clock()}};
+    CHECK(failing_call(assigned) == 2s);
+    CHECK(second.metrics().consecutive_failures == 2);
+}
+
 TEST_CASE("pipeline: a timeout, a limiter and a slow-call breaker read the clock once per call",
           "[pipeline]") {
     rs::testing::simulation sim;

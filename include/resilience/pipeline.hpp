@@ -6,6 +6,7 @@
 #include "policy.hpp"
 
 #include <cstddef>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -29,6 +30,12 @@ constexpr bool pipeline_elements_checked(std::index_sequence<Is...>) {
     return (pipeline_element<Is, Ps>::checked && ...);
 }
 
+/// The stages of the policies, outermost first, nested pipelines flattened (see `stages_of`).
+template <class... Ps>
+auto flatten_stages(const std::tuple<Ps...>& policies) noexcept {
+    return std::apply([](const auto&... p) { return std::tuple_cat(stages_of(p)...); }, policies);
+}
+
 } // namespace detail
 
 /// Composes policies: the first listed is the outermost. `pipeline{retry, breaker, timeout}` runs
@@ -42,13 +49,30 @@ class pipeline : public policy_base<pipeline<Ps...>> {
     static_assert(detail::pipeline_elements_checked<Ps...>(std::index_sequence_for<Ps...>{}));
 
 public:
-    explicit pipeline(Ps... ps) : policies_(std::move(ps)...) {}
+    explicit pipeline(Ps... ps) : policies_(std::move(ps)...) { stages_.emplace(flatten(policies_)); }
+    // The stages refer to this pipeline's own policies: a copy or a move makes its own.
+    pipeline(const pipeline& other) : policy_base<pipeline>(), policies_(other.policies_) { stages_.emplace(flatten(policies_)); }
+    pipeline(pipeline&& other) noexcept(std::is_nothrow_move_constructible_v<std::tuple<Ps...>>)
+        : policy_base<pipeline>(), policies_(std::move(other.policies_)) {
+        stages_.emplace(flatten(policies_));
+    }
+    // The stages are made again: a handle's borrowed copy must follow the handle to its new state.
+    pipeline& operator=(const pipeline& other) {
+        policies_ = other.policies_;
+        stages_.emplace(flatten(policies_));
+        return *this;
+    }
+    pipeline& operator=(pipeline&& other) noexcept(std::is_nothrow_move_assignable_v<std::tuple<Ps...>>) {
+        policies_ = std::move(other.policies_);
+        stages_.emplace(flatten(policies_));
+        return *this;
+    }
+    ~pipeline() = default;
 
     /// The policies a call passes through, outermost first, nested pipelines flattened: the
-    /// whole pipeline runs a call in one coroutine frame (see `policy_base`).
-    auto stages() const noexcept {
-        return std::apply([](const auto&... p) { return std::tuple_cat(detail::stages_of(p)...); }, policies_);
-    }
+    /// whole pipeline runs a call in one coroutine frame (see `policy_base`). Made once, when the
+    /// pipeline is: a call refers to them rather than making its own.
+    const auto& stages() const noexcept { return *stages_; }
 
     /// The I-th policy, outermost first.
     template <std::size_t I>
@@ -57,7 +81,12 @@ public:
     }
 
 private:
+    static auto flatten(const std::tuple<Ps...>& policies) noexcept { return detail::flatten_stages(policies); }
+
     std::tuple<Ps...> policies_;
+    // A stateful handle's stage is a borrowed copy, and a stateless policy's a reference, both to
+    // `policies_`; in an optional only so that the policies may be built first.
+    std::optional<decltype(detail::flatten_stages(std::declval<const std::tuple<Ps...>&>()))> stages_;
 };
 
 template <class... Ps>

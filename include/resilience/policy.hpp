@@ -356,12 +356,14 @@ typename C::time_point call_now(const C& clock, const context& ctx) {
 
 /// The policies a call passes through, outermost first: a pipeline's, flattened (so nested
 /// pipelines cost nothing), or the policy itself.
+/// A pipeline made its tuple when it was built and hands out a reference to it: a call through a
+/// pipeline refers to the pipeline (which must outlive it) and builds no tuple of its own.
 /// A stateful handle offers `borrow()`: a copy that refers to the shared state without owning it
 /// (no reference count touched), held by value in the call's frame. So a call made through a
 /// handle does not refer to the handle object, only to the state, which lives while any copy of
 /// the handle does.
 template <class P>
-auto stages_of(const P& p) noexcept {
+decltype(auto) stages_of(const P& p) noexcept {
     if constexpr (requires { p.stages(); })
         return p.stages();
     else if constexpr (requires { p.borrow(); })
@@ -369,6 +371,12 @@ auto stages_of(const P& p) noexcept {
     else
         return std::tuple<const P&>(p);
 }
+/// The tuple type of `stages_of(p)`.
+template <class P>
+using stages_t = std::remove_cvref_t<decltype(stages_of(std::declval<const P&>()))>;
+/// Whether `stages_of(p)` is a reference to a tuple that `p` keeps (a pipeline's).
+template <class P>
+inline constexpr bool keeps_stages = std::is_reference_v<decltype(stages_of(std::declval<const P&>()))>;
 
 /// Where a call finds its policy: the caller's object (which must outlive the call), or a policy
 /// moved into the call's own frame (`std::move(p).execute(...)`, or `execute` on a temporary).
@@ -789,8 +797,8 @@ struct driver {
             all_stages{});
     }
 
-    // The stages handed down (a reference to them, in the frame's own parameter), or made from
-    // the policy the call holds.
+    // The stages handed down (a reference to them, in the frame's own parameter), the ones a
+    // pipeline keeps (a reference), or made from the policy the call holds.
     template <class Source>
     static decltype(auto) stages_from(const Source& source) {
         if constexpr (requires { source.stages; })
@@ -880,11 +888,13 @@ inline constexpr bool is_policy_ref<policy_ref<P>> = true;
 
 template <bool Throw, class Source, class A>
 auto run_valid_action(Source source, A action, context ctx) {
-    using stages = decltype(stages_of(source.get()));
+    using policy_type = std::remove_cvref_t<decltype(source.get())>;
+    using stages = stages_t<policy_type>;
     using drv = driver<stages, guarded<A>>;
     // The task is lazy: the caller's policy is read now, not when the task starts, so a handle's
     // borrowed copy (see `stages_of`) is all the call keeps, and the handle object may go first.
-    if constexpr (is_policy_ref<Source>)
+    // A pipeline keeps its stages: the call refers to them, in the pipeline that must outlive it.
+    if constexpr (is_policy_ref<Source> && !keeps_stages<policy_type>)
         return drv::template drive<Throw>(stages_ref<stages>{stages_of(source.get())},
                                           owned_action<A>{std::move(action)}, std::move(ctx), typename drv::outermost{});
     else
@@ -995,7 +1005,7 @@ public:
     /// its own `run`, which hides this one.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        using drv = detail::driver<decltype(detail::stages_of(self())), Next>;
+        using drv = detail::driver<detail::stages_t<Derived>, Next>;
         return drv::template drive<false>(ref(), detail::borrowed_next<Next>{std::move(next)},
                                           detail::context_access::derive(ctx), typename drv::outermost{});
     }
