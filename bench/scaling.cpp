@@ -28,6 +28,7 @@
 #include <limits>
 #include <new>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -278,10 +279,15 @@ row bare_calls(std::size_t n) {
 }
 
 // N calls queued on a bulkhead whose one slot is held. First: the calls arrive and queue. Second: the
-// holder returns, and the slot is handed down the queue, call by call.
-row bulkhead_queue(std::size_t n) {
+// holder returns, and the slot is handed down the queue, call by call. `bounded`: with a queue timeout
+// (an hour: it never runs out here), so each waiter also arms and disarms a timer.
+row bulkhead_queue_of(std::size_t n, bool bounded) {
     rs::testing::simulation sim;
-    rs::bulkhead bulkhead{{.max_concurrent_calls = 1, .queue_limit = rs::unbounded_queue}, sim.clock()};
+    rs::bulkhead bulkhead{{.max_concurrent_calls = 1,
+                           .queue_limit = rs::unbounded_queue,
+                           .queue_timeout = bounded ? std::optional<std::chrono::nanoseconds>{std::chrono::hours{1}}
+                                                    : std::nullopt},
+                          sim.clock()};
     parking holder;
     row r;
     clock_type::time_point t1;
@@ -307,6 +313,12 @@ row bulkhead_queue(std::size_t n) {
     r.second_ns = ns_between(t1, t2) / static_cast<double>(n);
     r.bytes = static_cast<double>(r.allocated.bytes) / static_cast<double>(n);
     return r;
+}
+row bulkhead_queue(std::size_t n) {
+    return bulkhead_queue_of(n, false);
+}
+row bulkhead_queue_bounded(std::size_t n) {
+    return bulkhead_queue_of(n, true);
 }
 
 // N calls queued on an empty token bucket refilled at one token per nanosecond. First: the calls arrive
@@ -451,6 +463,8 @@ int main(int argc, char** argv) {
          "start ns/call", "finish ns/call", "B/call", bare_calls},
         {"waiters on a full bulkhead (max_concurrent_calls 1)", "enqueue ns", "dequeue+run ns", "B/waiter",
          bulkhead_queue},
+        {"waiters on a full bulkhead with a queue_timeout (1 h: timers armed, never fired)", "enqueue ns",
+         "dequeue+run ns", "B/waiter", bulkhead_queue_bounded},
         {"waiters on an empty rate_limiter (wait mode, 1 token/ns)", "enqueue ns", "dequeue+run ns",
          "B/waiter", limiter_queue},
     };

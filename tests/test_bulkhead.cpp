@@ -778,9 +778,9 @@ TEST_CASE("bulkhead: copies and borrowed copies are equal and hash alike, other 
 
 TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down before it resumes comes back",
           "[bulkhead]") {
-    const bool bounded = GENERATE(false, true); // with a queue timeout the call waits in `run`
+    const bool bounded = GENERATE(false, true); // with a queue timeout a timer bounds the wait
     auto waiter_loop = std::make_unique<rs::testing::simulation>();
-    // The queue timeout's watchdog sleeps on the waiter's loop, so on that loop's clock.
+    // The queue timeout's timer is armed on the waiter's loop, so on that loop's clock.
     rs::bulkhead shared{{.max_concurrent_calls = 1,
                          .queue_limit = 4,
                          .queue_timeout = bounded ? std::optional<nanoseconds>{1h} : std::nullopt},

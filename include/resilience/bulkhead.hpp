@@ -440,50 +440,95 @@ public:
     }
 
     /// Whether a call that found no free slot waits for one in the pipeline's frame (`frame_wait`):
-    /// a bulkhead without `adapt`, `queue_timeout` or a telemetry listener does; the others wait
-    /// in `run`, which also times the wait and watches its deadline.
+    /// a bulkhead without `adapt` or a telemetry listener does, and with a `queue_timeout` when its
+    /// clock arms timers on the loop the call runs on (`steady_clock`, a simulation's clock); the
+    /// others wait in `run`, which also times the wait.
     bool waits_in_frame(const context& ctx) const noexcept {
         const state& s = *state_;
-        return !s.adaptive && !s.options.queue_timeout && !detail::listener_for(s.options.telemetry, ctx);
+        if (s.adaptive || detail::listener_for(s.options.telemetry, ctx))
+            return false;
+        return !s.options.queue_timeout || timer_loop_here(s.clock);
     }
     /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
     /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
-    /// in `result`. Not movable: the queue's node is inside it.
+    /// in `result`. With a `queue_timeout`, a timer on the loop withdraws the call at its deadline;
+    /// its node is a block of its own from the frame cache, taken only then. Not movable: the
+    /// queue's node is inside it.
     template <class R>
     class frame_wait {
     public:
         frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
-            : state_(*b.state_), call_(c), ctx_(ctx), result_(result),
-              queue_(state_, node_, ctx.stop_token()) {}
+            : call_(c), ctx_(ctx), result_(result), queue_(*b.state_, node_, ctx.stop_token()) {}
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
-        bool await_ready() { return queue_.await_ready(); }
+        ~frame_wait() { disarm(); }
+
+        bool await_ready() {
+            if (queue_.await_ready())
+                return true;
+            if (const auto& timeout = owner().options.queue_timeout)
+                arm(*timeout); // only a call that must wait pays for the timer that bounds the wait
+            return false;
+        }
         bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
         step await_resume() {
+            disarm();
+            state& s = owner();
             detail::waiter_state admitted = queue_.await_resume();
             if (admitted == detail::waiter_state::granted) {
                 if (!ctx_.stop_requested()) {
-                    call_.held = &state_; // given back by `leave`, or by the state's destructor
+                    call_.held = &s; // given back by `leave`, or by the state's destructor
                     return step::proceed;
                 }
-                state_.release();
+                s.release();
                 admitted = detail::waiter_state::stopped;
             }
             if (admitted == detail::waiter_state::stopped)
-                detail::set_cancelled(result_, state_.options.name);
+                detail::set_cancelled(result_, s.options.name);
             else
-                result_.emplace(
-                    failure::make(bulkhead_rejected_error{state_.options.name, reason_of(state_, admitted)}));
+                result_.emplace(failure::make(bulkhead_rejected_error{s.options.name, reason_of(s, admitted)}));
             return step::done;
         }
 
     private:
-        state& state_;
+        state& owner() const noexcept { return queue_.owner(); }
+
+        // The deadline: the clock's time now plus the queue timeout, on the loop the call runs
+        // on (checked by `waits_in_frame`), where the timer fires and the call resumes.
+        void arm(std::chrono::nanoseconds timeout) {
+            state& s = owner();
+            const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                detail::add_saturating(s.clock.now(), timeout).time_since_epoch());
+            timer_ = ::new (detail::frame_cache::allocate(sizeof(queue_timer))) queue_timer{};
+            timer_->loop = event_loop::current();
+            timer_->node.when = deadline;
+            timer_->node.owner = this;
+            timer_->node.fire = [](detail::timer_node* n) {
+                auto* self = static_cast<frame_wait*>(n->owner);
+                self->owner().expire(self->node_); // nothing if the node left the queue already
+            };
+            detail::loop_access::add_timer(*timer_->loop, &timer_->node);
+        }
+        // On the timer's loop: the call resumes there, and its frame is destroyed there.
+        void disarm() noexcept {
+            if (!timer_)
+                return;
+            if (timer_->node.armed())
+                detail::loop_access::remove_timer(*timer_->loop, &timer_->node);
+            std::destroy_at(timer_);
+            detail::frame_cache::deallocate(std::exchange(timer_, nullptr), sizeof(queue_timer));
+        }
+
+        struct queue_timer {
+            detail::timer_node node;
+            event_loop* loop = nullptr;
+        };
         call_state& call_;
         const context& ctx_;
         std::optional<outcome<R>>& result_;
+        queue_timer* timer_ = nullptr; // with a queue timeout, while the call waits
         detail::waiter node_;
-        detail::queue_awaiter<state> queue_; // after the node it queues
+        detail::queue_awaiter<bulkhead::state> queue_; // after the node it queues
     };
 
     /// The waiting form: queues for a slot, then runs `next` holding it.
@@ -543,6 +588,21 @@ private:
     friend struct std::hash<bulkhead>;
 
     explicit bulkhead(std::shared_ptr<state> s) noexcept : state_(std::move(s)) {}
+
+    // Whether the clock's timers are those of the loop this thread runs: a queued call's timer
+    // then fires where the call resumes. False for a clock without loop timers, or outside a loop.
+    static bool timer_loop_here(const C& clock) noexcept {
+        if constexpr (detail::loop_timer_clock<C>) {
+            event_loop* const here = event_loop::current();
+            try {
+                return here && clock.timer_loop() == here;
+            } catch (...) {
+                return false; // `run` reports what the clock thinks of this loop
+            }
+        } else {
+            return false;
+        }
+    }
 
     // With `adapt`: judges the outcome, records it and gives the slot back.
     template <class R>

@@ -281,6 +281,9 @@ public:
         return suspended_;
     }
 
+    /// The owner whose queue this awaiter waits in.
+    Owner& owner() const noexcept { return owner_; }
+
     waiter_state await_resume() noexcept {
         suspended_ = false;
         // Waits for a stop callback running on another thread, so it is done with the node.
