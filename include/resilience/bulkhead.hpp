@@ -440,20 +440,17 @@ public:
     }
 
     /// Whether a call that found no free slot waits for one in the pipeline's frame (`frame_wait`):
-    /// a bulkhead without `adapt` or a telemetry listener does, and with a `queue_timeout` when its
-    /// clock arms timers on the loop the call runs on (`steady_clock`, a simulation's clock); the
-    /// others wait in `run`, which also times the wait.
-    bool waits_in_frame(const context& ctx) const noexcept {
+    /// a bulkhead without `adapt` does, and with a `queue_timeout` when its clock arms timers on
+    /// the loop the call runs on (`steady_clock`, a simulation's clock); the others wait in `run`.
+    bool waits_in_frame(const context&) const noexcept {
         const state& s = *state_;
-        if (s.adaptive || detail::listener_for(s.options.telemetry, ctx))
-            return false;
-        return !s.options.queue_timeout || timer_loop_here(s.clock);
+        return !s.adaptive && (!s.options.queue_timeout || timer_loop_here(s.clock));
     }
     /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
     /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
-    /// in `result`. With a `queue_timeout`, a timer on the loop withdraws the call at its deadline;
-    /// its node is a block of its own from the frame cache, taken only then. Not movable: the
-    /// queue's node is inside it.
+    /// in `result`. With a `queue_timeout` a timer on the loop withdraws the call at its deadline,
+    /// and with a telemetry listener the wait is timed: both are kept in a block of their own from
+    /// the frame cache, taken only then. Not movable: the queue's node is inside it.
     template <class R>
     class frame_wait {
     public:
@@ -461,13 +458,16 @@ public:
             : call_(c), ctx_(ctx), result_(result), queue_(*b.state_, node_, ctx.stop_token()) {}
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
-        ~frame_wait() { disarm(); }
+        ~frame_wait() { let_go(); }
 
         bool await_ready() {
+            state& s = owner();
+            if (detail::listener_for(s.options.telemetry, ctx_))
+                extra().queued_at = s.clock.now(); // as `run`: from the moment the call found no slot
             if (queue_.await_ready())
                 return true;
-            if (const auto& timeout = owner().options.queue_timeout)
-                arm(*timeout); // only a call that must wait pays for the timer that bounds the wait
+            if (s.options.queue_timeout)
+                arm(*s.options.queue_timeout); // only a call that must wait pays for the timer
             return false;
         }
         bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
@@ -475,23 +475,51 @@ public:
             disarm();
             state& s = owner();
             detail::waiter_state admitted = queue_.await_resume();
+            const telemetry_listener* const listener =
+                extra_ ? detail::listener_for(s.options.telemetry, ctx_) : nullptr;
             if (admitted == detail::waiter_state::granted) {
                 if (!ctx_.stop_requested()) {
+                    if (listener) {
+                        if (std::optional<failure> thrown =
+                                detail::emit_caught(listener, s.clock, waited(telemetry_kind::queue_wait))) {
+                            s.release();
+                            result_.emplace(std::move(*thrown));
+                            return step::done;
+                        }
+                    }
                     call_.held = &s; // given back by `leave`, or by the state's destructor
                     return step::proceed;
                 }
                 s.release();
                 admitted = detail::waiter_state::stopped;
             }
-            if (admitted == detail::waiter_state::stopped)
+            if (admitted == detail::waiter_state::stopped) {
                 detail::set_cancelled(result_, s.options.name);
-            else
-                result_.emplace(failure::make(bulkhead_rejected_error{s.options.name, reason_of(s, admitted)}));
+            } else {
+                const rejection_reason why = reason_of(s, admitted);
+                failure refusal = failure::make(bulkhead_rejected_error{s.options.name, why});
+                result_.emplace(listener ? detail::refused(listener, s.clock,
+                                                           waited(telemetry_kind::rejection, why), std::move(refusal))
+                                         : std::move(refusal));
+            }
             return step::done;
         }
 
     private:
+        // What only some waits need: the timer of a queue timeout and the loop it is armed on, and
+        // for a listener the time the call found no slot.
+        struct extras {
+            detail::timer_node timer;
+            event_loop* loop = nullptr; // null: no timer armed
+            typename C::time_point queued_at{};
+        };
+
         state& owner() const noexcept { return queue_.owner(); }
+        extras& extra() {
+            if (!extra_)
+                extra_ = ::new (detail::frame_cache::allocate(sizeof(extras))) extras{};
+            return *extra_;
+        }
 
         // The deadline: the clock's time now plus the queue timeout, on the loop the call runs
         // on (checked by `waits_in_frame`), where the timer fires and the call resumes.
@@ -499,34 +527,43 @@ public:
             state& s = owner();
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(s.clock.now(), timeout).time_since_epoch());
-            timer_ = ::new (detail::frame_cache::allocate(sizeof(queue_timer))) queue_timer{};
-            timer_->loop = event_loop::current();
-            timer_->node.when = deadline;
-            timer_->node.owner = this;
-            timer_->node.fire = [](detail::timer_node* n) {
+            extras& x = extra();
+            x.timer.when = deadline;
+            x.timer.owner = this;
+            x.timer.fire = [](detail::timer_node* n) {
                 auto* self = static_cast<frame_wait*>(n->owner);
                 self->owner().expire(self->node_); // nothing if the node left the queue already
             };
-            detail::loop_access::add_timer(*timer_->loop, &timer_->node);
+            detail::loop_access::add_timer(*event_loop::current(), &x.timer);
+            x.loop = event_loop::current();
         }
         // On the timer's loop: the call resumes there, and its frame is destroyed there.
         void disarm() noexcept {
-            if (!timer_)
-                return;
-            if (timer_->node.armed())
-                detail::loop_access::remove_timer(*timer_->loop, &timer_->node);
-            std::destroy_at(timer_);
-            detail::frame_cache::deallocate(std::exchange(timer_, nullptr), sizeof(queue_timer));
+            if (extra_ && extra_->loop && extra_->timer.armed())
+                detail::loop_access::remove_timer(*extra_->loop, &extra_->timer);
+        }
+        void let_go() noexcept {
+            disarm();
+            if (extra_) {
+                std::destroy_at(extra_);
+                detail::frame_cache::deallocate(std::exchange(extra_, nullptr), sizeof(extras));
+            }
         }
 
-        struct queue_timer {
-            detail::timer_node node;
-            event_loop* loop = nullptr;
-        };
+        telemetry_event waited(telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
+            const state& s = owner();
+            return {.kind = k,
+                    .policy = "bulkhead",
+                    .name = s.options.name,
+                    .attempt = ctx_.attempt(),
+                    .duration = detail::saturating_nanoseconds(s.clock.now() - extra_->queued_at),
+                    .reason = why};
+        }
+
         call_state& call_;
         const context& ctx_;
         std::optional<outcome<R>>& result_;
-        queue_timer* timer_ = nullptr; // with a queue timeout, while the call waits
+        extras* extra_ = nullptr; // with a queue timeout or a listener, while the call waits
         detail::waiter node_;
         detail::queue_awaiter<bulkhead::state> queue_; // after the node it queues
     };
