@@ -538,6 +538,30 @@ TEST_CASE("telemetry: a listener that throws makes its exception the call's fail
         CHECK(down.calls() == 1);
         CHECK(slots.in_flight() == 0);
     }
+    SECTION("on a limiter's rejection: instead of the rejection") {
+        const rs::rate_limiter bucket{
+            {.token_limit = 1, .tokens_per_second = 1, .telemetry = throw_on(telemetry_kind::rejection)},
+            sim.clock()};
+        std::optional<rs::outcome<int>> first;
+        sim.spawn(call_into(bucket, down, first));
+        sim.spawn(call_into(bucket, down, r)); // no token, no queue
+        REQUIRE_NOTHROW(sim.run_all());
+        CHECK(down.calls() == 1);
+    }
+    SECTION("on a limiter's queue wait: the call does not run, and its token stays spent") {
+        const rs::rate_limiter bucket{{.token_limit = 1,
+                                       .tokens_per_second = 1,
+                                       .queue_limit = 1,
+                                       .telemetry = throw_on(telemetry_kind::queue_wait)},
+                                      sim.clock()};
+        std::optional<rs::outcome<int>> first;
+        sim.spawn(call_into(bucket, down, first));
+        sim.spawn(call_into(bucket, down, r)); // waits for the token due at 1s, then the listener throws
+        REQUIRE_NOTHROW(sim.run_all());
+        CHECK(down.calls() == 1);
+        CHECK(sim.now() == 1s);
+        CHECK(bucket.tokens() == 0.0); // the token taken at 1s was spent
+    }
     REQUIRE(r);
     REQUIRE(r->has_failure());
     REQUIRE(r->error().is<listener_error>());

@@ -310,7 +310,7 @@ public:
     struct call_state {};
 
     /// A permit now with nobody queued is taken at once; anything else waits (or is refused) in
-    /// `frame_wait`, or in `run` when a telemetry listener times the wait.
+    /// `frame_wait`.
     template <class R>
     step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested()) [[unlikely]] {
@@ -325,19 +325,22 @@ public:
     }
 
     /// Whether a call that found no permit waits for one in the pipeline's frame (`frame_wait`):
-    /// yes, unless a telemetry listener times the wait (then `run` does).
-    bool waits_in_frame(const context& ctx) const noexcept { return !listener_for(options().telemetry, ctx); }
+    /// always (`run` is for a limiter used inside a waiting-form policy).
+    bool waits_in_frame(const context&) const noexcept { return true; }
     /// Waits for a permit without a frame of its own, by the rules of `run`: yields `step::proceed`
     /// with the permit spent, or `step::done` with the refusal (`rate_limited_error`) or the stop
     /// (`cancelled_error`) in `result`. The queue's node is in it; only the head, which watches
     /// the clock, runs a coroutine (`serve_turn`), so it answers `step::wait` (await it again)
-    /// when its turn comes.
+    /// when its turn comes. With a telemetry listener, the time the wait began is kept in a block
+    /// of its own from the frame cache, taken only then.
     template <class R>
     class frame_wait {
+        using shared = limiter_shared<C, Meter, Options>;
+
     public:
         frame_wait(const limiter_handle& l, call_state&, const context& ctx,
                    std::optional<outcome<R>>& result)
-            : limiter_(l), ctx_(ctx), result_(result), queue_(*l.state_, node_, ctx.stop_token()) {}
+            : ctx_(ctx), result_(result), queue_(*l.state_, node_, ctx.stop_token()) {}
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
         ~frame_wait() {
@@ -345,8 +348,12 @@ public:
             // passes on all the same. The coroutine goes first; its own guard may do it.
             turn_ = {};
             if (phase_ == phase::turn) {
-                typename limiter_state<C, Meter>::turn_guard pass_on{limiter_.state_.get(), &node_};
+                typename limiter_state<C, Meter>::turn_guard pass_on{&limiter(), &node_};
                 (void)pass_on; // its destructor hands the turn on, if the node still has it
+            }
+            if (queued_at_) {
+                std::destroy_at(queued_at_);
+                frame_cache::deallocate(queued_at_, sizeof(typename C::time_point));
             }
         }
 
@@ -354,16 +361,19 @@ public:
             switch (phase_) {
             case phase::start:
                 if (ctx_.stop_requested()) {
-                    set_cancelled(result_, limiter_.name());
+                    set_cancelled(result_, limiter().options.name);
                     phase_ = phase::decided;
                     answer_ = step::done;
                     return true;
                 }
-                if (limiter_.state_->try_take_now()) {
+                if (limiter().try_take_now()) {
                     phase_ = phase::decided;
                     answer_ = step::proceed;
                     return true;
                 }
+                if (listener_for(limiter().options.telemetry, ctx_)) // as `run`: from when it found none
+                    queued_at_ = ::new (frame_cache::allocate(sizeof(typename C::time_point)))
+                        typename C::time_point(limiter().clock.now());
                 phase_ = phase::queue;
                 return queue_.await_ready();
             case phase::turn:
@@ -386,7 +396,7 @@ public:
                 st = queue_.await_resume();
                 if (st == waiter_state::turn) {
                     phase_ = phase::turn;
-                    turn_ = limiter_.state_->serve_turn(node_, ctx_.stop_token());
+                    turn_ = limiter().serve_turn(node_, ctx_.stop_token());
                     return step::wait;
                 }
                 break;
@@ -395,21 +405,39 @@ public:
                 break;
             }
             phase_ = phase::decided;
-            if (st == waiter_state::granted)
+            shared& l = limiter();
+            const telemetry_listener* const listener = queued_at_ ? listener_for(l.options.telemetry, ctx_) : nullptr;
+            if (st == waiter_state::granted) {
+                if (listener)
+                    if (std::optional<failure> thrown =
+                            emit_caught(listener, l.clock, waited_on(l, ctx_, queued_at_, telemetry_kind::queue_wait))) {
+                        result_.emplace(std::move(*thrown)); // the permit stays spent
+                        return answer_ = step::done;
+                    }
                 return answer_ = step::proceed;
-            if (st == waiter_state::stopped)
-                set_cancelled(result_, limiter_.name());
-            else
-                result_.emplace(failure::make(limiter_.refusal(admission{st, node_.retry_after})));
+            }
+            if (st == waiter_state::stopped) {
+                set_cancelled(result_, l.options.name);
+            } else {
+                rate_limited_error e = refusal_of(l, admission{st, node_.retry_after});
+                const rejection_reason why = e.reason();
+                failure refused_call = failure::make(std::move(e));
+                result_.emplace(listener ? refused(listener, l.clock,
+                                                   waited_on(l, ctx_, queued_at_, telemetry_kind::rejection, why),
+                                                   std::move(refused_call))
+                                         : std::move(refused_call));
+            }
             return answer_ = step::done;
         }
 
     private:
         enum class phase : unsigned char { start, queue, turn, decided };
 
-        const limiter_handle& limiter_;
+        shared& limiter() const noexcept { return static_cast<shared&>(queue_.owner()); }
+
         const context& ctx_;
         std::optional<outcome<R>>& result_;
+        typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
         waiter node_;
         // After the node it queues. Its tail padding holds the two fields after it, which keeps
         // the whole at 184 bytes, a 192-byte block with the pipeline's stage index.
@@ -497,21 +525,25 @@ protected:
     std::shared_ptr<shared> state_;
 
 private:
-    rate_limited_error refusal(const admission& a) const {
+    rate_limited_error refusal(const admission& a) const { return refusal_of(*state_, a); }
+    static rate_limited_error refusal_of(const shared& s, const admission& a) {
         rejection_reason why = rejection_reason::queue_timeout;
         if (a.state == waiter_state::rejected)
-            why = state_->queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
-        return rate_limited_error{a.retry_after, state_->options.name, why};
+            why = s.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+        return rate_limited_error{a.retry_after, s.options.name, why};
     }
     // An event about a call that waited since `since` (read only for a listener).
     telemetry_event waited(const context& ctx, const std::optional<typename C::time_point>& since,
                            telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
+        return waited_on(*state_, ctx, since ? &*since : nullptr, k, why);
+    }
+    static telemetry_event waited_on(const shared& s, const context& ctx, const typename C::time_point* since,
+                                     telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) {
         return {.kind = k,
                 .policy = Derived::telemetry_policy,
-                .name = name(),
+                .name = s.options.name,
                 .attempt = ctx.attempt(),
-                .duration =
-                    since ? saturating_nanoseconds(clock().now() - *since) : std::chrono::nanoseconds{},
+                .duration = since ? saturating_nanoseconds(s.clock.now() - *since) : std::chrono::nanoseconds{},
                 .reason = why};
     }
 };
