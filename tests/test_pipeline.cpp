@@ -411,6 +411,44 @@ TEST_CASE("pipeline: a copy, a move and an assignment each run calls through the
     CHECK(second.metrics().consecutive_failures == 2);
 }
 
+namespace {
+// Passes calls through; its assignment throws when the assigned one says so.
+struct refuses_assignment : rs::policy_base<refuses_assignment> {
+    bool refuse = false;
+    explicit refuses_assignment(bool r) : refuse(r) {}
+    refuses_assignment(const refuses_assignment&) = default;
+    refuses_assignment& operator=(const refuses_assignment& other) {
+        if (other.refuse)
+            throw std::runtime_error("not assignable");
+        refuse = other.refuse;
+        return *this;
+    }
+    template <class Next>
+    rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const {
+        co_return co_await next(ctx);
+    }
+};
+} // namespace
+
+TEST_CASE("pipeline: an assignment that throws halfway leaves calls going through the policies it holds",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    using breaker = rs::circuit_breaker<rs::testing::virtual_clock>;
+    const breaker first{{.failure_threshold = 5}, sim.clock()};
+    const breaker second{{.failure_threshold = 5}, sim.clock()};
+    rs::pipeline p{first, refuses_assignment{false}};
+    const rs::pipeline q{second, refuses_assignment{true}};
+    CHECK_THROWS_AS(p = q, std::runtime_error);
+    REQUIRE(p.get<0>() == second); // assigned before the second element threw
+    auto r = sim.run(p.execute_outcome([]() -> rs::task<int> {
+        throw std::runtime_error("down");
+        co_return 0;
+    }));
+    CHECK(r.has_failure());
+    CHECK(second.metrics().consecutive_failures == 1);
+    CHECK(first.metrics().consecutive_failures == 0);
+}
+
 TEST_CASE("pipeline: a timeout, a limiter and a slow-call breaker read the clock once per call",
           "[pipeline]") {
     rs::testing::simulation sim;

@@ -20,8 +20,10 @@
 #include <resilience/timeout.hpp>
 
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <optional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -298,6 +300,56 @@ TEST_CASE("telemetry: a bulkhead reports rejections with their reason and the ex
         sim.run_all();
         CHECK(rec.events.empty());
     }
+}
+
+namespace {
+// The simulation's clock, until `failing` is set: then every reading throws.
+struct failing_clock {
+    using duration = rs::testing::virtual_clock::duration;
+    using time_point = rs::testing::virtual_clock::time_point;
+    rs::testing::virtual_clock inner;
+    std::shared_ptr<bool> failing = std::make_shared<bool>(false);
+    time_point now() const {
+        if (*failing)
+            throw std::runtime_error("clock: no reading");
+        return inner.now();
+    }
+    auto sleep_until(time_point tp, std::stop_token token) const { return inner.sleep_until(tp, token); }
+    rs::event_loop* timer_loop() const noexcept { return inner.timer_loop(); }
+};
+
+rs::task<void> call_caught(const rs::bulkhead<failing_clock>& b, std::function<rs::task<int>()> action,
+                           std::string& ended) {
+    try {
+        auto r = co_await b.execute_outcome(std::move(action));
+        ended = r.has_value() ? "value" : r.error().what();
+    } catch (const std::exception& e) {
+        ended = e.what();
+    }
+}
+} // namespace
+
+TEST_CASE("telemetry: a clock that fails while a bulkhead times a queue wait leaves the slot free",
+          "[telemetry][bulkhead]") {
+    rs::testing::simulation sim;
+    const failing_clock clock{sim.clock()};
+    const rs::bulkhead slots{
+        {.max_concurrent_calls = 1, .queue_limit = 1, .telemetry = [](const rs::telemetry_event&) {}}, clock};
+    std::string first, second;
+    sim.spawn(call_caught(
+        slots,
+        [&]() -> rs::task<int> {
+            co_await sim.sleep_for(1s);
+            *clock.failing = true; // the queued call's admission reads the clock next, to time its wait
+            co_return 1;
+        },
+        first));
+    sim.spawn(call_caught(slots, []() -> rs::task<int> { co_return 2; }, second)); // queued until 1s
+    sim.run_all();
+    CHECK(first == "value");
+    CHECK(second == "clock: no reading");
+    CHECK(slots.in_flight() == 0);
+    CHECK(slots.queued() == 0);
 }
 
 TEST_CASE("telemetry: the limiters report queue waits and rejections, each under its own name",

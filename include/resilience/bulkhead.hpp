@@ -479,15 +479,17 @@ public:
                 extra_ ? detail::listener_for(s.options.telemetry, ctx_) : nullptr;
             if (admitted == detail::waiter_state::granted) {
                 if (!ctx_.stop_requested()) {
+                    // Held from here: given back by `leave`, or by the state's destructor (also when
+                    // the clock throws while the event below is made).
+                    call_.held = &s;
                     if (listener) {
                         if (std::optional<failure> thrown =
                                 detail::emit_caught(listener, s.clock, waited(telemetry_kind::queue_wait))) {
-                            s.release();
+                            std::exchange(call_.held, nullptr)->release();
                             result_.emplace(std::move(*thrown));
                             return step::done;
                         }
                     }
-                    call_.held = &s; // given back by `leave`, or by the state's destructor
                     return step::proceed;
                 }
                 s.release();

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <type_traits>
 #include <tuple>
 #include <utility>
 
@@ -51,20 +52,30 @@ class pipeline : public policy_base<pipeline<Ps...>> {
 public:
     explicit pipeline(Ps... ps) : policies_(std::move(ps)...) { stages_.emplace(flatten(policies_)); }
     // The stages refer to this pipeline's own policies: a copy or a move makes its own.
-    pipeline(const pipeline& other) : policy_base<pipeline>(), policies_(other.policies_) { stages_.emplace(flatten(policies_)); }
+    pipeline(const pipeline& other)
+        requires(std::is_copy_constructible_v<Ps> && ...)
+        : policy_base<pipeline>(), policies_(other.policies_) {
+        stages_.emplace(flatten(policies_));
+    }
     pipeline(pipeline&& other) noexcept(std::is_nothrow_move_constructible_v<std::tuple<Ps...>>)
         : policy_base<pipeline>(), policies_(std::move(other.policies_)) {
         stages_.emplace(flatten(policies_));
     }
-    // The stages are made again: a handle's borrowed copy must follow the handle to its new state.
-    pipeline& operator=(const pipeline& other) {
+    // The stages are made again, also when an element's assignment throws halfway: a handle's
+    // borrowed copy must follow the handle to its new state. Calls made through the pipeline must
+    // have ended, as for destroying it.
+    pipeline& operator=(const pipeline& other)
+        requires(std::is_copy_assignable_v<Ps> && ...)
+    {
+        const remake_stages remake{this};
         policies_ = other.policies_;
-        stages_.emplace(flatten(policies_));
         return *this;
     }
-    pipeline& operator=(pipeline&& other) noexcept(std::is_nothrow_move_assignable_v<std::tuple<Ps...>>) {
+    pipeline& operator=(pipeline&& other) noexcept(std::is_nothrow_move_assignable_v<std::tuple<Ps...>>)
+        requires(std::is_move_assignable_v<Ps> && ...)
+    {
+        const remake_stages remake{this};
         policies_ = std::move(other.policies_);
-        stages_.emplace(flatten(policies_));
         return *this;
     }
     ~pipeline() = default;
@@ -82,6 +93,10 @@ public:
 
 private:
     static auto flatten(const std::tuple<Ps...>& policies) noexcept { return detail::flatten_stages(policies); }
+    struct remake_stages {
+        pipeline* self;
+        ~remake_stages() { self->stages_.emplace(flatten(self->policies_)); }
+    };
 
     std::tuple<Ps...> policies_;
     // A stateful handle's stage is a borrowed copy, and a stateless policy's a reference, both to

@@ -371,9 +371,11 @@ public:
                     answer_ = step::proceed;
                     return true;
                 }
-                if (listener_for(limiter().options.telemetry, ctx_)) // as `run`: from when it found none
+                if (listener_for(limiter().options.telemetry, ctx_)) { // as `run`: from when it found none
+                    const typename C::time_point now = limiter().clock.now();
                     queued_at_ = ::new (frame_cache::allocate(sizeof(typename C::time_point)))
-                        typename C::time_point(limiter().clock.now());
+                        typename C::time_point(now);
+                }
                 phase_ = phase::queue;
                 return queue_.await_ready();
             case phase::turn:
