@@ -116,3 +116,34 @@ TEST_CASE("any_policy: the success path allocates nothing after warm-up", "[any_
     CHECK(allocations == 0);
 }
 #endif
+
+TEST_CASE("any_policy: a rate limiter behind it queues, refuses and reports as it does in a pipeline",
+          "[any_policy][rate_limiter]") {
+    // any_policy runs its policy through `run`: the limiter's waiting form, the same wait as in a
+    // pipeline's frame.
+    simulation sim;
+    std::vector<std::pair<rs::telemetry_kind, std::chrono::nanoseconds>> events;
+    const rs::rate_limiter limiter{{.token_limit = 1,
+                                    .tokens_per_second = 1,
+                                    .queue_limit = 1,
+                                    .telemetry = rs::telemetry_listener{[&events](const rs::telemetry_event& e) {
+                                        events.emplace_back(e.kind, e.duration);
+                                    }}},
+                                   sim.clock()};
+    const rs::any_policy<int> erased{limiter};
+    std::vector<std::chrono::nanoseconds> ran;
+    auto action = [&]() -> rs::task<int> {
+        ran.push_back(sim.now());
+        co_return 1;
+    };
+    auto [a, b, c] =
+        sim.run(rs::when_all(erased.execute_outcome(action), erased.execute_outcome(action),
+                             erased.execute_outcome(action)));
+    CHECK(a.has_value());
+    CHECK(b.has_value()); // waited for the token due at 1s
+    REQUIRE(c.has_failure());
+    CHECK(c.error().is<rs::rate_limited_error>());
+    CHECK(ran == std::vector<std::chrono::nanoseconds>{0s, 1s});
+    CHECK(events == std::vector<std::pair<rs::telemetry_kind, std::chrono::nanoseconds>>{
+                        {rs::telemetry_kind::rejection, 0s}, {rs::telemetry_kind::queue_wait, 1s}});
+}

@@ -536,8 +536,9 @@ public:
                 auto* self = static_cast<frame_wait*>(n->owner);
                 self->owner().expire(self->node_); // nothing if the node left the queue already
             };
-            detail::loop_access::add_timer(*event_loop::current(), &x.timer);
-            x.loop = event_loop::current();
+            event_loop* const here = event_loop::current();
+            detail::loop_access::add_timer(*here, &x.timer);
+            x.loop = here;
         }
         // On the timer's loop: the call resumes there, and its frame is destroyed there.
         void disarm() noexcept {
@@ -553,13 +554,7 @@ public:
         }
 
         telemetry_event waited(telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
-            const state& s = owner();
-            return {.kind = k,
-                    .policy = "bulkhead",
-                    .name = s.options.name,
-                    .attempt = ctx_.attempt(),
-                    .duration = detail::saturating_nanoseconds(s.clock.now() - extra_->queued_at),
-                    .reason = why};
+            return waited_on(owner(), ctx_, &extra_->queued_at, k, why);
         }
 
         call_state& call_;
@@ -707,11 +702,15 @@ private:
     // An event about a call that waited since `since` (if it waited at all).
     telemetry_event waited(const context& ctx, const std::optional<typename C::time_point>& since,
                            telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
+        return waited_on(*state_, ctx, since ? &*since : nullptr, k, why);
+    }
+    static telemetry_event waited_on(const state& s, const context& ctx, const typename C::time_point* since,
+                                     telemetry_kind k, rejection_reason why) {
         return {.kind = k,
                 .policy = "bulkhead",
-                .name = name(),
+                .name = s.options.name,
                 .attempt = ctx.attempt(),
-                .duration = since ? detail::saturating_nanoseconds(clock().now() - *since)
+                .duration = since ? detail::saturating_nanoseconds(s.clock.now() - *since)
                                   : std::chrono::nanoseconds{},
                 .reason = why};
     }

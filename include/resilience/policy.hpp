@@ -312,11 +312,8 @@ concept fast_policy = requires { typename P::call_state; };
 template <class P>
 inline constexpr bool enter_may_wait = !requires { requires P::enter_never_waits; };
 
-/// A fast policy whose `enter` may wait can also wait for admission without a frame of its own
-/// (see the file comment): `waits_in_frame(ctx)` says whether it can for this call, and
-/// `frame_wait<R>`, made from the policy, the call's state, its context and its result, is the
-/// awaiter that waits, yielding `step::proceed` (admitted), `step::done` (refused: the result
-/// says why) or `step::wait` (not decided yet: the pipeline awaits the same object again).
+/// A fast policy whose `enter` may wait and that can also wait for admission without a frame of
+/// its own: `waits_in_frame` and `frame_wait<R>` (see the file comment).
 template <class P, class S, class R>
 concept frame_waiting = requires(const P& p, const context& c) {
     { p.waits_in_frame(c) } -> std::same_as<bool>;
@@ -640,8 +637,8 @@ struct driver {
         ((n = std::max(n, admission_extent<Js, Align>())), ...);
         return n;
     }
-    static constexpr bool any_waits_in_frame = largest_admission<false>(all_stages{}) > 0;
     static constexpr std::size_t admission_bytes = largest_admission<false>(all_stages{});
+    static constexpr bool any_waits_in_frame = admission_bytes > 0;
     static_assert(largest_admission<true>(all_stages{}) <= alignof(std::max_align_t),
                   "resilience: a policy's frame_wait must not be over-aligned");
 

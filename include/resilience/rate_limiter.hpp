@@ -455,28 +455,18 @@ public:
     /// however the call ends.
     template <class Next>
     task<next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        if (ctx.stop_requested())
-            co_return failure::make(cancelled_error{name()});
-        const std::stop_token& token = ctx.stop_token();
-        if (!state_->try_take_now()) {
-            const telemetry_listener* const listener = listener_for(options().telemetry, ctx);
-            std::optional<typename C::time_point> queued_at; // for a listener only
-            if (listener)
-                queued_at = clock().now();
-            const admission a = co_await state_->wait(token);
-            if (a.state == waiter_state::stopped)
-                co_return failure::make(cancelled_error{name()});
-            if (a.state != waiter_state::granted) {
-                rate_limited_error e = refusal(a);
-                const telemetry_event refusing =
-                    waited(ctx, queued_at, telemetry_kind::rejection, e.reason());
-                co_return refused(listener, clock(), refusing, failure::make(std::move(e)));
-            }
-            if (queued_at)
-                if (std::optional<failure> thrown =
-                        emit_caught(listener, clock(), waited(ctx, queued_at, telemetry_kind::queue_wait)))
-                    co_return std::move(*thrown); // the permit stays spent
+        // The same wait as in a pipeline's frame, in this coroutine's.
+        std::optional<next_outcome_t<Next>> refused_call;
+        call_state none;
+        step s;
+        {
+            frame_wait<next_value_t<Next>> waiting{*this, none, ctx, refused_call};
+            do // `step::wait`: the head's turn came, await it again
+                s = co_await waiting;
+            while (s == step::wait);
         }
+        if (s != step::proceed)
+            co_return std::move(*refused_call);
         co_return co_await next(ctx);
     }
 
@@ -535,10 +525,6 @@ private:
         return rate_limited_error{a.retry_after, s.options.name, why};
     }
     // An event about a call that waited since `since` (read only for a listener).
-    telemetry_event waited(const context& ctx, const std::optional<typename C::time_point>& since,
-                           telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
-        return waited_on(*state_, ctx, since ? &*since : nullptr, k, why);
-    }
     static telemetry_event waited_on(const shared& s, const context& ctx, const typename C::time_point* since,
                                      telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) {
         return {.kind = k,
