@@ -13,6 +13,7 @@
 #pragma once
 
 #include <resilience/adaptive_throttle.hpp>
+#include <resilience/any_policy.hpp>
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/outcome.hpp>
@@ -22,6 +23,7 @@
 #include <resilience/retry.hpp>
 #include <resilience/sliding_window_limiter.hpp>
 #include <resilience/task.hpp>
+#include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
@@ -73,6 +75,12 @@ inline std::string to_string(const std::vector<event>& trace) {
         out << '\n';
     }
     return out.str();
+}
+
+/// What a listener heard, in a trace's shape: no call (events do not name one), the duration in
+/// `retry_after`, the reason of a rejection in `detail`.
+inline event heard_event(ns at, std::string what, ns duration, std::string reason = {}) {
+    return {-1, at, std::move(what), duration, std::move(reason)};
 }
 
 /// Events sorted by instant, then call: the order two implementations agree on.
@@ -265,10 +273,12 @@ struct sliding_window_meter {
     }
 };
 
-/// The waiting half, the same for both limiters.
+/// The waiting half, the same for both limiters. With `heard`, also what a listener of the limiter
+/// hears (see `heard_event`): a `queue_wait` for each call admitted after it found no permit, and a
+/// `rejection` for each refusal, each with the time waited since the call found none.
 template <class Meter>
 std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::optional<ns> queue_timeout,
-                                 const std::vector<limiter_call>& calls) {
+                                 const std::vector<limiter_call>& calls, std::vector<event>* heard = nullptr) {
     std::vector<event> out;
     struct waiter {
         int call;
@@ -276,8 +286,13 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
     };
     std::deque<waiter> queue;
     const ns forever = INT64_MAX;
+    const auto hear = [&](ns now, int call, const char* what, const char* reason = "") {
+        if (heard)
+            heard->push_back(heard_event(now, what, now - calls[static_cast<std::size_t>(call)].arrive, reason));
+    };
     const auto refused = [&](int call, ns now, std::size_t ahead, const char* reason) {
         out.push_back({call, now, "rate_limited", meter.available_at(now, ahead) - now, reason});
+        hear(now, call, "rejection", reason);
     };
     // Serves the front waiter at `now` until one must wait; returns when it wants to be woken.
     const auto serve = [&](ns now) -> ns {
@@ -285,12 +300,14 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
             waiter& head = queue.front();
             if (meter.try_take(now)) {
                 out.push_back({head.call, now, "admitted"});
+                hear(now, head.call, "queue_wait");
                 queue.pop_front();
                 continue;
             }
             const ns due = meter.available_at(now, 0);
             if (now >= head.deadline) {
                 out.push_back({head.call, now, "rate_limited", due - now, "queue_timeout"});
+                hear(now, head.call, "rejection", "queue_timeout");
                 queue.pop_front();
                 continue;
             }
@@ -348,6 +365,79 @@ inline std::string reason_name(rs::rejection_reason r) {
     return "?";
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// How a scenario reaches a bulkhead or a limiter. Its trace must not depend on the route: called
+// directly; with a listener of the policy's own (the wait is then timed); with the listener of a
+// `telemetry` stage in front (found in the call's context); through `any_policy` (the policy's
+// waiting `run`), with or without a listener of its own; or behind a timeout that never fires.
+// Where a listener hears the calls, what it hears is compared with the model's too.
+
+enum class route { direct, own_listener, telemetry_stage, any_policy, any_policy_listener, behind_timeout };
+
+inline route route_of(chooser& pick) {
+    return static_cast<route>(pick.between(0, 5));
+}
+inline bool own_listener(route r) {
+    return r == route::own_listener || r == route::any_policy_listener;
+}
+inline bool listens(route r) {
+    return own_listener(r) || r == route::telemetry_stage;
+}
+inline const char* route_name(route r) {
+    switch (r) {
+    case route::direct:
+        return "direct";
+    case route::own_listener:
+        return "own_listener";
+    case route::telemetry_stage:
+        return "telemetry_stage";
+    case route::any_policy:
+        return "any_policy";
+    case route::any_policy_listener:
+        return "any_policy_listener";
+    case route::behind_timeout:
+        return "behind_timeout";
+    }
+    return "?";
+}
+
+/// Writes down the queue waits and rejections a bulkhead or a limiter reports, as `heard_event`s
+/// (stamped with the event's own `at`).
+inline rs::telemetry_listener recorder(std::vector<event>& heard) {
+    return [&heard](const rs::telemetry_event& e) {
+        if (e.kind == rs::telemetry_kind::queue_wait)
+            heard.push_back(heard_event(e.at.count(), "queue_wait", e.duration.count()));
+        else if (e.kind == rs::telemetry_kind::rejection)
+            heard.push_back(heard_event(e.at.count(), "rejection", e.duration.count(), rs::to_string(e.reason)));
+    };
+}
+
+/// Heard events in one order whatever the order of reports at one instant.
+inline std::vector<event> sorted_heard(std::vector<event> heard) {
+    std::sort(heard.begin(), heard.end(), [](const event& a, const event& b) {
+        return std::tie(a.at, a.what, a.retry_after, a.detail) < std::tie(b.at, b.what, b.retry_after, b.detail);
+    });
+    return heard;
+}
+
+/// `run(p)` with `p` the policy reached by route `r` (actions producing `T`); a `telemetry` stage
+/// writes into `heard`.
+template <class T, class Policy, class Run>
+std::vector<event> run_routed(rs::testing::simulation& sim, route r, const Policy& policy, std::vector<event>& heard,
+                              Run run) {
+    switch (r) {
+    case route::telemetry_stage:
+        return run(rs::pipeline{rs::telemetry{recorder(heard), sim.clock()}, policy});
+    case route::any_policy:
+    case route::any_policy_listener:
+        return run(rs::any_policy<T>{policy});
+    case route::behind_timeout:
+        return run(rs::pipeline{rs::timeout{std::chrono::hours{1}, sim.clock()}, policy});
+    default:
+        return run(policy);
+    }
+}
+
 /// Plays `calls` through `limiter` (built on `sim`'s clock) and writes down how each call was admitted.
 template <class Limiter>
 std::vector<event> run_limiter(rs::testing::simulation& sim, const Limiter& limiter,
@@ -382,9 +472,14 @@ struct bulkhead_call {
     std::optional<ns> stop_at{};
 };
 
+/// With `heard`, also what a listener of the bulkhead hears, as `model_limiter`'s.
 inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_limit, std::optional<ns> queue_timeout,
-                                         const std::vector<bulkhead_call>& calls) {
+                                         const std::vector<bulkhead_call>& calls, std::vector<event>* heard = nullptr) {
     std::vector<event> out;
+    const auto hear = [&](ns now, int call, const char* what, const char* reason = "") {
+        if (heard)
+            heard->push_back(heard_event(now, what, now - calls[static_cast<std::size_t>(call)].arrive, reason));
+    };
     struct waiter {
         int call;
         ns deadline;
@@ -419,9 +514,11 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
             const int id = arrivals[a].second;
             if (queue.empty() && busy < slots)
                 admit(id, now);
-            else if (queue.size() >= queue_limit)
-                out.push_back({id, now, "bulkhead_rejected", -1, queue_limit == 0 ? "no_capacity" : "queue_full"});
-            else
+            else if (queue.size() >= queue_limit) {
+                const char* reason = queue_limit == 0 ? "no_capacity" : "queue_full";
+                out.push_back({id, now, "bulkhead_rejected", -1, reason});
+                hear(now, id, "rejection", reason);
+            } else
                 queue.push_back({id, queue_timeout ? now + *queue_timeout : forever});
         }
         for (; s < stops.size() && stops[s].first == now; ++s) {
@@ -445,12 +542,14 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
                 const int next = queue.front().call;
                 queue.pop_front();
                 admit(next, now);
+                hear(now, next, "queue_wait");
             }
         }
         // Waiters whose time ran out leave.
         for (auto it = queue.begin(); it != queue.end();) {
             if (it->deadline == now) {
                 out.push_back({it->call, now, "bulkhead_rejected", -1, "queue_timeout"});
+                hear(now, it->call, "rejection", "queue_timeout");
                 it = queue.erase(it);
             } else {
                 ++it;
@@ -830,6 +929,14 @@ struct comparison {
     bool agree() const { return expected == actual; }
 };
 
+/// Adds what a listener heard to both traces of `c`, after the calls' events.
+inline void compare_heard(comparison& c, std::vector<event> expected, std::vector<event> actual) {
+    for (event& e : sorted_heard(std::move(expected)))
+        c.expected.push_back(std::move(e));
+    for (event& e : sorted_heard(std::move(actual)))
+        c.actual.push_back(std::move(e));
+}
+
 inline std::vector<limiter_call> limiter_calls(chooser& pick) {
     std::vector<limiter_call> calls(static_cast<std::size_t>(pick.between(1, 12)));
     const ns unit = pick.coin(50) ? 1'000 : 1'000'000; // microseconds or milliseconds apart
@@ -857,21 +964,29 @@ inline comparison check_token_bucket(chooser& pick) {
     const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
     const std::optional<ns> queue_timeout = queue_timeout_of(pick);
     const std::vector<limiter_call> calls = limiter_calls(pick);
+    const route r = route_of(pick);
 
     comparison c;
     std::ostringstream setup;
     setup << "token_limit=" << tokens << " tokens_per_second=" << rate << " queue_limit=" << queue_limit
-          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none")
+          << " route=" << route_name(r);
     c.setup = setup.str();
-    c.expected = sorted(model_limiter(token_bucket_meter{tokens, 1'000'000'000 / rate}, queue_limit, queue_timeout, calls));
+    std::vector<event> expected_heard, heard;
+    c.expected = sorted(model_limiter(token_bucket_meter{tokens, 1'000'000'000 / rate}, queue_limit, queue_timeout, calls,
+                                      &expected_heard));
     rs::testing::simulation sim;
     rs::rate_limiter limiter{{.token_limit = static_cast<std::size_t>(tokens),
                               .tokens_per_second = static_cast<double>(rate),
                               .queue_limit = queue_limit,
                               .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout}
-                                                             : std::nullopt},
+                                                             : std::nullopt,
+                              .telemetry = own_listener(r) ? recorder(heard) : rs::telemetry_listener{}},
                              sim.clock()};
-    c.actual = sorted(run_limiter(sim, limiter, calls));
+    c.actual = sorted(
+        run_routed<void>(sim, r, limiter, heard, [&](const auto& p) { return run_limiter(sim, p, calls); }));
+    if (listens(r))
+        compare_heard(c, std::move(expected_heard), std::move(heard));
     return c;
 }
 
@@ -883,23 +998,31 @@ inline comparison check_sliding_window(chooser& pick) {
     const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
     const std::optional<ns> queue_timeout = queue_timeout_of(pick);
     const std::vector<limiter_call> calls = limiter_calls(pick);
+    const route r = route_of(pick);
 
     comparison c;
     std::ostringstream setup;
     setup << "permit_limit=" << permits << " window=" << window << "ns segments=" << segments
           << " queue_limit=" << queue_limit
-          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none")
+          << " route=" << route_name(r);
     c.setup = setup.str();
-    c.expected = sorted(model_limiter(sliding_window_meter{permits, window, segments}, queue_limit, queue_timeout, calls));
+    std::vector<event> expected_heard, heard;
+    c.expected = sorted(model_limiter(sliding_window_meter{permits, window, segments}, queue_limit, queue_timeout, calls,
+                                      &expected_heard));
     rs::testing::simulation sim;
     rs::sliding_window_limiter limiter{
         {.permit_limit = static_cast<std::size_t>(permits),
          .window = std::chrono::nanoseconds{window},
          .segments = static_cast<std::size_t>(segments),
          .queue_limit = queue_limit,
-         .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout} : std::nullopt},
+         .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout} : std::nullopt,
+         .telemetry = own_listener(r) ? recorder(heard) : rs::telemetry_listener{}},
         sim.clock()};
-    c.actual = sorted(run_limiter(sim, limiter, calls));
+    c.actual = sorted(
+        run_routed<void>(sim, r, limiter, heard, [&](const auto& p) { return run_limiter(sim, p, calls); }));
+    if (listens(r))
+        compare_heard(c, std::move(expected_heard), std::move(heard));
     return c;
 }
 
@@ -919,19 +1042,27 @@ inline comparison check_bulkhead(chooser& pick) {
             call.stop_at = call.arrive + pick.between(0, 300) * 1'000 + 249;
     }
 
+    const route r = route_of(pick);
+
     comparison c;
     std::ostringstream setup;
     setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
-          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none")
+          << " route=" << route_name(r);
     c.setup = setup.str();
-    c.expected = sorted(model_bulkhead(slots, queue_limit, queue_timeout, calls));
+    std::vector<event> expected_heard, heard;
+    c.expected = sorted(model_bulkhead(slots, queue_limit, queue_timeout, calls, &expected_heard));
     rs::testing::simulation sim;
     rs::bulkhead bulkhead{{.max_concurrent_calls = slots,
                            .queue_limit = queue_limit,
                            .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout}
-                                                          : std::nullopt},
+                                                          : std::nullopt,
+                           .telemetry = own_listener(r) ? recorder(heard) : rs::telemetry_listener{}},
                           sim.clock()};
-    c.actual = sorted(run_bulkhead(sim, bulkhead, calls));
+    c.actual = sorted(
+        run_routed<int>(sim, r, bulkhead, heard, [&](const auto& p) { return run_bulkhead(sim, p, calls); }));
+    if (listens(r))
+        compare_heard(c, std::move(expected_heard), std::move(heard));
     return c;
 }
 
