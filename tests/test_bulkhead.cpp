@@ -513,6 +513,48 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
     CHECK(bh.queued() == 0);
 }
 
+TEST_CASE("bulkhead: queue timeouts firing on each of two loops race slots handed over from the other: every "
+          "call ends once, and every refusal is heard once",
+          "[bulkhead][concurrency]") {
+    // A queued call waits in its own loop's frame with its deadline a timer on that loop, while the
+    // slot it waits for is given back on either thread: the timer firing and the hand-over meet.
+    const auto queue_timeout = GENERATE(1us, 30us);
+    std::atomic<int> heard_waits{0}, heard_rejections{0};
+    rs::bulkhead bh{{.max_concurrent_calls = 2,
+                     .queue_limit = 100000,
+                     .queue_timeout = queue_timeout,
+                     .telemetry = [&](const rs::telemetry_event& e) {
+                         if (e.kind == rs::telemetry_kind::queue_wait)
+                             ++heard_waits;
+                         else if (e.kind == rs::telemetry_kind::rejection)
+                             ++heard_rejections;
+                     }}};
+    constexpr std::size_t per_loop = 2000;
+    shared_counts c{2 * per_loop};
+    std::vector<std::stop_source> sources(per_loop);
+    rs::event_loop a, b;
+    for (std::size_t i = 0; i < per_loop; ++i) {
+        const bool stopped = i % 5 == 0;
+        const int yields = static_cast<int>(i % 3);
+        a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : std::stop_token{}, yields));
+        b.spawn(threaded_client(bh, c, per_loop + i, {}, yields));
+        if (stopped)
+            b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 4)));
+    }
+    resilience_tests::run_on_threads(a, b);
+
+    CHECK(c.peak.load() <= 2);
+    CHECK(c.peak_in_flight.load() <= 2);
+    CHECK(c.running.load() == 0);
+    CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(2 * per_loop));
+    CHECK(c.calls.failed == 0);
+    REQUIRE(c.calls.completions.exactly_once() == 2 * per_loop);
+    CHECK(heard_rejections.load() == c.calls.refused.load()); // every refusal here is a queue timeout
+    CHECK(heard_waits.load() <= c.calls.values.load());
+    CHECK(bh.in_flight() == 0);
+    CHECK(bh.queued() == 0);
+}
+
 TEST_CASE("bulkhead: hammered by loops on four threads, with actions that end at once or yield, never more "
           "than max_concurrent_calls run at once and every call ends",
           "[bulkhead][concurrency]") {

@@ -597,6 +597,49 @@ TEST_CASE("rate_limiter: shared by loops on two threads, no span of length t adm
     CHECK(span >= static_cast<double>(all.size() - capacity) / rate);
 }
 
+TEST_CASE("rate_limiter: queue timeouts firing on each of two loops race tokens served from the other: every "
+          "call ends once, and every refusal is heard once",
+          "[rate_limiter][concurrency]") {
+    // A queued call waits in its own loop's frame, served in turn by whichever thread's call is at
+    // the head of the queue, while its queue timeout and its caller's stop may end the wait first.
+    const auto queue_timeout = GENERATE(1us, 30us);
+    std::atomic<int> heard_waits{0}, heard_rejections{0};
+    rs::rate_limiter rl{{.token_limit = 5,
+                         .tokens_per_second = 100000, // a token every 10 us
+                         .queue_limit = rs::unbounded_queue,
+                         .queue_timeout = queue_timeout,
+                         .telemetry = [&](const rs::telemetry_event& e) {
+                             if (e.kind == rs::telemetry_kind::queue_wait)
+                                 ++heard_waits;
+                             else if (e.kind == rs::telemetry_kind::rejection)
+                                 ++heard_rejections;
+                         }}};
+    constexpr std::size_t per_loop = 1000;
+    resilience_tests::call_tally<rs::rate_limited_error> log{2 * per_loop};
+    std::vector<std::stop_source> sources(per_loop);
+    auto client = [](rs::rate_limiter<>& rl, resilience_tests::call_tally<rs::rate_limited_error>& log,
+                     std::size_t id, std::stop_token stop) -> rs::task<void> {
+        auto action = []() -> rs::task<int> { co_return 1; };
+        log.record(id, co_await rl.execute_outcome(action, std::move(stop)));
+    };
+    rs::event_loop a, b;
+    for (std::size_t i = 0; i < per_loop; ++i) {
+        const bool stopped = i % 7 == 0;
+        a.spawn(client(rl, log, i, stopped ? sources[i].get_token() : std::stop_token{}));
+        b.spawn(client(rl, log, per_loop + i, {}));
+        if (stopped)
+            b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 5)));
+    }
+    resilience_tests::run_on_threads(a, b);
+
+    CHECK(log.values + log.refused + log.cancelled == static_cast<int>(2 * per_loop));
+    CHECK(log.failed == 0);
+    REQUIRE(log.completions.exactly_once() == 2 * per_loop);
+    CHECK(heard_rejections.load() == log.refused.load()); // every refusal here is a queue timeout
+    CHECK(heard_waits.load() <= log.values.load());
+    CHECK(rl.queued() == 0);
+}
+
 TEST_CASE("rate_limiter: shared by four threads, a bucket of N that barely refills grants exactly N tokens "
           "and refuses the rest",
           "[rate_limiter][concurrency]") {
