@@ -209,6 +209,44 @@ TEST_CASE("timeout: a call that completes on another thread disarms its timer sa
     CHECK(loop.timers() == 0);
 }
 
+TEST_CASE("timeout: a token made on another thread while the deadline fires on the loop is always stopped",
+          "[timeout][concurrency]") {
+    // The attempt asks for its token off the loop's thread at about the moment its deadline fires
+    // on the loop: whichever of the two comes second must stop the token, or the attempt below
+    // would wait for it until it gives up.
+    constexpr int rounds = 300;
+    constexpr auto deadline = 200us;
+    rs::event_loop loop;
+    rs::timeout limit{deadline};
+    int stopped = 0, timed_out = 0;
+    bool lost = false; // a stop never came: the rounds after it do not wait for theirs
+    loop.run([&]() -> rs::task<void> {
+        for (int i = 0; i < rounds; ++i) {
+            resilience_tests::foreign_thread worker;
+            const auto start = std::chrono::steady_clock::now();
+            const auto ask_at = start + (i % 40) * 10us; // from well before the deadline to well after
+            auto r = co_await limit.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
+                co_await worker.resume_here();
+                while (std::chrono::steady_clock::now() < ask_at)
+                    std::this_thread::yield();
+                const std::stop_token token = ctx.stop_token();
+                const auto give_up = std::chrono::steady_clock::now() + 10s;
+                while (!lost && !token.stop_requested() && std::chrono::steady_clock::now() < give_up)
+                    std::this_thread::yield();
+                lost = lost || !token.stop_requested();
+                co_return token.stop_requested() ? 1 : 0;
+            });
+            if (r.has_value())
+                stopped += r.value(); // a value that comes after the deadline is returned
+            else if (r.error().is<rs::timeout_error>())
+                ++timed_out;
+        }
+    }());
+    CHECK(stopped == rounds);
+    CHECK(timed_out == 0);
+    CHECK(loop.timers() == 0);
+}
+
 namespace {
 // An awaiter that resumes its coroutine from inside the stop callback, as some I/O wrappers do: the
 // stop request then finishes the whole call, timeout included, before request_stop() returns.

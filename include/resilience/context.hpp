@@ -3,13 +3,13 @@
 /// `context`: what one attempt knows about itself (stop token, attempt number, deadline).
 #pragma once
 
+#include "detail/frame_allocator.hpp"
 #include "detail/inlining.hpp"
 #include "detail/stop.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <concepts>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <utility>
@@ -56,11 +56,21 @@ struct time_cache {
 /// Polling (`stop_requested()`) walks up the chain of lazy stops without a call per level: each
 /// one knows, from its construction, the nearest lazy stop above it and otherwise the token it
 /// ends at, or that nothing above it can ever stop (a token that cannot stop never will).
+///
+/// What a token needs (the source, its link to the parent, the token) is a block of its own from
+/// the frame cache, made on first use: a call that never asks carries five words here, not the
+/// block. The block is published with one compare-and-swap, and the deadline and the publication
+/// each look at the other's flag after setting their own, so whichever comes second stops the
+/// source (both may: stopping twice is stopping).
 class lazy_stop {
 public:
     explicit lazy_stop(const context* parent) noexcept;
     lazy_stop(const lazy_stop&) = delete;
     lazy_stop& operator=(const lazy_stop&) = delete;
+    ~lazy_stop() {
+        if (made* m = made_.load(std::memory_order_acquire))
+            discard(m);
+    }
 
     /// Stopped by the deadline or by the parent: no token made for that.
     RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
@@ -74,17 +84,17 @@ public:
     }
     /// The attempt's token, made (and linked to the parent's) on first use.
     const std::stop_token& token() const {
-        if (!ready_.load(std::memory_order_acquire))
-            materialize();
-        return token_;
+        made* m = made_.load(std::memory_order_acquire);
+        if (!m)
+            m = materialize();
+        return m->token;
     }
-    /// The deadline passed: returns a copy of the source to stop (outside any lock, and after
-    /// which the owner may be gone), or a source without state when no token was made yet.
+    /// The deadline passed: returns a copy of the source to stop (after which the owner may be
+    /// gone), or a source without state when no token was made yet: one made later starts stopped.
     std::stop_source expire() {
-        std::lock_guard lock(mutex_);
-        expired_.store(true, std::memory_order_release);
-        if (source_)
-            return source_->source();
+        expired_.store(true, std::memory_order_seq_cst);
+        if (made* m = made_.load(std::memory_order_seq_cst))
+            return m->source.source();
         return std::stop_source{std::nostopstate};
     }
 
@@ -93,16 +103,22 @@ private:
         pooled_stop_source* target;
         void operator()() const noexcept { target->request_stop(); }
     };
-    void materialize() const;
+    // Declared in this order so that the link goes before the source it stops.
+    struct made {
+        pooled_stop_source source; // pooled: no allocation per call
+        std::optional<std::stop_callback<forward>> link;
+        std::stop_token token;
+    };
+    made* materialize() const;
+    static void discard(made* m) noexcept {
+        std::destroy_at(m);
+        frame_cache::deallocate(m, sizeof(made));
+    }
 
     const context* parent_;
     const lazy_stop* parent_lazy_;       // the parent's own lazy stop, if it has one
     const std::stop_token* parent_token_; // else the token the parent ends at; null if it cannot stop
-    mutable std::mutex mutex_;
-    mutable std::optional<pooled_stop_source> source_; // pooled: no allocation per call
-    mutable std::optional<std::stop_callback<forward>> link_;
-    mutable std::stop_token token_;
-    mutable std::atomic<bool> ready_{false};
+    mutable std::atomic<made*> made_{nullptr};
     std::atomic<bool> expired_{false};
 };
 
@@ -292,18 +308,29 @@ inline lazy_stop::lazy_stop(const context* parent) noexcept
         parent_token_ = nullptr;
 }
 
-inline void lazy_stop::materialize() const {
-    std::lock_guard lock(mutex_);
-    if (ready_.load(std::memory_order_relaxed))
-        return;
-    source_.emplace();
-    if (expired_.load(std::memory_order_relaxed))
-        source_->request_stop();
-    const std::stop_token& parent = parent_->stop_token();
+inline lazy_stop::made* lazy_stop::materialize() const {
+    const std::stop_token& parent = parent_->stop_token(); // may make the parent's first
+    void* space = frame_cache::allocate(sizeof(made));
+    made* m = nullptr;
+    try {
+        m = ::new (space) made{};
+    } catch (...) {
+        frame_cache::deallocate(space, sizeof(made));
+        throw;
+    }
+    if (expired_.load(std::memory_order_acquire))
+        m->source.request_stop(); // the deadline passed before anybody asked: born stopped
     if (parent.stop_possible())
-        link_.emplace(parent, forward{&*source_});
-    token_ = source_->get_token();
-    ready_.store(true, std::memory_order_release);
+        m->link.emplace(parent, forward{&m->source}); // stops it at once if the parent has stopped
+    m->token = m->source.get_token();
+    made* first = nullptr;
+    if (!made_.compare_exchange_strong(first, m, std::memory_order_seq_cst, std::memory_order_acquire)) {
+        discard(m); // another thread asked at the same time, and made it first
+        return first;
+    }
+    if (expired_.load(std::memory_order_seq_cst))
+        m->source.request_stop(); // the deadline passed while it was being made
+    return m;
 }
 
 } // namespace detail
