@@ -279,9 +279,10 @@ private:
         std::coroutine_handle<promise_type> handle;
     };
 
+    // A spawned awaitable's result is dropped, as `spawn` says: a `[[nodiscard]]` one too.
     template <class A>
     static drive_task drive(A a, event_loop*) {
-        co_await std::move(a);
+        static_cast<void>(co_await std::move(a));
     }
 
     template <class R, class A>
