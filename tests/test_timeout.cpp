@@ -8,6 +8,7 @@
 #include <resilience/timeout.hpp>
 #include <resilience/when_all.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -245,6 +246,55 @@ TEST_CASE("timeout: a token made on another thread while the deadline fires on t
     CHECK(stopped == rounds);
     CHECK(timed_out == 0);
     CHECK(loop.timers() == 0);
+}
+
+TEST_CASE("timeout: once the deadline found no token yet, the token asked for next is born stopped, whichever "
+          "thread made it",
+          "[timeout][concurrency]") {
+    // The attempt's stop state (detail::lazy_stop) alone: another thread asks for the token at
+    // about the moment the deadline passes here. When the deadline found no token, the token this
+    // thread asks for next must already be stopped, even if the other thread made it a moment
+    // before and this thread only finds it.
+    std::stop_source caller;
+    const rs::context parent{caller.get_token()};
+    constexpr int rounds = 50000;
+    std::atomic<rs::detail::lazy_stop*> current{nullptr};
+    std::atomic<int> started{0}, asked{0}, delay{0};
+    std::thread other([&] {
+        for (int seen = 0; seen < rounds;) {
+            const int r = started.load(std::memory_order_acquire);
+            if (r == seen) {
+                std::this_thread::yield();
+                continue;
+            }
+            seen = r;
+            (void)current.load(std::memory_order_acquire)->token();
+            asked.store(r, std::memory_order_release);
+        }
+    });
+    int found_none = 0, unstopped = 0, lost = 0;
+    for (int r = 1; r <= rounds; ++r) {
+        std::optional<rs::detail::lazy_stop> stop;
+        stop.emplace(&parent);
+        current.store(&*stop, std::memory_order_release);
+        started.store(r, std::memory_order_release);
+        for (int spin = (r * 37) % 700; spin > 0; --spin) // a different moment each round
+            delay.fetch_add(1, std::memory_order_relaxed);
+        std::stop_source found = stop->expire();
+        if (!found.stop_possible()) {
+            ++found_none;
+            unstopped += stop->token().stop_requested() ? 0 : 1;
+        } else {
+            found.request_stop(); // as the timer does with what the deadline found
+        }
+        while (asked.load(std::memory_order_acquire) != r)
+            std::this_thread::yield();
+        lost += stop->token().stop_requested() ? 0 : 1;
+    }
+    other.join();
+    INFO("rounds whose deadline found no token: " << found_none);
+    CHECK(unstopped == 0);
+    CHECK(lost == 0);
 }
 
 namespace {

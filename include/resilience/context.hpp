@@ -10,6 +10,8 @@
 #include <atomic>
 #include <chrono>
 #include <concepts>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <utility>
@@ -58,24 +60,25 @@ struct time_cache {
 /// ends at, or that nothing above it can ever stop (a token that cannot stop never will).
 ///
 /// What a token needs (the source, its link to the parent, the token) is a block of its own from
-/// the frame cache, made on first use: a call that never asks carries five words here, not the
-/// block. The block is published with one compare-and-swap, and the deadline and the publication
-/// each look at the other's flag after setting their own, so whichever comes second stops the
-/// source (both may: stopping twice is stopping).
+/// the frame cache, made on first use: a call that never asks carries four words here, not the
+/// block. The block and the deadline's flag share one atomic word: the deadline sets the flag and
+/// finds any block published before it, which its caller stops; a block published after it is
+/// stopped before it is published. So a token first asked for after the deadline is born stopped,
+/// whichever thread asks and whichever makes it.
 class lazy_stop {
 public:
     explicit lazy_stop(const context* parent) noexcept;
     lazy_stop(const lazy_stop&) = delete;
     lazy_stop& operator=(const lazy_stop&) = delete;
     ~lazy_stop() {
-        if (made* m = made_.load(std::memory_order_acquire))
+        if (made* m = block_of(word_.load(std::memory_order_acquire)))
             discard(m);
     }
 
     /// Stopped by the deadline or by the parent: no token made for that.
     RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
         const lazy_stop* l = this;
-        while (!l->expired_.load(std::memory_order_acquire)) {
+        while (!(l->word_.load(std::memory_order_acquire) & expired_flag)) {
             if (!l->parent_lazy_)
                 return l->parent_token_ && l->parent_token_->stop_requested();
             l = l->parent_lazy_;
@@ -84,7 +87,7 @@ public:
     }
     /// The attempt's token, made (and linked to the parent's) on first use.
     const std::stop_token& token() const {
-        made* m = made_.load(std::memory_order_acquire);
+        made* m = block_of(word_.load(std::memory_order_acquire));
         if (!m)
             m = materialize();
         return m->token;
@@ -92,8 +95,7 @@ public:
     /// The deadline passed: returns a copy of the source to stop (after which the owner may be
     /// gone), or a source without state when no token was made yet: one made later starts stopped.
     std::stop_source expire() {
-        expired_.store(true, std::memory_order_seq_cst);
-        if (made* m = made_.load(std::memory_order_seq_cst))
+        if (made* m = block_of(word_.fetch_or(expired_flag, std::memory_order_acq_rel)))
             return m->source.source();
         return std::stop_source{std::nostopstate};
     }
@@ -109,7 +111,10 @@ private:
         std::optional<std::stop_callback<forward>> link;
         std::stop_token token;
     };
+    static_assert(alignof(made) > 1, "the low bit of a block's address holds the deadline's flag");
     made* materialize() const;
+    static constexpr std::uintptr_t expired_flag = 1; // the low bit: a block is aligned to more
+    static made* block_of(std::uintptr_t word) noexcept { return reinterpret_cast<made*>(word & ~expired_flag); }
     static void discard(made* m) noexcept {
         std::destroy_at(m);
         frame_cache::deallocate(m, sizeof(made));
@@ -118,8 +123,9 @@ private:
     const context* parent_;
     const lazy_stop* parent_lazy_;       // the parent's own lazy stop, if it has one
     const std::stop_token* parent_token_; // else the token the parent ends at; null if it cannot stop
-    mutable std::atomic<made*> made_{nullptr};
-    std::atomic<bool> expired_{false};
+    // The published block (null until a token is asked for), with `expired_flag` set once the
+    // deadline has passed.
+    mutable std::atomic<std::uintptr_t> word_{0};
 };
 
 struct context_access;
@@ -318,19 +324,21 @@ inline lazy_stop::made* lazy_stop::materialize() const {
         frame_cache::deallocate(space, sizeof(made));
         throw;
     }
-    if (expired_.load(std::memory_order_acquire))
-        m->source.request_stop(); // the deadline passed before anybody asked: born stopped
     if (parent.stop_possible())
         m->link.emplace(parent, forward{&m->source}); // stops it at once if the parent has stopped
     m->token = m->source.get_token();
-    made* first = nullptr;
-    if (!made_.compare_exchange_strong(first, m, std::memory_order_seq_cst, std::memory_order_acquire)) {
-        discard(m); // another thread asked at the same time, and made it first
-        return first;
+    std::uintptr_t seen = word_.load(std::memory_order_acquire);
+    for (;;) {
+        if (made* first = block_of(seen)) {
+            discard(m); // another thread asked at the same time, and published its block first
+            return first;
+        }
+        if (seen & expired_flag)
+            m->source.request_stop(); // the deadline has passed: published already stopped
+        if (word_.compare_exchange_weak(seen, reinterpret_cast<std::uintptr_t>(m) | seen, std::memory_order_acq_rel,
+                                        std::memory_order_acquire))
+            return m;
     }
-    if (expired_.load(std::memory_order_seq_cst))
-        m->source.request_stop(); // the deadline passed while it was being made
-    return m;
 }
 
 } // namespace detail
