@@ -8,6 +8,7 @@
 #include <resilience/event_loop.hpp>
 #include <resilience/outcome.hpp>
 #include <resilience/task.hpp>
+#include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <atomic>
@@ -241,6 +242,21 @@ struct call_tally {
         else
             ++failed;
         completions.record(id);
+    }
+};
+
+/// Counts the queue waits and the rejections a policy's listener hears, from any thread.
+struct heard_counts {
+    std::atomic<int> waits{0}, rejections{0};
+
+    /// A listener for the policy's `telemetry` option; `*this` must outlive the policy.
+    auto listener() {
+        return [this](const resilience::telemetry_event& e) {
+            if (e.kind == resilience::telemetry_kind::queue_wait)
+                ++waits;
+            else if (e.kind == resilience::telemetry_kind::rejection)
+                ++rejections;
+        };
     }
 };
 

@@ -519,16 +519,11 @@ TEST_CASE("bulkhead: queue timeouts firing on each of two loops race slots hande
     // A queued call waits in its own loop's frame with its deadline a timer on that loop, while the
     // slot it waits for is given back on either thread: the timer firing and the hand-over meet.
     const auto queue_timeout = GENERATE(1us, 30us);
-    std::atomic<int> heard_waits{0}, heard_rejections{0};
+    resilience_tests::heard_counts heard;
     rs::bulkhead bh{{.max_concurrent_calls = 2,
                      .queue_limit = 100000,
                      .queue_timeout = queue_timeout,
-                     .telemetry = [&](const rs::telemetry_event& e) {
-                         if (e.kind == rs::telemetry_kind::queue_wait)
-                             ++heard_waits;
-                         else if (e.kind == rs::telemetry_kind::rejection)
-                             ++heard_rejections;
-                     }}};
+                     .telemetry = heard.listener()}};
     constexpr std::size_t per_loop = 2000;
     shared_counts c{2 * per_loop};
     std::vector<std::stop_source> sources(per_loop);
@@ -549,8 +544,8 @@ TEST_CASE("bulkhead: queue timeouts firing on each of two loops race slots hande
     CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(2 * per_loop));
     CHECK(c.calls.failed == 0);
     REQUIRE(c.calls.completions.exactly_once() == 2 * per_loop);
-    CHECK(heard_rejections.load() == c.calls.refused.load()); // every refusal here is a queue timeout
-    CHECK(heard_waits.load() <= c.calls.values.load());
+    CHECK(heard.rejections.load() == c.calls.refused.load()); // every refusal here is a queue timeout
+    CHECK(heard.waits.load() <= c.calls.values.load());
     CHECK(bh.in_flight() == 0);
     CHECK(bh.queued() == 0);
 }

@@ -603,17 +603,12 @@ TEST_CASE("rate_limiter: queue timeouts firing on each of two loops race tokens 
     // A queued call waits in its own loop's frame, served in turn by whichever thread's call is at
     // the head of the queue, while its queue timeout and its caller's stop may end the wait first.
     const auto queue_timeout = GENERATE(1us, 30us);
-    std::atomic<int> heard_waits{0}, heard_rejections{0};
+    resilience_tests::heard_counts heard;
     rs::rate_limiter rl{{.token_limit = 5,
                          .tokens_per_second = 100000, // a token every 10 us
                          .queue_limit = rs::unbounded_queue,
                          .queue_timeout = queue_timeout,
-                         .telemetry = [&](const rs::telemetry_event& e) {
-                             if (e.kind == rs::telemetry_kind::queue_wait)
-                                 ++heard_waits;
-                             else if (e.kind == rs::telemetry_kind::rejection)
-                                 ++heard_rejections;
-                         }}};
+                         .telemetry = heard.listener()}};
     constexpr std::size_t per_loop = 1000;
     resilience_tests::call_tally<rs::rate_limited_error> log{2 * per_loop};
     std::vector<std::stop_source> sources(per_loop);
@@ -635,8 +630,8 @@ TEST_CASE("rate_limiter: queue timeouts firing on each of two loops race tokens 
     CHECK(log.values + log.refused + log.cancelled == static_cast<int>(2 * per_loop));
     CHECK(log.failed == 0);
     REQUIRE(log.completions.exactly_once() == 2 * per_loop);
-    CHECK(heard_rejections.load() == log.refused.load()); // every refusal here is a queue timeout
-    CHECK(heard_waits.load() <= log.values.load());
+    CHECK(heard.rejections.load() == log.refused.load()); // every refusal here is a queue timeout
+    CHECK(heard.waits.load() <= log.values.load());
     CHECK(rl.queued() == 0);
 }
 
