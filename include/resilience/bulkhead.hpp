@@ -501,7 +501,8 @@ public:
                 const rejection_reason why = reason_of(s, admitted);
                 failure refusal = failure::make(bulkhead_rejected_error{s.options.name, why});
                 result_.emplace(listener ? detail::refused(listener, s.clock,
-                                                           waited(telemetry_kind::rejection, why), std::move(refusal))
+                                                           waited(telemetry_kind::rejection, why),
+                                                           std::move(refusal))
                                          : std::move(refusal));
             }
             return step::done;
@@ -596,19 +597,21 @@ public:
         }
         if (admitted == waiter_state::stopped)
             co_return failure::make(cancelled_error{name()});
+        const typename C::time_point* since = queued_at ? &*queued_at : nullptr;
         if (admitted != waiter_state::granted) {
             const rejection_reason why = reason_of(s, admitted);
             co_return detail::refused(listener, s.clock,
-                                      waited(ctx, queued_at, telemetry_kind::rejection, why),
+                                      waited_on(s, ctx, since, telemetry_kind::rejection, why),
                                       failure::make(bulkhead_rejected_error{s.options.name, why}));
         }
         call_state held;
         held.held = &s; // given back by `leave`, or by its destructor if the call ends first
         if (token.stop_requested())
             co_return failure::make(cancelled_error{name()});
-        if (queued_at)
+        if (since)
             if (std::optional<failure> thrown = detail::emit_caught(
-                    listener, s.clock, waited(ctx, queued_at, telemetry_kind::queue_wait)))
+                    listener, s.clock,
+                    waited_on(s, ctx, since, telemetry_kind::queue_wait, rejection_reason::no_capacity)))
                 co_return std::move(*thrown); // the slot goes back with `held`
         std::optional<detail::next_outcome_t<Next>> refused;
         if (s.adaptive && !admit(held, ctx, refused))
@@ -699,11 +702,7 @@ private:
         return admit(c, ctx, result) ? step::proceed : step::done;
     }
 
-    // An event about a call that waited since `since` (if it waited at all).
-    telemetry_event waited(const context& ctx, const std::optional<typename C::time_point>& since,
-                           telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
-        return waited_on(*state_, ctx, since ? &*since : nullptr, k, why);
-    }
+    // An event about a call that waited since `*since` (if it waited at all: `since` may be null).
     static telemetry_event waited_on(const state& s, const context& ctx, const typename C::time_point* since,
                                      telemetry_kind k, rejection_reason why) {
         return {.kind = k,
