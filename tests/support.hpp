@@ -5,6 +5,7 @@
 
 #include "catch.hpp"
 
+#include <resilience/error.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/outcome.hpp>
 #include <resilience/task.hpp>
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <exception>
 #include <latch>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -84,6 +86,36 @@ private:
     std::latch handed_over_{1};
     std::chrono::milliseconds pause_;
 };
+
+// ---------------------------------------------------------------------------------------------------------
+// Stops
+
+/// An awaiter that resumes its coroutine from inside the stop callback, as some I/O wrappers do: the
+/// stop request then finishes the whole call, timeout included, before request_stop() returns.
+class resumed_by_stop {
+public:
+    explicit resumed_by_stop(std::stop_token token) : token_(std::move(token)) {}
+    bool await_ready() const noexcept { return token_.stop_requested(); }
+    void await_suspend(std::coroutine_handle<> h) { callback_.emplace(token_, resume{h}); }
+    void await_resume() const { throw resilience::cancelled_error{}; }
+
+private:
+    struct resume {
+        std::coroutine_handle<> h;
+        void operator()() const noexcept { h.resume(); }
+    };
+    std::stop_token token_;
+    std::optional<std::stop_callback<resume>> callback_;
+};
+
+/// An action that ends inside the stop request of its token: it waits with `resumed_by_stop`, having
+/// registered another callback on the token first. The state's callbacks run newest first, so the
+/// call ends, frames and all, while the stop state still has that callback to go through.
+inline resilience::task<int> ends_inside_its_stop(std::stop_token token) {
+    std::stop_callback beside{token, [] {}};
+    co_await resumed_by_stop{token};
+    co_return 1;
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Simulations

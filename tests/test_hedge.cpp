@@ -317,6 +317,24 @@ TEST_CASE("hedge: a caller's stop ends every attempt and the call at that instan
     CHECK(sim.loop().timers() == 0);
 }
 
+TEST_CASE("hedge: a caller's stop that finishes the call inside its forwarding to an attempt, another "
+          "callback on the attempt's token pending, is cancellation at that instant",
+          "[hedge]") {
+    // The stop reaches the attempt through the link from the caller's token to the attempt's own and
+    // finishes the attempt, the hedge and the call before the attempt's stop state has run its other
+    // callback: that state must outlive the call until the forwarding is done with it.
+    simulation sim;
+    rs::hedge h{{.max_attempts = 2, .delay = 1h}, sim.clock()};
+    std::stop_source caller;
+    auto [result, ignored] = sim.run(rs::when_all(
+        h.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()), stop_at(sim, caller, 3s)));
+    (void)ignored;
+    CHECK(sim.now() == 3s);
+    REQUIRE(result.has_failure());
+    CHECK(rs::is_cancellation(result.error()));
+    CHECK(sim.loop().timers() == 0);
+}
+
 TEST_CASE("hedge: a caller already stopped is refused without running the action", "[hedge]") {
     simulation sim;
     replicas service{sim, {{.value = 1}}};
@@ -661,23 +679,6 @@ private:
     std::mutex mutex_;
     std::vector<std::thread> threads_;
 };
-
-// Completes when its token is stopped, resumed from inside the stop request (as some I/O wrappers do).
-class until_stopped {
-public:
-    explicit until_stopped(std::stop_token token) : token_(std::move(token)) {}
-    bool await_ready() const noexcept { return token_.stop_requested(); }
-    void await_suspend(std::coroutine_handle<> h) { callback_.emplace(token_, resume{h}); }
-    void await_resume() const { throw rs::cancelled_error{}; }
-
-private:
-    struct resume {
-        std::coroutine_handle<> h;
-        void operator()() const noexcept { h.resume(); }
-    };
-    std::stop_token token_;
-    std::optional<std::stop_callback<resume>> callback_;
-};
 } // namespace
 
 TEST_CASE("hedge: attempts that finish on other threads, and the hedge carries on on its own loop",
@@ -694,7 +695,7 @@ TEST_CASE("hedge: attempts that finish on other threads, and the hedge carries o
             auto replica = [&](const rs::context& ctx) -> rs::task<int> {
                 if (ctx.attempt() == 1) {
                     try {
-                        co_await until_stopped{ctx.stop_token()};
+                        co_await resilience_tests::resumed_by_stop{ctx.stop_token()};
                     } catch (const rs::cancelled_error&) {
                         ++stopped;
                         throw;

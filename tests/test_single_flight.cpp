@@ -287,6 +287,25 @@ TEST_CASE("single_flight: when every caller has stopped, the shared call is stop
     CHECK(sf.in_flight() == 0);
 }
 
+TEST_CASE("single_flight: a last caller's stop that finishes the shared call inside its own request, "
+          "another callback on the call's token pending, is cancellation at that instant",
+          "[single_flight]") {
+    // The owner's stop stops the shared call, whose action is resumed from inside that request and
+    // ends the call, the owner and its frame before the call's stop state has run its other
+    // callback: that state must outlive the call until the request is done with it.
+    rs::testing::simulation sim;
+    flights sf;
+    record r;
+    std::stop_source s;
+    sim.spawn(caller(sim, sf, "k", resilience_tests::ends_inside_its_stop, r, s.get_token()));
+    sim.spawn(stop_at(sim, s, 3s));
+    sim.run_all();
+    CHECK(r.cancelled());
+    CHECK(r.at == 3s);
+    CHECK_FALSE(sf.contains("k"));
+    CHECK(sf.in_flight() == 0);
+}
+
 TEST_CASE("single_flight: a caller whose token is already stopped starts nothing", "[single_flight]") {
     rs::testing::simulation sim;
     flights sf;

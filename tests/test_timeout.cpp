@@ -297,35 +297,51 @@ TEST_CASE("timeout: once the deadline found no token yet, the token asked for ne
     CHECK(lost == 0);
 }
 
-namespace {
-// An awaiter that resumes its coroutine from inside the stop callback, as some I/O wrappers do: the
-// stop request then finishes the whole call, timeout included, before request_stop() returns.
-class resumed_by_stop {
-public:
-    explicit resumed_by_stop(std::stop_token token) : token_(std::move(token)) {}
-    bool await_ready() const noexcept { return token_.stop_requested(); }
-    void await_suspend(std::coroutine_handle<> h) { callback_.emplace(token_, resume{h}); }
-    void await_resume() const { throw rs::cancelled_error{}; }
-
-private:
-    struct resume {
-        std::coroutine_handle<> h;
-        void operator()() const noexcept { h.resume(); }
-    };
-    std::stop_token token_;
-    std::optional<std::stop_callback<resume>> callback_;
-};
-} // namespace
-
 TEST_CASE("timeout: an attempt that finishes inside its own stop request is reported as timed out",
           "[timeout]") {
     rs::testing::simulation sim;
     rs::timeout limit{300ms, sim.clock()};
     auto result = sim.run(limit.execute_outcome([](std::stop_token st) -> rs::task<int> {
-        co_await resumed_by_stop{st};
+        co_await resilience_tests::resumed_by_stop{st};
         co_return 1;
     }));
     CHECK(sim.now() == 300ms);
+    REQUIRE(result.has_failure());
+    CHECK(result.error().is<rs::timeout_error>());
+}
+
+// In the next two, the stop reaches the attempt through the link from the caller's token (or the
+// outer timeout's) to the attempt's own, and finishes the whole call inside that forwarding, while
+// the attempt's token still has a callback of the action's to go through: the attempt's stop state
+// must outlive the call that made it until the forwarding is done with it.
+TEST_CASE("timeout: a caller's stop that finishes the call inside its forwarding to the attempt, another "
+          "callback on the attempt's token pending, is cancellation at that instant",
+          "[timeout]") {
+    rs::testing::simulation sim;
+    auto check = [&](const auto& limit) {
+        const auto start = sim.now();
+        std::stop_source caller;
+        auto [result, ignored] =
+            sim.run(rs::when_all(limit.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()),
+                                 resilience_tests::stop_at(sim, caller, start + 3s)));
+        CHECK(sim.now() == start + 3s);
+        REQUIRE(result.has_failure());
+        CHECK(rs::is_cancellation(result.error()));
+        CHECK_FALSE(result.error().template is<rs::timeout_error>());
+    };
+    SECTION("its deadline a timer on the loop") { check(rs::timeout{1h, sim.clock()}); }
+    SECTION("on a clock without loop timers, watched beside the attempt with a stop_link of its own") {
+        check(rs::timeout{1h, resilience_tests::shifted_clock{sim.clock()}});
+    }
+}
+
+TEST_CASE("timeout: an outer deadline that finishes the call inside its forwarding to an inner timeout's "
+          "attempt, another callback pending, is a timeout at the outer deadline",
+          "[timeout]") {
+    rs::testing::simulation sim;
+    rs::pipeline nested{rs::timeout{1s, sim.clock()}, rs::timeout{1h, sim.clock()}};
+    auto result = sim.run(nested.execute_outcome(resilience_tests::ends_inside_its_stop));
+    CHECK(sim.now() == 1s);
     REQUIRE(result.has_failure());
     CHECK(result.error().is<rs::timeout_error>());
 }

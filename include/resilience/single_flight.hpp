@@ -270,8 +270,13 @@ private:
             --c.attached;
             last = last_detached_locked(st, c);
         }
-        if (last)
-            c.stop.request_stop();
+        // The stop may end the shared call, and the owner's frame that holds `c`, from inside the
+        // request (an action resumed by one of the call token's callbacks): the copy keeps the stop
+        // state alive until its other callbacks have run.
+        if (last) {
+            std::stop_source keep = c.stop;
+            keep.request_stop();
+        }
     }
 
     // An attached caller's stop: it leaves at once.

@@ -60,9 +60,16 @@ private:
 
 /// Forwards a stop request from a parent token to a child source for as long as it lives.
 class stop_link {
+    // Copied first, as a lazy stop's link does: were the stop to end the child's owner, source
+    // included, from inside `request_stop` (an action resumed inline by one of the child token's
+    // callbacks, its owner woken inline), the copy keeps the stop state alive for its other callbacks.
+    // The timeout's watcher is woken through its loop today, so its source outlives the request.
     struct forward {
         pooled_stop_source* child;
-        void operator()() const noexcept { child->request_stop(); }
+        void operator()() const noexcept {
+            std::stop_source keep = child->source();
+            keep.request_stop();
+        }
     };
 
 public:
