@@ -4,6 +4,7 @@
 // `async_run` operation stops the policy call it runs. Real time only where an Asio timer must run;
 // every check is on an outcome, none on a duration.
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/asio.hpp>
 #include <resilience/resilience.hpp>
@@ -27,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <latch>
 #include <memory>
 #include <stdexcept>
 #include <stop_token>
@@ -334,6 +336,63 @@ TEST_CASE("asio: what make throws is the operation's failure", "[asio][cancellat
     io.run_for(10s);
     REQUIRE(error != nullptr);
     CHECK_THROWS_WITH(std::rethrow_exception(error), "no call");
+}
+
+namespace {
+// The `make` of an operation whose action ends inside its stop request (`ends_inside_its_stop`), and
+// whose destruction, on the thread that ended the call, waits until `cleared` is counted down.
+struct make_held_until_cleared {
+    ::asio::io_context* io;
+    ::asio::cancellation_signal* cancel;
+    std::atomic<bool>* emitting;
+    std::latch* cleared;
+    bool live = true;
+
+    make_held_until_cleared(::asio::io_context& i, ::asio::cancellation_signal& c, std::atomic<bool>& e,
+                            std::latch& l)
+        : io(&i), cancel(&c), emitting(&e), cleared(&l) {}
+    make_held_until_cleared(make_held_until_cleared&& o) noexcept
+        : io(o.io), cancel(o.cancel), emitting(o.emitting), cleared(o.cleared), live(std::exchange(o.live, false)) {}
+    make_held_until_cleared& operator=(make_held_until_cleared&&) = delete;
+    ~make_held_until_cleared() {
+        if (live)
+            cleared->wait();
+    }
+    rs::task<int> operator()(std::stop_token st) {
+        ::asio::post(*io, [c = cancel, e = emitting] { // runs once the action waits
+            e->store(true);
+            e->notify_one();
+            c->emit(::asio::cancellation_type::terminal);
+        });
+        return resilience_tests::ends_inside_its_stop(std::move(st));
+    }
+};
+} // namespace
+
+TEST_CASE("asio: a cancellation that ends the call inline, its completion run on another thread of the "
+          "io_context meanwhile, is reported as the operation's failure",
+          "[asio][cancellation]") {
+    // The emitting thread ends the call from inside the stop request and waits, tearing down the
+    // call's frame, until the other thread has run the completion, which clears the slot: the stop
+    // source installed there goes while the request still has a callback of the action's to run.
+    ::asio::io_context io;
+    auto work = ::asio::make_work_guard(io);
+    ::asio::cancellation_signal cancel;
+    std::atomic<bool> emitting{false};
+    std::latch cleared{1};
+    std::exception_ptr error;
+    rs::asio::async_run(io.get_executor(), make_held_until_cleared{io, cancel, emitting, cleared},
+                        ::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) {
+                            error = e;
+                            cleared.count_down();
+                        }));
+    std::thread emitter([&] { io.run(); });
+    emitting.wait(false);
+    io.run_one(); // the completion, posted while the emitter is still inside the request
+    work.reset();
+    emitter.join();
+    REQUIRE(error != nullptr);
+    CHECK(holds<rs::cancelled_error>(error));
 }
 
 #if defined(ASIO_HAS_CO_AWAIT) // asio::awaitable: g++ only with Debian's Asio 1.22 (see docs/asio.md)
