@@ -45,6 +45,7 @@
 
 #include "clock.hpp"
 #include "concepts.hpp"
+#include "detail/stop.hpp"
 #include "task.hpp"
 
 #include <asio/any_io_executor.hpp>
@@ -584,11 +585,9 @@ struct stop_on_cancel {
     void operator()(::asio::cancellation_type_t type) {
         if ((type & honoured_cancellation) != ::asio::cancellation_type::none) {
             running_scope scope{root.get()};
-            // The stop may end the call inline, and its completion, run meanwhile on another thread
-            // of the handler's executor, clears the slot and this object with it while the request
-            // still runs the token's callbacks: the copy holds the stop state until it is done.
-            std::stop_source keep = source;
-            keep.request_stop();
+            // The request may end the call inline, and its completion, run meanwhile on another
+            // thread of the handler's executor, clear the slot and this object with it.
+            resilience::detail::request_stop_held(source);
         }
     }
 };

@@ -101,15 +101,11 @@ public:
     }
 
 private:
-    // Runs on the thread that stops the parent. On the block's own loop the stop may end the whole
-    // call, block included, from inside `request_stop` (an action resumed by one of the token's
-    // callbacks): the copy keeps the stop state alive until its other callbacks have run.
+    // Runs on the thread that stops the parent; the request may end the call, block included
+    // (`pooled_stop_source::request_stop` holds the stop state until it is done).
     struct forward {
         pooled_stop_source* target;
-        void operator()() const noexcept {
-            std::stop_source keep = target->source();
-            keep.request_stop();
-        }
+        void operator()() const noexcept { target->request_stop(); }
     };
     // Declared in this order so that the link goes before the source it stops.
     struct made {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "context.hpp"
+#include "detail/stop.hpp"
 #include "error.hpp"
 #include "event_loop.hpp"
 #include "outcome.hpp"
@@ -270,13 +271,9 @@ private:
             --c.attached;
             last = last_detached_locked(st, c);
         }
-        // The stop may end the shared call, and the owner's frame that holds `c`, from inside the
-        // request (an action resumed by one of the call token's callbacks): the copy keeps the stop
-        // state alive until its other callbacks have run.
-        if (last) {
-            std::stop_source keep = c.stop;
-            keep.request_stop();
-        }
+        // The request may end the shared call, and the owner's frame that holds `c`, inline.
+        if (last)
+            detail::request_stop_held(c.stop);
     }
 
     // An attached caller's stop: it leaves at once.
@@ -293,7 +290,7 @@ private:
             last = last_detached_locked(st, *c);
         }
         if (last)
-            c->stop.request_stop();
+            detail::request_stop_held(c->stop);
         release(w);
     }
 
@@ -310,7 +307,7 @@ private:
             last = last_detached_locked(st, *c);
         }
         if (last)
-            c->stop.request_stop();
+            detail::request_stop_held(c->stop);
     }
 
     class entry;
@@ -339,7 +336,7 @@ private:
                     return;
                 stop_cb_.reset();
                 settle(st_, *w_.owner);
-                w_.owner->stop.request_stop(); // for anything the call handed its token to
+                detail::request_stop_held(w_.owner->stop); // for anything the call handed its token to
                 return;
             }
             if (!suspended_)

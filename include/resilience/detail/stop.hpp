@@ -11,6 +11,16 @@
 
 namespace resilience::detail {
 
+/// Requests a stop through a copy of `source`, which holds the stop state until the request is done.
+/// A request runs the token's callbacks one after the other, and one of them may resume a coroutine
+/// that ends the whole call inline (an awaiter resumed from a stop callback, as some I/O wrappers do),
+/// destroying whatever held `source` and every token of it while callbacks remain to run: without the
+/// copy, the request would go on in a freed state. A stop the library requests on a source it does
+/// not hold in a local of its own goes through here (or through `pooled_stop_source::request_stop`).
+inline bool request_stop_held(std::stop_source source) noexcept {
+    return source.request_stop();
+}
+
 /// A `std::stop_source` borrowed from a per-thread pool. Every `std::stop_source` allocates its
 /// shared state; a policy that gives each attempt its own source would pay that on every call.
 /// A source comes back to the pool only if nobody asked it to stop, so a reused source is
@@ -26,7 +36,7 @@ public:
 
     std::stop_token get_token() const noexcept { return source_.get_token(); }
     std::stop_source& source() noexcept { return source_; }
-    bool request_stop() noexcept { return source_.request_stop(); }
+    bool request_stop() noexcept { return request_stop_held(source_); }
     bool stop_requested() const noexcept { return source_.stop_requested(); }
 
 private:
@@ -60,16 +70,9 @@ private:
 
 /// Forwards a stop request from a parent token to a child source for as long as it lives.
 class stop_link {
-    // Copied first, as a lazy stop's link does: were the stop to end the child's owner, source
-    // included, from inside `request_stop` (an action resumed inline by one of the child token's
-    // callbacks, its owner woken inline), the copy keeps the stop state alive for its other callbacks.
-    // The timeout's watcher is woken through its loop today, so its source outlives the request.
     struct forward {
         pooled_stop_source* child;
-        void operator()() const noexcept {
-            std::stop_source keep = child->source();
-            keep.request_stop();
-        }
+        void operator()() const noexcept { child->request_stop(); }
     };
 
 public:

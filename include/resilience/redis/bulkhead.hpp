@@ -7,6 +7,7 @@
 #include "../asio.hpp"
 #include "../bulkhead.hpp"
 #include "../context.hpp"
+#include "../detail/stop.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
@@ -229,7 +230,7 @@ private:
     static task<resilience::detail::next_outcome_t<Next>> run_then_stop(Next next, const context& ctx,
                                                                         std::stop_source& ended) {
         auto result = co_await next(ctx);
-        ended.request_stop();
+        resilience::detail::request_stop_held(ended);
         co_return result;
     }
 
