@@ -7,7 +7,9 @@
 #include <resilience/fallback.hpp>
 #include <resilience/resilience.hpp>
 
+#include <atomic>
 #include <stdexcept>
+#include <type_traits>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
@@ -175,6 +177,71 @@ void pipeline_of_five_token_taken(benchmark::State& state) {
 }
 BENCHMARK(pipeline_of_five_token_taken);
 
+// By hand: the least a five-policy call can cost, whatever the library does. The benchmark's own frame
+// does only what the five policies' success path cannot avoid: one reading of the clock (the timeout's
+// deadline and the bucket's refill) and the stateful handles' shared words (the breaker's state read,
+// the bulkhead's slot taken and given back, a token taken from the bucket with a compare-and-swap), each
+// word on a cache line of its own. No library frame, no result, no timer, no retry. Against the same
+// bare call, these rows are the floor under `pipeline_of_five` on this machine (bench/README.md, "The
+// least a call can cost").
+struct by_hand_words {
+    alignas(64) std::atomic<int> breaker{0};
+    alignas(64) std::atomic<long> slots{0};
+    alignas(64) std::atomic<long> tokens{1'000'000'000'000};
+};
+by_hand_words& shared_words() {
+    static by_hand_words w;
+    return w;
+}
+// False when a policy would refuse (never, in these runs); `co_await` stays in the caller's frame.
+bool by_hand_admit(by_hand_words& w) {
+    if (w.breaker.load(std::memory_order_acquire) != 0)
+        return false;
+    if (w.slots.fetch_add(1, std::memory_order_acquire) >= 1'000) {
+        w.slots.fetch_sub(1, std::memory_order_release);
+        return false;
+    }
+    long t = w.tokens.load(std::memory_order_relaxed);
+    do {
+        if (t <= 0)
+            return false;
+    } while (!w.tokens.compare_exchange_weak(t, t - 1, std::memory_order_acq_rel, std::memory_order_relaxed));
+    return true;
+}
+template <class Clock>
+void by_hand(benchmark::State& state, by_hand_words& w) {
+    bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
+        if constexpr (!std::is_void_v<Clock>)
+            benchmark::DoNotOptimize(Clock{}.now());
+        if (!by_hand_admit(w))
+            co_return;
+        benchmark::DoNotOptimize(co_await action());
+        w.slots.fetch_sub(1, std::memory_order_release);
+    });
+}
+void by_hand_clock_read(benchmark::State& state) {
+    bench::run_on_loop(state, [](benchmark::State*) -> rs::task<void> {
+        benchmark::DoNotOptimize(rs::steady_clock{}.now());
+        benchmark::DoNotOptimize(co_await action());
+    });
+}
+BENCHMARK(by_hand_clock_read);
+void by_hand_shared_words(benchmark::State& state) {
+    by_hand_words w;
+    by_hand<void>(state, w);
+}
+BENCHMARK(by_hand_shared_words);
+void by_hand_least_of_five(benchmark::State& state) {
+    by_hand_words w;
+    by_hand<rs::steady_clock>(state, w);
+}
+BENCHMARK(by_hand_least_of_five);
+void by_hand_least_of_five_coarse_clock(benchmark::State& state) {
+    by_hand_words w;
+    by_hand<rs::coarse_steady_clock>(state, w);
+}
+BENCHMARK(by_hand_least_of_five_coarse_clock);
+
 // One handle of each stateful policy shared by two threads, each running its own event loop.
 const rs::pipeline<rs::circuit_breaker<>, rs::bulkhead<>, rs::rate_limiter<>>& shared_stateful() {
     static const rs::pipeline p{rs::circuit_breaker{{.failure_threshold = 5}}, roomy_bulkhead(),
@@ -247,6 +314,17 @@ void breaker_shared_one_thread(benchmark::State& state) {
     through(state, shared_breaker());
 }
 BENCHMARK(breaker_shared_one_thread)->UseRealTime();
+
+// By hand, as above: the shared words of the three handles of `shared_handles` and the limiter's clock
+// reading, from two threads and from one. The most two threads on one set of exact limits can gain here.
+void by_hand_shared_two_threads(benchmark::State& state) {
+    by_hand<rs::steady_clock>(state, shared_words());
+}
+BENCHMARK(by_hand_shared_two_threads)->Threads(2)->UseRealTime();
+void by_hand_shared_one_thread(benchmark::State& state) {
+    by_hand<rs::steady_clock>(state, shared_words());
+}
+BENCHMARK(by_hand_shared_one_thread)->UseRealTime();
 
 // Rejections reported as values: no exception is thrown on these paths.
 template <class Policy>
