@@ -335,6 +335,60 @@ TEST_CASE("hedge: a caller's stop that finishes the call inside its forwarding t
     CHECK(sim.loop().timers() == 0);
 }
 
+TEST_CASE("hedge: a caller's stop requested from the hedge's own callbacks starts no more attempts",
+          "[hedge]") {
+    // The stop comes between the hedge's decision to start an attempt and the start: the attempt must
+    // not start (its action would run with a stopped token), and the call ends as cancellation then.
+    simulation sim;
+    std::stop_source caller;
+    const auto stop_caller = [&caller] { caller.request_stop(); };
+    const auto call = [&](replicas& service, rs::hedge_options options) {
+        rs::hedge h{std::move(options), sim.clock()};
+        return sim.run(h.execute_outcome(service.action(), caller.get_token()));
+    };
+    SECTION("on_hedge, at the delay") {
+        replicas service{sim, {{.latency = 1s, .value = 1}}};
+        auto result = call(service, {.max_attempts = 3,
+                                     .delay = 100ms,
+                                     .on_hedge = [&](const rs::hedge_event&) { stop_caller(); }});
+        REQUIRE(result.has_failure());
+        CHECK(rs::is_cancellation(result.error()));
+        CHECK(service.starts() == std::vector<nanoseconds>{0ms});
+        CHECK(service[0].stopped == 100ms);
+        CHECK(sim.now() == 100ms);
+    }
+    SECTION("a telemetry listener, at the delay") {
+        replicas service{sim, {{.latency = 1s, .value = 1}}};
+        auto result = call(service, {.max_attempts = 3,
+                                     .delay = 100ms,
+                                     .telemetry = rs::telemetry_listener{[&](const rs::telemetry_event& e) {
+                                         if (e.kind == rs::telemetry_kind::hedge)
+                                             stop_caller();
+                                     }}});
+        REQUIRE(result.has_failure());
+        CHECK(rs::is_cancellation(result.error()));
+        CHECK(service.starts() == std::vector<nanoseconds>{0ms});
+        CHECK(sim.now() == 100ms);
+    }
+    SECTION("should_handle, on a failure, before a budget token is taken") {
+        replicas service{sim, {{.latency = 10ms, .error = replica_failure(1)}}};
+        const rs::retry_budget budget{{.capacity = 1.0}}; // full, so the call's deposit keeps it at 1
+        auto result = call(service, {.max_attempts = 3,
+                                     .delay = 1s,
+                                     .should_handle = [&](const rs::failure&) {
+                                         stop_caller();
+                                         return true;
+                                     },
+                                     .budget = budget});
+        REQUIRE(result.has_failure());
+        CHECK(rs::is_cancellation(result.error()));
+        CHECK(service.calls() == 1);
+        CHECK(budget.tokens() == 1.0); // no token taken for the attempt that did not start
+        CHECK(sim.now() == 10ms);
+    }
+    CHECK(sim.loop().timers() == 0);
+}
+
 TEST_CASE("hedge: a caller already stopped is refused without running the action", "[hedge]") {
     simulation sim;
     replicas service{sim, {{.value = 1}}};

@@ -491,10 +491,16 @@ private:
         }
     }
 
-    // Starts attempt `started_ + 1`; an extra one only with a budget token. False when refused.
+    // Starts attempt `started_ + 1`; an extra one only with a budget token. False when refused, or
+    // when the caller's token was stopped since the caller of this looked (by a `should_handle`, an
+    // `on_hedge` or a listener, or from another thread): a stopped call starts no more attempts.
     bool start(hedge_reason why, const failure* cause) {
         const int n = started_ + 1;
         if (n > 1) {
+            if (ctx_.stop_requested()) {
+                cancel();
+                return false;
+            }
             if (o_.budget && !o_.budget->try_withdraw()) {
                 closed_ = true; // no token now: no more extra attempts in this call
                 emit(o_.telemetry, ctx_, clock_,
@@ -508,6 +514,10 @@ private:
                      event(telemetry_kind::hedge, "hedge", o_.name, n,
                            why == hedge_reason::delay ? o_.delay(started_) : std::chrono::nanoseconds{},
                            cause));
+            if (ctx_.stop_requested()) { // stopped by one of the two just above
+                cancel();
+                return false;
+            }
         }
         promise& p = adopt(attempt(next_), n);
         ++started_;
