@@ -489,6 +489,11 @@ public:
                             result_.emplace(std::move(*thrown));
                             return step::done;
                         }
+                        if (ctx_.stop_requested()) { // stopped by the listener: runs nothing
+                            std::exchange(call_.held, nullptr)->release();
+                            detail::set_cancelled(result_, s.options.name);
+                            return step::done;
+                        }
                     }
                     return step::proceed;
                 }
@@ -613,6 +618,8 @@ public:
                     listener, s.clock,
                     waited_on(s, ctx, since, telemetry_kind::queue_wait, rejection_reason::no_capacity)))
                 co_return std::move(*thrown); // the slot goes back with `held`
+        if (since && token.stop_requested()) // stopped by the listener: runs nothing
+            co_return failure::make(cancelled_error{name()});
         std::optional<detail::next_outcome_t<Next>> refused;
         if (s.adaptive && !admit(held, ctx, refused))
             co_return std::move(*refused);

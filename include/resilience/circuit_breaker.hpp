@@ -878,6 +878,13 @@ private:
                 core.times_calls() ? core.admit(detail::call_now(core.clock(), ctx), sink) : core.admit(sink);
             if (ticket.admitted) {
                 s.call.start(core, ticket, sink);
+                // Stopped while being admitted (by `on_state_change` or a listener as the breaker
+                // turned half-open, or from another thread): runs nothing, and its probe slot goes back.
+                if (ctx.stop_requested()) [[unlikely]] {
+                    s.call.finish(detail::breaker_verdict::ignored, nullptr);
+                    result.emplace(failure::make(cancelled_error{name()}));
+                    return step::done;
+                }
                 return step::proceed;
             }
             result.emplace(detail::refused(

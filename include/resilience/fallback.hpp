@@ -234,7 +234,9 @@ public:
         if (ctx.stop_requested())
             return step::proceed;
         try {
-            return detail::fallback_handles(should_handle_, result) ? step::wait : step::proceed;
+            // Looked at again after `should_handle`, which may have stopped the caller.
+            return detail::fallback_handles(should_handle_, result) && !ctx.stop_requested() ? step::wait
+                                                                                             : step::proceed;
         } catch (...) {
             result = outcome<R>{failure::current()};
             return step::proceed;
@@ -257,6 +259,8 @@ public:
             if (const telemetry_listener* l = detail::listener_for(telemetry_, ctx))
                 (*l)(detail::event(telemetry_kind::fallback, "fallback", name_, ctx.attempt(), {},
                                    result.has_failure() ? &original : nullptr));
+            if (ctx.stop_requested()) // stopped since `leave` looked (by the listener, or another thread)
+                co_return std::move(result);
             if constexpr (std::is_void_v<R>) {
                 if constexpr (detail::substitute_awaited<Substitute, R>)
                     co_await detail::call_substitute(substitute_, result, original, ctx);

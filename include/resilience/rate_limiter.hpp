@@ -416,6 +416,12 @@ public:
                         result_.emplace(std::move(*thrown)); // the permit stays spent
                         return answer_ = step::done;
                     }
+                // Stopped since its turn came (by the listener, or from another thread): runs
+                // nothing, and the permit stays spent.
+                if (ctx_.stop_requested()) {
+                    set_cancelled(result_, l.options.name);
+                    return answer_ = step::done;
+                }
                 return answer_ = step::proceed;
             }
             if (st == waiter_state::stopped) {

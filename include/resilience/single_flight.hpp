@@ -126,6 +126,10 @@ public:
         std::optional<outcome<T>> shared = co_await joined;
         if (shared)
             co_return std::move(*shared);
+        // Every caller stopped since the check above (this one, by a key function or another
+        // thread, with nobody attached): the shared call is not started.
+        if (joined.call_token().stop_requested())
+            co_return joined.finish(failure::make(cancelled_error{st->options.name}));
         const context ctx{joined.call_token()};
         // guarded_call turns whatever the action throws into a failure, so the call always settles.
         co_return joined.finish(converted(co_await detail::guarded_call<A>{&action, ctx}));
@@ -471,6 +475,8 @@ public:
         std::optional<outcome<T>> shared = co_await joined;
         if (shared)
             co_return std::move(*shared);
+        if (joined.call_token().stop_requested()) // as in `run_outcome`
+            co_return joined.finish(failure::make(cancelled_error{st->options.name}));
         const context child = ctx.with_stop_token(joined.call_token());
         // Failures travel as values through `next`; what still escapes (say, no memory for a frame)
         // must settle the call too, so the attached callers get it rather than a cancellation.
