@@ -54,6 +54,18 @@ TEST_CASE("retry_budget: savings never exceed capacity", "[retry_budget]") {
     CHECK_FALSE(budget.try_withdraw());
 }
 
+TEST_CASE("retry_budget: a large capacity with a fraction is held at most as given", "[retry_budget]") {
+    // 14559974.924812315 tokens is 14559974924812315.x units; the product in double rounds up to
+    // ...316, one unit more than the capacity (found by fuzz_retry_budget_options).
+    const double capacity = 14559974.924812315;
+    rs::retry_budget budget{{.ratio = 1.0, .capacity = capacity}};
+    CHECK(budget.tokens() <= capacity);
+    CHECK(budget.try_withdraw());
+    budget.record_call();
+    CHECK(budget.tokens() <= capacity);
+    CHECK(budget.tokens() > capacity - 1e-6);
+}
+
 TEST_CASE("retry_budget: fractional ratios accumulate exactly", "[retry_budget]") {
     rs::retry_budget budget{{.ratio = 0.1, .capacity = 1}};
     CHECK(budget.try_withdraw());

@@ -46,9 +46,12 @@ public:
     explicit retry_budget(retry_budget_options options = {})
         : state_(std::make_shared<state>(check(options))) {}
 
-    /// Tokens left: the number of retries that may start now (its whole part). Never negative.
+    /// Tokens left: the number of retries that may start now (its whole part). Never negative, never
+    /// above `capacity` (the fixed-point count is exact; its conversion to `double` is kept at most
+    /// `capacity`, which it could otherwise pass by a rounding).
     double tokens() const noexcept {
-        return static_cast<double>(state_->units.load(std::memory_order_relaxed)) / units_per_token;
+        const double t = static_cast<double>(state_->units.load(std::memory_order_relaxed)) / units_per_token;
+        return t < state_->options.capacity ? t : state_->options.capacity;
     }
 
     /// Records a call: deposits `ratio` tokens, keeping the total at most `capacity`.
@@ -100,15 +103,25 @@ private:
 
     struct state {
         explicit state(const retry_budget_options& o)
-            : options(o), ratio_units(static_cast<std::int64_t>(o.ratio * units_per_token)),
-              capacity_units(static_cast<std::int64_t>(o.capacity * units_per_token)), units(capacity_units) {
-        }
+            : options(o), ratio_units(units_in(o.ratio)), capacity_units(units_in(o.capacity)),
+              units(capacity_units) {}
         retry_budget_options options;
         std::int64_t ratio_units; // rounded down, so the bound above holds exactly
         std::int64_t capacity_units;
         std::atomic<std::int64_t> units;
         std::atomic<std::uint64_t> calls{0}, granted{0}, denied{0};
     };
+
+    // The whole units in `x` tokens (0 < x <= 1e9), rounded down exactly. `x * 10^9` in `double` may
+    // round up to the next integer (above 2^53 it always lands on one), which would let the budget
+    // hold a little more than `capacity`. A fused multiply-add gives what is left of the exact product
+    // above that integer, negative when it rounded up, with the sign right.
+    static std::int64_t units_in(double x) noexcept {
+        const double scale = static_cast<double>(units_per_token);
+        const double whole = std::floor(x * scale);
+        const double left = std::fma(x, scale, -whole); // x * 10^9 - whole, rounded once
+        return static_cast<std::int64_t>(whole) + static_cast<std::int64_t>(std::floor(left));
+    }
 
     static const retry_budget_options& check(const retry_budget_options& o) {
         auto fail = [](const char* field, const char* rule, double got) {
