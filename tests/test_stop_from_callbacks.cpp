@@ -16,6 +16,7 @@
 #include <resilience/single_flight.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
+#include <resilience/when_all.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -34,11 +35,6 @@ namespace {
 template <class T = int>
 auto action(simulation& sim, rs::testing::script<T> s) {
     return rs::testing::scripted_action{sim.clock(), std::move(s)};
-}
-
-// Awaits `call` and keeps its outcome in `out` (a named coroutine: no temporary closure to dangle).
-rs::task<void> into(std::optional<rs::outcome<int>>& out, rs::task<rs::outcome<int>> call) {
-    out = co_await std::move(call);
 }
 
 } // namespace
@@ -130,11 +126,12 @@ TEST_CASE("bulkhead: a caller's stop requested from the queue_wait listener runs
     }};
     auto holder = action(sim, {.latency = 100ms, .value = 1});
     auto waiter = action(sim, {.latency = 10ms, .value = 2});
-    std::optional<rs::outcome<int>> first, second;
     const auto check = [&](const auto& bh) {
-        REQUIRE(first->has_value());
-        REQUIRE(second->has_failure());
-        CHECK(rs::is_cancellation(second->error()));
+        auto [first, second] =
+            sim.run(rs::when_all(bh.execute_outcome(holder), bh.execute_outcome(waiter, caller.get_token())));
+        REQUIRE(first.has_value());
+        REQUIRE(second.has_failure());
+        CHECK(rs::is_cancellation(second.error()));
         CHECK(waiter.calls() == 0);
         CHECK(bh.in_flight() == 0);
         CHECK(sim.now() == 100ms);
@@ -142,9 +139,6 @@ TEST_CASE("bulkhead: a caller's stop requested from the queue_wait listener runs
     SECTION("waiting in the pipeline's frame") {
         rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1, .telemetry = stop_when_admitted},
                         sim.clock()};
-        sim.spawn(into(first, bh.execute_outcome(holder)));
-        sim.spawn(into(second, bh.execute_outcome(waiter, caller.get_token())));
-        sim.run_all();
         check(bh);
     }
     SECTION("waiting in run (a queue timeout on a clock without loop timers)") {
@@ -153,9 +147,6 @@ TEST_CASE("bulkhead: a caller's stop requested from the queue_wait listener runs
                          .queue_timeout = 1s,
                          .telemetry = stop_when_admitted},
                         resilience_tests::shifted_clock{sim.clock()}};
-        sim.spawn(into(first, bh.execute_outcome(holder)));
-        sim.spawn(into(second, bh.execute_outcome(waiter, caller.get_token())));
-        sim.run_all();
         check(bh);
     }
 }

@@ -882,7 +882,7 @@ private:
                 // turned half-open, or from another thread): runs nothing, and its probe slot goes back.
                 if (ctx.stop_requested()) [[unlikely]] {
                     s.call.finish(detail::breaker_verdict::ignored, nullptr);
-                    result.emplace(failure::make(cancelled_error{name()}));
+                    detail::set_cancelled(result, name());
                     return step::done;
                 }
                 return step::proceed;

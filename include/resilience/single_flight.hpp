@@ -126,10 +126,6 @@ public:
         std::optional<outcome<T>> shared = co_await joined;
         if (shared)
             co_return std::move(*shared);
-        // Every caller stopped since the check above (this one, by a key function or another
-        // thread, with nobody attached): the shared call is not started.
-        if (joined.call_token().stop_requested())
-            co_return joined.finish(failure::make(cancelled_error{st->options.name}));
         const context ctx{joined.call_token()};
         // guarded_call turns whatever the action throws into a failure, so the call always settles.
         co_return joined.finish(converted(co_await detail::guarded_call<A>{&action, ctx}));
@@ -323,7 +319,9 @@ private:
     // One caller's place in a call: owning it or attached to it. `co_await` attaches to the
     // key's call (completing with its outcome, or cancelled_error when `token` is stopped first),
     // or, when there is none, makes this caller the owner and completes at once with nothing: the
-    // caller then runs the call and hands its result to `finish`.
+    // caller then runs the call and hands its result to `finish`. An owner whose call is stopped
+    // already (every caller stopped while it joined: from a key function, or another thread)
+    // completes with cancelled_error, the call settled and never started.
     class entry {
     public:
         entry(state& st, const Key& key, std::stop_token token) noexcept
@@ -379,8 +377,11 @@ private:
             return suspends;
         }
         std::optional<outcome<T>> await_resume() {
-            if (owns_)
+            if (owns_) {
+                if (call_token().stop_requested())
+                    return finish(failure::make(cancelled_error{st_.options.name}));
                 return std::nullopt;
+            }
             suspended_ = false;
             stop_cb_.reset(); // waits for a callback running on another thread, so `w_` outlives it
             if (w_.cancelled || !w_.owner->result)
@@ -475,8 +476,6 @@ public:
         std::optional<outcome<T>> shared = co_await joined;
         if (shared)
             co_return std::move(*shared);
-        if (joined.call_token().stop_requested()) // as in `run_outcome`
-            co_return joined.finish(failure::make(cancelled_error{st->options.name}));
         const context child = ctx.with_stop_token(joined.call_token());
         // Failures travel as values through `next`; what still escapes (say, no memory for a frame)
         // must settle the call too, so the attached callers get it rather than a cancellation.
