@@ -775,8 +775,6 @@ TEST_CASE("retry: the success path allocates nothing after warm-up", "[retry][al
     std::size_t allocations = 0;
     auto ok = []() -> rs::task<int> { co_return 1; };
     loop.run([&]() -> rs::task<void> {
-        // Kept short: GCC below -O2 does not turn symmetric transfer into a tail call, so a long
-        // loop of calls that complete without suspending deepens the stack.
         for (int i = 0; i < 50; ++i)
             (void)co_await r.execute(ok); // warm the frame cache
         resilience_tests::counting_allocations counting;

@@ -5,6 +5,7 @@
 
 #include "clock.hpp"
 #include "concepts.hpp"
+#include "detail/inline_start.hpp"
 #include "event_loop.hpp"
 
 #include <chrono>
@@ -65,17 +66,17 @@ public:
             awaiter_.emplace(emplace_from{[&] { return get_awaiter(std::move(awaitable_)); }});
         return static_cast<bool>(awaiter().await_ready());
     }
-    std::coroutine_handle<> suspend(std::coroutine_handle<> h) {
+    start_result suspend(std::coroutine_handle<> h) {
         using result = decltype(awaiter().await_suspend(h));
         // Once a void or true await_suspend returns, the sleeper may already be running elsewhere:
         // nothing here is touched after the call.
         if constexpr (std::is_void_v<result>) {
             awaiter().await_suspend(h);
-            return std::noop_coroutine();
+            return suspend_unless_done(true, h);
         } else if constexpr (std::is_same_v<result, bool>) {
-            return awaiter().await_suspend(h) ? std::noop_coroutine() : h;
+            return suspend_unless_done(awaiter().await_suspend(h), h);
         } else {
-            return awaiter().await_suspend(h);
+            return transfer_to(awaiter().await_suspend(h), h);
         }
     }
     void resume() { static_cast<void>(awaiter().await_resume()); }
@@ -273,7 +274,7 @@ public:
     }
 
     bool await_ready() { return ops_->ready(held_); }
-    std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) { return ops_->suspend(held_, h); }
+    detail::start_result await_suspend(std::coroutine_handle<> h) { return ops_->suspend(held_, h); }
     void await_resume() { ops_->resume(held_); }
 
 private:
@@ -290,7 +291,7 @@ private:
 
     struct operations {
         bool (*ready)(void*);
-        std::coroutine_handle<> (*suspend)(void*, std::coroutine_handle<>);
+        detail::start_result (*suspend)(void*, std::coroutine_handle<>);
         void (*resume)(void*);
         void (*destroy)(void*) noexcept;
     };

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "detail/frame_allocator.hpp"
+#include "detail/inline_start.hpp"
 
 #include <concepts>
 #include <coroutine>
@@ -36,7 +37,7 @@ public:
     struct to_consumer {
         bool await_ready() const noexcept { return false; }
         std::coroutine_handle<> await_suspend(std::coroutine_handle<async_generator_promise> self) noexcept {
-            return self.promise().consumer_;
+            return resume_awaiter(self, self.promise().consumer_);
         }
         void await_resume() const noexcept {}
     };
@@ -62,7 +63,7 @@ public:
             std::coroutine_handle<>
             await_suspend(std::coroutine_handle<async_generator_promise> self) noexcept {
                 self.promise().movable_ = std::addressof(value);
-                return self.promise().consumer_;
+                return resume_awaiter(self, self.promise().consumer_);
             }
             void await_resume() const noexcept {}
         };
@@ -163,9 +164,9 @@ public:
         struct awaiter {
             std::coroutine_handle<promise_type> handle;
             bool await_ready() const noexcept { return !handle || handle.done(); }
-            std::coroutine_handle<> await_suspend(std::coroutine_handle<> consumer) noexcept {
+            detail::start_result await_suspend(std::coroutine_handle<> consumer) noexcept {
                 handle.promise().resumed_by(consumer);
-                return handle;
+                return detail::start_inline(handle);
             }
             std::optional<T> await_resume() {
                 if (!handle)

@@ -226,24 +226,29 @@ public:
     template <class Promise>
     auto await_suspend(std::coroutine_handle<Promise> h) noexcept {
         using result = decltype(awaiter().await_suspend(h));
-        // One return type for both paths: bool, or an untyped handle (the awaiter may return any
-        // coroutine_handle<P>).
-        using returned = std::conditional_t<std::is_void_v<result> || std::is_same_v<result, bool>, bool,
-                                            std::coroutine_handle<>>;
-        try {
-            if constexpr (std::is_void_v<result>) {
-                awaiter().await_suspend(h);
-                return returned{true};
-            } else {
-                return returned(awaiter().await_suspend(h));
+        // One return type for both paths: bool, or what a handle becomes (the awaiter may return any
+        // coroutine_handle<P>; see detail/inline_start.hpp).
+        if constexpr (std::is_void_v<result> || std::is_same_v<result, bool>) {
+            try {
+                if constexpr (std::is_void_v<result>) {
+                    awaiter().await_suspend(h);
+                    return true;
+                } else {
+                    return static_cast<bool>(awaiter().await_suspend(h));
+                }
+            } catch (...) {
+                early_ = failure::current();
+                return false; // resume the awaiting coroutine at once: await_resume reports the failure
             }
-        } catch (...) {
-            early_ = failure::current();
-            // Resume the awaiting coroutine at once: await_resume reports the failure.
-            if constexpr (std::is_same_v<returned, bool>)
-                return returned{false};
-            else
-                return returned{h};
+        } else {
+            std::coroutine_handle<> next;
+            try {
+                next = awaiter().await_suspend(h);
+            } catch (...) {
+                early_ = failure::current();
+                return suspend_unless_done(false, h);
+            }
+            return transfer_to(next, h);
         }
     }
 
@@ -694,19 +699,18 @@ struct driver {
             on_stage([&](auto j) { ready = get<decltype(j)::value>()->await_ready(); });
             return ready;
         }
-        RESILIENCE_DETAIL_NOINLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) {
-            std::coroutine_handle<> next = h;
+        RESILIENCE_DETAIL_NOINLINE start_result await_suspend(std::coroutine_handle<> h) {
+            start_result next = suspend_unless_done(false, h);
             on_stage([&](auto j) {
                 auto& a = *get<decltype(j)::value>();
                 using result = decltype(a.await_suspend(h));
                 if constexpr (std::is_void_v<result>) {
                     a.await_suspend(h);
-                    next = std::noop_coroutine();
+                    next = suspend_unless_done(true, h);
                 } else if constexpr (std::is_same_v<result, bool>) {
-                    if (a.await_suspend(h))
-                        next = std::noop_coroutine();
+                    next = suspend_unless_done(a.await_suspend(h), h);
                 } else {
-                    next = a.await_suspend(h);
+                    next = transfer_to(a.await_suspend(h), h);
                 }
             });
             return next;

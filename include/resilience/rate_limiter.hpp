@@ -384,10 +384,10 @@ public:
                 return true;
             }
         }
-        std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) {
+        detail::start_result await_suspend(std::coroutine_handle<> h) {
             if (phase_ == phase::turn)
                 return std::move(turn_).operator co_await().await_suspend(h);
-            return queue_.await_suspend(h) ? std::noop_coroutine() : h;
+            return detail::suspend_unless_done(queue_.await_suspend(h), h);
         }
         step await_resume() {
             waiter_state st;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "detail/frame_allocator.hpp"
+#include "detail/inline_start.hpp"
 
 #include <coroutine>
 #include <exception>
@@ -24,7 +25,7 @@ struct task_promise_base : recycled_frame {
         bool await_ready() const noexcept { return false; }
         template <class Promise>
         std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> self) noexcept {
-            return self.promise().continuation_;
+            return resume_awaiter(self, self.promise().continuation_);
         }
         void await_resume() const noexcept {}
     };
@@ -72,7 +73,9 @@ struct task_promise<void> : task_promise_base {
 /// to its end and hands back its value, or rethrows its exception. Move-only and awaitable once,
 /// as an rvalue (`co_await std::move(t)` or `co_await make_task()`). The frame is owned by the
 /// task object: destroying an un-awaited task destroys the coroutine without running it.
-/// Completion resumes the awaiter by symmetric transfer, so long chains do not grow the stack.
+/// Completion resumes the awaiter by symmetric transfer, and a task that finishes during its start
+/// lets its awaiter go on in its own frame (detail/inline_start.hpp), so long chains and loops do not
+/// grow the stack in any build.
 /// Frames come from a per-thread recycling allocator.
 template <class T>
 class [[nodiscard]] task {
@@ -102,9 +105,9 @@ public:
         struct awaiter {
             std::coroutine_handle<promise_type> handle;
             bool await_ready() const noexcept { return !handle || handle.done(); }
-            std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+            detail::start_result await_suspend(std::coroutine_handle<> awaiting) noexcept {
                 handle.promise().continuation_ = awaiting;
-                return handle;
+                return detail::start_inline(handle);
             }
             T await_resume() {
                 if (!handle)
