@@ -11,6 +11,7 @@
 #include <resilience/adaptive_throttle.hpp>
 #include <resilience/backoff.hpp>
 #include <resilience/bulkhead.hpp>
+#include <resilience/chaos.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/hedge.hpp>
 #include <resilience/pipeline.hpp>
@@ -425,6 +426,48 @@ TEST_CASE("bad input: hedge options", "[bad_input][hedge]") {
     const auto r = sim.run(odd.execute_outcome([&sim] { return quick(sim); }));
     REQUIRE(r.has_failure());
     CHECK_THROWS_WITH(r.error().rethrow(), Contains("delay") && Contains("nan s"));
+}
+
+TEST_CASE("bad input: chaos options and latency delays", "[bad_input][chaos][regression]") {
+    rs::testing::simulation sim;
+    namespace chaos = rs::chaos;
+    using seconds_d = std::chrono::duration<double>;
+    const auto latency = [&](auto delay, chaos::injection_options o = {.injection_rate = 1}) {
+        return chaos::latency{delay, std::move(o), sim.clock()};
+    };
+    // A NaN delay became 0 ns and was accepted; infinities and a negative delay of less than a
+    // nanosecond (which rounds to 0 ns) were taken too. Refused by name now, before converting.
+    refused("latency: delay", "nan s", [&] { latency(seconds_d{qnan}); });
+    refused("latency: delay", "inf s", [&] { latency(seconds_d{inf}); });
+    refused("latency: delay", "-inf s", [&] { latency(seconds_d{-inf}); });
+    refused("latency: delay", "nan ms",
+            [&] { latency(std::chrono::duration<float, std::milli>{std::numeric_limits<float>::quiet_NaN()}); });
+    refused("latency (slow): delay", "nan s", [&] { latency(seconds_d{qnan}, {.name = "slow"}); });
+    refused("delay must not be negative", "-1e-300 s", [&] { latency(seconds_d{-1e-300}); });
+    refused("delay must not be negative", "-1.79769e+308 s", [&] { latency(seconds_d{dlowest}); });
+    for (nanoseconds v : {-1ns, nmin})
+        refused("delay must not be negative", std::to_string(v.count()) + "ns", [&] { latency(v); });
+    refused("delay must not be negative", std::to_string(nmin.count()) + "ns",
+            [&] { latency(std::chrono::hours::min()); });
+
+    // The injection rate, in every stage: NaN, infinities and anything outside [0, 1].
+    for (double v : {qnan, inf, -inf, -0.001, 1.001, dmax, dlowest}) {
+        const std::string got = rs::detail::format_number(v);
+        refused("fault: injection_rate", got, [&] { chaos::fault{{.injection_rate = v}}; });
+        refused("outcome: injection_rate", got, [&] { chaos::outcome{7, {.injection_rate = v}}; });
+        refused("latency: injection_rate", got, [&] { latency(1ms, {.injection_rate = v}); });
+    }
+
+    // Accepted: zero, a tiny delay that rounds to 0 ns, and the longest (saturated to it).
+    CHECK(latency(0ns).delay() == 0ns);
+    CHECK(latency(seconds_d{dtiny}).delay() == 0ns);
+    CHECK(latency(seconds_d{dmax}).delay() == nmax);
+    CHECK(latency(std::chrono::hours::max()).delay() == nmax);
+    behaves(sim, latency(0ns));
+    behaves(sim, latency(seconds_d{0.5}));
+    behaves(sim, latency(nmax, {.injection_rate = 0}));
+    behaves(sim, chaos::fault{{.injection_rate = 0}});
+    behaves(sim, chaos::outcome{8, {.injection_rate = 0}});
 }
 
 #if defined(RESILIENCE_HAS_REDIS)

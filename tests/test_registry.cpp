@@ -17,6 +17,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -115,6 +116,31 @@ TEST_CASE("registry: policies run on the registry's clock", "[registry]") {
     CHECK(limiter.tokens() == 0.0);
     sim.run_for(100ms);
     CHECK(limiter.tokens() == 1.0);
+}
+
+// A registry on a clock that cannot be made from nothing has no default constructor, rather than
+// one whose default clock argument fails to compile when a trait asks (std::optional's did, with
+// clang 14).
+static_assert(!std::is_default_constructible_v<rs::registry<virtual_clock>>);
+static_assert(!std::is_constructible_v<rs::registry<virtual_clock>, rs::registry_options>);
+static_assert(std::is_constructible_v<rs::registry<virtual_clock>, rs::registry_options, virtual_clock>);
+static_assert(std::is_default_constructible_v<rs::registry<>>);
+static_assert(std::is_constructible_v<rs::registry<>, rs::registry_options>);
+
+TEST_CASE("registry: std::optional holds a registry on virtual time", "[registry]") {
+    simulation sim;
+    std::optional<rs::registry<virtual_clock>> reg;
+    CHECK_FALSE(reg.has_value());
+    reg.emplace(rs::registry_options{.keyed_capacity = 4}, sim.clock());
+    auto breaker = reg->breaker("b", {.failure_threshold = 1, .break_duration = 5s});
+    CHECK(sim.run(breaker.execute_outcome(fail_once)).has_failure());
+    sim.run_for(5s);
+    CHECK(breaker.state() == rs::circuit_state::half_open);
+    reg.reset();
+    CHECK(breaker.state() == rs::circuit_state::half_open); // handles outlive the registry
+
+    std::optional<rs::registry<>> steady{std::in_place};
+    CHECK(steady->breaker("x").name() == "x");
 }
 
 TEST_CASE("registry: the snapshot shows every entry's state, ordered by kind, name and key", "[registry]") {

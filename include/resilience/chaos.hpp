@@ -237,17 +237,15 @@ fault(What, injection_options, R) -> fault<R>;
 template <clock C = steady_clock, random_source Random = thread_random>
 class latency : public policy_base<latency<C, Random>> {
 public:
-    /// `delay` must not be negative; a duration beyond what nanoseconds hold is taken as that much.
+    /// `delay` must not be negative, and a floating-point one must be finite (NaN and infinities are
+    /// refused, as `timeout` refuses them); a duration beyond what nanoseconds hold is taken as that
+    /// much.
     template <class Rep, class Period>
     explicit latency(std::chrono::duration<Rep, Period> delay, injection_options options = {}, C clock = C{},
                      Random rng = Random{})
-        : delay_(::resilience::detail::saturating_nanoseconds(delay)), options_(std::move(options)),
-          clock_(std::move(clock)), rng_(std::move(rng)) {
+        : delay_(checked_delay(delay, options)), options_(std::move(options)), clock_(std::move(clock)),
+          rng_(std::move(rng)) {
         detail::validate(options_, "latency");
-        if (delay_ < std::chrono::nanoseconds::zero())
-            throw std::invalid_argument(detail::label("latency", options_.name) +
-                                        ": delay must not be negative, got " +
-                                        std::to_string(delay_.count()) + "ns");
     }
 
     [[nodiscard]] std::chrono::nanoseconds delay() const noexcept { return delay_; }
@@ -294,6 +292,24 @@ public:
     }
 
 private:
+    // Refused before converting: a NaN would become 0 ns, and a negative delay of less than a
+    // nanosecond would round to 0 ns and pass.
+    template <class Rep, class Period>
+    static std::chrono::nanoseconds checked_delay(std::chrono::duration<Rep, Period> delay,
+                                                  const injection_options& options) {
+        const std::string field = detail::label("latency", options.name) + ": delay";
+        const std::chrono::nanoseconds ns = ::resilience::detail::finite_nanoseconds(delay, field);
+        if (delay < std::chrono::duration<Rep, Period>::zero()) {
+            std::string got;
+            if constexpr (std::chrono::treat_as_floating_point_v<Rep>)
+                got = ::resilience::detail::describe_duration(delay);
+            else
+                got = std::to_string(ns.count()) + "ns";
+            throw std::invalid_argument(field + " must not be negative, got " + got);
+        }
+        return ns;
+    }
+
     std::chrono::nanoseconds delay_;
     injection_options options_;
     C clock_;

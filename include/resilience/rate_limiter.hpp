@@ -43,11 +43,16 @@ struct admission {
     std::chrono::nanoseconds retry_after{};
 };
 
+/// The longest wait a limiter tells or sleeps: 2^62 ns, about 146 years (a rate of a token per
+/// century). Due times and `retry_after` beyond it are held there, so adding one to a clock's time
+/// cannot overflow; `redis::rate_limiter` holds Redis's answers at the same bound.
+inline constexpr std::chrono::nanoseconds longest_wait{std::int64_t{1} << 62};
+
 // Rounds a time in nanoseconds (a double, from the meters) up to a whole nanosecond, so nobody is
-// woken or told to come back before the permit is really there. Times beyond about 146 years (a
-// rate of a token per century) are held there, so adding them to a clock's time cannot overflow.
+// woken or told to come back before the permit is really there. Times beyond `longest_wait` are
+// held there.
 inline std::chrono::nanoseconds ceil_ns(double ns) noexcept {
-    constexpr std::int64_t far = std::int64_t{1} << 62;
+    constexpr std::int64_t far = longest_wait.count();
     const double up = std::ceil(ns);
     if (!(up < static_cast<double>(far))) // also NaN, which no meter makes: never sooner than can be told
         return std::chrono::nanoseconds(far);

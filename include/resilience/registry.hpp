@@ -14,6 +14,7 @@
 #include "sliding_window_limiter.hpp"
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -274,7 +275,13 @@ struct registry_options {
 template <clock C = steady_clock>
 class registry {
 public:
-    explicit registry(registry_options options = {}, C clock = C{})
+    /// A clock that cannot be made from nothing (`testing::virtual_clock`) must be passed: these
+    /// two constructors exist only for one that can, so that `std::optional<registry<C>>` and other
+    /// traits that ask whether a registry can be made from nothing get a plain no for such a `C`.
+    registry() requires std::default_initializable<C> : registry(registry_options{}, C{}) {}
+    explicit registry(registry_options options) requires std::default_initializable<C>
+        : registry(options, C{}) {}
+    explicit registry(registry_options options, C clock)
         : options_(options), clock_(std::move(clock)) {
         if (options_.keyed_capacity == 0)
             throw std::invalid_argument("resilience::registry: keyed_capacity must be positive, got 0");

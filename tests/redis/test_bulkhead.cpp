@@ -11,6 +11,7 @@
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -261,6 +262,76 @@ TEST_CASE("redis bulkhead: an acquisition whose caller stopped gives its slot ba
     CHECK(*cancelled);
     CHECK(held.integer == 0); // with a lease of an hour: only the release can have freed it
     CHECK(run(io, call(b, 0ns)) == 1);
+}
+
+namespace {
+
+// Once a call of 2.5 s holds a slot of `b` (100 ms in), restarts the server (every lease is gone) or
+// deletes the key (the lease is gone while Redis answers); then every 50 ms reads `redis_up()` and
+// makes a short call through `b`. What `redis_up()` read each time.
+rs::task<std::vector<bool>> lease_lost(redis::bulkhead b, redis_server& server, redis::connection c, bool restart) {
+    auto holding = b.clock().sleep_for(100ms, {});
+    co_await std::move(holding);
+    if (restart) {
+        server.kill();
+        server.start(); // blocks the loop meanwhile: no command is sent to a server that is down
+    } else {
+        auto deleting = c.command({"DEL", b.options().key});
+        const redis::reply deleted = co_await std::move(deleting);
+        CHECK(deleted.integer == 1);
+    }
+    std::vector<bool> up;
+    for (int i = 0; i < 40; ++i) {
+        auto pause = b.clock().sleep_for(50ms, {});
+        co_await std::move(pause);
+        up.push_back(b.redis_up());
+        auto short_call = call(b, 0ns);
+        CHECK(co_await std::move(short_call) == 1);
+    }
+    co_return up;
+}
+
+} // namespace
+
+TEST_CASE("redis bulkhead: a lease found gone is no outage: lost and restored reported once each, redis_up() "
+          "true while Redis answers",
+          "[redis][regression]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    resilience_tests::local_redis fixture; // command_timeout 200 ms: a lease of 600 ms, renewed every 200 ms
+    // Named, not bound: clang 14 does not let a lambda capture a structured binding.
+    redis_server& server = fixture.server;
+    ::asio::io_context& io = fixture.io;
+    const redis::connection& c = fixture.connection;
+    std::vector<std::string> events;
+    auto o = slots("lease-lost", 4, 600ms);
+    o.when_unavailable = redis::unavailable_policy::fail_open;
+    o.telemetry = [&events](const rs::telemetry_event& e) {
+        if (e.kind == rs::telemetry_kind::backend_lost || e.kind == rs::telemetry_kind::backend_restored)
+            events.emplace_back(rs::to_string(e.kind));
+    };
+    const redis::bulkhead b{o, c};
+    // A renewal that found its lease gone reported backend_lost although Redis had answered it, and
+    // the next call Redis answered reported backend_restored: a pair of events and redis_up() false
+    // for a while at every renewal (every 200 ms here) for as long as the call ran.
+    SECTION("the server restarted") {
+        auto [long_call, up] = run(io, rs::when_all(call(b, 2500ms), lease_lost(b, server, c, true)));
+        CHECK(long_call == 1); // the call goes on without its lease
+        // The restart is an outage (the connection broke), seen by the first command after it.
+        CHECK(events == std::vector<std::string>{"backend_lost", "backend_restored"});
+        INFO("redis_up() every 50 ms: " << ::Catch::Detail::stringify(up));
+        CHECK(std::count(up.begin(), up.end(), false) <= 2);
+        const auto back = std::find(std::find(up.begin(), up.end(), false), up.end(), true);
+        CHECK(std::all_of(back, up.end(), [](bool u) { return u; }));
+    }
+    SECTION("the key was deleted while Redis answers") {
+        auto [long_call, up] = run(io, rs::when_all(call(b, 2500ms), lease_lost(b, server, c, false)));
+        CHECK(long_call == 1);
+        CHECK(events.empty());
+        INFO("redis_up() every 50 ms: " << ::Catch::Detail::stringify(up));
+        CHECK(std::all_of(up.begin(), up.end(), [](bool u) { return u; }));
+    }
+    CHECK(b.redis_up());
 }
 
 TEST_CASE("redis bulkhead and rate_limiter: bad options are refused naming the field", "[redis]") {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <stop_token>
 #include <string>
@@ -461,4 +462,106 @@ TEST_CASE("redis rate_limiter: a command that timed out is not sent again: its c
     // Of the three tokens: the first call's, the timed-out command's, and one left for the calls after.
     // Resent, the timed-out command would have taken two, and left none.
     CHECK(admitted == 1);
+}
+
+namespace {
+
+struct stopped_tally {
+    int admitted = 0;
+    int cancelled = 0;
+    int other = 0;
+};
+
+// `n` calls through `p` at once, each with `stop` as its caller's token.
+template <class P>
+rs::task<stopped_tally> stoppable_burst(P p, int n, std::stop_token stop) {
+    auto each = [](P q, std::stop_token st) -> rs::task<stopped_tally> {
+        auto call = q.execute_outcome(one, st);
+        const rs::outcome<int> r = co_await std::move(call);
+        stopped_tally t;
+        if (r.has_value())
+            ++t.admitted;
+        else if (r.failure().code() == rs::errc::cancelled)
+            ++t.cancelled;
+        else
+            ++t.other;
+        co_return t;
+    };
+    std::vector<rs::task<stopped_tally>> all;
+    for (int i = 0; i < n; ++i)
+        all.push_back(each(p, stop));
+    auto together = rs::when_all(std::move(all));
+    const std::vector<stopped_tally> results = co_await std::move(together);
+    stopped_tally t;
+    for (const stopped_tally& e : results) {
+        t.admitted += e.admitted;
+        t.cancelled += e.cancelled;
+        t.other += e.other;
+    }
+    co_return t;
+}
+
+// How far ahead of Redis's clock the arrival time kept at `key` is, in microseconds (0 if none).
+rs::task<double> reserved_ahead_us(redis::connection c, std::string key) {
+    auto getting = c.command({"GET", key});
+    const redis::reply tat = co_await std::move(getting);
+    auto timing = c.command({"TIME"});
+    const redis::reply now = co_await std::move(timing);
+    if (tat.type != redis::reply::kind::string || now.elements.size() != 2)
+        co_return 0.0;
+    co_return std::stod(tat.str) - (std::stod(now.elements[0].str) * 1e6 + std::stod(now.elements[1].str));
+}
+
+} // namespace
+
+TEST_CASE("redis rate_limiter: a wait or retry_after beyond 292 years is held at the local limiter's 146 years",
+          "[redis][regression]") {
+    if (!resilience_tests::redis_tests_enabled())
+        return;
+    resilience_tests::local_redis fixture;
+    auto& [server, io, c, clock] = fixture;
+    // A token every 31.7 years: the eleventh call to wait is due 317 years on, more nanoseconds than an
+    // int64 holds. Converting Redis's microseconds to nanoseconds overflowed there (UBSan: signed
+    // overflow), and a refusal behind those eleven reservations had a negative retry_after.
+    auto o = quota("far", 1, 1e-9);
+    o.queue_limit = 20;
+    std::atomic<int> waits{0};
+    o.telemetry = [&](const rs::telemetry_event& e) {
+        if (e.kind == rs::telemetry_kind::queue_wait)
+            ++waits;
+    };
+    const redis::rate_limiter waiting{o, c};
+    const redis::rate_limiter refusing{quota("far", 1, 1e-9), c}; // the same bucket, never waits
+
+    std::stop_source stop;
+    auto then_refuse = [](redis::connection conn, redis::rate_limiter l, rs::asio::clock k,
+                          std::stop_source s) -> rs::task<std::chrono::nanoseconds> {
+        // Once the eleven have reserved their tokens (the bucket 11 intervals ahead; a token was there
+        // for the first), one more call is refused behind them; then the eleven are stopped.
+        const auto give_up = std::chrono::steady_clock::now() + 5s;
+        while (std::chrono::steady_clock::now() < give_up) {
+            auto asking = reserved_ahead_us(conn, "far");
+            if (co_await std::move(asking) >= 10.5e15)
+                break;
+            auto pause = k.sleep_until(k.now() + 10ms, {});
+            co_await std::move(pause);
+        }
+        std::chrono::nanoseconds retry_after{};
+        auto call = l.execute_outcome(one);
+        const rs::outcome<int> r = co_await std::move(call);
+        if (const auto* e = r.has_failure() ? r.failure().template as<rs::rate_limited_error>() : nullptr)
+            retry_after = e->retry_after();
+        s.request_stop();
+        co_return retry_after;
+    };
+    const auto start = std::chrono::steady_clock::now();
+    auto [t, retry_after] =
+        run(io, rs::when_all(stoppable_burst(waiting, 11, stop.get_token()), then_refuse(c, refusing, clock, stop)));
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK(t.admitted == 1); // the token there; the ten behind it slept until stopped
+    CHECK(t.cancelled == 10);
+    CHECK(t.other == 0);
+    CHECK(waits == 0);
+    // 1.1e16 us (349 years) away, told as the longest wait a limiter tells: 2^62 ns, about 146 years.
+    CHECK(retry_after == std::chrono::nanoseconds{std::int64_t{1} << 62});
 }

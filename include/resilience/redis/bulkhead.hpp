@@ -136,9 +136,11 @@ struct redis_bulkhead_state {
 ///   waiting for its reply.
 /// - **Leases expire**: a replica that dies holding slots (a crash, a lost network) gives them back
 ///   `lease_duration` after its last renewal. A running call renews its lease every third of
-///   `lease_duration`, so a long call keeps its slot. A renewal that finds its lease expired (Redis
-///   was unreachable for longer than a lease) does not stop the call: the slot may have been taken
-///   meanwhile, and the listener hears `backend_lost`.
+///   `lease_duration`, so a long call keeps its slot. A renewal that finds its lease gone (Redis
+///   was out or frozen for longer than a lease, or restarted) does not stop the call, though the
+///   slot may have been taken meanwhile; the call renews no more. Redis answered that renewal, so
+///   it counts as Redis up: the listener heard `backend_lost` when the outage was seen, and hears
+///   `backend_restored` once when Redis answers again, however many renewals find their lease gone.
 /// - **Refuses at once** when the slots are taken, with `rs::bulkhead_rejected_error`
 ///   (`no_capacity`); it does not queue (a queue across replicas would need polling Redis).
 /// - **Redis unreachable or slow**: as `redis::rate_limiter`: the connection's `command_timeout`
@@ -235,7 +237,11 @@ private:
     }
 
     // Renews the lease every third of it until the call ends. A renewal that fails (Redis
-    // unreachable) is tried again at the next period; one that finds the lease gone reports it.
+    // unreachable) is tried again at the next period. One that finds the lease gone (it expired
+    // while Redis was out or frozen, or Redis restarted) is an answer: Redis is up, and says so to
+    // `health` like any other; the outage that cost the lease, if one was seen, was reported as
+    // it began. Renewing stops there: there is nothing left to renew, and each further renewal
+    // would find the same.
     static task<void> renew(std::shared_ptr<state> s, std::string id, std::stop_token ended,
                             const telemetry_listener* listener) {
         const auto period = s->options.lease_duration / 3;
@@ -250,12 +256,15 @@ private:
             if (a.cancelled)
                 co_return;
             std::optional<failure> failed = a.unreachable;
-            if (!failed && (a.value->type != reply::kind::integer || a.value->integer != 1))
-                failed.emplace(failure::make(error{errc::server, "lease " + id + " expired before its renewal"}));
-            if (failed)
+            if (!failed && a.value->type != reply::kind::integer)
+                failed.emplace(failure::make(error{errc::protocol, "unexpected reply from the bulkhead script"}));
+            if (failed) {
                 (void)s->health.lost(listener, s->clock, s->options.name, *failed);
-            else
-                (void)s->health.answered(listener, s->clock, s->options.name);
+                continue;
+            }
+            (void)s->health.answered(listener, s->clock, s->options.name);
+            if (a.value->integer != 1)
+                co_return; // the lease is gone
         }
     }
 

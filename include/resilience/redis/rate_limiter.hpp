@@ -74,7 +74,9 @@ namespace detail {
 // one interval. A call that may wait reserves the next token the same way, if it is due within its
 // wait, and is told how long to sleep. Read, decide and write happen inside one script, which Redis
 // runs atomically: no two callers ever see the same `tat`. The key expires when the bucket would be
-// full again, when forgetting it changes nothing.
+// full again, when forgetting it changes nothing. The wait it returns is held at 2^62 ns (in
+// microseconds, rounded up), the longest a limiter tells: a longer one (a token every ten years with
+// thirty calls waiting) is beyond what nanoseconds hold, and in the end Redis's integer reply.
 //   ARGV: burst, interval (us), longest wait accepted (us; -1: any)
 //   returns {1, wait (us)} admitted (sleep `wait` first), or {0, retry after (us)}
 inline constexpr std::string_view rate_limiter_script = R"lua(
@@ -88,12 +90,13 @@ local tat = tonumber(redis.call('GET', KEYS[1]))
 if not tat or tat < now then tat = now end
 local wait = tat - now - (burst - 1) * interval
 if wait < 0 then wait = 0 end
+local told = math.min(math.ceil(wait), 4611686018427388)
 if wait > 0 and max_wait >= 0 and wait > max_wait then
-  return {0, math.ceil(wait)}
+  return {0, told}
 end
 tat = tat + interval
 redis.call('SET', KEYS[1], tat, 'PX', math.ceil((tat - now) / 1000) + 1)
-return {1, math.ceil(wait)}
+return {1, told}
 )lua";
 
 template <class Options>
@@ -140,7 +143,8 @@ struct redis_limiter_state {
 ///   the only clock is Redis's.
 /// - **Wait or reject** like `rs::rate_limiter`, with the same options. A call that may wait
 ///   reserves its token in the same round trip and sleeps locally until it is due; one refused
-///   fails with `rs::rate_limited_error`, whose `retry_after()` is Redis's answer.
+///   fails with `rs::rate_limited_error`, whose `retry_after()` is Redis's answer. Waits and
+///   `retry_after` are held at about 146 years (2^62 ns), as `rs::rate_limiter` holds them.
 /// - **Redis unreachable or slow**: each command has the connection's `command_timeout`, so no call
 ///   waits longer than that for Redis; then `when_unavailable` decides (refuse, let through, or a
 ///   local bucket of `local_share` of the limit), and the listener hears `backend_lost` once and
@@ -276,27 +280,39 @@ private:
         }
         if (std::optional<failure> thrown = s->health.answered(listener, s->clock, o.name))
             co_return decision{std::move(thrown)};
-        const auto us = std::chrono::microseconds{std::max<long long>(r->elements[1].integer, 0)};
+        const std::chrono::nanoseconds wait = told_wait(r->elements[1].integer);
         if (r->elements[0].integer != 1) {
             const rejection_reason why = o.queue_limit == 0 ? rejection_reason::no_capacity
                                          : !may_wait        ? rejection_reason::queue_full
                                                             : rejection_reason::queue_timeout;
             co_return decision{resilience::detail::refused(listener, s->clock,
                                                            event(telemetry_kind::rejection, {}, why),
-                                                           failure::make(rate_limited_error{us, o.name, why}))};
+                                                           failure::make(rate_limited_error{wait, o.name, why}))};
         }
-        if (us > std::chrono::microseconds::zero()) {
-            const auto until = resilience::detail::add_saturating(s->clock.now(), us);
+        if (wait > std::chrono::nanoseconds::zero()) {
+            const auto until = resilience::detail::add_saturating(s->clock.now(), wait);
             auto sleeping = s->clock.sleep_until(until, token);
             co_await std::move(sleeping);
             place.reset();
             if (token.stop_requested())
                 co_return decision{failure::make(cancelled_error{o.name})};
             if (std::optional<failure> thrown = resilience::detail::emit_caught(
-                    listener, s->clock, event(telemetry_kind::queue_wait, us, rejection_reason::no_capacity)))
+                    listener, s->clock, event(telemetry_kind::queue_wait, wait, rejection_reason::no_capacity)))
                 co_return decision{std::move(thrown)};
         }
         co_return decision{};
+    }
+
+    // Redis's answer (microseconds) in nanoseconds, held at the longest wait `rs::rate_limiter`
+    // tells (about 146 years) as its due times and `retry_after` are: beyond about 292 years the
+    // nanoseconds would overflow, and a sleep or `retry_after` come out negative.
+    static std::chrono::nanoseconds told_wait(long long us) noexcept {
+        constexpr long long longest_us = resilience::detail::longest_wait.count() / 1000;
+        if (us <= 0)
+            return std::chrono::nanoseconds::zero();
+        if (us > longest_us)
+            return resilience::detail::longest_wait;
+        return std::chrono::microseconds{us};
     }
 
     static rate_limiter_options validated(rate_limiter_options o) {
