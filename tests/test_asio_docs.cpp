@@ -7,6 +7,7 @@
 #include "catch.hpp"
 
 #include <resilience/asio.hpp>
+#include <resilience/async_scope.hpp>
 #include <resilience/resilience.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
@@ -261,3 +262,52 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
     CHECK(winner == 1);
 }
 #endif
+
+namespace {
+// The page's service (section "Shutting down").
+struct quote_service {
+    asio::io_context io;                          // first: the clock needs it; destroyed last
+    rs::asio::clock clock{io.get_executor()};
+    rs::bulkhead<rs::asio::clock> slots{{.max_concurrent_calls = 8, .queue_limit = 100}, clock};
+    rs::pipeline<rs::retry<rs::asio::clock>, rs::bulkhead<rs::asio::clock>, rs::timeout<rs::asio::clock>>
+        policy{rs::retry{{.max_attempts = 3}, clock}, slots, rs::timeout{2s, clock}};
+};
+} // namespace
+
+TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and clang", "[asio][docs]") {
+    quote_service svc;
+    test_server server{svc.io, false}; // holds every connection open, unanswered
+    tcp::endpoint quote_server = server.endpoint();
+    int shown = 0, reported = 0;
+    bool was_drained = false;
+    auto show = [&](double) { ++shown; };
+    auto report = [&](std::exception_ptr) { ++reported; };
+    auto drained = [&] {
+        was_drained = true;
+        server.stop();
+    };
+    auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(svc.io, quote_server, st); };
+
+    // ---- from the page ----
+    rs::async_scope scope;
+    auto serve = [&](std::stop_token st) { return svc.policy.execute(fetch_quote, st); };
+    for (int i = 0; i < 5; ++i)
+        rs::asio::spawn(scope, svc.io.get_executor(), serve, [&](std::exception_ptr error, double quote) {
+            error ? report(error) : show(quote);
+        });
+    // ---- end ----
+    while (svc.slots.in_flight() < 5)
+        REQUIRE(svc.io.run_one_for(10s) == 1);
+    svc.io.poll();
+    CHECK(scope.size() == 5);
+    // ---- from the page ----
+    scope.request_stop();
+    rs::asio::async_run(svc.io.get_executor(), scope.join(), [&](std::exception_ptr) { drained(); });
+    svc.io.run();                                  // returns once every call and the join have completed
+    // ---- end ----
+    CHECK(was_drained);
+    CHECK(reported == 5);
+    CHECK(shown == 0);
+    CHECK(scope.size() == 0);
+    CHECK(svc.slots.in_flight() == 0);
+}

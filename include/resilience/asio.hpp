@@ -21,28 +21,12 @@
 /// Policies that run on Asio threads must be given this clock: the default `steady_clock` sleeps on
 /// the library's own `event_loop`, which Asio threads do not run.
 ///
-/// **Who owns a waiting coroutine.** An `async_run` operation owns the coroutines it runs, as Asio's
-/// `co_spawn` owns an `asio::awaitable`'s. While they wait on Asio (a `use_task` operation, a sleep on
-/// this clock), the pending Asio handlers share that ownership: when one of them is destroyed without
-/// having been called (its io_context destroyed with the operation pending, say), the call can never
-/// finish, and once no handler of the call is pending any more, the call's outermost coroutine is
-/// destroyed, which destroys the task it awaits, and so on down the chain, as `rs::event_loop`'s
-/// destructor does with the coroutines spawned on it. Destroying only the innermost frame, the one
-/// a handler would resume, would leave the frames awaiting it holding a dangling task. The
-/// `async_run` completion handler is then destroyed uncalled, as Asio does with the handler of any
-/// operation that can no longer complete (an `asio::awaitable` waiting on it is destroyed in turn).
-/// A `use_task` operation belongs to the `async_run` operation whose coroutines were running on
-/// this thread, resumed by this header, when it started. One started elsewhere (in a coroutine
-/// driven by `rs::sync_wait` or `rs::event_loop`, or resumed from another thread by a bulkhead that
-/// handed it a slot) belongs to whoever drives that coroutine: its handler destroyed uncalled
-/// destroys nothing. The rule goes by thread, so a coroutine of another call that this call resumes
-/// inline (handing on a bulkhead slot it released) and that starts an operation right then is
-/// counted as this call's: that operation's loss ends this call too. Nothing else may destroy a
-/// coroutine while it waits on a `use_task` operation, and, as with `rs::event_loop`'s destructor,
-/// nothing else may be about to resume a call when it is destroyed (a bulkhead handing it a slot
-/// from another thread at that moment would reach a freed frame).
+/// An io_context owns the calls started on it with `async_run` and destroys them, wherever they wait,
+/// when it is destroyed, as it destroys its own pending operations (see `detail::call_registry`);
+/// `rs::asio::spawn` starts a call in an `rs::async_scope`, for a graceful drain before that.
 #pragma once
 
+#include "async_scope.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "detail/stop.hpp"
@@ -53,8 +37,11 @@
 #include <asio/async_result.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/execution/context.hpp>
+#include <asio/execution_context.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
+#include <asio/query.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <atomic>
@@ -81,125 +68,7 @@ struct use_task_with_stop_t;
 namespace detail {
 
 // ---------------------------------------------------------------------------------------------------------
-// Ownership of the coroutines of an async_run operation (see the file comment).
-
-/// What an `async_run` operation shares with the Asio handlers its coroutines wait on. Reference
-/// counted, because a handler may outlive the coroutines (it is destroyed after it resumed them).
-/// `pending` counts the handlers that may still resume a coroutine of the call, and the resumptions
-/// running now; `lost` says a handler was destroyed uncalled. The outermost frame is destroyed when
-/// `pending` falls to zero with `lost` set: then no handler of the call can touch a frame any more.
-class call_root {
-public:
-    call_root() = default;
-    call_root(const call_root&) = delete;
-    call_root& operator=(const call_root&) = delete;
-
-    void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
-    void release() noexcept {
-        if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1)
-            delete this;
-    }
-
-    void hold() noexcept { pending_.fetch_add(1, std::memory_order_relaxed); }
-    /// A hold ended normally: its handler ran and the coroutine it resumed has suspended or ended.
-    void unhold() noexcept {
-        // abandon() stores `lost` before its own decrement, so whoever brings the count to zero
-        // sees it.
-        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && lost_.load(std::memory_order_acquire))
-            destroy_frame();
-    }
-    /// A hold ended with its handler destroyed uncalled.
-    void abandon() noexcept {
-        lost_.store(true, std::memory_order_release);
-        unhold();
-    }
-
-    void attach(std::coroutine_handle<> frame) noexcept {
-        frame_.store(frame.address(), std::memory_order_release);
-    }
-    /// The outermost frame is going away by itself (finished, or being destroyed here).
-    void detach() noexcept { frame_.store(nullptr, std::memory_order_release); }
-
-private:
-    ~call_root() = default;
-
-    void destroy_frame() noexcept {
-        if (void* f = frame_.exchange(nullptr, std::memory_order_acq_rel))
-            std::coroutine_handle<>::from_address(f).destroy();
-    }
-
-    std::atomic<std::size_t> refs_{1};
-    std::atomic<std::size_t> pending_{0};
-    std::atomic<bool> lost_{false};
-    std::atomic<void*> frame_{nullptr};
-};
-
-/// A counted reference to a `call_root`.
-class root_ref {
-public:
-    root_ref() = default;
-    explicit root_ref(call_root* r) noexcept : root_(r) {} // adopts a reference
-    root_ref(const root_ref& o) noexcept : root_(o.root_) {
-        if (root_)
-            root_->add_ref();
-    }
-    root_ref(root_ref&& o) noexcept : root_(std::exchange(o.root_, nullptr)) {}
-    root_ref& operator=(root_ref o) noexcept {
-        std::swap(root_, o.root_);
-        return *this;
-    }
-    ~root_ref() {
-        if (root_)
-            root_->release();
-    }
-    call_root* get() const noexcept { return root_; }
-    call_root* release() noexcept { return std::exchange(root_, nullptr); }
-
-private:
-    call_root* root_ = nullptr;
-};
-
-/// A handler's share in a call (`call_root::hold`), if the call has a root. Destroying it without
-/// `end()` says that the handler was destroyed uncalled.
-class root_hold {
-public:
-    root_hold() = default;
-    explicit root_hold(call_root* r) noexcept : root_(r) {
-        if (r) {
-            r->add_ref();
-            r->hold();
-        }
-    }
-    root_hold(root_hold&& o) noexcept : root_(std::exchange(o.root_, nullptr)) {}
-    root_hold& operator=(root_hold&&) = delete;
-    ~root_hold() {
-        if (root_) {
-            root_->abandon();
-            root_->release();
-        }
-    }
-    call_root* get() const noexcept { return root_; }
-    void end() noexcept {
-        if (call_root* r = std::exchange(root_, nullptr)) {
-            r->unhold();
-            r->release();
-        }
-    }
-
-private:
-    call_root* root_ = nullptr;
-};
-
-/// The call whose coroutines this thread is running, resumed by this header; null elsewhere.
-inline thread_local call_root* running_root = nullptr;
-
-struct running_scope {
-    call_root* previous;
-    explicit running_scope(call_root* r) noexcept : previous(std::exchange(running_root, r)) {}
-    running_scope(const running_scope&) = delete;
-    running_scope& operator=(const running_scope&) = delete;
-    ~running_scope() { running_root = previous; }
-};
+// use_task's initiation
 
 /// The `use_task` operation whose initiating function is running on this thread: its handler,
 /// called or destroyed before that function returns, must not resume or give up the coroutine,
@@ -320,8 +189,8 @@ auto io_executor_of(const Initiation& initiation) {
 // use_task: an Asio operation awaited by a resilience coroutine.
 
 /// The awaiter of `co_await op(args..., use_task)`: starts the operation when awaited, and the
-/// operation's handler resumes the coroutine with the completion arguments. The handler owns a
-/// share of the call (`root_hold`) and, with a stop token, the operation's cancellation slot.
+/// operation's handler resumes the coroutine with the completion arguments. The handler owns, with a
+/// stop token, the operation's cancellation slot; destroyed uncalled, it touches no coroutine.
 template <class Initiation, class InitArgs, class... Args>
 class operation {
 public:
@@ -346,7 +215,7 @@ public:
         } restore_guard{record.outer};
         std::apply(
             [&](auto&... a) {
-                std::move(initiation_)(handler{this, root_hold{running_root}, stop}, std::move(a)...);
+                std::move(initiation_)(handler{this, stop}, std::move(a)...);
             },
             args_);
         // From here the coroutine may be running on another thread, or gone: only locals are touched.
@@ -371,20 +240,17 @@ private:
     public:
         using cancellation_slot_type = ::asio::cancellation_slot;
 
-        handler(operation* self, root_hold hold, std::shared_ptr<signal_type> stop) noexcept
-            : self_(self), hold_(std::move(hold)), stop_(std::move(stop)) {}
+        handler(operation* self, std::shared_ptr<signal_type> stop) noexcept
+            : self_(self), stop_(std::move(stop)) {}
         handler(handler&& o) noexcept
-            : self_(o.self_), hold_(std::move(o.hold_)), stop_(std::move(o.stop_)),
-              live_(std::exchange(o.live_, false)) {}
+            : self_(o.self_), stop_(std::move(o.stop_)), live_(std::exchange(o.live_, false)) {}
         handler& operator=(handler&&) = delete;
         ~handler() {
-            if (live_ && initiating && initiating->operation == self_) {
-                // Dropped by a failing initiating function: the coroutine is not suspended for
-                // good and goes on (with the exception, if any); this is not a lost call.
+            // Dropped by a failing initiating function: the coroutine is not suspended for good
+            // and goes on (with the exception, if any). Dropped later (its io_context shutting
+            // down, say): the call waits until whoever owns it destroys it.
+            if (live_ && initiating && initiating->operation == self_)
                 initiating->dropped = true;
-                hold_.end();
-            }
-            // Otherwise a live handler's hold_ reports the call lost as it goes.
         }
 
         cancellation_slot_type get_cancellation_slot() const noexcept {
@@ -398,20 +264,13 @@ private:
             self_->result_.emplace(std::forward<Args>(completion)...);
             if (initiating && initiating->operation == self_) {
                 initiating->completed = true; // await_suspend resumes the coroutine itself
-                hold_.end();
                 return;
             }
-            root_hold hold = std::move(hold_);
-            {
-                running_scope scope{hold.get()};
-                self_->waiter_.resume(); // `self_` may be gone after this
-            }
-            hold.end();
+            self_->waiter_.resume(); // `self_` may be gone after this
         }
 
     private:
         operation* self_;
-        root_hold hold_;
         std::shared_ptr<signal_type> stop_;
         bool live_ = true;
     };
@@ -445,7 +304,7 @@ auto make_operation(Initiation initiation, std::stop_token token, InitArgs... ar
 /// pending read with `asio::error::operation_aborted`. An operation whose initiation does not name
 /// the I/O object's executor is cancelled on the thread that requests the stop. The emission never
 /// races with the operation's completion: it happens only before the handler has run.
-/// Ownership of the waiting coroutine: see the file comment.
+/// A coroutine waiting here belongs to whoever drives it: an `async_run` call, to its io_context.
 struct use_task_t {
     constexpr use_task_t() = default;
     /// This token, with the operation cancelled when `token` is stopped.
@@ -553,11 +412,102 @@ namespace detail {
 // ---------------------------------------------------------------------------------------------------------
 // async_run: a resilience awaitable as an Asio operation.
 
-/// The outermost coroutine of an `async_run` operation. It starts suspended, so the call's root can
+/// What the registry knows of a live `async_run` call: its outermost frame, on an intrusive list.
+/// `prev`, `next` and `orphaned` are guarded by the registry's mutex.
+struct call_node : resilience::detail::recycled_frame {
+    class call_registry* registry = nullptr;
+    call_node* prev = nullptr;
+    call_node* next = nullptr;
+    bool orphaned = false; ///< taken off the list by the registry's shutdown, which destroys it
+    void* frame = nullptr;
+};
+
+/// The execution-context service that owns the `async_run` calls started on its context. A call is
+/// on the list from its start (in the context) to the end of its outermost frame; when the context
+/// shuts down (its destructor, after every thread has left `run()`), `shutdown()` destroys each call
+/// still on the list, with the whole chain of tasks it awaits and everything their frames own, wherever
+/// they wait: on an Asio operation, a sleep, a bulkhead or limiter queue, a hedge's delay. Destroying
+/// one call may resume another inline (a bulkhead slot handed on), which then waits again or ends; the
+/// loop goes on until the list is empty. Handlers of the calls' pending operations, destroyed by the
+/// context's other services before or after, touch no frame; a handler lost any other way (an I/O
+/// object of another io_context destroyed with it) leaves its call waiting until this context goes.
+/// The `async_run` completion handler is destroyed uncalled with its call, like the handler of any
+/// Asio operation that can no longer complete. A call that has not started yet is owned by the
+/// posted function that starts it, which the context's scheduler destroys. As with
+/// `rs::event_loop`'s destructor, nothing may be about to resume a call when it is destroyed (a
+/// bulkhead handing it a slot from a thread of another loop at that moment would reach a freed frame).
+class call_registry final : public ::asio::execution_context::service {
+public:
+    using key_type = call_registry;
+    static inline ::asio::execution_context::id id;
+
+    explicit call_registry(::asio::execution_context& context) : service(context) {}
+
+    /// The registry of `executor`'s execution context, made on first use.
+    static call_registry& of(const ::asio::any_io_executor& executor) {
+        return ::asio::use_service<call_registry>(::asio::query(executor, ::asio::execution::context));
+    }
+
+    void add(call_node* n) noexcept {
+        std::lock_guard lock(mutex_);
+        n->registry = this;
+        n->prev = nullptr;
+        n->next = head_;
+        if (head_)
+            head_->prev = n;
+        head_ = n;
+    }
+    /// The call's outermost frame ends (finished, or destroyed by `shutdown`).
+    void remove(call_node* n) noexcept {
+        std::lock_guard lock(mutex_);
+        if (n->orphaned)
+            return;
+        if (n->prev)
+            n->prev->next = n->next;
+        else
+            head_ = n->next;
+        if (n->next)
+            n->next->prev = n->prev;
+    }
+
+    /// Calls on the list now (tests and diagnostics).
+    std::size_t size() const {
+        std::lock_guard lock(mutex_);
+        std::size_t count = 0;
+        for (call_node* n = head_; n; n = n->next)
+            ++count;
+        return count;
+    }
+
+private:
+    void shutdown() override {
+        // One at a time, the lock released while a frame goes: its destruction may end or start
+        // others, which take the lock.
+        for (;;) {
+            call_node* n = nullptr;
+            {
+                std::lock_guard lock(mutex_);
+                n = head_;
+                if (!n)
+                    return;
+                head_ = n->next;
+                if (head_)
+                    head_->prev = nullptr;
+                n->prev = n->next = nullptr;
+                n->orphaned = true;
+            }
+            std::coroutine_handle<>::from_address(n->frame).destroy();
+        }
+    }
+
+    mutable std::mutex mutex_;
+    call_node* head_ = nullptr;
+};
+
+/// The outermost coroutine of an `async_run` operation. It starts suspended, so the registry can
 /// name it before it runs, and frees itself when it ends.
 struct root_task {
-    struct promise_type : resilience::detail::recycled_frame {
-        call_root* root = nullptr; // a counted reference, set before the first resumption
+    struct promise_type : call_node {
         root_task get_return_object() noexcept {
             return {std::coroutine_handle<promise_type>::from_promise(*this)};
         }
@@ -566,25 +516,20 @@ struct root_task {
         void return_void() noexcept {}
         void unhandled_exception() noexcept { std::terminate(); } // run_and_complete catches everything
         ~promise_type() {
-            if (root) {
-                root->detach();
-                root->release();
-            }
+            if (registry)
+                registry->remove(this);
         }
     };
     std::coroutine_handle<promise_type> handle;
 };
 
 /// Installed in the cancellation slot of an `async_run` handler (callable form): an Asio
-/// cancellation request stops the call. Runs where the slot's signal is emitted; whatever the
-/// stop resumes there belongs to this call.
+/// cancellation request stops the call. Runs where the slot's signal is emitted.
 struct stop_on_cancel {
-    stop_on_cancel(std::stop_source s, root_ref r) noexcept : source(std::move(s)), root(std::move(r)) {}
+    explicit stop_on_cancel(std::stop_source s) noexcept : source(std::move(s)) {}
     std::stop_source source;
-    root_ref root;
     void operator()(::asio::cancellation_type_t type) {
         if ((type & honoured_cancellation) != ::asio::cancellation_type::none) {
-            running_scope scope{root.get()};
             // The request may end the call inline, and its completion, run meanwhile on another
             // thread of the handler's executor, clear the slot and this object with it.
             resilience::detail::request_stop_held(source);
@@ -644,38 +589,29 @@ struct ready_awaitable {
     A&& operator()(std::stop_token) noexcept { return std::move(awaitable); }
 };
 
-// In the executor's context: makes the outermost coroutine, gives it the call's root, and runs it
-// until it first waits, as the call's running resumption.
+// In the executor's context: makes the outermost coroutine, puts it on the context's registry, and
+// runs it until it first waits.
 template <class Make, class Handler>
-void start(Make make, std::stop_token token, Handler handler, ::asio::any_io_executor io, root_ref root,
-           bool clear_slot) {
+void start(Make make, std::stop_token token, Handler handler, ::asio::any_io_executor io, bool clear_slot) {
+    call_registry& registry = call_registry::of(io);
     root_task task =
         run_and_complete(std::move(make), std::move(token), std::move(handler), std::move(io), clear_slot);
-    call_root* r = root.get();
-    r->attach(task.handle);
-    task.handle.promise().root = root.release();
-    root_hold running{r};
-    {
-        running_scope scope{r};
-        task.handle.resume();
-    }
-    running.end();
+    task.handle.promise().frame = task.handle.address();
+    registry.add(&task.handle.promise());
+    task.handle.resume();
 }
 
-// The initiation: a root for the call, the slot connected when there is a stop source to stop,
-// and the start posted to the executor. Until it runs, the posted function owns `make` (and the
-// awaitable in it) and the handler: destroyed unrun, it destroys them.
+// The initiation: the slot connected when there is a stop source to stop, and the start posted to
+// the executor. Until it runs, the posted function owns `make` (and the awaitable in it) and the
+// handler: destroyed unrun, it destroys them.
 template <class Make, class Handler>
 void launch(const ::asio::any_io_executor& ex, Make make, Handler handler, std::stop_source stop) {
-    root_ref root{new call_root};
     std::stop_token token = stop.get_token();
     const bool connect = stop.stop_possible();
     if (connect)
-        ::asio::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop),
-                                                                                           root);
-    ::asio::post(ex, [ex, m = std::move(make), t = std::move(token), h = std::move(handler),
-                      root = std::move(root), connect]() mutable {
-        start(std::move(m), std::move(t), std::move(h), ex, std::move(root), connect);
+        ::asio::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
+    ::asio::post(ex, [ex, m = std::move(make), t = std::move(token), h = std::move(handler), connect]() mutable {
+        start(std::move(m), std::move(t), std::move(h), ex, connect);
     });
 }
 
@@ -732,6 +668,65 @@ auto async_run(::asio::any_io_executor executor, F make, CompletionToken&& token
             detail::launch(ex, std::move(f), std::move(handler), std::move(stop));
         },
         token, std::move(make));
+}
+
+namespace detail {
+
+// The `make` of a call spawned in a scope: holds the call's place in the scope for as long as the
+// operation lives, and gives `make` a token stopped by the scope or by Asio cancellation.
+template <class F>
+class scoped_make {
+    struct forward {
+        std::stop_source* target;
+        void operator()() const noexcept { resilience::detail::request_stop_held(*target); }
+    };
+
+public:
+    scoped_make(resilience::detail::scope_guard guard, F make)
+        : guard_(std::move(guard)), make_(std::move(make)) {}
+    // Moved only before it is called (into the operation), when no link exists yet.
+    scoped_make(scoped_make&& o) : guard_(std::move(o.guard_)), make_(std::move(o.make_)) {}
+    scoped_make& operator=(scoped_make&&) = delete;
+
+    auto operator()(std::stop_token cancel) {
+        std::stop_token scope_token = guard_.token();
+        if (!cancel.stop_possible())
+            return std::invoke(make_, std::move(scope_token));
+        linked_.emplace();
+        from_scope_.emplace(std::move(scope_token), forward{&*linked_});
+        from_asio_.emplace(std::move(cancel), forward{&*linked_});
+        return std::invoke(make_, linked_->get_token());
+    }
+
+private:
+    resilience::detail::scope_guard guard_;
+    F make_;
+    std::optional<std::stop_source> linked_;
+    std::optional<std::stop_callback<forward>> from_scope_; // after linked_: go first
+    std::optional<std::stop_callback<forward>> from_asio_;
+};
+
+} // namespace detail
+
+/// Starts a call in `scope` as `async_run(executor, make, token)` does: `make(stop_token)` is called
+/// when the operation starts, with a token that `scope.request_stop()` stops, and so does Asio
+/// cancellation of the operation (a connected slot on `token`). The call is in the scope from now
+/// until its awaitable has ended and its completion has been posted to the handler's executor, or
+/// until the io_context destroys it; `co_await scope.join()` (or `async_run(ex, scope.join(), token)`
+/// from Asio code) waits for that. Given an awaitable instead, the call is counted but cannot be stopped.
+///
+///     rs::asio::spawn(scope, io.get_executor(),
+///                     [&](std::stop_token st) { return policy.execute(serve, st); },
+///                     [](std::exception_ptr e) { if (e) log(e); });
+template <class F, class CompletionToken>
+requires awaitable<F> || resilience::detail::scope_callable<F>
+auto spawn(async_scope& scope, ::asio::any_io_executor executor, F make, CompletionToken&& token) {
+    if constexpr (awaitable<F>)
+        return async_run(std::move(executor), scope.nest(std::move(make)), std::forward<CompletionToken>(token));
+    else
+        return async_run(std::move(executor),
+                         detail::scoped_make<F>{resilience::detail::scope_access::guard(scope), std::move(make)},
+                         std::forward<CompletionToken>(token));
 }
 
 } // namespace resilience::asio

@@ -8,6 +8,7 @@
 #include "any_clock.hpp"
 #include "any_policy.hpp"
 #include "async_generator.hpp"
+#include "async_scope.hpp"
 #include "backoff.hpp"
 #include "bulkhead.hpp"
 #include "chaos.hpp"
