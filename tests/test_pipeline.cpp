@@ -158,6 +158,7 @@ public:
     struct call_state {
         int entered = 0;
     };
+    static constexpr bool enter_never_waits = true;
 
     template <class R>
     rs::step enter(call_state& s, const rs::context& ctx, const rs::context*&,
@@ -194,6 +195,7 @@ public:
     explicit count_failures(std::shared_ptr<std::atomic<int>> n) : failures_(std::move(n)) {}
 
     struct call_state {};
+    static constexpr bool enter_never_waits = true; // enter answers proceed or done, never wait
 
     template <class R>
     rs::step enter(call_state&, const rs::context& ctx, const rs::context*& /*inner*/,

@@ -40,12 +40,14 @@
 ///    `enter` admits the call without suspending: `step::proceed` (the stages inside see `*inner`,
 ///    which it may point at a context kept in the state), `step::done` (refused: `result` says
 ///    why), or `step::wait` (it cannot decide without waiting: the pipeline then calls the
-///    policy's `run`, which must exist and handle the whole call). `leave` sees the result on the
-///    way out and may change it: `step::proceed`, or `step::wait` to go on in `resume`, which may
-///    suspend and may call `next` again (a retry). `leave` is called exactly once for every
+///    policy's `run`, which must exist and handle the whole call; a policy whose `enter` never
+///    waits declares `static constexpr bool enter_never_waits = true;` instead, and one that does
+///    neither does not compile). `leave` sees the result on the way out and may change it:
+///    `step::proceed`, or `step::wait` to go on in `resume`, which may suspend and may call `next`
+///    again (a retry). `leave` is called exactly once for every
 ///    `enter` that proceeded, unless the call's frame is destroyed first (its event loop torn
 ///    down): a state that holds something (a slot, a timer) gives it back in its destructor.
-///    `policy_base` gives such a policy a `run` made from these three.
+///    `policy_base` gives a policy whose `enter` never waits a `run` made from these three.
 ///
 ///    A policy whose `enter` may wait can also wait without a frame of its own, as the bulkhead and
 ///    the rate limiters do: `bool waits_in_frame(const context&)` says whether it can for a call,
@@ -1109,9 +1111,23 @@ public:
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
     /// pipeline) once under this policy. A policy whose `enter` may answer `step::wait` defines
-    /// its own `run`, which hides this one.
+    /// its own `run`, which hides this one; one whose `enter` never does says so
+    /// (`static constexpr bool enter_never_waits = true;`). A policy that does neither does not
+    /// compile: this `run` enters the policy again, so an `enter` answering `step::wait` would
+    /// call it again, without end.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        // `&Derived::run<Next>` names this very member (a pointer to a member of policy_base) when
+        // Derived has no run of its own; a run of its own, whatever its form, names something else.
+        constexpr bool inherited = requires {
+            requires std::is_same_v<decltype(&Derived::template run<Next>), decltype(&policy_base::template run<Next>)>;
+        };
+        static_assert(!(inherited && detail::fast_policy<Derived> && detail::enter_may_wait<Derived>),
+                      "resilience: a policy whose enter may answer step::wait needs a run(next, ctx) of its own, "
+                      "which the pipeline calls to handle the call when enter waits (policy_base's run would "
+                      "enter the policy again, without end). Define template <class Next> "
+                      "rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const, or, if "
+                      "enter never answers step::wait, say so: static constexpr bool enter_never_waits = true;");
         using drv = detail::driver<detail::stages_t<Derived>, Next>;
         return drv::template drive<false>(ref(), detail::borrowed_next<Next>{std::move(next)},
                                           detail::context_access::derive(ctx), typename drv::outermost{});
