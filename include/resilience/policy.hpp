@@ -10,7 +10,9 @@
 ///     co_await p.execute(action, ctx);             // from inside another attempt
 ///     co_await p.execute_outcome(action);          // outcome<R>, never throws for the action's failure
 ///
-/// The action is taken by value and kept alive until the call ends. A policy called as an lvalue
+/// The action is copied (an lvalue) or moved (an rvalue) into the call and kept alive until the
+/// call ends; on g++ before 13, a temporary closure that owns something with a destructor is
+/// refused (see `check_action_temporary`). A policy called as an lvalue
 /// must outlive the call, as an Asio I/O object must outlive its operations (a stateful handle
 /// need not: the call refers to its shared state, which lives while any copy does); called on an
 /// rvalue, the policy is moved into the call:
