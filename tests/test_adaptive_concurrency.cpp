@@ -147,7 +147,7 @@ rs::task<void> scripted(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh,
             throw overloaded{};
         co_return c.id;
     };
-    auto r = co_await bh.execute_outcome(std::move(action), c.stop);
+    auto r = co_await bh.execute_outcome(action, c.stop); // an lvalue: docs/core.md#compiler-notes
     log[c.id].ended = sim.now();
     log[c.id].how = describe(r);
 }

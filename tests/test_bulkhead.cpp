@@ -74,8 +74,9 @@ struct call_spec {
 rs::task<void> client(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, journal& j, call_spec c) {
     if (c.arrive > sim.now())
         co_await sim.sleep_for(c.arrive - sim.now());
-    // Named, then moved in: GCC 12 destroys a lambda passed as a prvalue to a coroutine inside a
-    // co_await expression twice, which a capture with a destructor does not survive.
+    // Named, then passed as an lvalue (copied): g++ 12 destroys a lambda written as a temporary
+    // inside a co_await expression twice, which a capture with a destructor does not survive, and
+    // execute refuses any rvalue of such a lambda there (docs/core.md#compiler-notes).
     auto action = [&sim, &j, c](std::stop_token st) -> rs::task<int> {
         j.started.emplace_back(c.id, sim.now());
         j.peak = std::max(j.peak, ++j.running);
@@ -91,7 +92,7 @@ rs::task<void> client(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, jo
             throw std::runtime_error("boom");
         co_return c.id;
     };
-    auto r = co_await bh.execute_outcome(std::move(action), c.stop);
+    auto r = co_await bh.execute_outcome(action, c.stop);
     j.finished[c.id] = {sim.now(), describe(r)};
 }
 

@@ -305,7 +305,8 @@ TEST_CASE("retry: an outcome classifier retries a returned value", "[retry]") {
     rs::testing::simulation sim;
     int calls = 0;
     rs::retry r{{.max_attempts = 5, .backoff = exact_200ms, .should_handle = retry_unavailable}, sim.clock()};
-    const response got = sim.run(r.execute(status_sequence{&sim, {503, 503, 200}, &calls}));
+    const status_sequence statuses{&sim, {503, 503, 200}, &calls}; // named: see docs/core.md#compiler-notes
+    const response got = sim.run(r.execute(statuses));
     CHECK(got.status == 200);
     CHECK(calls == 3);
     CHECK(sim.now() == 50ms + 1s + 50ms + 1s + 50ms);
@@ -327,7 +328,8 @@ TEST_CASE("retry: when attempts run out on a rejected value, that value is the r
              }},
         sim.clock(),
         rs::seeded_random{1}};
-    const response got = sim.run(r.execute(status_sequence{&sim, {500, 502, 503, 200}, &calls}));
+    const status_sequence statuses{&sim, {500, 502, 503, 200}, &calls};
+    const response got = sim.run(r.execute(statuses));
     CHECK(got.status == 503);
     CHECK(calls == 3);
     CHECK(seen_statuses == std::vector<int>{500, 502});

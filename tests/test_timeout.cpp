@@ -422,7 +422,8 @@ TEST_CASE("timeout: an attempt that only polls sees, through an inner timeout, t
     };
     SECTION("the outer deadline, passed while the inner one is far away") {
         rs::pipeline nested{rs::timeout{1s, sim.clock()}, rs::timeout{10s, sim.clock()}};
-        auto result = sim.run(nested.execute_outcome(poll_at({0s, 999ms, 1s, 2s})));
+        const auto polling = poll_at({0s, 999ms, 1s, 2s}); // named: see docs/core.md#compiler-notes
+        auto result = sim.run(nested.execute_outcome(polling));
         CHECK(polls == std::vector<bool>{false, false, true, true});
         CHECK(sim.now() == 2s);
         CHECK(result.has_value()); // a value that arrives late is still returned
@@ -434,8 +435,9 @@ TEST_CASE("timeout: an attempt that only polls sees, through an inner timeout, t
             co_await sim.sleep_for(3s);
             caller.request_stop();
         };
-        auto [result, ignored] = sim.run(
-            rs::when_all(nested.execute_outcome(poll_at({2s, 3s, 4s}), caller.get_token()), stop_at_3s()));
+        const auto polling = poll_at({2s, 3s, 4s});
+        auto [result, ignored] =
+            sim.run(rs::when_all(nested.execute_outcome(polling, caller.get_token()), stop_at_3s()));
         CHECK(polls == std::vector<bool>{false, true, true}); // the stop, armed first, comes first at 3s
         CHECK(sim.now() == 4s);
         CHECK(result.has_value());

@@ -10,7 +10,9 @@
 ///     co_await p.execute(action, ctx);             // from inside another attempt
 ///     co_await p.execute_outcome(action);          // outcome<R>, never throws for the action's failure
 ///
-/// The action is taken by value and kept alive until the call ends. A policy called as an lvalue
+/// The action is copied (an lvalue) or moved (an rvalue) into the call and kept alive until the
+/// call ends; on g++ before 13, a temporary closure that owns something with a destructor is
+/// refused (see `check_action_temporary`). A policy called as an lvalue
 /// must outlive the call, as an Asio I/O object must outlive its operations (a stateful handle
 /// need not: the call refers to its shared state, which lives while any copy does); called on an
 /// rvalue, the policy is moved into the call:
@@ -40,12 +42,14 @@
 ///    `enter` admits the call without suspending: `step::proceed` (the stages inside see `*inner`,
 ///    which it may point at a context kept in the state), `step::done` (refused: `result` says
 ///    why), or `step::wait` (it cannot decide without waiting: the pipeline then calls the
-///    policy's `run`, which must exist and handle the whole call). `leave` sees the result on the
-///    way out and may change it: `step::proceed`, or `step::wait` to go on in `resume`, which may
-///    suspend and may call `next` again (a retry). `leave` is called exactly once for every
+///    policy's `run`, which must exist and handle the whole call; a policy whose `enter` never
+///    waits declares `static constexpr bool enter_never_waits = true;` instead, and one that does
+///    neither does not compile). `leave` sees the result on the way out and may change it:
+///    `step::proceed`, or `step::wait` to go on in `resume`, which may suspend and may call `next`
+///    again (a retry). `leave` is called exactly once for every
 ///    `enter` that proceeded, unless the call's frame is destroyed first (its event loop torn
 ///    down): a state that holds something (a slot, a timer) gives it back in its destructor.
-///    `policy_base` gives such a policy a `run` made from these three.
+///    `policy_base` gives a policy whose `enter` never waits a `run` made from these three.
 ///
 ///    A policy whose `enter` may wait can also wait without a frame of its own, as the bulkhead and
 ///    the rate limiters do: `bool waits_in_frame(const context&)` says whether it can for a call,
@@ -172,6 +176,92 @@ void check_action() {
         static_assert(!std::is_reference_v<action_awaitable_t<A>>,
                       "resilience: an action must return its awaitable by value, not a reference");
     }
+}
+
+// ---- g++ before 13: no closure temporary that g++ destroys twice ----
+//
+// g++ 12 miscompiles a lambda-expression or an aggregate initialisation (braces or parentheses)
+// written as a temporary inside a `co_await` expression: it builds the object, copies its bytes to
+// another slot of the coroutine frame, hands that copy to the callee, and at the end of the full
+// expression destroys both. Whatever `execute` does with its argument (takes it by value, by
+// reference, moves from it), one of the two destructions frees what the other already freed: for
+// a closure that captures a `std::string` or a `shared_ptr`, a double free. Nothing in the
+// callee can undo it, so `execute` refuses, on those compilers, what it cannot tell apart from it:
+// an rvalue closure or aggregate that is not trivially destructible (an action or an argument of
+// `execute(f, args...)`). Trivially destructible ones (`[&]`, `[this]`, captures of ints and
+// pointers) are destroyed twice harmlessly and pass; so do lvalues (copied by a constructor) and
+// classes with constructors. Define RESILIENCE_ALLOW_CLOSURE_CAPTURES to turn the check off
+// (for code that never writes such a temporary inside `co_await`).
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER) && __GNUC__ < 13 &&                 \
+    !defined(RESILIENCE_ALLOW_CLOSURE_CAPTURES)
+#define RESILIENCE_DETAIL_REFUSE_TEMPORARY_CLOSURES 1
+#else
+#define RESILIENCE_DETAIL_REFUSE_TEMPORARY_CLOSURES 0
+#endif
+
+#if RESILIENCE_DETAIL_REFUSE_TEMPORARY_CLOSURES
+/// Whether `T` is a lambda's closure type. g++ has no trait for it; its spelling of the type in
+/// `__PRETTY_FUNCTION__` ("[with T = f()::<lambda(int)>]") ends in the `<lambda(...)>` that
+/// names it, where a class that merely has a closure among its template arguments does not.
+template <class T>
+constexpr bool is_closure_type() noexcept {
+    constexpr const char* name = __PRETTY_FUNCTION__;
+    constexpr std::size_t length = sizeof(__PRETTY_FUNCTION__) - 1;
+    // The type runs from after "T = " to the final ']'.
+    std::size_t end = length;
+    while (end > 0 && name[end - 1] != ']')
+        --end;
+    if (end < 2 || name[end - 2] != '>')
+        return false;
+    std::size_t i = end - 2; // the last '>' of the type: find the '<' it closes
+    int depth = 0;
+    for (;;) {
+        if (name[i] == '>')
+            ++depth;
+        else if (name[i] == '<' && --depth == 0)
+            break;
+        if (i == 0)
+            return false;
+        --i;
+    }
+    constexpr char lambda[] = "<lambda(";
+    for (std::size_t k = 0; k + 1 < sizeof lambda; ++k)
+        if (i + k >= end || name[i + k] != lambda[k])
+            return false;
+    return true;
+}
+
+/// An rvalue of this type, written inside a `co_await` expression, is destroyed twice by g++ 12.
+template <class T>
+inline constexpr bool destroyed_twice_as_temporary =
+    std::is_class_v<T> && !std::is_trivially_destructible_v<T> && (std::is_aggregate_v<T> || is_closure_type<T>());
+#else
+template <class T>
+inline constexpr bool destroyed_twice_as_temporary = false;
+#endif
+
+/// Refuses an action passed to `execute(action)` that g++ 12 would destroy twice (see above).
+/// `A` is the forwarding reference's deduced type: an lvalue reference for an lvalue.
+template <class A>
+constexpr void check_action_temporary() noexcept {
+    static_assert(std::is_lvalue_reference_v<A> || !destroyed_twice_as_temporary<std::remove_cv_t<A>>,
+                  "resilience: on g++ before 13, a temporary lambda (or aggregate) that owns something with a "
+                  "destructor, passed to execute, is destroyed twice when written inside co_await (a g++ bug: "
+                  "double free). Write execute(f, args...), which calls f(args..., stop_token) with copies of "
+                  "args, or pass a named callable as an lvalue; RESILIENCE_ALLOW_CLOSURE_CAPTURES turns this "
+                  "check off (docs/core.md#compiler-notes)");
+}
+/// The same for `execute(f, args...)`: `f` and every argument.
+template <class F, class... Args>
+constexpr void check_bound_temporaries() noexcept {
+    static_assert(
+        (std::is_lvalue_reference_v<F> || !destroyed_twice_as_temporary<std::remove_cv_t<F>>)&&(
+            (std::is_lvalue_reference_v<Args> || !destroyed_twice_as_temporary<std::remove_cv_t<Args>>)&&...),
+        "resilience: on g++ before 13, a temporary lambda (or aggregate) that owns something with a destructor, "
+        "passed to execute(f, args...), is destroyed twice when written inside co_await (a g++ bug: double "
+        "free). Pass the function itself and its data as arguments (execute(f, args...) with f a function or "
+        "a lambda without such captures), or name the callable and pass it as an lvalue; "
+        "RESILIENCE_ALLOW_CLOSURE_CAPTURES turns this check off (docs/core.md#compiler-notes)");
 }
 
 /// What `next(ctx)` yields once awaited: `outcome<R>`.
@@ -933,79 +1023,117 @@ public:
     /// Called on an lvalue, the policy must outlive the call (a stateful handle need not: the call
     /// refers to the shared state, which lives while any copy of the handle does); called on an
     /// rvalue (a temporary, `std::move(p)`), the policy is moved into the call.
+    ///
+    /// The action is copied (an lvalue) or moved (an rvalue) into the call, which keeps it until it
+    /// ends. On g++ before 13, a temporary closure or aggregate that owns something with a
+    /// destructor does not compile (g++ destroys it twice inside `co_await`; see
+    /// `execute(f, args...)` below and RESILIENCE_ALLOW_CLOSURE_CAPTURES):
+    ///
+    ///     co_await r.execute([&](std::stop_token st) { return fetch(host, st); });   // OK: captures a reference
+    ///     co_await r.execute([host](std::stop_token st) { return fetch(host, st); }); // g++ 12: does not compile
     template <class A>
-    task<detail::checked_result_t<A>> execute(A action, context ctx) const& {
-        return detail::run_action<true>(ref(), std::move(action), std::move(ctx));
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) const& {
+        detail::check_action_temporary<A>();
+        return detail::run_action<true>(ref(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
     }
     template <class A>
-    task<detail::checked_result_t<A>> execute(A action, std::stop_token token = {}) const& {
-        return detail::run_action<true>(ref(), std::move(action), context{std::move(token)});
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) const& {
+        detail::check_action_temporary<A>();
+        return detail::run_action<true>(ref(), std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
     }
     template <class A>
-    task<detail::checked_result_t<A>> execute(A action, context ctx) && {
-        return detail::run_action<true>(owned(), std::move(action), std::move(ctx));
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) && {
+        detail::check_action_temporary<A>();
+        return detail::run_action<true>(owned(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
     }
     template <class A>
-    task<detail::checked_result_t<A>> execute(A action, std::stop_token token = {}) && {
-        return detail::run_action<true>(owned(), std::move(action), context{std::move(token)});
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) && {
+        detail::check_action_temporary<A>();
+        return detail::run_action<true>(owned(), std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
     }
 
     /// The form that is safe on every compiler for an action that needs data: `f` is called as
     /// `f(args..., ctx_or_token)` (or `f(args...)`), with copies of `args` kept for the whole call.
     /// A trailing `std::stop_token` or `context` is the caller's, as in the forms above. Prefer it
-    /// to a capturing lambda written inside `co_await` (g++ 12 destroys such a lambda twice):
+    /// to a lambda that captures by value, written inside `co_await`: g++ 12 destroys such a lambda
+    /// twice (a double free), so on g++ before 13 `execute` refuses it at compile time.
     ///
     ///     co_return co_await r.execute(fetch, host);            // OK everywhere: fetch(host, st)
     ///     co_return co_await r.execute([host](std::stop_token st) { return fetch(host, st); });
-    ///                                                          // double free on g++ 12
+    ///                                                          // double free on g++ 12: refused
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute(F&& f, Arg&& arg, Args&&... args) const& {
+        detail::check_bound_temporaries<F, Arg, Args...>();
         return call_bound<true>(ref(), std::forward<F>(f),
                                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute(F&& f, Arg&& arg, Args&&... args) && {
+        detail::check_bound_temporaries<F, Arg, Args...>();
         return call_bound<true>(owned(), std::forward<F>(f),
                                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
 
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
     template <class A>
-    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, context ctx) const& {
-        return detail::run_action<false>(ref(), std::move(action), std::move(ctx));
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) const& {
+        detail::check_action_temporary<A>();
+        return detail::run_action<false>(ref(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
     }
     template <class A>
-    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) const& {
-        return detail::run_action<false>(ref(), std::move(action), context{std::move(token)});
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action,
+                                                                             std::stop_token token = {}) const& {
+        detail::check_action_temporary<A>();
+        return detail::run_action<false>(ref(), std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
     }
     template <class A>
-    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, context ctx) && {
-        return detail::run_action<false>(owned(), std::move(action), std::move(ctx));
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) && {
+        detail::check_action_temporary<A>();
+        return detail::run_action<false>(owned(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
     }
     template <class A>
-    task<outcome<detail::checked_result_t<A>>> execute_outcome(A action, std::stop_token token = {}) && {
-        return detail::run_action<false>(owned(), std::move(action), context{std::move(token)});
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action,
+                                                                             std::stop_token token = {}) && {
+        detail::check_action_temporary<A>();
+        return detail::run_action<false>(owned(), std::decay_t<A>(std::forward<A>(action)),
+                                         context{std::move(token)});
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute_outcome(F&& f, Arg&& arg, Args&&... args) const& {
+        detail::check_bound_temporaries<F, Arg, Args...>();
         return call_bound<false>(ref(), std::forward<F>(f),
                                  std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute_outcome(F&& f, Arg&& arg, Args&&... args) && {
+        detail::check_bound_temporaries<F, Arg, Args...>();
         return call_bound<false>(owned(), std::forward<F>(f),
                                  std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
     /// pipeline) once under this policy. A policy whose `enter` may answer `step::wait` defines
-    /// its own `run`, which hides this one.
+    /// its own `run`, which hides this one; one whose `enter` never does says so
+    /// (`static constexpr bool enter_never_waits = true;`). A policy that does neither does not
+    /// compile: this `run` enters the policy again, so an `enter` answering `step::wait` would
+    /// call it again, without end.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        // `&Derived::run<Next>` names this very member (a pointer to a member of policy_base) when
+        // Derived has no run of its own; a run of its own, whatever its form, names something else.
+        constexpr bool inherited = requires {
+            requires std::is_same_v<decltype(&Derived::template run<Next>), decltype(&policy_base::template run<Next>)>;
+        };
+        static_assert(!(inherited && detail::fast_policy<Derived> && detail::enter_may_wait<Derived>),
+                      "resilience: a policy whose enter may answer step::wait needs a run(next, ctx) of its own, "
+                      "which the pipeline calls to handle the call when enter waits (policy_base's run would "
+                      "enter the policy again, without end). Define template <class Next> "
+                      "rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const, or, if "
+                      "enter never answers step::wait, say so: static constexpr bool enter_never_waits = true;");
         using drv = detail::driver<detail::stages_t<Derived>, Next>;
         return drv::template drive<false>(ref(), detail::borrowed_next<Next>{std::move(next)},
                                           detail::context_access::derive(ctx), typename drv::outermost{});
