@@ -275,29 +275,19 @@ struct pending {
     std::exception_ptr failure{};
     bool done = false;
     std::coroutine_handle<> waiter{};
-    std::optional<asio::detail::root_hold> hold{}; // the caller's share of its async_run call, while it waits
 
-    // Ends the wait (once): resumes the caller, inline, as the call it belongs to.
+    // Ends the wait (once): resumes the caller, inline. The caller's call is owned by its io_context
+    // (see asio.hpp), not by this entry.
     void finish() {
         done = true;
-        asio::detail::root_hold held = take_hold();
-        if (waiter) {
-            const std::coroutine_handle<> h = std::exchange(waiter, {});
-            asio::detail::running_scope scope{held.get()};
-            h.resume();
-        }
-        held.end();
+        if (waiter)
+            std::exchange(waiter, {}).resume();
     }
     void fail(std::exception_ptr e) {
         if (done)
             return;
         failure = std::move(e);
         finish();
-    }
-    asio::detail::root_hold take_hold() noexcept {
-        asio::detail::root_hold held = hold ? std::move(*hold) : asio::detail::root_hold{};
-        hold.reset();
-        return held;
     }
 };
 
@@ -310,12 +300,10 @@ public:
     connection_state& operator=(const connection_state&) = delete;
 
     ~connection_state() {
-        // Destroyed with callers still waiting (their io_context went away): their calls are lost,
-        // as with any Asio operation whose handler is destroyed uncalled.
-        for (auto& p : queue_) {
+        // Destroyed with callers still waiting (their io_context is going away): their calls are
+        // destroyed by it, as it destroys every call started on it; none is resumed from here.
+        for (auto& p : queue_)
             p->waiter = {};
-            asio::detail::root_hold lost = p->take_hold(); // abandoned as it goes
-        }
     }
 
     const ::asio::any_io_executor& executor() const noexcept { return executor_; }
@@ -585,7 +573,6 @@ public:
     bool await_ready() const noexcept { return p_->done; }
     void await_suspend(std::coroutine_handle<> h) {
         p_->waiter = h;
-        p_->hold.emplace(asio::detail::running_root);
         if (token_.stop_possible())
             on_stop_.emplace(token_, on_stop{executor_, p_});
     }
