@@ -123,13 +123,14 @@ TEST_CASE("lifetimes: a half-open breaker's probe outlives every handle", "[life
     CHECK(how(probe) == "value 7");
 }
 
-TEST_CASE("lifetimes: a bulkhead's last handle goes while calls hold slots and wait for them", "[lifetimes]") {
+TEST_CASE("lifetimes: a bulkhead's last handle goes while calls hold slots and wait for them",
+          "[lifetimes]") {
     rs::testing::simulation sim;
-    auto options = GENERATE(rs::bulkhead_options{.max_concurrent_calls = 1, .queue_limit = 4},
-                            rs::bulkhead_options{.max_concurrent_calls = 1, .queue_limit = 4, .queue_timeout = 1s},
-                            rs::bulkhead_options{.max_concurrent_calls = 1,
-                                                 .queue_limit = 4,
-                                                 .adapt = rs::aimd{.min = 1, .max = 4}});
+    auto options =
+        GENERATE(rs::bulkhead_options{.max_concurrent_calls = 1, .queue_limit = 4},
+                 rs::bulkhead_options{.max_concurrent_calls = 1, .queue_limit = 4, .queue_timeout = 1s},
+                 rs::bulkhead_options{
+                     .max_concurrent_calls = 1, .queue_limit = 4, .adapt = rs::aimd{.min = 1, .max = 4}});
     auto bulkhead = std::make_unique<rs::bulkhead<vclock>>(options, sim.clock());
     std::optional<rs::outcome<int>> holder, waiter;
     sim.spawn(keep(bulkhead->execute_outcome(slow_action{&sim}), holder)); // the fast path: a free slot
@@ -192,7 +193,8 @@ TEST_CASE("lifetimes: a sliding-window limiter's last handle goes while a call w
           "[lifetimes]") {
     rs::testing::simulation sim;
     auto limiter = std::make_unique<rs::sliding_window_limiter<vclock>>(
-        rs::sliding_window_limiter_options{.permit_limit = 1, .window = 100ms, .segments = 1, .queue_limit = 4},
+        rs::sliding_window_limiter_options{
+            .permit_limit = 1, .window = 100ms, .segments = 1, .queue_limit = 4},
         sim.clock());
     std::optional<rs::outcome<int>> first, second;
     sim.spawn(keep(limiter->execute_outcome(slow_action{&sim, 10ms}), first));
@@ -286,8 +288,8 @@ struct handles {
     rs::rate_limiter<vclock> limiter;
     rs::sliding_window_limiter<vclock> window;
 
-    explicit handles(rs::testing::simulation& sim, rs::bulkhead_options b = {.max_concurrent_calls = 1,
-                                                                               .queue_limit = 8})
+    explicit handles(rs::testing::simulation& sim,
+                     rs::bulkhead_options b = {.max_concurrent_calls = 1, .queue_limit = 8})
         : breaker{{.failure_threshold = 1, .break_duration = 10ms}, sim.clock()}, throttle{{}, sim.clock()},
           bulkhead{std::move(b), sim.clock()},
           limiter{{.token_limit = 2, .tokens_per_second = 1, .queue_limit = 8}, sim.clock()},
@@ -297,7 +299,8 @@ struct handles {
 
 } // namespace
 
-TEST_CASE("lifetimes: handles and pipeline destroyed before the loop holding suspended calls", "[lifetimes]") {
+TEST_CASE("lifetimes: handles and pipeline destroyed before the loop holding suspended calls",
+          "[lifetimes]") {
     const int order = GENERATE(0, 1, 2);
     const bool timed_queue = GENERATE(false, true);
     std::optional<rs::outcome<int>> r1, r2, r3, r4, r5; // NOLINT(readability-isolate-declaration)

@@ -284,8 +284,9 @@ private:
 ///     rs::outcome<page> r = co_await p.execute_outcome(fetch);
 ///     if (!r && r.error().code() == rs::errc::throttled) { /* not sent: the dependency is refusing */ }
 template <clock C = steady_clock, random_source Random = thread_random>
-class adaptive_throttle : public policy_base<adaptive_throttle<C, Random>>,
-                          public detail::shared_handle<adaptive_throttle<C, Random>, detail::throttle_core<C, Random>> {
+class adaptive_throttle
+    : public policy_base<adaptive_throttle<C, Random>>,
+      public detail::shared_handle<adaptive_throttle<C, Random>, detail::throttle_core<C, Random>> {
     using core_type = detail::throttle_core<C, Random>;
     using handle = detail::shared_handle<adaptive_throttle<C, Random>, core_type>;
 
@@ -385,4 +386,3 @@ adaptive_throttle(adaptive_throttle_options, C, R) -> adaptive_throttle<C, R>;
 // clang-format on
 
 } // namespace resilience
-

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -98,12 +99,14 @@ namespace detail {
 template <clock C>
 struct bulkhead_state : shared_state {
     bulkhead_state(bulkhead_options o, C c)
-        : options(std::move(o)), clock(std::move(c)), algorithm(options.adapt, options.max_concurrent_calls),
-          adaptive(algorithm.adaptive()), should_handle(limit_classifier(options.adapt)),
-          limit(clear_of_waiting(options.max_concurrent_calls)) {}
+        : limit(clear_of_waiting(o.max_concurrent_calls)), options(std::move(o)), clock(std::move(c)),
+          algorithm(options.adapt, options.max_concurrent_calls), adaptive(algorithm.adaptive()),
+          should_handle(limit_classifier(options.adapt)) {}
 
 #ifndef NDEBUG
-    ~bulkhead_state() { assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0); }
+    ~bulkhead_state() {
+        assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0);
+    }
 #endif
 
     static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;
@@ -123,6 +126,10 @@ struct bulkhead_state : shared_state {
         std::uint64_t epoch;
     };
 
+    // First: on the cache line of the state's count of holds (see `shared_state`).
+    std::atomic<std::uint64_t> word{0};
+    std::atomic<std::uint64_t> limit;    // written under `mutex`
+    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
     const bulkhead_options options;
     C clock;
     limit_algorithm algorithm; // guarded by `mutex`
@@ -130,9 +137,6 @@ struct bulkhead_state : shared_state {
     const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
     std::mutex mutex;
     waiter_queue queue;
-    std::atomic<std::uint64_t> word{0};
-    std::atomic<std::uint64_t> limit;    // written under `mutex`
-    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
 
     static std::uint64_t clear_of_waiting(std::size_t n) noexcept {
         return std::min<std::uint64_t>(n, slot_mask);
@@ -401,7 +405,8 @@ private:
 ///     auto rows = co_await db.execute(query);          // throws bulkhead_rejected_error when full
 ///     auto r = co_await db.execute_outcome(query);     // or reports it without throwing
 template <clock C = steady_clock>
-class bulkhead : public policy_base<bulkhead<C>>, public detail::shared_handle<bulkhead<C>, detail::bulkhead_state<C>> {
+class bulkhead : public policy_base<bulkhead<C>>,
+                 public detail::shared_handle<bulkhead<C>, detail::bulkhead_state<C>> {
     using state = detail::bulkhead_state<C>;
     using handle = detail::shared_handle<bulkhead<C>, state>;
 
@@ -479,15 +484,23 @@ public:
     /// in `result`. With a `queue_timeout` a timer on the loop withdraws the call at its deadline,
     /// and with a telemetry listener the wait is timed: both are kept in a block of their own from
     /// the frame cache, taken only then. Not movable: the queue's node is inside it. Holds the
-    /// bulkhead while it lives, so a call destroyed while it waits leaves the queue of a live one.
+    /// bulkhead while it lives (taken at construction, given back at the end of its destructor: no
+    /// member of its own), so a call destroyed while it waits leaves the queue of a live one.
     template <class R>
     class frame_wait {
     public:
         frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
-            : hold_(b.held()), call_(c), ctx_(ctx), result_(result), queue_(b.held(), node_, ctx.stop_token()) {}
+            : call_(c), ctx_(ctx), result_(result), queue_(b.held(), node_, ctx.stop_token()) {
+            detail::add_hold(b.held(), true);
+        }
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
-        ~frame_wait() { let_go(); }
+        ~frame_wait() {
+            state& s = owner();
+            let_go();
+            queue_.leave(); // what its destructor would do, while the bulkhead is still held
+            detail::drop_hold(s, true);
+        }
 
         bool await_ready() {
             state& s = owner();
@@ -592,7 +605,6 @@ public:
             return waited_on(owner(), ctx_, &extra_->queued_at, k, why);
         }
 
-        detail::state_hold<state> hold_; // first: given back after the queue is left
         call_state& call_;
         const context& ctx_;
         std::optional<outcome<R>>& result_;
@@ -661,7 +673,6 @@ public:
     }
 
 private:
-
     // Whether the clock's timers are those of the loop this thread runs: a queued call's timer
     // then fires where the call resumes. False for a clock without loop timers, or outside a loop.
     static bool timer_loop_here(const C& clock) noexcept {
@@ -813,4 +824,3 @@ template <clock C>
 bulkhead(bulkhead_options, C) -> bulkhead<C>;
 
 } // namespace resilience
-

@@ -692,7 +692,8 @@ private:
             std::rethrow_exception(thrown);
     }
 
-    const circuit_breaker_options options_;
+    // Off the cache line of the count of holds (see `shared_state`): calls only read what follows.
+    alignas(64) const circuit_breaker_options options_;
     C clock_;
     std::uint64_t minimum_throughput_ = 0;
     std::optional<std::chrono::nanoseconds> slow_duration_;
@@ -786,10 +787,10 @@ private:
 ///
 /// A cheap copyable handle: copies are the same breaker, thread-safe, usable from many event
 /// loops at once. The state lives as long as any copy or any call that uses it (docs/core.md,
-/// "Lifetimes"): reassigning the handle to reload the options is safe while calls run. A closed breaker admits with one atomic load, and
-/// a success that ends no run of failures and has no window to enter is recorded without a lock.
-/// Failures, windows and every other state lock a mutex briefly, never across the action or user
-/// callbacks. The closed-state path allocates nothing.
+/// "Lifetimes"): reassigning the handle to reload the options is safe while calls run. A closed breaker
+/// admits with one atomic load, and a success that ends no run of failures and has no window to enter is
+/// recorded without a lock. Failures, windows and every other state lock a mutex briefly, never across the
+/// action or user callbacks. The closed-state path allocates nothing.
 ///
 ///     rs::circuit_breaker breaker{{.failure_threshold = 5, .break_duration = 30s}};
 ///     rs::outcome<page> r = co_await breaker.execute_outcome(fetch);
@@ -956,4 +957,3 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 // clang-format on
 
 } // namespace resilience
-

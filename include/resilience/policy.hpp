@@ -75,9 +75,9 @@
 
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/shared_handle.hpp"
 #include "event_loop.hpp"
 #include "outcome.hpp"
-#include "detail/shared_handle.hpp"
 #include "task.hpp"
 
 #include <algorithm>
@@ -382,7 +382,9 @@ inline constexpr bool keeps_stages = std::is_reference_v<decltype(stages_of(std:
 /// (`static constexpr bool copied_into_calls = true;`, as single_flight's keyed policy). Such a call
 /// then needs nothing of the caller's: the lifetime rule (detail/shared_handle.hpp).
 template <class P>
-inline constexpr bool copied_into_calls = is_shared_handle<P> || requires { requires P::copied_into_calls; };
+inline constexpr bool copied_into_calls = is_shared_handle<P> || requires {
+    requires P::copied_into_calls;
+};
 
 /// Where a call finds its policy: the caller's object (which must outlive the call), or a policy
 /// moved (or, for a handle, copied) into the call's own frame (`std::move(p).execute(...)`,
@@ -903,8 +905,9 @@ auto run_valid_action(Source source, A action, context ctx) {
     // the call refers to them, in the pipeline it needs while it may be resumed; so does a
     // stateless policy's call, to the policy.
     if constexpr (is_policy_ref<Source> && copied_into_calls<policy_type>)
-        return drv::template drive<Throw>(policy_owned<policy_type>{source.get()}, owned_action<A>{std::move(action)},
-                                          std::move(ctx), typename drv::outermost{});
+        return drv::template drive<Throw>(policy_owned<policy_type>{source.get()},
+                                          owned_action<A>{std::move(action)}, std::move(ctx),
+                                          typename drv::outermost{});
     else if constexpr (is_policy_ref<Source> && !keeps_stages<policy_type>)
         return drv::template drive<Throw>(stages_ref<stages>{stages_of(source.get())},
                                           owned_action<A>{std::move(action)}, std::move(ctx), typename drv::outermost{});

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -104,7 +105,9 @@ struct limiter_state : shared_state {
         : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), queue_limit(queue_limit_),
           queue_timeout(queue_timeout_) {}
 #ifndef NDEBUG
-    ~limiter_state() { assert(queue.empty()); } // a waiting call holds the limiter
+    ~limiter_state() {
+        assert(queue.empty());
+    } // a waiting call holds the limiter
 #endif
 
     Meter meter;
@@ -733,4 +736,3 @@ template <clock C>
 rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
 
 } // namespace resilience
-

@@ -61,14 +61,14 @@ class retry_budget : public detail::shared_handle<retry_budget, detail::retry_bu
 
 public:
     /// Validates `options`: a bad value throws `std::invalid_argument` naming the field and value.
-    explicit retry_budget(retry_budget_options options = {})
-        : handle(make(options)) {}
+    explicit retry_budget(retry_budget_options options = {}) : handle(make(options)) {}
 
     /// Tokens left: the number of retries that may start now (its whole part). Never negative, never
     /// above `capacity` (the fixed-point count is exact; its conversion to `double` is kept at most
     /// `capacity`, which it could otherwise pass by a rounding).
     double tokens() const noexcept {
-        const double t = static_cast<double>(budget().units.load(std::memory_order_relaxed)) / units_per_token;
+        const double t =
+            static_cast<double>(budget().units.load(std::memory_order_relaxed)) / units_per_token;
         return t < budget().options.capacity ? t : budget().options.capacity;
     }
 

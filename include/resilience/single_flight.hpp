@@ -147,7 +147,8 @@ private:
             co_return std::move(result).value();
     }
     template <class A>
-    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action, std::stop_token token) {
+    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action,
+                                             std::stop_token token) {
         if (token.stop_requested())
             co_return failure::make(cancelled_error{st->options.name});
         // Named: an owner goes on using it after the co_await, to settle the call.

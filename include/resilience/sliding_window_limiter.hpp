@@ -228,4 +228,3 @@ template <clock C>
 sliding_window_limiter(sliding_window_limiter_options, C) -> sliding_window_limiter<C>;
 
 } // namespace resilience
-
