@@ -169,7 +169,9 @@ struct bulkhead_state : shared_state {
     void release() {
         std::uint64_t seen = word.load(std::memory_order_relaxed);
         while ((seen & waiting) == 0)
-            if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_release,
+            // Acquire too (free where a read-modify-write is a full barrier): the last slot of a
+            // retired state deletes it after every other holder's writes.
+            if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
                                            std::memory_order_relaxed)) {
                 if (seen - 1 == retired) [[unlikely]]
                     delete_state(this);
@@ -331,7 +333,7 @@ private:
             next->next = nullptr;
             return next;
         }
-        *last = word.fetch_sub(1, std::memory_order_release) - 1 == retired;
+        *last = word.fetch_sub(1, std::memory_order_acq_rel) - 1 == retired;
         return nullptr;
     }
 
