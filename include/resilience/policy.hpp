@@ -386,7 +386,7 @@ inline constexpr bool copied_into_calls = is_shared_handle<P> || requires {
     requires P::copied_into_calls;
 };
 
-/// Where a call finds its policy: the caller's object (which must outlive the call), or a policy
+/// Where a call finds its policy: the caller's object (needed while the call may be resumed), or a policy
 /// moved (or, for a handle, copied) into the call's own frame (`std::move(p).execute(...)`,
 /// `execute` on a temporary, or on a handle).
 template <class P>
