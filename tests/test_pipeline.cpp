@@ -387,8 +387,8 @@ TEST_CASE("pipeline: execute on a temporary policy moves it into the call", "[pi
 
 TEST_CASE("pipeline: a copy, a move and an assignment each run calls through their own policies",
           "[pipeline]") {
-    // A pipeline keeps the stages its calls pass through (borrowed handles and references to its
-    // own members): each copy must make its own, and an assignment must remake them.
+    // A pipeline keeps the stages its calls pass through (references to its own members): each copy
+    // must make its own, and an assignment must remake them.
     rs::testing::simulation sim;
     const rs::circuit_breaker<rs::testing::virtual_clock> first{{.failure_threshold = 5}, sim.clock()};
     const rs::circuit_breaker<rs::testing::virtual_clock> second{{.failure_threshold = 5}, sim.clock()};

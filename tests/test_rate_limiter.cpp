@@ -710,7 +710,7 @@ TEST_CASE("rate_limiter: shared by loops on four threads, a bucket of N that bar
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Queue options, reasons, names, borrowed handles, equality and hashing.
+// Queue options, reasons, names, equality and hashing.
 
 namespace {
 
@@ -892,28 +892,22 @@ TEST_CASE("rate limiters: a call made through a copy that is destroyed before th
     CHECK(window_keeper.tokens() == 0.0);
 }
 
-TEST_CASE("rate limiters: copies and borrowed copies are equal and hash alike, other limiters do not",
+TEST_CASE("rate limiters: copies are equal and hash alike, other limiters do not",
           "[rate_limiter][sliding_window]") {
     rs::rate_limiter a{{.token_limit = 1, .tokens_per_second = 1, .name = "a"}};
     const auto copy = a;
-    const auto borrowed = a.borrow();
     const rs::rate_limiter other{{.token_limit = 1, .tokens_per_second = 1, .name = "a"}};
     CHECK(copy == a);
-    CHECK(borrowed == a);
     CHECK(other != a);
     const std::hash<rs::rate_limiter<>> h;
     CHECK(h(copy) == h(a));
-    CHECK(h(borrowed) == h(a));
-    CHECK(borrowed.name() == "a");
-    static_assert(noexcept(a.borrow()));
+    CHECK(copy.name() == "a");
 
     rs::sliding_window_limiter w{{.permit_limit = 1, .window = 1s}};
-    const auto w_borrowed = w.borrow();
-    CHECK(w_borrowed == w);
+    const auto w_copy = w;
+    CHECK(w_copy == w);
     CHECK(w != rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s}});
-    CHECK(std::hash<rs::sliding_window_limiter<>>{}(w_borrowed) ==
-          std::hash<rs::sliding_window_limiter<>>{}(w));
-    static_assert(noexcept(w.borrow()));
+    CHECK(std::hash<rs::sliding_window_limiter<>>{}(w_copy) == std::hash<rs::sliding_window_limiter<>>{}(w));
 }
 
 TEST_CASE("rate_limiter: calls destroyed with their event loop while they wait leave the queue, the first "

@@ -10,6 +10,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/breaker_window.hpp"
+#include "detail/shared_handle.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -109,7 +110,7 @@ inline double throttle_probability(std::uint64_t requests, std::uint64_t accepts
 /// which is where the accept would have gone under the lock (the head cannot have moved in between
 /// without that holder adding them first). Only an accept in a later segment takes the lock.
 template <class C, class Random>
-class throttle_core {
+class throttle_core : public shared_state {
 public:
     using time_point = typename C::time_point;
 
@@ -271,7 +272,8 @@ private:
 ///   draw is made while `p` is 0.
 ///
 /// A cheap copyable handle: copies are the same throttle, thread-safe, usable from many event
-/// loops at once. The state lives as long as any copy. Admitting a call locks a mutex briefly and
+/// loops at once. The state lives as long as any copy or any call that uses it (docs/core.md,
+/// "Lifetimes"). Admitting a call locks a mutex briefly and
 /// reads the clock (the call's shared reading). Counting an accept reads the clock (a fresh reading)
 /// and is one atomic increment, without the lock, unless the call ends in a later segment of the
 /// window than any call before it. An admitted call allocates nothing; a refusal allocates its
@@ -282,14 +284,19 @@ private:
 ///     rs::outcome<page> r = co_await p.execute_outcome(fetch);
 ///     if (!r && r.error().code() == rs::errc::throttled) { /* not sent: the dependency is refusing */ }
 template <clock C = steady_clock, random_source Random = thread_random>
-class adaptive_throttle : public policy_base<adaptive_throttle<C, Random>> {
+class adaptive_throttle
+    : public policy_base<adaptive_throttle<C, Random>>,
+      public detail::shared_handle<adaptive_throttle<C, Random>, detail::throttle_core<C, Random>> {
+    using core_type = detail::throttle_core<C, Random>;
+    using handle = detail::shared_handle<adaptive_throttle<C, Random>, core_type>;
+
 public:
     /// The SRE book's values: see `adaptive_throttle_options`. (A constructor of its own rather than
     /// defaulted options, so that a clock or a source without a default is asked for only when used.)
     adaptive_throttle() : adaptive_throttle(adaptive_throttle_options{}) {}
     /// Validates `options` (`std::invalid_argument` naming the field and value). Starts no timer.
     explicit adaptive_throttle(adaptive_throttle_options options, C clock = C{}, Random rng = Random{})
-        : core_(make_core(std::move(options), std::move(clock), std::move(rng))) {}
+        : handle(make_core(std::move(options), std::move(clock), std::move(rng))) {}
 
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
@@ -297,7 +304,7 @@ public:
 
     template <class R>
     step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
-        core_type& core = *core_;
+        core_type& core = this->held();
         const adaptive_throttle_options& o = core.options();
         if (ctx.stop_requested()) {
             result.emplace(failure::make(cancelled_error{o.name}));
@@ -325,7 +332,7 @@ public:
     /// throws makes its exception the call's failure, and nothing is counted.
     template <class R>
     step leave(call_state&, const context& ctx, outcome<R>& result) const {
-        core_type& core = *core_;
+        core_type& core = this->held();
         try {
             if (accepted(result, ctx))
                 core.accept(core.clock().now());
@@ -338,52 +345,35 @@ public:
     /// The rejection probability a call arriving now would be refused with. Changes nothing.
     [[nodiscard]] double probability() const {
         const auto c = counts();
-        return detail::throttle_probability(c.requests, c.accepts, core_->options().k);
+        return detail::throttle_probability(c.requests, c.accepts, this->held().options().k);
     }
     /// The requests in the window now, refused ones included. Changes nothing.
     [[nodiscard]] std::uint64_t requests() const { return counts().requests; }
     /// The accepts in the window now. Changes nothing.
     [[nodiscard]] std::uint64_t accepts() const { return counts().accepts; }
 
-    /// A copy that does not own the shared state: copying it touches no reference count. A call
-    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
-    [[nodiscard]] adaptive_throttle borrow() const noexcept {
-        return adaptive_throttle{std::shared_ptr<core_type>(std::shared_ptr<void>{}, core_.get())};
-    }
-    /// Copies of one throttle (borrowed or not) are equal: they are the same throttle.
-    friend bool operator==(const adaptive_throttle& a, const adaptive_throttle& b) noexcept {
-        return a.core_ == b.core_;
-    }
-
-    [[nodiscard]] const adaptive_throttle_options& options() const noexcept { return core_->options(); }
-    [[nodiscard]] const C& clock() const noexcept { return core_->clock(); }
+    [[nodiscard]] const adaptive_throttle_options& options() const noexcept { return this->held().options(); }
+    [[nodiscard]] const C& clock() const noexcept { return this->held().clock(); }
     /// The `name` option (empty when unnamed).
-    [[nodiscard]] const std::string& name() const noexcept { return core_->options().name; }
+    [[nodiscard]] const std::string& name() const noexcept { return this->held().options().name; }
 
 private:
-    using core_type = detail::throttle_core<C, Random>;
-
-    typename core_type::snapshot counts() const { return core_->counts(core_->clock().now()); }
+    typename core_type::snapshot counts() const { return this->held().counts(this->held().clock().now()); }
 
     // An accept unless the classifier handles it; a failure of a call its caller stopped is one.
     template <class R>
     bool accepted(const outcome<R>& result, const context& ctx) const {
-        const classifier& handles = core_->options().should_handle;
+        const classifier& handles = this->held().options().should_handle;
         if (handles.plain_success(result) || (result.has_failure() && ctx.stop_requested()))
             return true;
         return !handles.classify(result, &not_cancellation).handle;
     }
     static bool not_cancellation(const failure& f) noexcept { return !is_cancellation(f); }
 
-    static std::shared_ptr<core_type> make_core(adaptive_throttle_options options, C clock, Random rng) {
+    static core_type* make_core(adaptive_throttle_options options, C clock, Random rng) {
         detail::validate_throttle_options(options);
-        return std::make_shared<core_type>(std::move(options), std::move(clock), std::move(rng));
+        return handle::make_state(std::move(options), std::move(clock), std::move(rng));
     }
-
-    friend struct std::hash<adaptive_throttle>;
-    explicit adaptive_throttle(std::shared_ptr<core_type> core) noexcept : core_(std::move(core)) {}
-
-    std::shared_ptr<core_type> core_;
 };
 
 // clang-format off
@@ -396,11 +386,3 @@ adaptive_throttle(adaptive_throttle_options, C, R) -> adaptive_throttle<C, R>;
 // clang-format on
 
 } // namespace resilience
-
-/// Hashes a throttle by the state its copies share, consistently with `==`.
-template <resilience::clock C, resilience::random_source R>
-struct std::hash<resilience::adaptive_throttle<C, R>> {
-    std::size_t operator()(const resilience::adaptive_throttle<C, R>& t) const noexcept {
-        return std::hash<const void*>{}(t.core_.get());
-    }
-};

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "context.hpp"
+#include "detail/shared_handle.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
@@ -51,7 +52,10 @@ private:
 ///     inventory_client client{rs::pipeline{rs::retry{}, rs::timeout{2s}}};
 ///
 /// Copies share the policy they hold, as copies of a stateful handle share its state (a copy of a
-/// breaker inside is the same breaker). The held policy is immutable once wrapped.
+/// breaker inside is the same breaker). The held policy is immutable once wrapped. It is a handle
+/// (docs/core.md, "Lifetimes"): a call made on it copies it, so the held policy lives until the
+/// call has ended, and the `any_policy` may be destroyed or reassigned meanwhile. Inside a
+/// pipeline, it is one of the pipeline's policies, and the pipeline's rule applies.
 ///
 /// What it costs: one virtual call and one coroutine frame more per call (recycled, no
 /// allocation after warm-up; see bench/README.md, `any_policy_pipeline`), and the held pipeline
@@ -61,7 +65,22 @@ private:
 ///     inline const auto make_policy = [] { return rs::pipeline{rs::retry{}, rs::timeout{2s}}; };
 ///     using client_policy = decltype(make_policy());
 template <class T>
-class any_policy : public policy_base<any_policy<T>> {
+class any_policy;
+
+namespace detail {
+template <class T>
+struct any_policy_concept : shared_state {
+    virtual ~any_policy_concept() = default;
+    virtual task<outcome<T>> run(erased_next<T> next, const context& ctx) const = 0;
+};
+} // namespace detail
+
+template <class T>
+class any_policy : public policy_base<any_policy<T>>,
+                   public detail::shared_handle<any_policy<T>, detail::any_policy_concept<T>> {
+    using concept_t = detail::any_policy_concept<T>;
+    using handle = detail::shared_handle<any_policy<T>, concept_t>;
+
 public:
     using value_type = T;
 
@@ -72,8 +91,9 @@ public:
     template <class P>
     requires(!std::is_same_v<std::remove_cvref_t<P>, any_policy> &&
              std::is_base_of_v<policy_base<std::remove_cvref_t<P>>, std::remove_cvref_t<P>>)
-    any_policy(P&& p) // NOLINT(google-explicit-constructor): a policy converts, as a lambda to std::function
-        : impl_(std::make_shared<const model<std::remove_cvref_t<P>>>(std::forward<P>(p))) {
+        any_policy(
+            P&& p) // NOLINT(google-explicit-constructor): a policy converts, as a lambda to std::function
+        : handle(new model<std::remove_cvref_t<P>>(std::forward<P>(p))) {
         static_assert(policy<std::remove_cvref_t<P>>, "resilience::any_policy: the argument is not a policy");
     }
 
@@ -82,17 +102,12 @@ public:
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         static_assert(std::is_same_v<detail::next_value_t<Next>, T>,
                       "resilience::any_policy<T>: the action must produce exactly T");
-        co_return co_await impl_->run(detail::erased_next<T>{next}, ctx);
+        co_return co_await this->held().run(detail::erased_next<T>{next}, ctx);
     }
 
-    /// Copies that hold the same policy are equal.
-    friend bool operator==(const any_policy& a, const any_policy& b) noexcept { return a.impl_ == b.impl_; }
+    // Copies that hold the same policy are equal (`==`, and `std::hash`: from `detail::shared_handle`).
 
 private:
-    struct concept_t {
-        virtual ~concept_t() = default;
-        virtual task<outcome<T>> run(detail::erased_next<T> next, const context& ctx) const = 0;
-    };
     template <class P>
     struct model final : concept_t {
         template <class Q>
@@ -110,8 +125,6 @@ private:
         }
         P policy;
     };
-
-    std::shared_ptr<const concept_t> impl_;
 };
 
 } // namespace resilience

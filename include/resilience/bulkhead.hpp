@@ -9,6 +9,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/shared_handle.hpp"
 #include "detail/stop.hpp"
 #include "detail/time.hpp"
 #include "detail/waiter_queue.hpp"
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -67,7 +69,15 @@ namespace detail {
 /// slot with one atomic operation and never touches the mutex:
 ///
 ///     bit 63       `waiting`: someone is queued; releases must come through the mutex
-///     bits 0..62   slots taken, including ones handed to waiters not yet resumed
+///     bit 62       `retired`: the last hold went (see below)
+///     bits 0..61   slots taken, including ones handed to waiters not yet resumed
+///
+/// A slot is a hold on the state (the lifetime rule, detail/shared_handle.hpp), folded into the
+/// atomic operation that takes it: when the last hold of the handles (and of waiting calls) goes
+/// while calls hold slots, `retired` is raised in the word, and the release that gives back the
+/// last slot deletes the state. Only one of the two finds both "no hold" and "no slot", so exactly
+/// one deletes it. A retired state has no queue (a waiting call holds the state) and takes no new
+/// call (nothing can reach it but the calls holding its slots).
 ///
 /// The limit is an atomic of its own, read relaxed by the fast path and written only with `mutex`
 /// held (and only when `adapt` is set: otherwise it never changes).
@@ -87,14 +97,26 @@ namespace detail {
 ///   below bit 63. Slots taken may exceed the limit after it shrank: calls already admitted keep
 ///   their slots.
 template <clock C>
-struct bulkhead_state {
+struct bulkhead_state : shared_state {
     bulkhead_state(bulkhead_options o, C c)
-        : options(std::move(o)), clock(std::move(c)), algorithm(options.adapt, options.max_concurrent_calls),
-          adaptive(algorithm.adaptive()), should_handle(limit_classifier(options.adapt)),
-          limit(clear_of_waiting(options.max_concurrent_calls)) {}
+        : limit(clear_of_waiting(o.max_concurrent_calls)), options(std::move(o)), clock(std::move(c)),
+          algorithm(options.adapt, options.max_concurrent_calls), adaptive(algorithm.adaptive()),
+          should_handle(limit_classifier(options.adapt)) {}
+
+#ifndef NDEBUG
+    ~bulkhead_state() {
+        assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0);
+    }
+#endif
 
     static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;
-    static constexpr std::uint64_t slot_mask = waiting - 1;
+    static constexpr std::uint64_t retired = std::uint64_t{1} << 62;
+    static constexpr std::uint64_t slot_mask = retired - 1;
+
+    /// The last hold went: deletable now unless calls hold slots, the last of which deletes it.
+    bool last_hold_dropped() noexcept {
+        return (word.fetch_or(retired, std::memory_order_acq_rel) & slot_mask) == 0;
+    }
 
     /// What an admitted call remembers for its sample: when it took its slot (in clock ticks since
     /// the epoch), and the algorithm's epoch then. Left uninitialised in a call's state, so a
@@ -104,6 +126,10 @@ struct bulkhead_state {
         std::uint64_t epoch;
     };
 
+    // First: on the cache line of the state's count of holds (see `shared_state`).
+    std::atomic<std::uint64_t> word{0};
+    std::atomic<std::uint64_t> limit;    // written under `mutex`
+    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
     const bulkhead_options options;
     C clock;
     limit_algorithm algorithm; // guarded by `mutex`
@@ -111,9 +137,6 @@ struct bulkhead_state {
     const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
     std::mutex mutex;
     waiter_queue queue;
-    std::atomic<std::uint64_t> word{0};
-    std::atomic<std::uint64_t> limit;    // written under `mutex`
-    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
 
     static std::uint64_t clear_of_waiting(std::size_t n) noexcept {
         return std::min<std::uint64_t>(n, slot_mask);
@@ -141,13 +164,19 @@ struct bulkhead_state {
     }
 
     /// Gives a slot back. A freed slot goes to the oldest waiter without ever becoming free, so
-    /// no newcomer can take it between the release and the waiter's resumption.
+    /// no newcomer can take it between the release and the waiter's resumption. The last slot of a
+    /// retired state deletes it: touch nothing of it after this.
     void release() {
         std::uint64_t seen = word.load(std::memory_order_relaxed);
         while ((seen & waiting) == 0)
-            if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_release,
-                                           std::memory_order_relaxed))
+            // Acquire too (free where a read-modify-write is a full barrier): the last slot of a
+            // retired state deletes it after every other holder's writes.
+            if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed)) {
+                if (seen - 1 == retired) [[unlikely]]
+                    delete_state(this);
                 return;
+            }
         release_to_waiter();
     }
 
@@ -191,6 +220,7 @@ struct bulkhead_state {
             return;
         }
         waiter* woken = nullptr;
+        bool last = false;
         {
             std::lock_guard lock(mutex);
             const limit_sample sample{
@@ -199,9 +229,13 @@ struct bulkhead_state {
                 limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
                 epoch.store(algorithm.epoch(), std::memory_order_relaxed);
             }
-            woken = release_locked();
+            woken = release_locked(&last);
             woken = grant_locked(woken);
             waiter_left_locked();
+        }
+        if (last) [[unlikely]] { // a retired state's last slot: nobody waits, nothing to wake
+            delete_state(this);
+            return;
         }
         wake_chain(woken);
     }
@@ -210,10 +244,15 @@ struct bulkhead_state {
     // taken while nobody waits stays small enough to inline.
     void release_to_waiter() {
         waiter* woken = nullptr;
+        bool last = false;
         {
             std::lock_guard lock(mutex);
-            woken = release_locked();
+            woken = release_locked(&last);
             waiter_left_locked();
+        }
+        if (last) [[unlikely]] {
+            delete_state(this);
+            return;
         }
         wake_chain(woken);
     }
@@ -284,8 +323,9 @@ private:
     }
 
     // `mutex` held. Gives back one slot: to the oldest waiter when the count stays within the limit
-    // (the slot changes hands, the count is kept), else to nobody. Returns the waiter to wake.
-    waiter* release_locked() noexcept {
+    // (the slot changes hands, the count is kept), else to nobody. Returns the waiter to wake;
+    // `*last` says the slot was a retired state's last (it must then be deleted, once unlocked).
+    waiter* release_locked(bool* last) noexcept {
         const std::uint64_t taken = word.load(std::memory_order_relaxed) & slot_mask;
         if (!queue.empty() && taken - 1 < limit.load(std::memory_order_relaxed)) {
             waiter* next = queue.pop_front();
@@ -293,7 +333,7 @@ private:
             next->next = nullptr;
             return next;
         }
-        word.fetch_sub(1, std::memory_order_release);
+        *last = word.fetch_sub(1, std::memory_order_acq_rel) - 1 == retired;
         return nullptr;
     }
 
@@ -356,8 +396,9 @@ private:
 /// Without `adapt` the limit is read with one relaxed atomic load and nothing else changes; with
 /// it, a call's end takes the lock when its sample may move the limit (an AIMD success while
 /// slots are free does not).
-/// Constructing one starts no timer. A call made through a handle needs only the shared state to
-/// live (some copy of the handle), not that handle object. `C` is used for `queue_timeout` (its
+/// Constructing one starts no timer. The state lives as long as any copy or any call that uses it
+/// (docs/core.md, "Lifetimes"): a call holding a slot or waiting for one keeps it alive, for no
+/// more than the atomic operation that takes the slot. `C` is used for `queue_timeout` (its
 /// sleeps run on the waiter's loop) and to time calls for `adapt` (a slow-call duration, latency);
 /// copies share one clock object, which must be usable from every thread that calls through the
 /// bulkhead.
@@ -366,41 +407,35 @@ private:
 ///     auto rows = co_await db.execute(query);          // throws bulkhead_rejected_error when full
 ///     auto r = co_await db.execute_outcome(query);     // or reports it without throwing
 template <clock C = steady_clock>
-class bulkhead : public policy_base<bulkhead<C>> {
+class bulkhead : public policy_base<bulkhead<C>>,
+                 public detail::shared_handle<bulkhead<C>, detail::bulkhead_state<C>> {
     using state = detail::bulkhead_state<C>;
+    using handle = detail::shared_handle<bulkhead<C>, state>;
 
 public:
     /// The default options: 25 calls at once, none queued.
     bulkhead() requires std::default_initializable<C> : bulkhead(bulkhead_options{}) {}
     explicit bulkhead(bulkhead_options options, C clock = C{})
-        : state_(std::make_shared<state>(validate(std::move(options)), std::move(clock))) {}
+        : handle(handle::make_state(validate(std::move(options)), std::move(clock))) {}
 
     /// Calls holding a slot now (including one just handed to a waiter not yet resumed). May
     /// exceed `limit()` for a while after the limit shrank.
-    [[nodiscard]] std::size_t in_flight() const noexcept { return state_->in_flight(); }
+    [[nodiscard]] std::size_t in_flight() const noexcept { return this->held().in_flight(); }
     /// How many calls may hold a slot now: `max_concurrent_calls`, or with `adapt` wherever the
     /// algorithm has moved it.
-    [[nodiscard]] std::size_t limit() const noexcept { return state_->current_limit(); }
+    [[nodiscard]] std::size_t limit() const noexcept { return this->held().current_limit(); }
     /// Calls waiting for a slot now.
     [[nodiscard]] std::size_t queued() const {
-        std::lock_guard lock(state_->mutex);
-        return state_->queue.size();
+        std::lock_guard lock(this->held().mutex);
+        return this->held().queue.size();
     }
-    [[nodiscard]] const bulkhead_options& options() const noexcept { return state_->options; }
-    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
-    [[nodiscard]] const C& clock() const noexcept { return state_->clock; }
-
-    /// A copy that does not own the shared state: copying it touches no reference count. A call
-    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
-    [[nodiscard]] bulkhead borrow() const noexcept {
-        return bulkhead{std::shared_ptr<state>(std::shared_ptr<void>{}, state_.get())};
-    }
-    /// Copies of one bulkhead (borrowed or not) are equal: they share its slots and queue.
-    friend bool operator==(const bulkhead& a, const bulkhead& b) noexcept { return a.state_ == b.state_; }
+    [[nodiscard]] const bulkhead_options& options() const noexcept { return this->held().options; }
+    [[nodiscard]] const std::string& name() const noexcept { return this->held().options.name; }
+    [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {
-        state* held = nullptr;         // the bulkhead whose slot this call holds
+        state* held = nullptr;         // the bulkhead whose slot this call holds (a hold on it)
         typename state::ticket ticket; // with `adapt`: what the call's sample needs
         call_state() = default;
         call_state(const call_state&) = delete;
@@ -415,7 +450,7 @@ public:
     /// `run` for a bulkhead that times or bounds the wait (see `waits_in_frame`).
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
-        state& s = *state_;
+        state& s = this->held();
         if (s.adaptive)
             return enter_adaptive(c, ctx, result);
         if (ctx.stop_requested()) [[unlikely]] {
@@ -443,22 +478,31 @@ public:
     /// a bulkhead without `adapt` does, and with a `queue_timeout` when its clock arms timers on
     /// the loop the call runs on (`steady_clock`, a simulation's clock); the others wait in `run`.
     bool waits_in_frame(const context&) const noexcept {
-        const state& s = *state_;
+        const state& s = this->held();
         return !s.adaptive && (!s.options.queue_timeout || timer_loop_here(s.clock));
     }
     /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
     /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
     /// in `result`. With a `queue_timeout` a timer on the loop withdraws the call at its deadline,
     /// and with a telemetry listener the wait is timed: both are kept in a block of their own from
-    /// the frame cache, taken only then. Not movable: the queue's node is inside it.
+    /// the frame cache, taken only then. Not movable: the queue's node is inside it. Holds the
+    /// bulkhead while it lives (taken at construction, given back at the end of its destructor: no
+    /// member of its own), so a call destroyed while it waits leaves the queue of a live one.
     template <class R>
     class frame_wait {
     public:
         frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
-            : call_(c), ctx_(ctx), result_(result), queue_(*b.state_, node_, ctx.stop_token()) {}
+            : call_(c), ctx_(ctx), result_(result), queue_(b.held(), node_, ctx.stop_token()) {
+            detail::add_hold(b.held(), true);
+        }
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
-        ~frame_wait() { let_go(); }
+        ~frame_wait() {
+            state& s = owner();
+            let_go();
+            queue_.leave(); // what its destructor would do, while the bulkhead is still held
+            detail::drop_hold(s, true);
+        }
 
         bool await_ready() {
             state& s = owner();
@@ -576,15 +620,17 @@ public:
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using detail::waiter_state;
         const std::stop_token& token = ctx.stop_token();
-        state& s = *state_;
+        state& s = this->held();
         using value_type = detail::next_value_t<Next>;
         if (token.stop_requested() || (s.adaptive && !s.should_handle->template accepts<value_type>()))
             co_return refused_before_admission<value_type>();
+        detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
         detail::waiter node;
         waiter_state admitted = waiter_state::granted;
         const telemetry_listener* const listener = detail::listener_for(s.options.telemetry, ctx);
         std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
         if (!s.try_acquire()) {
+            waiting.take(s);
             if (listener)
                 queued_at = s.clock.now();
             if (!s.options.queue_timeout) {
@@ -601,7 +647,7 @@ public:
             }
         }
         if (admitted == waiter_state::stopped)
-            co_return failure::make(cancelled_error{name()});
+            co_return failure::make(cancelled_error{s.options.name});
         const typename C::time_point* since = queued_at ? &*queued_at : nullptr;
         if (admitted != waiter_state::granted) {
             const rejection_reason why = reason_of(s, admitted);
@@ -612,7 +658,7 @@ public:
         call_state held;
         held.held = &s; // given back by `leave`, or by its destructor if the call ends first
         if (token.stop_requested())
-            co_return failure::make(cancelled_error{name()});
+            co_return failure::make(cancelled_error{s.options.name});
         if (since)
             if (std::optional<failure> thrown = detail::emit_caught(
                     listener, s.clock,
@@ -629,10 +675,6 @@ public:
     }
 
 private:
-    friend struct std::hash<bulkhead>;
-
-    explicit bulkhead(std::shared_ptr<state> s) noexcept : state_(std::move(s)) {}
-
     // Whether the clock's timers are those of the loop this thread runs: a queued call's timer
     // then fires where the call resumes. False for a clock without loop timers, or outside a loop.
     static bool timer_loop_here(const C& clock) noexcept {
@@ -689,8 +731,8 @@ private:
     // The classifier's type is asked first: it does not change, while a stop may arrive between
     // two checks.
     failure refused_before_admission() const {
-        if (state_->adaptive && !state_->should_handle->template accepts<R>())
-            return state_->should_handle->template mismatch<R>("bulkhead", state_->options.name);
+        if (this->held().adaptive && !this->held().should_handle->template accepts<R>())
+            return this->held().should_handle->template mismatch<R>("bulkhead", this->held().options.name);
         return failure::make(cancelled_error{name()});
     }
 
@@ -698,7 +740,7 @@ private:
     template <class R>
     RESILIENCE_DETAIL_NOINLINE step enter_adaptive(call_state& c, const context& ctx,
                                                    std::optional<outcome<R>>& result) const {
-        state& s = *state_;
+        state& s = this->held();
         if (!s.should_handle->template accepts<R>() || ctx.stop_requested()) [[unlikely]] {
             result.emplace(refused_before_admission<R>());
             return step::done;
@@ -777,8 +819,6 @@ private:
         detail::validate_adaptive_limit(o.adapt, o.max_concurrent_calls, label);
         return o;
     }
-
-    std::shared_ptr<state> state_;
 };
 
 bulkhead(bulkhead_options)->bulkhead<steady_clock>;
@@ -786,11 +826,3 @@ template <clock C>
 bulkhead(bulkhead_options, C) -> bulkhead<C>;
 
 } // namespace resilience
-
-/// Hashes a bulkhead by the state its copies share, consistently with `==`.
-template <resilience::clock C>
-struct std::hash<resilience::bulkhead<C>> {
-    std::size_t operator()(const resilience::bulkhead<C>& b) const noexcept {
-        return std::hash<const void*>{}(b.state_.get());
-    }
-};

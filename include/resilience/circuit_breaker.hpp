@@ -9,6 +9,7 @@
 #include "context.hpp"
 #include "detail/breaker_window.hpp"
 #include "detail/ring.hpp"
+#include "detail/shared_handle.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -234,7 +235,7 @@ enum class breaker_verdict : std::uint8_t { success, failure, ignored };
 /// a closed admission at the instant the word said closed, a skipped success at the instant the
 /// run of failures was already zero (see `record`).
 template <class C>
-class breaker_core {
+class breaker_core : public shared_state {
 public:
     using time_point = typename C::time_point;
     using duration = typename C::duration;
@@ -691,7 +692,8 @@ private:
             std::rethrow_exception(thrown);
     }
 
-    const circuit_breaker_options options_;
+    // Off the cache line of the count of holds (see `shared_state`): calls only read what follows.
+    alignas(64) const circuit_breaker_options options_;
     C clock_;
     std::uint64_t minimum_throughput_ = 0;
     std::optional<std::chrono::nanoseconds> slow_duration_;
@@ -715,9 +717,11 @@ private:
     bool draining_ = false;
 };
 
-/// Records a call's result once; if the call ends without one (the classifier threw, the
-/// coroutine was destroyed), records it as ignored so a probe slot is never lost. Holds nothing
-/// until `start`.
+/// Records a call's result once, through the breaker that admitted it (`finish`). A call that ends
+/// without one (the classifier threw, the coroutine was destroyed) is recorded as ignored, so a probe
+/// slot is never lost: only a probe needs that (an ignored closed-state result changes nothing), so
+/// only a probe holds the breaker's state, and the destruction of any other call touches nothing.
+/// Holds nothing until `start`.
 template <class C>
 class breaker_call {
 public:
@@ -727,21 +731,25 @@ public:
     breaker_call(const breaker_call&) = delete;
     breaker_call& operator=(const breaker_call&) = delete;
     ~breaker_call() {
-        if (core_)
-            core_->record(admission_, breaker_verdict::ignored, nullptr, sink_);
+        if (breaker_core<C>* core = probe_.get())
+            core->record(admission_, breaker_verdict::ignored, nullptr, sink_); // then the hold goes
     }
-    /// The call admitted by `a` is under way; its result is recorded by `finish` or the destructor.
+    /// The call admitted by `a` is under way; its result is recorded by `finish` or, for a probe,
+    /// the destructor.
     void start(breaker_core<C>& core, const admission& a, const telemetry_listener* sink) noexcept {
         admission_ = a;
         sink_ = sink;
-        core_ = &core;
+        if (a.probe) [[unlikely]]
+            probe_.take(core);
     }
-    void finish(breaker_verdict v, const std::exception_ptr& error) {
-        std::exchange(core_, nullptr)->record(admission_, v, error, sink_);
+    /// `core`: the breaker passed to `start`.
+    void finish(breaker_core<C>& core, breaker_verdict v, const std::exception_ptr& error) {
+        const state_hold<breaker_core<C>> held = std::move(probe_); // given back once recorded, or thrown
+        core.record(admission_, v, error, sink_);
     }
 
 private:
-    breaker_core<C>* core_ = nullptr;
+    state_hold<breaker_core<C>> probe_; // a probe's hold on the breaker
     admission admission_;
     const telemetry_listener* sink_ = nullptr; // the call's listener, for the state changes it makes
 };
@@ -778,23 +786,26 @@ private:
 /// its `name`.
 ///
 /// A cheap copyable handle: copies are the same breaker, thread-safe, usable from many event
-/// loops at once. The state lives as long as any copy; each call needs the handle it was made
-/// through to outlive it (as for every policy). A closed breaker admits with one atomic load, and
-/// a success that ends no run of failures and has no window to enter is recorded without a lock.
-/// Failures, windows and every other state lock a mutex briefly, never across the action or user
-/// callbacks. The closed-state path allocates nothing.
+/// loops at once. The state lives as long as any copy or any call that uses it (docs/core.md,
+/// "Lifetimes"): reassigning the handle to reload the options is safe while calls run. A closed breaker
+/// admits with one atomic load, and a success that ends no run of failures and has no window to enter is
+/// recorded without a lock. Failures, windows and every other state lock a mutex briefly, never across the
+/// action or user callbacks. The closed-state path allocates nothing.
 ///
 ///     rs::circuit_breaker breaker{{.failure_threshold = 5, .break_duration = 30s}};
 ///     rs::outcome<page> r = co_await breaker.execute_outcome(fetch);
 ///     if (!r && r.error().code() == rs::errc::circuit_open) { /* refused without an exception */ }
 template <clock C = steady_clock>
-class circuit_breaker : public policy_base<circuit_breaker<C>> {
+class circuit_breaker : public policy_base<circuit_breaker<C>>,
+                        public detail::shared_handle<circuit_breaker<C>, detail::breaker_core<C>> {
+    using handle = detail::shared_handle<circuit_breaker<C>, detail::breaker_core<C>>;
+
 public:
     /// Polly's defaults: see `circuit_breaker_options`.
     circuit_breaker() : circuit_breaker(circuit_breaker_options{}) {}
     /// Validates `options` (`std::invalid_argument` naming the field and value). Starts no timer.
     explicit circuit_breaker(circuit_breaker_options options, C clock = C{})
-        : core_(make_core(detail::with_default_trip(std::move(options)), std::move(clock))) {}
+        : handle(make_core(detail::with_default_trip(std::move(options)), std::move(clock))) {}
 
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
@@ -804,7 +815,7 @@ public:
 
     template <class R>
     step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
-        detail::breaker_core<C>& core = *core_;
+        detail::breaker_core<C>& core = this->held();
         if (ctx.stop_requested() || !core.options().should_handle.template accepts<R>()) {
             result.emplace(refused_before_admission<R>());
             return step::done;
@@ -823,9 +834,10 @@ public:
     /// classifier threw, so a probe slot is freed).
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const {
-        if (core_->options().should_handle.plain_success(result)) {
+        detail::breaker_core<C>& core = this->held();
+        if (core.options().should_handle.plain_success(result)) {
             try {
-                s.call.finish(detail::breaker_verdict::success, nullptr);
+                s.call.finish(core, detail::breaker_verdict::success, nullptr);
             } catch (...) {
                 result = outcome<R>{failure::current()};
             }
@@ -835,34 +847,24 @@ public:
         return step::proceed;
     }
 
-    /// A copy that does not own the shared state: copying it touches no reference count. A call
-    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
-    [[nodiscard]] circuit_breaker borrow() const noexcept {
-        return circuit_breaker{std::shared_ptr<detail::breaker_core<C>>(std::shared_ptr<void>{}, core_.get())};
-    }
-    /// Copies of one breaker (borrowed or not) are equal: they are the same breaker.
-    friend bool operator==(const circuit_breaker& a, const circuit_breaker& b) noexcept {
-        return a.core_ == b.core_;
-    }
-
     /// The state now, with open turned half-open once the break is over. Changes nothing.
-    [[nodiscard]] circuit_state state() const { return core_->state(); }
+    [[nodiscard]] circuit_state state() const { return this->held().state(); }
     /// A snapshot taken at one instant. Changes nothing.
-    [[nodiscard]] circuit_metrics metrics() const { return core_->metrics(); }
+    [[nodiscard]] circuit_metrics metrics() const { return this->held().metrics(); }
     /// Holds the circuit open, refusing every call with `circuit_isolated_error`, until `reset()`.
     /// An exception from `on_state_change` reaches the caller, after the change.
-    void isolate() const { core_->isolate(); }
+    void isolate() const { this->held().isolate(); }
     /// Closes the circuit and forgets everything: window, runs of failures and openings.
     /// Results of calls still in flight are dropped. An exception from `on_state_change`
     /// reaches the caller, after the change.
-    void reset() const { core_->reset(); }
+    void reset() const { this->held().reset(); }
 
     /// The options in force: as given, with Polly's default window filled in when they set no
     /// trip condition. Valid while any copy of the handle lives.
-    [[nodiscard]] const circuit_breaker_options& options() const noexcept { return core_->options(); }
-    [[nodiscard]] const C& clock() const noexcept { return core_->clock(); }
+    [[nodiscard]] const circuit_breaker_options& options() const noexcept { return this->held().options(); }
+    [[nodiscard]] const C& clock() const noexcept { return this->held().clock(); }
     /// The `name` option (empty when unnamed).
-    [[nodiscard]] const std::string& name() const noexcept { return core_->options().name; }
+    [[nodiscard]] const std::string& name() const noexcept { return this->held().options().name; }
 
 private:
     // Every admission but a closed breaker's with no call to time: judged under the lock, or
@@ -871,7 +873,7 @@ private:
     RESILIENCE_DETAIL_NOINLINE step enter_other(call_state& s, const context& ctx,
                                                 std::optional<outcome<R>>& result,
                                                 const telemetry_listener* sink) const {
-        detail::breaker_core<C>& core = *core_;
+        detail::breaker_core<C>& core = this->held();
         try {
             // The call's shared clock reading serves a slow-call rule's start time.
             auto ticket =
@@ -881,7 +883,7 @@ private:
                 // Stopped while being admitted (by `on_state_change` or a listener as the breaker
                 // turned half-open, or from another thread): runs nothing, and its probe slot goes back.
                 if (ctx.stop_requested()) [[unlikely]] {
-                    s.call.finish(detail::breaker_verdict::ignored, nullptr);
+                    s.call.finish(core, detail::breaker_verdict::ignored, nullptr);
                     detail::set_cancelled(result, name());
                     return step::done;
                 }
@@ -903,13 +905,13 @@ private:
     // Called when the caller stopped or the classifier is for another type. The type is asked
     // first: it does not change, while a stop may arrive between two checks.
     failure refused_before_admission() const {
-        const circuit_breaker_options& o = core_->options();
+        const circuit_breaker_options& o = this->held().options();
         if (!o.should_handle.template accepts<R>())
             return o.should_handle.template mismatch<R>("circuit_breaker", o.name);
         return failure::make(cancelled_error{o.name});
     }
     failure refusal(const typename detail::breaker_core<C>::ticket& t) const {
-        const std::string& name = core_->options().name;
+        const std::string& name = this->held().options().name;
         if (t.isolated)
             return failure::make(circuit_isolated_error{name});
         return failure::make(circuit_open_error{t.retry_after, t.cause, name});
@@ -923,7 +925,7 @@ private:
         std::optional<failure> thrown;
         if (!(result.has_failure() && ctx.stop_requested())) {
             try {
-                v = core_->judge(result);
+                v = this->held().judge(result);
                 if (v == detail::breaker_verdict::failure && result.has_failure())
                     cause = result.error().exception();
             } catch (...) {
@@ -932,7 +934,7 @@ private:
             }
         }
         try {
-            s.call.finish(v, cause);
+            s.call.finish(this->held(), v, cause);
         } catch (...) {
             if (!thrown)
                 thrown.emplace(failure::current());
@@ -941,15 +943,10 @@ private:
             result = outcome<R>{std::move(*thrown)};
     }
 
-    static std::shared_ptr<detail::breaker_core<C>> make_core(circuit_breaker_options options, C clock) {
+    static detail::breaker_core<C>* make_core(circuit_breaker_options options, C clock) {
         detail::validate_breaker_options(options);
-        return std::make_shared<detail::breaker_core<C>>(std::move(options), std::move(clock));
+        return handle::make_state(std::move(options), std::move(clock));
     }
-
-    friend struct std::hash<circuit_breaker>;
-    explicit circuit_breaker(std::shared_ptr<detail::breaker_core<C>> core) noexcept : core_(std::move(core)) {}
-
-    std::shared_ptr<detail::breaker_core<C>> core_;
 };
 
 // clang-format off
@@ -960,11 +957,3 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 // clang-format on
 
 } // namespace resilience
-
-/// Hashes a breaker by the state its copies share, consistently with `==`.
-template <resilience::clock C>
-struct std::hash<resilience::circuit_breaker<C>> {
-    std::size_t operator()(const resilience::circuit_breaker<C>& b) const noexcept {
-        return std::hash<const void*>{}(b.core_.get());
-    }
-};

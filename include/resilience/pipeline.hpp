@@ -43,7 +43,10 @@ auto flatten_stages(const std::tuple<Ps...>& policies) noexcept {
 /// the retry loop, whose every attempt passes the breaker, whose every admitted call runs under
 /// the timeout. Holds its policies by value: a copy of a stateful policy (breaker, bulkhead, ...)
 /// is a handle to the same state, so sharing a breaker between pipelines is copying it in.
-/// A pipeline must outlive the calls made through it.
+/// A pipeline is configuration (docs/core.md, "Lifetimes"): a call made on it needs it while the
+/// call may still be resumed, unless the pipeline was moved into the call
+/// (`std::move(p).execute(f)`); the shared state behind its handles is kept alive by the calls
+/// that use it, so destroying the pipeline and then the loop holding suspended calls is safe.
 template <class... Ps>
 class pipeline : public policy_base<pipeline<Ps...>> {
     static_assert(sizeof...(Ps) > 0, "resilience::pipeline: a pipeline needs at least one policy");
@@ -61,9 +64,8 @@ public:
         : policy_base<pipeline>(), policies_(std::move(other.policies_)) {
         stages_.emplace(flatten(policies_));
     }
-    // The stages are made again, also when an element's assignment throws halfway: a handle's
-    // borrowed copy must follow the handle to its new state. Calls made through the pipeline must
-    // have ended, as for destroying it.
+    // The stages are made again, also when an element's assignment throws halfway. Calls made
+    // through the pipeline must have ended (or never be resumed), as for destroying it.
     pipeline& operator=(const pipeline& other)
         requires(std::is_copy_assignable_v<Ps> && ...)
     {
@@ -99,8 +101,8 @@ private:
     };
 
     std::tuple<Ps...> policies_;
-    // A stateful handle's stage is a borrowed copy, and a stateless policy's a reference, both to
-    // `policies_`; in an optional only so that the policies may be built first.
+    // References to `policies_` (see `stages_of`); in an optional only so that the policies may be
+    // built first.
     std::optional<decltype(detail::flatten_stages(std::declval<const std::tuple<Ps...>&>()))> stages_;
 };
 

@@ -12,13 +12,19 @@
 ///
 /// The action is copied (an lvalue) or moved (an rvalue) into the call and kept alive until the
 /// call ends; on g++ before 13, a temporary closure that owns something with a destructor is
-/// refused (see `check_action_temporary`). A policy called as an lvalue
-/// must outlive the call, as an Asio I/O object must outlive its operations (a stateful handle
-/// need not: the call refers to its shared state, which lives while any copy does); called on an
-/// rvalue, the policy is moved into the call:
+/// refused (see `check_action_temporary`). Lifetimes follow one rule
+/// (docs/core.md, "Lifetimes"): a call keeps alive every piece of shared state it touches until it
+/// has ended, and the destruction of a call, resumed or not, touches nothing else. So a handle to
+/// shared state (breaker, bulkhead, limiter, throttle, `any_policy`) called as an lvalue is copied
+/// into the call, and may be destroyed or reassigned while the call runs. Any other policy (a
+/// pipeline, a retry, a timeout) is configuration: called as an lvalue, it must stay alive while
+/// the call may still be resumed, as an Asio I/O object for its operations (destroying it first,
+/// and then the loop that holds the suspended call, is fine); called on an rvalue, it is moved
+/// into the call:
 ///
 ///     rs::task<int> ok(rs::retry<>& r) { co_return co_await r.execute(fetch); }   // OK: r outlives the call
 ///     rs::task<int> also_ok() { return rs::retry<>{}.execute(fetch); }           // OK: moved into the call
+///     rs::task<int> handle(rs::circuit_breaker<> b) { return b.execute(fetch); } // OK: b is copied in
 ///     rs::task<int> bad(rs::retry<> r) { return r.execute(fetch); }               // dangling: r dies first
 ///
 /// How a policy is built: two ways, which compose freely in one pipeline.
@@ -73,6 +79,7 @@
 
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/shared_handle.hpp"
 #include "event_loop.hpp"
 #include "outcome.hpp"
 #include "task.hpp"
@@ -447,19 +454,14 @@ typename C::time_point call_now(const C& clock, const context& ctx) {
 }
 
 /// The policies a call passes through, outermost first: a pipeline's, flattened (so nested
-/// pipelines cost nothing), or the policy itself.
+/// pipelines cost nothing), or the policy itself, by reference.
 /// A pipeline made its tuple when it was built and hands out a reference to it: a call through a
-/// pipeline refers to the pipeline (which must outlive it) and builds no tuple of its own.
-/// A stateful handle offers `borrow()`: a copy that refers to the shared state without owning it
-/// (no reference count touched), held by value in the call's frame. So a call made through a
-/// handle does not refer to the handle object, only to the state, which lives while any copy of
-/// the handle does.
+/// pipeline refers to the pipeline (which it needs while it may be resumed) and builds no tuple of
+/// its own. A call made on a handle refers to its own copy of it (see `copied_into_calls`).
 template <class P>
 decltype(auto) stages_of(const P& p) noexcept {
     if constexpr (requires { p.stages(); })
         return p.stages();
-    else if constexpr (requires { p.borrow(); })
-        return std::tuple<decltype(p.borrow())>(p.borrow());
     else
         return std::tuple<const P&>(p);
 }
@@ -470,8 +472,18 @@ using stages_t = std::remove_cvref_t<decltype(stages_of(std::declval<const P&>()
 template <class P>
 inline constexpr bool keeps_stages = std::is_reference_v<decltype(stages_of(std::declval<const P&>()))>;
 
-/// Where a call finds its policy: the caller's object (which must outlive the call), or a policy
-/// moved into the call's own frame (`std::move(p).execute(...)`, or `execute` on a temporary).
+/// Whether a call made on an lvalue `P` copies it into its frame rather than referring to it: a
+/// handle to shared state (`shared_handle`), or a policy that says so
+/// (`static constexpr bool copied_into_calls = true;`, as single_flight's keyed policy). Such a call
+/// then needs nothing of the caller's: the lifetime rule (detail/shared_handle.hpp).
+template <class P>
+inline constexpr bool copied_into_calls = is_shared_handle<P> || requires {
+    requires P::copied_into_calls;
+};
+
+/// Where a call finds its policy: the caller's object (needed while the call may be resumed), or a policy
+/// moved (or, for a handle, copied) into the call's own frame (`std::move(p).execute(...)`,
+/// `execute` on a temporary, or on a handle).
 template <class P>
 struct policy_ref {
     const P* p;
@@ -982,10 +994,15 @@ auto run_valid_action(Source source, A action, context ctx) {
     using policy_type = std::remove_cvref_t<decltype(source.get())>;
     using stages = stages_t<policy_type>;
     using drv = driver<stages, guarded<A>>;
-    // The task is lazy: the caller's policy is read now, not when the task starts, so a handle's
-    // borrowed copy (see `stages_of`) is all the call keeps, and the handle object may go first.
-    // A pipeline keeps its stages: the call refers to them, in the pipeline that must outlive it.
-    if constexpr (is_policy_ref<Source> && !keeps_stages<policy_type>)
+    // The task is lazy: the caller's policy is read now, not when the task starts. A handle is
+    // copied into the call, which then needs nothing of the caller's. A pipeline keeps its stages:
+    // the call refers to them, in the pipeline it needs while it may be resumed; so does a
+    // stateless policy's call, to the policy.
+    if constexpr (is_policy_ref<Source> && copied_into_calls<policy_type>)
+        return drv::template drive<Throw>(policy_owned<policy_type>{source.get()},
+                                          owned_action<A>{std::move(action)}, std::move(ctx),
+                                          typename drv::outermost{});
+    else if constexpr (is_policy_ref<Source> && !keeps_stages<policy_type>)
         return drv::template drive<Throw>(stages_ref<stages>{stages_of(source.get())},
                                           owned_action<A>{std::move(action)}, std::move(ctx), typename drv::outermost{});
     else
@@ -1020,9 +1037,9 @@ template <class Derived>
 class policy_base {
 public:
     /// Runs `action` under this policy; returns its value or rethrows the final failure as it was.
-    /// Called on an lvalue, the policy must outlive the call (a stateful handle need not: the call
-    /// refers to the shared state, which lives while any copy of the handle does); called on an
-    /// rvalue (a temporary, `std::move(p)`), the policy is moved into the call.
+    /// Called on an lvalue, a handle to shared state is copied into the call, and any other policy
+    /// must stay alive while the call may be resumed; called on an rvalue (a temporary,
+    /// `std::move(p)`), the policy is moved into the call. See the file comment.
     ///
     /// The action is copied (an lvalue) or moved (an rvalue) into the call, which keeps it until it
     /// ends. On g++ before 13, a temporary closure or aggregate that owns something with a

@@ -6,6 +6,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/shared_handle.hpp"
 #include "detail/time.hpp"
 #include "detail/waiter_queue.hpp"
 #include "error.hpp"
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -102,11 +104,16 @@ concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
 /// and for exactly as long as anyone waits, so a permit taken without the mutex is never taken
 /// ahead of a waiter, and the mutex side always sees a state nobody else changes.
 template <clock C, class Meter>
-struct limiter_state {
+struct limiter_state : shared_state {
     limiter_state(Meter m, C c, std::size_t queue_limit_,
                   std::optional<std::chrono::nanoseconds> queue_timeout_ = std::nullopt)
         : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), queue_limit(queue_limit_),
           queue_timeout(queue_timeout_) {}
+#ifndef NDEBUG
+    ~limiter_state() {
+        assert(queue.empty());
+    } // a waiting call holds the limiter
+#endif
 
     Meter meter;
     C clock;
@@ -306,10 +313,14 @@ struct limiter_shared : limiter_state<C, Meter> {
     const Options options;
 };
 
-/// The public face shared by the limiters: the policy protocol, `take`, `queued`, `name`,
-/// `borrow`, `==`. A copyable handle to one shared, thread-safe limiter.
+/// The public face shared by the limiters: the policy protocol, `take`, `queued`, `name`, `==`.
+/// A copyable handle to one shared, thread-safe limiter. A call holds the limiter only while it
+/// waits: on the fast path it takes its permit and touches the limiter no more.
 template <class Derived, clock C, class Meter, class Options>
-class limiter_handle : public policy_base<Derived> {
+class limiter_handle : public policy_base<Derived>,
+                       public shared_handle<Derived, limiter_shared<C, Meter, Options>> {
+    using handle = shared_handle<Derived, limiter_shared<C, Meter, Options>>;
+
 public:
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {};
@@ -322,7 +333,7 @@ public:
             set_cancelled(result, name());
             return step::done;
         }
-        return state_->try_take_now(call_now(state_->clock, ctx)) ? step::proceed : step::wait;
+        return this->held().try_take_now(call_now(this->held().clock, ctx)) ? step::proceed : step::wait;
     }
     template <class R>
     step leave(call_state&, const context&, outcome<R>&) const noexcept {
@@ -337,7 +348,8 @@ public:
     /// (`cancelled_error`) in `result`. The queue's node is in it; only the head, which watches
     /// the clock, runs a coroutine (`serve_turn`), so it answers `step::wait` (await it again)
     /// when its turn comes. With a telemetry listener, the time the wait began is kept in a block
-    /// of its own from the frame cache, taken only then.
+    /// of its own from the frame cache, taken only then. Holds the limiter while it lives (taken
+    /// at construction, given back at the end of its destructor: no member of its own).
     template <class R>
     class frame_wait {
         using shared = limiter_shared<C, Meter, Options>;
@@ -345,21 +357,26 @@ public:
     public:
         frame_wait(const limiter_handle& l, call_state&, const context& ctx,
                    std::optional<outcome<R>>& result)
-            : ctx_(ctx), result_(result), queue_(*l.state_, node_, ctx.stop_token()) {}
+            : ctx_(ctx), result_(result), queue_(l.held(), node_, ctx.stop_token()) {
+            add_hold(l.held(), true);
+        }
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
         ~frame_wait() {
+            shared& l = limiter();
             // Ended (or destroyed) at its turn, before or while the head's coroutine ran: the turn
             // passes on all the same. The coroutine goes first; its own guard may do it.
             turn_ = {};
             if (phase_ == phase::turn) {
-                typename limiter_state<C, Meter>::turn_guard pass_on{&limiter(), &node_};
+                typename limiter_state<C, Meter>::turn_guard pass_on{&l, &node_};
                 (void)pass_on; // its destructor hands the turn on, if the node still has it
             }
             if (queued_at_) {
                 std::destroy_at(queued_at_);
                 frame_cache::deallocate(queued_at_, sizeof(typename C::time_point));
             }
+            queue_.leave(); // what its destructor would do, while the limiter is still held
+            drop_hold(l, true);
         }
 
         bool await_ready() {
@@ -483,52 +500,47 @@ public:
 
     /// Spends one permit without running anything, by the same rules as a call (waits in the
     /// same queue). Throws `rate_limited_error` when refused, `cancelled_error` when `token` stops
-    /// the wait first.
+    /// the wait first. Like a call, it holds the limiter from the moment it is made.
     task<void> take(std::stop_token token = {}) const {
-        auto r = co_await take_outcome(std::move(token));
-        r.value();
+        return take_with(static_cast<const Derived&>(*this), std::move(token));
     }
     /// `take`, reporting a refusal or a stop as a failure value instead of throwing it.
     [[nodiscard]] task<outcome<void>> take_outcome(std::stop_token token = {}) const {
-        if (token.stop_requested())
-            co_return failure::make(cancelled_error{name()});
-        if (state_->try_take_now())
-            co_return outcome<void>{};
-        const admission a = co_await state_->wait(token);
-        if (a.state == waiter_state::granted)
-            co_return outcome<void>{};
-        if (a.state == waiter_state::stopped)
-            co_return failure::make(cancelled_error{name()});
-        co_return failure::make(refusal(a));
+        return take_outcome_with(static_cast<const Derived&>(*this), std::move(token));
     }
 
     /// Calls (and `take`s) waiting now, the one watching the clock included.
-    [[nodiscard]] std::size_t queued() const { return state_->queued(); }
-    [[nodiscard]] const Options& options() const noexcept { return state_->options; }
-    [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
-    [[nodiscard]] const C& clock() const noexcept { return state_->clock; }
-
-    /// A copy that does not own the shared state: copying it touches no reference count. A call
-    /// holds one in its frame (see `detail::stages_of`); it is valid while some owning copy lives.
-    [[nodiscard]] Derived borrow() const noexcept {
-        return Derived{std::shared_ptr<shared>(std::shared_ptr<void>{}, state_.get())};
-    }
-    /// Copies of one limiter (borrowed or not) are equal: they share its permits and queue.
-    friend bool operator==(const limiter_handle& a, const limiter_handle& b) noexcept {
-        return a.state_ == b.state_;
-    }
+    [[nodiscard]] std::size_t queued() const { return this->held().queued(); }
+    [[nodiscard]] const Options& options() const noexcept { return this->held().options; }
+    [[nodiscard]] const std::string& name() const noexcept { return this->held().options.name; }
+    [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
 
 protected:
     using shared = limiter_shared<C, Meter, Options>;
 
     limiter_handle(Meter meter, C clock, Options options)
-        : state_(std::make_shared<shared>(std::move(meter), std::move(clock), std::move(options))) {}
-    explicit limiter_handle(std::shared_ptr<shared> s) noexcept : state_(std::move(s)) {}
-
-    std::shared_ptr<shared> state_;
+        : handle(handle::make_state(std::move(meter), std::move(clock), std::move(options))) {}
 
 private:
-    rate_limited_error refusal(const admission& a) const { return refusal_of(*state_, a); }
+    // The limiter is a copy in the frame: the take needs no handle of the caller's.
+    static task<void> take_with(Derived self, std::stop_token token) {
+        auto r = co_await self.take_outcome(std::move(token));
+        r.value();
+    }
+    static task<outcome<void>> take_outcome_with(Derived self, std::stop_token token) {
+        shared& s = self.held();
+        if (token.stop_requested())
+            co_return failure::make(cancelled_error{s.options.name});
+        if (s.try_take_now())
+            co_return outcome<void>{};
+        const admission a = co_await s.wait(token);
+        if (a.state == waiter_state::granted)
+            co_return outcome<void>{};
+        if (a.state == waiter_state::stopped)
+            co_return failure::make(cancelled_error{s.options.name});
+        co_return failure::make(refusal_of(s, a));
+    }
+
     static rate_limited_error refusal_of(const shared& s, const admission& a) {
         rejection_reason why = rejection_reason::queue_timeout;
         if (a.state == waiter_state::rejected)
@@ -706,13 +718,9 @@ public:
         : base(meter_of(options), std::move(clock), options) {}
 
     /// Tokens in the bucket now (fractional while refilling), at most `token_limit`.
-    [[nodiscard]] double tokens() const { return this->state_->remaining(); }
+    [[nodiscard]] double tokens() const { return this->held().remaining(); }
 
 private:
-    friend base;
-    friend struct std::hash<rate_limiter>;
-    explicit rate_limiter(std::shared_ptr<typename base::shared> s) noexcept : base(std::move(s)) {}
-
     static detail::token_bucket meter_of(const rate_limiter_options& o) {
         const std::string who = "resilience::rate_limiter: ";
         if (o.token_limit == 0)
@@ -733,11 +741,3 @@ template <clock C>
 rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
 
 } // namespace resilience
-
-/// Hashes a rate limiter by the state its copies share, consistently with `==`.
-template <resilience::clock C>
-struct std::hash<resilience::rate_limiter<C>> {
-    std::size_t operator()(const resilience::rate_limiter<C>& r) const noexcept {
-        return std::hash<const void*>{}(r.state_.get());
-    }
-};

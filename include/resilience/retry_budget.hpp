@@ -3,10 +3,11 @@
 /// `retry_budget`: a ceiling on retries shared by every call that uses it.
 #pragma once
 
+#include "detail/shared_handle.hpp"
+
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -33,30 +34,47 @@ struct retry_budget_options {
 /// A cheap copyable handle: copies share one budget, which is thread-safe (lock-free atomics), so
 /// any number of retries, on any number of threads and event loops, may hold it. Tokens are kept
 /// in fixed point (10^-9 of a token), so deposits and withdrawals are exact and never drift.
-/// Its operations are `const`: they change the shared budget, not the handle.
+/// Its operations are `const`: they change the shared budget, not the handle. The budget lives as
+/// long as any copy (a retry or a hedge holds one in its options).
 ///
 ///     rs::retry_budget shared{{.ratio = 0.2, .capacity = 10}};
 ///     rs::retry a{{.budget = shared}};
 ///     rs::retry b{{.max_attempts = 5, .budget = shared}};   // a and b draw from one budget
 ///
 /// Not a pipeline stage: hand it to the policies that retry (`retry_options::budget`).
-class retry_budget {
+namespace detail {
+/// What the copies of a `retry_budget` share.
+struct retry_budget_state : shared_state {
+    retry_budget_state(const retry_budget_options& o, std::int64_t ratio, std::int64_t capacity)
+        : options(o), ratio_units(ratio), capacity_units(capacity), units(capacity) {}
+    retry_budget_options options;
+    std::int64_t ratio_units; // rounded down, so the bound above holds exactly
+    std::int64_t capacity_units;
+    std::atomic<std::int64_t> units;
+    std::atomic<std::uint64_t> calls{0}, granted{0}, denied{0};
+};
+} // namespace detail
+
+class retry_budget : public detail::shared_handle<retry_budget, detail::retry_budget_state> {
+    using state = detail::retry_budget_state;
+    using handle = detail::shared_handle<retry_budget, state>;
+
 public:
     /// Validates `options`: a bad value throws `std::invalid_argument` naming the field and value.
-    explicit retry_budget(retry_budget_options options = {})
-        : state_(std::make_shared<state>(check(options))) {}
+    explicit retry_budget(retry_budget_options options = {}) : handle(make(options)) {}
 
     /// Tokens left: the number of retries that may start now (its whole part). Never negative, never
     /// above `capacity` (the fixed-point count is exact; its conversion to `double` is kept at most
     /// `capacity`, which it could otherwise pass by a rounding).
     double tokens() const noexcept {
-        const double t = static_cast<double>(state_->units.load(std::memory_order_relaxed)) / units_per_token;
-        return t < state_->options.capacity ? t : state_->options.capacity;
+        const double t =
+            static_cast<double>(budget().units.load(std::memory_order_relaxed)) / units_per_token;
+        return t < budget().options.capacity ? t : budget().options.capacity;
     }
 
     /// Records a call: deposits `ratio` tokens, keeping the total at most `capacity`.
     void record_call() const noexcept {
-        state& s = *state_;
+        state& s = budget();
         s.calls.fetch_add(1, std::memory_order_relaxed);
         std::int64_t current = s.units.load(std::memory_order_relaxed);
         std::int64_t next;
@@ -68,7 +86,7 @@ public:
 
     /// Takes one token for a retry; false (and nothing taken) when less than one is left.
     bool try_withdraw() const noexcept {
-        state& s = *state_;
+        state& s = budget();
         std::int64_t current = s.units.load(std::memory_order_relaxed);
         do {
             if (current < units_per_token) {
@@ -82,35 +100,28 @@ public:
     }
 
     std::uint64_t calls() const noexcept {
-        return state_->calls.load(std::memory_order_relaxed);
+        return budget().calls.load(std::memory_order_relaxed);
     } ///< calls recorded
     std::uint64_t granted() const noexcept {
-        return state_->granted.load(std::memory_order_relaxed);
+        return budget().granted.load(std::memory_order_relaxed);
     } ///< retries allowed
     std::uint64_t denied() const noexcept {
-        return state_->denied.load(std::memory_order_relaxed);
+        return budget().denied.load(std::memory_order_relaxed);
     } ///< retries refused
 
-    const retry_budget_options& options() const noexcept { return state_->options; }
-
-    /// True when both handles share one budget.
-    friend bool operator==(const retry_budget& a, const retry_budget& b) noexcept {
-        return a.state_ == b.state_;
-    }
+    const retry_budget_options& options() const noexcept { return budget().options; }
+    // `==` (both handles share one budget) and `std::hash`: from `detail::shared_handle`.
 
 private:
     static constexpr std::int64_t units_per_token = 1'000'000'000;
 
-    struct state {
-        explicit state(const retry_budget_options& o)
-            : options(o), ratio_units(units_in(o.ratio)), capacity_units(units_in(o.capacity)),
-              units(capacity_units) {}
-        retry_budget_options options;
-        std::int64_t ratio_units; // rounded down, so the bound above holds exactly
-        std::int64_t capacity_units;
-        std::atomic<std::int64_t> units;
-        std::atomic<std::uint64_t> calls{0}, granted{0}, denied{0};
-    };
+    state& budget() const noexcept { return held(); }
+
+    // Checked first: the units are computed only from valid options.
+    static state* make(const retry_budget_options& o) {
+        check(o);
+        return handle::make_state(o, units_in(o.ratio), units_in(o.capacity));
+    }
 
     // The whole units in `x` tokens (0 < x <= 1e9), rounded down exactly. `x * 10^9` in `double` may
     // round up to the next integer (above 2^53 it always lands on one), which would let the budget
@@ -139,8 +150,6 @@ private:
             fail("capacity", "must be at most 1e9", o.capacity);
         return o;
     }
-
-    std::shared_ptr<state> state_;
 };
 
 } // namespace resilience

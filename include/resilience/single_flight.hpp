@@ -63,9 +63,9 @@ struct single_flight_options {
 ///     int limit = 10;
 ///     co_await flights.run(key, [&](std::stop_token st) { return fetch(limit, st); });  // OK
 ///
-/// The shared state is held by `std::shared_ptr` inside every caller, so a call in flight keeps it
-/// alive even if every handle has been destroyed. The policy form (`policy(key)`) follows the same
-/// rules, see `keyed_policy`.
+/// The shared state is held by every call, from the moment it is made, so a call keeps it alive
+/// even if every handle has been destroyed (docs/core.md, "Lifetimes"). The policy form
+/// (`policy(key)`) follows the same rule, see `keyed_policy`.
 ///
 /// A cheap copyable handle: copies share one set of calls. `Key` must be copyable, hashable by
 /// `Hash` and comparable by `KeyEqual`; `T` must be copyable (each caller receives its own copy)
@@ -106,11 +106,7 @@ public:
     /// at once if it is attached, when the shared call ends if it owns it.
     template <class A>
     task<T> run(Key key, A action, std::stop_token token = {}) const {
-        outcome<T> result = co_await run_outcome(std::move(key), std::move(action), std::move(token));
-        if constexpr (std::is_void_v<T>)
-            std::move(result).value();
-        else
-            co_return std::move(result).value();
+        return run_with(state_, std::move(key), std::move(action), std::move(token));
     }
 
     /// Like `run`, but reports the failure (including this caller's cancellation) as a value.
@@ -118,17 +114,7 @@ public:
     task<outcome<T>> run_outcome(Key key, A action, std::stop_token token = {}) const {
         static_assert(std::is_convertible_v<detail::action_result_t<A>, T>,
                       "resilience::single_flight: the action's result must convert to T");
-        std::shared_ptr<state> st = state_; // the call may outlive every handle
-        if (token.stop_requested())
-            co_return failure::make(cancelled_error{st->options.name});
-        // Named: an owner goes on using it after the co_await, to settle the call.
-        entry joined{*st, key, std::move(token)};
-        std::optional<outcome<T>> shared = co_await joined;
-        if (shared)
-            co_return std::move(*shared);
-        const context ctx{joined.call_token()};
-        // guarded_call turns whatever the action throws into a failure, so the call always settles.
-        co_return joined.finish(converted(co_await detail::guarded_call<A>{&action, ctx}));
+        return run_outcome_with(state_, std::move(key), std::move(action), std::move(token));
     }
 
     /// A policy that runs everything it wraps under `key`: the `next` of the caller that owns the
@@ -149,6 +135,32 @@ public:
     }
 
 private:
+    // The state is copied into the call when it is made (the task is lazy): the call needs nothing
+    // of the caller's, not even the handle it was made on, and may outlive every handle.
+    template <class A>
+    static task<T> run_with(std::shared_ptr<state> st, Key key, A action, std::stop_token token) {
+        outcome<T> result =
+            co_await run_outcome_with(std::move(st), std::move(key), std::move(action), std::move(token));
+        if constexpr (std::is_void_v<T>)
+            std::move(result).value();
+        else
+            co_return std::move(result).value();
+    }
+    template <class A>
+    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action,
+                                             std::stop_token token) {
+        if (token.stop_requested())
+            co_return failure::make(cancelled_error{st->options.name});
+        // Named: an owner goes on using it after the co_await, to settle the call.
+        entry joined{*st, key, std::move(token)};
+        std::optional<outcome<T>> shared = co_await joined;
+        if (shared)
+            co_return std::move(*shared);
+        const context ctx{joined.call_token()};
+        // guarded_call turns whatever the action throws into a failure, so the call always settles.
+        co_return joined.finish(converted(co_await detail::guarded_call<A>{&action, ctx}));
+    }
+
     // One shared call. `stop` and `key` are set once; `result` is written by the owner before it
     // settles and only read after; everything else is guarded by state::mutex.
     struct call {
@@ -460,6 +472,9 @@ private:
 template <class Key, class T, class Hash, class KeyEqual>
 class single_flight<Key, T, Hash, KeyEqual>::keyed_policy : public policy_base<keyed_policy> {
 public:
+    /// A call made on one copies it (a handle and a key), as a call made on a handle does.
+    static constexpr bool copied_into_calls = true;
+
     keyed_policy(single_flight flight, Key key) : flight_(std::move(flight)), key_(std::move(key)) {}
 
     const Key& key() const noexcept { return key_; }

@@ -165,7 +165,7 @@ struct sliding_window_limiter_options {
 
 /// Limits calls to `permit_limit` in any `window`, with the interface of `rate_limiter` (waiting
 /// in arrival order, `queue_limit`, `queue_timeout`, `take`, `rate_limited_error::retry_after()`
-/// and `reason()`, `queued()`, `name()`, `borrow()`; `tokens()` is the number of permits free now).
+/// and `reason()`, `queued()`, `name()`; `tokens()` is the number of permits free now).
 ///
 /// Counting is segmented: the window is cut into `segments` segments (on a grid starting when the
 /// limiter is made), and a permit is counted against the segment boundary at or after the instant
@@ -198,13 +198,9 @@ public:
         : base(meter_of(options), std::move(clock), options) {}
 
     /// Permits free now, at most `permit_limit`.
-    [[nodiscard]] double tokens() const { return this->state_->remaining(); }
+    [[nodiscard]] double tokens() const { return this->held().remaining(); }
 
 private:
-    friend base;
-    friend struct std::hash<sliding_window_limiter>;
-    explicit sliding_window_limiter(std::shared_ptr<typename base::shared> s) noexcept : base(std::move(s)) {}
-
     static detail::window_counter meter_of(const sliding_window_limiter_options& o) {
         const std::string who = "resilience::sliding_window_limiter: ";
         if (o.permit_limit == 0)
@@ -232,11 +228,3 @@ template <clock C>
 sliding_window_limiter(sliding_window_limiter_options, C) -> sliding_window_limiter<C>;
 
 } // namespace resilience
-
-/// Hashes a sliding-window limiter by the state its copies share, consistently with `==`.
-template <resilience::clock C>
-struct std::hash<resilience::sliding_window_limiter<C>> {
-    std::size_t operator()(const resilience::sliding_window_limiter<C>& l) const noexcept {
-        return std::hash<const void*>{}(l.state_.get());
-    }
-};

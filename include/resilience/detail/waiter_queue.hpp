@@ -228,9 +228,14 @@ public:
     /// resumed (its event loop was torn down): a still-queued node leaves the queue, so nobody
     /// wakes a dead frame. What was already granted to it goes back to an owner that takes grants
     /// back (`take_back_grant`); otherwise (a limiter's permit) it is spent, as the grant was.
-    ~queue_awaiter() {
+    ~queue_awaiter() { leave(); }
+
+    /// What the destructor does, done now (and not again): for an owner that must still hold its
+    /// state while the waiter leaves its queue, and gives it up right after.
+    void leave() noexcept {
         if (!suspended_)
             return;
+        suspended_ = false;
         stop_.reset();
         waiter* next = nullptr;
         [[maybe_unused]] bool granted = false; // read only for an owner that takes grants back
