@@ -236,17 +236,12 @@ TEST_CASE("asio shutdown: a service destroyed in its natural member order destro
             REQUIRE(tracked::live == 0);
             silent_server server;
             auto s = std::make_unique<service>(server);
-            // Until a call keeps its bulkhead's and limiter's shared state alive by itself (the
-            // handle-lifetime change), these copies stand in for that: the calls in their queues are
-            // destroyed with the io_context, after the handles of the service have gone.
-            std::optional<rs::bulkhead<rs::asio::clock>> slots_kept{s->slots};
-            std::optional<rs::rate_limiter<rs::asio::clock>> tokens_kept{s->tokens};
             s->start(where);
             s->settle(where);
-            s.reset(); // the pipelines and policies go first, then the io_context with the calls
+            // The pipelines and policies go first, then the io_context with the calls: a call queued
+            // in the bulkhead or the limiter keeps that state alive until it is destroyed.
+            s.reset();
             CHECK(tracked::live == 0);
-            CHECK(slots_kept->queued() == 0);
-            CHECK(tokens_kept->queued() == 0);
         }
     }
 }
