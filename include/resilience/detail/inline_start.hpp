@@ -23,8 +23,11 @@
 /// may be running, or gone, on that other thread.
 ///
 /// `RESILIENCE_TAIL_CALL_TRANSFER` is 1 where symmetric transfer is always a tail call (clang), and
-/// the start is then a plain transfer at no cost; 0 elsewhere. Defining it to 1 on g++ is correct
-/// only for translation units built with `-foptimize-sibling-calls` and without a sanitizer.
+/// the start is then a plain transfer at no cost; 0 elsewhere. It changes the return type and body of
+/// inline functions whose symbols do not name it, so it must have one value in every translation unit
+/// of a program (define it for both compilers where g++ and clang objects are linked together).
+/// Defining it to 1 on g++ is correct only if every translation unit is built with
+/// `-foptimize-sibling-calls` (on at `-O2`) and without a sanitizer.
 #pragma once
 
 #include <coroutine>
