@@ -14,6 +14,7 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 
@@ -314,4 +315,26 @@ TEST_CASE("asio shutdown: an io_context destroyed with a join pending destroys t
     CHECK_FALSE(joined);
     CHECK(scope.size() == 0);
     CHECK(tracked::live == 0);
+}
+
+TEST_CASE("asio shutdown: a call destroyed with its io_context while it awaits an operation of another one",
+          "[asio][shutdown]") {
+    REQUIRE(tracked::live == 0);
+    ::asio::io_context other; // runs after the call's io_context is gone
+    ::asio::steady_timer due{other, std::chrono::steady_clock::time_point{}}; // already due
+    bool resumed = false;
+    {
+        ::asio::io_context io;
+        auto waits_elsewhere = [](::asio::steady_timer& timer, bool& resumed) -> rs::task<void> {
+            tracked in_frame;
+            co_await timer.async_wait(rs::asio::use_task);
+            resumed = true;
+        };
+        rs::asio::async_run(io.get_executor(), waits_elsewhere(due, resumed), ::asio::detached);
+        io.poll(); // the call starts and waits on the other context's timer
+        CHECK(tracked::live == 1);
+    } // the io_context destroys the call, with the operation in its frame
+    CHECK(tracked::live == 0);
+    CHECK(other.poll() == 1); // the timer's handler runs and finds nobody to resume
+    CHECK_FALSE(resumed);
 }

@@ -198,11 +198,21 @@ public:
 
     operation(Initiation initiation, InitArgs args, std::stop_token token)
         : initiation_(std::move(initiation)), args_(std::move(args)), token_(std::move(token)) {}
+    // Moved only before it is awaited (into a sleep's awaiter, say): no link yet.
+    operation(operation&&) = default;
+    operation& operator=(operation&&) = delete;
+    // Destroyed with its call (by the call's io_context, say) while the operation is still pending on
+    // another execution context: the handler, when that context runs it, finds nobody to resume.
+    ~operation() {
+        if (link_)
+            link_->self.store(nullptr, std::memory_order_release);
+    }
 
     bool await_ready() const noexcept { return false; }
 
     bool await_suspend(std::coroutine_handle<> h) {
         waiter_ = h;
+        link_ = std::make_shared<link>(this);
         std::stop_token token = std::move(token_);
         std::shared_ptr<signal_type> stop;
         if (token.stop_possible())
@@ -215,7 +225,7 @@ public:
         } restore_guard{record.outer};
         std::apply(
             [&](auto&... a) {
-                std::move(initiation_)(handler{this, stop}, std::move(a)...);
+                std::move(initiation_)(handler{link_, stop}, std::move(a)...);
             },
             args_);
         // From here the coroutine may be running on another thread, or gone: only locals are touched.
@@ -236,20 +246,26 @@ public:
 private:
     using signal_type = stop_signal<decltype(io_executor_of(std::declval<const Initiation&>()))>;
 
+    /// Shared by the operation and its handler: the operation, until it is destroyed.
+    struct link {
+        explicit link(operation* op) noexcept : self(op) {}
+        std::atomic<operation*> self;
+    };
+
     class handler {
     public:
         using cancellation_slot_type = ::asio::cancellation_slot;
 
-        handler(operation* self, std::shared_ptr<signal_type> stop) noexcept
-            : self_(self), stop_(std::move(stop)) {}
+        handler(std::shared_ptr<link> l, std::shared_ptr<signal_type> stop) noexcept
+            : link_(std::move(l)), stop_(std::move(stop)) {}
         handler(handler&& o) noexcept
-            : self_(o.self_), stop_(std::move(o.stop_)), live_(std::exchange(o.live_, false)) {}
+            : link_(std::move(o.link_)), stop_(std::move(o.stop_)), live_(std::exchange(o.live_, false)) {}
         handler& operator=(handler&&) = delete;
         ~handler() {
             // Dropped by a failing initiating function: the coroutine is not suspended for good
             // and goes on (with the exception, if any). Dropped later (its io_context shutting
             // down, say): the call waits until whoever owns it destroys it.
-            if (live_ && initiating && initiating->operation == self_)
+            if (live_ && initiating && link_ && initiating->operation == link_->self.load(std::memory_order_acquire))
                 initiating->dropped = true;
         }
 
@@ -261,16 +277,19 @@ private:
             live_ = false;
             if (stop_)
                 stop_->finish();
-            self_->result_.emplace(std::forward<Args>(completion)...);
-            if (initiating && initiating->operation == self_) {
+            operation* const self = link_->self.load(std::memory_order_acquire);
+            if (!self)
+                return; // the call was destroyed before its operation completed: nothing to resume
+            self->result_.emplace(std::forward<Args>(completion)...);
+            if (initiating && initiating->operation == self) {
                 initiating->completed = true; // await_suspend resumes the coroutine itself
                 return;
             }
-            self_->waiter_.resume(); // `self_` may be gone after this
+            self->waiter_.resume(); // `self` may be gone after this
         }
 
     private:
-        operation* self_;
+        std::shared_ptr<link> link_;
         std::shared_ptr<signal_type> stop_;
         bool live_ = true;
     };
@@ -280,6 +299,7 @@ private:
     std::stop_token token_;
     std::coroutine_handle<> waiter_;
     std::optional<result_type> result_;
+    std::shared_ptr<link> link_;
 };
 
 template <class... Args, class Initiation, class... InitArgs>
