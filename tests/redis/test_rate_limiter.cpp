@@ -172,7 +172,10 @@ TEST_CASE("redis rate_limiter: event loops on three threads share one limit, win
     }
     std::vector<std::chrono::steady_clock::time_point> merged;
     for (const auto& a : all) {
-        CHECK(a.size() > 10); // every replica got some
+        // Every replica got some. How many is a race at Redis after each refill, with twelve callers
+        // polling: a replica whose thread the machine held back for a while can get little more than
+        // its share of the first burst (CI once saw 10 of 130), so only "some" is asserted.
+        CHECK(!a.empty());
         merged.insert(merged.end(), a.begin(), a.end());
     }
     std::sort(merged.begin(), merged.end());
