@@ -16,7 +16,9 @@ namespace rs = resilience;
 
 namespace {
 
-rs::task<std::size_t> use(std::string key, std::stop_token) { co_return key.size(); }
+rs::task<std::size_t> use(std::string key, std::stop_token) {
+    co_return key.size();
+}
 
 rs::task<std::size_t> capture(const rs::retry<>& r, std::string key) {
     co_return co_await r.execute([key](std::stop_token st) { return use(key, st); });

@@ -79,16 +79,17 @@ struct service {
     rs::pipeline<rs::rate_limiter<rs::asio::clock>> throttled{tokens};
     rs::pipeline<rs::timeout<rs::asio::clock>> reading{rs::timeout{1h, clock}};
 
-    int reads = 0;      // attempts that reached their read
-    int failures = 0;   // attempts that failed at once (the retry's)
-    int ended = 0;      // calls that ended (with a value or a failure)
-    int completed = 0;  // completion handlers called
+    int reads = 0;     // attempts that reached their read
+    int failures = 0;  // attempts that failed at once (the retry's)
+    int ended = 0;     // calls that ended (with a value or a failure)
+    int completed = 0; // completion handlers called
 
     // An attempt: connects to the listener and reads what never comes.
     rs::task<int> read_forever(std::stop_token st) {
         tracked owned;
         tcp::socket socket{io};
-        auto [connect_ec] = co_await socket.async_connect(server.listener.local_endpoint(), rs::asio::use_task(st));
+        auto [connect_ec] =
+            co_await socket.async_connect(server.listener.local_endpoint(), rs::asio::use_task(st));
         if (connect_ec)
             throw std::system_error(connect_ec);
         std::array<char, 16> buf{};
@@ -181,9 +182,10 @@ struct service {
         // A frame of the caller's and one per attempt in flight.
         int expected = 0;
         for (place p : places(where))
-            expected += calls_per_place + (p == place::backoff                                   ? 0
-                                           : p == place::bulkhead || p == place::rate_limiter ? 1
-                                                                                             : calls_per_place);
+            expected +=
+                calls_per_place + (p == place::backoff                                ? 0
+                                   : p == place::bulkhead || p == place::rate_limiter ? 1
+                                                                                      : calls_per_place);
         CHECK(tracked::live == expected);
     }
 };
@@ -209,8 +211,8 @@ const char* name_of(place p) {
 
 TEST_CASE("asio shutdown: an io_context destroyed first destroys every call, wherever it waits",
           "[asio][shutdown]") {
-    for (place where : {place::backoff, place::hedge, place::bulkhead, place::rate_limiter, place::socket,
-                        place::all}) {
+    for (place where :
+         {place::backoff, place::hedge, place::bulkhead, place::rate_limiter, place::socket, place::all}) {
         DYNAMIC_SECTION(name_of(where)) {
             REQUIRE(tracked::live == 0);
             silent_server server;
@@ -231,8 +233,8 @@ TEST_CASE("asio shutdown: an io_context destroyed first destroys every call, whe
 
 TEST_CASE("asio shutdown: a service destroyed in its natural member order destroys its calls last",
           "[asio][shutdown]") {
-    for (place where : {place::backoff, place::hedge, place::bulkhead, place::rate_limiter, place::socket,
-                        place::all}) {
+    for (place where :
+         {place::backoff, place::hedge, place::bulkhead, place::rate_limiter, place::socket, place::all}) {
         DYNAMIC_SECTION(name_of(where)) {
             REQUIRE(tracked::live == 0);
             silent_server server;
@@ -249,8 +251,8 @@ TEST_CASE("asio shutdown: a service destroyed in its natural member order destro
 
 TEST_CASE("asio shutdown: a graceful drain through an async_scope ends every call before the service goes",
           "[asio][shutdown]") {
-    for (place where : {place::backoff, place::hedge, place::bulkhead, place::rate_limiter, place::socket,
-                        place::all}) {
+    for (place where :
+         {place::backoff, place::hedge, place::bulkhead, place::rate_limiter, place::socket, place::all}) {
         DYNAMIC_SECTION(name_of(where)) {
             REQUIRE(tracked::live == 0);
             silent_server server;
@@ -280,15 +282,17 @@ TEST_CASE("asio shutdown: a graceful drain through an async_scope ends every cal
     }
 }
 
-TEST_CASE("asio shutdown: a call spawned in a scope is stopped by Asio cancellation too", "[asio][shutdown]") {
+TEST_CASE("asio shutdown: a call spawned in a scope is stopped by Asio cancellation too",
+          "[asio][shutdown]") {
     REQUIRE(tracked::live == 0);
     silent_server server;
     service s{server};
     rs::async_scope scope;
     ::asio::cancellation_signal cancel;
     std::exception_ptr error;
-    rs::asio::spawn(scope, s.io.get_executor(), s.call(place::socket),
-                    ::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { error = e; }));
+    rs::asio::spawn(
+        scope, s.io.get_executor(), s.call(place::socket),
+        ::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { error = e; }));
     while (s.reads != 1)
         REQUIRE(s.io.run_one_for(10s) == 1);
     CHECK(tracked::live == 2);
@@ -300,7 +304,8 @@ TEST_CASE("asio shutdown: a call spawned in a scope is stopped by Asio cancellat
     CHECK(tracked::live == 0);
 }
 
-TEST_CASE("asio shutdown: an io_context destroyed with a join pending destroys the joiner", "[asio][shutdown]") {
+TEST_CASE("asio shutdown: an io_context destroyed with a join pending destroys the joiner",
+          "[asio][shutdown]") {
     REQUIRE(tracked::live == 0);
     rs::async_scope scope;
     bool joined = false;

@@ -164,7 +164,8 @@ TEST_CASE("async_scope: a call spawned after request_stop starts with its token 
     CHECK(saw_stop);
 }
 
-TEST_CASE("async_scope: destroying the scope first stops its calls, which end on their own", "[async_scope]") {
+TEST_CASE("async_scope: destroying the scope first stops its calls, which end on their own",
+          "[async_scope]") {
     rs::testing::simulation sim;
     REQUIRE(tracked::live == 0);
     int ended = 0;
@@ -185,7 +186,8 @@ TEST_CASE("async_scope: destroying the scope first stops its calls, which end on
     CHECK(tracked::live == 0);
 }
 
-TEST_CASE("async_scope: a loop destroyed with calls unfinished takes them out of the scope", "[async_scope]") {
+TEST_CASE("async_scope: a loop destroyed with calls unfinished takes them out of the scope",
+          "[async_scope]") {
     REQUIRE(tracked::live == 0);
     rs::async_scope scope;
     std::optional<rs::testing::simulation> sim_holder{std::in_place};

@@ -368,8 +368,8 @@ TEST_CASE("lifetimes: the last handle and the last slots go on two threads at on
     // comes last deletes the state, exactly once (ASan and TSan watch).
     for (int round = 0; round < 200; ++round) {
         auto sim = std::make_unique<rs::testing::simulation>();
-        auto bulkhead =
-            std::make_unique<rs::bulkhead<vclock>>(rs::bulkhead_options{.max_concurrent_calls = 4}, sim->clock());
+        auto bulkhead = std::make_unique<rs::bulkhead<vclock>>(
+            rs::bulkhead_options{.max_concurrent_calls = 4}, sim->clock());
         auto p = std::make_unique<rs::pipeline<rs::bulkhead<vclock>>>(*bulkhead);
         for (int i = 0; i < 4; ++i)
             sim->spawn(p->execute_outcome(slow_action{sim.get(), 1h}));

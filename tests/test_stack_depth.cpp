@@ -75,8 +75,7 @@ TEST_CASE("stack depth: a loop of calls through a policy and a pipeline", "[stac
     rs::testing::simulation sim;
     rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()};
     rs::pipeline p{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()},
-                   rs::circuit_breaker{{.failure_threshold = 5}, sim.clock()},
-                   rs::timeout{1s, sim.clock()},
+                   rs::circuit_breaker{{.failure_threshold = 5}, sim.clock()}, rs::timeout{1s, sim.clock()},
                    rs::bulkhead{{.max_concurrent_calls = 4}, sim.clock()}};
     auto loop = [&]() -> rs::task<long> {
         long sum = 0;

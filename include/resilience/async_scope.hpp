@@ -201,9 +201,7 @@ public:
     /// escapes it.
     template <class F>
     requires awaitable<std::decay_t<F>> || detail::scope_callable<std::decay_t<F>>
-    void spawn(event_loop& loop, F&& f) {
-        loop.spawn(nest(std::forward<F>(f)));
-    }
+    void spawn(event_loop& loop, F&& f) { loop.spawn(nest(std::forward<F>(f))); }
 
     /// Stops the token every call of the scope was given (and every later call's: it is born
     /// stopped). Returns whether this request was the first.
@@ -261,6 +259,8 @@ private:
     detail::waiter node_;
 };
 
-inline async_scope::join_awaiter async_scope::join() const noexcept { return join_awaiter{state_}; }
+inline async_scope::join_awaiter async_scope::join() const noexcept {
+    return join_awaiter{state_};
+}
 
 } // namespace resilience

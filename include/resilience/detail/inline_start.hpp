@@ -111,7 +111,8 @@ inline start_result suspend_unless_done(bool suspended, [[maybe_unused]] std::co
 /// control to `next`. Where transfers are not tail calls, `next` being the awaiting coroutine itself
 /// means going on at once, and any other coroutine is resumed from here (it may in turn resume the
 /// awaiting one before this returns, after which nothing here touches it).
-inline start_result transfer_to(std::coroutine_handle<> next, [[maybe_unused]] std::coroutine_handle<> h) noexcept {
+inline start_result transfer_to(std::coroutine_handle<> next,
+                                [[maybe_unused]] std::coroutine_handle<> h) noexcept {
 #if RESILIENCE_TAIL_CALL_TRANSFER
     return next;
 #else
