@@ -292,4 +292,20 @@ struct heard_counts {
     }
 };
 
+// ---------------------------------------------------------------------------------------------------------
+// How a call through a bulkhead ended
+
+/// "value", "rejected" (a `bulkhead_rejected_error`), "cancelled" or "failure": one word per way a
+/// call through a bulkhead can end, for the journals of the bulkhead tests.
+template <class T>
+std::string describe(const resilience::outcome<T>& r) {
+    if (r.has_value())
+        return "value";
+    if (r.error().template is<resilience::bulkhead_rejected_error>())
+        return "rejected";
+    if (resilience::is_cancellation(r.error()))
+        return "cancelled";
+    return "failure";
+}
+
 } // namespace resilience_tests

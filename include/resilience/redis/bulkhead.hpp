@@ -99,10 +99,10 @@ struct redis_bulkhead_state {
         if (options.when_unavailable == unavailable_policy::local_share)
             local.emplace(
                 ::resilience::bulkhead_options{
+                    .name = options.name,
                     .max_concurrent_calls = std::max<std::size_t>(
                         1, static_cast<std::size_t>(
                                std::floor(static_cast<double>(options.max_concurrent_calls) * options.local_share))),
-                    .name = options.name,
                     .telemetry = options.telemetry},
                 clock);
         thread_random rng;
