@@ -257,7 +257,7 @@ TEST_CASE("telemetry: a bulkhead reports rejections with their reason and the ex
 
     SECTION("queue_full at once, and a queue wait of exactly one second") {
         const rs::bulkhead slots{
-            {.max_concurrent_calls = 1, .queue_limit = 1, .name = "slots", .telemetry = rec.listener()},
+            {.name = "slots", .max_concurrent_calls = 1, .queue_limit = 1, .telemetry = rec.listener()},
             sim.clock()};
         sim.spawn(call_into(slots, busy, a)); // holds the slot 0-1s
         sim.spawn(call_into(slots, busy, b)); // queued, admitted at 1s
