@@ -930,7 +930,8 @@ TEST_CASE("bulkhead: on_rejected is told once per refusal with its reason, and n
             sim.spawn(arrive_and_hold(sim, bh, ended, 3, 20ms, 10ms)); // the queue is full
             sim.spawn(arrive_and_hold(sim, bh, ended, 4, 70ms, 10ms)); // queued, admitted at 100 ms
             sim.run_all();
-            CHECK(log.told == decltype(log.told){{20ms, "db", why::queue_full}, {60ms, "db", why::queue_timeout}});
+            CHECK(log.told ==
+                  decltype(log.told){{20ms, "db", why::queue_full}, {60ms, "db", why::queue_timeout}});
             CHECK(ended == endings{{1, {100ms, "value"}},
                                    {2, {60ms, "rejected"}},
                                    {3, {20ms, "rejected"}},
@@ -955,7 +956,7 @@ TEST_CASE("bulkhead: on_rejected is told once per refusal with its reason, and n
     }
 }
 
-TEST_CASE("bulkhead: an on_rejected that throws ends the call with its exception, the listener hearing nothing",
+TEST_CASE("bulkhead: an on_rejected that throws ends the call with its exception; the listener hears none",
           "[bulkhead]") {
     rs::testing::simulation sim;
     resilience_tests::heard_counts heard;

@@ -217,8 +217,8 @@ public:
             disarm();
             const telemetry_listener* const listener =
                 extra_ ? detail::listener_for(owner().options.telemetry, ctx_) : nullptr;
-            return settle(owner(), ctx_, queue_.await_resume(), listener, listener ? &extra_->queued_at : nullptr,
-                          call_, result_);
+            return settle(owner(), ctx_, queue_.await_resume(), listener,
+                          listener ? &extra_->queued_at : nullptr, call_, result_);
         }
 
     private:
@@ -309,7 +309,8 @@ public:
                 if (admitted == waiter_state::idle)
                     admitted = co_await s.wait_bounded(node, token);
             }
-            if (settle(s, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, ended) == step::done)
+            if (settle(s, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, ended) ==
+                step::done)
                 co_return std::move(*ended);
         }
         if (token.stop_requested())
@@ -408,9 +409,10 @@ private:
                 // the clock throws while the event below is made).
                 c.held = &s;
                 if (listener) {
-                    if (std::optional<failure> thrown = detail::emit_caught(
-                            listener, s.clock,
-                            waited_on(s, ctx, since, telemetry_kind::queue_wait, rejection_reason::no_capacity))) {
+                    if (std::optional<failure> thrown =
+                            detail::emit_caught(listener, s.clock,
+                                                waited_on(s, ctx, since, telemetry_kind::queue_wait,
+                                                          rejection_reason::no_capacity))) {
                         std::exchange(c.held, nullptr)->release();
                         result.emplace(std::move(*thrown));
                         return step::done;
@@ -437,7 +439,8 @@ private:
     // result instead.
     RESILIENCE_DETAIL_NOINLINE static failure refuse(const state& s, const context& ctx,
                                                      const telemetry_listener* listener,
-                                                     const typename C::time_point* since, rejection_reason why) {
+                                                     const typename C::time_point* since,
+                                                     rejection_reason why) {
         if (s.options.on_rejected) {
             try {
                 s.options.on_rejected(rejection_event{s.options.name, why});
