@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file redis/connection.hpp
-/// `redis::connection`: an asynchronous, pipelined Redis connection on an Asio executor, with the
-/// errors it reports (`redis::error`) and the replies it parses (`redis::reply`, read by hiredis's
-/// RESP reader; the socket and the timers are Asio's, so no thread ever blocks).
+/// `redis::connection`: an asynchronous, pipelined Redis connection on an Asio executor. It reports
+/// `redis::error`s (error.hpp) and returns `redis::reply`s (resp.hpp, read by hiredis's RESP reader);
+/// the socket and the timers are Asio's, so no thread ever blocks.
 #pragma once
 
 #include "../asio.hpp"
@@ -10,15 +10,14 @@
 #include "../error.hpp"
 #include "../random.hpp"
 #include "../task.hpp"
+#include "error.hpp"
+#include "resp.hpp"
 
 #include <asio/connect.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
-
-#include <hiredis/hiredis.h> // HIREDIS_MAJOR
-#include <hiredis/read.h>
 
 #include <array>
 #include <chrono>
@@ -39,68 +38,10 @@
 
 namespace resilience::redis {
 
-/// Why a Redis command failed without a reply from the server's script or command.
-enum class errc {
-    unavailable = 1, ///< no connection: the connect failed, or the connection waits out its reconnect backoff
-    connection_lost, ///< the connection broke with the command in flight: it may or may not have run
-    timeout,         ///< no reply within `command_timeout`: it may or may not have run
-    protocol,        ///< the server sent something that is not RESP, or a reply nobody asked for
-    server,          ///< the server answered with an error reply (its text is `what()`)
-};
-
-namespace detail {
-class error_category_impl final : public std::error_category {
-public:
-    const char* name() const noexcept override { return "resilience.redis"; }
-    std::string message(int value) const override {
-        switch (static_cast<errc>(value)) {
-        case errc::unavailable:
-            return "redis unavailable";
-        case errc::connection_lost:
-            return "redis connection lost";
-        case errc::timeout:
-            return "redis command timed out";
-        case errc::protocol:
-            return "redis protocol error";
-        case errc::server:
-            return "redis error reply";
-        }
-        return "unknown redis error";
-    }
-};
-} // namespace detail
-
-/// The category of `redis::errc`; one object for the whole program.
-inline const std::error_category& error_category() noexcept {
-    static const detail::error_category_impl category;
-    return category;
-}
-inline std::error_code make_error_code(errc e) noexcept {
-    return {static_cast<int>(e), error_category()};
-}
-
-/// A Redis command failed: `code()` is a `redis::errc`. A `std::system_error`, not an `rs::error`:
-/// it says what happened to the connection, not what a policy decided (the policies turn it into
-/// their own refusal, or let the call through, as their options say).
-class error : public std::system_error {
-public:
-    explicit error(errc e, const std::string& what = {}) : std::system_error(make_error_code(e), what) {}
-};
-
-/// One RESP reply. Strings, statuses and errors keep their text in `str`; integers in `integer`;
-/// arrays their elements. A `nil` is a null bulk string or a null array.
-struct reply {
-    enum class kind : unsigned char { string, array, integer, nil, status, error };
-    kind type = kind::nil;
-    std::string str{};
-    long long integer = 0;
-    std::vector<reply> elements{};
-
-    [[nodiscard]] bool is_error() const noexcept { return type == kind::error; }
-};
-
 /// How to reach the server and what to do when it cannot be reached.
 struct connection_options {
+    /// Carried by the errors (`what()`).
+    std::string name{};
     /// A host name or an address. Must not be empty.
     std::string host = "127.0.0.1";
     /// Must not be 0.
@@ -115,8 +56,6 @@ struct connection_options {
     /// caller nothing but a check. A connection lost by an I/O error is reconnected at once, on
     /// the next command.
     backoff reconnect = exponential_backoff{std::chrono::milliseconds{50}, 2.0, std::chrono::seconds{2}};
-    /// Carried by the errors (`what()`).
-    std::string name{};
 
     /// `redis://host:port` (or `host:port`, or `host`; the port defaults to 6379). An IPv6 address
     /// is written in brackets: `redis://[::1]:6379`. A database may be given only as `/0` (the
@@ -165,106 +104,6 @@ struct connection_options {
 };
 
 namespace detail {
-
-// hiredis's reader builds our `reply` tree: a root is allocated, a child is constructed in place in
-// its parent's elements (sized by the array header), so only roots are ever freed.
-struct reply_builder {
-    static reply* place(const redisReadTask* task) {
-        if (task->parent != nullptr)
-            return &static_cast<reply*>(task->parent->obj)->elements[static_cast<std::size_t>(task->idx)];
-        return new reply;
-    }
-    static void* create_string(const redisReadTask* task, char* s, std::size_t n) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = task->type == REDIS_REPLY_ERROR    ? reply::kind::error
-                      : task->type == REDIS_REPLY_STATUS ? reply::kind::status
-                                                         : reply::kind::string;
-            r->str.assign(s, n);
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    // hiredis 1.0 changed the reader's callbacks: an array's size became a size_t, and RESP3's
-    // doubles and booleans got callbacks of their own (never called here, as the connection speaks
-    // RESP2; should one come, a double keeps its text and a boolean becomes 0 or 1).
-#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
-    using array_size = std::size_t;
-#else
-    using array_size = int;
-#endif
-    static void* create_array(const redisReadTask* task, array_size n) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::array;
-            r->elements.resize(static_cast<std::size_t>(n));
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void* create_integer(const redisReadTask* task, long long v) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::integer;
-            r->integer = v;
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void* create_nil(const redisReadTask* task) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::nil;
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void free_object(void* r) noexcept { delete static_cast<reply*>(r); }
-
-#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
-    static void* create_double(const redisReadTask* task, double, char* s, std::size_t n) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::string;
-            r->str.assign(s, n);
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void* create_bool(const redisReadTask* task, int v) noexcept { return create_integer(task, v != 0); }
-
-    static redisReplyObjectFunctions* functions() noexcept {
-        static redisReplyObjectFunctions fns{&create_string, &create_array, &create_integer, &create_double,
-                                             &create_nil,    &create_bool,  &free_object};
-        return &fns;
-    }
-#else
-    static redisReplyObjectFunctions* functions() noexcept {
-        static redisReplyObjectFunctions fns{&create_string, &create_array, &create_integer, &create_nil,
-                                             &free_object};
-        return &fns;
-    }
-#endif
-};
-
-/// A command as RESP: an array of bulk strings.
-inline void append_command(std::string& out, const std::vector<std::string>& args) {
-    out += '*';
-    out += std::to_string(args.size());
-    out += "\r\n";
-    for (const std::string& a : args) {
-        out += '$';
-        out += std::to_string(a.size());
-        out += "\r\n";
-        out += a;
-        out += "\r\n";
-    }
-}
 
 /// One command sent: its reply or failure, and the coroutine waiting for it (none for `send`).
 /// It stays in the connection's queue until its reply arrives, even when its caller has left
@@ -363,16 +202,10 @@ private:
     // finds itself stale by comparing with `link_`.
     struct link {
         explicit link(const ::asio::any_io_executor& ex)
-            : socket(ex), resolver(ex), reader(redisReaderCreateWithFunctions(reply_builder::functions())) {
-            if (!reader)
-                throw std::bad_alloc{};
-        }
-        link(const link&) = delete;
-        link& operator=(const link&) = delete;
-        ~link() { redisReaderFree(reader); }
+            : socket(ex), resolver(ex) {}
         ::asio::ip::tcp::socket socket;
         ::asio::ip::tcp::resolver resolver;
-        redisReader* reader;
+        reply_reader reader;
         std::string writing;
         bool reading = false;
         std::array<char, 16384> buffer{};
@@ -457,19 +290,15 @@ private:
                                false);
                     return;
                 }
-                if (redisReaderFeed(l->reader, l->buffer.data(), n) != REDIS_OK) {
-                    self->lost(errc::protocol, l->reader->errstr, false);
-                    return;
-                }
+                l->reader.feed({l->buffer.data(), n});
                 for (;;) {
-                    void* raw = nullptr;
-                    if (redisReaderGetReply(l->reader, &raw) != REDIS_OK) {
-                        self->lost(errc::protocol, l->reader->errstr, false);
+                    std::optional<reply> r = l->reader.next();
+                    if (l->reader.failed()) {
+                        self->lost(errc::protocol, std::string{l->reader.error_text()}, false);
                         return;
                     }
-                    if (raw == nullptr)
+                    if (!r)
                         break;
-                    std::unique_ptr<reply> r{static_cast<reply*>(raw)};
                     self->attempts_ = 0; // an answer, not a connect, ends the outage
                     if (self->queue_.empty()) {
                         self->lost(errc::protocol, "a reply nobody asked for", false);
@@ -683,5 +512,3 @@ private:
 
 } // namespace resilience::redis
 
-template <>
-struct std::is_error_code_enum<resilience::redis::errc> : std::true_type {};
