@@ -32,7 +32,8 @@ inline bool redis_tests_enabled() {
         return true;
     const char* no_install = std::getenv("RESILIENCE_NO_INSTALL");
     if (no_install && std::string{no_install} == "1") {
-        WARN("skipped: redis-server is not on PATH and RESILIENCE_NO_INSTALL=1 (apt-get install redis-server)");
+        WARN("skipped: redis-server is not on PATH and RESILIENCE_NO_INSTALL=1 (apt-get install "
+             "redis-server)");
         return false;
     }
     FAIL("redis-server is not on PATH: install it (apt-get install redis-server; scripts/dev test does), "

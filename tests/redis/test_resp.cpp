@@ -52,7 +52,8 @@ TEST_CASE("redis resp: integers, negative ones included", "[redis][resp]") {
     CHECK(only_reply(":9223372036854775807\r\n").integer == 9223372036854775807LL);
 }
 
-TEST_CASE("redis resp: bulk strings, empty and binary ones included, and the null bulk string", "[redis][resp]") {
+TEST_CASE("redis resp: bulk strings, empty and binary ones included, and the null bulk string",
+          "[redis][resp]") {
     const redis::reply hello = only_reply("$5\r\nhello\r\n");
     CHECK(hello.type == kind::string);
     CHECK(hello.str == "hello");

@@ -229,9 +229,8 @@ void launch(const ::asio::any_io_executor& ex, Make make, Handler handler, std::
     const bool connect = stop.stop_possible();
     if (connect)
         ::asio::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
-    ::asio::post(ex, [ex, m = std::move(make), t = std::move(token), h = std::move(handler), connect]() mutable {
-        start(std::move(m), std::move(t), std::move(h), ex, connect);
-    });
+    ::asio::post(ex, [ex, m = std::move(make), t = std::move(token), h = std::move(handler),
+                      connect]() mutable { start(std::move(m), std::move(t), std::move(h), ex, connect); });
 }
 
 template <class R>
@@ -274,9 +273,9 @@ auto async_run(::asio::any_io_executor executor, A awaitable, CompletionToken&& 
 ///
 ///     rs::asio::async_run(ex, [&](std::stop_token st) { return policy.execute(fetch, st); }, token);
 template <class F, class CompletionToken>
-requires(!awaitable<F>) && std::invocable<F&, std::stop_token> &&
-        awaitable<std::invoke_result_t<F&, std::stop_token>>
-auto async_run(::asio::any_io_executor executor, F make, CompletionToken&& token) {
+requires(!awaitable<F>) &&
+    std::invocable<F&, std::stop_token>&& awaitable<std::invoke_result_t<F&, std::stop_token>> auto async_run(
+        ::asio::any_io_executor executor, F make, CompletionToken&& token) {
     using signature = typename detail::completion_signature<
         await_result_t<std::invoke_result_t<F&, std::stop_token>>>::type;
     return ::asio::async_initiate<CompletionToken, signature>(
@@ -341,11 +340,13 @@ template <class F, class CompletionToken>
 requires awaitable<F> || resilience::detail::scope_callable<F>
 auto spawn(async_scope& scope, ::asio::any_io_executor executor, F make, CompletionToken&& token) {
     if constexpr (awaitable<F>)
-        return async_run(std::move(executor), scope.nest(std::move(make)), std::forward<CompletionToken>(token));
-    else
-        return async_run(std::move(executor),
-                         detail::scoped_make<F>{resilience::detail::scope_access::guard(scope), std::move(make)},
+        return async_run(std::move(executor), scope.nest(std::move(make)),
                          std::forward<CompletionToken>(token));
+    else
+        return async_run(
+            std::move(executor),
+            detail::scoped_make<F>{resilience::detail::scope_access::guard(scope), std::move(make)},
+            std::forward<CompletionToken>(token));
 }
 
 } // namespace resilience::asio

@@ -177,11 +177,7 @@ public:
             initiation_record* outer;
             ~restore() { initiating = outer; }
         } restore_guard{record.outer};
-        std::apply(
-            [&](auto&... a) {
-                std::move(initiation_)(handler{link_, stop}, std::move(a)...);
-            },
-            args_);
+        std::apply([&](auto&... a) { std::move(initiation_)(handler{link_, stop}, std::move(a)...); }, args_);
         // From here the coroutine may be running on another thread, or gone: only locals are touched.
         if (record.completed || record.dropped)
             return false; // resume now: with the result, or to report the dropped handler
@@ -219,7 +215,8 @@ private:
             // Dropped by a failing initiating function: the coroutine is not suspended for good
             // and goes on (with the exception, if any). Dropped later (its io_context shutting
             // down, say): the call waits until whoever owns it destroys it.
-            if (live_ && initiating && link_ && initiating->operation == link_->self.load(std::memory_order_acquire))
+            if (live_ && initiating && link_ &&
+                initiating->operation == link_->self.load(std::memory_order_acquire))
                 initiating->dropped = true;
         }
 

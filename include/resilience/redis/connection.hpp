@@ -73,7 +73,8 @@ struct connection_options {
             url = url.substr(0, slash);
         }
         if (url.find('@') != std::string_view::npos) // its text, a password, is left out of the message
-            throw std::invalid_argument(who + "user info (\"user:password@\") is not supported (no AUTH is sent)");
+            throw std::invalid_argument(who +
+                                        "user info (\"user:password@\") is not supported (no AUTH is sent)");
         std::string_view port = url;
         if (url.starts_with('[')) {
             const auto close = url.find(']');
@@ -160,12 +161,12 @@ public:
         if (state_ == state::backing_off) {
             if (now < retry_at_) {
                 p->done = true;
-                p->failure = std::make_exception_ptr(
-                    error{errc::unavailable, prefix() + "reconnecting in " +
-                                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                    retry_at_ - now)
-                                                                    .count()) +
-                                                 "ms: " + last_failure_});
+                p->failure = std::make_exception_ptr(error{
+                    errc::unavailable,
+                    prefix() + "reconnecting in " +
+                        std::to_string(
+                            std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now).count()) +
+                        "ms: " + last_failure_});
                 return p;
             }
             state_ = state::idle;
@@ -201,8 +202,7 @@ private:
     // One socket and what goes with it; a reconnect makes a new one, so a handler of an old socket
     // finds itself stale by comparing with `link_`.
     struct link {
-        explicit link(const ::asio::any_io_executor& ex)
-            : socket(ex), resolver(ex) {}
+        explicit link(const ::asio::any_io_executor& ex) : socket(ex), resolver(ex) {}
         ::asio::ip::tcp::socket socket;
         ::asio::ip::tcp::resolver resolver;
         reply_reader reader;
@@ -240,17 +240,17 @@ private:
             l->socket.async_connect(::asio::ip::tcp::endpoint{address, options_.port}, on_connect);
             return;
         }
-        l->resolver.async_resolve(
-            options_.host, std::to_string(options_.port),
-            [self, l, on_connect](const std::error_code& rec, ::asio::ip::tcp::resolver::results_type results) {
-                if (self->link_ != l)
-                    return;
-                if (rec) {
-                    self->connect_failed(rec.message());
-                    return;
-                }
-                ::asio::async_connect(l->socket, results, on_connect);
-            });
+        l->resolver.async_resolve(options_.host, std::to_string(options_.port),
+                                  [self, l, on_connect](const std::error_code& rec,
+                                                        ::asio::ip::tcp::resolver::results_type results) {
+                                      if (self->link_ != l)
+                                          return;
+                                      if (rec) {
+                                          self->connect_failed(rec.message());
+                                          return;
+                                      }
+                                      ::asio::async_connect(l->socket, results, on_connect);
+                                  });
     }
 
     void connect_failed(const std::string& why) { lost(errc::unavailable, "cannot connect: " + why, true); }
@@ -280,43 +280,43 @@ private:
         if (state_ != state::open || l->reading || queue_.empty())
             return;
         l->reading = true;
-        l->socket.async_read_some(
-            ::asio::buffer(l->buffer), [self = shared_from_this(), l](const std::error_code& ec, std::size_t n) {
-                if (self->link_ != l)
-                    return;
-                l->reading = false;
-                if (ec) {
-                    self->lost(errc::connection_lost, ec == ::asio::error::eof ? "closed by the server" : ec.message(),
-                               false);
+        l->socket.async_read_some(::asio::buffer(l->buffer), [self = shared_from_this(),
+                                                              l](const std::error_code& ec, std::size_t n) {
+            if (self->link_ != l)
+                return;
+            l->reading = false;
+            if (ec) {
+                self->lost(errc::connection_lost,
+                           ec == ::asio::error::eof ? "closed by the server" : ec.message(), false);
+                return;
+            }
+            l->reader.feed({l->buffer.data(), n});
+            for (;;) {
+                std::optional<reply> r = l->reader.next();
+                if (l->reader.failed()) {
+                    self->lost(errc::protocol, std::string{l->reader.error_text()}, false);
                     return;
                 }
-                l->reader.feed({l->buffer.data(), n});
-                for (;;) {
-                    std::optional<reply> r = l->reader.next();
-                    if (l->reader.failed()) {
-                        self->lost(errc::protocol, std::string{l->reader.error_text()}, false);
-                        return;
-                    }
-                    if (!r)
-                        break;
-                    self->attempts_ = 0; // an answer, not a connect, ends the outage
-                    if (self->queue_.empty()) {
-                        self->lost(errc::protocol, "a reply nobody asked for", false);
-                        return;
-                    }
-                    std::shared_ptr<pending> p = std::move(self->queue_.front());
-                    self->queue_.pop_front();
-                    if (self->queue_.empty())
-                        self->watchdog_.cancel();
-                    if (!p->done) {
-                        p->result.emplace(std::move(*r));
-                        p->finish(); // may issue commands, or close this connection
-                        if (self->link_ != l)
-                            return;
-                    }
+                if (!r)
+                    break;
+                self->attempts_ = 0; // an answer, not a connect, ends the outage
+                if (self->queue_.empty()) {
+                    self->lost(errc::protocol, "a reply nobody asked for", false);
+                    return;
                 }
-                self->read();
-            });
+                std::shared_ptr<pending> p = std::move(self->queue_.front());
+                self->queue_.pop_front();
+                if (self->queue_.empty())
+                    self->watchdog_.cancel();
+                if (!p->done) {
+                    p->result.emplace(std::move(*r));
+                    p->finish(); // may issue commands, or close this connection
+                    if (self->link_ != l)
+                        return;
+                }
+            }
+            self->read();
+        });
     }
 
     // The queue's front has the earliest deadline (one timeout for all, in sending order), so one
@@ -332,7 +332,8 @@ private:
             if (self->queue_.empty())
                 return;
             if (self->queue_.front()->deadline <= std::chrono::steady_clock::now()) {
-                const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.command_timeout);
+                const auto ms =
+                    std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.command_timeout);
                 self->lost(errc::timeout, "no reply within " + std::to_string(ms.count()) + "ms", true);
                 return;
             }
@@ -374,7 +375,7 @@ private:
     connection_options options_;
     state state_ = state::idle;
     std::shared_ptr<link> link_;
-    std::string out_; // encoded commands not yet handed to the socket
+    std::string out_;                            // encoded commands not yet handed to the socket
     std::deque<std::shared_ptr<pending>> queue_; // sent or to send, in order, awaiting replies
     ::asio::steady_timer watchdog_;
     bool watchdog_armed_ = false;
@@ -455,7 +456,8 @@ private:
 class connection {
 public:
     explicit connection(::asio::any_io_executor executor, connection_options options = {})
-        : state_(std::make_shared<detail::connection_state>(std::move(executor), validated(std::move(options)))) {}
+        : state_(std::make_shared<detail::connection_state>(std::move(executor),
+                                                            validated(std::move(options)))) {}
 
     /// Sends one command (`args[0]` the command's name) and returns its reply, an error reply
     /// included (`reply::is_error()`). Throws `redis::error` when there is no reply (see the class
@@ -492,7 +494,8 @@ private:
             throw std::invalid_argument(who + "host must not be empty");
         if (o.port == 0)
             throw std::invalid_argument(who + "port must not be 0");
-        if (o.command_timeout <= std::chrono::nanoseconds::zero() || o.command_timeout > std::chrono::hours{24 * 365})
+        if (o.command_timeout <= std::chrono::nanoseconds::zero() ||
+            o.command_timeout > std::chrono::hours{24 * 365})
             throw std::invalid_argument(who + "command_timeout must be positive and at most a year, got " +
                                         std::to_string(o.command_timeout.count()) + "ns");
         return o;
@@ -511,4 +514,3 @@ private:
 };
 
 } // namespace resilience::redis
-

@@ -90,7 +90,9 @@ struct reply_builder {
             return nullptr;
         }
     }
-    static void free_object(void* r) noexcept { delete static_cast<reply*>(r); }
+    static void free_object(void* r) noexcept {
+        delete static_cast<reply*>(r);
+    }
 
 #if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
     static void* create_double(const redisReadTask* task, double, char* s, std::size_t n) noexcept {
@@ -103,7 +105,9 @@ struct reply_builder {
             return nullptr;
         }
     }
-    static void* create_bool(const redisReadTask* task, int v) noexcept { return create_integer(task, v != 0); }
+    static void* create_bool(const redisReadTask* task, int v) noexcept {
+        return create_integer(task, v != 0);
+    }
 
     static redisReplyObjectFunctions* functions() noexcept {
         static redisReplyObjectFunctions fns{&create_string, &create_array, &create_integer, &create_double,
