@@ -9,6 +9,7 @@
 
 #include <resilience/pipeline.hpp>
 #include <resilience/policy_kit.hpp>
+#include <resilience/registry.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
@@ -280,6 +281,24 @@ TEST_CASE("priority_shedder: validation names the field and the value", "[writin
           "priority_shedder: reserved must be less than capacity (4), got 4");
     CHECK(invalid_argument_message([] { example::priority_shedder{{.max_wait = -1ns}}; }) ==
           "priority_shedder: max_wait must not be negative, got -1ns");
+}
+
+// A registry of your own handles: `keyed_registry` takes any copyable handle; `Idle` says which entries it
+// may forget (the default: any).
+struct shedder_idle {
+    bool operator()(const example::priority_shedder<>& s) const { return s.in_flight() == 0 && s.queued() == 0; }
+};
+
+TEST_CASE("priority_shedder: one per tenant, from a keyed_registry", "[writing_a_policy]") {
+    rs::keyed_registry<example::priority_shedder<>, std::string, std::hash<std::string>, std::equal_to<std::string>,
+                       shedder_idle>
+        per_tenant{100, [](const std::string& tenant) {
+                       return example::priority_shedder<>{{.name = tenant, .capacity = 8, .reserved = 2}};
+                   }};
+    const example::priority_shedder<> first = per_tenant.get("acme");
+    CHECK(per_tenant.get("acme").options().capacity == 8);
+    CHECK(&per_tenant.get("acme").options() == &first.options()); // the same shared state
+    CHECK(per_tenant.get("globex").name() == "globex");
 }
 
 TEST_CASE("in_flight_gauge: counts the calls inside it, in a pipeline's frame", "[writing_a_policy]") {

@@ -215,7 +215,7 @@ public:
     /// call's frame is destroyed before `leave` (its event loop torn down).
     struct call_state {
         std::shared_ptr<state> held; // the call keeps the slots alive while it holds one
-        void give_back() {
+        void give_back() noexcept {
             if (held)
                 std::exchange(held, nullptr)->release();
         }
@@ -240,7 +240,7 @@ public:
 
     /// Gives the slot back, whatever the outcome.
     template <class R>
-    rs::step leave(call_state& c, const rs::context&, rs::outcome<R>&) const {
+    rs::step leave(call_state& c, const rs::context&, rs::outcome<R>&) const noexcept {
         c.give_back();
         return rs::step::proceed;
     }
@@ -253,38 +253,41 @@ public:
         using result_type = rs::next_outcome_t<Next>;
         const state& s = *state_;
         call_state slot;
-        if (ctx.stop_requested()) // the stop arrived before the wait
+        if (ctx.stop_requested()) // stopped before it was admitted
             co_return result_type{rs::failure::make(rs::cancelled_error{name()})};
-        if (state_->try_take(priority_)) {
-            slot.held = state_; // a slot came free since `enter`
-        } else if (!may_wait()) {
-            co_return result_type{shed(ctx, rs::rejection_reason::no_capacity, {})};
+        if (!may_wait()) {
+            if (!state_->try_take(priority_))
+                co_return result_type{shed(ctx, rs::rejection_reason::no_capacity, {})};
+            slot.held = state_;
         } else {
-            const auto queued_at = s.clock.now();
             place p{state_};
             if (state_->take_or_queue(p.w)) {
-                slot.held = state_;
+                slot.held = state_; // a slot came free since `enter`
             } else {
-                // Woken by a slot handed over, the caller's stop (forwarded to the same source), or
-                // the deadline, whichever comes first.
-                std::stop_callback forward_stop{ctx.stop_token(), [&p] { p.w.wake.request_stop(); }};
-                co_await s.clock.sleep_until(rs::kit::after(s.clock, s.options.max_wait), p.w.wake.get_token());
-            }
-            const bool granted = p.settle();
-            if (granted)
-                slot.held = state_;
-            const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(s.clock.now() - queued_at);
-            if (ctx.stop_requested()) // a slot handed over to a call that stopped goes on to the next
-                co_return result_type{rs::failure::make(rs::cancelled_error{name()})};
-            if (!granted)
-                co_return result_type{shed(ctx, rs::rejection_reason::queue_timeout, waited)};
-            const rs::telemetry_listener* listener = rs::kit::listener_for(s.options.telemetry, ctx);
-            if (listener) {
-                if (std::optional<rs::failure> thrown = rs::kit::emit(
-                        listener, s.clock,
-                        rs::kit::event(rs::telemetry_kind::queue_wait, "priority_shedder", name(), ctx.attempt(),
-                                       waited)))
-                    co_return result_type{std::move(*thrown)};
+                const auto queued_at = s.clock.now();
+                {
+                    // Woken by a slot handed over, the caller's stop (forwarded to the same source),
+                    // or the deadline, whichever comes first.
+                    std::stop_callback forward_stop{ctx.stop_token(), [&p] { p.w.wake.request_stop(); }};
+                    co_await s.clock.sleep_until(rs::kit::after(s.clock, s.options.max_wait),
+                                                 p.w.wake.get_token());
+                }
+                const bool granted = p.settle();
+                if (granted)
+                    slot.held = state_;
+                const auto waited =
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(s.clock.now() - queued_at);
+                if (ctx.stop_requested()) // a slot handed over to a call that stopped goes on to the next
+                    co_return result_type{rs::failure::make(rs::cancelled_error{name()})};
+                if (!granted)
+                    co_return result_type{shed(ctx, rs::rejection_reason::queue_timeout, waited)};
+                if (const rs::telemetry_listener* listener = rs::kit::listener_for(s.options.telemetry, ctx)) {
+                    if (std::optional<rs::failure> thrown = rs::kit::emit(
+                            listener, s.clock,
+                            rs::kit::event(rs::telemetry_kind::queue_wait, "priority_shedder", name(),
+                                           ctx.attempt(), waited)))
+                        co_return result_type{std::move(*thrown)};
+                }
             }
         }
         result_type r = co_await next(ctx);
