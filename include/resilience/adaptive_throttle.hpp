@@ -321,7 +321,7 @@ public:
             result.emplace(detail::refused(
                 detail::listener_for(o.telemetry, ctx), core.clock(),
                 detail::event(telemetry_kind::rejection, "adaptive_throttle", o.name, ctx.attempt()),
-                failure::make(throttled_error{*refused_with, o.name})));
+                failure::make(throttled_error{o.name, *refused_with})));
         } catch (...) {
             result.emplace(failure::current()); // the clock threw
         }

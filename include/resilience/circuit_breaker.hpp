@@ -914,7 +914,7 @@ private:
         const std::string& name = this->held().options().name;
         if (t.isolated)
             return failure::make(circuit_isolated_error{name});
-        return failure::make(circuit_open_error{t.retry_after, t.cause, name});
+        return failure::make(circuit_open_error{name, t.retry_after, t.cause});
     }
 
     // A failure, or a value the classifier looks at: judged, then recorded.

@@ -276,7 +276,7 @@ private:
                                                                         std::chrono::milliseconds{1});
             co_return decision{resilience::detail::refused(
                 listener, s->clock, event(telemetry_kind::rejection, {}, rejection_reason::no_capacity),
-                failure::make(rate_limited_error{retry_after, o.name, rejection_reason::no_capacity}))};
+                failure::make(rate_limited_error{o.name, retry_after, rejection_reason::no_capacity}))};
         }
         if (std::optional<failure> thrown = s->health.answered(listener, s->clock, o.name))
             co_return decision{std::move(thrown)};
@@ -287,7 +287,7 @@ private:
                                                             : rejection_reason::queue_timeout;
             co_return decision{resilience::detail::refused(listener, s->clock,
                                                            event(telemetry_kind::rejection, {}, why),
-                                                           failure::make(rate_limited_error{wait, o.name, why}))};
+                                                           failure::make(rate_limited_error{o.name, wait, why}))};
         }
         if (wait > std::chrono::nanoseconds::zero()) {
             const auto until = resilience::detail::add_saturating(s->clock.now(), wait);
