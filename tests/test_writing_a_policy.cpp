@@ -128,12 +128,12 @@ TEST_CASE("priority_shedder: a critical call that waits max_wait in vain is shed
           "[writing_a_policy]") {
     rs::testing::simulation sim;
     std::vector<heard> events;
-    std::vector<std::chrono::nanoseconds> told; // on_rejected: how long each shed call waited
+    std::vector<rs::rejection_reason> told; // on_rejected: why each call was shed
     shedder s{{.name = "db",
                .capacity = 1,
                .reserved = 0,
                .max_wait = 500ms,
-               .on_rejected = [&](const example::shed_event& e) { told.push_back(e.waited()); },
+               .on_rejected = [&](const rs::rejection_event& e) { told.push_back(e.reason()); },
                .telemetry = [&](const rs::telemetry_event& e) {
                    events.push_back({e.kind, e.duration, e.at, e.reason, e.error != nullptr});
                }},
@@ -145,7 +145,7 @@ TEST_CASE("priority_shedder: a critical call that waits max_wait in vain is shed
     REQUIRE(shed(b) != nullptr);
     CHECK(b.at == 500ms);
     CHECK(shed(b)->reason() == rs::rejection_reason::queue_timeout);
-    CHECK(told == std::vector<std::chrono::nanoseconds>{500ms});
+    CHECK(told == std::vector<rs::rejection_reason>{rs::rejection_reason::queue_timeout});
     REQUIRE(events.size() == 1);
     CHECK(events[0].kind == rs::telemetry_kind::rejection);
     CHECK((events[0].duration == 500ms && events[0].at == 500ms && events[0].has_error));
@@ -190,7 +190,7 @@ TEST_CASE("priority_shedder: a callback or listener that throws ends the call wi
         int heard_events = 0;
         shedder s{{.capacity = 1,
                    .reserved = 0,
-                   .on_rejected = [](const example::shed_event&) { throw std::domain_error("from on_rejected"); },
+                   .on_rejected = [](const rs::rejection_event&) { throw std::domain_error("from on_rejected"); },
                    .telemetry = [&](const rs::telemetry_event&) { ++heard_events; }},
                   sim.clock()};
         ended a, b;
@@ -230,7 +230,7 @@ TEST_CASE("priority_shedder: a retry around it retries a shed call unless its cl
     CHECK(rs::is_transient(refusal));    // so the default classifier retries it
 
     int shed_calls = 0;
-    shedder s{{.capacity = 1, .reserved = 0, .on_rejected = [&](const example::shed_event&) { ++shed_calls; }},
+    shedder s{{.capacity = 1, .reserved = 0, .on_rejected = [&](const rs::rejection_event&) { ++shed_calls; }},
               sim.clock()};
     ended holder;
     sim.spawn(call_through(sim, s, 10s, holder)); // holds the one slot

@@ -33,26 +33,6 @@ enum class priority : unsigned char {
 
 constexpr const char* to_string(priority p) noexcept { return p == priority::critical ? "critical" : "sheddable"; }
 
-/// What `on_rejected` is told. Refers to the shedder's name: valid only during the callback.
-class shed_event {
-public:
-    shed_event(std::string_view policy_name, priority p, rs::rejection_reason reason,
-               std::chrono::nanoseconds waited) noexcept
-        : name_(policy_name), priority_(p), reason_(reason), waited_(waited) {}
-    [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
-    [[nodiscard]] priority call_priority() const noexcept { return priority_; }
-    /// `no_capacity` (shed on arrival) or `queue_timeout` (waited `max_wait` in vain).
-    [[nodiscard]] rs::rejection_reason reason() const noexcept { return reason_; }
-    /// How long the call waited for a slot first (zero when shed on arrival).
-    [[nodiscard]] std::chrono::nanoseconds waited() const noexcept { return waited_; }
-
-private:
-    std::string_view name_;
-    priority priority_;
-    rs::rejection_reason reason_;
-    std::chrono::nanoseconds waited_;
-};
-
 /// How a `priority_shedder` behaves.
 struct priority_shedder_options {
     /// Names the shedder in its errors, events and messages. Empty: unnamed.
@@ -64,9 +44,10 @@ struct priority_shedder_options {
     /// How long a critical call that finds every slot taken waits for one, in arrival order. Zero:
     /// it is shed at once, as a sheddable call is. Not negative.
     std::chrono::nanoseconds max_wait{};
-    /// Called when a call is shed, before the refusal is returned. A callback that throws ends the
-    /// call with its exception instead (and the listener hears nothing).
-    std::function<void(const shed_event&)> on_rejected{};
+    /// Called when a call is shed, before the refusal is returned, with the payload every policy's
+    /// `on_rejected` has (`reason()`: `no_capacity` on arrival, `queue_timeout` after `max_wait`). A
+    /// callback that throws ends the call with its exception instead (and the listener hears nothing).
+    std::function<void(const rs::rejection_event&)> on_rejected{};
     /// Hears a `rejection` for every call shed and a `queue_wait` for every critical call admitted
     /// after waiting. Empty: the listener of a `telemetry` stage around it, if any.
     rs::telemetry_listener telemetry{};
@@ -320,7 +301,7 @@ private:
     rs::failure shed(const rs::context& ctx, rs::rejection_reason why, std::chrono::nanoseconds waited) const {
         const state& s = *state_;
         if (std::optional<rs::failure> thrown =
-                rs::kit::invoke_callback(s.options.on_rejected, shed_event{name(), priority_, why, waited}))
+                rs::kit::invoke_callback(s.options.on_rejected, rs::rejection_event{name(), why}))
             return std::move(*thrown);
         rs::failure refusal = rs::failure::make(shed_error{name(), priority_, why});
         const rs::telemetry_listener* listener = rs::kit::listener_for(s.options.telemetry, ctx);
