@@ -35,7 +35,8 @@ using shedder = example::priority_shedder<rs::testing::virtual_clock>;
 static_assert(rs::policy<shedder>);
 static_assert(rs::policy<example::in_flight_gauge>);
 static_assert(rs::kit::fast_policy<shedder> && rs::kit::enter_may_wait<shedder>); // so it has a `run`
-static_assert(rs::kit::fast_policy<example::in_flight_gauge> && !rs::kit::enter_may_wait<example::in_flight_gauge>);
+static_assert(rs::kit::fast_policy<example::in_flight_gauge> &&
+              !rs::kit::enter_may_wait<example::in_flight_gauge>);
 
 namespace {
 
@@ -103,9 +104,10 @@ TEST_CASE("priority_shedder: a critical call waits for the first slot given back
     shedder s{{.capacity = 1,
                .reserved = 0,
                .max_wait = 5s,
-               .telemetry = [&](const rs::telemetry_event& e) {
-                   events.push_back({e.kind, e.duration, e.at, e.reason, e.error != nullptr});
-               }},
+               .telemetry =
+                   [&](const rs::telemetry_event& e) {
+                       events.push_back({e.kind, e.duration, e.at, e.reason, e.error != nullptr});
+                   }},
               sim.clock()};
     ended a, b, c;
     sim.spawn(call_through(sim, s, 2s, a));
@@ -119,8 +121,10 @@ TEST_CASE("priority_shedder: a critical call waits for the first slot given back
     CHECK(c.at == 4s);
     CHECK((b.result->has_value() && c.result->has_value()));
     REQUIRE(events.size() == 2);
-    CHECK((events[0].kind == rs::telemetry_kind::queue_wait && events[0].duration == 2s && events[0].at == 2s));
-    CHECK((events[1].kind == rs::telemetry_kind::queue_wait && events[1].duration == 3s && events[1].at == 3s));
+    CHECK(
+        (events[0].kind == rs::telemetry_kind::queue_wait && events[0].duration == 2s && events[0].at == 2s));
+    CHECK(
+        (events[1].kind == rs::telemetry_kind::queue_wait && events[1].duration == 3s && events[1].at == 3s));
     CHECK((s.in_flight() == 0 && s.queued() == 0));
 }
 
@@ -134,9 +138,10 @@ TEST_CASE("priority_shedder: a critical call that waits max_wait in vain is shed
                .reserved = 0,
                .max_wait = 500ms,
                .on_rejected = [&](const rs::rejection_event& e) { told.push_back(e.reason()); },
-               .telemetry = [&](const rs::telemetry_event& e) {
-                   events.push_back({e.kind, e.duration, e.at, e.reason, e.error != nullptr});
-               }},
+               .telemetry =
+                   [&](const rs::telemetry_event& e) {
+                       events.push_back({e.kind, e.duration, e.at, e.reason, e.error != nullptr});
+                   }},
               sim.clock()};
     ended a, b;
     sim.spawn(call_through(sim, s, 2s, a));
@@ -188,11 +193,12 @@ TEST_CASE("priority_shedder: a callback or listener that throws ends the call wi
     rs::testing::simulation sim;
     SECTION("on_rejected: the call fails with it, and the listener hears nothing") {
         int heard_events = 0;
-        shedder s{{.capacity = 1,
-                   .reserved = 0,
-                   .on_rejected = [](const rs::rejection_event&) { throw std::domain_error("from on_rejected"); },
-                   .telemetry = [&](const rs::telemetry_event&) { ++heard_events; }},
-                  sim.clock()};
+        shedder s{
+            {.capacity = 1,
+             .reserved = 0,
+             .on_rejected = [](const rs::rejection_event&) { throw std::domain_error("from on_rejected"); },
+             .telemetry = [&](const rs::telemetry_event&) { ++heard_events; }},
+            sim.clock()};
         ended a, b;
         sim.spawn(call_through(sim, s, 1s, a));
         sim.spawn(call_through(sim, s, 1s, b));
@@ -230,24 +236,27 @@ TEST_CASE("priority_shedder: a retry around it retries a shed call unless its cl
     CHECK(rs::is_transient(refusal));    // so the default classifier retries it
 
     int shed_calls = 0;
-    shedder s{{.capacity = 1, .reserved = 0, .on_rejected = [&](const rs::rejection_event&) { ++shed_calls; }},
-              sim.clock()};
+    shedder s{
+        {.capacity = 1, .reserved = 0, .on_rejected = [&](const rs::rejection_event&) { ++shed_calls; }},
+        sim.clock()};
     ended holder;
     sim.spawn(call_through(sim, s, 10s, holder)); // holds the one slot
 
     ended by_default, told_not_to;
-    rs::retry retry_all{{.max_attempts = 3, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()};
+    rs::retry retry_all{{.max_attempts = 3, .backoff = rs::constant_backoff{100ms, rs::jitter::none}},
+                        sim.clock()};
     sim.spawn(call_through(sim, rs::pipeline{retry_all, s}, 1s, by_default));
     sim.run_for(1s);
     CHECK(shed_calls == 3);
     CHECK(by_default.at == 200ms);
 
     shed_calls = 0;
-    rs::retry retry_others{{.max_attempts = 3,
-                            .backoff = rs::constant_backoff{100ms, rs::jitter::none},
-                            .should_handle =
-                                [](const rs::failure& f) { return !f.is<example::shed_error>() && rs::is_transient(f); }},
-                           sim.clock()};
+    rs::retry retry_others{
+        {.max_attempts = 3,
+         .backoff = rs::constant_backoff{100ms, rs::jitter::none},
+         .should_handle =
+             [](const rs::failure& f) { return !f.is<example::shed_error>() && rs::is_transient(f); }},
+        sim.clock()};
     sim.spawn(call_through(sim, rs::pipeline{retry_others, s}, 1s, told_not_to));
     sim.run_for(1s);
     CHECK(shed_calls == 1);
@@ -261,7 +270,8 @@ TEST_CASE("priority_shedder: a call's frame destroyed with its loop gives back i
     ended a, b;
     {
         rs::testing::simulation sim;
-        s.emplace(example::priority_shedder_options{.capacity = 1, .reserved = 0, .max_wait = 1h}, sim.clock());
+        s.emplace(example::priority_shedder_options{.capacity = 1, .reserved = 0, .max_wait = 1h},
+                  sim.clock());
         sim.spawn(call_through(sim, *s, 10s, a));
         sim.spawn(call_through(sim, s->with_priority(priority::critical), 1s, b));
         sim.run_for(1s);
@@ -275,8 +285,9 @@ TEST_CASE("priority_shedder: a call's frame destroyed with its loop gives back i
 
 TEST_CASE("priority_shedder: validation names the field and the value", "[writing_a_policy]") {
     using resilience_tests::invalid_argument_message;
-    CHECK(invalid_argument_message([] { example::priority_shedder{{.name = "db", .capacity = 0, .reserved = 0}}; }) ==
-          "priority_shedder (db): capacity must be at least 1, got 0");
+    CHECK(invalid_argument_message([] {
+              example::priority_shedder{{.name = "db", .capacity = 0, .reserved = 0}};
+          }) == "priority_shedder (db): capacity must be at least 1, got 0");
     CHECK(invalid_argument_message([] { example::priority_shedder{{.capacity = 4, .reserved = 4}}; }) ==
           "priority_shedder: reserved must be less than capacity (4), got 4");
     CHECK(invalid_argument_message([] { example::priority_shedder{{.max_wait = -1ns}}; }) ==
@@ -286,12 +297,14 @@ TEST_CASE("priority_shedder: validation names the field and the value", "[writin
 // A registry of your own handles: `keyed_registry` takes any copyable handle; `Idle` says which entries it
 // may forget (the default: any).
 struct shedder_idle {
-    bool operator()(const example::priority_shedder<>& s) const { return s.in_flight() == 0 && s.queued() == 0; }
+    bool operator()(const example::priority_shedder<>& s) const {
+        return s.in_flight() == 0 && s.queued() == 0;
+    }
 };
 
 TEST_CASE("priority_shedder: one per tenant, from a keyed_registry", "[writing_a_policy]") {
-    rs::keyed_registry<example::priority_shedder<>, std::string, std::hash<std::string>, std::equal_to<std::string>,
-                       shedder_idle>
+    rs::keyed_registry<example::priority_shedder<>, std::string, std::hash<std::string>,
+                       std::equal_to<std::string>, shedder_idle>
         per_tenant{100, [](const std::string& tenant) {
                        return example::priority_shedder<>{{.name = tenant, .capacity = 8, .reserved = 2}};
                    }};
@@ -322,7 +335,8 @@ TEST_CASE("policy kit: the hooks behave as the library's own policies' do", "[wr
         sim.run_for(3s);
         CHECK(rs::kit::call_now(sim.clock(), rs::context{}).time_since_epoch() == 3s);
         CHECK(rs::kit::after(sim.clock(), 2s).time_since_epoch() == 5s);
-        CHECK(rs::kit::after(sim.clock(), std::chrono::nanoseconds::max()) == rs::testing::virtual_clock::time_point::max());
+        CHECK(rs::kit::after(sim.clock(), std::chrono::nanoseconds::max()) ==
+              rs::testing::virtual_clock::time_point::max());
     }
     SECTION("mismatch: empty for a classifier that can judge R, else the failure that names both types") {
         const rs::classifier longs = [](const rs::outcome<long>& o) { return !o; };
@@ -342,14 +356,19 @@ TEST_CASE("policy kit: the hooks behave as the library's own policies' do", "[wr
     }
     SECTION("refused reports the refusal and returns it, or what the listener threw") {
         std::vector<rs::telemetry_kind> kinds;
-        const rs::telemetry_listener listener = [&](const rs::telemetry_event& e) { kinds.push_back(e.kind); };
+        const rs::telemetry_listener listener = [&](const rs::telemetry_event& e) {
+            kinds.push_back(e.kind);
+        };
         const rs::failure f = rs::kit::refused(&listener, sim.clock(),
                                                rs::kit::event(rs::telemetry_kind::rejection, "mine", "", 1),
                                                rs::failure::make(std::runtime_error("no")));
         CHECK(kinds == std::vector<rs::telemetry_kind>{rs::telemetry_kind::rejection});
         CHECK(f.is<std::runtime_error>());
-        const rs::telemetry_listener throwing = [](const rs::telemetry_event&) { throw std::domain_error("x"); };
-        CHECK(rs::kit::refused(&throwing, sim.clock(), rs::kit::event(rs::telemetry_kind::rejection, "mine", "", 1),
+        const rs::telemetry_listener throwing = [](const rs::telemetry_event&) {
+            throw std::domain_error("x");
+        };
+        CHECK(rs::kit::refused(&throwing, sim.clock(),
+                               rs::kit::event(rs::telemetry_kind::rejection, "mine", "", 1),
                                rs::failure::make(std::runtime_error("no")))
                   .is<std::domain_error>());
     }

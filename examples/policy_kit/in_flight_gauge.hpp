@@ -53,7 +53,8 @@ public:
     }
 
     template <class R>
-    resilience::step leave(call_state& c, const resilience::context&, resilience::outcome<R>&) const noexcept {
+    resilience::step leave(call_state& c, const resilience::context&,
+                           resilience::outcome<R>&) const noexcept {
         c.give_back();
         return resilience::step::proceed;
     }

@@ -31,7 +31,9 @@ enum class priority : unsigned char {
     critical,  ///< may take any slot; when none is free, waits up to `max_wait` for one
 };
 
-constexpr const char* to_string(priority p) noexcept { return p == priority::critical ? "critical" : "sheddable"; }
+constexpr const char* to_string(priority p) noexcept {
+    return p == priority::critical ? "critical" : "sheddable";
+}
 
 /// How a `priority_shedder` behaves.
 struct priority_shedder_options {
@@ -96,7 +98,8 @@ struct shedder_state {
     /// that arrives then never passes a waiter.
     bool try_take(priority p) {
         std::lock_guard lock(mutex);
-        const std::size_t limit = p == priority::critical ? options.capacity : options.capacity - options.reserved;
+        const std::size_t limit =
+            p == priority::critical ? options.capacity : options.capacity - options.reserved;
         if (in_flight >= limit)
             return false;
         ++in_flight;
@@ -262,11 +265,12 @@ public:
                     co_return result_type{rs::failure::make(rs::cancelled_error{name()})};
                 if (!granted)
                     co_return result_type{shed(ctx, rs::rejection_reason::queue_timeout, waited)};
-                if (const rs::telemetry_listener* listener = rs::kit::listener_for(s.options.telemetry, ctx)) {
-                    if (std::optional<rs::failure> thrown = rs::kit::emit(
-                            listener, s.clock,
-                            rs::kit::event(rs::telemetry_kind::queue_wait, "priority_shedder", name(),
-                                           ctx.attempt(), waited)))
+                if (const rs::telemetry_listener* listener =
+                        rs::kit::listener_for(s.options.telemetry, ctx)) {
+                    if (std::optional<rs::failure> thrown =
+                            rs::kit::emit(listener, s.clock,
+                                          rs::kit::event(rs::telemetry_kind::queue_wait, "priority_shedder",
+                                                         name(), ctx.attempt(), waited)))
                         co_return result_type{std::move(*thrown)};
                 }
             }
@@ -298,7 +302,8 @@ private:
     }
 
     /// The refusal: `on_rejected` is told, then the listener; what either throws is the result instead.
-    rs::failure shed(const rs::context& ctx, rs::rejection_reason why, std::chrono::nanoseconds waited) const {
+    rs::failure shed(const rs::context& ctx, rs::rejection_reason why,
+                     std::chrono::nanoseconds waited) const {
         const state& s = *state_;
         if (std::optional<rs::failure> thrown =
                 rs::kit::invoke_callback(s.options.on_rejected, rs::rejection_event{name(), why}))

@@ -122,7 +122,8 @@ inline const telemetry_listener* listener_for(const telemetry_listener& own, con
 /// the policy does); `attempt` is `ctx.attempt()`. Set the other fields (`reason`, `note`) on the
 /// returned value; `at` is stamped when it is reported.
 inline telemetry_event event(telemetry_kind kind, std::string_view policy, std::string_view name, int attempt,
-                             std::chrono::nanoseconds duration = {}, const failure* error = nullptr) noexcept {
+                             std::chrono::nanoseconds duration = {},
+                             const failure* error = nullptr) noexcept {
     return detail::event(kind, policy, name, attempt, duration, error);
 }
 
@@ -143,8 +144,8 @@ bool report(const telemetry_listener* l, const C& clock, telemetry_event e, outc
 /// As `report`, for something that began at `begun` on `clock` and ends now with `result`:
 /// `e.duration` is its length.
 template <class C, class R>
-bool report_ended(const telemetry_listener* l, const C& clock, typename C::time_point begun, telemetry_event e,
-                  outcome<R>& result) noexcept {
+bool report_ended(const telemetry_listener* l, const C& clock, typename C::time_point begun,
+                  telemetry_event e, outcome<R>& result) noexcept {
     return detail::report_ended(l, clock, begun, std::move(e), result);
 }
 
