@@ -319,9 +319,9 @@ TEST_CASE("circuit_breaker: a count sample slides: only the last `calls` calls c
 TEST_CASE("circuit_breaker: a time window forgets calls older than its window", "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{{.sampling = rs::breaker_sampling{.window = 10s,
-                                                              .segments = 10,
-                                                              .minimum_throughput = 4,
-                                                              .failure_ratio = 0.5}},
+                                                                  .segments = 10,
+                                                                  .minimum_throughput = 4,
+                                                                  .failure_ratio = 0.5}},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
         for (int i = 0; i < 3; ++i)
@@ -349,9 +349,9 @@ TEST_CASE("circuit_breaker: a time window counts a call until its segment leaves
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{{.sampling = rs::breaker_sampling{.window = 10s,
-                                                              .segments = 5,
-                                                              .minimum_throughput = 2,
-                                                              .failure_ratio = 1.0}},
+                                                                  .segments = 5,
+                                                                  .minimum_throughput = 2,
+                                                                  .failure_ratio = 1.0}},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
         co_await sim.sleep_for(1999ms); // in the bucket [0s, 2s)
@@ -367,9 +367,9 @@ TEST_CASE("circuit_breaker: a slow-call rate opens it, with no failure as cause 
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{{.sampling = rs::breaker_sampling{.calls = 4,
-                                                              .failure_ratio = 0.5,
-                                                              .slow_call_duration = 1s,
-                                                              .slow_call_ratio = 0.5},
+                                                                  .failure_ratio = 0.5,
+                                                                  .slow_call_duration = 1s,
+                                                                  .slow_call_ratio = 0.5},
                                  .break_duration = 5s},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
@@ -515,11 +515,11 @@ TEST_CASE("circuit_breaker: on_state_change reports every change in order", "[ci
     simulation sim;
     using S = circuit_state;
     std::vector<std::pair<S, S>> changes;
-    rs::circuit_breaker breaker{{.failure_threshold = 2,
-                                 .break_duration = 1s,
-                                 .on_state_change =
-                                     [&](const rs::state_change_event& e) { changes.emplace_back(e.from(), e.to()); }},
-                                sim.clock()};
+    rs::circuit_breaker breaker{
+        {.failure_threshold = 2,
+         .break_duration = 1s,
+         .on_state_change = [&](const rs::state_change_event& e) { changes.emplace_back(e.from(), e.to()); }},
+        sim.clock()};
     sim.run([&]() -> rs::task<void> {
         (void)co_await breaker.execute_outcome(fail_now());
         (void)co_await breaker.execute_outcome(fail_now());
@@ -567,7 +567,8 @@ TEST_CASE("circuit_breaker: isolate holds it open until reset, and reset clears 
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
-        {.sampling = rs::breaker_sampling{.calls = 4, .failure_ratio = 0.75}, .break_duration = 1s}, sim.clock()};
+        {.sampling = rs::breaker_sampling{.calls = 4, .failure_ratio = 0.75}, .break_duration = 1s},
+        sim.clock()};
     sim.run([&]() -> rs::task<void> {
         breaker.isolate();
         CHECK(breaker.state() == circuit_state::isolated);
@@ -916,34 +917,33 @@ TEST_CASE("circuit_breaker: bad options are refused, naming the field and the va
           p + "sampling.calls must be positive, got 0");
     CHECK(error_of({.sampling = breaker_sampling{.window = -1s, .failure_ratio = 0.5}}) ==
           p + "sampling.window must be positive, got -1000000000ns");
-    CHECK(
-        error_of({.sampling = breaker_sampling{.window = 1s, .segments = 0, .failure_ratio = 0.5}}) ==
-        p + "sampling.segments must be positive, got 0");
-    CHECK(error_of(
-              {.sampling = breaker_sampling{.window = 5ns, .segments = 10, .failure_ratio = 0.5}}) ==
+    CHECK(error_of({.sampling = breaker_sampling{.window = 1s, .segments = 0, .failure_ratio = 0.5}}) ==
+          p + "sampling.segments must be positive, got 0");
+    CHECK(error_of({.sampling = breaker_sampling{.window = 5ns, .segments = 10, .failure_ratio = 0.5}}) ==
           p + "sampling.segments must not exceed sampling.window in nanoseconds (5), got 10");
-    CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .minimum_throughput = 11, .failure_ratio = 0.5}}) ==
+    CHECK(error_of(
+              {.sampling = breaker_sampling{.calls = 10, .minimum_throughput = 11, .failure_ratio = 0.5}}) ==
           p + "sampling.minimum_throughput must not exceed sampling.calls (10), got 11");
-    CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .minimum_throughput = 0, .failure_ratio = 0.5}}) ==
+    CHECK(error_of(
+              {.sampling = breaker_sampling{.calls = 10, .minimum_throughput = 0, .failure_ratio = 0.5}}) ==
           p + "sampling.minimum_throughput must be positive, got 0");
     CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .failure_ratio = 0.0}}) ==
           p + "sampling.failure_ratio must be in (0, 1], got 0");
     CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .failure_ratio = 1.5}}) ==
           p + "sampling.failure_ratio must be in (0, 1], got 1.5");
-    CHECK(
-        error_of({.sampling = breaker_sampling{.calls = 10, .slow_call_duration = 1s, .slow_call_ratio = -0.1}}) ==
-        p + "sampling.slow_call_ratio must be in (0, 1], got -0.1");
+    CHECK(error_of({.sampling =
+                        breaker_sampling{.calls = 10, .slow_call_duration = 1s, .slow_call_ratio = -0.1}}) ==
+          p + "sampling.slow_call_ratio must be in (0, 1], got -0.1");
     CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .slow_call_ratio = 0.5}}) ==
           p + "sampling.slow_call_ratio needs sampling.slow_call_duration, got none");
-    CHECK(
-        error_of({.sampling = breaker_sampling{.calls = 10, .slow_call_duration = 0s, .slow_call_ratio = 0.5}}) ==
-        p + "sampling.slow_call_duration must be positive, got 0ns");
+    CHECK(error_of({.sampling =
+                        breaker_sampling{.calls = 10, .slow_call_duration = 0s, .slow_call_ratio = 0.5}}) ==
+          p + "sampling.slow_call_duration must be positive, got 0ns");
     CHECK(error_of({.failure_threshold = 1, .sampling = breaker_sampling{.calls = 10}}) ==
           p + "sampling needs sampling.failure_ratio or sampling.slow_call_ratio, got neither");
     CHECK(error_of({.failure_threshold = 1}) == "no error");
-    CHECK(error_of({.sampling = breaker_sampling{.window = 1s,
-                                             .slow_call_duration = 1s,
-                                             .slow_call_ratio = 1.0}}) == "no error");
+    CHECK(error_of({.sampling = breaker_sampling{
+                        .window = 1s, .slow_call_duration = 1s, .slow_call_ratio = 1.0}}) == "no error");
 }
 
 TEST_CASE("circuit_breaker: default options are Polly's, and trip at its thresholds at exact instants",
@@ -1191,7 +1191,8 @@ TEST_CASE(
                                  .on_state_change =
                                      [&told](const rs::state_change_event& e) {
                                          told.emplace_back(e.from(), e.to());
-                                         throw std::domain_error(std::string("told ") + rs::to_string(e.to()));
+                                         throw std::domain_error(std::string("told ") +
+                                                                 rs::to_string(e.to()));
                                      }},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
@@ -1227,14 +1228,15 @@ TEST_CASE(
                                                {S::isolated, S::closed}});
 }
 
-TEST_CASE("circuit_breaker: on_state_change is told the breaker's name with each change", "[circuit_breaker]") {
+TEST_CASE("circuit_breaker: on_state_change is told the breaker's name with each change",
+          "[circuit_breaker]") {
     simulation sim;
     std::vector<std::string> names;
-    rs::circuit_breaker breaker{{.name = "db",
-                                 .failure_threshold = 1,
-                                 .on_state_change =
-                                     [&](const rs::state_change_event& e) { names.emplace_back(e.policy_name()); }},
-                                sim.clock()};
+    rs::circuit_breaker breaker{
+        {.name = "db",
+         .failure_threshold = 1,
+         .on_state_change = [&](const rs::state_change_event& e) { names.emplace_back(e.policy_name()); }},
+        sim.clock()};
     (void)sim.run(breaker.execute_outcome(fail_now()));
     breaker.reset();
     CHECK(names == std::vector<std::string>{"db", "db"});
@@ -1340,7 +1342,8 @@ TEST_CASE("circuit_breaker: a throwing on_rejected ends the refused call with it
                                  .on_rejected =
                                      [&](const rs::rejection_event& e) {
                                          ++told;
-                                         throw std::domain_error(std::string("told ") + rs::to_string(e.reason()));
+                                         throw std::domain_error(std::string("told ") +
+                                                                 rs::to_string(e.reason()));
                                      },
                                  .telemetry =
                                      [&](const rs::telemetry_event& e) {
@@ -1581,7 +1584,8 @@ TEST_CASE("circuit_breaker: window counters add up under calls from two threads"
     constexpr int per_loop = 2000, total = 2 * per_loop;
     manual_clock clock;
     rs::circuit_breaker breaker{
-        {.sampling = rs::breaker_sampling{.calls = 100000, .minimum_throughput = 100000, .failure_ratio = 1.0}},
+        {.sampling =
+             rs::breaker_sampling{.calls = 100000, .minimum_throughput = 100000, .failure_ratio = 1.0}},
         clock};
     std::atomic<int> done{0};
     auto call = [&](int id) -> rs::task<void> {

@@ -196,8 +196,9 @@ inline circuit_breaker_options with_default_trip(circuit_breaker_options o);
 ///   `nanoseconds::max()`: no wait helps) until `reset()`, by hand.
 ///
 /// Each refusal is told to `on_rejected`, then to the listener, and is a failure value
-/// (`failure::make`), so `execute_outcome` reports it without an exception. An outcome is recorded as a failure when `should_handle` handles it (default: every
-/// failure but cancellation, and an `expected_like` value holding an error), and a failure never
+/// (`failure::make`), so `execute_outcome` reports it without an exception. An outcome is recorded
+/// as a failure when `should_handle` handles it (default: every failure but cancellation, and an
+/// `expected_like` value holding an error), and a failure never
 /// when the caller's own stop token was stopped; a declined failure passes through unchanged, a
 /// handled value is still returned. A result from a call admitted before the last change of state
 /// is dropped. Time rules are read lazily from the clock: nothing runs while idle, and the move
@@ -332,7 +333,8 @@ private:
     failure refuse(const typename detail::breaker_core<C>::ticket& t, const context& ctx) const {
         const detail::breaker_core<C>& core = this->held();
         const circuit_breaker_options& o = core.options();
-        const rejection_reason why = t.isolated ? rejection_reason::circuit_isolated : rejection_reason::circuit_open;
+        const rejection_reason why =
+            t.isolated ? rejection_reason::circuit_isolated : rejection_reason::circuit_open;
         if (o.on_rejected)
             o.on_rejected(rejection_event{o.name, why, t.retry_after});
         failure f = t.isolated ? failure::make(circuit_isolated_error{o.name})
@@ -340,7 +342,8 @@ private:
         const telemetry_listener* const listener = detail::listener_for(o.telemetry, ctx);
         if (!listener)
             return f;
-        telemetry_event e = detail::event(telemetry_kind::rejection, "circuit_breaker", o.name, ctx.attempt());
+        telemetry_event e =
+            detail::event(telemetry_kind::rejection, "circuit_breaker", o.name, ctx.attempt());
         e.reason = why;
         return detail::refused(listener, core.clock(), std::move(e), std::move(f));
     }

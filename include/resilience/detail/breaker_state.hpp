@@ -82,7 +82,8 @@ public:
     bool times_calls() const noexcept { return slow_duration_.has_value(); }
 
     /// Admits or refuses a call. A closed breaker decides with one atomic load and no lock, and
-    /// reads the clock only when a slow-call rule needs the call's start. `sink` hears the state changes this call makes or sees, unless the options have a listener.
+    /// reads the clock only when a slow-call rule needs the call's start. `sink` hears the state
+    /// changes this call makes or sees, unless the options have a listener.
     ticket admit(const telemetry_listener* sink = nullptr) {
         if (slow_duration_)
             return admit(clock_.now(), sink);
@@ -306,7 +307,8 @@ private:
 
     // Out of line: `record`'s lock-free checks stay small enough to be inlined into a call's frame.
     RESILIENCE_DETAIL_NOINLINE void record_locked(const admission& t, breaker_verdict v,
-                                                  const std::exception_ptr& error, const telemetry_listener* sink) {
+                                                  const std::exception_ptr& error,
+                                                  const telemetry_listener* sink) {
         // The clock is read only when the result may need it: a success of a breaker with no
         // sampling and no slow-call rule needs no time at all.
         const bool needs_time =

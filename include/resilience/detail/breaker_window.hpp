@@ -43,9 +43,9 @@ struct window_counts {
     }
 };
 
-/// Exactly the last `size` calls (`breaker_sampling::calls`): one byte per call in a ring, plus running totals, so recording
-/// and reading are O(1) and the memory is fixed at construction. Not synchronised: the breaker
-/// holds its lock around every use.
+/// Exactly the last `size` calls (`breaker_sampling::calls`): one byte per call in a ring, plus
+/// running totals, so recording and reading are O(1) and the memory is fixed at construction. Not
+/// synchronised: the breaker holds its lock around every use.
 class count_window {
 public:
     explicit count_window(std::size_t size) : marks_(size, 0) {}
