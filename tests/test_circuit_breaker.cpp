@@ -276,7 +276,7 @@ TEST_CASE("circuit_breaker: a count sample opens on its failure rate without a r
          .sampling = rs::breaker_sampling{.calls = 10, .minimum_throughput = 6, .failure_ratio = 0.5}},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
-        // S F S F S: 2 of 5 failed, and at the 4th call half had failed but the window was too small.
+        // S F S F S: 2 of 5 failed, and at the 4th call half had failed but the sample was too small.
         for (int i = 1; i <= 5; ++i) {
             if (i % 2 == 1)
                 (void)co_await breaker.execute_outcome(succeed_now());

@@ -388,6 +388,7 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 // clang-format on
 
 } // namespace resilience
+
 // The machinery behind the contract above (each of these includes this file first, so any of them
 // compiles on its own).
 #include "detail/breaker_call.hpp"
