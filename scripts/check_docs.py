@@ -7,10 +7,12 @@ cannot drift from the code.
 Each block is placed in a namespace of its own, after a prelude: the umbrella header,
 `namespace rs = resilience;`, `using namespace std::chrono_literals;` and the user-side names the pages
 take for granted (`fetch`, `page`, `policy`, ...), from scripts/check_docs_prelude.hpp. The block is cut
-into its top-level pieces: `#include` lines go to the top of the file; declarations, classes and
-function definitions stay at namespace scope; statements (and everything after the first one) go into a
-function body, a coroutine when they use co_await or co_return. `#line` directives make every compiler
-message point at the page and the line of the block.
+into its top-level pieces: `#include` lines go to the top of the file; classes, function definitions and
+declarations, and the declarations before them, stay at namespace scope; the statements and the
+declarations among them go into a function body (a coroutine when they use co_await or co_return), where
+a name a lambda captures explicitly is bound to a local. `#line` directives make every compiler message
+point at the page and the line of the block. g++ is the reference (the docs_compile test); with clang 14
+and libstdc++, standalone Asio has no asio::awaitable, so docs/asio.md's two blocks that use it fail.
 
 An HTML comment right above a block (blank lines between are allowed) changes what it gets:
 
@@ -279,9 +281,46 @@ def classify(masked):
         return "stmt"
     if s.endswith("}") and not s.endswith("};"):
         return "scope"   # a function definition
+    if is_function_declaration(s[j:]):
+        return "scope"
     if re.search(r"\[\s*[&=\w][^\]]*\]\s*(?:\(|->|\{|mutable)", s):
         return "stmt"    # a lambda that captures: only in a function
     return "decl"
+
+
+def captured_names(masked):
+    """Names captured explicitly by the lambdas in `masked` (`[a, &b]`; not `[x = y]` nor `[&]`)."""
+    names = set()
+    for m in re.finditer(r"\[([^\[\]]*)\]\s*(?:\(|->|\{|mutable)", masked):
+        for part in m.group(1).split(","):
+            mm = re.fullmatch(r"\s*&?\s*([A-Za-z_]\w*)\s*", part)
+            if mm and mm.group(1) != "this":
+                names.add(mm.group(1))
+    return names
+
+
+def prelude_objects():
+    """The names of the objects the prelude declares (`extern T a, b;`)."""
+    names = set()
+    for m in re.finditer(r"^\s*extern\s+[^;(]*?([\w\s,]+);", PRELUDE.read_text(encoding="utf-8"), re.M):
+        names.update(n.strip() for n in m.group(1).split(",")[1:])
+        last = re.search(r"(\w+)\s*$", m.group(1).split(",")[0])
+        if last:
+            names.add(last.group(1))
+    return names
+
+
+PRELUDE_OBJECTS = prelude_objects()
+
+
+def is_function_declaration(declarator):
+    """`name(params);` whose first parameter is a type (`std::stop_token`, `const T& x`, `int n`), or `()`."""
+    m = re.match(r"\s*[*&]*\s*\w+\s*\((.*)\)\s*(?:const\s*)?(?:noexcept\s*)?;?\s*$", declarator, re.S)
+    if not m:
+        return False
+    first = m.group(1).split(",")[0].strip()
+    return first == "" or bool(re.search(r"::|<|[&*]$|^const\b|^(?:int|bool|double|long|char|auto)\b", first)
+                               or re.fullmatch(r"[\w:<>]+\s+[&*]*\s*\w+(?:\s*=.*)?", first))
 
 
 def top_level(s):
@@ -327,29 +366,39 @@ def render(block, index):
     else:
         masked = mask(text)
         pieces = [(s, e, classify(masked[s:e])) for s, e in split_items(text)]
+        # Declarations after the last class or function definition go into the body with the statements
+        # among them, so that the lambdas there may capture them (only a local can be captured by name).
+        last_scope = max([k for k, (_, _, kind) in enumerate(pieces) if kind == "scope"], default=-1)
+        tail_in_body = any(kind == "stmt" for _, _, kind in pieces[last_scope + 1:])
         in_body = block.mode == "body"
         scope_parts, body_parts = [], []
-        for s, e, kind in pieces:
+        for k, (s, e, kind) in enumerate(pieces):
             chunk = line_directive(block, s) + text[s:e]
             if kind == "pre":
                 head.append(chunk)
-            elif kind == "blank":
-                (body_parts if in_body else scope_parts).append(chunk)
             elif kind == "scope":
                 scope_parts.append(chunk)
-            elif kind == "stmt" or in_body:
-                in_body = True
+            elif kind == "stmt" or in_body or (tail_in_body and k > last_scope):
+                in_body = kind != "blank" or in_body
                 body_parts.append(chunk)
             else:
                 scope_parts.append(chunk)
         ns += scope_parts
         ns += [f"#ifdef DOC_PRELUDE_LATE_{c}\nDOC_PRELUDE_LATE_{c}\n#endif" for c in ctx]
         if body_parts:
-            coroutine = re.search(r"\bco_(await|return|yield)\b", mask("\n".join(body_parts)))
+            body = mask("\n".join(body_parts))
+            coroutine = re.search(r"\bco_(await|return|yield)\b", body)
             ret = block.body_type or ("doc_check::any_task" if coroutine else "void")
             ns.append(f"[[maybe_unused]] {ret} doc_body() {{")
+            # A name captured explicitly must be a local: each one the prelude (or the block, at namespace
+            # scope) declares is bound to a local reference of the same name, in a scope around the block's
+            # statements, which may declare the name again.
+            captured = sorted(n for n in captured_names(body)
+                              if n in PRELUDE_OBJECTS or re.search(rf"\b{n}\s*[{{=(;]", mask("\n".join(scope_parts))))
+            ns += [f"auto& doc_ref_{n} = {n};" for n in captured]
+            ns.append("{ " + " ".join(f"auto& {n} = doc_ref_{n};" for n in captured) + " {")
             ns += body_parts
-            ns.append("}")
+            ns.append("}}}")
     ns.append("}" * (2 + len(ctx)) + f"  // namespace doc_block_{index}")
     return head, ns
 

@@ -21,7 +21,9 @@
 
 #ifdef DOC_CHECK_ASIO
 #include <asio.hpp>
+#if defined(ASIO_HAS_CO_AWAIT) // asio::awaitable: not with every compiler and library (clang 14 + libstdc++)
 #include <asio/experimental/awaitable_operators.hpp>
+#endif
 #include <resilience/asio.hpp>
 #include <resilience/redis.hpp>
 #endif
