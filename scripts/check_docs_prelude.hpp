@@ -1,8 +1,11 @@
 // The names the ```cpp blocks of README.md and docs/ take for granted, for scripts/check_docs.py.
 // Declarations only: the blocks are compiled with -fsyntax-only, never linked or run.
 //
-// doc_prelude::common is in every block; a block names the others it needs with
-// `<!-- doc-prelude: name, ... -->` above it. A name a block declares itself hides the prelude's.
+// Each block is compiled in a namespace of its own nested in doc_prelude, so it sees every name below and
+// a name it declares itself hides the prelude's. A block that needs another meaning of a name (a `fetch`
+// that makes an int, Asio's objects) names a context above it, `<!-- doc-prelude: ints -->`: its
+// namespace is then nested in doc_prelude::ctx_ints, whose names hide the common ones. A context may also
+// define DOC_PRELUDE_LATE_<name>, declarations placed after the block's own (see ctx_http).
 #pragma once
 
 #include <resilience/resilience.hpp>
@@ -237,10 +240,10 @@ struct reply {
 };
 } // namespace ctx_http
 // Declared after the block's own declarations (a block may declare its own `reply`).
-#define DOC_PRELUDE_LATE_http                                                                            \
-    struct http_client {                                                                                 \
-        rs::task<reply> get(const std::string& url, std::stop_token st);                                 \
-    };                                                                                                   \
+#define DOC_PRELUDE_LATE_http                                                                                \
+    struct http_client {                                                                                     \
+        rs::task<reply> get(const std::string& url, std::stop_token st);                                     \
+    };                                                                                                       \
     extern http_client client;
 
 #ifdef DOC_CHECK_ASIO
@@ -254,7 +257,8 @@ extern std::function<rs::task<double>(std::stop_token)> fetch_quote;
 struct quote_service {
     asio::io_context io;
     rs::asio::clock clock{io.get_executor()};
-    rs::pipeline<rs::retry<rs::asio::clock>, rs::bulkhead<rs::asio::clock>, rs::timeout<rs::asio::clock>> policy;
+    rs::pipeline<rs::retry<rs::asio::clock>, rs::bulkhead<rs::asio::clock>, rs::timeout<rs::asio::clock>>
+        policy;
 };
 extern quote_service svc;
 void drained();
