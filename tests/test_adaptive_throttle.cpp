@@ -476,8 +476,8 @@ TEST_CASE("adaptive_throttle: a retry around it does not retry a refusal, by def
     CHECK(ran == 1);            // the first attempt failed, the second was refused (p = 1/2)
     CHECK(t.requests() == 2);   // and the retry stopped there
     CHECK(sim.now() == 100ms);  // after the one backoff it waited
-    CHECK_FALSE(rs::is_transient(rs::failure::make(rs::throttled_error{0.5})));
-    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::throttled_error{0.5})}));
+    CHECK_FALSE(rs::is_transient(rs::failure::make(rs::throttled_error{"", 0.5})));
+    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::throttled_error{"", 0.5})}));
 
     // A retry told to handle every failure retries the refusal too: each retry is a request that
     // draws again, and that raises the odds for everybody.

@@ -52,7 +52,7 @@ struct adaptive_throttle_options {
     /// `window` is kept in this many segments of `window / segments` (rounded down) each, on a grid
     /// from the clock's epoch, so the memory is fixed: a count made in the segment starting at `s`
     /// stops counting at exactly `s + segments * (window / segments)`, between
-    /// `window - window / segments` and `window` after it was made (as `breaker_window::segments`).
+    /// `window - window / segments` and `window` after it was made (as `breaker_sampling::segments`).
     /// Positive, at most `max_segments`, and at most `window` in nanoseconds.
     std::size_t segments = 12;
     /// The most `segments` accepted: two counters are kept per segment (16 MB at most).
@@ -321,7 +321,7 @@ public:
             result.emplace(detail::refused(
                 detail::listener_for(o.telemetry, ctx), core.clock(),
                 detail::event(telemetry_kind::rejection, "adaptive_throttle", o.name, ctx.attempt()),
-                failure::make(throttled_error{*refused_with, o.name})));
+                failure::make(throttled_error{o.name, *refused_with})));
         } catch (...) {
             result.emplace(failure::current()); // the clock threw
         }

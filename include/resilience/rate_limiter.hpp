@@ -545,7 +545,7 @@ private:
         rejection_reason why = rejection_reason::queue_timeout;
         if (a.state == waiter_state::rejected)
             why = s.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
-        return rate_limited_error{a.retry_after, s.options.name, why};
+        return rate_limited_error{s.options.name, a.retry_after, why};
     }
     // An event about a call that waited since `since` (read only for a listener).
     static telemetry_event waited_on(const shared& s, const context& ctx, const typename C::time_point* since,

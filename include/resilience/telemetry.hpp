@@ -129,19 +129,6 @@ constexpr const char* to_string(telemetry_kind k) noexcept {
     return "unknown";
 }
 
-/// "no_capacity", "queue_full" or "queue_timeout": a static string, for logs and metric labels.
-constexpr const char* to_string(rejection_reason r) noexcept {
-    switch (r) {
-    case rejection_reason::no_capacity:
-        return "no_capacity";
-    case rejection_reason::queue_full:
-        return "queue_full";
-    case rejection_reason::queue_timeout:
-        return "queue_timeout";
-    }
-    return "unknown";
-}
-
 /// One thing a policy did. Passed to the listener by const reference and valid only during that
 /// call: `policy` is a static string, but `name` refers to the policy's options and `error` to the
 /// call's own outcome. Copy what you keep (`std::string(e.name)`, `e.error->exception()`).

@@ -256,7 +256,7 @@ private:
         if (!expired || ctx.stop_requested())
             return result;
         if (result.has_failure())
-            result = Outcome{failure::make(timeout_error{result.error().exception(), name_})};
+            result = Outcome{failure::make(timeout_error{name_, result.error().exception()})};
         detail::report(detail::listener_for(telemetry_, ctx), clock_,
                        detail::event(telemetry_kind::timeout, "timeout", name_, ctx.attempt(), after_),
                        result);
