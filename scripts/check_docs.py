@@ -25,6 +25,8 @@ An HTML comment right above a block (blank lines between are allowed) changes wh
     <!-- doc-check: fields TYPE -->     the block is designated initializers of TYPE (`.x = ...,`)
     <!-- doc-check: global -->          the block is compiled at global scope (explicit specialisations)
     <!-- doc-check: define MACRO (why) --> compile the block with MACRO defined, in a file of its own
+    <!-- doc-check: excerpt PATH -->    not compiled here: its lines (blank lines and indentation aside)
+                                        must appear, in order and together, in PATH, which is compiled
     <!-- doc-check: skip (why) -->      not compiled: a synopsis or pseudo-code; the reason is required
 
 Blocks are grouped into a few translation units (one per set of macros and Asio use, split across the
@@ -69,6 +71,7 @@ class Block:
     mode: str = "auto"   # auto, body, fields
     fields_type: str = ""
     body_type: str = ""
+    excerpt: str = ""
     defines: list = field(default_factory=list)
     skip: str = ""
 
@@ -135,6 +138,10 @@ def apply_marker(block, kind, value, where):
         block.mode, block.body_type = "body", rest
     elif verb == "global":
         block.mode = "global"
+    elif verb == "excerpt":
+        if not rest or not (ROOT / rest).is_file():
+            raise DocError(f"{where}: doc-check: excerpt needs the path of an existing file, got {rest!r}")
+        block.excerpt = rest
     elif verb == "fields":
         if not rest:
             raise DocError(f"{where}: doc-check: fields needs the type the fields belong to")
@@ -145,7 +152,7 @@ def apply_marker(block, kind, value, where):
             raise DocError(f"{where}: doc-check: define needs a macro and a reason in parentheses")
         block.defines.append(mm.group(1))
     else:
-        raise DocError(f"{where}: unknown doc-check {value!r} (skip, body, fields, global, define)")
+        raise DocError(f"{where}: unknown doc-check {value!r} (skip, body, fields, global, define, excerpt)")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -323,6 +330,13 @@ def is_function_declaration(declarator):
                                or re.fullmatch(r"[\w:<>]+\s+[&*]*\s*\w+(?:\s*=.*)?", first))
 
 
+def is_excerpt(text, source):
+    """Do the non-blank lines of `text`, stripped, appear consecutively among those of `source`?"""
+    want = [ln.strip() for ln in text.split("\n") if ln.strip()]
+    have = [ln.strip() for ln in source.read_text(encoding="utf-8").split("\n") if ln.strip()]
+    return any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))
+
+
 def top_level(s):
     """s without what is inside braces (lambda bodies, initializers)."""
     out, depth = [], 0
@@ -445,7 +459,12 @@ def main():
     except DocError as e:
         print(f"check_docs: {e}", file=sys.stderr)
         return 1
-    checked = [b for b in blocks if not b.skip]
+    excerpts = [b for b in blocks if b.excerpt and not b.skip]
+    drifted = [b for b in excerpts if not is_excerpt(b.text, ROOT / b.excerpt)]
+    for b in drifted:
+        print(f"check_docs: {b.where}: the block is not an excerpt of {b.excerpt} (any more): "
+              f"its lines, indentation and blank lines aside, are not found there in order", file=sys.stderr)
+    checked = [b for b in blocks if not b.skip and not b.excerpt]
     skipped = [b for b in blocks if b.skip]
     for b in skipped:
         if args.verbose:
@@ -503,6 +522,8 @@ def main():
         workdir.rmdir()
 
     elapsed = time.monotonic() - started
+    if drifted and not failed_units:
+        return 1
     if failed_units:
         print("check_docs: these blocks do not compile (the messages above say why):", file=sys.stderr)
         for where in sorted(failed_blocks):
@@ -512,7 +533,8 @@ def main():
         print(f"check_docs: generated files kept in {workdir}", file=sys.stderr)
         return 1
     print(f"check_docs: {len(checked)} blocks of {len(files)} pages compile ({args.cxx}, {len(units)} files, "
-          f"{args.jobs} jobs, {elapsed:.1f} s); {len(skipped)} skipped")
+          f"{args.jobs} jobs, {elapsed:.1f} s); {len(excerpts)} excerpts found in their sources; "
+          f"{len(skipped)} skipped")
     return 0
 
 
