@@ -41,6 +41,16 @@ static_assert(rs::policy<rs::telemetry<rs::testing::virtual_clock>>);
 static_assert(std::is_aggregate_v<rs::telemetry_event>);
 static_assert(std::is_aggregate_v<rs::telemetry_options>);
 
+TEST_CASE("telemetry: options() gives the stage's options, name first", "[telemetry]") {
+    int heard = 0;
+    const rs::telemetry stage{rs::telemetry_options{"checkout", [&](const rs::telemetry_event&) { ++heard; }}};
+    CHECK(stage.options().name == "checkout");
+    CHECK(stage.name() == "checkout");
+    REQUIRE(stage.options().listener);
+    stage.options().listener(rs::telemetry_event{});
+    CHECK(heard == 1);
+}
+
 namespace {
 
 // An event, copied out of the listener call (the event itself is valid only during it).
