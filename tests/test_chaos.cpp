@@ -328,24 +328,28 @@ TEST_CASE("chaos: on_inject hears each injection, and what it throws is the call
         ++ran;
         co_return 1;
     };
-    chaos::fault counted{boom{}, {.injection_rate = 1, .on_inject = [&](const chaos::injection_event&) { ++told; }}};
+    chaos::fault counted{boom{},
+                         {.injection_rate = 1, .on_inject = [&](const chaos::injection_event&) { ++told; }}};
     (void)sim.run(counted.execute_outcome(action));
     (void)sim.run(counted.execute_outcome(action));
     CHECK(told == 2);
     chaos::latency refusing{
         1s,
-        {.injection_rate = 1, .on_inject = [](const chaos::injection_event&) { throw std::logic_error("not now"); }},
+        {.injection_rate = 1,
+         .on_inject = [](const chaos::injection_event&) { throw std::logic_error("not now"); }},
         sim.clock()};
     auto r = sim.run(refusing.execute_outcome(action));
     CHECK(r.error().is<std::logic_error>());
     CHECK(sim.now() == 0s);
     CHECK(ran == 0);
     // A throwing callback of the other stages: the same.
-    chaos::fault throwing_fault{
-        boom{}, {.injection_rate = 1, .on_inject = [](const chaos::injection_event&) { throw std::logic_error("no"); }}};
+    chaos::fault throwing_fault{boom{}, {.injection_rate = 1, .on_inject = [](const chaos::injection_event&) {
+                                             throw std::logic_error("no");
+                                         }}};
     CHECK(sim.run(throwing_fault.execute_outcome(action)).error().is<std::logic_error>());
-    chaos::outcome throwing_outcome{
-        7, {.injection_rate = 1, .on_inject = [](const chaos::injection_event&) { throw std::logic_error("no"); }}};
+    chaos::outcome throwing_outcome{7, {.injection_rate = 1, .on_inject = [](const chaos::injection_event&) {
+                                            throw std::logic_error("no");
+                                        }}};
     CHECK(sim.run(throwing_outcome.execute_outcome(action)).error().is<std::logic_error>());
     CHECK(ran == 0);
 }
@@ -362,7 +366,8 @@ TEST_CASE("chaos: on_inject is told once per injection, before it, with the stag
     };
     std::vector<seen> events;
     const auto record = [&](const chaos::injection_event& e) {
-        events.push_back({e.kind(), std::string(e.policy_name()), e.context().attempt(), e.delay(), sim.now()});
+        events.push_back(
+            {e.kind(), std::string(e.policy_name()), e.context().attempt(), e.delay(), sim.now()});
     };
     const auto action = [&]() -> rs::task<int> { co_return 1; };
 
@@ -383,9 +388,9 @@ TEST_CASE("chaos: on_inject is told once per injection, before it, with the stag
 
     // Inside a retry, each attempt's injection is told with that attempt's context.
     events.clear();
-    rs::pipeline p{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{100ms, rs::jitter::none}},
-                             sim.clock()},
-                   chaos::fault{boom{}, {.name = "faulty", .injection_rate = 1, .on_inject = record}}};
+    rs::pipeline p{
+        rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()},
+        chaos::fault{boom{}, {.name = "faulty", .injection_rate = 1, .on_inject = record}}};
     const nanoseconds start = sim.now();
     CHECK(sim.run(p.execute_outcome(action)).error().is<boom>());
     REQUIRE(events.size() == 2);

@@ -139,7 +139,8 @@ TEST_CASE("composition: one rs::classifier handles a returned 503 in all three: 
     // A predicate that only looks at failures is accepted by all three as well.
     const auto server_error = [](const rs::failure& f) { return f.is<std::runtime_error>(); };
     rs::pipeline plain{
-        rs::fallback{response{1}, {.should_handle = server_error}}, rs::retry{{.should_handle = server_error}, sim.clock()},
+        rs::fallback{response{1}, {.should_handle = server_error}},
+        rs::retry{{.should_handle = server_error}, sim.clock()},
         rs::circuit_breaker{{.failure_threshold = 1, .should_handle = server_error}, sim.clock()}};
     CHECK(sim.run(plain.execute(always_503)).status == 503);
 }

@@ -342,11 +342,12 @@ TEST_CASE("fallback: should_handle may be an rs::classifier: an empty one is the
 TEST_CASE("fallback: a throwing should_handle replaces the outcome with its exception", "[fallback]") {
     rs::testing::simulation sim;
     int substitutes = 0;
-    rs::fallback fb{[&] {
-                        ++substitutes;
-                        return 0;
-                    },
-                    {.should_handle = [](const rs::failure&) -> bool { throw std::domain_error("classifier"); }}};
+    rs::fallback fb{
+        [&] {
+            ++substitutes;
+            return 0;
+        },
+        {.should_handle = [](const rs::failure&) -> bool { throw std::domain_error("classifier"); }}};
     auto result = sim.run(fb.execute_outcome(failing(sim)));
     REQUIRE(result.has_failure());
     CHECK(result.error().is<std::domain_error>());
@@ -371,7 +372,8 @@ TEST_CASE("fallback: fallback_options names it; its fields are the ones given", 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #endif
-TEST_CASE("fallback: the positional constructor, deprecated, still takes a predicate and a name", "[fallback]") {
+TEST_CASE("fallback: the positional constructor, deprecated, still takes a predicate and a name",
+          "[fallback]") {
     rs::testing::simulation sim;
     rs::fallback named{42, {}, "prices"};
     STATIC_REQUIRE(std::is_same_v<decltype(named), rs::fallback<int>>);
@@ -408,7 +410,8 @@ TEST_CASE("fallback: on_fallback is told once, when the substitute answers, with
                     },
                     {.name = "prices", .on_fallback = [&](const rs::fallback_event& e) {
                          events.push_back({std::string(e.policy_name()), e.attempt(),
-                                           e.error() ? e.error()->what() : "", e.value<int>() != nullptr, sim.now()});
+                                           e.error() ? e.error()->what() : "", e.value<int>() != nullptr,
+                                           sim.now()});
                      }}};
     auto act = failing(sim);
     CHECK(sim.run(fb.execute(act)) == -1);
@@ -421,7 +424,8 @@ TEST_CASE("fallback: on_fallback is told once, when the substitute answers, with
     CHECK(substituted_at == 100ms);
 
     // A success is not replaced, and not told.
-    auto fine = rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 10ms, .value = 3}};
+    auto fine =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 10ms, .value = 3}};
     CHECK(sim.run(fb.execute(fine)) == 3);
     CHECK(events.size() == 1);
 }
@@ -448,11 +452,12 @@ TEST_CASE("fallback: a throwing on_fallback ends the call with its exception; th
           "[fallback]") {
     rs::testing::simulation sim;
     int substitutes = 0;
-    rs::fallback fb{[&] {
-                        ++substitutes;
-                        return 0;
-                    },
-                    {.on_fallback = [](const rs::fallback_event&) { throw std::domain_error("on_fallback"); }}};
+    rs::fallback fb{
+        [&] {
+            ++substitutes;
+            return 0;
+        },
+        {.on_fallback = [](const rs::fallback_event&) { throw std::domain_error("on_fallback"); }}};
     auto result = sim.run(fb.execute_outcome(failing(sim)));
     REQUIRE(result.has_failure());
     CHECK(result.error().is<std::domain_error>());

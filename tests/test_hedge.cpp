@@ -373,13 +373,12 @@ TEST_CASE("hedge: a caller's stop requested from the hedge's own callbacks start
     SECTION("should_handle, on a failure, before a budget token is taken") {
         replicas service{sim, {{.latency = 10ms, .error = replica_failure(1)}}};
         const rs::retry_budget budget{{.capacity = 1.0}}; // full, so the call's deposit keeps it at 1
-        auto result = call(service, {.max_attempts = 3,
-                                     .delay = 1s,
-                                     .budget = budget,
-                                     .should_handle = [&](const rs::failure&) {
-                                         stop_caller();
-                                         return true;
-                                     }});
+        auto result =
+            call(service,
+                 {.max_attempts = 3, .delay = 1s, .budget = budget, .should_handle = [&](const rs::failure&) {
+                      stop_caller();
+                      return true;
+                  }});
         REQUIRE(result.has_failure());
         CHECK(rs::is_cancellation(result.error()));
         CHECK(service.calls() == 1);

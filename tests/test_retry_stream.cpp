@@ -244,8 +244,9 @@ TEST_CASE("retry_stream: a stop during a backoff wait ends the stream at that in
     rs::testing::simulation sim;
     source_log log;
     std::stop_source stop;
-    auto stream = rs::retry_stream(planned_factory{&sim, &log, {0, no_break}},
-                                   {.max_attempts = 4, .backoff = exact_200ms}, sim.clock(), stop.get_token());
+    auto stream =
+        rs::retry_stream(planned_factory{&sim, &log, {0, no_break}},
+                         {.max_attempts = 4, .backoff = exact_200ms}, sim.clock(), stop.get_token());
     sim.spawn(stop_at(sim, stop, 110ms)); // the wait runs from 10ms to 210ms
     auto r = sim.run(consume(sim, stream));
     CHECK(r.ended == 110ms);

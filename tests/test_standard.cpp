@@ -103,9 +103,8 @@ TEST_CASE("standard: each stage is named after the pipeline", "[standard]") {
 
 TEST_CASE("standard: an attempt timeout not below the total timeout is refused, naming the field",
           "[standard]") {
-    const std::string equal = invalid_argument_message([] {
-        (void)rs::standard_pipeline({.attempt_timeout = 30s, .total_timeout = 30s, .window = 60s});
-    });
+    const std::string equal = invalid_argument_message(
+        [] { (void)rs::standard_pipeline({.attempt_timeout = 30s, .total_timeout = 30s, .window = 60s}); });
     CHECK(equal.find("attempt_timeout must be less than total_timeout") != std::string::npos);
     CHECK(equal.find("30000000000ns") != std::string::npos);
     const std::string above = invalid_argument_message([] {
@@ -115,12 +114,10 @@ TEST_CASE("standard: an attempt timeout not below the total timeout is refused, 
     CHECK(above.rfind("resilience::standard_pipeline (api): attempt_timeout", 0) == 0);
     CHECK(above.find("got 31000000000ns") != std::string::npos);
     // Just below is fine.
-    CHECK_NOTHROW(rs::standard_pipeline(
-        {.attempt_timeout = 30s - 1ns, .total_timeout = 30s, .window = 60s}));
+    CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 30s - 1ns, .total_timeout = 30s, .window = 60s}));
 }
 
-TEST_CASE("standard: a window under twice the attempt timeout is refused, naming the field",
-          "[standard]") {
+TEST_CASE("standard: a window under twice the attempt timeout is refused, naming the field", "[standard]") {
     const std::string msg = invalid_argument_message(
         [] { (void)rs::standard_pipeline({.attempt_timeout = 10s, .window = 20s - 1ns}); });
     CHECK(msg.find("window must be at least twice attempt_timeout") != std::string::npos);
@@ -128,8 +125,7 @@ TEST_CASE("standard: a window under twice the attempt timeout is refused, naming
     CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 10s, .window = 20s}));
     // Odd durations: 2 * 5ns = 10ns is enough, 9ns is not.
     CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 5ns, .window = 10ns}));
-    CHECK_THROWS_AS(rs::standard_pipeline({.attempt_timeout = 5ns, .window = 9ns}),
-                    std::invalid_argument);
+    CHECK_THROWS_AS(rs::standard_pipeline({.attempt_timeout = 5ns, .window = 9ns}), std::invalid_argument);
     // Also when the breaker is made elsewhere.
     rs::circuit_breaker<> shared;
     CHECK_THROWS_AS(rs::standard_pipeline({.attempt_timeout = 10s, .window = 15s}, shared),
@@ -140,7 +136,8 @@ TEST_CASE("standard: values out of range are refused, naming the field", "[stand
     const auto refused = [](rs::standard_options o) {
         return invalid_argument_message([&] { (void)rs::standard_pipeline(o); });
     };
-    CHECK(refused({.max_attempts = 0}) == "resilience::standard_pipeline: max_attempts must be at least 1, got 0");
+    CHECK(refused({.max_attempts = 0}) ==
+          "resilience::standard_pipeline: max_attempts must be at least 1, got 0");
     CHECK(refused({.base_delay = 0s}).find("base_delay must be positive") != std::string::npos);
     CHECK(refused({.attempt_timeout = -1s}).find("attempt_timeout must be positive") != std::string::npos);
     CHECK(refused({.total_timeout = 0s}).find("total_timeout must be positive") != std::string::npos);

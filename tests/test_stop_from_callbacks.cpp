@@ -52,18 +52,18 @@ TEST_CASE("fallback: a caller's stop requested from should_handle or the listene
     std::optional<rs::outcome<int>> result;
     SECTION("should_handle") {
         rs::fallback fb{substitute, {.should_handle = [&](const rs::failure&) {
-                                         caller.request_stop();
-                                         return true;
-                                     }}};
+                            caller.request_stop();
+                            return true;
+                        }}};
         result = sim.run(fb.execute_outcome(act, caller.get_token()));
     }
     SECTION("the fallback's telemetry listener") {
         const auto not_cancelled = [](const rs::failure& f) { return !rs::is_cancellation(f); };
-        rs::fallback fb{substitute, {.should_handle = not_cancelled,
-                                     .telemetry = [&](const rs::telemetry_event& e) {
-                                         if (e.kind == rs::telemetry_kind::fallback)
-                                             caller.request_stop();
-                                     }}};
+        rs::fallback fb{substitute,
+                        {.should_handle = not_cancelled, .telemetry = [&](const rs::telemetry_event& e) {
+                             if (e.kind == rs::telemetry_kind::fallback)
+                                 caller.request_stop();
+                         }}};
         result = sim.run(fb.execute_outcome(act, caller.get_token()));
     }
     // "When the caller's own stop token is stopped, the outcome passes through whatever should_handle says"

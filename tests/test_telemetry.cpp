@@ -43,7 +43,8 @@ static_assert(std::is_aggregate_v<rs::telemetry_options>);
 
 TEST_CASE("telemetry: options() gives the stage's options, name first", "[telemetry]") {
     int heard = 0;
-    const rs::telemetry stage{rs::telemetry_options{"checkout", [&](const rs::telemetry_event&) { ++heard; }}};
+    const rs::telemetry stage{
+        rs::telemetry_options{"checkout", [&](const rs::telemetry_event&) { ++heard; }}};
     CHECK(stage.options().name == "checkout");
     CHECK(stage.name() == "checkout");
     REQUIRE(stage.options().listener);
@@ -451,7 +452,8 @@ TEST_CASE("telemetry: a hedge whose budget refuses an extra attempt reports a re
 TEST_CASE("telemetry: a fallback reports the failure its substitute answers", "[telemetry][fallback]") {
     rs::testing::simulation sim;
     recorder rec;
-    const rs::fallback cached{[](const rs::failure&) { return 0; }, {.name = "cache", .telemetry = rec.listener()}};
+    const rs::fallback cached{[](const rs::failure&) { return 0; },
+                              {.name = "cache", .telemetry = rec.listener()}};
     scripted_action down{sim.clock(), script<int>{.failures = 1, .latency = 10ms}};
     CHECK(sim.run(cached.execute(down)) == 0);
     REQUIRE(rec.kinds() == std::vector{telemetry_kind::fallback});

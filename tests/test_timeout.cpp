@@ -348,7 +348,8 @@ TEST_CASE("timeout: an outer deadline that finishes the call inside its forwardi
 }
 
 TEST_CASE("timeout: a duration too long for nanoseconds, or for the clock, means no deadline", "[timeout]") {
-    CHECK(rs::timeout{std::chrono::hours{24 * 365 * 1000}}.options().timeout == std::chrono::nanoseconds::max());
+    CHECK(rs::timeout{std::chrono::hours{24 * 365 * 1000}}.options().timeout ==
+          std::chrono::nanoseconds::max());
     rs::testing::simulation sim;
     rs::timeout forever{std::chrono::nanoseconds::max(), sim.clock()};
     scripted_action slow{sim.clock(), script<int>{.latency = 1h, .value = 5}};
@@ -517,27 +518,32 @@ void check_on_timeout(rs::testing::simulation& sim, Clock clock) {
 }
 } // namespace
 
-TEST_CASE("timeout: on_timeout is told once, when the timed-out attempt ends, with the timeout's name, length "
-          "and attempt",
-          "[timeout]") {
+TEST_CASE(
+    "timeout: on_timeout is told once, when the timed-out attempt ends, with the timeout's name, length "
+    "and attempt",
+    "[timeout]") {
     rs::testing::simulation sim;
-    SECTION("on loop timers") { check_on_timeout(sim, sim.clock()); }
-    SECTION("on any clock") { check_on_timeout(sim, minimal_clock{sim.clock()}); }
+    SECTION("on loop timers") {
+        check_on_timeout(sim, sim.clock());
+    }
+    SECTION("on any clock") {
+        check_on_timeout(sim, minimal_clock{sim.clock()});
+    }
 }
 
 TEST_CASE("timeout: on_timeout sees the attempt number a retry gave", "[timeout]") {
     rs::testing::simulation sim;
     std::vector<int> attempts;
     std::vector<std::chrono::nanoseconds> at;
-    rs::pipeline p{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{100ms, rs::jitter::none}},
-                             sim.clock()},
-                   rs::timeout{{.timeout = 1s,
-                                .on_timeout =
-                                    [&](const rs::timeout_event& e) {
-                                        attempts.push_back(e.attempt());
-                                        at.push_back(sim.now());
-                                    }},
-                               sim.clock()}};
+    rs::pipeline p{
+        rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()},
+        rs::timeout{{.timeout = 1s,
+                     .on_timeout =
+                         [&](const rs::timeout_event& e) {
+                             attempts.push_back(e.attempt());
+                             at.push_back(sim.now());
+                         }},
+                    sim.clock()}};
     scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
     CHECK_THROWS_AS(sim.run(p.execute(slow)), rs::timeout_error);
     CHECK(attempts == std::vector<int>{1, 2});

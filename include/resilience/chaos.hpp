@@ -89,8 +89,8 @@ constexpr const char* to_string(injection_kind k) noexcept {
 /// and to the stage's name: valid only during the callback; copy what you need to keep.
 class injection_event {
 public:
-    injection_event(injection_kind kind, const resilience::context& ctx,
-                    std::chrono::nanoseconds delay = {}, std::string_view policy_name = {}) noexcept
+    injection_event(injection_kind kind, const resilience::context& ctx, std::chrono::nanoseconds delay = {},
+                    std::string_view policy_name = {}) noexcept
         : kind_(kind), ctx_(&ctx), delay_(delay), name_(policy_name) {}
 
     /// What is injected.

@@ -264,16 +264,17 @@ public:
     /// Answers every failure but cancellation (and an `expected_like` value holding an error).
     explicit fallback(Substitute substitute) : substitute_(std::move(substitute)) {}
     /// Answers what `options.should_handle` handles.
-    explicit fallback(Substitute substitute, fallback_options options)
-    requires erased
-        : substitute_(std::move(substitute)), options_(std::move(options)) {}
+    explicit fallback(Substitute substitute, fallback_options options) requires erased
+        : substitute_(std::move(substitute)),
+          options_(std::move(options)) {}
     /// The positional form. Kept for one version.
-    [[deprecated("use fallback_options")]] explicit fallback(Substitute substitute, ShouldHandle should_handle,
+    [[deprecated("use fallback_options")]] explicit fallback(Substitute substitute,
+                                                             ShouldHandle should_handle,
                                                              std::string name = {},
                                                              telemetry_listener telemetry = {})
-        : substitute_(std::move(substitute)),
-          options_{.name = std::move(name), .should_handle = erased_part(should_handle),
-                   .telemetry = std::move(telemetry)},
+        : substitute_(std::move(substitute)), options_{.name = std::move(name),
+                                                       .should_handle = erased_part(should_handle),
+                                                       .telemetry = std::move(telemetry)},
           typed_(typed_part(std::move(should_handle))) {}
 
     [[nodiscard]] const Substitute& substitute() const noexcept { return substitute_; }
@@ -316,7 +317,7 @@ public:
         try {
             // Looked at again after `should_handle`, which may have stopped the caller.
             return detail::fallback_handles(should_handle(), result) && !ctx.stop_requested() ? step::wait
-                                                                                               : step::proceed;
+                                                                                              : step::proceed;
         } catch (...) {
             result = outcome<R>{failure::current()};
             return step::proceed;

@@ -301,10 +301,10 @@ private:
             result = Outcome{failure::make(timeout_error{options_.name, result.error().exception()})};
         if (options_.on_timeout && !tell(result, ctx))
             return result;
-        detail::report(detail::listener_for(options_.telemetry, ctx), clock_,
-                       detail::event(telemetry_kind::timeout, "timeout", options_.name, ctx.attempt(),
-                                     options_.timeout),
-                       result);
+        detail::report(
+            detail::listener_for(options_.telemetry, ctx), clock_,
+            detail::event(telemetry_kind::timeout, "timeout", options_.name, ctx.attempt(), options_.timeout),
+            result);
         return result;
     }
 
