@@ -248,8 +248,8 @@ TEST_CASE("retry: a verdict's delay overrides the backoff and is capped by max_d
         rs::retry r{
             {.max_attempts = 3,
              .backoff = exact_200ms,
-             .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 1h}; },
-             .max_delay = 2s},
+             .max_delay = 2s,
+             .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 1h}; }},
             sim.clock()};
         CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
         CHECK(starts == std::vector<nanoseconds>{0s, 2s, 4s});

@@ -313,10 +313,10 @@ RESILIENCE_DETAIL_NOINLINE failure refused(const telemetry_listener* l, const C&
 /// its own (its options' `telemetry`) reports there instead. Stages outside it do not see it; an
 /// inner `telemetry` stage takes over for the stages inside it.
 struct telemetry_options {
-    /// Hears every event of the stages inside; empty: the stage does nothing at all.
-    telemetry_listener listener{};
     /// The `name` of its `call` events; empty: unnamed.
     std::string name{};
+    /// Hears every event of the stages inside; empty: the stage does nothing at all.
+    telemetry_listener listener{};
 };
 
 /// See `telemetry_options`. A stateless value; `C` times the calls. The listener is referred to by
@@ -332,6 +332,7 @@ public:
     explicit telemetry(telemetry_listener listener, C clock = C{})
         : telemetry(telemetry_options{.listener = std::move(listener)}, std::move(clock)) {}
 
+    [[nodiscard]] const telemetry_options& options() const noexcept { return options_; }
     [[nodiscard]] const telemetry_listener& listener() const noexcept { return options_.listener; }
     [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
     [[nodiscard]] const C& clock() const noexcept { return clock_; }
