@@ -3,6 +3,7 @@
 /// `rate_limiter`: a token bucket refilled lazily from the clock, with a first-come-first-served queue.
 #pragma once
 
+#include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "detail/limiter_handle.hpp"
@@ -21,7 +22,16 @@
 
 namespace resilience {
 
+/// How a `rate_limiter` admits calls. `token_limit` and `tokens_per_second` have no usable default;
+/// the constructor checks every field (`std::invalid_argument` naming the limiter, the field and the
+/// value).
+///
+/// A user callback (`on_rejected`) that throws ends the call with its exception as the call's
+/// failure instead of the refusal (the listener then hears nothing); `execute_outcome` returns it,
+/// `execute` throws it.
 struct rate_limiter_options {
+    /// Carried by the errors it makes (`policy_name()`), by `rejection_event`s and by `name()`.
+    std::string name{};
     /// The burst after idle: how many tokens the bucket holds. It starts full. Must be positive.
     /// No default, as for the rate: only the user knows what the dependency allows.
     std::size_t token_limit = 0;
@@ -43,8 +53,10 @@ struct rate_limiter_options {
     /// that instant; a token due at that very instant is still taken. Empty (the default): as
     /// long as it takes. Must be positive when set.
     std::optional<std::chrono::nanoseconds> queue_timeout{};
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
+    /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
+    /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
+    /// Runs on the caller's coroutine, without any lock held; must not block.
+    std::function<void(const rejection_event&)> on_rejected{};
     /// Hears this limiter's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
     /// stage around the call, if any (see telemetry.hpp).
     telemetry_listener telemetry{};
@@ -92,7 +104,7 @@ public:
 
 private:
     static detail::token_bucket meter_of(const rate_limiter_options& o) {
-        const std::string who = "resilience::rate_limiter: ";
+        const std::string who = detail::policy_label("rate_limiter", o.name) + ": ";
         if (o.token_limit == 0)
             throw std::invalid_argument(who + "token_limit must be positive, got 0");
         if (!std::isfinite(o.tokens_per_second) || !(o.tokens_per_second > 0))

@@ -3,6 +3,7 @@
 /// `sliding_window_limiter`: at most N calls in any window-long span, counted per segment.
 #pragma once
 
+#include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "detail/limiter_handle.hpp"
@@ -21,7 +22,12 @@
 
 namespace resilience {
 
+/// How a `sliding_window_limiter` admits calls. `permit_limit` and `window` have no usable default;
+/// the constructor checks every field (`std::invalid_argument` naming the limiter, the field and the
+/// value). A throwing `on_rejected` ends the call as for `rate_limiter_options`.
 struct sliding_window_limiter_options {
+    /// Carried by the errors it makes (`policy_name()`), by `rejection_event`s and by `name()`.
+    std::string name{};
     /// How many calls any window-long span may admit. Must be positive. No default, as for the
     /// window: only the user knows what the dependency allows, and a guess would silently either
     /// throttle it or overload it; so a limiter made without them throws.
@@ -31,7 +37,7 @@ struct sliding_window_limiter_options {
     /// How finely the window slides: permits come back in steps of `window / segments`. Positive
     /// and at most `window` in nanoseconds and `max_segments`.
     std::size_t segments = 10;
-    /// The most `segments` accepted: one counter each is kept, so the bound caps the memory (8 MB).
+    /// The most `segments` accepted: one counter each is kept, so the bound caps the memory.
     static constexpr std::size_t max_segments = 1'000'000;
     /// How many calls may wait for a permit; beyond that a call is refused at once
     /// (`rejection_reason::queue_full`). The default 0 refuses as soon as no permit is free
@@ -40,8 +46,10 @@ struct sliding_window_limiter_options {
     /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
     /// that instant. Empty (the default): as long as it takes. Must be positive when set.
     std::optional<std::chrono::nanoseconds> queue_timeout{};
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
+    /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
+    /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
+    /// Runs on the caller's coroutine, without any lock held; must not block.
+    std::function<void(const rejection_event&)> on_rejected{};
     /// Hears this limiter's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
     /// stage around the call, if any (see telemetry.hpp).
     telemetry_listener telemetry{};
@@ -86,7 +94,7 @@ public:
 
 private:
     static detail::window_counter meter_of(const sliding_window_limiter_options& o) {
-        const std::string who = "resilience::sliding_window_limiter: ";
+        const std::string who = detail::policy_label("sliding_window_limiter", o.name) + ": ";
         if (o.permit_limit == 0)
             throw std::invalid_argument(who + "permit_limit must be positive, got 0");
         if (o.window <= std::chrono::nanoseconds::zero())

@@ -173,13 +173,7 @@ public:
             if (st == waiter_state::stopped) {
                 set_cancelled(result_, l.options.name);
             } else {
-                rate_limited_error e = refusal_of(l, admission{st, node_.retry_after});
-                const rejection_reason why = e.reason();
-                failure refused_call = failure::make(std::move(e));
-                result_.emplace(listener ? refused(listener, l.clock,
-                                                   waited_on(l, ctx_, queued_at_, telemetry_kind::rejection, why),
-                                                   std::move(refused_call))
-                                         : std::move(refused_call));
+                result_.emplace(refuse_call(l, ctx_, queued_at_, listener, admission{st, node_.retry_after}));
             }
             return answer_ = step::done;
         }
@@ -193,8 +187,7 @@ public:
         std::optional<outcome<R>>& result_;
         typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
         waiter node_;
-        // After the node it queues. Its tail padding holds the two fields after it, which keeps
-        // the whole at 184 bytes, a 192-byte block with the pipeline's stage index.
+        // After the node it queues: its tail padding holds the two fields after it.
         [[no_unique_address]] queue_awaiter<limiter_state<C, Meter>> queue_;
         phase phase_ = phase::start;
         step answer_ = step::done;
@@ -265,6 +258,24 @@ private:
         co_return failure::make(refusal_of(s, a));
     }
 
+    // A call refused: `on_rejected` is told, then the listener (if any); what either throws is the
+    // call's failure instead of the refusal.
+    static failure refuse_call(const shared& s, const context& ctx, const typename C::time_point* since,
+                               const telemetry_listener* listener, const admission& a) {
+        rate_limited_error e = refusal_of(s, a);
+        const rejection_reason why = e.reason();
+        if (s.options.on_rejected) {
+            try {
+                s.options.on_rejected(rejection_event{s.options.name, why, e.retry_after()});
+            } catch (...) {
+                return failure::current();
+            }
+        }
+        failure refusal = failure::make(std::move(e));
+        if (!listener)
+            return refusal;
+        return refused(listener, s.clock, waited_on(s, ctx, since, telemetry_kind::rejection, why), std::move(refusal));
+    }
     static rate_limited_error refusal_of(const shared& s, const admission& a) {
         rejection_reason why = rejection_reason::queue_timeout;
         if (a.state == waiter_state::rejected)
