@@ -40,11 +40,11 @@ rs::task<void> take(rs::testing::simulation& sim, const Limiter& limiter, std::v
 } // namespace
 
 TEST_CASE("model: the token bucket admits, queues and refuses as its model", "[model][rate_limiter]") {
-    run_scenarios(400, [](rm::chooser& pick) { return rm::check_token_bucket(pick); });
+    run_scenarios(400, rm::check_token_bucket);
 }
 
 TEST_CASE("model: the sliding window admits, queues and refuses as its model", "[model][sliding_window]") {
-    run_scenarios(400, [](rm::chooser& pick) { return rm::check_sliding_window(pick); });
+    run_scenarios(400, rm::check_sliding_window);
 }
 
 TEST_CASE("sliding window: retry_after counts every reuse of a permit on the segment grid",
