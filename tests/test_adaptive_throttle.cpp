@@ -95,6 +95,15 @@ TEST_CASE("adaptive_throttle: deduces its clock and random source, and copies ar
     CHECK(t.accepts() == 1);
 }
 
+TEST_CASE("adaptive_throttle: a bad option is refused with the throttle's label, the field and the value",
+          "[adaptive_throttle]") {
+    simulation sim;
+    CHECK_THROWS_WITH((rs::adaptive_throttle{{.name = "api", .k = 0.0}, sim.clock()}),
+                      "resilience::adaptive_throttle (api): k must be positive and finite, got 0");
+    CHECK_THROWS_WITH((rs::adaptive_throttle{{.window = 10ns, .segments = 11}, sim.clock()}),
+                      "resilience::adaptive_throttle: segments must be at most the window in nanoseconds (10), got 11");
+}
+
 TEST_CASE("adaptive_throttle: the probability is max(0, (requests - k * accepts) / (requests + 1)) "
           "over the window",
           "[adaptive_throttle]") {

@@ -1049,6 +1049,12 @@ TEST_CASE("rate limiters: a queue_timeout that is not positive is refused naming
                       "resilience::rate_limiter: queue_timeout must be positive, got 0ns");
     CHECK_THROWS_WITH((rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s, .queue_timeout = -2ns}}),
                       "resilience::sliding_window_limiter: queue_timeout must be positive, got -2ns");
+    // A named limiter's messages start with its label.
+    CHECK_THROWS_WITH((rs::rate_limiter{{.name = "api", .token_limit = 0, .tokens_per_second = 1}}),
+                      "resilience::rate_limiter (api): token_limit must be positive, got 0");
+    CHECK_THROWS_WITH(
+        (rs::sliding_window_limiter{{.name = "api", .permit_limit = 1, .window = 1s, .queue_timeout = 0ms}}),
+        "resilience::sliding_window_limiter (api): queue_timeout must be positive, got 0ns");
     // No default rate: only the user knows the dependency's limit.
     CHECK_THROWS_AS(rs::rate_limiter{rs::rate_limiter_options{}}, std::invalid_argument);
     CHECK_THROWS_AS(rs::sliding_window_limiter{rs::sliding_window_limiter_options{}}, std::invalid_argument);

@@ -75,7 +75,7 @@ struct rate_limiter_options {
 /// - A call that may not wait (`queue_limit` 0 or reached) or that waited `queue_timeout` fails
 ///   with `rate_limited_error`, returned as a value through the pipeline, whose `reason()` says
 ///   which and whose `retry_after()` is how long until a token would be there for it, counting
-///   the waiters before it.
+///   the waiters before it. `on_rejected` is told of it before it is returned.
 ///
 /// A copyable handle: copies share one bucket, which is thread-safe; event loops on several
 /// threads may share it, and each waiter is resumed on the loop it waited on. While nobody waits,
