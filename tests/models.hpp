@@ -592,8 +592,8 @@ std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bu
 // the circuit closes.
 //
 // The window is kept here as the list of recorded calls, not in segments: a count window is the
-// last `size` of them; a time window counts a call recorded at t while
-// floor(now / width) - floor(t / width) < segments, width = sampling_duration / segments (rounded
+// last `calls` of them; a time window counts a call recorded at t while
+// floor(now / width) - floor(t / width) < segments, width = window / segments (rounded
 // down), segments aligned to the clock's epoch.
 
 struct breaker_call {
@@ -1145,11 +1145,11 @@ inline comparison check_breaker_window(chooser& pick) {
     std::ostringstream setup;
     setup << "failure_threshold=" << (b.threshold ? std::to_string(b.threshold) : "none")
           << " break_duration=" << b.break_duration << "ns break_duration_growth=" << b.growth
-          << " probes=" << b.probes << " window{";
+          << " probes=" << b.probes << " sampling{";
     if (w.size)
-        setup << "size=" << *w.size;
+        setup << "calls=" << *w.size;
     else
-        setup << "sampling_duration=" << *w.sampling << "ns segments=" << w.segments;
+        setup << "window=" << *w.sampling << "ns segments=" << w.segments;
     setup << " minimum_throughput=" << w.minimum_throughput << " failure_ratio="
           << (w.failure_ratio ? std::to_string(*w.failure_ratio) : "none") << " slow_call_duration="
           << (w.slow_call_duration ? std::to_string(*w.slow_call_duration) + "ns" : "none")
@@ -1162,13 +1162,13 @@ inline comparison check_breaker_window(chooser& pick) {
     rs::testing::simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = b.threshold ? std::optional<int>{b.threshold} : std::nullopt,
-         .window = rs::breaker_window{.size = w.size,
-                                      .sampling_duration = opt_ns(w.sampling),
-                                      .segments = w.segments,
-                                      .minimum_throughput = w.minimum_throughput,
-                                      .failure_ratio = w.failure_ratio,
-                                      .slow_call_duration = opt_ns(w.slow_call_duration),
-                                      .slow_call_ratio = w.slow_call_ratio},
+         .sampling = rs::breaker_sampling{.calls = w.size,
+                                          .window = opt_ns(w.sampling),
+                                          .segments = static_cast<std::size_t>(w.segments),
+                                          .minimum_throughput = w.minimum_throughput,
+                                          .failure_ratio = w.failure_ratio,
+                                          .slow_call_duration = opt_ns(w.slow_call_duration),
+                                          .slow_call_ratio = w.slow_call_ratio},
          .break_duration = std::chrono::nanoseconds{b.break_duration},
          .break_duration_growth = b.growth,
          .probes = b.probes},

@@ -292,4 +292,16 @@ struct heard_counts {
     }
 };
 
+/// Lives in a waiting coroutine's frame and counts the live ones; its payload, longer than any
+/// small-string buffer, is a heap block, so a leaked frame is a leak LeakSanitizer sees. One count for
+/// the test program: a test that uses it starts and ends with `tracked::live == 0`.
+struct tracked {
+    static inline std::atomic<int> live{0};
+    std::string payload = std::string(64, 'x');
+    tracked() { live.fetch_add(1); }
+    tracked(const tracked&) = delete;
+    tracked& operator=(const tracked&) = delete;
+    ~tracked() { live.fetch_sub(1); }
+};
+
 } // namespace resilience_tests

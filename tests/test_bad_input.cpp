@@ -174,23 +174,22 @@ TEST_CASE("bad input: backoff schedules", "[bad_input][backoff]") {
 TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") {
     rs::testing::simulation sim;
     const auto make = [&](rs::circuit_breaker_options o) { return rs::circuit_breaker{std::move(o), sim.clock()}; };
-    const auto window = [&](rs::breaker_window w) { return make({.window = w}); };
+    const auto sampling = [&](rs::breaker_sampling w) { return make({.sampling = w}); };
     for (int v : {0, -1, INT_MIN}) {
         const std::string s = std::to_string(v);
         refused("failure_threshold", s, [&] { make({.failure_threshold = v}); });
         refused("probes", s, [&] { make({.probes = v}); });
-        refused("window.size", s, [&] { window({.size = v, .failure_ratio = 0.5}); });
-        refused("window.segments", s, [&] { window({.sampling_duration = 1s, .segments = v, .failure_ratio = 0.5}); });
-        refused("window.minimum_throughput", s,
-                [&] { window({.size = 10, .minimum_throughput = v, .failure_ratio = 0.5}); });
+        refused("sampling.calls", s, [&] { sampling({.calls = v, .failure_ratio = 0.5}); });
+        refused("sampling.minimum_throughput", s,
+                [&] { sampling({.calls = 10, .minimum_throughput = v, .failure_ratio = 0.5}); });
     }
     for (nanoseconds v : {0ns, -1ns, nmin}) {
         const std::string s = std::to_string(v.count());
         refused("break_duration", s, [&] { make({.failure_threshold = 1, .break_duration = v}); });
         refused("max_break_duration", s, [&] { make({.failure_threshold = 1, .max_break_duration = v}); });
-        refused("window.sampling_duration", s, [&] { window({.sampling_duration = v, .failure_ratio = 0.5}); });
-        refused("window.slow_call_duration", s,
-                [&] { window({.size = 10, .slow_call_duration = v, .slow_call_ratio = 0.5}); });
+        refused("sampling.window", s, [&] { sampling({.window = v, .failure_ratio = 0.5}); });
+        refused("sampling.slow_call_duration", s,
+                [&] { sampling({.calls = 10, .slow_call_duration = v, .slow_call_ratio = 0.5}); });
     }
     for (double v : {qnan, inf, -inf, 0.0, -1.0, 0.999, dlowest}) {
         const std::string s = rs::detail::format_number(v);
@@ -198,28 +197,39 @@ TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") 
     }
     for (double v : {qnan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest}) {
         const std::string s = rs::detail::format_number(v);
-        refused("window.failure_ratio", s, [&] { window({.size = 10, .failure_ratio = v}); });
-        refused("window.slow_call_ratio", s,
-                [&] { window({.size = 10, .slow_call_duration = 1s, .slow_call_ratio = v}); });
+        refused("sampling.failure_ratio", s, [&] { sampling({.calls = 10, .failure_ratio = v}); });
+        refused("sampling.slow_call_ratio", s,
+                [&] { sampling({.calls = 10, .slow_call_duration = 1s, .slow_call_ratio = v}); });
     }
     // Sizes that would allocate gigabytes are refused (they used to be accepted and allocated).
-    refused("window.size", std::to_string(INT_MAX), [&] { window({.size = INT_MAX, .failure_ratio = 0.5}); });
-    refused("window.segments", std::to_string(INT_MAX),
-            [&] { window({.sampling_duration = nmax, .segments = INT_MAX, .failure_ratio = 0.5}); });
-    refused("window.segments", std::to_string(INT_MAX),
-            [&] { window({.sampling_duration = 1ms, .segments = INT_MAX, .failure_ratio = 0.5}); });
-    refused("window.minimum_throughput", std::to_string(INT_MAX),
-            [&] { window({.size = 10, .minimum_throughput = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.calls", std::to_string(INT_MAX),
+            [&] { sampling({.calls = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.segments", "0", [&] { sampling({.window = 1s, .segments = 0, .failure_ratio = 0.5}); });
+    refused("sampling.segments", std::to_string(smax),
+            [&] { sampling({.window = nmax, .segments = smax, .failure_ratio = 0.5}); });
+    refused("sampling.segments", std::to_string(INT_MAX),
+            [&] { sampling({.window = nmax, .segments = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.segments", std::to_string(INT_MAX),
+            [&] { sampling({.window = 1ms, .segments = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.minimum_throughput", std::to_string(INT_MAX),
+            [&] { sampling({.calls = 10, .minimum_throughput = INT_MAX, .failure_ratio = 0.5}); });
 
     // Accepted extremes: the largest counts, durations and growth. A breaker that opens for the
     // longest break refuses with the longest retry_after, and growth saturates instead of overflowing.
     behaves(sim, make({.failure_threshold = INT_MAX, .probes = INT_MAX}));
-    behaves(sim, window({.size = rs::breaker_window::max_size, .failure_ratio = dtiny}));
-    behaves(sim, window({.sampling_duration = nmax, .segments = rs::breaker_window::max_segments,
-                         .minimum_throughput = INT_MAX, .failure_ratio = 1.0, .slow_call_duration = nmax,
-                         .slow_call_ratio = 1.0}));
-    behaves(sim, window({.sampling_duration = 1ns, .segments = 1, .minimum_throughput = 1, .failure_ratio = dtiny,
-                         .slow_call_duration = 1ns, .slow_call_ratio = dtiny}));
+    behaves(sim, sampling({.calls = rs::breaker_sampling::max_calls, .failure_ratio = dtiny}));
+    behaves(sim, sampling({.window = nmax,
+                           .segments = rs::breaker_sampling::max_segments,
+                           .minimum_throughput = INT_MAX,
+                           .failure_ratio = 1.0,
+                           .slow_call_duration = nmax,
+                           .slow_call_ratio = 1.0}));
+    behaves(sim, sampling({.window = 1ns,
+                           .segments = 1,
+                           .minimum_throughput = 1,
+                           .failure_ratio = dtiny,
+                           .slow_call_duration = 1ns,
+                           .slow_call_ratio = dtiny}));
     const auto fail = [&]() -> rs::task<int> {
         co_await sim.sleep_for(1ms);
         throw std::runtime_error("down");

@@ -166,8 +166,7 @@ TEST_CASE("composition: with pipeline{retry, breaker}, a throwing breaker classi
         rs::circuit_breaker breaker{
             {.failure_threshold = 2,
              .break_duration = 1min,
-             .on_state_change = [](rs::circuit_state,
-                                   rs::circuit_state) { throw std::runtime_error("observer"); }},
+             .on_state_change = [](const rs::state_change_event&) { throw std::runtime_error("observer"); }},
             sim.clock()};
         rs::pipeline policy{rs::retry{fixed_retry(5, 1s), sim.clock()}, breaker};
         rs::outcome<int> r = 0;

@@ -80,10 +80,10 @@ TEST_CASE("standard: the defaults are those of Polly's standard pipeline", "[sta
     CHECK(p.get<1>().options().max_attempts == 4); // the first attempt and three retries
     CHECK(p.get<1>().options().max_delay == 30s);
     const rs::circuit_breaker_options& b = p.get<2>().options();
-    REQUIRE(b.window.has_value());
-    CHECK(b.window->sampling_duration == std::optional<nanoseconds>{30s});
-    CHECK(b.window->failure_ratio == std::optional<double>{0.1});
-    CHECK(b.window->minimum_throughput == std::optional<int>{100});
+    REQUIRE(b.sampling.has_value());
+    CHECK(b.sampling->window == std::optional<nanoseconds>{30s});
+    CHECK(b.sampling->failure_ratio == std::optional<double>{0.1});
+    CHECK(b.sampling->minimum_throughput == std::optional<int>{100});
     CHECK_FALSE(b.failure_threshold.has_value());
     CHECK(b.break_duration == 5s);
     CHECK(p.get<3>().duration() == 10s);

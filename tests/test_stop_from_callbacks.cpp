@@ -84,9 +84,9 @@ TEST_CASE("circuit_breaker: a caller's stop requested while the breaker turns ha
         breaker.emplace(rs::circuit_breaker_options{.failure_threshold = 1,
                                                     .break_duration = 1s,
                                                     .on_state_change =
-                                                        [&](rs::circuit_state, rs::circuit_state to) {
+                                                        [&](const rs::state_change_event& e) {
                                                             if (stop_on_change &&
-                                                                to == rs::circuit_state::half_open)
+                                                                e.to() == rs::circuit_state::half_open)
                                                                 caller.request_stop();
                                                         }},
                         sim.clock());

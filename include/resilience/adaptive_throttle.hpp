@@ -60,7 +60,7 @@ struct adaptive_throttle_options {
     /// `window` is kept in this many segments of `window / segments` (rounded down) each, on a grid
     /// from the clock's epoch, so the memory is fixed: a count made in the segment starting at `s`
     /// stops counting at exactly `s + segments * (window / segments)`, between
-    /// `window - window / segments` and `window` after it was made (as the breaker's time window).
+    /// `window - window / segments` and `window` after it was made (as `breaker_sampling::segments`).
     /// Positive, at most `max_segments`, and at most `window` in nanoseconds.
     std::size_t segments = 12;
     /// The most `segments` accepted: two counters are kept per segment, so the bound caps the memory.

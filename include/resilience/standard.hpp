@@ -107,13 +107,13 @@ inline void validate_standard_options(const standard_options& o) {
 inline circuit_breaker_options standard_breaker_options(const standard_options& o) {
     detail::validate_standard_options(o);
     // A window keeps at most 10 segments, and never more segments than nanoseconds.
-    const int segments = static_cast<int>(std::min<std::int64_t>(10, o.sampling_duration.count()));
+    const auto segments = static_cast<std::size_t>(std::min<std::int64_t>(10, o.sampling_duration.count()));
     return circuit_breaker_options{
         .name = detail::standard_stage_name(o.name, "circuit_breaker"),
-        .window = breaker_window{.sampling_duration = o.sampling_duration,
-                                 .segments = segments,
-                                 .minimum_throughput = o.minimum_throughput,
-                                 .failure_ratio = o.failure_ratio},
+        .sampling = breaker_sampling{.window = o.sampling_duration,
+                                     .segments = segments,
+                                     .minimum_throughput = o.minimum_throughput,
+                                     .failure_ratio = o.failure_ratio},
         .break_duration = o.break_duration,
     };
 }

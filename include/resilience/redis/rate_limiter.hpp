@@ -34,6 +34,8 @@
 namespace resilience::redis {
 
 struct rate_limiter_options {
+    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
+    std::string name{};
     /// The Redis key of the bucket: every limiter with the same key on the same Redis shares one
     /// limit (a key per tenant gives each tenant its own). Must not be empty. The key holds one
     /// string and expires by itself once the bucket is full again.
@@ -59,8 +61,6 @@ struct rate_limiter_options {
     /// on its own meanwhile (1/N for N replicas), in (0, 1]; the local bucket holds at least one
     /// token. Otherwise ignored (0 or in (0, 1]).
     double local_share = 0;
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
     /// Hears this limiter's `rejection`s, `queue_wait`s, `backend_lost` and `backend_restored`.
     /// Empty: the listener of a `telemetry` stage around the call, if any.
     telemetry_listener telemetry{};
