@@ -35,7 +35,8 @@ LAYERS = [
         "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
         "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
         "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/bulkhead_state.hpp",
-        "detail/limiter_queue.hpp", "detail/limiter_state.hpp", "detail/token_bucket.hpp",
+        "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
+        "detail/window_counter.hpp",
     ]),
     (4, "composition", [
         "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",

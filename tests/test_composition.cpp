@@ -221,8 +221,8 @@ TEST_CASE("composition: a call stopped before it starts is refused by the policy
     const auto answer = []() -> rs::task<int> { co_return 42; };
     const rs::timeout deadline{{.name = "deadline", .timeout = 1s}, sim.clock()};
     const rs::bulkhead slots{{.name = "slots", .max_concurrent_calls = 1}, sim.clock()};
-    const rs::rate_limiter bucket{{.token_limit = 1, .tokens_per_second = 1, .name = "bucket"}, sim.clock()};
-    const rs::sliding_window_limiter window{{.permit_limit = 1, .window = 1s, .name = "window"}, sim.clock()};
+    const rs::rate_limiter bucket{{.name = "bucket", .token_limit = 1, .tokens_per_second = 1}, sim.clock()};
+    const rs::sliding_window_limiter window{{.name = "window", .permit_limit = 1, .window = 1s}, sim.clock()};
     const rs::single_flight<int, int> flights{{.name = "flights"}};
     sim.run([&]() -> rs::task<void> {
         CHECK(name_of(co_await deadline.execute_outcome(answer, caller.get_token())) == "deadline");

@@ -371,10 +371,10 @@ TEST_CASE("telemetry: the limiters report queue waits and rejections, each under
     std::optional<rs::outcome<int>> a, b, c;
 
     SECTION("token bucket") {
-        const rs::rate_limiter bucket{{.token_limit = 1,
+        const rs::rate_limiter bucket{{.name = "api",
+                                       .token_limit = 1,
                                        .tokens_per_second = 1,
                                        .queue_limit = 1,
-                                       .name = "api",
                                        .telemetry = rec.listener()},
                                       sim.clock()};
         sim.spawn(call_into(bucket, instant, a)); // the one token

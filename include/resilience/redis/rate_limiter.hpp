@@ -109,13 +109,13 @@ struct redis_limiter_state {
             const double share = options.local_share;
             local.emplace(
                 rs_rate_limiter_options{
+                    .name = options.name,
                     .token_limit = std::max<std::size_t>(
                         1, static_cast<std::size_t>(std::floor(static_cast<double>(options.token_limit) * share))),
                     .tokens_per_second =
                         std::max(options.tokens_per_second * share, rate_limiter_options_min()),
                     .queue_limit = options.queue_limit,
                     .queue_timeout = options.queue_timeout,
-                    .name = options.name,
                     .telemetry = options.telemetry},
                 clock);
         }
