@@ -17,7 +17,7 @@
 #include "policy.hpp"
 #include "random.hpp"
 #include "task.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -17,7 +17,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 
 #include <chrono>
 #include <cstddef>

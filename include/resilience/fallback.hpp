@@ -9,7 +9,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 
 #include <functional>
 #include <memory>

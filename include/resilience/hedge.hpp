@@ -15,7 +15,7 @@
 #include "policy.hpp"
 #include "retry_budget.hpp"
 #include "task.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 
 #include <chrono>
 #include <concepts>

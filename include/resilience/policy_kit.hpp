@@ -14,7 +14,7 @@
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 
 #include <chrono>
 #include <functional>

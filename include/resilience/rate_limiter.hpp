@@ -9,7 +9,7 @@
 #include "detail/limiter_handle.hpp"
 #include "detail/token_bucket.hpp"
 #include "error.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 
 #include <chrono>
 #include <cmath>

@@ -37,5 +37,6 @@
 #include "standard.hpp"
 #include "task.hpp"
 #include "telemetry.hpp"
+#include "telemetry_event.hpp"
 #include "timeout.hpp"
 #include "when_all.hpp"

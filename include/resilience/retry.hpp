@@ -15,7 +15,7 @@
 #include "random.hpp"
 #include "retry_budget.hpp"
 #include "task.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -13,7 +13,7 @@
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "task.hpp"
-#include "telemetry.hpp"
+#include "telemetry_event.hpp"
 #include "when_all.hpp"
 
 #include <atomic>

@@ -10,7 +10,7 @@
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../task.hpp"
-#include "../telemetry.hpp"
+#include "../telemetry_event.hpp"
 #include "frame_allocator.hpp"
 #include "limiter_state.hpp"
 #include "shared_handle.hpp"

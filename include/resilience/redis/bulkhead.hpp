@@ -13,7 +13,7 @@
 #include "../policy.hpp"
 #include "../random.hpp"
 #include "../task.hpp"
-#include "../telemetry.hpp"
+#include "../telemetry_event.hpp"
 #include "../when_all.hpp"
 #include "connection.hpp"
 #include "script.hpp"

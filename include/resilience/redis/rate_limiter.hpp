@@ -12,7 +12,7 @@
 #include "../policy.hpp"
 #include "../rate_limiter.hpp"
 #include "../task.hpp"
-#include "../telemetry.hpp"
+#include "../telemetry_event.hpp"
 #include "connection.hpp"
 #include "script.hpp"
 
