@@ -82,9 +82,6 @@
 #pragma once
 
 #include "concepts.hpp"
-#pragma once
-
-#include "concepts.hpp"
 #include "context.hpp"
 #include "detail/action.hpp"
 #include "detail/driver.hpp"

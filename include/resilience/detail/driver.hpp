@@ -130,7 +130,6 @@ struct driver {
             return inner_next{stages, leaf, J + 1};
     }
 
-
     // Waiting for admission in this frame (detail/frame_admission.hpp).
     using admission = frame_admission<Stages, states, outcome_type>;
 
@@ -174,8 +173,8 @@ struct driver {
             all_stages{});
     }
     // `run_stage` out of line, for a pipeline whose waiting stages mostly wait in its frame: clang
-    // would otherwise build the stage's `run` coroutine in the drive's own frame (1.3 KB for a
-    // bulkhead's), making every call's frame as large as a waiting one's.
+    // would otherwise build the stage's `run` coroutine in the drive's own frame, making every
+    // call's frame as large as a waiting one's.
     RESILIENCE_DETAIL_NOINLINE static task<outcome_type>
     run_stage_out_of_line(std::size_t k, const Stages& stages, const context** at, const Leaf& leaf) {
         return run_stage(k, stages, at, leaf);
@@ -208,7 +207,6 @@ struct driver {
         else
             return stages_of(source.get());
     }
-
 
     /// `ctx`: the caller's context, or, for a drive inside another call (a stage's `run` or
     /// `resume`), one derived from that call's, which outlives it. It is the call's own context,
