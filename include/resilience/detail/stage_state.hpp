@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <tuple>
 #include <type_traits>
-#include <utility>
 
 namespace resilience::detail {
 
@@ -25,7 +25,6 @@ class stage_states {
     // Room for one state, constructed by `make`.
     template <class T>
     struct slot {
-        using value_type = T;
         slot() noexcept {}
         slot(const slot&) = delete;
         slot& operator=(const slot&) = delete;
@@ -52,7 +51,7 @@ class stage_states {
 public:
     /// The type of stage J's state.
     template <std::size_t J>
-    using type_at = typename std::remove_reference_t<decltype(slot_at<J>(std::declval<pack<Ts...>&>()))>::value_type;
+    using type_at = std::tuple_element_t<J, std::tuple<Ts...>>;
 
     stage_states() noexcept {}
     stage_states(const stage_states&) = delete;
