@@ -77,8 +77,8 @@
 /// dropped as soon as the call suspends, so time read later is read afresh.
 ///
 /// The machinery is in detail/: `step` and the protocol's compile-time checks in protocol.hpp,
-/// how an action is called in action.hpp, the driver that runs a call's stages in driver.hpp (with
-/// stages.hpp, stage_state.hpp and, for waiting in the call's frame, frame_admission.hpp).
+/// how an action is called in action.hpp, the driver that runs a call's stages and keeps their
+/// states in driver.hpp (with stages.hpp and, for waiting in the call's frame, frame_admission.hpp).
 #pragma once
 
 #include "concepts.hpp"

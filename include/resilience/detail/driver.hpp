@@ -13,11 +13,13 @@
 #include "home_loop.hpp"
 #include "inlining.hpp"
 #include "protocol.hpp"
-#include "stage_state.hpp"
 #include "stages.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
+#include <new>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -37,20 +39,88 @@ struct driver {
     template <std::size_t J>
     using policy_at = std::remove_cvref_t<std::tuple_element_t<J, Stages>>;
 
-    template <std::size_t J>
-    using state_type = typename state_of<policy_at<J>>::type;
+    // ---- the stages' states, in the call's frame ----
+    // Each is constructed when the call reaches its stage, just before its `enter`, and destroyed
+    // with the frame: constructing them all up front compiles to zeroing the whole block, which
+    // costs more than the states' own work on the fast path. They are a member of the driver
+    // rather than a class template of their own shared by drivers with the same states: with
+    // that, g++ stopped inlining the outermost `enter_all` into the drive (its size estimate went
+    // past `max-inline-insns-single`) and the common path got slower (bench/README.md).
+    template <class T>
+    struct slot {
+        slot() noexcept {}
+        slot(const slot&) = delete;
+        slot& operator=(const slot&) = delete;
+        ~slot() {}
+        union {
+            T value;
+        };
+    };
+    template <class... Ts>
+    struct pack {};
+    template <class T, class... Ts>
+    struct pack<T, Ts...> {
+        slot<T> head;
+        pack<Ts...> tail;
+    };
     template <class Seq>
     struct states_of;
     template <std::size_t... Js>
     struct states_of<std::index_sequence<Js...>> {
-        using type = stage_states<state_type<Js>...>;
+        using type = pack<typename state_of<policy_at<Js>>::type...>;
     };
-    // The stages' states, in the call's frame (detail/stage_state.hpp).
-    using states = typename states_of<std::make_index_sequence<size>>::type;
+    template <std::size_t J, class P>
+    static auto& state_slot(P& p) noexcept {
+        if constexpr (J == 0)
+            return p.head;
+        else
+            return state_slot<J - 1>(p.tail);
+    }
+    template <std::size_t J>
+    using state_type = typename state_of<policy_at<J>>::type;
+    static_assert(size <= 64, "resilience::pipeline: at most 64 stages");
+
+    struct states {
+        typename states_of<std::make_index_sequence<size>>::type p;
+        std::uint64_t made = 0; // bit J: stage J's state is constructed (only those with a destructor)
+
+        // What frame_admission.hpp asks of the states.
+        template <std::size_t J>
+        using type_at = state_type<J>;
+        template <std::size_t J>
+        auto& get() noexcept {
+            return state_slot<J>(p).value;
+        }
+
+        states() noexcept {}
+        states(const states&) = delete;
+        states& operator=(const states&) = delete;
+        ~states() { destroy<size>(); }
+
+        template <std::size_t J>
+        void make() {
+            // Default-initialised: std::construct_at would value-initialise, zeroing it first.
+            ::new (static_cast<void*>(&state_slot<J>(p).value)) state_type<J>;
+            if constexpr (!std::is_trivially_destructible_v<state_type<J>>)
+                made |= std::uint64_t{1} << J;
+        }
+        // Innermost first, as the stages leave.
+        template <std::size_t N>
+        void destroy() noexcept {
+            if constexpr (N > 0) {
+                if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
+                    if (made & (std::uint64_t{1} << (N - 1)))
+                        std::destroy_at(&state_slot<N - 1>(p).value);
+                }
+                destroy<N - 1>();
+            }
+        }
+    };
     template <std::size_t J>
     static auto& state(states& st) noexcept {
-        return st.template get<J>();
+        return state_slot<J>(st.p).value;
     }
+
 
     static constexpr std::size_t none = static_cast<std::size_t>(-1);
     using all_stages = std::make_index_sequence<size>;

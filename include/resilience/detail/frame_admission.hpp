@@ -26,8 +26,8 @@
 namespace resilience::detail {
 
 /// What the driver of a call through `Stages` (a tuple of references to policies) needs to wait
-/// for a stage's admission in its own frame. `States` is the call's `stage_states`, `Outcome` the
-/// call's `outcome<R>`.
+/// for a stage's admission in its own frame. `States` is the driver's states of the stages
+/// (`type_at<J>`, the type of stage J's, and `get<J>()`), `Outcome` the call's `outcome<R>`.
 template <class Stages, class States, class Outcome>
 struct frame_admission {
     static constexpr std::size_t size = std::tuple_size_v<Stages>;
