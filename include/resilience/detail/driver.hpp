@@ -45,7 +45,7 @@ struct driver {
     // costs more than the states' own work on the fast path. They are a member of the driver
     // rather than a class template of their own shared by drivers with the same states: with
     // that, g++ stopped inlining the outermost `enter_all` into the drive (its size estimate went
-    // past `max-inline-insns-single`) and the common path got slower (bench/README.md).
+    // past `max-inline-insns-single`) and the common path got slower.
     template <class T>
     struct slot {
         slot() noexcept {}
