@@ -94,7 +94,7 @@ BENCHMARK(circuit_breaker_alone);
 
 void windowed_breaker_alone(benchmark::State& state) {
     through(state,
-            rs::circuit_breaker{{.window = rs::breaker_window{.sampling_duration = 10s, .failure_ratio = 0.5}}});
+            rs::circuit_breaker{{.sampling = rs::breaker_sampling{.window = 10s, .failure_ratio = 0.5}}});
 }
 BENCHMARK(windowed_breaker_alone);
 

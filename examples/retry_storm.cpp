@@ -233,8 +233,7 @@ struct process_parts {
 // The throttle's refusals never reached the dependency, so they do not count against it.
 auto make_breaker(const process_parts& parts) {
     return rs::circuit_breaker{
-        {.window =
-             rs::breaker_window{.sampling_duration = 2s, .minimum_throughput = 20, .failure_ratio = 0.5},
+        {.sampling = rs::breaker_sampling{.window = 2s, .minimum_throughput = 20, .failure_ratio = 0.5},
          .break_duration = 1s,
          .should_handle =
              [](const rs::failure& f) { return f.code() != rs::errc::throttled && !rs::is_cancellation(f); }},

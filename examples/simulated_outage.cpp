@@ -51,9 +51,9 @@ int main() {
                                  .break_duration_growth = 2.0,
                                  .max_break_duration = 60s,
                                  .on_state_change =
-                                     [&](rs::circuit_state from, rs::circuit_state to) {
-                                         fmt::print("{}  breaker {} -> {}\n", at(), rs::to_string(from),
-                                                    rs::to_string(to));
+                                     [&](const rs::state_change_event& e) {
+                                         fmt::print("{}  breaker {} -> {}\n", at(), rs::to_string(e.from()),
+                                                    rs::to_string(e.to()));
                                      }},
                                 sim.clock()};
     rs::pipeline policy{

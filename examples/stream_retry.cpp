@@ -82,10 +82,10 @@ std::vector<int> run(bool resume) {
     rs::testing::simulation sim;
     remote_table table{&sim};
     const rs::stream_retry_options options{
-        .max_retries = 5,
+        .name = "export",
+        .max_attempts = 6,
         .backoff = rs::exponential_backoff{.initial = 100ms, .max = 2s, .jitter = rs::jitter::none},
         .partial = rs::partial_stream::restart_from_start,
-        .name = "export",
     };
     auto rows = rs::retry_stream(
         [&table, resume](const rs::stream_context& c) {

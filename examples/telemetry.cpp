@@ -92,12 +92,12 @@ int main() {
     };
 
     const rs::pipeline policy{
-        rs::telemetry{{.listener = count, .name = "orders"}, sim.clock()},
+        rs::telemetry{{.name = "orders", .listener = count}, sim.clock()},
         rs::retry{{.max_attempts = 3, .backoff = rs::exponential_backoff{.initial = 50ms, .max = 400ms}},
                   sim.clock(),
                   rs::seeded_random{7}},
         rs::circuit_breaker{{.name = "orders-db", .failure_threshold = 5, .break_duration = 1s}, sim.clock()},
-        rs::timeout{{.timeout = 250ms, .name = "per-attempt"}, sim.clock()},
+        rs::timeout{{.name = "per-attempt", .timeout = 250ms}, sim.clock()},
     };
 
     // Ten clients, each calling every 100 ms for ten seconds.

@@ -151,12 +151,12 @@ int circuit_breaker_options(const std::uint8_t* data, std::size_t size) {
         if (in.flag())
             o.failure_threshold = in.count();
         if (in.flag()) {
-            rs::breaker_window w;
+            rs::breaker_sampling w;
             if (in.flag())
-                w.size = in.count();
+                w.calls = in.count();
             if (in.flag())
-                w.sampling_duration = in.duration();
-            w.segments = in.count();
+                w.window = in.duration();
+            w.segments = static_cast<std::size_t>(in.count());
             if (in.flag())
                 w.minimum_throughput = in.count();
             if (in.flag())
@@ -164,7 +164,7 @@ int circuit_breaker_options(const std::uint8_t* data, std::size_t size) {
             w.slow_call_duration = maybe(in);
             if (in.flag())
                 w.slow_call_ratio = in.number();
-            o.window = w;
+            o.sampling = w;
         }
         o.break_duration = in.duration();
         o.break_duration_growth = in.number();

@@ -592,8 +592,8 @@ std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bu
 // the circuit closes.
 //
 // The window is kept here as the list of recorded calls, not in segments: a count window is the
-// last `size` of them; a time window counts a call recorded at t while
-// floor(now / width) - floor(t / width) < segments, width = sampling_duration / segments (rounded
+// last `calls` of them; a time window counts a call recorded at t while
+// floor(now / width) - floor(t / width) < segments, width = window / segments (rounded
 // down), segments aligned to the clock's epoch.
 
 struct breaker_call {
@@ -937,6 +937,30 @@ inline void compare_heard(comparison& c, std::vector<event> expected, std::vecto
         c.actual.push_back(std::move(e));
 }
 
+/// The skeleton of a check of a bulkhead or a limiter: the model's trace (`model(&heard)` also writes
+/// down what its listener would hear) against the policy's on route `r`, both sorted; with a listener
+/// on the route, what it heard is compared too. `make(sim, listener)` builds the policy on `sim`'s
+/// clock with `listener` as its own (empty unless the route gives it one); `play(sim, p)` plays the
+/// calls through `p`, the policy as the route reaches it (actions producing `T`). The route is told
+/// after `setup`.
+template <class T, class Model, class Make, class Play>
+comparison compare_routed(std::string setup, route r, Model model, Make make, Play play) {
+    comparison c;
+    c.setup = std::move(setup) + " route=" + route_name(r);
+    std::vector<event> expected_heard, heard;
+    c.expected = sorted(model(&expected_heard));
+    rs::testing::simulation sim;
+    const auto policy = make(sim, own_listener(r) ? recorder(heard) : rs::telemetry_listener{});
+    c.actual = sorted(run_routed<T>(sim, r, policy, heard, [&](const auto& p) { return play(sim, p); }));
+    if (listens(r))
+        compare_heard(c, std::move(expected_heard), std::move(heard));
+    return c;
+}
+
+inline std::optional<std::chrono::nanoseconds> as_duration(std::optional<ns> v) {
+    return v ? std::optional<std::chrono::nanoseconds>{*v} : std::nullopt;
+}
+
 inline std::vector<limiter_call> limiter_calls(chooser& pick) {
     std::vector<limiter_call> calls(static_cast<std::size_t>(pick.between(1, 12)));
     const ns unit = pick.coin(50) ? 1'000 : 1'000'000; // microseconds or milliseconds apart
@@ -966,28 +990,24 @@ inline comparison check_token_bucket(chooser& pick) {
     const std::vector<limiter_call> calls = limiter_calls(pick);
     const route r = route_of(pick);
 
-    comparison c;
     std::ostringstream setup;
     setup << "token_limit=" << tokens << " tokens_per_second=" << rate << " queue_limit=" << queue_limit
-          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none")
-          << " route=" << route_name(r);
-    c.setup = setup.str();
-    std::vector<event> expected_heard, heard;
-    c.expected = sorted(model_limiter(token_bucket_meter{tokens, 1'000'000'000 / rate}, queue_limit, queue_timeout, calls,
-                                      &expected_heard));
-    rs::testing::simulation sim;
-    rs::rate_limiter limiter{{.token_limit = static_cast<std::size_t>(tokens),
-                              .tokens_per_second = static_cast<double>(rate),
-                              .queue_limit = queue_limit,
-                              .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout}
-                                                             : std::nullopt,
-                              .telemetry = own_listener(r) ? recorder(heard) : rs::telemetry_listener{}},
-                             sim.clock()};
-    c.actual = sorted(
-        run_routed<void>(sim, r, limiter, heard, [&](const auto& p) { return run_limiter(sim, p, calls); }));
-    if (listens(r))
-        compare_heard(c, std::move(expected_heard), std::move(heard));
-    return c;
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+    return compare_routed<void>(
+        setup.str(), r,
+        [&](std::vector<event>* heard) {
+            return model_limiter(token_bucket_meter{tokens, 1'000'000'000 / rate}, queue_limit, queue_timeout, calls,
+                                 heard);
+        },
+        [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+            return rs::rate_limiter{{.token_limit = static_cast<std::size_t>(tokens),
+                                     .tokens_per_second = static_cast<double>(rate),
+                                     .queue_limit = queue_limit,
+                                     .queue_timeout = as_duration(queue_timeout),
+                                     .telemetry = std::move(listener)},
+                                    sim.clock()};
+        },
+        [&](rs::testing::simulation& sim, const auto& p) { return run_limiter(sim, p, calls); });
 }
 
 inline comparison check_sliding_window(chooser& pick) {
@@ -1000,30 +1020,26 @@ inline comparison check_sliding_window(chooser& pick) {
     const std::vector<limiter_call> calls = limiter_calls(pick);
     const route r = route_of(pick);
 
-    comparison c;
     std::ostringstream setup;
     setup << "permit_limit=" << permits << " window=" << window << "ns segments=" << segments
           << " queue_limit=" << queue_limit
-          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none")
-          << " route=" << route_name(r);
-    c.setup = setup.str();
-    std::vector<event> expected_heard, heard;
-    c.expected = sorted(model_limiter(sliding_window_meter{permits, window, segments}, queue_limit, queue_timeout, calls,
-                                      &expected_heard));
-    rs::testing::simulation sim;
-    rs::sliding_window_limiter limiter{
-        {.permit_limit = static_cast<std::size_t>(permits),
-         .window = std::chrono::nanoseconds{window},
-         .segments = static_cast<std::size_t>(segments),
-         .queue_limit = queue_limit,
-         .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout} : std::nullopt,
-         .telemetry = own_listener(r) ? recorder(heard) : rs::telemetry_listener{}},
-        sim.clock()};
-    c.actual = sorted(
-        run_routed<void>(sim, r, limiter, heard, [&](const auto& p) { return run_limiter(sim, p, calls); }));
-    if (listens(r))
-        compare_heard(c, std::move(expected_heard), std::move(heard));
-    return c;
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+    return compare_routed<void>(
+        setup.str(), r,
+        [&](std::vector<event>* heard) {
+            return model_limiter(sliding_window_meter{permits, window, segments}, queue_limit, queue_timeout, calls,
+                                 heard);
+        },
+        [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+            return rs::sliding_window_limiter{{.permit_limit = static_cast<std::size_t>(permits),
+                                               .window = std::chrono::nanoseconds{window},
+                                               .segments = static_cast<std::size_t>(segments),
+                                               .queue_limit = queue_limit,
+                                               .queue_timeout = as_duration(queue_timeout),
+                                               .telemetry = std::move(listener)},
+                                              sim.clock()};
+        },
+        [&](rs::testing::simulation& sim, const auto& p) { return run_limiter(sim, p, calls); });
 }
 
 inline comparison check_bulkhead(chooser& pick) {
@@ -1044,26 +1060,20 @@ inline comparison check_bulkhead(chooser& pick) {
 
     const route r = route_of(pick);
 
-    comparison c;
     std::ostringstream setup;
     setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
-          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none")
-          << " route=" << route_name(r);
-    c.setup = setup.str();
-    std::vector<event> expected_heard, heard;
-    c.expected = sorted(model_bulkhead(slots, queue_limit, queue_timeout, calls, &expected_heard));
-    rs::testing::simulation sim;
-    rs::bulkhead bulkhead{{.max_concurrent_calls = slots,
-                           .queue_limit = queue_limit,
-                           .queue_timeout = queue_timeout ? std::optional<std::chrono::nanoseconds>{*queue_timeout}
-                                                          : std::nullopt,
-                           .telemetry = own_listener(r) ? recorder(heard) : rs::telemetry_listener{}},
-                          sim.clock()};
-    c.actual = sorted(
-        run_routed<int>(sim, r, bulkhead, heard, [&](const auto& p) { return run_bulkhead(sim, p, calls); }));
-    if (listens(r))
-        compare_heard(c, std::move(expected_heard), std::move(heard));
-    return c;
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+    return compare_routed<int>(
+        setup.str(), r,
+        [&](std::vector<event>* heard) { return model_bulkhead(slots, queue_limit, queue_timeout, calls, heard); },
+        [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+            return rs::bulkhead{{.max_concurrent_calls = slots,
+                                 .queue_limit = queue_limit,
+                                 .queue_timeout = as_duration(queue_timeout),
+                                 .telemetry = std::move(listener)},
+                                sim.clock()};
+        },
+        [&](rs::testing::simulation& sim, const auto& p) { return run_bulkhead(sim, p, calls); });
 }
 
 inline comparison check_breaker(chooser& pick) {
@@ -1135,11 +1145,11 @@ inline comparison check_breaker_window(chooser& pick) {
     std::ostringstream setup;
     setup << "failure_threshold=" << (b.threshold ? std::to_string(b.threshold) : "none")
           << " break_duration=" << b.break_duration << "ns break_duration_growth=" << b.growth
-          << " probes=" << b.probes << " window{";
+          << " probes=" << b.probes << " sampling{";
     if (w.size)
-        setup << "size=" << *w.size;
+        setup << "calls=" << *w.size;
     else
-        setup << "sampling_duration=" << *w.sampling << "ns segments=" << w.segments;
+        setup << "window=" << *w.sampling << "ns segments=" << w.segments;
     setup << " minimum_throughput=" << w.minimum_throughput << " failure_ratio="
           << (w.failure_ratio ? std::to_string(*w.failure_ratio) : "none") << " slow_call_duration="
           << (w.slow_call_duration ? std::to_string(*w.slow_call_duration) + "ns" : "none")
@@ -1152,13 +1162,13 @@ inline comparison check_breaker_window(chooser& pick) {
     rs::testing::simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = b.threshold ? std::optional<int>{b.threshold} : std::nullopt,
-         .window = rs::breaker_window{.size = w.size,
-                                      .sampling_duration = opt_ns(w.sampling),
-                                      .segments = w.segments,
-                                      .minimum_throughput = w.minimum_throughput,
-                                      .failure_ratio = w.failure_ratio,
-                                      .slow_call_duration = opt_ns(w.slow_call_duration),
-                                      .slow_call_ratio = w.slow_call_ratio},
+         .sampling = rs::breaker_sampling{.calls = w.size,
+                                          .window = opt_ns(w.sampling),
+                                          .segments = static_cast<std::size_t>(w.segments),
+                                          .minimum_throughput = w.minimum_throughput,
+                                          .failure_ratio = w.failure_ratio,
+                                          .slow_call_duration = opt_ns(w.slow_call_duration),
+                                          .slow_call_ratio = w.slow_call_ratio},
          .break_duration = std::chrono::nanoseconds{b.break_duration},
          .break_duration_growth = b.growth,
          .probes = b.probes},

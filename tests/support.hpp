@@ -292,4 +292,32 @@ struct heard_counts {
     }
 };
 
+/// Lives in a waiting coroutine's frame and counts the live ones; its payload, longer than any
+/// small-string buffer, is a heap block, so a leaked frame is a leak LeakSanitizer sees. One count for
+/// the test program: a test that uses it starts and ends with `tracked::live == 0`.
+struct tracked {
+    static inline std::atomic<int> live{0};
+    std::string payload = std::string(64, 'x');
+    tracked() { live.fetch_add(1); }
+    tracked(const tracked&) = delete;
+    tracked& operator=(const tracked&) = delete;
+    ~tracked() { live.fetch_sub(1); }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// How a call through a bulkhead ended
+
+/// "value", "rejected" (a `bulkhead_rejected_error`), "cancelled" or "failure": one word per way a
+/// call through a bulkhead can end, for the journals of the bulkhead tests.
+template <class T>
+std::string describe(const resilience::outcome<T>& r) {
+    if (r.has_value())
+        return "value";
+    if (r.error().template is<resilience::bulkhead_rejected_error>())
+        return "rejected";
+    if (resilience::is_cancellation(r.error()))
+        return "cancelled";
+    return "failure";
+}
+
 } // namespace resilience_tests

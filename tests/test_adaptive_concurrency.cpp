@@ -33,6 +33,7 @@ namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
 using vclock = rs::testing::virtual_clock;
+using resilience_tests::describe;
 using resilience_tests::invalid_argument_message;
 using resilience_tests::yield_now;
 
@@ -123,17 +124,6 @@ struct scripted_call {
     std::stop_token stop{};
 };
 
-template <class T>
-std::string describe(const rs::outcome<T>& r) {
-    if (r.has_value())
-        return "value";
-    if (r.error().template is<rs::bulkhead_rejected_error>())
-        return "rejected";
-    if (rs::is_cancellation(r.error()))
-        return "cancelled";
-    return "failure";
-}
-
 rs::task<void> scripted(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh,
                         std::map<int, call_record>& log, scripted_call c) {
     if (c.arrive > sim.now())
@@ -198,10 +188,10 @@ TEST_CASE("adaptive bulkhead: invalid adapt options are refused at construction,
           "resilience::bulkhead: adapt.slow_call_duration must be positive, got 0ns");
     CHECK(message(opts{.adapt = rs::aimd{.slow_call_duration = -1ms}}) ==
           "resilience::bulkhead: adapt.slow_call_duration must be positive, got -1000000ns");
-    CHECK(message(opts{.adapt = rs::gradient{.short_window = 0}}) ==
-          "resilience::bulkhead: adapt.short_window must be positive, got 0");
-    CHECK(message(opts{.adapt = rs::gradient{.long_window = 0}}) ==
-          "resilience::bulkhead: adapt.long_window must be positive, got 0");
+    CHECK(message(opts{.adapt = rs::gradient{.short_samples = 0}}) ==
+          "resilience::bulkhead: adapt.short_samples must be positive, got 0");
+    CHECK(message(opts{.adapt = rs::gradient{.long_samples = 0}}) ==
+          "resilience::bulkhead: adapt.long_samples must be positive, got 0");
     CHECK(message(opts{.adapt = rs::gradient{.tolerance = 0.5}}) ==
           "resilience::bulkhead: adapt.tolerance must be finite and at least 1, got 0.5");
     CHECK(message(opts{.adapt = rs::gradient{.tolerance = std::numeric_limits<double>::infinity()}}) ==
@@ -212,7 +202,7 @@ TEST_CASE("adaptive bulkhead: invalid adapt options are refused at construction,
           "resilience::bulkhead: adapt.smoothing must be in (0, 1], got 1.5");
     CHECK(message(opts{.adapt = rs::gradient{.headroom = -1.0}}) ==
           "resilience::bulkhead: adapt.headroom must be finite and not negative, got -1");
-    CHECK(message(opts{.max_concurrent_calls = 1, .adapt = rs::aimd{.min = 0}, .name = "db"}) ==
+    CHECK(message(opts{.name = "db", .max_concurrent_calls = 1, .adapt = rs::aimd{.min = 0}}) ==
           "resilience::bulkhead (db): adapt.min must be positive, got 0");
 
     // The defaults are valid, and so are the edges.
@@ -306,7 +296,7 @@ TEST_CASE("adaptive bulkhead: under light load, with nothing waiting, the limit 
     rs::testing::simulation sim;
     rs::adaptive_limit adapt = rs::aimd{.min = 1, .max = 50};
     if (use_gradient)
-        adapt = rs::gradient{.min = 1, .max = 50, .short_window = 5};
+        adapt = rs::gradient{.min = 1, .max = 50, .short_samples = 5};
     rs::bulkhead bh{{.max_concurrent_calls = 10, .queue_limit = 10, .adapt = adapt}, sim.clock()};
     dependency dep{sim, 100};
     for (int i = 0; i < 3; ++i)
@@ -539,8 +529,8 @@ TEST_CASE("gradient: the limit rises while latency holds at its baseline, settle
                      .queue_limit = rs::unbounded_queue,
                      .adapt = rs::gradient{.min = 1,
                                            .max = 100,
-                                           .short_window = 10,
-                                           .long_window = 1000,
+                                           .short_samples = 10,
+                                           .long_samples = 1000,
                                            .tolerance = 1.0,
                                            .smoothing = 0.5,
                                            .headroom = 1.0}},
@@ -628,8 +618,8 @@ TEST_CASE("gradient_limit: recomputes the limit once per short window from the l
     // Numbers chosen to be exact in binary, so every value below is exact.
     rs::detail::gradient_limit g{rs::gradient{.min = 1,
                                               .max = 100,
-                                              .short_window = 2,
-                                              .long_window = 3, // weight 2 / 4 = 0.5
+                                              .short_samples = 2,
+                                              .long_samples = 3, // weight 2 / 4 = 0.5
                                               .tolerance = 1.5,
                                               .smoothing = 0.5,
                                               .headroom = 2.0},
@@ -676,7 +666,7 @@ TEST_CASE("gradient_limit: recomputes the limit once per short window from the l
     CHECK(g.estimate() == 6.5390625);
     CHECK(g.limit() == 6);
     // Never below min nor above max.
-    rs::detail::gradient_limit bounded{rs::gradient{.min = 3, .max = 4, .short_window = 1, .smoothing = 1.0},
+    rs::detail::gradient_limit bounded{rs::gradient{.min = 3, .max = 4, .short_samples = 1, .smoothing = 1.0},
                                        3};
     for (int i = 0; i < 5; ++i)
         bounded.record(sample{.failed = true, .limited = true});
@@ -930,7 +920,7 @@ TEST_CASE("adaptive bulkhead: hammered by loops on four threads while its limit 
                              .adapt = rs::aimd{.min = 1, .max = 3, .slow_call_duration = 20us}},
         rs::bulkhead_options{.max_concurrent_calls = 2,
                              .queue_limit = 100000,
-                             .adapt = rs::gradient{.min = 1, .max = 4, .short_window = 3, .smoothing = 1.0}});
+                             .adapt = rs::gradient{.min = 1, .max = 4, .short_samples = 3, .smoothing = 1.0}});
     constexpr std::size_t loops = 4, chains = 4, chain_length = 3000, per_loop = chains * chain_length;
     rs::bulkhead bh{options};
     shared_counts c{loops * per_loop};

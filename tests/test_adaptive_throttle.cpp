@@ -95,6 +95,15 @@ TEST_CASE("adaptive_throttle: deduces its clock and random source, and copies ar
     CHECK(t.accepts() == 1);
 }
 
+TEST_CASE("adaptive_throttle: a bad option is refused with the throttle's label, the field and the value",
+          "[adaptive_throttle]") {
+    simulation sim;
+    CHECK_THROWS_WITH((rs::adaptive_throttle{{.name = "api", .k = 0.0}, sim.clock()}),
+                      "resilience::adaptive_throttle (api): k must be positive and finite, got 0");
+    CHECK_THROWS_WITH((rs::adaptive_throttle{{.window = 10ns, .segments = 11}, sim.clock()}),
+                      "resilience::adaptive_throttle: segments must be at most the window in nanoseconds (10), got 11");
+}
+
 TEST_CASE("adaptive_throttle: the probability is max(0, (requests - k * accepts) / (requests + 1)) "
           "over the window",
           "[adaptive_throttle]") {
@@ -443,11 +452,12 @@ TEST_CASE("adaptive_throttle: a refusal is reported to the listener as a rejecti
         nanoseconds at;
     };
     std::vector<seen> events;
-    rs::adaptive_throttle t{{.telemetry = [&events](const rs::telemetry_event& e) {
-                                 events.push_back({e.kind, std::string(e.policy), std::string(e.name), e.attempt,
-                                                   e.error ? e.error->code() : rs::errc{}, e.at});
-                             },
-                             .name = "api"},
+    rs::adaptive_throttle t{{.name = "api",
+                             .telemetry =
+                                 [&events](const rs::telemetry_event& e) {
+                                     events.push_back({e.kind, std::string(e.policy), std::string(e.name),
+                                                       e.attempt, e.error ? e.error->code() : rs::errc{}, e.at});
+                                 }},
                             sim.clock(), always_refuse{}};
     sim.run([&]() -> rs::task<void> {
         (void)co_await t.execute_outcome(fail_now()); // admitted: nothing to report
@@ -463,6 +473,84 @@ TEST_CASE("adaptive_throttle: a refusal is reported to the listener as a rejecti
     CHECK(events[0].at == 3s);
 }
 
+TEST_CASE("adaptive_throttle: on_rejected is told once per refusal, before it is returned, as throttled with no "
+          "retry_after, and never for an admitted call",
+          "[adaptive_throttle][on_rejected]") {
+    simulation sim;
+    struct told {
+        std::string name;
+        rs::rejection_reason reason;
+        nanoseconds retry_after;
+        nanoseconds at;
+    };
+    std::vector<told> log;
+    std::vector<nanoseconds> refusals_returned;
+    rs::adaptive_throttle t{{.name = "api",
+                             .should_handle = [](const rs::outcome<int>& o) { return !o || o.value() < 0; },
+                             .on_rejected =
+                                 [&](const rs::rejection_event& e) {
+                                     CHECK(refusals_returned.size() == log.size()); // before it is returned
+                                     log.push_back({std::string(e.policy_name()), e.reason(), e.retry_after(),
+                                                    sim.clock().now().time_since_epoch()});
+                                 }},
+                            sim.clock(), rs::seeded_random{3}};
+    const auto refusing = []() -> rs::task<int> { co_return -1; };
+    int admitted = 0;
+    sim.run([&]() -> rs::task<void> {
+        for (int i = 0; i < 200; ++i) {
+            co_await sim.sleep_for(1ms);
+            const auto r = co_await t.execute_outcome(refusing);
+            if (r.has_failure())
+                refusals_returned.push_back(sim.clock().now().time_since_epoch());
+            else
+                ++admitted;
+        }
+    }());
+    REQUIRE(!refusals_returned.empty());
+    REQUIRE(log.size() == refusals_returned.size());
+    CHECK(admitted + static_cast<int>(log.size()) == 200);
+    for (std::size_t i = 0; i < log.size(); ++i) {
+        CHECK(log[i].name == "api");
+        CHECK(log[i].reason == rs::rejection_reason::throttled);
+        CHECK(log[i].retry_after == 0ns);
+        CHECK(log[i].at == refusals_returned[i]);
+    }
+}
+
+TEST_CASE("adaptive_throttle: an on_rejected that throws ends the call with its exception, and the listener "
+          "hears nothing",
+          "[adaptive_throttle][on_rejected]") {
+    simulation sim;
+    struct told_off : std::runtime_error {
+        told_off() : std::runtime_error("told off") {}
+    };
+    int told = 0, heard = 0;
+    rs::adaptive_throttle t{{.on_rejected =
+                                 [&told](const rs::rejection_event&) {
+                                     ++told;
+                                     throw told_off{};
+                                 },
+                             .telemetry =
+                                 [&heard](const rs::telemetry_event& e) {
+                                     if (e.kind == rs::telemetry_kind::rejection)
+                                         ++heard;
+                                 }},
+                            sim.clock(), always_refuse{}};
+    int ran = 0;
+    const auto first = sim.run(t.execute_outcome(fail_now(&ran))); // p was 0: admitted, not told
+    const auto second = sim.run(t.execute_outcome(succeed_now(&ran))); // p 0.5: refused
+    REQUIRE(first.has_failure());
+    CHECK(first.error().is<boom>());
+    REQUIRE(second.has_failure());
+    CHECK(second.error().is<told_off>());
+    CHECK(ran == 1);
+    CHECK(told == 1);
+    CHECK(heard == 0);
+    CHECK(t.requests() == 2); // the refused call is still a request
+    CHECK_THROWS_AS(sim.run(t.execute(succeed_now(&ran))), told_off);
+    CHECK(told == 2);
+}
+
 TEST_CASE("adaptive_throttle: a retry around it does not retry a refusal, by default", "[adaptive_throttle][retry]") {
     // Inside the retry, every attempt is a request. The refusal is not transient (as a breaker's is
     // not), so the default retry ends at it, and the call reports it: the last outcome, as ever.
@@ -476,8 +564,8 @@ TEST_CASE("adaptive_throttle: a retry around it does not retry a refusal, by def
     CHECK(ran == 1);            // the first attempt failed, the second was refused (p = 1/2)
     CHECK(t.requests() == 2);   // and the retry stopped there
     CHECK(sim.now() == 100ms);  // after the one backoff it waited
-    CHECK_FALSE(rs::is_transient(rs::failure::make(rs::throttled_error{0.5})));
-    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::throttled_error{0.5})}));
+    CHECK_FALSE(rs::is_transient(rs::failure::make(rs::throttled_error{"", 0.5})));
+    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::throttled_error{"", 0.5})}));
 
     // A retry told to handle every failure retries the refusal too: each retry is a request that
     // draws again, and that raises the odds for everybody.

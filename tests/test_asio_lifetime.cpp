@@ -4,6 +4,7 @@
 // (LeakSanitizer is part of it) these tests also show that nothing leaks and nothing is touched after it
 // is freed; on any build they count the objects the waiting coroutines own.
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/asio.hpp>
 #include <resilience/resilience.hpp>
@@ -35,19 +36,10 @@
 #include <thread>
 
 namespace rs = resilience;
+using resilience_tests::tracked;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Lives in a waiting coroutine's frame; owns a heap block, so a leaked frame is a leak LeakSanitizer sees.
-struct tracked {
-    static inline std::atomic<int> live{0};
-    std::unique_ptr<std::string> payload = std::make_unique<std::string>(64, 'x');
-    tracked() { live.fetch_add(1); }
-    tracked(const tracked&) = delete;
-    tracked& operator=(const tracked&) = delete;
-    ~tracked() { live.fetch_sub(1); }
-};
 
 using stream = ::asio::local::stream_protocol::socket;
 

@@ -7,6 +7,7 @@
 // or ended, nothing leaks and nothing is touched after it is freed; on any build they count the objects
 // the waiting calls own.
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/asio.hpp>
 #include <resilience/async_scope.hpp>
@@ -32,20 +33,11 @@
 #include <vector>
 
 namespace rs = resilience;
+using resilience_tests::tracked;
 using namespace std::chrono_literals;
 using tcp = ::asio::ip::tcp;
 
 namespace {
-
-// Lives in a waiting call's frame; owns a heap block, so a leaked frame is a leak LeakSanitizer sees.
-struct tracked {
-    static inline std::atomic<int> live{0};
-    std::unique_ptr<std::string> payload = std::make_unique<std::string>(64, 'x');
-    tracked() { live.fetch_add(1); }
-    tracked(const tracked&) = delete;
-    tracked& operator=(const tracked&) = delete;
-    ~tracked() { live.fetch_sub(1); }
-};
 
 constexpr int calls_per_place = 20;
 

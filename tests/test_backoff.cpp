@@ -274,7 +274,7 @@ TEST_CASE("backoff: holds user callables of the attempt, or of the attempt and t
             return limited->retry_after();
         return 1s;
     }};
-    CHECK(by_failure.delay(1, rng, rs::failure::make(rs::rate_limited_error{250ms})) == 250ms);
+    CHECK(by_failure.delay(1, rng, rs::failure::make(rs::rate_limited_error{"", 250ms})) == 250ms);
     CHECK(by_failure.delay(1, rng, rs::failure::make(std::runtime_error("x"))) == 1s);
     CHECK(by_failure.delay(1, rng) == 1s); // no failure (a rejected value): an empty one
 

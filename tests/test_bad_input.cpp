@@ -18,7 +18,9 @@
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_budget.hpp>
+#include <resilience/retry_stream.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/standard.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
@@ -40,8 +42,9 @@
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
-using std::chrono::nanoseconds;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using std::chrono::nanoseconds;
 
 namespace {
 
@@ -59,6 +62,14 @@ template <class Make>
 void refused(const std::string& field, const std::string& value, Make make) {
     INFO(field << " = " << value);
     CHECK_THAT(resilience_tests::invalid_argument_message(make), Contains(field) && Contains(value));
+}
+
+// The same, and the message starts with the policy's label (`detail::policy_label`).
+template <class Make>
+void refused_by(const std::string& label, const std::string& field, const std::string& value, Make make) {
+    INFO(label << ": " << field << " = " << value);
+    CHECK_THAT(resilience_tests::invalid_argument_message(make),
+               StartsWith(label + ": ") && Contains(field) && Contains(value));
 }
 
 // A call that takes 1 ms and returns 7.
@@ -81,11 +92,15 @@ TEST_CASE("bad input: retry options", "[bad_input][retry]") {
     rs::testing::simulation sim;
     const auto make = [&](rs::retry_options o) { return rs::retry{std::move(o), sim.clock()}; };
     for (int v : {0, -1, INT_MIN})
-        refused("max_attempts", std::to_string(v), [&] { make({.max_attempts = v}); });
+        refused_by("resilience::retry", "max_attempts", std::to_string(v),
+                   [&] { make({.max_attempts = v}); });
     for (nanoseconds v : {-1ns, nmin}) {
-        refused("max_elapsed", std::to_string(v.count()), [&] { make({.max_elapsed = v}); });
-        refused("max_delay", std::to_string(v.count()), [&] { make({.max_delay = v}); });
-        refused("min_attempt_time", std::to_string(v.count()), [&] { make({.min_attempt_time = v}); });
+        refused_by("resilience::retry", "max_elapsed", std::to_string(v.count()),
+                   [&] { make({.max_elapsed = v}); });
+        refused_by("resilience::retry", "max_delay", std::to_string(v.count()),
+                   [&] { make({.max_delay = v}); });
+        refused_by("resilience::retry", "min_attempt_time", std::to_string(v.count()),
+                   [&] { make({.min_attempt_time = v}); });
     }
     // Accepted: every attempt count up to INT_MAX, no limit (0) or any limit up to the largest.
     behaves(sim, make({.max_attempts = INT_MAX}));
@@ -174,23 +189,22 @@ TEST_CASE("bad input: backoff schedules", "[bad_input][backoff]") {
 TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") {
     rs::testing::simulation sim;
     const auto make = [&](rs::circuit_breaker_options o) { return rs::circuit_breaker{std::move(o), sim.clock()}; };
-    const auto window = [&](rs::breaker_window w) { return make({.window = w}); };
+    const auto sampling = [&](rs::breaker_sampling w) { return make({.sampling = w}); };
     for (int v : {0, -1, INT_MIN}) {
         const std::string s = std::to_string(v);
         refused("failure_threshold", s, [&] { make({.failure_threshold = v}); });
         refused("probes", s, [&] { make({.probes = v}); });
-        refused("window.size", s, [&] { window({.size = v, .failure_ratio = 0.5}); });
-        refused("window.segments", s, [&] { window({.sampling_duration = 1s, .segments = v, .failure_ratio = 0.5}); });
-        refused("window.minimum_throughput", s,
-                [&] { window({.size = 10, .minimum_throughput = v, .failure_ratio = 0.5}); });
+        refused("sampling.calls", s, [&] { sampling({.calls = v, .failure_ratio = 0.5}); });
+        refused("sampling.minimum_throughput", s,
+                [&] { sampling({.calls = 10, .minimum_throughput = v, .failure_ratio = 0.5}); });
     }
     for (nanoseconds v : {0ns, -1ns, nmin}) {
         const std::string s = std::to_string(v.count());
         refused("break_duration", s, [&] { make({.failure_threshold = 1, .break_duration = v}); });
         refused("max_break_duration", s, [&] { make({.failure_threshold = 1, .max_break_duration = v}); });
-        refused("window.sampling_duration", s, [&] { window({.sampling_duration = v, .failure_ratio = 0.5}); });
-        refused("window.slow_call_duration", s,
-                [&] { window({.size = 10, .slow_call_duration = v, .slow_call_ratio = 0.5}); });
+        refused("sampling.window", s, [&] { sampling({.window = v, .failure_ratio = 0.5}); });
+        refused("sampling.slow_call_duration", s,
+                [&] { sampling({.calls = 10, .slow_call_duration = v, .slow_call_ratio = 0.5}); });
     }
     for (double v : {qnan, inf, -inf, 0.0, -1.0, 0.999, dlowest}) {
         const std::string s = rs::detail::format_number(v);
@@ -198,28 +212,39 @@ TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") 
     }
     for (double v : {qnan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest}) {
         const std::string s = rs::detail::format_number(v);
-        refused("window.failure_ratio", s, [&] { window({.size = 10, .failure_ratio = v}); });
-        refused("window.slow_call_ratio", s,
-                [&] { window({.size = 10, .slow_call_duration = 1s, .slow_call_ratio = v}); });
+        refused("sampling.failure_ratio", s, [&] { sampling({.calls = 10, .failure_ratio = v}); });
+        refused("sampling.slow_call_ratio", s,
+                [&] { sampling({.calls = 10, .slow_call_duration = 1s, .slow_call_ratio = v}); });
     }
     // Sizes that would allocate gigabytes are refused (they used to be accepted and allocated).
-    refused("window.size", std::to_string(INT_MAX), [&] { window({.size = INT_MAX, .failure_ratio = 0.5}); });
-    refused("window.segments", std::to_string(INT_MAX),
-            [&] { window({.sampling_duration = nmax, .segments = INT_MAX, .failure_ratio = 0.5}); });
-    refused("window.segments", std::to_string(INT_MAX),
-            [&] { window({.sampling_duration = 1ms, .segments = INT_MAX, .failure_ratio = 0.5}); });
-    refused("window.minimum_throughput", std::to_string(INT_MAX),
-            [&] { window({.size = 10, .minimum_throughput = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.calls", std::to_string(INT_MAX),
+            [&] { sampling({.calls = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.segments", "0", [&] { sampling({.window = 1s, .segments = 0, .failure_ratio = 0.5}); });
+    refused("sampling.segments", std::to_string(smax),
+            [&] { sampling({.window = nmax, .segments = smax, .failure_ratio = 0.5}); });
+    refused("sampling.segments", std::to_string(INT_MAX),
+            [&] { sampling({.window = nmax, .segments = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.segments", std::to_string(INT_MAX),
+            [&] { sampling({.window = 1ms, .segments = INT_MAX, .failure_ratio = 0.5}); });
+    refused("sampling.minimum_throughput", std::to_string(INT_MAX),
+            [&] { sampling({.calls = 10, .minimum_throughput = INT_MAX, .failure_ratio = 0.5}); });
 
     // Accepted extremes: the largest counts, durations and growth. A breaker that opens for the
     // longest break refuses with the longest retry_after, and growth saturates instead of overflowing.
     behaves(sim, make({.failure_threshold = INT_MAX, .probes = INT_MAX}));
-    behaves(sim, window({.size = rs::breaker_window::max_size, .failure_ratio = dtiny}));
-    behaves(sim, window({.sampling_duration = nmax, .segments = rs::breaker_window::max_segments,
-                         .minimum_throughput = INT_MAX, .failure_ratio = 1.0, .slow_call_duration = nmax,
-                         .slow_call_ratio = 1.0}));
-    behaves(sim, window({.sampling_duration = 1ns, .segments = 1, .minimum_throughput = 1, .failure_ratio = dtiny,
-                         .slow_call_duration = 1ns, .slow_call_ratio = dtiny}));
+    behaves(sim, sampling({.calls = rs::breaker_sampling::max_calls, .failure_ratio = dtiny}));
+    behaves(sim, sampling({.window = nmax,
+                           .segments = rs::breaker_sampling::max_segments,
+                           .minimum_throughput = INT_MAX,
+                           .failure_ratio = 1.0,
+                           .slow_call_duration = nmax,
+                           .slow_call_ratio = 1.0}));
+    behaves(sim, sampling({.window = 1ns,
+                           .segments = 1,
+                           .minimum_throughput = 1,
+                           .failure_ratio = dtiny,
+                           .slow_call_duration = 1ns,
+                           .slow_call_ratio = dtiny}));
     const auto fail = [&]() -> rs::task<int> {
         co_await sim.sleep_for(1ms);
         throw std::runtime_error("down");
@@ -246,21 +271,33 @@ TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") 
 TEST_CASE("bad input: timeout options and durations", "[bad_input][timeout][regression]") {
     rs::testing::simulation sim;
     for (nanoseconds v : {0ns, -1ns, nmin})
-        refused("timeout", std::to_string(v.count()), [&] { rs::timeout{{.timeout = v}, sim.clock()}; });
+        refused_by("resilience::timeout", "timeout", std::to_string(v.count()), [&] {
+            rs::timeout{{.timeout = v}, sim.clock()};
+        });
     // A NaN was converted to an integer count before it was checked (undefined behaviour); the
     // message then showed whatever that gave. Refused by name now, before converting.
     using seconds_d = std::chrono::duration<double>;
-    refused("timeout", "nan s", [&] { rs::timeout{seconds_d{qnan}, sim.clock()}; });
-    refused("timeout", "inf s", [&] { rs::timeout{seconds_d{inf}, sim.clock()}; });
-    refused("timeout", "-inf s", [&] { rs::timeout{seconds_d{-inf}, sim.clock()}; });
-    refused("timeout", "nan ms", [&] { rs::timeout{std::chrono::duration<float, std::milli>{std::numeric_limits<float>::quiet_NaN()}}; });
-    refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{dlowest}, sim.clock()}; });
-    refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{-dtiny}, sim.clock()}; });
-    refused("timeout", "must be positive", [&] { rs::timeout{seconds_d{dtiny}, sim.clock()}; }); // rounds to 0 ns
+    refused_by("resilience::timeout", "timeout", "nan s", [&] { rs::timeout{seconds_d{qnan}, sim.clock()}; });
+    refused_by("resilience::timeout", "timeout", "inf s", [&] { rs::timeout{seconds_d{inf}, sim.clock()}; });
+    refused_by("resilience::timeout", "timeout", "-inf s", [&] {
+        rs::timeout{seconds_d{-inf}, sim.clock()};
+    });
+    refused_by("resilience::timeout", "timeout", "nan ms", [&] {
+        rs::timeout{std::chrono::duration<float, std::milli>{std::numeric_limits<float>::quiet_NaN()}};
+    });
+    refused_by("resilience::timeout", "timeout", "must be positive", [&] {
+        rs::timeout{seconds_d{dlowest}, sim.clock()};
+    });
+    refused_by("resilience::timeout", "timeout", "must be positive", [&] {
+        rs::timeout{seconds_d{-dtiny}, sim.clock()};
+    });
+    refused_by("resilience::timeout", "timeout", "must be positive", [&] {
+        rs::timeout{seconds_d{dtiny}, sim.clock()};
+    }); // rounds to 0 ns
 
     // Accepted: the largest, and anything longer (saturated to it, documented as forever).
-    CHECK(rs::timeout{seconds_d{dmax}, sim.clock()}.duration() == nmax);
-    CHECK(rs::timeout{std::chrono::hours::max(), sim.clock()}.duration() == nmax);
+    CHECK(rs::timeout{seconds_d{dmax}, sim.clock()}.options().timeout == nmax);
+    CHECK(rs::timeout{std::chrono::hours::max(), sim.clock()}.options().timeout == nmax);
     behaves(sim, rs::timeout{{.timeout = nmax}, sim.clock()});
     behaves(sim, rs::timeout{seconds_d{dmax}, sim.clock()});
     behaves(sim, rs::timeout{{.timeout = 1ns}, sim.clock()} /* a value after the deadline is returned */);
@@ -354,9 +391,11 @@ TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_wind
 
 TEST_CASE("bad input: retry budget options", "[bad_input][retry_budget]") {
     for (double v : {qnan, inf, -inf, 0.0, -1.0, 1.5, dlowest, dmax, dtiny, 1e-10})
-        refused("ratio", rs::detail::format_number(v), [&] { rs::retry_budget{{.ratio = v}}; });
+        refused_by("resilience::retry_budget", "ratio", rs::detail::format_number(v),
+                   [&] { rs::retry_budget{{.ratio = v}}; });
     for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dmax, 1e10})
-        refused("capacity", rs::detail::format_number(v), [&] { rs::retry_budget{{.capacity = v}}; });
+        refused_by("resilience::retry_budget", "capacity", rs::detail::format_number(v),
+                   [&] { rs::retry_budget{{.capacity = v}}; });
     // Accepted extremes: tokens stay in [0, capacity].
     for (const rs::retry_budget_options o : {rs::retry_budget_options{.ratio = 1e-9, .capacity = 1e9},
                                              rs::retry_budget_options{.ratio = 1.0, .capacity = dtiny}}) {
@@ -410,13 +449,14 @@ TEST_CASE("bad input: hedge options", "[bad_input][hedge]") {
     rs::testing::simulation sim;
     const auto make = [&](rs::hedge_options o) { return rs::hedge{std::move(o), sim.clock()}; };
     for (int v : {0, -1, INT_MIN})
-        refused("max_attempts", std::to_string(v), [&] { make({.max_attempts = v}); });
+        refused_by("resilience::hedge", "max_attempts", std::to_string(v),
+                   [&] { make({.max_attempts = v}); });
     for (nanoseconds v : {-1ns, nmin})
-        refused("delay", std::to_string(v.count()), [&] { make({.delay = v}); });
+        refused_by("resilience::hedge", "delay", std::to_string(v.count()), [&] { make({.delay = v}); });
     using seconds_d = std::chrono::duration<double>;
-    refused("delay", "nan s", [&] { make({.delay = seconds_d{qnan}}); });
-    refused("delay", "inf s", [&] { make({.delay = seconds_d{inf}}); });
-    refused("delay", "-inf s", [&] { make({.delay = seconds_d{-inf}}); });
+    refused_by("resilience::hedge", "delay", "nan s", [&] { make({.delay = seconds_d{qnan}}); });
+    refused_by("resilience::hedge", "delay", "inf s", [&] { make({.delay = seconds_d{inf}}); });
+    refused_by("resilience::hedge", "delay", "-inf s", [&] { make({.delay = seconds_d{-inf}}); });
 
     behaves(sim, make({.max_attempts = INT_MAX, .delay = nmax}));
     behaves(sim, make({.max_attempts = INT_MAX, .delay = seconds_d{dmax}}));
@@ -437,25 +477,34 @@ TEST_CASE("bad input: chaos options and latency delays", "[bad_input][chaos][reg
     };
     // A NaN delay became 0 ns and was accepted; infinities and a negative delay of less than a
     // nanosecond (which rounds to 0 ns) were taken too. Refused by name now, before converting.
-    refused("latency: delay", "nan s", [&] { latency(seconds_d{qnan}); });
-    refused("latency: delay", "inf s", [&] { latency(seconds_d{inf}); });
-    refused("latency: delay", "-inf s", [&] { latency(seconds_d{-inf}); });
-    refused("latency: delay", "nan ms",
-            [&] { latency(std::chrono::duration<float, std::milli>{std::numeric_limits<float>::quiet_NaN()}); });
-    refused("latency (slow): delay", "nan s", [&] { latency(seconds_d{qnan}, {.name = "slow"}); });
-    refused("delay must not be negative", "-1e-300 s", [&] { latency(seconds_d{-1e-300}); });
-    refused("delay must not be negative", "-1.79769e+308 s", [&] { latency(seconds_d{dlowest}); });
+    refused_by("resilience::chaos::latency", "delay", "nan s", [&] { latency(seconds_d{qnan}); });
+    refused_by("resilience::chaos::latency", "delay", "inf s", [&] { latency(seconds_d{inf}); });
+    refused_by("resilience::chaos::latency", "delay", "-inf s", [&] { latency(seconds_d{-inf}); });
+    refused_by("resilience::chaos::latency", "delay", "nan ms", [&] {
+        latency(std::chrono::duration<float, std::milli>{std::numeric_limits<float>::quiet_NaN()});
+    });
+    refused_by("resilience::chaos::latency (slow)", "delay", "nan s",
+               [&] { latency(seconds_d{qnan}, {.name = "slow"}); });
+    refused_by("resilience::chaos::latency", "delay must not be negative", "-1e-300 s",
+               [&] { latency(seconds_d{-1e-300}); });
+    refused_by("resilience::chaos::latency", "delay must not be negative", "-1.79769e+308 s",
+               [&] { latency(seconds_d{dlowest}); });
     for (nanoseconds v : {-1ns, nmin})
-        refused("delay must not be negative", std::to_string(v.count()) + "ns", [&] { latency(v); });
-    refused("delay must not be negative", std::to_string(nmin.count()) + "ns",
-            [&] { latency(std::chrono::hours::min()); });
+        refused_by("resilience::chaos::latency", "delay must not be negative",
+                   std::to_string(v.count()) + "ns", [&] { latency(v); });
+    refused_by("resilience::chaos::latency", "delay must not be negative",
+               std::to_string(nmin.count()) + "ns", [&] { latency(std::chrono::hours::min()); });
 
     // The injection rate, in every stage: NaN, infinities and anything outside [0, 1].
     for (double v : {qnan, inf, -inf, -0.001, 1.001, dmax, dlowest}) {
         const std::string got = rs::detail::format_number(v);
-        refused("fault: injection_rate", got, [&] { chaos::fault{{.injection_rate = v}}; });
-        refused("outcome: injection_rate", got, [&] { chaos::outcome{7, {.injection_rate = v}}; });
-        refused("latency: injection_rate", got, [&] { latency(1ms, {.injection_rate = v}); });
+        refused_by("resilience::chaos::fault", "injection_rate", got,
+                   [&] { chaos::fault{{.injection_rate = v}}; });
+        refused_by("resilience::chaos::outcome", "injection_rate", got, [&] {
+            chaos::outcome{7, {.injection_rate = v}};
+        });
+        refused_by("resilience::chaos::latency", "injection_rate", got,
+                   [&] { latency(1ms, {.injection_rate = v}); });
     }
 
     // Accepted: zero, a tiny delay that rounds to 0 ns, and the longest (saturated to it).
@@ -527,3 +576,29 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
     (void)bulkhead({.key = "k", .when_unavailable = redis::unavailable_policy::local_share, .local_share = 1.0});
 }
 #endif
+
+TEST_CASE("bad input: a named policy signs its message with its label and name, then the field and value",
+          "[bad_input][regression]") {
+    rs::testing::simulation sim;
+    const auto message = [](auto make) { return resilience_tests::invalid_argument_message(make); };
+    CHECK(message([&] {
+              rs::retry{{.name = "pay", .max_attempts = 0}, sim.clock()};
+          }) == "resilience::retry (pay): max_attempts must be at least 1, got 0");
+    CHECK(message([&] {
+              rs::hedge{{.name = "pay", .max_attempts = 0}, sim.clock()};
+          }) == "resilience::hedge (pay): max_attempts must be at least 1, got 0");
+    CHECK(message([&] {
+              rs::timeout{{.name = "pay", .timeout = 0s}, sim.clock()};
+          }) == "resilience::timeout (pay): timeout must be positive, got 0ns");
+    CHECK(message([&] { rs::chaos::fault{{.name = "pay", .injection_rate = 2}}; }) ==
+          "resilience::chaos::fault (pay): injection_rate must be in [0, 1], got 2");
+    CHECK(message([&] {
+              rs::chaos::fault{rs::failure{}, {.name = "pay"}};
+          }) == "resilience::chaos::fault (pay): the failure to inject is empty");
+    CHECK(message([&] {
+              (void)rs::retry_stream([] { return rs::async_generator<int>{}; },
+                                     {.name = "pay", .max_attempts = 0}, sim.clock());
+          }) == "resilience::retry_stream (pay): max_attempts must be at least 1, got 0");
+    CHECK(message([&] { (void)rs::standard_pipeline({.name = "pay", .max_attempts = 0}, sim.clock()); }) ==
+          "resilience::standard_pipeline (pay): max_attempts must be at least 1, got 0");
+}

@@ -20,10 +20,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,7 @@ namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
 using vclock = rs::testing::virtual_clock;
+using resilience_tests::describe;
 using resilience_tests::stop_at;
 using resilience_tests::yield_now;
 
@@ -49,17 +52,6 @@ struct journal {
     nanoseconds started_at(int id) const { return resilience_tests::instant_of(started, id); }
     bool ran(int id) const { return started_at(id) >= nanoseconds::zero(); }
 };
-
-template <class T>
-std::string describe(const rs::outcome<T>& r) {
-    if (r.has_value())
-        return "value";
-    if (r.error().template is<rs::bulkhead_rejected_error>())
-        return "rejected";
-    if (rs::is_cancellation(r.error()))
-        return "cancelled";
-    return "failure";
-}
 
 struct call_spec {
     int id = 0;
@@ -707,7 +699,7 @@ TEST_CASE("bulkhead: a refusal says why: no_capacity, queue_full or queue_timeou
     rs::testing::simulation sim;
     using why = rs::rejection_reason;
     SECTION("queue_limit 0: refused at once, no_capacity") {
-        rs::bulkhead bh{{.max_concurrent_calls = 1, .name = "db"}, sim.clock()};
+        rs::bulkhead bh{{.name = "db", .max_concurrent_calls = 1}, sim.clock()};
         CHECK(bh.name() == "db");
         refusals seen;
         sim.spawn(hold_or_refuse(sim, bh, seen, 1, 0ms, 100ms));
@@ -717,7 +709,7 @@ TEST_CASE("bulkhead: a refusal says why: no_capacity, queue_full or queue_timeou
         CHECK(seen.name[2] == "db");
     }
     SECTION("a full queue: queue_full; a wait that runs out: queue_timeout, at exactly that instant") {
-        rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 50ms, .name = "db"},
+        rs::bulkhead bh{{.name = "db", .max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 50ms},
                         sim.clock()};
         refusals seen;
         sim.spawn(hold_or_refuse(sim, bh, seen, 1, 0ms, 100ms));
@@ -797,9 +789,9 @@ TEST_CASE("bulkhead: a call made through a copy that is destroyed before the cal
 }
 
 TEST_CASE("bulkhead: copies are equal and hash alike, other bulkheads do not", "[bulkhead]") {
-    rs::bulkhead a{{.max_concurrent_calls = 2, .name = "a"}};
+    rs::bulkhead a{{.name = "a", .max_concurrent_calls = 2}};
     const auto copy = a;
-    rs::bulkhead other{{.max_concurrent_calls = 2, .name = "a"}};
+    rs::bulkhead other{{.name = "a", .max_concurrent_calls = 2}};
     CHECK(copy == a);
     CHECK(other != a);
     const std::hash<rs::bulkhead<>> h;
@@ -841,4 +833,175 @@ TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down bef
     CHECK(shared.in_flight() == 0);
     rs::testing::simulation again;
     CHECK(again.run(shared.execute(quick)) == 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// on_rejected: told of each refusal, before it is returned.
+
+namespace {
+
+// steady time from a simulation without its loop timers: a bulkhead's queue_timeout on it is
+// bounded by a watchdog that sleeps beside the queued call (the wait of detail/bulkhead_state.hpp's
+// third way).
+struct loopless_vclock {
+    vclock inner;
+    using duration = vclock::duration;
+    using time_point = vclock::time_point;
+    time_point now() const { return inner.now(); }
+    auto sleep_until(time_point tp, std::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+};
+static_assert(rs::clock<loopless_vclock> && !rs::detail::loop_timer_clock<loopless_vclock>);
+
+// What on_rejected was told: (instant, policy name, reason), in order.
+struct told_log {
+    std::vector<std::tuple<nanoseconds, std::string, rs::rejection_reason>> told;
+};
+
+// How each call ended, by id: the instant and describe()'s word, or the failure's what() for a
+// failure that is not the bulkhead's.
+using endings = std::map<int, std::pair<nanoseconds, std::string>>;
+
+template <class B>
+rs::task<void> arrive_and_hold(rs::testing::simulation& sim, const B& bh, endings& ended, int id,
+                               nanoseconds arrive, nanoseconds hold, std::stop_token stop = {}) {
+    if (arrive > sim.now())
+        co_await sim.sleep_for(arrive - sim.now());
+    auto action = [&sim, hold](std::stop_token st) -> rs::task<int> {
+        co_await sim.sleep_for(hold, st);
+        co_return 1;
+    };
+    auto r = co_await bh.execute_outcome(action, std::move(stop));
+    const std::string how = describe(r);
+    ended[id] = {sim.now(), how == "failure" ? r.error().what() : how};
+}
+
+// The three ways a bulkhead makes a call wait (see detail/bulkhead_state.hpp), each given the same
+// options but `adapt` and the clock: in the pipeline's frame, in `run` (`adapt`), and in `run` with a
+// watchdog (a clock without loop timers).
+enum class wait_way { frame, run, watchdog };
+
+template <class F>
+void for_each_wait_way(rs::testing::simulation& sim, rs::bulkhead_options o, F&& scenario) {
+    const wait_way way = GENERATE(wait_way::frame, wait_way::run, wait_way::watchdog);
+    CAPTURE(static_cast<int>(way));
+    if (way == wait_way::run)
+        o.adapt = rs::aimd{.min = o.max_concurrent_calls, .max = o.max_concurrent_calls};
+    if (way == wait_way::watchdog)
+        scenario(rs::bulkhead{std::move(o), loopless_vclock{sim.clock()}});
+    else
+        scenario(rs::bulkhead{std::move(o), sim.clock()});
+}
+
+rs::bulkhead_options telling(told_log& log, rs::testing::simulation& sim, std::size_t queue_limit,
+                             std::optional<nanoseconds> queue_timeout) {
+    return {.name = "db",
+            .max_concurrent_calls = 1,
+            .queue_limit = queue_limit,
+            .queue_timeout = queue_timeout,
+            .on_rejected = [&log, &sim](const rs::rejection_event& e) {
+                log.told.emplace_back(sim.now(), std::string(e.policy_name()), e.reason());
+                CHECK(e.retry_after() == nanoseconds::zero());
+            }};
+}
+
+} // namespace
+
+TEST_CASE("bulkhead: on_rejected is told once per refusal with its reason, and never for a call admitted",
+          "[bulkhead]") {
+    using why = rs::rejection_reason;
+    rs::testing::simulation sim;
+    told_log log;
+    SECTION("queue_limit 0: no_capacity, at the instant of the refusal") {
+        for_each_wait_way(sim, telling(log, sim, 0, std::nullopt), [&](const auto& bh) {
+            endings ended;
+            sim.spawn(arrive_and_hold(sim, bh, ended, 1, 0ms, 100ms));
+            sim.spawn(arrive_and_hold(sim, bh, ended, 2, 10ms, 10ms));  // refused
+            sim.spawn(arrive_and_hold(sim, bh, ended, 3, 100ms, 10ms)); // the slot is free again
+            sim.run_all();
+            CHECK(log.told == decltype(log.told){{10ms, "db", why::no_capacity}});
+            CHECK(ended == endings{{1, {100ms, "value"}}, {2, {10ms, "rejected"}}, {3, {110ms, "value"}}});
+        });
+    }
+    SECTION("a full queue: queue_full at once; a wait that runs out: queue_timeout at exactly its deadline") {
+        for_each_wait_way(sim, telling(log, sim, 1, 50ms), [&](const auto& bh) {
+            endings ended;
+            sim.spawn(arrive_and_hold(sim, bh, ended, 1, 0ms, 100ms));
+            sim.spawn(arrive_and_hold(sim, bh, ended, 2, 10ms, 10ms)); // queued, refused at 60 ms
+            sim.spawn(arrive_and_hold(sim, bh, ended, 3, 20ms, 10ms)); // the queue is full
+            sim.spawn(arrive_and_hold(sim, bh, ended, 4, 70ms, 10ms)); // queued, admitted at 100 ms
+            sim.run_all();
+            CHECK(log.told ==
+                  decltype(log.told){{20ms, "db", why::queue_full}, {60ms, "db", why::queue_timeout}});
+            CHECK(ended == endings{{1, {100ms, "value"}},
+                                   {2, {60ms, "rejected"}},
+                                   {3, {20ms, "rejected"}},
+                                   {4, {110ms, "value"}}});
+            CHECK(bh.in_flight() == 0);
+        });
+    }
+    SECTION("a waiter whose caller stops is cancelled, not refused: nothing is told") {
+        for_each_wait_way(sim, telling(log, sim, 1, 50ms), [&](const auto& bh) {
+            endings ended;
+            std::stop_source stop;
+            sim.spawn(arrive_and_hold(sim, bh, ended, 1, 0ms, 100ms));
+            sim.spawn(arrive_and_hold(sim, bh, ended, 2, 10ms, 10ms, stop.get_token()));
+            sim.spawn([](rs::testing::simulation& sim, std::stop_source& s) -> rs::task<void> {
+                co_await sim.sleep_for(30ms);
+                s.request_stop();
+            }(sim, stop));
+            sim.run_all();
+            CHECK(log.told.empty());
+            CHECK(ended == endings{{1, {100ms, "value"}}, {2, {30ms, "cancelled"}}});
+        });
+    }
+}
+
+TEST_CASE("bulkhead: an on_rejected that throws ends the call with its exception; the listener hears none",
+          "[bulkhead]") {
+    rs::testing::simulation sim;
+    resilience_tests::heard_counts heard;
+    int told = 0;
+    rs::bulkhead_options o{.name = "db",
+                           .max_concurrent_calls = 1,
+                           .queue_limit = 1,
+                           .queue_timeout = 50ms,
+                           .on_rejected =
+                               [&told](const rs::rejection_event& e) {
+                                   ++told;
+                                   throw std::domain_error(std::string("told: ") + rs::to_string(e.reason()));
+                               },
+                           .telemetry = heard.listener()};
+    for_each_wait_way(sim, o, [&](const auto& bh) {
+        endings ended;
+        sim.spawn(arrive_and_hold(sim, bh, ended, 1, 0ms, 100ms));
+        sim.spawn(arrive_and_hold(sim, bh, ended, 2, 10ms, 10ms)); // queued, its wait runs out at 60 ms
+        sim.spawn(arrive_and_hold(sim, bh, ended, 3, 20ms, 10ms)); // the queue is full
+        sim.spawn(arrive_and_hold(sim, bh, ended, 4, 70ms, 10ms)); // queued, admitted at 100 ms
+        sim.run_all();
+        CHECK(told == 2);
+        CHECK(ended == endings{{1, {100ms, "value"}},
+                               {2, {60ms, "told: queue_timeout"}},
+                               {3, {20ms, "told: queue_full"}},
+                               {4, {110ms, "value"}}});
+        CHECK(heard.rejections == 0);
+        CHECK(heard.waits == 1); // call 4's
+        CHECK(bh.in_flight() == 0);
+        CHECK(bh.queued() == 0);
+    });
+}
+
+TEST_CASE("bulkhead: execute throws what on_rejected threw", "[bulkhead]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.name = "db",
+                     .max_concurrent_calls = 1,
+                     .on_rejected = [](const rs::rejection_event&) { throw std::domain_error("no"); }},
+                    sim.clock()};
+    auto hold = [&sim]() -> rs::task<int> {
+        co_await sim.sleep_for(10ms);
+        co_return 1;
+    };
+    auto second = [&]() -> rs::task<void> { CHECK_THROWS_AS(co_await bh.execute(hold), std::domain_error); };
+    auto [first, ignored] = sim.run(rs::when_all(bh.execute(hold), second()));
+    (void)ignored;
+    CHECK(first == 1);
 }

@@ -67,7 +67,7 @@ TEST_CASE("chaos: an injection rate outside [0, 1] is refused, naming the field"
     const std::string high = invalid_argument_message([] { chaos::fault{{.injection_rate = 1.5}}; });
     CHECK(high == "resilience::chaos::fault: injection_rate must be in [0, 1], got 1.5");
     const std::string named = invalid_argument_message([] {
-        chaos::outcome{1, {.injection_rate = -0.1, .name = "bad"}};
+        chaos::outcome{1, {.name = "bad", .injection_rate = -0.1}};
     });
     CHECK(named == "resilience::chaos::outcome (bad): injection_rate must be in [0, 1], got -0.1");
     CHECK_THROWS_AS(chaos::latency(1s, {.injection_rate = std::nan("")}), std::invalid_argument);
@@ -209,7 +209,7 @@ TEST_CASE("chaos: injected latency ends at its exact virtual instant, then the c
 TEST_CASE("chaos: a stop during injected latency ends the call at that instant without running the action",
           "[chaos]") {
     simulation sim;
-    chaos::latency slow{5s, {.injection_rate = 1, .name = "slow"}, sim.clock()};
+    chaos::latency slow{5s, {.name = "slow", .injection_rate = 1}, sim.clock()};
     int ran = 0;
     const auto action = [&]() -> rs::task<int> {
         ++ran;
@@ -328,18 +328,90 @@ TEST_CASE("chaos: on_inject hears each injection, and what it throws is the call
         ++ran;
         co_return 1;
     };
-    chaos::fault counted{boom{}, {.injection_rate = 1, .on_inject = [&](const rs::context&) { ++told; }}};
+    chaos::fault counted{boom{},
+                         {.injection_rate = 1, .on_inject = [&](const chaos::injection_event&) { ++told; }}};
     (void)sim.run(counted.execute_outcome(action));
     (void)sim.run(counted.execute_outcome(action));
     CHECK(told == 2);
     chaos::latency refusing{
         1s,
-        {.injection_rate = 1, .on_inject = [](const rs::context&) { throw std::logic_error("not now"); }},
+        {.injection_rate = 1,
+         .on_inject = [](const chaos::injection_event&) { throw std::logic_error("not now"); }},
         sim.clock()};
     auto r = sim.run(refusing.execute_outcome(action));
     CHECK(r.error().is<std::logic_error>());
     CHECK(sim.now() == 0s);
     CHECK(ran == 0);
+    // A throwing callback of the other stages: the same.
+    chaos::fault throwing_fault{boom{}, {.injection_rate = 1, .on_inject = [](const chaos::injection_event&) {
+                                             throw std::logic_error("no");
+                                         }}};
+    CHECK(sim.run(throwing_fault.execute_outcome(action)).error().is<std::logic_error>());
+    chaos::outcome throwing_outcome{7, {.injection_rate = 1, .on_inject = [](const chaos::injection_event&) {
+                                            throw std::logic_error("no");
+                                        }}};
+    CHECK(sim.run(throwing_outcome.execute_outcome(action)).error().is<std::logic_error>());
+    CHECK(ran == 0);
+}
+
+TEST_CASE("chaos: on_inject is told once per injection, before it, with the stage, the kind and the context",
+          "[chaos]") {
+    simulation sim;
+    struct seen {
+        chaos::injection_kind kind;
+        std::string name;
+        int attempt;
+        nanoseconds delay;
+        nanoseconds at;
+    };
+    std::vector<seen> events;
+    const auto record = [&](const chaos::injection_event& e) {
+        events.push_back(
+            {e.kind(), std::string(e.policy_name()), e.context().attempt(), e.delay(), sim.now()});
+    };
+    const auto action = [&]() -> rs::task<int> { co_return 1; };
+
+    // The latency stage is told at the instant the delay starts, and the call goes on 2 s later.
+    sim.run([&]() -> rs::task<void> {
+        co_await sim.sleep_for(5s);
+        chaos::latency slow{2s, {.name = "slow", .injection_rate = 1, .on_inject = record}, sim.clock()};
+        const int v = co_await slow.execute(action); // not inside CHECK, which names its argument twice
+        CHECK(v == 1);
+        CHECK(sim.now() == 7s);
+    }());
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].kind == chaos::injection_kind::latency);
+    CHECK(events[0].name == "slow");
+    CHECK(events[0].attempt == 1);
+    CHECK(events[0].delay == 2s);
+    CHECK(events[0].at == 5s);
+
+    // Inside a retry, each attempt's injection is told with that attempt's context.
+    events.clear();
+    rs::pipeline p{
+        rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()},
+        chaos::fault{boom{}, {.name = "faulty", .injection_rate = 1, .on_inject = record}}};
+    const nanoseconds start = sim.now();
+    CHECK(sim.run(p.execute_outcome(action)).error().is<boom>());
+    REQUIRE(events.size() == 2);
+    CHECK(events[0].kind == chaos::injection_kind::fault);
+    CHECK(events[0].name == "faulty");
+    CHECK(events[0].attempt == 1);
+    CHECK(events[0].delay == 0s);
+    CHECK(events[0].at == start);
+    CHECK(events[1].attempt == 2);
+    CHECK(events[1].at == start + 100ms);
+
+    // The outcome stage; a call the draw spares is not told.
+    events.clear();
+    chaos::outcome seven{7, {.name = "wrong", .injection_rate = 1, .on_inject = record}};
+    CHECK(sim.run(seven.execute(action)) == 7);
+    chaos::outcome never{7, {.injection_rate = 0, .on_inject = record}};
+    CHECK(sim.run(never.execute(action)) == 1);
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].kind == chaos::injection_kind::outcome);
+    CHECK(events[0].name == "wrong");
+    CHECK(std::string(chaos::to_string(chaos::injection_kind::latency)) == "latency");
 }
 
 TEST_CASE("chaos: a fault injected at rate 1 inside a retry is retried until the attempts run out",

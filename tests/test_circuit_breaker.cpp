@@ -267,16 +267,16 @@ TEST_CASE("circuit_breaker: a break that grows past what the clock holds saturat
     }());
 }
 
-TEST_CASE("circuit_breaker: a count window opens on its failure rate without a run of failures, once it "
+TEST_CASE("circuit_breaker: a count sample opens on its failure rate without a run of failures, once it "
           "holds minimum_throughput",
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 5,
-         .window = rs::breaker_window{.size = 10, .minimum_throughput = 6, .failure_ratio = 0.5}},
+         .sampling = rs::breaker_sampling{.calls = 10, .minimum_throughput = 6, .failure_ratio = 0.5}},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
-        // S F S F S: 2 of 5 failed, and at the 4th call half had failed but the window was too small.
+        // S F S F S: 2 of 5 failed, and at the 4th call half had failed but the sample was too small.
         for (int i = 1; i <= 5; ++i) {
             if (i % 2 == 1)
                 (void)co_await breaker.execute_outcome(succeed_now());
@@ -296,9 +296,9 @@ TEST_CASE("circuit_breaker: a count window opens on its failure rate without a r
     }());
 }
 
-TEST_CASE("circuit_breaker: a count window slides: only the last size calls count", "[circuit_breaker]") {
+TEST_CASE("circuit_breaker: a count sample slides: only the last `calls` calls count", "[circuit_breaker]") {
     simulation sim;
-    rs::circuit_breaker breaker{{.window = rs::breaker_window{.size = 4, .failure_ratio = 0.75}},
+    rs::circuit_breaker breaker{{.sampling = rs::breaker_sampling{.calls = 4, .failure_ratio = 0.75}},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
         // F F S S S S: the early failures slide out; then F F F: 3 of the last 4.
@@ -316,12 +316,12 @@ TEST_CASE("circuit_breaker: a count window slides: only the last size calls coun
     }());
 }
 
-TEST_CASE("circuit_breaker: a time window forgets calls older than sampling_duration", "[circuit_breaker]") {
+TEST_CASE("circuit_breaker: a time window forgets calls older than its window", "[circuit_breaker]") {
     simulation sim;
-    rs::circuit_breaker breaker{{.window = rs::breaker_window{.sampling_duration = 10s,
-                                                              .segments = 10,
-                                                              .minimum_throughput = 4,
-                                                              .failure_ratio = 0.5}},
+    rs::circuit_breaker breaker{{.sampling = rs::breaker_sampling{.window = 10s,
+                                                                  .segments = 10,
+                                                                  .minimum_throughput = 4,
+                                                                  .failure_ratio = 0.5}},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
         for (int i = 0; i < 3; ++i)
@@ -348,10 +348,10 @@ TEST_CASE("circuit_breaker: a time window forgets calls older than sampling_dura
 TEST_CASE("circuit_breaker: a time window counts a call until its segment leaves the window",
           "[circuit_breaker]") {
     simulation sim;
-    rs::circuit_breaker breaker{{.window = rs::breaker_window{.sampling_duration = 10s,
-                                                              .segments = 5,
-                                                              .minimum_throughput = 2,
-                                                              .failure_ratio = 1.0}},
+    rs::circuit_breaker breaker{{.sampling = rs::breaker_sampling{.window = 10s,
+                                                                  .segments = 5,
+                                                                  .minimum_throughput = 2,
+                                                                  .failure_ratio = 1.0}},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
         co_await sim.sleep_for(1999ms); // in the bucket [0s, 2s)
@@ -366,10 +366,10 @@ TEST_CASE("circuit_breaker: a time window counts a call until its segment leaves
 TEST_CASE("circuit_breaker: a slow-call rate opens it, with no failure as cause even if some failed",
           "[circuit_breaker]") {
     simulation sim;
-    rs::circuit_breaker breaker{{.window = rs::breaker_window{.size = 4,
-                                                              .failure_ratio = 0.5,
-                                                              .slow_call_duration = 1s,
-                                                              .slow_call_ratio = 0.5},
+    rs::circuit_breaker breaker{{.sampling = rs::breaker_sampling{.calls = 4,
+                                                                  .failure_ratio = 0.5,
+                                                                  .slow_call_duration = 1s,
+                                                                  .slow_call_ratio = 0.5},
                                  .break_duration = 5s},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
@@ -401,7 +401,7 @@ TEST_CASE("circuit_breaker: a slow-call rate opens it, with no failure as cause 
 TEST_CASE("circuit_breaker: a slow failure counts as a failure and as slow", "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.size = 10, .failure_ratio = 1.0, .slow_call_duration = 1s}},
+        {.sampling = rs::breaker_sampling{.calls = 10, .failure_ratio = 1.0, .slow_call_duration = 1s}},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
         (void)co_await breaker.execute_outcome(timed(sim, 1s, true));
@@ -417,7 +417,7 @@ TEST_CASE("circuit_breaker: a failure should_handle declines passes through unto
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 1,
-         .window = rs::breaker_window{.size = 5, .minimum_throughput = 1, .failure_ratio = 1.0},
+         .sampling = rs::breaker_sampling{.calls = 5, .minimum_throughput = 1, .failure_ratio = 1.0},
          .should_handle = [](const rs::failure& f) { return !f.is<std::invalid_argument>(); }},
         sim.clock()};
     std::exception_ptr thrown;
@@ -449,7 +449,7 @@ TEST_CASE("circuit_breaker: cancellation is not counted against the dependency",
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 1,
-         .window = rs::breaker_window{.size = 5, .minimum_throughput = 1, .failure_ratio = 1.0}},
+         .sampling = rs::breaker_sampling{.calls = 5, .minimum_throughput = 1, .failure_ratio = 1.0}},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
         // The caller stops a running call.
@@ -488,7 +488,7 @@ TEST_CASE("circuit_breaker: reading state and metrics changes nothing", "[circui
     rs::circuit_breaker breaker{
         {.failure_threshold = 1,
          .break_duration = 10s,
-         .on_state_change = [&](circuit_state from, circuit_state to) { changes.emplace_back(from, to); }},
+         .on_state_change = [&](const rs::state_change_event& e) { changes.emplace_back(e.from(), e.to()); }},
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
         (void)co_await breaker.execute_outcome(fail_now());
@@ -515,10 +515,11 @@ TEST_CASE("circuit_breaker: on_state_change reports every change in order", "[ci
     simulation sim;
     using S = circuit_state;
     std::vector<std::pair<S, S>> changes;
-    rs::circuit_breaker breaker{{.failure_threshold = 2,
-                                 .break_duration = 1s,
-                                 .on_state_change = [&](S from, S to) { changes.emplace_back(from, to); }},
-                                sim.clock()};
+    rs::circuit_breaker breaker{
+        {.failure_threshold = 2,
+         .break_duration = 1s,
+         .on_state_change = [&](const rs::state_change_event& e) { changes.emplace_back(e.from(), e.to()); }},
+        sim.clock()};
     sim.run([&]() -> rs::task<void> {
         (void)co_await breaker.execute_outcome(fail_now());
         (void)co_await breaker.execute_outcome(fail_now());
@@ -547,10 +548,10 @@ TEST_CASE("circuit_breaker: on_state_change may call back into the breaker and i
     std::vector<std::pair<S, S>> changes;
     int depth = 0, deepest = 0;
     std::shared_ptr<virtual_breaker> self;
-    auto observe = [&](S from, S to) {
+    auto observe = [&](const rs::state_change_event& e) {
         deepest = std::max(deepest, ++depth);
-        changes.emplace_back(from, to);
-        if (to == S::open)
+        changes.emplace_back(e.from(), e.to());
+        if (e.to() == S::open)
             self->isolate(); // re-entrant: no deadlock; told after this call returns
         --depth;
     };
@@ -566,7 +567,8 @@ TEST_CASE("circuit_breaker: isolate holds it open until reset, and reset clears 
           "[circuit_breaker]") {
     simulation sim;
     rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.size = 4, .failure_ratio = 0.75}, .break_duration = 1s}, sim.clock()};
+        {.sampling = rs::breaker_sampling{.calls = 4, .failure_ratio = 0.75}, .break_duration = 1s},
+        sim.clock()};
     sim.run([&]() -> rs::task<void> {
         breaker.isolate();
         CHECK(breaker.state() == circuit_state::isolated);
@@ -608,7 +610,7 @@ TEST_CASE("circuit_breaker: metrics is a snapshot of the window and the runs", "
     simulation sim;
     rs::circuit_breaker breaker{
         {.failure_threshold = 10,
-         .window = rs::breaker_window{.size = 5, .failure_ratio = 1.0, .slow_call_duration = 1s}},
+         .sampling = rs::breaker_sampling{.calls = 5, .failure_ratio = 1.0, .slow_call_duration = 1s}},
         sim.clock()};
     CHECK(breaker.metrics().state == circuit_state::closed);
     CHECK(breaker.metrics().calls == 0);
@@ -762,7 +764,8 @@ TEST_CASE("circuit_breaker: ten callers on virtual time: nothing runs while open
     rs::circuit_breaker breaker{
         {.failure_threshold = 5,
          .break_duration = 2s,
-         .on_state_change = [&](S from, S to) { changes.emplace_back(from, to, sim.now()); }},
+         .on_state_change =
+             [&](const rs::state_change_event& e) { changes.emplace_back(e.from(), e.to(), sim.now()); }},
         sim.clock()};
     // Each call takes 5ms; the dependency is down for calls starting in [1s, 4s).
     std::vector<nanoseconds> ran;
@@ -840,7 +843,7 @@ TEST_CASE("circuit_breaker: admit(now) judges the break and times the call by th
     }
     SECTION("a slow call is timed from the reading") {
         virtual_core core{
-            {.window = rs::breaker_window{.size = 2, .slow_call_duration = 1s, .slow_call_ratio = 0.5}},
+            {.sampling = rs::breaker_sampling{.calls = 2, .slow_call_duration = 1s, .slow_call_ratio = 0.5}},
             sim.clock()};
         sim.run([&]() -> rs::task<void> {
             const virtual_instant before = sim.clock().now();
@@ -888,7 +891,7 @@ std::string error_of(rs::circuit_breaker_options o) {
 
 TEST_CASE("circuit_breaker: bad options are refused, naming the field and the value", "[circuit_breaker]") {
     const std::string p = "resilience::circuit_breaker: ";
-    using rs::breaker_window;
+    using rs::breaker_sampling;
     CHECK(error_of({}) == "no error"); // Polly's default window
     CHECK(error_of({.break_duration = 0s}) == p + "break_duration must be positive, got 0ns");
     CHECK(error_of({.name = "db", .probes = 0}) ==
@@ -906,42 +909,41 @@ TEST_CASE("circuit_breaker: bad options are refused, naming the field and the va
     CHECK(error_of({.failure_threshold = 1, .max_break_duration = -1ns}) ==
           p + "max_break_duration must be positive, got -1ns");
     CHECK(error_of({.failure_threshold = 1, .probes = 0}) == p + "probes must be at least 1, got 0");
-    CHECK(error_of({.window = breaker_window{.failure_ratio = 0.5}}) ==
-          p + "window needs exactly one of window.size and window.sampling_duration, got neither");
-    CHECK(error_of({.window = breaker_window{.size = 5, .sampling_duration = 1s, .failure_ratio = 0.5}}) ==
-          p + "window needs exactly one of window.size and window.sampling_duration, got both");
-    CHECK(error_of({.window = breaker_window{.size = 0, .failure_ratio = 0.5}}) ==
-          p + "window.size must be positive, got 0");
-    CHECK(error_of({.window = breaker_window{.sampling_duration = -1s, .failure_ratio = 0.5}}) ==
-          p + "window.sampling_duration must be positive, got -1000000000ns");
-    CHECK(
-        error_of({.window = breaker_window{.sampling_duration = 1s, .segments = 0, .failure_ratio = 0.5}}) ==
-        p + "window.segments must be positive, got 0");
+    CHECK(error_of({.sampling = breaker_sampling{.failure_ratio = 0.5}}) ==
+          p + "sampling needs exactly one of sampling.calls and sampling.window, got neither");
+    CHECK(error_of({.sampling = breaker_sampling{.calls = 5, .window = 1s, .failure_ratio = 0.5}}) ==
+          p + "sampling needs exactly one of sampling.calls and sampling.window, got both");
+    CHECK(error_of({.sampling = breaker_sampling{.calls = 0, .failure_ratio = 0.5}}) ==
+          p + "sampling.calls must be positive, got 0");
+    CHECK(error_of({.sampling = breaker_sampling{.window = -1s, .failure_ratio = 0.5}}) ==
+          p + "sampling.window must be positive, got -1000000000ns");
+    CHECK(error_of({.sampling = breaker_sampling{.window = 1s, .segments = 0, .failure_ratio = 0.5}}) ==
+          p + "sampling.segments must be positive, got 0");
+    CHECK(error_of({.sampling = breaker_sampling{.window = 5ns, .segments = 10, .failure_ratio = 0.5}}) ==
+          p + "sampling.segments must not exceed sampling.window in nanoseconds (5), got 10");
     CHECK(error_of(
-              {.window = breaker_window{.sampling_duration = 5ns, .segments = 10, .failure_ratio = 0.5}}) ==
-          p + "window.segments must not exceed window.sampling_duration in nanoseconds (5), got 10");
-    CHECK(error_of({.window = breaker_window{.size = 10, .minimum_throughput = 11, .failure_ratio = 0.5}}) ==
-          p + "window.minimum_throughput must not exceed window.size (10), got 11");
-    CHECK(error_of({.window = breaker_window{.size = 10, .minimum_throughput = 0, .failure_ratio = 0.5}}) ==
-          p + "window.minimum_throughput must be positive, got 0");
-    CHECK(error_of({.window = breaker_window{.size = 10, .failure_ratio = 0.0}}) ==
-          p + "window.failure_ratio must be in (0, 1], got 0");
-    CHECK(error_of({.window = breaker_window{.size = 10, .failure_ratio = 1.5}}) ==
-          p + "window.failure_ratio must be in (0, 1], got 1.5");
-    CHECK(
-        error_of({.window = breaker_window{.size = 10, .slow_call_duration = 1s, .slow_call_ratio = -0.1}}) ==
-        p + "window.slow_call_ratio must be in (0, 1], got -0.1");
-    CHECK(error_of({.window = breaker_window{.size = 10, .slow_call_ratio = 0.5}}) ==
-          p + "window.slow_call_ratio needs window.slow_call_duration, got none");
-    CHECK(
-        error_of({.window = breaker_window{.size = 10, .slow_call_duration = 0s, .slow_call_ratio = 0.5}}) ==
-        p + "window.slow_call_duration must be positive, got 0ns");
-    CHECK(error_of({.failure_threshold = 1, .window = breaker_window{.size = 10}}) ==
-          p + "window needs window.failure_ratio or window.slow_call_ratio, got neither");
+              {.sampling = breaker_sampling{.calls = 10, .minimum_throughput = 11, .failure_ratio = 0.5}}) ==
+          p + "sampling.minimum_throughput must not exceed sampling.calls (10), got 11");
+    CHECK(error_of(
+              {.sampling = breaker_sampling{.calls = 10, .minimum_throughput = 0, .failure_ratio = 0.5}}) ==
+          p + "sampling.minimum_throughput must be positive, got 0");
+    CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .failure_ratio = 0.0}}) ==
+          p + "sampling.failure_ratio must be in (0, 1], got 0");
+    CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .failure_ratio = 1.5}}) ==
+          p + "sampling.failure_ratio must be in (0, 1], got 1.5");
+    CHECK(error_of({.sampling =
+                        breaker_sampling{.calls = 10, .slow_call_duration = 1s, .slow_call_ratio = -0.1}}) ==
+          p + "sampling.slow_call_ratio must be in (0, 1], got -0.1");
+    CHECK(error_of({.sampling = breaker_sampling{.calls = 10, .slow_call_ratio = 0.5}}) ==
+          p + "sampling.slow_call_ratio needs sampling.slow_call_duration, got none");
+    CHECK(error_of({.sampling =
+                        breaker_sampling{.calls = 10, .slow_call_duration = 0s, .slow_call_ratio = 0.5}}) ==
+          p + "sampling.slow_call_duration must be positive, got 0ns");
+    CHECK(error_of({.failure_threshold = 1, .sampling = breaker_sampling{.calls = 10}}) ==
+          p + "sampling needs sampling.failure_ratio or sampling.slow_call_ratio, got neither");
     CHECK(error_of({.failure_threshold = 1}) == "no error");
-    CHECK(error_of({.window = breaker_window{.sampling_duration = 1s,
-                                             .slow_call_duration = 1s,
-                                             .slow_call_ratio = 1.0}}) == "no error");
+    CHECK(error_of({.sampling = breaker_sampling{
+                        .window = 1s, .slow_call_duration = 1s, .slow_call_ratio = 1.0}}) == "no error");
 }
 
 TEST_CASE("circuit_breaker: default options are Polly's, and trip at its thresholds at exact instants",
@@ -950,10 +952,10 @@ TEST_CASE("circuit_breaker: default options are Polly's, and trip at its thresho
     rs::circuit_breaker breaker{{}, sim.clock()};
     const auto& o = breaker.options();
     CHECK_FALSE(o.failure_threshold);
-    REQUIRE(o.window);
-    CHECK(o.window->sampling_duration == 30s);
-    CHECK(o.window->failure_ratio == 0.1);
-    CHECK(o.window->minimum_throughput == 100);
+    REQUIRE(o.sampling);
+    CHECK(o.sampling->window == 30s);
+    CHECK(o.sampling->failure_ratio == 0.1);
+    CHECK(o.sampling->minimum_throughput == 100);
     CHECK(o.break_duration == 5s);
     STATIC_REQUIRE(std::is_same_v<decltype(rs::circuit_breaker{}), rs::circuit_breaker<rs::steady_clock>>);
 
@@ -990,7 +992,7 @@ TEST_CASE("circuit_breaker: default options are Polly's, and trip at its thresho
             CHECK(breaker.state() == circuit_state::closed);
         }());
     }
-    SECTION("calls leave the window sampling_duration after their segment began") {
+    SECTION("calls leave the sample a window after their segment began") {
         sim.run([&]() -> rs::task<void> {
             for (int k = 0; k < 99; ++k)
                 (void)co_await breaker.execute_outcome(fail_now(k)); // all at 0s: 99 of 99 failed
@@ -1187,9 +1189,10 @@ TEST_CASE(
     rs::circuit_breaker breaker{{.failure_threshold = 1,
                                  .break_duration = 10s,
                                  .on_state_change =
-                                     [&told](S from, S to) {
-                                         told.emplace_back(from, to);
-                                         throw std::domain_error(std::string("told ") + rs::to_string(to));
+                                     [&told](const rs::state_change_event& e) {
+                                         told.emplace_back(e.from(), e.to());
+                                         throw std::domain_error(std::string("told ") +
+                                                                 rs::to_string(e.to()));
                                      }},
                                 sim.clock()};
     sim.run([&]() -> rs::task<void> {
@@ -1223,6 +1226,172 @@ TEST_CASE(
                                                {S::half_open, S::closed},
                                                {S::closed, S::isolated},
                                                {S::isolated, S::closed}});
+}
+
+TEST_CASE("circuit_breaker: on_state_change is told the breaker's name with each change",
+          "[circuit_breaker]") {
+    simulation sim;
+    std::vector<std::string> names;
+    rs::circuit_breaker breaker{
+        {.name = "db",
+         .failure_threshold = 1,
+         .on_state_change = [&](const rs::state_change_event& e) { names.emplace_back(e.policy_name()); }},
+        sim.clock()};
+    (void)sim.run(breaker.execute_outcome(fail_now()));
+    breaker.reset();
+    CHECK(names == std::vector<std::string>{"db", "db"});
+}
+
+namespace {
+// What on_rejected was told, and when.
+struct told_rejection {
+    std::string name;
+    rs::rejection_reason reason;
+    std::chrono::nanoseconds retry_after;
+    std::chrono::nanoseconds at;
+};
+} // namespace
+
+TEST_CASE("circuit_breaker: on_rejected is told once per refusal, with the reason and retry_after of the "
+          "refusal's error, and never of a call it admitted or never judged",
+          "[circuit_breaker]") {
+    simulation sim;
+    std::vector<told_rejection> told;
+    std::vector<rs::telemetry_event> heard;
+    rs::circuit_breaker breaker{
+        {.name = "db",
+         .failure_threshold = 1,
+         .break_duration = 10s,
+         .on_rejected =
+             [&](const rs::rejection_event& e) {
+                 told.push_back({std::string(e.policy_name()), e.reason(), e.retry_after(), sim.now()});
+             },
+         .telemetry =
+             [&](const rs::telemetry_event& e) {
+                 if (e.kind == rs::telemetry_kind::rejection)
+                     heard.push_back(e);
+             }},
+        sim.clock()};
+    std::vector<rs::outcome<int>> refusals;
+    sim.run([&]() -> rs::task<void> {
+        CHECK((co_await breaker.execute_outcome(succeed_now())).value() == 7);
+        (void)co_await breaker.execute_outcome(fail_now()); // 0s: open until 10s
+        CHECK(told.empty());
+
+        co_await sim.sleep_for(3s);
+        refusals.push_back(co_await breaker.execute_outcome(succeed_now())); // open: 7s left
+        REQUIRE(told.size() == 1);
+
+        // A caller already stopped: refused before the breaker judges anything.
+        std::stop_source stopped;
+        stopped.request_stop();
+        CHECK((co_await breaker.execute_outcome(succeed_now(), stopped.get_token())).error().code() ==
+              rs::errc::cancelled);
+        CHECK(told.size() == 1);
+
+        // Half-open with its one probe slot taken: refused with the break just served.
+        co_await sim.sleep_for(7s);
+        auto refused_while_probing = [&]() -> rs::task<void> {
+            co_await sim.sleep_for(1s);
+            refusals.push_back(co_await breaker.execute_outcome(succeed_now()));
+        };
+        auto [probe, ignored] =
+            co_await rs::when_all(breaker.execute_outcome(timed(sim, 2s, false)), refused_while_probing());
+        (void)ignored;
+        CHECK(probe.value() == 7); // the probe itself: admitted, not told
+        CHECK(breaker.state() == circuit_state::closed);
+        REQUIRE(told.size() == 2);
+
+        breaker.isolate();
+        refusals.push_back(co_await breaker.execute_outcome(succeed_now()));
+        REQUIRE(told.size() == 3);
+        breaker.reset();
+        CHECK((co_await breaker.execute_outcome(succeed_now())).value() == 7);
+    }());
+    REQUIRE(told.size() == 3);
+    REQUIRE(refusals.size() == 3);
+    const std::vector<rs::rejection_reason> reasons{rs::rejection_reason::circuit_open,
+                                                    rs::rejection_reason::circuit_open,
+                                                    rs::rejection_reason::circuit_isolated};
+    const std::vector<std::chrono::nanoseconds> waits{7s, 10s, std::chrono::nanoseconds::max()};
+    const std::vector<std::chrono::nanoseconds> when{3s, 11s, 12s};
+    for (std::size_t i = 0; i < told.size(); ++i) {
+        CAPTURE(i);
+        CHECK(told[i].name == "db");
+        CHECK(told[i].reason == reasons[i]);
+        CHECK(told[i].retry_after == waits[i]);
+        CHECK(told[i].at == when[i]);
+        const auto* e = refusal(refusals[i]);
+        REQUIRE(e);
+        CHECK(e->reason() == told[i].reason);
+        CHECK(e->retry_after() == told[i].retry_after);
+    }
+    // The listener hears each refusal after on_rejected, with the same reason.
+    REQUIRE(heard.size() == 3);
+    for (std::size_t i = 0; i < heard.size(); ++i)
+        CHECK(heard[i].reason == reasons[i]);
+}
+
+TEST_CASE("circuit_breaker: a throwing on_rejected ends the refused call with its exception, the listener "
+          "hearing nothing, and the breaker goes on",
+          "[circuit_breaker]") {
+    simulation sim;
+    int told = 0, heard = 0;
+    rs::circuit_breaker breaker{{.failure_threshold = 1,
+                                 .break_duration = 10s,
+                                 .on_rejected =
+                                     [&](const rs::rejection_event& e) {
+                                         ++told;
+                                         throw std::domain_error(std::string("told ") +
+                                                                 rs::to_string(e.reason()));
+                                     },
+                                 .telemetry =
+                                     [&](const rs::telemetry_event& e) {
+                                         if (e.kind == rs::telemetry_kind::rejection)
+                                             ++heard;
+                                     }},
+                                sim.clock()};
+    sim.run([&]() -> rs::task<void> {
+        (void)co_await breaker.execute_outcome(fail_now()); // open until 10s
+        bool ran = false;
+        auto refused = co_await breaker.execute_outcome([&]() -> rs::task<int> {
+            ran = true;
+            co_return 1;
+        });
+        CHECK_FALSE(ran);
+        REQUIRE(refused.has_failure());
+        CHECK(refused.error().is<std::domain_error>());
+        CHECK(refused.error().what() == std::string("told circuit_open"));
+        try {
+            (void)co_await breaker.execute(succeed_now());
+            FAIL("an open breaker admitted a call");
+        } catch (const std::domain_error& e) {
+            CHECK(e.what() == std::string("told circuit_open"));
+        }
+        CHECK(told == 2);
+        CHECK(heard == 0);
+
+        // Half-open: the probe is unaffected by a refusal beside it that threw.
+        co_await sim.sleep_for(10s);
+        auto refused_while_probing = [&]() -> rs::task<void> {
+            co_await sim.sleep_for(1s);
+            auto r = co_await breaker.execute_outcome(succeed_now());
+            CHECK(r.error().is<std::domain_error>());
+        };
+        auto [probe, ignored] =
+            co_await rs::when_all(breaker.execute_outcome(timed(sim, 2s, false)), refused_while_probing());
+        (void)ignored;
+        CHECK(probe.value() == 7);
+        CHECK(breaker.state() == circuit_state::closed);
+        CHECK(told == 3);
+
+        breaker.isolate();
+        auto isolated = co_await breaker.execute_outcome(succeed_now());
+        CHECK(isolated.error().what() == std::string("told circuit_isolated"));
+        CHECK(breaker.state() == circuit_state::isolated);
+    }());
+    CHECK(told == 4);
+    CHECK(heard == 0);
 }
 
 // ---- concurrency: two event loops on two threads share one breaker -------------------------------------
@@ -1293,9 +1462,9 @@ struct state_changes {
     std::vector<std::pair<circuit_state, circuit_state>> seen;
 
     auto recorder() {
-        return [this](circuit_state from, circuit_state to) {
+        return [this](const rs::state_change_event& e) {
             std::lock_guard lock(mutex);
-            seen.emplace_back(from, to);
+            seen.emplace_back(e.from(), e.to());
         };
     }
 };
@@ -1415,7 +1584,8 @@ TEST_CASE("circuit_breaker: window counters add up under calls from two threads"
     constexpr int per_loop = 2000, total = 2 * per_loop;
     manual_clock clock;
     rs::circuit_breaker breaker{
-        {.window = rs::breaker_window{.size = 100000, .minimum_throughput = 100000, .failure_ratio = 1.0}},
+        {.sampling =
+             rs::breaker_sampling{.calls = 100000, .minimum_throughput = 100000, .failure_ratio = 1.0}},
         clock};
     std::atomic<int> done{0};
     auto call = [&](int id) -> rs::task<void> {
@@ -1449,9 +1619,9 @@ TEST_CASE("circuit_breaker: four threads on one closed breaker: no failure is lo
     rs::circuit_breaker breaker{{.failure_threshold = threshold,
                                  .break_duration = 1s,
                                  .on_state_change =
-                                     [&, record = changes.recorder()](S from, S to) {
-                                         record(from, to);
-                                         if (to == S::open)
+                                     [&, record = changes.recorder()](const rs::state_change_event& e) {
+                                         record(e);
+                                         if (e.to() == S::open)
                                              open_told.store(true);
                                      }},
                                 clock};

@@ -112,7 +112,7 @@ TEST_CASE("composition: one rs::classifier handles a returned 503 in all three: 
     rs::circuit_breaker breaker{
         {.failure_threshold = 3, .break_duration = 1min, .should_handle = unavailable}, sim.clock()};
     rs::pipeline policy{
-        rs::fallback{response{299}, unavailable},
+        rs::fallback{response{299}, {.should_handle = unavailable}},
         rs::retry{{.max_attempts = 3,
                    .backoff = rs::constant_backoff{1s, rs::jitter::none},
                    .should_handle = unavailable},
@@ -139,7 +139,8 @@ TEST_CASE("composition: one rs::classifier handles a returned 503 in all three: 
     // A predicate that only looks at failures is accepted by all three as well.
     const auto server_error = [](const rs::failure& f) { return f.is<std::runtime_error>(); };
     rs::pipeline plain{
-        rs::fallback{response{1}, server_error}, rs::retry{{.should_handle = server_error}, sim.clock()},
+        rs::fallback{response{1}, {.should_handle = server_error}},
+        rs::retry{{.should_handle = server_error}, sim.clock()},
         rs::circuit_breaker{{.failure_threshold = 1, .should_handle = server_error}, sim.clock()}};
     CHECK(sim.run(plain.execute(always_503)).status == 503);
 }
@@ -166,8 +167,7 @@ TEST_CASE("composition: with pipeline{retry, breaker}, a throwing breaker classi
         rs::circuit_breaker breaker{
             {.failure_threshold = 2,
              .break_duration = 1min,
-             .on_state_change = [](rs::circuit_state,
-                                   rs::circuit_state) { throw std::runtime_error("observer"); }},
+             .on_state_change = [](const rs::state_change_event&) { throw std::runtime_error("observer"); }},
             sim.clock()};
         rs::pipeline policy{rs::retry{fixed_retry(5, 1s), sim.clock()}, breaker};
         rs::outcome<int> r = 0;
@@ -219,10 +219,10 @@ TEST_CASE("composition: a call stopped before it starts is refused by the policy
         return std::string(e->policy_name());
     };
     const auto answer = []() -> rs::task<int> { co_return 42; };
-    const rs::timeout deadline{{.timeout = 1s, .name = "deadline"}, sim.clock()};
-    const rs::bulkhead slots{{.max_concurrent_calls = 1, .name = "slots"}, sim.clock()};
-    const rs::rate_limiter bucket{{.token_limit = 1, .tokens_per_second = 1, .name = "bucket"}, sim.clock()};
-    const rs::sliding_window_limiter window{{.permit_limit = 1, .window = 1s, .name = "window"}, sim.clock()};
+    const rs::timeout deadline{{.name = "deadline", .timeout = 1s}, sim.clock()};
+    const rs::bulkhead slots{{.name = "slots", .max_concurrent_calls = 1}, sim.clock()};
+    const rs::rate_limiter bucket{{.name = "bucket", .token_limit = 1, .tokens_per_second = 1}, sim.clock()};
+    const rs::sliding_window_limiter window{{.name = "window", .permit_limit = 1, .window = 1s}, sim.clock()};
     const rs::single_flight<int, int> flights{{.name = "flights"}};
     sim.run([&]() -> rs::task<void> {
         CHECK(name_of(co_await deadline.execute_outcome(answer, caller.get_token())) == "deadline");

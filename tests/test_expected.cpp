@@ -280,10 +280,10 @@ TEST_CASE("expected: a fallback with a failure predicate still substitutes error
     simulation sim;
     service svc{sim, 1};
     int asked = 0;
-    rs::fallback fb{-1, [&asked](const rs::failure&) {
+    rs::fallback fb{-1, {.should_handle = [&asked](const rs::failure&) {
                         ++asked;
                         return true;
-                    }};
+                    }}};
     CHECK(sim.run(fb.execute(svc)).value() == -1);
     CHECK(asked == 0);
 }

@@ -15,9 +15,11 @@
 #include <stop_token>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+using std::chrono::nanoseconds;
 
 namespace {
 
@@ -116,7 +118,7 @@ TEST_CASE("fallback: should_handle narrows, a declined failure passes through as
                         ++substitutes;
                         return 0;
                     },
-                    [](const rs::failure& f) { return f.is<std::runtime_error>(); }};
+                    {.should_handle = [](const rs::failure& f) { return f.is<std::runtime_error>(); }}};
 
     const auto original = std::make_exception_ptr(std::logic_error("bad input"));
     auto declined = sim.run(fb.execute_outcome([&]() -> rs::task<int> {
@@ -147,7 +149,7 @@ TEST_CASE("fallback: a cancelled_error from the action passes through by default
     CHECK(substitutes == 0);
 
     // A predicate that accepts everything may answer a cancelled_error the caller did not ask for.
-    rs::fallback all{9, [](const rs::failure&) { return true; }};
+    rs::fallback all{9, {.should_handle = [](const rs::failure&) { return true; }}};
     CHECK(sim.run(all.execute([]() -> rs::task<int> {
         throw rs::cancelled_error{};
         co_return 1;
@@ -164,7 +166,7 @@ TEST_CASE("fallback: a caller's stop passes through at its instant, whatever sho
                         ++substitutes;
                         return 0;
                     },
-                    [](const rs::failure&) { return true; }};
+                    {.should_handle = [](const rs::failure&) { return true; }}};
     std::stop_source caller;
     sim.spawn(resilience_tests::stop_at(sim, caller, 50ms));
     auto result = sim.run(fb.execute_outcome(act, caller.get_token()));
@@ -285,7 +287,7 @@ TEST_CASE("fallback: a returned value should_handle handles gets the substitute,
                         seen_status = o ? o.value().status : -1;
                         return page{200, "cached"};
                     },
-                    unavailable};
+                    {.should_handle = unavailable}};
     const page replaced = sim.run(fb.execute(serve(sim, 503)));
     CHECK(replaced.body == "cached");
     CHECK(seen_status == 503);
@@ -310,7 +312,7 @@ TEST_CASE("fallback: a failure-taking substitute answering a handled value recei
                         had_exception = f.has_exception();
                         return page{200, "cached"};
                     },
-                    rs::classifier{unavailable}};
+                    {.should_handle = unavailable}};
     CHECK(sim.run(fb.execute(serve(sim, 503))).body == "cached");
     CHECK_FALSE(had_exception);
 }
@@ -319,7 +321,7 @@ TEST_CASE("fallback: should_handle may be an rs::classifier: an empty one is the
           "result type fails the call before it runs",
           "[fallback]") {
     rs::testing::simulation sim;
-    rs::fallback by_default{5, rs::classifier{}};
+    rs::fallback by_default{5, rs::fallback_options{}};
     CHECK(sim.run(by_default.execute(failing(sim))) == 5);
     CHECK_THROWS_AS(sim.run(by_default.execute([]() -> rs::task<int> {
         throw rs::cancelled_error{};
@@ -327,7 +329,7 @@ TEST_CASE("fallback: should_handle may be an rs::classifier: an empty one is the
     })),
                     rs::cancelled_error);
 
-    rs::fallback typed{5, rs::classifier{[](const rs::outcome<long>& o) { return !o; }}, "prices"};
+    rs::fallback typed{5, {.name = "prices", .should_handle = [](const rs::outcome<long>& o) { return !o; }}};
     auto act = failing(sim);
     const std::string message =
         resilience_tests::invalid_argument_message([&] { sim.run(typed.execute(act)); });
@@ -340,20 +342,125 @@ TEST_CASE("fallback: should_handle may be an rs::classifier: an empty one is the
 TEST_CASE("fallback: a throwing should_handle replaces the outcome with its exception", "[fallback]") {
     rs::testing::simulation sim;
     int substitutes = 0;
-    rs::fallback fb{[&] {
-                        ++substitutes;
-                        return 0;
-                    },
-                    [](const rs::failure&) -> bool { throw std::domain_error("classifier"); }};
+    rs::fallback fb{
+        [&] {
+            ++substitutes;
+            return 0;
+        },
+        {.should_handle = [](const rs::failure&) -> bool { throw std::domain_error("classifier"); }}};
     auto result = sim.run(fb.execute_outcome(failing(sim)));
     REQUIRE(result.has_failure());
     CHECK(result.error().is<std::domain_error>());
     CHECK(substitutes == 0);
 }
 
-TEST_CASE("fallback: the constructor's third argument names it", "[fallback]") {
+TEST_CASE("fallback: fallback_options names it; its fields are the ones given", "[fallback]") {
+    const rs::fallback named{42, {.name = "prices"}};
+    STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(named)>, rs::fallback<int, rs::classifier>>);
+    CHECK(named.name() == "prices");
+    CHECK(named.options().name == "prices");
+    CHECK(named.options().should_handle.empty());
+    CHECK_FALSE(named.options().on_fallback);
+    CHECK(rs::fallback{42}.name().empty());
+    // The field order, for positional and designated initialisation alike.
+    const rs::fallback_options positional{"x", rs::classifier{}, [](const rs::fallback_event&) {}, {}};
+    CHECK(positional.name == "x");
+    CHECK(positional.on_fallback);
+}
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+TEST_CASE("fallback: the positional constructor, deprecated, still takes a predicate and a name",
+          "[fallback]") {
+    rs::testing::simulation sim;
     rs::fallback named{42, {}, "prices"};
     STATIC_REQUIRE(std::is_same_v<decltype(named), rs::fallback<int>>);
     CHECK(named.name() == "prices");
-    CHECK(rs::fallback{42}.name().empty());
+    CHECK(sim.run(named.execute(failing(sim))) == 42);
+    int asked = 0;
+    rs::fallback typed{7, [&asked](const rs::failure&) {
+                           ++asked;
+                           return false;
+                       }};
+    CHECK_THROWS_AS(sim.run(typed.execute(failing(sim))), rs::testing::scripted_failure);
+    CHECK(asked == 1);
+    CHECK(typed.options().should_handle.empty()); // the predicate keeps its own type
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+TEST_CASE("fallback: on_fallback is told once, when the substitute answers, with the failure it replaces",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    struct seen {
+        std::string name;
+        int attempt;
+        std::string what;
+        bool had_value;
+        nanoseconds at;
+    };
+    std::vector<seen> events;
+    nanoseconds substituted_at{-1};
+    rs::fallback fb{[&](const rs::failure&) {
+                        substituted_at = sim.now();
+                        return -1;
+                    },
+                    {.name = "prices", .on_fallback = [&](const rs::fallback_event& e) {
+                         events.push_back({std::string(e.policy_name()), e.attempt(),
+                                           e.error() ? e.error()->what() : "", e.value<int>() != nullptr,
+                                           sim.now()});
+                     }}};
+    auto act = failing(sim);
+    CHECK(sim.run(fb.execute(act)) == -1);
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].name == "prices");
+    CHECK(events[0].attempt == 1);
+    CHECK(events[0].what == "scripted failure on call 1");
+    CHECK_FALSE(events[0].had_value);
+    CHECK(events[0].at == 100ms);
+    CHECK(substituted_at == 100ms);
+
+    // A success is not replaced, and not told.
+    auto fine =
+        rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 10ms, .value = 3}};
+    CHECK(sim.run(fb.execute(fine)) == 3);
+    CHECK(events.size() == 1);
+}
+
+TEST_CASE("fallback: on_fallback sees a handled value it replaces", "[fallback]") {
+    rs::testing::simulation sim;
+    int seen_status = 0;
+    bool had_error = true;
+    nanoseconds at{-1};
+    rs::fallback fb{page{200, "cached"},
+                    {.should_handle = unavailable, .on_fallback = [&](const rs::fallback_event& e) {
+                         had_error = e.error() != nullptr;
+                         seen_status = e.value<page>() ? e.value<page>()->status : -1;
+                         CHECK(e.value<int>() == nullptr);
+                         at = sim.now();
+                     }}};
+    CHECK(sim.run(fb.execute(serve(sim, 503))).body == "cached");
+    CHECK(seen_status == 503);
+    CHECK_FALSE(had_error);
+    CHECK(at == 20ms);
+}
+
+TEST_CASE("fallback: a throwing on_fallback ends the call with its exception; the substitute is not used",
+          "[fallback]") {
+    rs::testing::simulation sim;
+    int substitutes = 0;
+    rs::fallback fb{
+        [&] {
+            ++substitutes;
+            return 0;
+        },
+        {.on_fallback = [](const rs::fallback_event&) { throw std::domain_error("on_fallback"); }}};
+    auto result = sim.run(fb.execute_outcome(failing(sim)));
+    REQUIRE(result.has_failure());
+    CHECK(result.error().is<std::domain_error>());
+    CHECK(substitutes == 0);
+    CHECK(sim.now() == 100ms);
 }

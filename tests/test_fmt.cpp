@@ -22,16 +22,16 @@ TEST_CASE("fmt: codes, states, reasons and kinds print as their names", "[fmt]")
 }
 
 TEST_CASE("fmt: errors print what a caller acts on: how long to wait and why", "[fmt]") {
-    CHECK(fmt::format("{}", rs::circuit_open_error{4500ms, nullptr, "payments"}) ==
+    CHECK(fmt::format("{}", rs::circuit_open_error{"payments", 4500ms}) ==
           "payments: circuit open (retry after 4.5s)");
     CHECK(fmt::format("{}", rs::circuit_isolated_error{"payments"}) == "payments: circuit isolated");
-    CHECK(fmt::format("{}", rs::throttled_error{0.5, "payments"}) == "payments: throttled");
+    CHECK(fmt::format("{}", rs::throttled_error{"payments", 0.5}) == "payments: throttled");
     CHECK(fmt::format("{}", rs::bulkhead_rejected_error{"db", rs::rejection_reason::queue_full}) ==
           "db: bulkhead rejected the call (queue_full)");
-    CHECK(fmt::format("{}", rs::rate_limited_error{250ms, "", rs::rejection_reason::no_capacity}) ==
+    CHECK(fmt::format("{}", rs::rate_limited_error{"", 250ms, rs::rejection_reason::no_capacity}) ==
           "rate limited (retry after 250ms) (no_capacity)");
     CHECK(fmt::format("{}", rs::timeout_error{}) == "timed out");
-    const rs::failure f = rs::failure::make(rs::circuit_open_error{1s});
+    const rs::failure f = rs::failure::make(rs::circuit_open_error{"", 1s});
     CHECK(fmt::format("{}", f) == "circuit open");
     CHECK(fmt::format("{}", rs::outcome<int>{42}) == "value(42)");
     CHECK(fmt::format("{}", rs::outcome<int>{rs::failure::make(std::runtime_error("boom"))}) ==

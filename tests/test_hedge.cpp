@@ -301,7 +301,7 @@ TEST_CASE("hedge: a caller's stop ends every attempt and the call at that instan
           "[hedge]") {
     simulation sim;
     replicas service{sim, {{.latency = 10s, .value = 1}}};
-    rs::hedge h{{.max_attempts = 5, .delay = 100ms, .name = "reads"}, sim.clock()};
+    rs::hedge h{{.name = "reads", .max_attempts = 5, .delay = 100ms}, sim.clock()};
     std::stop_source caller;
     auto [result, ignored] = sim.run(
         rs::when_all(h.execute_outcome(service.action(), caller.get_token()), stop_at(sim, caller, 250ms)));
@@ -373,13 +373,12 @@ TEST_CASE("hedge: a caller's stop requested from the hedge's own callbacks start
     SECTION("should_handle, on a failure, before a budget token is taken") {
         replicas service{sim, {{.latency = 10ms, .error = replica_failure(1)}}};
         const rs::retry_budget budget{{.capacity = 1.0}}; // full, so the call's deposit keeps it at 1
-        auto result = call(service, {.max_attempts = 3,
-                                     .delay = 1s,
-                                     .should_handle = [&](const rs::failure&) {
-                                         stop_caller();
-                                         return true;
-                                     },
-                                     .budget = budget});
+        auto result =
+            call(service,
+                 {.max_attempts = 3, .delay = 1s, .budget = budget, .should_handle = [&](const rs::failure&) {
+                      stop_caller();
+                      return true;
+                  }});
         REQUIRE(result.has_failure());
         CHECK(rs::is_cancellation(result.error()));
         CHECK(service.calls() == 1);
@@ -585,7 +584,7 @@ TEST_CASE("hedge: options are validated at construction, naming the field and th
     CHECK_THAT(invalid_argument_message([] { rs::hedge h{{.max_attempts = 0}}; }),
                Catch::Matchers::Contains("resilience::hedge: max_attempts must be at least 1, got 0"));
     CHECK_THAT(
-        invalid_argument_message([] { rs::hedge h{{.delay = -5ms, .name = "reads"}}; }),
+        invalid_argument_message([] { rs::hedge h{{.name = "reads", .delay = -5ms}}; }),
         Catch::Matchers::Contains("resilience::hedge (reads): delay must not be negative, got -5000000ns"));
     rs::hedge defaults{};
     CHECK(defaults.options().max_attempts == 2);

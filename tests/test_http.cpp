@@ -399,8 +399,8 @@ TEST_CASE("http: Retry-After is capped by the retry's max_delay", "[http][classi
     upstream<reply> up{sim, {reply{503, "3600"}, reply{200}}};
     rs::retry r{{.max_attempts = 3,
                  .backoff = exact_100ms,
-                 .should_handle = http::response_classifier<reply>{},
-                 .max_delay = 5s},
+                 .max_delay = 5s,
+                 .should_handle = http::response_classifier<reply>{}},
                 sim.clock()};
     CHECK(sim.run(r.execute(up)).status == 200);
     CHECK(up.starts() == std::vector<nanoseconds>{0ms, 5010ms});

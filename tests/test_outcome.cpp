@@ -23,16 +23,40 @@ TEST_CASE("error: errc values live in the library's category and read well", "[e
 }
 
 TEST_CASE("error: errors that refuse a call carry retry_after", "[error]") {
-    rs::circuit_open_error open{23s};
+    rs::circuit_open_error open{"", 23s};
     CHECK(open.retry_after() == 23s);
     CHECK(open.cause() == nullptr);
-    rs::rate_limited_error limited{150ms};
+    rs::rate_limited_error limited{"", 150ms};
     CHECK(limited.retry_after() == 150ms);
     CHECK(limited.code() == rs::errc::rate_limited);
 }
 
+TEST_CASE("error: every refusal says why, and every error takes the policy's name first", "[error]") {
+    const rs::circuit_open_error open{"payments", 2s};
+    CHECK(open.reason() == rs::rejection_reason::circuit_open);
+    CHECK(open.policy_name() == "payments");
+    const rs::circuit_isolated_error isolated{"payments"};
+    CHECK(isolated.reason() == rs::rejection_reason::circuit_isolated);
+    const rs::circuit_open_error& as_open = isolated;
+    CHECK(as_open.reason() == rs::rejection_reason::circuit_isolated);
+    const rs::throttled_error throttled{"search", 0.25};
+    CHECK(throttled.reason() == rs::rejection_reason::throttled);
+    CHECK(throttled.probability() == 0.25);
+    CHECK(throttled.policy_name() == "search");
+    const rs::rate_limited_error limited{"api", 3s, rs::rejection_reason::queue_full};
+    CHECK(limited.reason() == rs::rejection_reason::queue_full);
+    CHECK(limited.policy_name() == "api");
+    const rs::timeout_error timed_out{"db"};
+    CHECK(timed_out.policy_name() == "db");
+    CHECK(std::string_view{rs::to_string(rs::rejection_reason::circuit_isolated)} == "circuit_isolated");
+    const rs::rejection_event e{"api", rs::rejection_reason::queue_timeout, 40ms};
+    CHECK(e.policy_name() == "api");
+    CHECK(e.reason() == rs::rejection_reason::queue_timeout);
+    CHECK(e.retry_after() == 40ms);
+}
+
 TEST_CASE("failure: made without throwing, asked about its type, rethrown unchanged", "[outcome]") {
-    auto f = rs::failure::make(rs::circuit_open_error{1s});
+    auto f = rs::failure::make(rs::circuit_open_error{"", 1s});
     CHECK(f.code() == rs::errc::circuit_open);
     CHECK(f.is<rs::circuit_open_error>());
     CHECK(f.is<rs::error>());
@@ -144,7 +168,7 @@ TEST_CASE("outcome: * and -> read the value in place", "[outcome]") {
 }
 
 TEST_CASE("outcome: failure() and error() name the same failure, checked", "[outcome]") {
-    rs::outcome<int> bad{rs::failure::make(rs::circuit_open_error{2s})};
+    rs::outcome<int> bad{rs::failure::make(rs::circuit_open_error{"", 2s})};
     CHECK(&bad.failure() == &bad.error());
     CHECK(bad.failure().code() == rs::errc::circuit_open);
     rs::outcome<int> ok{1};
@@ -219,7 +243,7 @@ TEST_CASE("outcome: and_then chains steps that may fail", "[outcome]") {
 }
 
 TEST_CASE("outcome: or_else recovers, transform_error replaces the failure", "[outcome]") {
-    rs::outcome<int> bad{rs::failure::make(rs::circuit_open_error{1s})};
+    rs::outcome<int> bad{rs::failure::make(rs::circuit_open_error{"", 1s})};
     auto recovered = bad.or_else([](const rs::failure& f) -> rs::outcome<int> {
         if (f.code() == rs::errc::circuit_open)
             return -1;

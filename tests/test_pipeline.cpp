@@ -468,12 +468,14 @@ TEST_CASE("pipeline: a timeout, a limiter and a slow-call breaker read the clock
           "[pipeline]") {
     rs::testing::simulation sim;
     counting_clock clock{sim.clock()};
-    rs::pipeline p{
-        rs::retry{rs::retry_options{}, clock},
-        rs::circuit_breaker{{.window = rs::breaker_window{.size = 10, .failure_ratio = 0.5,
-                                                          .slow_call_duration = 1s, .slow_call_ratio = 0.5}},
-                            clock},
-        rs::timeout{1s, clock}, rs::rate_limiter{{.token_limit = 100, .tokens_per_second = 1}, clock}};
+    rs::pipeline p{rs::retry{rs::retry_options{}, clock},
+                   rs::circuit_breaker{{.sampling = rs::breaker_sampling{.calls = 10,
+                                                                         .failure_ratio = 0.5,
+                                                                         .slow_call_duration = 1s,
+                                                                         .slow_call_ratio = 0.5}},
+                                       clock},
+                   rs::timeout{1s, clock},
+                   rs::rate_limiter{{.token_limit = 100, .tokens_per_second = 1}, clock}};
     const int before = *clock.reads;
     CHECK(sim.run(p.execute([]() -> rs::task<int> { co_return 4; })) == 4);
     // One reading admits the call (timeout deadline, limiter refill, breaker start); the breaker

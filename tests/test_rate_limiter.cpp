@@ -742,8 +742,8 @@ TEST_CASE("rate_limiter: a refusal says why: no_capacity with queue_limit 0, que
           "[rate_limiter]") {
     using why = rs::rejection_reason;
     rs::testing::simulation sim;
-    rs::rate_limiter eager{{.token_limit = 1, .tokens_per_second = 10, .name = "api"}, sim.clock()};
-    rs::rate_limiter patient{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 1, .name = "api2"},
+    rs::rate_limiter eager{{.name = "api", .token_limit = 1, .tokens_per_second = 10}, sim.clock()};
+    rs::rate_limiter patient{{.name = "api2", .token_limit = 1, .tokens_per_second = 10, .queue_limit = 1},
                              sim.clock()};
     CHECK(eager.options().queue_limit == 0); // the default
     CHECK(eager.name() == "api");
@@ -766,11 +766,11 @@ TEST_CASE("rate_limiter: a waiter is refused at exactly its queue_timeout, and t
           "[rate_limiter]") {
     using why = rs::rejection_reason;
     rs::testing::simulation sim;
-    rs::rate_limiter rl{{.token_limit = 1,
+    rs::rate_limiter rl{{.name = "api",
+                         .token_limit = 1,
                          .tokens_per_second = 10,
                          .queue_limit = rs::unbounded_queue,
-                         .queue_timeout = 150ms,
-                         .name = "api"},
+                         .queue_timeout = 150ms},
                         sim.clock()};
     journal j;
     std::map<int, refusal> refused;
@@ -828,11 +828,11 @@ TEST_CASE(
     "sliding_window_limiter: queue_timeout refuses a waiter at exactly that instant, and take reports it",
     "[rate_limiter][sliding_window]") {
     rs::testing::simulation sim;
-    rs::sliding_window_limiter sw{{.permit_limit = 1,
+    rs::sliding_window_limiter sw{{.name = "window",
+                                   .permit_limit = 1,
                                    .window = 1s,
                                    .queue_limit = rs::unbounded_queue,
-                                   .queue_timeout = 500ms,
-                                   .name = "window"},
+                                   .queue_timeout = 500ms},
                                   sim.clock()};
     CHECK(sw.name() == "window");
     journal j;
@@ -853,12 +853,208 @@ TEST_CASE(
     CHECK(sim.now() == 1500ms);
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// on_rejected
+
+namespace {
+
+// What an `on_rejected` was told, and when.
+struct told {
+    std::string name;
+    rs::rejection_reason reason{};
+    nanoseconds retry_after{-1};
+    nanoseconds at{-1};
+    bool operator==(const told&) const = default;
+};
+
+std::function<void(const rs::rejection_event&)> tell(rs::testing::simulation& sim, std::vector<told>& log) {
+    return [&sim, &log](const rs::rejection_event& e) {
+        log.push_back({std::string(e.policy_name()), e.reason(), e.retry_after(), sim.now()});
+    };
+}
+
+struct told_off : std::runtime_error {
+    told_off() : std::runtime_error("told off") {}
+};
+
+// Arrives at `arrive` and keeps the outcome; the action writes down when it was admitted.
+template <class L>
+rs::task<void> kept_client(rs::testing::simulation& sim, L& limiter, journal& j,
+                           std::map<int, rs::outcome<int>>& outcomes, int id, nanoseconds arrive) {
+    if (arrive > sim.now())
+        co_await sim.sleep_for(arrive - sim.now());
+    auto action = [&sim, &j, id]() -> rs::task<int> {
+        j.admitted.emplace_back(id, sim.now());
+        co_return id;
+    };
+    auto r = co_await limiter.execute_outcome(std::move(action));
+    j.finished[id] = describe(r, sim.now());
+    outcomes.emplace(id, std::move(r));
+}
+
+} // namespace
+
+TEST_CASE("rate_limiter: on_rejected is told once per refusal, before it is returned, with its reason and "
+          "exact retry_after, and never for an admitted call",
+          "[rate_limiter][on_rejected]") {
+    using why = rs::rejection_reason;
+    rs::testing::simulation sim;
+    std::vector<told> log;
+    journal j;
+    std::map<int, refusal> refused;
+    SECTION("no_capacity") {
+        rs::rate_limiter rl{{.name = "api", .token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)},
+                            sim.clock()};
+        sim.spawn(noted_client(sim, rl, j, refused, 1, 0ms));
+        sim.spawn(noted_client(sim, rl, j, refused, 2, 30ms));
+        sim.spawn(noted_client(sim, rl, j, refused, 3, 100ms));
+        sim.run_all();
+        CHECK(j.finished[2] == limited_at(30ms, 70ms));
+        CHECK(log == std::vector<told>{{"api", why::no_capacity, 70ms, 30ms}});
+    }
+    SECTION("queue_full and queue_timeout") {
+        rs::rate_limiter rl{{.name = "api",
+                             .token_limit = 1,
+                             .tokens_per_second = 10,
+                             .queue_limit = 2,
+                             .queue_timeout = 150ms,
+                             .on_rejected = tell(sim, log)},
+                            sim.clock()};
+        for (int id = 1; id <= 4; ++id)
+            sim.spawn(noted_client(sim, rl, j, refused, id, 0ms));
+        sim.run_all();
+        // 1 takes the full bucket's token, 2 the one due at 100 ms; 3 waits for the one due at 200 ms
+        // and gives up at 150 ms; 4 finds the queue full, with two waiters before it.
+        CHECK(j.order() == std::vector<int>{1, 2});
+        CHECK(j.finished[4] == limited_at(0ms, 300ms));
+        CHECK(j.finished[3] == limited_at(150ms, 50ms));
+        CHECK(log == std::vector<told>{{"api", why::queue_full, 300ms, 0ms}, {"api", why::queue_timeout, 50ms, 150ms}});
+    }
+    SECTION("through a pipeline") {
+        rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)}, sim.clock()};
+        const rs::pipeline p{rl};
+        auto r = sim.run([](const rs::pipeline<rs::rate_limiter<vclock>>& p) -> rs::task<std::vector<bool>> {
+            std::vector<bool> ok;
+            for (int i = 0; i < 3; ++i) {
+                auto r = co_await p.execute_outcome([]() -> rs::task<int> { co_return 1; });
+                ok.push_back(r.has_value());
+            }
+            co_return ok;
+        }(p));
+        CHECK(r == std::vector<bool>{true, false, false});
+        CHECK(log == std::vector<told>{{"", why::no_capacity, 100ms, 0ms}, {"", why::no_capacity, 100ms, 0ms}});
+    }
+    SECTION("not for take, which returns its refusal to its own caller") {
+        rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)}, sim.clock()};
+        auto r = sim.run([](rs::rate_limiter<vclock>& rl) -> rs::task<rs::outcome<void>> {
+            co_await rl.take();
+            co_return co_await rl.take_outcome();
+        }(rl));
+        CHECK(r.has_failure());
+        CHECK(log.empty());
+    }
+}
+
+TEST_CASE("sliding_window_limiter: on_rejected is told once per refusal with its reason and exact retry_after",
+          "[rate_limiter][sliding_window][on_rejected]") {
+    using why = rs::rejection_reason;
+    rs::testing::simulation sim;
+    std::vector<told> log;
+    journal j;
+    std::map<int, refusal> refused;
+    rs::sliding_window_limiter sw{{.name = "window",
+                                   .permit_limit = 1,
+                                   .window = 1s,
+                                   .queue_limit = 1,
+                                   .queue_timeout = 500ms,
+                                   .on_rejected = tell(sim, log)},
+                                  sim.clock()};
+    sim.spawn(noted_client(sim, sw, j, refused, 1, 0ms));
+    sim.spawn(noted_client(sim, sw, j, refused, 2, 0ms));   // waits, out at 500 ms
+    sim.spawn(noted_client(sim, sw, j, refused, 3, 100ms)); // the queue is full
+    sim.spawn(noted_client(sim, sw, j, refused, 4, 600ms)); // the permit back at 1 s
+    sim.spawn(noted_client(sim, sw, j, refused, 5, 1100ms)); // waits, out at 1.6 s: the next permit is at 2 s
+    sim.run_all();
+    CHECK(j.order() == std::vector<int>{1, 4});
+    CHECK(j.finished[3] == limited_at(100ms, 1900ms));
+    CHECK(j.finished[2] == limited_at(500ms, 500ms));
+    CHECK(j.finished[5] == limited_at(1600ms, 400ms));
+    CHECK(log == std::vector<told>{{"window", why::queue_full, 1900ms, 100ms},
+                                   {"window", why::queue_timeout, 500ms, 500ms},
+                                   {"window", why::queue_timeout, 400ms, 1600ms}});
+}
+
+TEST_CASE("rate limiters: an on_rejected that throws ends the call with its exception, the listener hears "
+          "nothing, and the queue goes on",
+          "[rate_limiter][sliding_window][on_rejected]") {
+    rs::testing::simulation sim;
+    int told_count = 0;
+    int heard = 0;
+    const auto throw_it = [&told_count](const rs::rejection_event&) {
+        ++told_count;
+        throw told_off{};
+    };
+    const auto listen = [&heard](const rs::telemetry_event& e) {
+        if (e.kind == rs::telemetry_kind::rejection)
+            ++heard;
+    };
+    journal j;
+    std::map<int, rs::outcome<int>> outcomes;
+    const auto run = [&](auto& limiter) {
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 1, 0ms));   // admitted
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 2, 0ms));   // waits; out at 50 ms
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 3, 0ms));   // queue full
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 4, 60ms));  // waits; admitted
+        sim.run_all();
+        CHECK(told_count == 2);
+        CHECK(heard == 0);
+        for (int id : {2, 3}) {
+            REQUIRE(outcomes.at(id).has_failure());
+            CHECK(outcomes.at(id).error().is<told_off>());
+        }
+        CHECK(j.finished[2].at == 50ms);
+        CHECK(j.finished[3].at == 0ms);
+        CHECK(outcomes.at(4).has_value());
+        CHECK(limiter.queued() == 0);
+    };
+    SECTION("rate_limiter") {
+        rs::rate_limiter rl{{.token_limit = 1,
+                             .tokens_per_second = 10,
+                             .queue_limit = 1,
+                             .queue_timeout = 50ms,
+                             .on_rejected = throw_it,
+                             .telemetry = listen},
+                            sim.clock()};
+        run(rl);
+        CHECK(j.order() == std::vector<int>{1, 4});
+        CHECK(j.admitted_at(4) == 100ms);
+    }
+    SECTION("sliding_window_limiter") {
+        rs::sliding_window_limiter sw{{.permit_limit = 1,
+                                       .window = 100ms,
+                                       .queue_limit = 1,
+                                       .queue_timeout = 50ms,
+                                       .on_rejected = throw_it,
+                                       .telemetry = listen},
+                                      sim.clock()};
+        run(sw);
+        CHECK(j.order() == std::vector<int>{1, 4});
+        CHECK(j.admitted_at(4) == 100ms);
+    }
+}
+
 TEST_CASE("rate limiters: a queue_timeout that is not positive is refused naming the field and the value",
           "[rate_limiter][sliding_window]") {
     CHECK_THROWS_WITH((rs::rate_limiter{{.token_limit = 1, .tokens_per_second = 1, .queue_timeout = 0ms}}),
                       "resilience::rate_limiter: queue_timeout must be positive, got 0ns");
     CHECK_THROWS_WITH((rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s, .queue_timeout = -2ns}}),
                       "resilience::sliding_window_limiter: queue_timeout must be positive, got -2ns");
+    // A named limiter's messages start with its label.
+    CHECK_THROWS_WITH((rs::rate_limiter{{.name = "api", .token_limit = 0, .tokens_per_second = 1}}),
+                      "resilience::rate_limiter (api): token_limit must be positive, got 0");
+    CHECK_THROWS_WITH(
+        (rs::sliding_window_limiter{{.name = "api", .permit_limit = 1, .window = 1s, .queue_timeout = 0ms}}),
+        "resilience::sliding_window_limiter (api): queue_timeout must be positive, got 0ns");
     // No default rate: only the user knows the dependency's limit.
     CHECK_THROWS_AS(rs::rate_limiter{rs::rate_limiter_options{}}, std::invalid_argument);
     CHECK_THROWS_AS(rs::sliding_window_limiter{rs::sliding_window_limiter_options{}}, std::invalid_argument);
@@ -894,9 +1090,9 @@ TEST_CASE("rate limiters: a call made through a copy that is destroyed before th
 
 TEST_CASE("rate limiters: copies are equal and hash alike, other limiters do not",
           "[rate_limiter][sliding_window]") {
-    rs::rate_limiter a{{.token_limit = 1, .tokens_per_second = 1, .name = "a"}};
+    rs::rate_limiter a{{.name = "a", .token_limit = 1, .tokens_per_second = 1}};
     const auto copy = a;
-    const rs::rate_limiter other{{.token_limit = 1, .tokens_per_second = 1, .name = "a"}};
+    const rs::rate_limiter other{{.name = "a", .token_limit = 1, .tokens_per_second = 1}};
     CHECK(copy == a);
     CHECK(other != a);
     const std::hash<rs::rate_limiter<>> h;

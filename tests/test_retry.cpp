@@ -192,7 +192,7 @@ TEST_CASE("retry: the default classifier does not retry logic errors, cancellati
     CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::cancelled_error{}; }))), rs::cancelled_error);
     CHECK(calls == 1);
     calls = 0;
-    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::circuit_open_error{1s}; }))),
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::circuit_open_error{"", 1s}; }))),
                     rs::circuit_open_error);
     CHECK(calls == 1);
     CHECK(sim.now() == 0ns);
@@ -248,8 +248,8 @@ TEST_CASE("retry: a verdict's delay overrides the backoff and is capped by max_d
         rs::retry r{
             {.max_attempts = 3,
              .backoff = exact_200ms,
-             .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 1h}; },
-             .max_delay = 2s},
+             .max_delay = 2s,
+             .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 1h}; }},
             sim.clock()};
         CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
         CHECK(starts == std::vector<nanoseconds>{0s, 2s, 4s});
@@ -583,7 +583,7 @@ TEST_CASE("retry: a custom schedule can read the failure", "[retry]") {
     int calls = 0;
     auto limited = [&]() -> rs::task<int> {
         if (++calls < 3)
-            throw rs::rate_limited_error{std::chrono::milliseconds{calls * 700}};
+            throw rs::rate_limited_error{"", std::chrono::milliseconds{calls * 700}};
         co_return 5;
     };
     rs::retry r{{.max_attempts = 3,
@@ -753,7 +753,7 @@ TEST_CASE("retry: an isolated breaker's refusal is not transient, however it was
     CHECK_FALSE(rs::is_transient(rs::failure::make(rs::circuit_isolated_error{})));
     // Made without failure::make, so it carries no code: judged by its type.
     CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::circuit_isolated_error{"db"})}));
-    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::circuit_open_error{1s})}));
+    CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::circuit_open_error{"", 1s})}));
 }
 
 #if defined(__GNUC__)

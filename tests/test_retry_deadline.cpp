@@ -86,10 +86,10 @@ TEST_CASE("retry: inside a deadline, an attempt that would not have min_attempt_
     simulation sim;
     const auto run = [&](nanoseconds min_attempt_time) {
         const rs::pipeline p{
-            rs::timeout{{.timeout = 1s, .name = "total"}, sim.clock()},
+            rs::timeout{{.name = "total", .timeout = 1s}, sim.clock()},
             rs::retry{{.max_attempts = 10, .backoff = constant(100ms), .min_attempt_time = min_attempt_time},
                       sim.clock()},
-            rs::timeout{{.timeout = 200ms, .name = "attempt"}, sim.clock()},
+            rs::timeout{{.name = "attempt", .timeout = 200ms}, sim.clock()},
         };
         return play(sim, p);
     };
@@ -124,9 +124,9 @@ TEST_CASE("retry: inside a deadline, min_attempt_time 0 gives up only when the w
           "[retry][deadline]") {
     simulation sim;
     const auto run = [&](nanoseconds backoff) {
-        const rs::pipeline p{rs::timeout{{.timeout = 1s, .name = "total"}, sim.clock()},
+        const rs::pipeline p{rs::timeout{{.name = "total", .timeout = 1s}, sim.clock()},
                              rs::retry{{.max_attempts = 10, .backoff = constant(backoff)}, sim.clock()},
-                             rs::timeout{{.timeout = 200ms, .name = "attempt"}, sim.clock()}};
+                             rs::timeout{{.name = "attempt", .timeout = 200ms}, sim.clock()}};
         return play(sim, p);
     };
     // The second wait would end at 750 + 350 = 1100 ms: the call ends at 750 ms, with the second

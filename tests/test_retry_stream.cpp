@@ -129,7 +129,7 @@ TEST_CASE("retry_stream: a break before the first item is retried at the backoff
     rs::testing::simulation sim;
     source_log log;
     auto stream = rs::retry_stream(planned_factory{&sim, &log, {0, 0, no_break}},
-                                   {.max_retries = 3, .backoff = exact_200ms}, sim.clock());
+                                   {.max_attempts = 4, .backoff = exact_200ms}, sim.clock());
     CHECK(log.starts.empty()); // lazy: nothing is called before the first next()
     auto r = sim.run(consume(sim, stream));
     CHECK_FALSE(r.error);
@@ -150,7 +150,7 @@ TEST_CASE(
     rs::testing::simulation sim;
     source_log log;
     auto stream = rs::retry_stream(planned_factory{&sim, &log, {0}},
-                                   {.max_retries = 2, .backoff = exact_200ms}, sim.clock());
+                                   {.max_attempts = 3, .backoff = exact_200ms}, sim.clock());
     auto r = sim.run(consume(sim, stream));
     CHECK(r.items.empty());
     REQUIRE(log.thrown.size() == 3);
@@ -164,7 +164,7 @@ TEST_CASE("retry_stream: rethrow_mid_stream passes a break after the first item 
     rs::testing::simulation sim;
     source_log log;
     auto stream = rs::retry_stream(planned_factory{&sim, &log, {2, no_break}},
-                                   {.max_retries = 3, .backoff = exact_200ms}, sim.clock());
+                                   {.max_attempts = 4, .backoff = exact_200ms}, sim.clock());
     auto r = sim.run(consume(sim, stream));
     CHECK(r.items == std::vector<int>{0, 1});
     REQUIRE(log.thrown.size() == 1);
@@ -181,7 +181,7 @@ TEST_CASE(
     source_log log;
     auto stream = rs::retry_stream(
         planned_factory{&sim, &log, {2, no_break}},
-        {.max_retries = 3, .backoff = exact_200ms, .partial = rs::partial_stream::restart_from_start},
+        {.max_attempts = 4, .backoff = exact_200ms, .partial = rs::partial_stream::restart_from_start},
         sim.clock());
     auto r = sim.run(consume(sim, stream));
     CHECK_FALSE(r.error);
@@ -197,7 +197,7 @@ TEST_CASE(
     source_log log;
     auto stream = rs::retry_stream(
         planned_factory{&sim, &log, {2, 1, no_break}, /*resume=*/true},
-        {.max_retries = 3, .backoff = exact_200ms, .partial = rs::partial_stream::restart_from_start},
+        {.max_attempts = 4, .backoff = exact_200ms, .partial = rs::partial_stream::restart_from_start},
         sim.clock());
     auto r = sim.run(consume(sim, stream));
     CHECK_FALSE(r.error);
@@ -209,13 +209,13 @@ TEST_CASE(
     CHECK(r.at == std::vector<nanoseconds>{10ms, 20ms, 240ms, 660ms, 670ms});
 }
 
-TEST_CASE("retry_stream: max_retries counts every retry of the stream, progress does not replenish it",
+TEST_CASE("retry_stream: max_attempts counts every attempt of the stream, progress does not replenish it",
           "[retry_stream]") {
     rs::testing::simulation sim;
     source_log log;
     auto stream = rs::retry_stream(
         planned_factory{&sim, &log, {1}, /*resume=*/true, /*total=*/10},
-        {.max_retries = 2, .backoff = exact_200ms, .partial = rs::partial_stream::restart_from_start},
+        {.max_attempts = 3, .backoff = exact_200ms, .partial = rs::partial_stream::restart_from_start},
         sim.clock());
     auto r = sim.run(consume(sim, stream));
     CHECK(r.items == std::vector<int>{0, 1, 2});
@@ -228,11 +228,11 @@ TEST_CASE("retry_stream: max_retries counts every retry of the stream, progress 
     CHECK(r.ended == 660ms);
 }
 
-TEST_CASE("retry_stream: max_retries = 0 never retries", "[retry_stream]") {
+TEST_CASE("retry_stream: max_attempts = 1 never retries", "[retry_stream]") {
     rs::testing::simulation sim;
     source_log log;
     auto stream = rs::retry_stream(planned_factory{&sim, &log, {0, no_break}},
-                                   {.max_retries = 0, .backoff = exact_200ms}, sim.clock());
+                                   {.max_attempts = 1, .backoff = exact_200ms}, sim.clock());
     auto r = sim.run(consume(sim, stream));
     CHECK(r.error == log.thrown.front());
     CHECK(log.attempts == std::vector<int>{1});
@@ -244,8 +244,9 @@ TEST_CASE("retry_stream: a stop during a backoff wait ends the stream at that in
     rs::testing::simulation sim;
     source_log log;
     std::stop_source stop;
-    auto stream = rs::retry_stream(planned_factory{&sim, &log, {0, no_break}},
-                                   {.max_retries = 3, .backoff = exact_200ms}, sim.clock(), stop.get_token());
+    auto stream =
+        rs::retry_stream(planned_factory{&sim, &log, {0, no_break}},
+                         {.max_attempts = 4, .backoff = exact_200ms}, sim.clock(), stop.get_token());
     sim.spawn(stop_at(sim, stop, 110ms)); // the wait runs from 10ms to 210ms
     auto r = sim.run(consume(sim, stream));
     CHECK(r.ended == 110ms);
@@ -268,7 +269,7 @@ TEST_CASE("retry_stream: a stop found after a failure ends the stream even when 
         throw std::runtime_error("down");
         co_return;
     };
-    auto stream = rs::retry_stream(factory, {.max_retries = 3, .backoff = rs::constant_backoff{}},
+    auto stream = rs::retry_stream(factory, {.max_attempts = 4, .backoff = rs::constant_backoff{}},
                                    sim.clock(), stop.get_token());
     auto r = sim.run(consume(sim, stream));
     REQUIRE(r.error);
@@ -302,14 +303,14 @@ TEST_CASE("retry_stream: a cancellation from the source is never retried, whatev
         throw rs::cancelled_error{};
     };
     auto stream = rs::retry_stream(factory,
-                                   {.max_retries = 3,
+                                   {.max_attempts = 4,
                                     .backoff = exact_200ms,
+                                    .partial = rs::partial_stream::restart_from_start,
                                     .should_handle =
                                         [&asked](const rs::failure&) {
                                             ++asked;
                                             return true;
-                                        },
-                                    .partial = rs::partial_stream::restart_from_start},
+                                        }},
                                    sim.clock());
     auto r = sim.run(consume(sim, stream));
     CHECK(r.items == std::vector<int>{1});
@@ -400,8 +401,8 @@ TEST_CASE(
     source_log log;
     const planned_factory factory{&sim, &log, {no_break}};
     CHECK(invalid_argument_message([&] {
-              (void)rs::retry_stream(factory, {.max_retries = -1, .name = "rows"}, sim.clock());
-          }) == "resilience::retry_stream (rows): max_retries must not be negative, got -1");
+              (void)rs::retry_stream(factory, {.name = "rows", .max_attempts = 0}, sim.clock());
+          }) == "resilience::retry_stream (rows): max_attempts must be at least 1, got 0");
     CHECK(invalid_argument_message([&] {
               (void)rs::retry_stream(factory, {.partial = static_cast<rs::partial_stream>(7)}, sim.clock());
           }) == "resilience::retry_stream: partial must be rethrow_mid_stream or restart_from_start, got 7");

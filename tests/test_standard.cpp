@@ -53,40 +53,40 @@ rs::task<int> stalled(simulation* sim, std::vector<span>* attempts, std::stop_to
 
 TEST_CASE("standard: the defaults are those of Polly's standard pipeline", "[standard]") {
     const rs::standard_options o;
-    CHECK(o.max_retry_attempts == 3);
+    CHECK(o.max_attempts == 4);
     CHECK(o.base_delay == 2s);
     CHECK(o.attempt_timeout == 10s);
     CHECK(o.total_timeout == 30s);
     CHECK(o.failure_ratio == 0.1);
-    CHECK(o.sampling_duration == 30s);
+    CHECK(o.window == 30s);
     CHECK(o.minimum_throughput == 100);
     CHECK(o.break_duration == 5s);
     CHECK(o.name.empty());
 
     // The field order, for positional and designated initialisation alike.
-    const rs::standard_options positional{4, 1s, 3s, 20s, 0.5, 6s, 7, 9s, "x"};
-    CHECK(positional.max_retry_attempts == 4);
+    const rs::standard_options positional{"x", 5, 1s, 3s, 20s, 0.5, 6s, 7, 9s};
+    CHECK(positional.max_attempts == 5);
     CHECK(positional.base_delay == 1s);
     CHECK(positional.attempt_timeout == 3s);
     CHECK(positional.total_timeout == 20s);
     CHECK(positional.failure_ratio == 0.5);
-    CHECK(positional.sampling_duration == 6s);
+    CHECK(positional.window == 6s);
     CHECK(positional.minimum_throughput == 7);
     CHECK(positional.break_duration == 9s);
     CHECK(positional.name == "x");
 
     auto p = rs::standard_pipeline(o);
-    CHECK(p.get<0>().duration() == 30s);
+    CHECK(p.get<0>().options().timeout == 30s);
     CHECK(p.get<1>().options().max_attempts == 4); // the first attempt and three retries
     CHECK(p.get<1>().options().max_delay == 30s);
     const rs::circuit_breaker_options& b = p.get<2>().options();
-    REQUIRE(b.window.has_value());
-    CHECK(b.window->sampling_duration == std::optional<nanoseconds>{30s});
-    CHECK(b.window->failure_ratio == std::optional<double>{0.1});
-    CHECK(b.window->minimum_throughput == std::optional<int>{100});
+    REQUIRE(b.sampling.has_value());
+    CHECK(b.sampling->window == std::optional<nanoseconds>{30s});
+    CHECK(b.sampling->failure_ratio == std::optional<double>{0.1});
+    CHECK(b.sampling->minimum_throughput == std::optional<int>{100});
     CHECK_FALSE(b.failure_threshold.has_value());
     CHECK(b.break_duration == 5s);
-    CHECK(p.get<3>().duration() == 10s);
+    CHECK(p.get<3>().options().timeout == 10s);
     CHECK(p.get<2>().state() == rs::circuit_state::closed);
 }
 
@@ -103,36 +103,32 @@ TEST_CASE("standard: each stage is named after the pipeline", "[standard]") {
 
 TEST_CASE("standard: an attempt timeout not below the total timeout is refused, naming the field",
           "[standard]") {
-    const std::string equal = invalid_argument_message([] {
-        (void)rs::standard_pipeline({.attempt_timeout = 30s, .total_timeout = 30s, .sampling_duration = 60s});
-    });
+    const std::string equal = invalid_argument_message(
+        [] { (void)rs::standard_pipeline({.attempt_timeout = 30s, .total_timeout = 30s, .window = 60s}); });
     CHECK(equal.find("attempt_timeout must be less than total_timeout") != std::string::npos);
     CHECK(equal.find("30000000000ns") != std::string::npos);
     const std::string above = invalid_argument_message([] {
         (void)rs::standard_pipeline(
-            {.attempt_timeout = 31s, .total_timeout = 30s, .sampling_duration = 62s, .name = "api"});
+            {.name = "api", .attempt_timeout = 31s, .total_timeout = 30s, .window = 62s});
     });
     CHECK(above.rfind("resilience::standard_pipeline (api): attempt_timeout", 0) == 0);
     CHECK(above.find("got 31000000000ns") != std::string::npos);
     // Just below is fine.
-    CHECK_NOTHROW(rs::standard_pipeline(
-        {.attempt_timeout = 30s - 1ns, .total_timeout = 30s, .sampling_duration = 60s}));
+    CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 30s - 1ns, .total_timeout = 30s, .window = 60s}));
 }
 
-TEST_CASE("standard: a sampling duration under twice the attempt timeout is refused, naming the field",
-          "[standard]") {
+TEST_CASE("standard: a window under twice the attempt timeout is refused, naming the field", "[standard]") {
     const std::string msg = invalid_argument_message(
-        [] { (void)rs::standard_pipeline({.attempt_timeout = 10s, .sampling_duration = 20s - 1ns}); });
-    CHECK(msg.find("sampling_duration must be at least twice attempt_timeout") != std::string::npos);
+        [] { (void)rs::standard_pipeline({.attempt_timeout = 10s, .window = 20s - 1ns}); });
+    CHECK(msg.find("window must be at least twice attempt_timeout") != std::string::npos);
     CHECK(msg.find("got 19999999999ns") != std::string::npos);
-    CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 10s, .sampling_duration = 20s}));
+    CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 10s, .window = 20s}));
     // Odd durations: 2 * 5ns = 10ns is enough, 9ns is not.
-    CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 5ns, .sampling_duration = 10ns}));
-    CHECK_THROWS_AS(rs::standard_pipeline({.attempt_timeout = 5ns, .sampling_duration = 9ns}),
-                    std::invalid_argument);
+    CHECK_NOTHROW(rs::standard_pipeline({.attempt_timeout = 5ns, .window = 10ns}));
+    CHECK_THROWS_AS(rs::standard_pipeline({.attempt_timeout = 5ns, .window = 9ns}), std::invalid_argument);
     // Also when the breaker is made elsewhere.
     rs::circuit_breaker<> shared;
-    CHECK_THROWS_AS(rs::standard_pipeline({.attempt_timeout = 10s, .sampling_duration = 15s}, shared),
+    CHECK_THROWS_AS(rs::standard_pipeline({.attempt_timeout = 10s, .window = 15s}, shared),
                     std::invalid_argument);
 }
 
@@ -140,7 +136,8 @@ TEST_CASE("standard: values out of range are refused, naming the field", "[stand
     const auto refused = [](rs::standard_options o) {
         return invalid_argument_message([&] { (void)rs::standard_pipeline(o); });
     };
-    CHECK(refused({.max_retry_attempts = -1}).find("max_retry_attempts") != std::string::npos);
+    CHECK(refused({.max_attempts = 0}) ==
+          "resilience::standard_pipeline: max_attempts must be at least 1, got 0");
     CHECK(refused({.base_delay = 0s}).find("base_delay must be positive") != std::string::npos);
     CHECK(refused({.attempt_timeout = -1s}).find("attempt_timeout must be positive") != std::string::npos);
     CHECK(refused({.total_timeout = 0s}).find("total_timeout must be positive") != std::string::npos);
@@ -153,7 +150,7 @@ TEST_CASE("standard: values out of range are refused, naming the field", "[stand
 }
 
 TEST_CASE("standard: no retries at all is allowed", "[standard]") {
-    auto p = rs::standard_pipeline({.max_retry_attempts = 0});
+    auto p = rs::standard_pipeline({.max_attempts = 1});
     CHECK(p.get<1>().options().max_attempts == 1);
 }
 
@@ -309,7 +306,7 @@ TEST_CASE("standard: a healthy dependency answers at once through every stage", 
 
 TEST_CASE("standard: a pipeline built around a shared breaker uses it and its clock", "[standard]") {
     simulation sim;
-    const rs::standard_options o{.minimum_throughput = 2, .name = "db"};
+    const rs::standard_options o{.name = "db", .minimum_throughput = 2};
     rs::circuit_breaker shared{rs::standard_breaker_options(o), sim.clock()};
     CHECK(shared.name() == "db.circuit_breaker");
     const auto a = rs::standard_pipeline(o, shared, rs::seeded_random{1});

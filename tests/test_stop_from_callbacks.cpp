@@ -51,19 +51,19 @@ TEST_CASE("fallback: a caller's stop requested from should_handle or the listene
     auto act = action(sim, {.failures = 1, .latency = 10ms});
     std::optional<rs::outcome<int>> result;
     SECTION("should_handle") {
-        rs::fallback fb{substitute, [&](const rs::failure&) {
+        rs::fallback fb{substitute, {.should_handle = [&](const rs::failure&) {
                             caller.request_stop();
                             return true;
-                        }};
+                        }}};
         result = sim.run(fb.execute_outcome(act, caller.get_token()));
     }
     SECTION("the fallback's telemetry listener") {
         const auto not_cancelled = [](const rs::failure& f) { return !rs::is_cancellation(f); };
-        rs::fallback fb{substitute, not_cancelled, "",
-                        rs::telemetry_listener{[&](const rs::telemetry_event& e) {
-                            if (e.kind == rs::telemetry_kind::fallback)
-                                caller.request_stop();
-                        }}};
+        rs::fallback fb{substitute,
+                        {.should_handle = not_cancelled, .telemetry = [&](const rs::telemetry_event& e) {
+                             if (e.kind == rs::telemetry_kind::fallback)
+                                 caller.request_stop();
+                         }}};
         result = sim.run(fb.execute_outcome(act, caller.get_token()));
     }
     // "When the caller's own stop token is stopped, the outcome passes through whatever should_handle says"
@@ -84,9 +84,9 @@ TEST_CASE("circuit_breaker: a caller's stop requested while the breaker turns ha
         breaker.emplace(rs::circuit_breaker_options{.failure_threshold = 1,
                                                     .break_duration = 1s,
                                                     .on_state_change =
-                                                        [&](rs::circuit_state, rs::circuit_state to) {
+                                                        [&](const rs::state_change_event& e) {
                                                             if (stop_on_change &&
-                                                                to == rs::circuit_state::half_open)
+                                                                e.to() == rs::circuit_state::half_open)
                                                                 caller.request_stop();
                                                         }},
                         sim.clock());
@@ -245,7 +245,7 @@ TEST_CASE("retry_stream: a consumer's stop requested from the classifier with no
             throw std::runtime_error("broken");
             co_yield 1;
         },
-        rs::stream_retry_options{.max_retries = 3,
+        rs::stream_retry_options{.max_attempts = 4,
                                  .backoff = rs::constant_backoff{0ms},
                                  .should_handle =
                                      [&](const rs::failure&) {

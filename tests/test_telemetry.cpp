@@ -41,6 +41,17 @@ static_assert(rs::policy<rs::telemetry<rs::testing::virtual_clock>>);
 static_assert(std::is_aggregate_v<rs::telemetry_event>);
 static_assert(std::is_aggregate_v<rs::telemetry_options>);
 
+TEST_CASE("telemetry: options() gives the stage's options, name first", "[telemetry]") {
+    int heard = 0;
+    const rs::telemetry stage{
+        rs::telemetry_options{"checkout", [&](const rs::telemetry_event&) { ++heard; }}};
+    CHECK(stage.options().name == "checkout");
+    CHECK(stage.name() == "checkout");
+    REQUIRE(stage.options().listener);
+    stage.options().listener(rs::telemetry_event{});
+    CHECK(heard == 1);
+}
+
 namespace {
 
 // An event, copied out of the listener call (the event itself is valid only during it).
@@ -167,7 +178,7 @@ TEST_CASE("telemetry: a timeout reports the deadline that passed, with the outco
           "[telemetry][timeout]") {
     rs::testing::simulation sim;
     recorder rec;
-    const rs::timeout deadline{{.timeout = 1s, .name = "deadline", .telemetry = rec.listener()}, sim.clock()};
+    const rs::timeout deadline{{.name = "deadline", .timeout = 1s, .telemetry = rec.listener()}, sim.clock()};
 
     SECTION("an attempt stopped at its deadline") {
         scripted_action stall{sim.clock(), script<int>{.latency = 5s}};
@@ -257,7 +268,7 @@ TEST_CASE("telemetry: a bulkhead reports rejections with their reason and the ex
 
     SECTION("queue_full at once, and a queue wait of exactly one second") {
         const rs::bulkhead slots{
-            {.max_concurrent_calls = 1, .queue_limit = 1, .name = "slots", .telemetry = rec.listener()},
+            {.name = "slots", .max_concurrent_calls = 1, .queue_limit = 1, .telemetry = rec.listener()},
             sim.clock()};
         sim.spawn(call_into(slots, busy, a)); // holds the slot 0-1s
         sim.spawn(call_into(slots, busy, b)); // queued, admitted at 1s
@@ -360,10 +371,10 @@ TEST_CASE("telemetry: the limiters report queue waits and rejections, each under
     std::optional<rs::outcome<int>> a, b, c;
 
     SECTION("token bucket") {
-        const rs::rate_limiter bucket{{.token_limit = 1,
+        const rs::rate_limiter bucket{{.name = "api",
+                                       .token_limit = 1,
                                        .tokens_per_second = 1,
                                        .queue_limit = 1,
-                                       .name = "api",
                                        .telemetry = rec.listener()},
                                       sim.clock()};
         sim.spawn(call_into(bucket, instant, a)); // the one token
@@ -397,7 +408,7 @@ TEST_CASE("telemetry: the limiters report queue waits and rejections, each under
 TEST_CASE("telemetry: a hedge reports each extra attempt with the delay that passed", "[telemetry][hedge]") {
     rs::testing::simulation sim;
     recorder rec;
-    const rs::hedge h{{.max_attempts = 3, .delay = 100ms, .name = "replicas", .telemetry = rec.listener()},
+    const rs::hedge h{{.name = "replicas", .max_attempts = 3, .delay = 100ms, .telemetry = rec.listener()},
                       sim.clock()};
     auto action = [&sim](const rs::context& ctx) -> rs::task<int> {
         co_await sim.sleep_for(ctx.attempt() == 1 ? 1s : 150ms, ctx.stop_token());
@@ -421,10 +432,10 @@ TEST_CASE("telemetry: a hedge whose budget refuses an extra attempt reports a re
     recorder rec;
     rs::retry_budget budget{{.ratio = 0.1, .capacity = 1}};
     REQUIRE(budget.try_withdraw()); // empty
-    const rs::hedge h{{.max_attempts = 2,
+    const rs::hedge h{{.name = "replicas",
+                       .max_attempts = 2,
                        .delay = 100ms,
                        .budget = budget,
-                       .name = "replicas",
                        .telemetry = rec.listener()},
                       sim.clock()};
     scripted_action slow{sim.clock(), script<int>{.latency = 300ms, .value = 5}};
@@ -441,8 +452,8 @@ TEST_CASE("telemetry: a hedge whose budget refuses an extra attempt reports a re
 TEST_CASE("telemetry: a fallback reports the failure its substitute answers", "[telemetry][fallback]") {
     rs::testing::simulation sim;
     recorder rec;
-    const rs::fallback cached{[](const rs::failure&) { return 0; }, rs::classifier{}, "cache",
-                              rec.listener()};
+    const rs::fallback cached{[](const rs::failure&) { return 0; },
+                              {.name = "cache", .telemetry = rec.listener()}};
     scripted_action down{sim.clock(), script<int>{.failures = 1, .latency = 10ms}};
     CHECK(sim.run(cached.execute(down)) == 0);
     REQUIRE(rec.kinds() == std::vector{telemetry_kind::fallback});
@@ -456,7 +467,7 @@ TEST_CASE("telemetry: the pipeline's listener hears every stage inside it, then 
     rs::testing::simulation sim;
     recorder rec;
     const rs::pipeline p{
-        rs::telemetry{{.listener = rec.listener(), .name = "checkout"}, sim.clock()},
+        rs::telemetry{{.name = "checkout", .listener = rec.listener()}, sim.clock()},
         rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()},
         rs::circuit_breaker{{.failure_threshold = 1, .break_duration = 1s}, sim.clock()},
         rs::timeout{1s, sim.clock()},

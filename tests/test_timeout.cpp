@@ -3,6 +3,7 @@
 #include "support.hpp"
 
 #include <resilience/pipeline.hpp>
+#include <resilience/retry.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -146,9 +147,9 @@ TEST_CASE("timeout: a non-positive duration is refused, naming the field", "[tim
 }
 
 TEST_CASE("timeout: default-constructed it allows 30 s, and its name is carried by its errors", "[timeout]") {
-    CHECK(rs::timeout{}.duration() == 30s);
+    CHECK(rs::timeout{}.options().timeout == 30s);
     rs::testing::simulation sim;
-    rs::timeout named{{.timeout = 2s, .name = "catalog"}, sim.clock()};
+    rs::timeout named{{.name = "catalog", .timeout = 2s}, sim.clock()};
     CHECK(named.name() == "catalog");
     scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
     auto result = sim.run(named.execute_outcome(slow));
@@ -347,7 +348,8 @@ TEST_CASE("timeout: an outer deadline that finishes the call inside its forwardi
 }
 
 TEST_CASE("timeout: a duration too long for nanoseconds, or for the clock, means no deadline", "[timeout]") {
-    CHECK(rs::timeout{std::chrono::hours{24 * 365 * 1000}}.duration() == std::chrono::nanoseconds::max());
+    CHECK(rs::timeout{std::chrono::hours{24 * 365 * 1000}}.options().timeout ==
+          std::chrono::nanoseconds::max());
     rs::testing::simulation sim;
     rs::timeout forever{std::chrono::nanoseconds::max(), sim.clock()};
     scripted_action slow{sim.clock(), script<int>{.latency = 1h, .value = 5}};
@@ -456,3 +458,121 @@ TEST_CASE("timeout: nested timeouts hand the inner attempt a token stopped by th
     REQUIRE(result.has_value());
     CHECK(result.value() == -1);
 }
+
+namespace {
+struct timeout_seen {
+    std::string name;
+    std::chrono::nanoseconds timeout;
+    int attempt;
+    bool timeout_error;
+    std::chrono::nanoseconds at;
+};
+
+// Runs the on_timeout checks on `clock`: the loop timer's path (`virtual_clock`) and the generic one.
+template <class Clock>
+void check_on_timeout(rs::testing::simulation& sim, Clock clock) {
+    std::vector<timeout_seen> events;
+    rs::timeout limit{{.name = "catalog",
+                       .timeout = 2s,
+                       .on_timeout =
+                           [&](const rs::timeout_event& e) {
+                               events.push_back({std::string(e.policy_name()), e.timeout(), e.attempt(),
+                                                 e.error() && e.error()->template is<rs::timeout_error>(),
+                                                 sim.now()});
+                           }},
+                      clock};
+    CHECK(limit.options().name == "catalog");
+    CHECK(limit.options().timeout == 2s);
+
+    // An attempt that stops when asked: told once, at the deadline.
+    scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
+    const auto start = sim.now();
+    auto result = sim.run(limit.execute_outcome(slow));
+    REQUIRE(result.has_failure());
+    CHECK(result.error().template is<rs::timeout_error>());
+    REQUIRE(events.size() == 1);
+    CHECK(events[0].name == "catalog");
+    CHECK(events[0].timeout == 2s);
+    CHECK(events[0].attempt == 1);
+    CHECK(events[0].timeout_error);
+    CHECK(events[0].at == start + 2s);
+
+    // An attempt that ignores its stop and returns a value late: told when it ends, without an error.
+    scripted_action stubborn{sim.clock(), script<int>{.latency = 3s, .value = 9, .ignore_stop = true}};
+    const auto second = sim.now();
+    CHECK(sim.run(limit.execute(stubborn)) == 9);
+    REQUIRE(events.size() == 2);
+    CHECK_FALSE(events[1].timeout_error);
+    CHECK(events[1].at == second + 3s);
+
+    // Not told: a call that ends in time, a failure in time, a caller that stops.
+    scripted_action fast{sim.clock(), script<int>{.latency = 1s, .value = 1}};
+    CHECK(sim.run(limit.execute(fast)) == 1);
+    scripted_action flaky{sim.clock(), script<int>{.failures = 1, .latency = 1s}};
+    CHECK_THROWS_AS(sim.run(limit.execute(flaky)), rs::testing::scripted_failure);
+    std::stop_source caller;
+    auto [stopped, ignored] = sim.run(rs::when_all(limit.execute_outcome(slow, caller.get_token()),
+                                                   resilience_tests::stop_at(sim, caller, 500ms)));
+    CHECK(rs::is_cancellation(stopped.error()));
+    CHECK(events.size() == 2);
+}
+} // namespace
+
+TEST_CASE(
+    "timeout: on_timeout is told once, when the timed-out attempt ends, with the timeout's name, length "
+    "and attempt",
+    "[timeout]") {
+    rs::testing::simulation sim;
+    SECTION("on loop timers") {
+        check_on_timeout(sim, sim.clock());
+    }
+    SECTION("on any clock") {
+        check_on_timeout(sim, minimal_clock{sim.clock()});
+    }
+}
+
+TEST_CASE("timeout: on_timeout sees the attempt number a retry gave", "[timeout]") {
+    rs::testing::simulation sim;
+    std::vector<int> attempts;
+    std::vector<std::chrono::nanoseconds> at;
+    rs::pipeline p{
+        rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()},
+        rs::timeout{{.timeout = 1s,
+                     .on_timeout =
+                         [&](const rs::timeout_event& e) {
+                             attempts.push_back(e.attempt());
+                             at.push_back(sim.now());
+                         }},
+                    sim.clock()}};
+    scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
+    CHECK_THROWS_AS(sim.run(p.execute(slow)), rs::timeout_error);
+    CHECK(attempts == std::vector<int>{1, 2});
+    CHECK(at == std::vector<std::chrono::nanoseconds>{1s, 2s + 100ms});
+}
+
+TEST_CASE("timeout: a throwing on_timeout ends the call with its exception, at the deadline", "[timeout]") {
+    rs::testing::simulation sim;
+    int listened = 0;
+    rs::timeout limit{{.timeout = 2s,
+                       .on_timeout = [](const rs::timeout_event&) { throw std::domain_error("on_timeout"); },
+                       .telemetry = [&](const rs::telemetry_event&) { ++listened; }},
+                      sim.clock()};
+    scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
+    auto result = sim.run(limit.execute_outcome(slow));
+    REQUIRE(result.has_failure());
+    CHECK(result.error().is<std::domain_error>());
+    CHECK(sim.now() == 2s);
+    CHECK(slow.in_flight() == 0);
+    CHECK(listened == 0); // the call ended with the callback's exception, before the report
+}
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+TEST_CASE("timeout: duration(), deprecated, is options().timeout", "[timeout]") {
+    CHECK(rs::timeout{3s}.duration() == 3s);
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif

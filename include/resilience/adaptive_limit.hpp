@@ -61,28 +61,28 @@ struct aimd {
 };
 
 /// Latency against its own baseline, in the manner of Netflix's Gradient2: the mean latency of the
-/// last `short_window` calls is compared with a long-running average of it (the baseline), and the
+/// last `short_samples` calls is compared with a long-running average of it (the baseline), and the
 /// limit is scaled by how far the first has drifted above the second. The right choice when
 /// overload shows as queueing at the dependency (latency climbs before anything fails) and no
 /// fixed "too slow" fits every load.
 ///
-/// Every `short_window` recorded calls the limit is recomputed once:
-/// - `short`: the mean latency of that window's successful calls. The baseline, an exponential
-///   average over `long_window` windows (weight `2 / (long_window + 1)`; the first window sets it),
-///   takes it in; when `short` falls below half the baseline (the dependency recovered from a long
-///   overload that had inflated it), the baseline also drops by 5%, so it need not wait out the
-///   whole average.
+/// Every `short_samples` recorded calls make one measurement, and the limit is recomputed once:
+/// - `short`: the mean latency of the measurement's successful calls. The baseline, an exponential
+///   average over `long_samples` measurements (weight `2 / (long_samples + 1)`; the first
+///   measurement sets it), takes it in; when `short` falls below half the baseline (the dependency
+///   recovered from a long overload that had inflated it), the baseline also drops by 5%, so it need
+///   not wait out the whole average.
 /// - the gradient: `tolerance * baseline / short` (latency up to `tolerance` times the baseline reads
-///   as no queueing), lowered to the window's share of successful calls when that is smaller (a
+///   as no queueing), lowered to the measurement's share of successful calls when that is smaller (a
 ///   dependency failing fast must not read as healthy), and kept within [0.5, 1].
 /// - the limit: `estimate * gradient + headroom`, taken in with weight `smoothing`:
 ///   `estimate = estimate * (1 - smoothing) + (estimate * gradient + headroom) * smoothing`, within
-///   [`min`, `max`]; the limit is that estimate rounded down. A window in which no call ended
+///   [`min`, `max`]; the limit is that estimate rounded down. A measurement in which no call ended
 ///   while the limit held calls back may lower the estimate but not raise it: the limit never
 ///   grows while nothing waits for it.
 ///
-/// At a steady latency the limit grows by `headroom * smoothing` a window; it settles where the
-/// latency rise from the extra calls balances `headroom`.
+/// At a steady latency the limit grows by `headroom * smoothing` a measurement; it settles where
+/// the latency rise from the extra calls balances `headroom`.
 ///
 ///     .adapt = rs::gradient{.min = 5, .max = 500}
 struct gradient {
@@ -91,10 +91,11 @@ struct gradient {
     /// The highest the limit goes. At least `min`.
     std::size_t max = 200;
     /// Calls per measurement: the limit is recomputed once every this many recorded calls. Positive.
-    std::size_t short_window = 10;
-    /// Measurements the baseline averages over. Positive. The default 60 (600 calls with the default
-    /// `short_window`) follows Netflix's 600-sample long window.
-    std::size_t long_window = 60;
+    std::size_t short_samples = 10;
+    /// Measurements (each of `short_samples` calls) the baseline averages over. Positive. The
+    /// default 60 (600 calls with the default `short_samples`) follows Netflix's 600-sample long
+    /// window.
+    std::size_t long_samples = 60;
     /// How far above the baseline the short latency may go before the limit shrinks: 1.5 lets it
     /// be 50% higher. Finite and at least 1.
     double tolerance = 1.5;
@@ -104,14 +105,14 @@ struct gradient {
     /// and how much queueing at the dependency it accepts. Finite and not negative.
     double headroom = 4.0;
     /// Which outcomes count as failures (as for `aimd`). A counted failure adds no latency (a fast
-    /// refusal is not a healthy answer) and lowers the window's share of successes.
+    /// refusal is not a healthy answer) and lowers the measurement's share of successes.
     classifier should_handle{};
 };
 
 /// What `bulkhead_options::adapt` holds: nothing (a fixed limit, the default), `aimd` or `gradient`.
 ///
-///     rs::bulkhead db{{.max_concurrent_calls = 20, .queue_limit = 100, .adapt = rs::aimd{.min = 5, .max =
-///     100}}};
+///     rs::bulkhead db{{.max_concurrent_calls = 20, .queue_limit = 100,
+///                      .adapt = rs::aimd{.min = 5, .max = 100}}};
 using adaptive_limit = std::variant<std::monostate, aimd, gradient>;
 
 namespace detail {
@@ -210,7 +211,7 @@ public:
     std::uint64_t epoch() const noexcept { return 0; }
     bool needs_latency() const noexcept { return true; }
     bool inert(std::chrono::nanoseconds, bool, bool) const noexcept { return false; }
-    /// The baseline latency in nanoseconds (0 before the first window closed).
+    /// The baseline latency in nanoseconds (0 before the first measurement).
     double baseline() const noexcept { return baseline_; }
     double estimate() const noexcept { return estimate_; }
 
@@ -221,27 +222,27 @@ public:
             latency_sum_ += static_cast<double>(s.latency.count());
         }
         limited_ = limited_ || s.limited;
-        if (calls_ < options_.short_window)
+        if (calls_ < options_.short_samples)
             return false;
         const std::size_t before = limit();
-        close_window();
+        close_measurement();
         return limit() != before;
     }
 
 private:
-    void close_window() noexcept {
+    void close_measurement() noexcept {
         double ratio = 1.0; // latency unknown (every call failed): no verdict from latency
         if (successes_ > 0) {
             const double recent = latency_sum_ / static_cast<double>(successes_);
-            if (windows_ == 0)
+            if (measurements_ == 0)
                 baseline_ = recent;
             else
-                baseline_ += (recent - baseline_) * 2.0 / (static_cast<double>(options_.long_window) + 1.0);
+                baseline_ += (recent - baseline_) * 2.0 / (static_cast<double>(options_.long_samples) + 1.0);
             if (recent > 0.0 && baseline_ > 2.0 * recent)
                 baseline_ *= 0.95;
             if (recent > 0.0)
                 ratio = options_.tolerance * baseline_ / recent;
-            ++windows_;
+            ++measurements_;
         }
         const double share = static_cast<double>(successes_) / static_cast<double>(calls_);
         const double g = std::clamp(std::min(ratio, share), 0.5, 1.0);
@@ -261,8 +262,8 @@ private:
     gradient options_;
     double estimate_;
     double baseline_ = 0.0;
-    std::size_t windows_ = 0;
-    // The window being filled.
+    std::size_t measurements_ = 0;
+    // The measurement being filled.
     std::size_t calls_ = 0;
     std::size_t successes_ = 0;
     double latency_sum_ = 0.0;
@@ -343,10 +344,10 @@ inline void validate_adaptive_limit(const adaptive_limit& choice, std::size_t st
                 std::to_string(a->slow_call_duration->count()) + "ns");
     } else if (const gradient* g = std::get_if<gradient>(&choice)) {
         check_bounds(g->min, g->max);
-        if (g->short_window == 0)
-            bad("adapt.short_window must be positive, got 0");
-        if (g->long_window == 0)
-            bad("adapt.long_window must be positive, got 0");
+        if (g->short_samples == 0)
+            bad("adapt.short_samples must be positive, got 0");
+        if (g->long_samples == 0)
+            bad("adapt.long_samples must be positive, got 0");
         if (!(g->tolerance >= 1.0 && std::isfinite(g->tolerance)))
             bad("adapt.tolerance must be finite and at least 1, got " + format_number(g->tolerance));
         if (!(g->smoothing > 0.0 && g->smoothing <= 1.0))

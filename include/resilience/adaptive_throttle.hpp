@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -39,8 +40,15 @@ namespace resilience {
 
 /// How an `adaptive_throttle` decides. `adaptive_throttle_options{}` is valid (the values of the
 /// Google SRE book's "Handling Overload" chapter: `k` 2, a window of two minutes). Checked by the
-/// constructor (`std::invalid_argument` naming the field and value).
+/// constructor (`std::invalid_argument` naming the throttle, the field and the value).
+///
+/// A user callback (`should_handle`, `on_rejected`) that throws ends the call with its exception
+/// as the call's failure (after `on_rejected`, instead of the refusal, and the listener hears
+/// nothing); `execute_outcome` returns it, `execute` throws it.
 struct adaptive_throttle_options {
+    /// Carried by the errors it makes (`error::policy_name()`), by `rejection_event`s and by
+    /// `name()`. Empty: unnamed.
+    std::string name{};
     /// How many requests each accepted one allows: calls are refused locally once the window's
     /// requests exceed `k` times its accepts. 2 lets through twice what the dependency accepts (it
     /// wastes some of its capacity on refusals, but finds out quickly when it recovers); 1.1 is
@@ -52,10 +60,10 @@ struct adaptive_throttle_options {
     /// `window` is kept in this many segments of `window / segments` (rounded down) each, on a grid
     /// from the clock's epoch, so the memory is fixed: a count made in the segment starting at `s`
     /// stops counting at exactly `s + segments * (window / segments)`, between
-    /// `window - window / segments` and `window` after it was made (as `breaker_window::segments`).
+    /// `window - window / segments` and `window` after it was made (as `breaker_sampling::segments`).
     /// Positive, at most `max_segments`, and at most `window` in nanoseconds.
     std::size_t segments = 12;
-    /// The most `segments` accepted: two counters are kept per segment (16 MB at most).
+    /// The most `segments` accepted: two counters are kept per segment, so the bound caps the memory.
     static constexpr std::size_t max_segments = 1'000'000;
     /// Which outcomes the dependency did not accept (see `classifier`). Empty: every failure but
     /// cancellation, and an `expected_like` value holding an error; every other value is an accept.
@@ -63,11 +71,13 @@ struct adaptive_throttle_options {
     /// around the throttle) is an accept whatever this says: the dependency did not refuse it.
     /// Called without any lock held.
     classifier should_handle{};
+    /// Called when the throttle refuses a call, before the refusal (`throttled_error`) is returned,
+    /// with `rejection_reason::throttled` and a zero `retry_after()`. Runs on the caller's coroutine,
+    /// without any lock held; must not block.
+    std::function<void(const rejection_event&)> on_rejected{};
     /// Hears this throttle's `rejection`s. Empty: the listener of a `telemetry` stage around the
     /// call, if any (see telemetry.hpp).
     telemetry_listener telemetry{};
-    /// Carried by the errors it makes (`error::policy_name()`) and by `name()`. Empty: unnamed.
-    std::string name{};
 };
 
 namespace detail {
@@ -318,12 +328,14 @@ public:
             const std::optional<double> refused_with = core.admit(detail::call_now(core.clock(), ctx));
             if (!refused_with)
                 return step::proceed;
+            if (o.on_rejected) // what it throws is the call's failure, below
+                o.on_rejected(rejection_event{o.name, rejection_reason::throttled});
             result.emplace(detail::refused(
                 detail::listener_for(o.telemetry, ctx), core.clock(),
                 detail::event(telemetry_kind::rejection, "adaptive_throttle", o.name, ctx.attempt()),
-                failure::make(throttled_error{*refused_with, o.name})));
+                failure::make(throttled_error{o.name, *refused_with})));
         } catch (...) {
-            result.emplace(failure::current()); // the clock threw
+            result.emplace(failure::current()); // the clock or `on_rejected` threw
         }
         return step::done;
     }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file bulkhead.hpp
 /// `bulkhead`: a cap on how many calls run at once, with a bounded first-come-first-served queue,
-/// and optionally a cap that moves with what the dependency manages (`adapt`).
+/// and optionally a cap that moves with what the dependency manages (`adapt`). The slots, the
+/// queue and the ways a call waits are in detail/bulkhead_state.hpp.
 #pragma once
 
 #include "adaptive_limit.hpp"
@@ -9,8 +10,9 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/bulkhead_state.hpp"
+#include "detail/frame_allocator.hpp"
 #include "detail/shared_handle.hpp"
-#include "detail/stop.hpp"
 #include "detail/time.hpp"
 #include "detail/waiter_queue.hpp"
 #include "error.hpp"
@@ -18,15 +20,11 @@
 #include "policy.hpp"
 #include "task.hpp"
 #include "telemetry.hpp"
-#include "when_all.hpp"
 
-#include <algorithm>
-#include <atomic>
-#include <cassert>
 #include <chrono>
 #include <concepts>
+#include <coroutine>
 #include <cstddef>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -38,7 +36,14 @@
 
 namespace resilience {
 
+/// How a `bulkhead` behaves. `bulkhead_options{}` lets 25 calls run at once and queues none.
+///
+/// A user callback (`on_rejected`, the `should_handle` of `adapt`) that throws ends the call with its
+/// exception as the call's failure, after the bulkhead's own bookkeeping (a slot taken is given
+/// back); `execute_outcome` returns it, `execute` throws it.
 struct bulkhead_options {
+    /// Carried by the errors it makes (`policy_name()`), by `rejection_event`s and by `name()`.
+    std::string name{};
     /// How many calls may run at once. Must be positive. 25 is resilience4j's default: a guess,
     /// like any default here; size it to what the dependency can serve. With `adapt`, the
     /// starting limit, within the algorithm's [`min`, `max`].
@@ -53,321 +58,14 @@ struct bulkhead_options {
     /// Moves the limit with what the dependency manages: `rs::aimd{...}` or `rs::gradient{...}`
     /// (see adaptive_limit.hpp). Empty (the default): the limit stays `max_concurrent_calls`.
     adaptive_limit adapt{};
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
+    /// Called when the bulkhead refuses a call (`no_capacity`, `queue_full`, `queue_timeout`: the
+    /// event's `reason()`), before the refusal is returned and before the telemetry listener hears
+    /// it; never for a call admitted. Runs on the refused call's coroutine; must not block.
+    std::function<void(const rejection_event&)> on_rejected{};
     /// Hears this bulkhead's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
     /// stage around the call, if any (see telemetry.hpp).
     telemetry_listener telemetry{};
 };
-
-namespace detail {
-
-/// What the copies of a `bulkhead` share: its slots, the limit on them, and the queue of calls
-/// waiting for one.
-///
-/// The slots live in one atomic word, so that while nobody waits a call takes and gives back its
-/// slot with one atomic operation and never touches the mutex:
-///
-///     bit 63       `waiting`: someone is queued; releases must come through the mutex
-///     bit 62       `retired`: the last hold went (see below)
-///     bits 0..61   slots taken, including ones handed to waiters not yet resumed
-///
-/// A slot is a hold on the state (the lifetime rule, detail/shared_handle.hpp), folded into the
-/// atomic operation that takes it: when the last hold of the handles (and of waiting calls) goes
-/// while calls hold slots, `retired` is raised in the word, and the release that gives back the
-/// last slot deletes the state. Only one of the two finds both "no hold" and "no slot", so exactly
-/// one deletes it. A retired state has no queue (a waiting call holds the state) and takes no new
-/// call (nothing can reach it but the calls holding its slots).
-///
-/// The limit is an atomic of its own, read relaxed by the fast path and written only with `mutex`
-/// held (and only when `adapt` is set: otherwise it never changes).
-///
-/// Invariants:
-/// - Whenever `mutex` is free, `waiting` is set exactly when the queue is non-empty. It is raised
-///   and lowered only with `mutex` held: raised in the same atomic step that finds every slot
-///   taken, before the waiter is queued, and lowered by whoever empties the queue. So a release
-///   that needs no mutex either freed its slot before that step (which then takes the slot
-///   instead of queueing) or finds the bit and hands its slot over through the mutex.
-/// - Whenever `mutex` is free and the queue is non-empty, slots taken >= limit: nobody waits
-///   while a slot is free. A release through the mutex hands its slot over only when that keeps
-///   the count within the limit (after a shrink it just gives it back), and a limit that grows
-///   hands the new slots to waiters in the same locked step.
-/// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
-/// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is
-///   below bit 63. Slots taken may exceed the limit after it shrank: calls already admitted keep
-///   their slots.
-template <clock C>
-struct bulkhead_state : shared_state {
-    bulkhead_state(bulkhead_options o, C c)
-        : limit(clear_of_waiting(o.max_concurrent_calls)), options(std::move(o)), clock(std::move(c)),
-          algorithm(options.adapt, options.max_concurrent_calls), adaptive(algorithm.adaptive()),
-          should_handle(limit_classifier(options.adapt)) {}
-
-#ifndef NDEBUG
-    ~bulkhead_state() {
-        assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0);
-    }
-#endif
-
-    static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;
-    static constexpr std::uint64_t retired = std::uint64_t{1} << 62;
-    static constexpr std::uint64_t slot_mask = retired - 1;
-
-    /// The last hold went: deletable now unless calls hold slots, the last of which deletes it.
-    bool last_hold_dropped() noexcept {
-        return (word.fetch_or(retired, std::memory_order_acq_rel) & slot_mask) == 0;
-    }
-
-    /// What an admitted call remembers for its sample: when it took its slot (in clock ticks since
-    /// the epoch), and the algorithm's epoch then. Left uninitialised in a call's state, so a
-    /// bulkhead without `adapt` pays nothing for it.
-    struct ticket {
-        typename C::duration::rep start;
-        std::uint64_t epoch;
-    };
-
-    // First: on the cache line of the state's count of holds (see `shared_state`).
-    std::atomic<std::uint64_t> word{0};
-    std::atomic<std::uint64_t> limit;    // written under `mutex`
-    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
-    const bulkhead_options options;
-    C clock;
-    limit_algorithm algorithm; // guarded by `mutex`
-    const bool adaptive;
-    const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
-    std::mutex mutex;
-    waiter_queue queue;
-
-    static std::uint64_t clear_of_waiting(std::size_t n) noexcept {
-        return std::min<std::uint64_t>(n, slot_mask);
-    }
-
-    [[nodiscard]] std::size_t in_flight() const noexcept {
-        return static_cast<std::size_t>(word.load(std::memory_order_relaxed) & slot_mask);
-    }
-    [[nodiscard]] std::size_t current_limit() const noexcept {
-        return static_cast<std::size_t>(limit.load(std::memory_order_relaxed));
-    }
-
-    /// Takes a slot if one is free and nobody waits, without waiting or locking. False: the
-    /// caller must take the waiting path (as `bulkhead::run` does), which decides again under
-    /// the mutex. A slot taken is given back with `release` (or `finish`).
-    [[nodiscard]] bool try_acquire() noexcept {
-        std::uint64_t seen = word.load(std::memory_order_relaxed);
-        const std::uint64_t cap = limit.load(std::memory_order_relaxed);
-        // Acquire: whatever the slot's previous holder did happens before this call runs.
-        while (seen < cap)
-            if (word.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire,
-                                           std::memory_order_relaxed))
-                return true;
-        return false;
-    }
-
-    /// Gives a slot back. A freed slot goes to the oldest waiter without ever becoming free, so
-    /// no newcomer can take it between the release and the waiter's resumption. The last slot of a
-    /// retired state deletes it: touch nothing of it after this.
-    void release() {
-        std::uint64_t seen = word.load(std::memory_order_relaxed);
-        while ((seen & waiting) == 0)
-            // Acquire too (free where a read-modify-write is a full barrier): the last slot of a
-            // retired state deletes it after every other holder's writes.
-            if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
-                                           std::memory_order_relaxed)) {
-                if (seen - 1 == retired) [[unlikely]]
-                    delete_state(this);
-                return;
-            }
-        release_to_waiter();
-    }
-
-    // ---- adaptation: only when `adaptive` ----
-
-    /// The ticket of a call admitted now. `now` is read only when the algorithm times calls.
-    template <class Now>
-    ticket admitted(Now&& now) const {
-        ticket t{};
-        if (algorithm_times_calls())
-            t.start = now().time_since_epoch().count();
-        t.epoch = epoch.load(std::memory_order_relaxed);
-        return t;
-    }
-    bool algorithm_times_calls() const noexcept { return times_calls_; }
-
-    /// Ends a call admitted with `t`: records its sample (unless `ignored`) and gives its slot
-    /// back, in one locked step when the sample may change the limit. A limit that grew hands its
-    /// new slots to waiters at once. The slot is given back even when the clock throws.
-    void finish(const ticket& t, limit_verdict v) {
-        if (v == limit_verdict::ignored) {
-            release();
-            return;
-        }
-        std::chrono::nanoseconds latency{};
-        if (times_calls_) {
-            try {
-                latency = std::max(
-                    saturating_nanoseconds(clock.now().time_since_epoch() - typename C::duration{t.start}),
-                    std::chrono::nanoseconds::zero());
-            } catch (...) {
-                release();
-                throw;
-            }
-        }
-        const bool failed = v == limit_verdict::failure;
-        // A sample that cannot change anything (an AIMD success while nothing waits) takes no lock:
-        // it is recorded, as nothing, at the instant of these loads.
-        if (algorithm.inert(latency, failed, limited_now())) {
-            release();
-            return;
-        }
-        waiter* woken = nullptr;
-        bool last = false;
-        {
-            std::lock_guard lock(mutex);
-            const limit_sample sample{
-                .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch};
-            if (algorithm.record(sample)) {
-                limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
-                epoch.store(algorithm.epoch(), std::memory_order_relaxed);
-            }
-            woken = release_locked(&last);
-            woken = grant_locked(woken);
-            waiter_left_locked();
-        }
-        if (last) [[unlikely]] { // a retired state's last slot: nobody waits, nothing to wake
-            delete_state(this);
-            return;
-        }
-        wake_chain(woken);
-    }
-
-    // `release` with someone queued: through the mutex. Kept out of `release`, so that the path
-    // taken while nobody waits stays small enough to inline.
-    void release_to_waiter() {
-        waiter* woken = nullptr;
-        bool last = false;
-        {
-            std::lock_guard lock(mutex);
-            woken = release_locked(&last);
-            waiter_left_locked();
-        }
-        if (last) [[unlikely]] {
-            delete_state(this);
-            return;
-        }
-        wake_chain(woken);
-    }
-
-    // ---- the waiter_queue protocol; `mutex` held, except for take_back_grant ----
-    /// A waiter destroyed after its slot was handed to it and before it resumed (its event loop
-    /// torn down): the slot goes back.
-    void take_back_grant() { release(); }
-    waiter_state decide_locked(waiter&) noexcept {
-        if (queue.empty() && take_locked(false))
-            return waiter_state::granted;
-        if (queue.size() >= options.queue_limit)
-            return waiter_state::rejected;
-        return waiter_state::idle;
-    }
-    // A release that needed no mutex may have freed a slot since `decide_locked`: the waiter
-    // takes it instead of queueing, since no release would hand it over.
-    waiter_state enqueue_locked(waiter& w) noexcept {
-        if (queue.empty() && take_locked(true))
-            return waiter_state::granted;
-        queue.push_back(w);
-        return waiter_state::queued;
-    }
-
-    void waiter_left_locked() noexcept {
-        if (queue.empty())
-            word.fetch_and(~waiting, std::memory_order_relaxed);
-    }
-
-    // `mutex` held, queue empty (so `waiting` is clear). Takes a free slot and says true; else,
-    // when `raise`, raises `waiting` in the same atomic step that found every slot taken.
-    bool take_locked(bool raise) noexcept {
-        std::uint64_t seen = word.load(std::memory_order_relaxed);
-        const std::uint64_t cap = limit.load(std::memory_order_relaxed);
-        for (;;) {
-            const bool free = seen < cap;
-            if (!free && !raise)
-                return false;
-            if (word.compare_exchange_weak(seen, free ? seen + 1 : seen | waiting, std::memory_order_acquire,
-                                           std::memory_order_relaxed))
-                return free;
-        }
-    }
-
-    void expire(waiter& w) {
-        bool wake;
-        {
-            std::lock_guard lock(mutex);
-            wake = queue.withdraw(w, waiter_state::expired);
-            waiter_left_locked();
-        }
-        if (wake)
-            w.wake();
-    }
-
-private:
-    const bool times_calls_ = algorithm.adaptive() && algorithm.needs_latency();
-
-    // Is the limit what holds calls back: someone queued, or every slot taken (this call's own
-    // included)? Without the lock: at the instant of the loads.
-    bool limited_now() const noexcept {
-        const std::uint64_t w = word.load(std::memory_order_relaxed);
-        return (w & waiting) != 0 || (w & slot_mask) >= limit.load(std::memory_order_relaxed);
-    }
-    bool limited_locked() const noexcept {
-        return !queue.empty() ||
-               (word.load(std::memory_order_relaxed) & slot_mask) >= limit.load(std::memory_order_relaxed);
-    }
-
-    // `mutex` held. Gives back one slot: to the oldest waiter when the count stays within the limit
-    // (the slot changes hands, the count is kept), else to nobody. Returns the waiter to wake;
-    // `*last` says the slot was a retired state's last (it must then be deleted, once unlocked).
-    waiter* release_locked(bool* last) noexcept {
-        const std::uint64_t taken = word.load(std::memory_order_relaxed) & slot_mask;
-        if (!queue.empty() && taken - 1 < limit.load(std::memory_order_relaxed)) {
-            waiter* next = queue.pop_front();
-            next->state = waiter_state::granted;
-            next->next = nullptr;
-            return next;
-        }
-        *last = word.fetch_sub(1, std::memory_order_acq_rel) - 1 == retired;
-        return nullptr;
-    }
-
-    // `mutex` held. Hands the slots a grown limit freed to the oldest waiters, appending them to
-    // the chain `woken` (linked through `waiter::next`, which a granted waiter no longer uses).
-    waiter* grant_locked(waiter* woken) noexcept {
-        waiter* tail = woken;
-        while (!queue.empty() &&
-               (word.load(std::memory_order_relaxed) & slot_mask) < limit.load(std::memory_order_relaxed)) {
-            waiter* next = queue.pop_front();
-            next->state = waiter_state::granted;
-            next->next = nullptr;
-            word.fetch_add(1, std::memory_order_relaxed);
-            if (tail)
-                tail->next = next;
-            else
-                woken = next;
-            tail = next;
-        }
-        return woken;
-    }
-
-    // Wakes a chain of granted waiters, in order, with `mutex` released. Each link is read before
-    // its waiter is woken: once woken, it may run and end at once.
-    static void wake_chain(waiter* w) {
-        while (w) {
-            waiter* next = w->next;
-            w->wake();
-            w = next;
-        }
-    }
-};
-
-} // namespace detail
 
 /// Bounds how many calls run at once, so one slow dependency cannot take every connection,
 /// socket or worker the process has.
@@ -446,8 +144,8 @@ public:
         }
     };
 
-    /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait`, or in
-    /// `run` for a bulkhead that times or bounds the wait (see `waits_in_frame`).
+    /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait` or in
+    /// `run` (see `waits_in_frame`, and detail/bulkhead_state.hpp for why there are both).
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         state& s = this->held();
@@ -479,7 +177,7 @@ public:
     /// the loop the call runs on (`steady_clock`, a simulation's clock); the others wait in `run`.
     bool waits_in_frame(const context&) const noexcept {
         const state& s = this->held();
-        return !s.adaptive && (!s.options.queue_timeout || timer_loop_here(s.clock));
+        return !s.adaptive && (!s.options.queue_timeout || detail::timer_loop_here(s.clock));
     }
     /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
     /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
@@ -517,44 +215,10 @@ public:
         bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
         step await_resume() {
             disarm();
-            state& s = owner();
-            detail::waiter_state admitted = queue_.await_resume();
             const telemetry_listener* const listener =
-                extra_ ? detail::listener_for(s.options.telemetry, ctx_) : nullptr;
-            if (admitted == detail::waiter_state::granted) {
-                if (!ctx_.stop_requested()) {
-                    // Held from here: given back by `leave`, or by the state's destructor (also when
-                    // the clock throws while the event below is made).
-                    call_.held = &s;
-                    if (listener) {
-                        if (std::optional<failure> thrown =
-                                detail::emit_caught(listener, s.clock, waited(telemetry_kind::queue_wait))) {
-                            std::exchange(call_.held, nullptr)->release();
-                            result_.emplace(std::move(*thrown));
-                            return step::done;
-                        }
-                        if (ctx_.stop_requested()) { // stopped by the listener: runs nothing
-                            std::exchange(call_.held, nullptr)->release();
-                            detail::set_cancelled(result_, s.options.name);
-                            return step::done;
-                        }
-                    }
-                    return step::proceed;
-                }
-                s.release();
-                admitted = detail::waiter_state::stopped;
-            }
-            if (admitted == detail::waiter_state::stopped) {
-                detail::set_cancelled(result_, s.options.name);
-            } else {
-                const rejection_reason why = reason_of(s, admitted);
-                failure refusal = failure::make(bulkhead_rejected_error{s.options.name, why});
-                result_.emplace(listener ? detail::refused(listener, s.clock,
-                                                           waited(telemetry_kind::rejection, why),
-                                                           std::move(refusal))
-                                         : std::move(refusal));
-            }
-            return step::done;
+                extra_ ? detail::listener_for(owner().options.telemetry, ctx_) : nullptr;
+            return settle(owner(), ctx_, queue_.await_resume(), listener,
+                          listener ? &extra_->queued_at : nullptr, call_, result_);
         }
 
     private:
@@ -603,10 +267,6 @@ public:
             }
         }
 
-        telemetry_event waited(telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) const {
-            return waited_on(owner(), ctx_, &extra_->queued_at, k, why);
-        }
-
         call_state& call_;
         const context& ctx_;
         std::optional<outcome<R>>& result_;
@@ -619,20 +279,24 @@ public:
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using detail::waiter_state;
+        using value_type = detail::next_value_t<Next>;
         const std::stop_token& token = ctx.stop_token();
         state& s = this->held();
-        using value_type = detail::next_value_t<Next>;
         if (token.stop_requested() || (s.adaptive && !s.should_handle->template accepts<value_type>()))
             co_return refused_before_admission<value_type>();
         detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
         detail::waiter node;
-        waiter_state admitted = waiter_state::granted;
-        const telemetry_listener* const listener = detail::listener_for(s.options.telemetry, ctx);
-        std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
-        if (!s.try_acquire()) {
+        call_state held; // the slot: given back by `leave`, or by its destructor if the call ends first
+        std::optional<detail::next_outcome_t<Next>> ended; // before the action: a stop or a refusal
+        if (s.try_acquire()) {
+            held.held = &s;
+        } else {
             waiting.take(s);
+            const telemetry_listener* const listener = detail::listener_for(s.options.telemetry, ctx);
+            std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
             if (listener)
                 queued_at = s.clock.now();
+            waiter_state admitted;
             if (!s.options.queue_timeout) {
                 admitted = co_await detail::queue_awaiter<state>{s, node, token};
             } else {
@@ -643,53 +307,22 @@ public:
                     admitted = s.decide_locked(node);
                 }
                 if (admitted == waiter_state::idle)
-                    admitted = co_await wait_bounded(s, node, token);
+                    admitted = co_await s.wait_bounded(node, token);
             }
+            if (settle(s, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, ended) ==
+                step::done)
+                co_return std::move(*ended);
         }
-        if (admitted == waiter_state::stopped)
-            co_return failure::make(cancelled_error{s.options.name});
-        const typename C::time_point* since = queued_at ? &*queued_at : nullptr;
-        if (admitted != waiter_state::granted) {
-            const rejection_reason why = reason_of(s, admitted);
-            co_return detail::refused(listener, s.clock,
-                                      waited_on(s, ctx, since, telemetry_kind::rejection, why),
-                                      failure::make(bulkhead_rejected_error{s.options.name, why}));
-        }
-        call_state held;
-        held.held = &s; // given back by `leave`, or by its destructor if the call ends first
         if (token.stop_requested())
             co_return failure::make(cancelled_error{s.options.name});
-        if (since)
-            if (std::optional<failure> thrown = detail::emit_caught(
-                    listener, s.clock,
-                    waited_on(s, ctx, since, telemetry_kind::queue_wait, rejection_reason::no_capacity)))
-                co_return std::move(*thrown); // the slot goes back with `held`
-        if (since && token.stop_requested()) // stopped by the listener: runs nothing
-            co_return failure::make(cancelled_error{name()});
-        std::optional<detail::next_outcome_t<Next>> refused;
-        if (s.adaptive && !admit(held, ctx, refused))
-            co_return std::move(*refused);
+        if (s.adaptive && !admit(held, ctx, ended))
+            co_return std::move(*ended);
         detail::next_outcome_t<Next> result = co_await next(ctx);
         leave(held, ctx, result);
         co_return result;
     }
 
 private:
-    // Whether the clock's timers are those of the loop this thread runs: a queued call's timer
-    // then fires where the call resumes. False for a clock without loop timers, or outside a loop.
-    static bool timer_loop_here(const C& clock) noexcept {
-        if constexpr (detail::loop_timer_clock<C>) {
-            event_loop* const here = event_loop::current();
-            try {
-                return here && clock.timer_loop() == here;
-            } catch (...) {
-                return false; // `run` reports what the clock thinks of this loop
-            }
-        } else {
-            return false;
-        }
-    }
-
     // With `adapt`: judges the outcome, records it and gives the slot back.
     template <class R>
     RESILIENCE_DETAIL_NOINLINE static void finish_adaptive(state& s, const typename state::ticket& t,
@@ -763,50 +396,63 @@ private:
                 .reason = why};
     }
 
-    static rejection_reason reason_of(const state& s, detail::waiter_state refused) noexcept {
-        if (refused == detail::waiter_state::expired)
-            return rejection_reason::queue_timeout;
-        return s.options.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+    // What a wait for a slot yields; every wait ends here (see detail/bulkhead_state.hpp). Granted
+    // and not stopped: the call holds the slot (`c.held`) and proceeds. Otherwise `result` says why:
+    // a stop, or a refusal. `since`: when the call found no slot, for the listener (null without one).
+    template <class R>
+    static step settle(state& s, const context& ctx, detail::waiter_state admitted,
+                       const telemetry_listener* listener, const typename C::time_point* since, call_state& c,
+                       std::optional<outcome<R>>& result) {
+        if (admitted == detail::waiter_state::granted) {
+            if (!ctx.stop_requested()) {
+                // Held from here: given back by `leave`, or by the call state's destructor (also when
+                // the clock throws while the event below is made).
+                c.held = &s;
+                if (listener) {
+                    if (std::optional<failure> thrown =
+                            detail::emit_caught(listener, s.clock,
+                                                waited_on(s, ctx, since, telemetry_kind::queue_wait,
+                                                          rejection_reason::no_capacity))) {
+                        std::exchange(c.held, nullptr)->release();
+                        result.emplace(std::move(*thrown));
+                        return step::done;
+                    }
+                    if (ctx.stop_requested()) { // stopped by the listener: runs nothing
+                        std::exchange(c.held, nullptr)->release();
+                        detail::set_cancelled(result, s.options.name);
+                        return step::done;
+                    }
+                }
+                return step::proceed;
+            }
+            s.release(); // the slot goes straight on to the next waiter
+            admitted = detail::waiter_state::stopped;
+        }
+        if (admitted == detail::waiter_state::stopped)
+            detail::set_cancelled(result, s.options.name);
+        else
+            result.emplace(refuse(s, ctx, listener, since, s.reason_of(admitted)));
+        return step::done;
     }
 
-    // Waits in the queue with a watchdog beside it that withdraws the waiter at the deadline.
-    // Whichever moves the node first (its turn, a stop, the deadline) wins; the other finds it
-    // moved on. The watchdog's sleep is stopped once the wait is over, and when_all waits for it,
-    // so nothing outlives the call.
-    static task<detail::waiter_state> wait_bounded(state& s, detail::waiter& node,
-                                                   const std::stop_token& token) {
-        const auto deadline = detail::add_saturating(s.clock.now(), *s.options.queue_timeout);
-        detail::pooled_stop_source done;
-        try {
-            auto [admitted, ignored] =
-                co_await when_all(wait_in_queue(s, node, token, done), watch(s, node, deadline, done));
-            (void)ignored;
-            co_return admitted;
-        } catch (...) {
-            // Only the watchdog can throw (a clock that cannot sleep here): keep no slot.
-            if (node.state == detail::waiter_state::granted)
-                s.release();
-            throw;
+    // A refusal: told to `on_rejected`, then to the listener; what either throws is the call's
+    // result instead.
+    RESILIENCE_DETAIL_NOINLINE static failure refuse(const state& s, const context& ctx,
+                                                     const telemetry_listener* listener,
+                                                     const typename C::time_point* since,
+                                                     rejection_reason why) {
+        if (s.options.on_rejected) {
+            try {
+                s.options.on_rejected(rejection_event{s.options.name, why});
+            } catch (...) {
+                return failure::current();
+            }
         }
-    }
-    static task<detail::waiter_state> wait_in_queue(state& s, detail::waiter& node,
-                                                    const std::stop_token& token,
-                                                    detail::pooled_stop_source& done) {
-        const detail::waiter_state admitted = co_await detail::queue_awaiter<state>{s, node, token};
-        done.request_stop();
-        co_return admitted;
-    }
-    static task<void> watch(state& s, detail::waiter& node, typename C::time_point deadline,
-                            detail::pooled_stop_source& done) {
-        const std::stop_token until = done.get_token();
-        try {
-            co_await s.clock.sleep_until(deadline, until);
-        } catch (...) {
-            s.expire(node); // the waiter must not stay queued behind a watchdog that failed
-            throw;
-        }
-        if (!until.stop_requested())
-            s.expire(node);
+        failure refusal = failure::make(bulkhead_rejected_error{s.options.name, why});
+        if (!listener)
+            return refusal;
+        return detail::refused(listener, s.clock, waited_on(s, ctx, since, telemetry_kind::rejection, why),
+                               std::move(refusal));
     }
 
     static bulkhead_options validate(bulkhead_options o) {

@@ -4,10 +4,11 @@
 /// and substitute results at a given rate, to rehearse what a pipeline does when its dependency
 /// misbehaves (as Polly's Simmy does).
 ///
-/// Each stage takes `injection_options`: the share of calls to inject into (`injection_rate`), a
-/// `toggle` that turns injection on and off while calls run, a callback told of each injection,
-/// and a name. A call passing a stage that is off, or that the draw spares, goes on inward as if
-/// the stage were not there: one relaxed atomic load, plus one random draw while it is on.
+/// Each stage takes `injection_options`: a name, the share of calls to inject into
+/// (`injection_rate`), a `toggle` that turns injection on and off while calls run, and a callback
+/// told of each injection (`on_inject`, with an `injection_event`). A call passing a stage that is
+/// off, or that the draw spares, goes on inward as if the stage were not there: one relaxed atomic
+/// load, plus one random draw while it is on.
 ///
 /// Where a stage sits decides what it rehearses. Innermost (next to the action) it stands for the
 /// dependency: every policy outside sees the injected fault, delay or result as the dependency's.
@@ -22,6 +23,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/label.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -39,6 +41,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -63,19 +66,62 @@ private:
     std::shared_ptr<std::atomic<bool>> on_;
 };
 
+/// What a chaos stage injects.
+enum class injection_kind : unsigned char {
+    fault,   ///< a failure (`chaos::fault`)
+    latency, ///< a delay (`chaos::latency`)
+    outcome, ///< a substitute result (`chaos::outcome`)
+};
+
+constexpr const char* to_string(injection_kind k) noexcept {
+    switch (k) {
+    case injection_kind::fault:
+        return "fault";
+    case injection_kind::latency:
+        return "latency";
+    case injection_kind::outcome:
+        return "outcome";
+    }
+    return "unknown";
+}
+
+/// What a chaos stage reports to `on_inject`, just before it injects. Refers to the call's context
+/// and to the stage's name: valid only during the callback; copy what you need to keep.
+class injection_event {
+public:
+    injection_event(injection_kind kind, const resilience::context& ctx, std::chrono::nanoseconds delay = {},
+                    std::string_view policy_name = {}) noexcept
+        : kind_(kind), ctx_(&ctx), delay_(delay), name_(policy_name) {}
+
+    /// What is injected.
+    [[nodiscard]] injection_kind kind() const noexcept { return kind_; }
+    /// The call's context, as the stage saw it.
+    [[nodiscard]] const resilience::context& context() const noexcept { return *ctx_; }
+    /// For `latency`, the delay injected; zero for the others.
+    [[nodiscard]] std::chrono::nanoseconds delay() const noexcept { return delay_; }
+    /// The `name` option of the stage that reports (empty when unnamed).
+    [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
+
+private:
+    injection_kind kind_;
+    const resilience::context* ctx_;
+    std::chrono::nanoseconds delay_;
+    std::string_view name_;
+};
+
 /// What every chaos stage takes. Validated by the stage's constructor (`std::invalid_argument`
 /// naming the field and the value).
 struct injection_options {
+    /// Carried by the errors the stage makes (`cancelled_error` for a call stopped while an
+    /// injected delay runs), by `injection_event`s and by `name()`.
+    std::string name{};
     /// The share of calls to inject into, in [0, 1]: 0 never, 1 always. Default 0.001, Simmy's.
     double injection_rate = 0.001;
     /// Injection happens only while this is on. Default: a switch of the stage's own, on.
     toggle enabled{};
     /// Told of each injection, before it happens, on the caller's coroutine; must not block. What
     /// it throws becomes the call's failure (nothing is injected, the action does not run).
-    std::function<void(const context&)> on_inject{};
-    /// Carried by the errors the stage makes (`cancelled_error` for a call stopped while an
-    /// injected delay runs) and by `name()`.
-    std::string name{};
+    std::function<void(const injection_event&)> on_inject{};
 };
 
 /// What `fault` injects when it is given nothing to inject.
@@ -86,17 +132,22 @@ public:
 
 namespace detail {
 
+/// "resilience::chaos::fault (name)": how a stage signs its messages.
 inline std::string label(const char* stage, const std::string& name) {
-    std::string l = std::string("resilience::chaos::") + stage;
-    if (!name.empty())
-        l += " (" + name + ")";
-    return l;
+    return ::resilience::detail::policy_label((std::string("chaos::") + stage).c_str(), name);
 }
 
 inline void validate(const injection_options& o, const char* stage) {
     if (!(o.injection_rate >= 0.0 && o.injection_rate <= 1.0))
         throw std::invalid_argument(label(stage, o.name) + ": injection_rate must be in [0, 1], got " +
                                     resilience::detail::format_number(o.injection_rate));
+}
+
+/// Tells `on_inject`, if set; what it throws goes to the caller.
+inline void tell(const injection_options& o, injection_kind kind, const context& ctx,
+                 std::chrono::nanoseconds delay = {}) {
+    if (o.on_inject)
+        o.on_inject(injection_event{kind, ctx, delay, o.name});
 }
 
 /// The decision every stage makes: is the switch on, and does this call's draw fall under the rate?
@@ -123,14 +174,14 @@ requires std::is_class_v<E> &&(!std::is_same_v<E, failure>)failure to_failure(E 
 
 /// Turns what `fault` was given into a function making one failure per injection.
 template <class What>
-std::function<failure(const context&)> fault_maker(What what) {
+std::function<failure(const context&)> fault_maker(What what, const std::string& name) {
     if constexpr (std::is_same_v<What, failure>) {
         if (!what.has_exception())
-            throw std::invalid_argument("resilience::chaos::fault: the failure to inject is empty");
+            throw std::invalid_argument(label("fault", name) + ": the failure to inject is empty");
         return [f = std::move(what)](const context&) { return f; };
     } else if constexpr (std::is_same_v<What, std::exception_ptr>) {
         if (!what)
-            throw std::invalid_argument("resilience::chaos::fault: the exception to inject is null");
+            throw std::invalid_argument(label("fault", name) + ": the exception to inject is null");
         return [e = std::move(what)](const context&) { return failure{e}; };
     } else if constexpr (std::is_invocable_v<const What&, const context&>) {
         return [w = std::move(what)](const context& ctx) { return to_failure(std::invoke(w, ctx)); };
@@ -177,7 +228,7 @@ public:
                                                                                Random rng = Random{})
         : options_(std::move(options)), rng_(std::move(rng)) {
         detail::validate(options_, "fault");
-        make_ = detail::fault_maker(std::move(what));
+        make_ = detail::fault_maker(std::move(what), options_.name);
     }
 
     [[nodiscard]] const injection_options& options() const noexcept { return options_; }
@@ -193,8 +244,7 @@ public:
         if (!detail::should_inject(options_, rng_))
             return step::proceed;
         try {
-            if (options_.on_inject)
-                options_.on_inject(ctx);
+            detail::tell(options_, injection_kind::fault, ctx);
             result.emplace(make_(ctx));
         } catch (...) {
             result.emplace(failure::current());
@@ -275,7 +325,7 @@ public:
             if (options_.on_inject) {
                 std::optional<failure> thrown;
                 try {
-                    options_.on_inject(ctx);
+                    detail::tell(options_, injection_kind::latency, ctx, delay_);
                 } catch (...) {
                     thrown.emplace(failure::current());
                 }
@@ -418,8 +468,7 @@ private:
     template <class R>
     step inject(const context& ctx, std::optional<resilience::outcome<R>>& result) const {
         try {
-            if (options_.on_inject)
-                options_.on_inject(ctx);
+            detail::tell(options_, injection_kind::outcome, ctx);
             if constexpr (std::is_void_v<detail::produced_t<Substitute>>) {
                 detail::produce(substitute_, ctx);
                 result.emplace();

@@ -4,6 +4,7 @@
 /// of `retry`, `circuit_breaker` and `fallback`), `verdict`, its answer, and `is_transient`.
 #pragma once
 
+#include "detail/label.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 
@@ -240,14 +241,6 @@ inline std::string type_name(const std::type_info& t) {
         return name.get();
 #endif
     return t.name();
-}
-
-/// "resilience::retry" or "resilience::retry (payments)": how a policy signs its messages.
-inline std::string policy_label(const char* policy, const std::string& name) {
-    std::string label = std::string("resilience::") + policy;
-    if (!name.empty())
-        label += " (" + name + ")";
-    return label;
 }
 
 } // namespace detail

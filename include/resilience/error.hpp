@@ -6,6 +6,7 @@
 #include <chrono>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -95,7 +96,7 @@ private:
 /// that failure; when it was stopped and finished without one, `cause()` is null.
 class timeout_error : public error {
 public:
-    explicit timeout_error(std::exception_ptr cause = nullptr, std::string policy_name = {})
+    explicit timeout_error(std::string policy_name = {}, std::exception_ptr cause = nullptr)
         : error(errc::timeout, std::move(policy_name)), cause_(std::move(cause)) {}
     const std::exception_ptr& cause() const noexcept { return cause_; }
 
@@ -115,7 +116,7 @@ public:
 /// asking again may succeed. Shared by `circuit_open_error` and `rate_limited_error`.
 class retry_after_error : public error {
 public:
-    retry_after_error(errc e, std::chrono::nanoseconds retry_after, std::string policy_name = {})
+    retry_after_error(errc e, std::string policy_name, std::chrono::nanoseconds retry_after)
         : error(e, std::move(policy_name)), retry_after_(retry_after) {}
     /// Time from the refusal until the policy may admit a call (exact on virtual time).
     std::chrono::nanoseconds retry_after() const noexcept { return retry_after_; }
@@ -124,6 +125,37 @@ private:
     std::chrono::nanoseconds retry_after_;
 };
 
+/// Why a policy refused a call without running it (`reason()` of its error, `rejection_event`).
+/// The bulkhead's and the limiters' three need different answers from the caller: more capacity, a
+/// longer queue, or a longer `queue_timeout`.
+enum class rejection_reason : unsigned char {
+    no_capacity,      ///< nothing free and waiting not allowed (`queue_limit` 0)
+    queue_full,       ///< nothing free and `queue_limit` calls already waiting
+    queue_timeout,    ///< waited in the queue for `queue_timeout` without being served
+    circuit_open,     ///< a circuit breaker is open, or half-open with every probe taken
+    circuit_isolated, ///< a circuit breaker is held open by hand (`isolate()`)
+    throttled,        ///< an adaptive throttle drew a local refusal
+};
+
+/// "no_capacity", "queue_full", ...: a static string, for logs and metric labels.
+constexpr const char* to_string(rejection_reason r) noexcept {
+    switch (r) {
+    case rejection_reason::no_capacity:
+        return "no_capacity";
+    case rejection_reason::queue_full:
+        return "queue_full";
+    case rejection_reason::queue_timeout:
+        return "queue_timeout";
+    case rejection_reason::circuit_open:
+        return "circuit_open";
+    case rejection_reason::circuit_isolated:
+        return "circuit_isolated";
+    case rejection_reason::throttled:
+        return "throttled";
+    }
+    return "unknown";
+}
+
 /// A circuit breaker refused the call without running it. `retry_after()` is positive: while open,
 /// the time left in the break; while half-open with every probe slot taken, the breaker's current
 /// break duration (a probe that fails keeps it closed to callers at least that long). `cause()` is
@@ -131,17 +163,22 @@ private:
 /// A breaker isolated by hand refuses with the derived `circuit_isolated_error`.
 class circuit_open_error : public retry_after_error {
 public:
-    explicit circuit_open_error(std::chrono::nanoseconds retry_after, std::exception_ptr cause = nullptr,
-                                std::string policy_name = {})
-        : retry_after_error(errc::circuit_open, retry_after, std::move(policy_name)),
+    circuit_open_error(std::string policy_name, std::chrono::nanoseconds retry_after,
+                       std::exception_ptr cause = nullptr)
+        : retry_after_error(errc::circuit_open, std::move(policy_name), retry_after),
           cause_(std::move(cause)) {}
     const std::exception_ptr& cause() const noexcept { return cause_; }
+    /// `circuit_open`, or `circuit_isolated` for a `circuit_isolated_error`.
+    rejection_reason reason() const noexcept {
+        return code() == make_error_code(errc::circuit_isolated) ? rejection_reason::circuit_isolated
+                                                                 : rejection_reason::circuit_open;
+    }
 
 protected:
     /// For refusals of their own kind that existing `catch (const circuit_open_error&)` still meet.
-    circuit_open_error(errc e, std::chrono::nanoseconds retry_after, std::exception_ptr cause,
-                       std::string policy_name)
-        : retry_after_error(e, retry_after, std::move(policy_name)), cause_(std::move(cause)) {}
+    circuit_open_error(errc e, std::string policy_name, std::chrono::nanoseconds retry_after,
+                       std::exception_ptr cause)
+        : retry_after_error(e, std::move(policy_name), retry_after), cause_(std::move(cause)) {}
 
 private:
     std::exception_ptr cause_;
@@ -154,16 +191,8 @@ private:
 class circuit_isolated_error : public circuit_open_error {
 public:
     explicit circuit_isolated_error(std::string policy_name = {})
-        : circuit_open_error(errc::circuit_isolated, std::chrono::nanoseconds::max(), nullptr,
-                             std::move(policy_name)) {}
-};
-
-/// Why a bulkhead or a rate limiter refused a call (`reason()` of their errors). The three need
-/// different answers from the caller: more capacity, a longer queue, or a longer `queue_timeout`.
-enum class rejection_reason : unsigned char {
-    no_capacity,   ///< nothing free and waiting not allowed (`queue_limit` 0)
-    queue_full,    ///< nothing free and `queue_limit` calls already waiting
-    queue_timeout, ///< waited in the queue for `queue_timeout` without being served
+        : circuit_open_error(errc::circuit_isolated, std::move(policy_name), std::chrono::nanoseconds::max(),
+                             nullptr) {}
 };
 
 /// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out;
@@ -183,9 +212,9 @@ private:
 /// `reason()` why it was refused.
 class rate_limited_error : public retry_after_error {
 public:
-    explicit rate_limited_error(std::chrono::nanoseconds retry_after, std::string policy_name = {},
-                                rejection_reason reason = rejection_reason::no_capacity)
-        : retry_after_error(errc::rate_limited, retry_after, std::move(policy_name)), reason_(reason) {}
+    rate_limited_error(std::string policy_name, std::chrono::nanoseconds retry_after,
+                       rejection_reason reason = rejection_reason::no_capacity)
+        : retry_after_error(errc::rate_limited, std::move(policy_name), retry_after), reason_(reason) {}
     rejection_reason reason() const noexcept { return reason_; }
 
 private:
@@ -199,12 +228,35 @@ private:
 /// would only draw again against the same odds, and add to the requests that raise them).
 class throttled_error : public error {
 public:
-    explicit throttled_error(double probability = 0.0, std::string policy_name = {})
+    explicit throttled_error(std::string policy_name = {}, double probability = 0.0)
         : error(errc::throttled, std::move(policy_name)), probability_(probability) {}
     double probability() const noexcept { return probability_; }
+    /// Always `rejection_reason::throttled`.
+    rejection_reason reason() const noexcept { return rejection_reason::throttled; }
 
 private:
     double probability_;
+};
+
+/// What a policy tells its `on_rejected` callback when it refuses a call, before the refusal is
+/// returned. Refers to the policy's name: valid only during the callback.
+class rejection_event {
+public:
+    rejection_event(std::string_view policy_name, rejection_reason reason,
+                    std::chrono::nanoseconds retry_after = {}) noexcept
+        : name_(policy_name), reason_(reason), retry_after_(retry_after) {}
+
+    /// The `name` option of the refusing policy (empty when unnamed).
+    [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
+    /// Why it refused.
+    [[nodiscard]] rejection_reason reason() const noexcept { return reason_; }
+    /// The `retry_after()` of the refusal's error; zero when it carries none.
+    [[nodiscard]] std::chrono::nanoseconds retry_after() const noexcept { return retry_after_; }
+
+private:
+    std::string_view name_;
+    rejection_reason reason_;
+    std::chrono::nanoseconds retry_after_;
 };
 
 } // namespace resilience

@@ -12,12 +12,70 @@
 #include "telemetry.hpp"
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 namespace resilience {
+
+/// What a fallback reports to `on_fallback`: the outcome its substitute is about to replace.
+/// Refers to the call's own outcome and to the fallback's name: valid only during the callback;
+/// copy what you need to keep.
+class fallback_event {
+public:
+    fallback_event(int attempt, const failure* error, const void* value = nullptr,
+                   const std::type_info* value_type = nullptr, std::string_view policy_name = {}) noexcept
+        : attempt_(attempt), error_(error), value_(value), value_type_(value_type), name_(policy_name) {}
+
+    /// The attempt the fallback saw (`context::attempt()`).
+    [[nodiscard]] int attempt() const noexcept { return attempt_; }
+    /// The failure the substitute replaces; null when it replaces a value `should_handle` handled
+    /// (see `value<T>()`).
+    [[nodiscard]] const failure* error() const noexcept { return error_; }
+    /// The value the substitute replaces, if it is one of type `T`; otherwise null.
+    template <class T>
+    [[nodiscard]] const T* value() const noexcept {
+        if constexpr (std::is_void_v<T>)
+            return nullptr;
+        else
+            return value_type_ && *value_type_ == typeid(T) ? static_cast<const T*>(value_) : nullptr;
+    }
+    /// The `name` option of the fallback that reports (empty when unnamed).
+    [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
+
+private:
+    int attempt_;
+    const failure* error_;
+    const void* value_;
+    const std::type_info* value_type_;
+    std::string_view name_;
+};
+
+/// How a `fallback` behaves, besides its substitute. `fallback_options{}` answers every failure but
+/// cancellation (and an `expected_like` value holding an error).
+///
+/// A user callback (`should_handle`, `on_fallback`, the `telemetry` listener) that throws ends the
+/// call with its exception as the call's failure, in place of the outcome it was judging; the
+/// substitute is then not used.
+struct fallback_options {
+    /// Names the fallback in its messages, in `fallback_event`s and its telemetry (`name()`).
+    /// Empty: unnamed.
+    std::string name{};
+    /// Which outcomes get the substitute (see `classifier`): the others pass through unchanged.
+    /// Empty: every failure but cancellation; values pass, except an `expected_like` value holding
+    /// an error.
+    classifier should_handle{};
+    /// Called when the substitute is about to answer, with the outcome it replaces. Runs on the
+    /// caller's coroutine; must not block.
+    std::function<void(const fallback_event&)> on_fallback{};
+    /// Hears a `fallback` event each time the substitute answers. Empty: the listener of a
+    /// `telemetry` stage around the call, if any (see telemetry.hpp).
+    telemetry_listener telemetry{};
+};
 
 namespace detail {
 
@@ -168,27 +226,31 @@ using substitute_result_t = typename substitute_result<S, R>::type;
 ///   empty failure (`has_exception()` false), since there was none.
 /// - A failure the substitute answers: the call's result is the substitute's. The function sees
 ///   the failure as it was (same exception object).
-/// - `should_handle` narrows which outcomes get the substitute; the others pass through unchanged.
-///   It is an `rs::classifier` (the same object a retry or a breaker takes) or any callable a
-///   classifier accepts, kept unerased: `bool`/`verdict` of `(const failure&)` or of a spelled
-///   `(const rs::outcome<T>&)`. The default declines cancellation (`is_cancellation`) and every
-///   value but an `expected_like` one holding an error: a caller that gave up is not a failure to
-///   answer for.
+/// - `should_handle` (in `fallback_options`) narrows which outcomes get the substitute; the others
+///   pass through unchanged. It is an `rs::classifier`, the same object a retry or a breaker takes.
+///   The default declines cancellation (`is_cancellation`) and every value but an `expected_like`
+///   one holding an error: a caller that gave up is not a failure to answer for.
 /// - Whatever `should_handle` says, a call whose caller's stop token is stopped is never answered:
 ///   its outcome passes through, so cancelling a call never turns into a substitute.
-/// - If the substitute or `should_handle` throws, that exception becomes the call's failure: it
-///   replaces the outcome rather than suppressing it. Nothing escapes `execute_outcome`.
+/// - `on_fallback` is told each time the substitute is about to answer, with what it replaces.
+/// - If the substitute, `should_handle` or `on_fallback` throws, that exception becomes the call's
+///   failure: it replaces the outcome rather than suppressing it. Nothing escapes `execute_outcome`.
 ///
 /// A fallback swallows failures, so it belongs outermost: inside a retry the retry would see a
 /// success, inside a breaker the breaker would never learn the dependency fails.
 ///
 ///     rs::pipeline p{rs::fallback{[](const rs::failure&) { return cached(); }}, rs::retry{},
 ///     rs::timeout{2s}};
+///     rs::fallback named{-1, {.name = "prices", .on_fallback = log_fallback}};
 ///
 /// Stateless value: copies are independent. The substitute is called as `const` and lives in the
 /// fallback, so a coroutine substitute may use its captures for as long as the fallback lives
 /// (which, as for every policy, must outlive the calls made through it); the `const failure&` or
 /// `const outcome<R>&` it receives stays valid until its awaitable finishes.
+///
+/// `ShouldHandle` is `rs::classifier` for a fallback made with `fallback_options`. The deprecated
+/// constructor also takes a predicate of its own type, kept unerased (a callable a classifier
+/// accepts); `detail::unless_cancelled`, the default, is the default predicate.
 template <class Substitute, class ShouldHandle = detail::unless_cancelled>
 class fallback : public policy_base<fallback<Substitute, ShouldHandle>> {
     static_assert(detail::fallback_predicate<ShouldHandle>,
@@ -196,19 +258,38 @@ class fallback : public policy_base<fallback<Substitute, ShouldHandle>> {
                   "bool(const rs::failure&) or bool(const rs::outcome<T>&) (or returning rs::verdict)");
     static_assert(!std::is_reference_v<Substitute>, "resilience::fallback: the substitute is held by value");
 
+    static constexpr bool erased = std::same_as<ShouldHandle, classifier>;
+
 public:
-    /// `name` names the fallback in its messages (`name()`); empty: unnamed. `telemetry` hears a
-    /// `fallback` event each time the substitute answers; empty: the listener of a `telemetry`
-    /// stage around the call, if any (see telemetry.hpp).
-    explicit fallback(Substitute substitute, ShouldHandle should_handle = ShouldHandle{},
-                      std::string name = {}, telemetry_listener telemetry = {})
-        : substitute_(std::move(substitute)), should_handle_(std::move(should_handle)),
-          name_(std::move(name)), telemetry_(std::move(telemetry)) {}
+    /// Answers every failure but cancellation (and an `expected_like` value holding an error).
+    explicit fallback(Substitute substitute) : substitute_(std::move(substitute)) {}
+    /// Answers what `options.should_handle` handles.
+    explicit fallback(Substitute substitute, fallback_options options) requires erased
+        : substitute_(std::move(substitute)),
+          options_(std::move(options)) {}
+    /// The positional form. Kept for one version.
+    [[deprecated("use fallback_options")]] explicit fallback(Substitute substitute,
+                                                             ShouldHandle should_handle,
+                                                             std::string name = {},
+                                                             telemetry_listener telemetry = {})
+        : substitute_(std::move(substitute)), options_{.name = std::move(name),
+                                                       .should_handle = erased_part(should_handle),
+                                                       .telemetry = std::move(telemetry)},
+          typed_(typed_part(std::move(should_handle))) {}
 
     [[nodiscard]] const Substitute& substitute() const noexcept { return substitute_; }
-    [[nodiscard]] const ShouldHandle& should_handle() const noexcept { return should_handle_; }
-    /// The name given to the constructor (empty when unnamed).
-    [[nodiscard]] const std::string& name() const noexcept { return name_; }
+    /// The options; for a fallback with a predicate of its own type, `should_handle` is empty here
+    /// (see `should_handle()`).
+    [[nodiscard]] const fallback_options& options() const noexcept { return options_; }
+    /// What decides which outcomes get the substitute.
+    [[nodiscard]] const ShouldHandle& should_handle() const noexcept {
+        if constexpr (erased)
+            return options_.should_handle;
+        else
+            return typed_;
+    }
+    /// The `name` option (empty when unnamed).
+    [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
 
     // ---- the policy protocol (see policy.hpp): an outcome not handled passes through untouched ----
     static constexpr bool enter_never_waits = true;
@@ -216,9 +297,9 @@ public:
 
     template <class R>
     step enter(call_state&, const context&, const context*&, std::optional<outcome<R>>& result) const {
-        if constexpr (std::same_as<ShouldHandle, classifier>) {
-            if (!should_handle_.template accepts<R>()) {
-                result.emplace(should_handle_.template mismatch<R>("fallback", name_));
+        if constexpr (erased) {
+            if (!options_.should_handle.template accepts<R>()) {
+                result.emplace(options_.should_handle.template mismatch<R>("fallback", options_.name));
                 return step::done;
             }
         }
@@ -229,14 +310,14 @@ public:
     /// goes on to `resume` and the substitute.
     template <class R>
     step leave(call_state&, const context& ctx, outcome<R>& result) const {
-        if (detail::fallback_plain_success(should_handle_, result))
+        if (detail::fallback_plain_success(should_handle(), result))
             return step::proceed;
         if (ctx.stop_requested())
             return step::proceed;
         try {
             // Looked at again after `should_handle`, which may have stopped the caller.
-            return detail::fallback_handles(should_handle_, result) && !ctx.stop_requested() ? step::wait
-                                                                                             : step::proceed;
+            return detail::fallback_handles(should_handle(), result) && !ctx.stop_requested() ? step::wait
+                                                                                              : step::proceed;
         } catch (...) {
             result = outcome<R>{failure::current()};
             return step::proceed;
@@ -255,11 +336,13 @@ public:
         const failure none;
         const failure& original = result.has_failure() ? result.error() : none;
         try {
+            if (options_.on_fallback)
+                tell(result, ctx);
             // No clock here: the event's `at` is zero.
-            if (const telemetry_listener* l = detail::listener_for(telemetry_, ctx))
-                (*l)(detail::event(telemetry_kind::fallback, "fallback", name_, ctx.attempt(), {},
+            if (const telemetry_listener* l = detail::listener_for(options_.telemetry, ctx))
+                (*l)(detail::event(telemetry_kind::fallback, "fallback", options_.name, ctx.attempt(), {},
                                    result.has_failure() ? &original : nullptr));
-            if (ctx.stop_requested()) // stopped since `leave` looked (by the listener, or another thread)
+            if (ctx.stop_requested()) // stopped since `leave` looked (by a callback, or another thread)
                 co_return std::move(result);
             if constexpr (std::is_void_v<R>) {
                 if constexpr (detail::substitute_awaited<Substitute, R>)
@@ -279,20 +362,50 @@ public:
     }
 
 private:
+    template <class R>
+    void tell(const outcome<R>& result, const context& ctx) const {
+        const void* value = nullptr;
+        const std::type_info* value_type = nullptr;
+        if constexpr (!std::is_void_v<R>) {
+            if (result.has_value()) {
+                value = std::addressof(result.value());
+                value_type = &typeid(R);
+            }
+        }
+        options_.on_fallback(fallback_event{ctx.attempt(), result.has_failure() ? &result.error() : nullptr,
+                                            value, value_type, options_.name});
+    }
+
     // The implicit conversion the static_assert promised (no explicit constructor sneaks in).
     template <class R, class X>
     static R convert(X&& x) {
         return std::forward<X>(x);
     }
 
+    struct none {};
+    // The deprecated constructor's predicate goes to `options_` or to `typed_`, by its type.
+    static classifier erased_part(ShouldHandle& h) {
+        if constexpr (erased)
+            return std::move(h);
+        else
+            return {};
+    }
+    static auto typed_part(ShouldHandle&& h) {
+        if constexpr (erased)
+            return none{};
+        else
+            return std::move(h);
+    }
+
     Substitute substitute_;
-    ShouldHandle should_handle_;
-    std::string name_;
-    telemetry_listener telemetry_;
+    fallback_options options_{};
+    [[no_unique_address]] std::conditional_t<erased, none, ShouldHandle> typed_{};
 };
 
 template <class Substitute>
 fallback(Substitute) -> fallback<Substitute>;
+template <class Substitute>
+fallback(Substitute, fallback_options) -> fallback<Substitute, classifier>;
 template <class Substitute, class ShouldHandle>
 fallback(Substitute, ShouldHandle) -> fallback<Substitute, ShouldHandle>;
 template <class Substitute, class ShouldHandle>

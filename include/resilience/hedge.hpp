@@ -130,27 +130,27 @@ private:
 /// its exception as the call's failure, once every attempt in flight was stopped and has finished
 /// (a budget token withdrawn stays withdrawn).
 struct hedge_options {
+    /// Carried by the errors this policy makes (`policy_name()`) and by `hedge_event`s. Empty: unnamed.
+    std::string name{};
     /// Attempts in all, counting the first (Polly's `MaxHedgedAttempts` is the extra ones only:
     /// ours is that plus one). `1` never hedges. Must be at least 1.
     int max_attempts = 2;
     /// How long to wait for the attempts in flight before starting another (see `hedge_delay`).
     /// Must not be negative.
     hedge_delay delay{};
+    /// Shared ceiling on extra attempts: each call records itself, each extra attempt withdraws a
+    /// token first, and without one it does not start. The same budget may be given to a retry,
+    /// so that retries and hedges draw from one ceiling.
+    std::optional<retry_budget> budget{};
     /// Which outcomes of an attempt bring the next attempt forward at once instead of waiting out
     /// the delay (see `classifier`). An outcome it does not handle ends the call: a failure passes
     /// straight to the caller, a value is the answer. Empty: every failure but cancellation; values
     /// are answers, except an `expected_like` value holding an error. One `rs::classifier` may
     /// serve a retry's `should_handle` and this alike.
     classifier should_handle{};
-    /// Shared ceiling on extra attempts: each call records itself, each extra attempt withdraws a
-    /// token first, and without one it does not start. The same budget may be given to a retry,
-    /// so that retries and hedges draw from one ceiling.
-    std::optional<retry_budget> budget{};
     /// Called just before an extra attempt starts, with its number and why. Runs on the caller's
     /// event loop; must not block.
     std::function<void(const hedge_event&)> on_hedge{};
-    /// Carried by the errors this policy makes (`policy_name()`) and by `hedge_event`s. Empty: unnamed.
-    std::string name{};
     /// Hears a `hedge` event for each extra attempt, and a `rejection` when `budget` refuses one.
     /// Empty: the listener of a `telemetry` stage around the call, if any (see telemetry.hpp).
     telemetry_listener telemetry{};

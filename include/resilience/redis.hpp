@@ -4,7 +4,8 @@
 /// hiredis; CMake target `resilience::redis`). The umbrella header `resilience.hpp` does not include it.
 ///
 /// - `redis::connection` (redis/connection.hpp): an asynchronous, pipelined connection on an Asio
-///   executor, reconnecting with a backoff, a timeout and a stop token on every command;
+///   executor, reconnecting with a backoff, a timeout and a stop token on every command; its
+///   errors (`redis::error`, redis/error.hpp) and its replies (`redis::reply`, redis/resp.hpp);
 /// - `redis::rate_limiter` (redis/rate_limiter.hpp): a token bucket shared by every process using
 ///   the same key, one round trip per admission, on Redis's clock;
 /// - `redis::bulkhead` (redis/bulkhead.hpp): a concurrency limit across replicas, with leases that
@@ -20,5 +21,7 @@
 
 #include "redis/bulkhead.hpp"
 #include "redis/connection.hpp"
+#include "redis/error.hpp"
 #include "redis/rate_limiter.hpp"
+#include "redis/resp.hpp"
 #include "redis/script.hpp"

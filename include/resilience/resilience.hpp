@@ -24,6 +24,7 @@
 #include "outcome.hpp"
 #include "pipeline.hpp"
 #include "policy.hpp"
+#include "policy_kit.hpp"
 #include "random.hpp"
 #include "rate_limiter.hpp"
 #include "registry.hpp"

@@ -88,10 +88,6 @@ struct retry_options {
     /// The wait before each retry. Default: `exponential_backoff{}` = 200ms, x2, capped at 30s,
     /// full jitter. Validated when assigned (see `backoff`).
     resilience::backoff backoff{};
-    /// Which outcomes to retry (see `classifier`); a `verdict` may set the wait. Cancellation is
-    /// never retried, whatever it says. Empty: `is_transient` failures; values succeed, except an
-    /// `expected_like` value holding an error, which is retried.
-    classifier should_handle{};
     /// No attempt is started once the wait before it would carry the call past this, measured
     /// from the start of the first attempt. Zero: unbounded. Must not be negative.
     std::chrono::nanoseconds max_elapsed{};
@@ -108,6 +104,10 @@ struct retry_options {
     /// Shared ceiling on retries: each call records itself, each retry withdraws a token first,
     /// and without one the loop ends.
     std::optional<retry_budget> budget{};
+    /// Which outcomes to retry (see `classifier`); a `verdict` may set the wait. Cancellation is
+    /// never retried, whatever it says. Empty: `is_transient` failures; values succeed, except an
+    /// `expected_like` value holding an error, which is retried.
+    classifier should_handle{};
     /// Called before each wait. Runs on the caller's coroutine; must not block.
     std::function<void(const retry_event&)> on_retry{};
     /// Called when `budget` refused a retry the classifier wanted; the last outcome is then returned.

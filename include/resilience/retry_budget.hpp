@@ -3,6 +3,7 @@
 /// `retry_budget`: a ceiling on retries shared by every call that uses it.
 #pragma once
 
+#include "detail/label.hpp"
 #include "detail/shared_handle.hpp"
 
 #include <atomic>
@@ -137,7 +138,8 @@ private:
     static const retry_budget_options& check(const retry_budget_options& o) {
         auto fail = [](const char* field, const char* rule, double got) {
             std::ostringstream msg;
-            msg << "resilience::retry_budget: " << field << ' ' << rule << ", got " << got;
+            msg << detail::policy_label("retry_budget", {}) << ": " << field << ' ' << rule << ", got "
+                << got;
             throw std::invalid_argument(msg.str());
         };
         if (!(o.ratio > 0.0 && o.ratio <= 1.0))

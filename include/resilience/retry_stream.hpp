@@ -43,27 +43,27 @@ enum class partial_stream {
     restart_from_start,
 };
 
-/// How a `retry_stream` behaves. `stream_retry_options{}` retries a stream that breaks before its
-/// first item up to three times, on the default exponential backoff (200ms, x2, capped at 30s, full
-/// jitter). Validated by `retry_stream`, before anything is enumerated: a bad value throws
-/// `std::invalid_argument` naming the field and the value.
+/// How a `retry_stream` behaves. `stream_retry_options{}` calls the factory up to four times in all
+/// while the stream breaks before its first item, on the default exponential backoff (200ms, x2,
+/// capped at 30s, full jitter). Validated by `retry_stream`, before anything is enumerated: a bad
+/// value throws `std::invalid_argument` naming the field and the value.
 struct stream_retry_options {
-    /// Retries for the whole stream, not per item or per break: items received do not replenish it,
-    /// so a source that keeps breaking after some progress cannot be restarted forever. `0` never
-    /// retries. Must not be negative.
-    int max_retries = 3;
+    /// Carried by the errors the stream makes (`cancelled_error::policy_name()`) and its messages.
+    std::string name{};
+    /// Attempts in all for the whole stream, the first included: calls of the factory, not items or
+    /// breaks. Items received do not replenish it, so a source that keeps breaking after some
+    /// progress cannot be restarted forever. `1` never retries. Must be at least 1.
+    int max_attempts = 4;
     /// The wait before retry n (1-based over the whole stream): `backoff.delay(n, ...)`. Validated
     /// when assigned (see `backoff`).
     resilience::backoff backoff{};
+    /// What a break after the first item does (see `partial_stream`).
+    partial_stream partial = partial_stream::rethrow_mid_stream;
     /// Which failures to retry (see `classifier`). Empty: every failure but cancellation. A
     /// `verdict`'s `delay` replaces the backoff for that wait, as given (negative: no wait).
     /// Cancellation is never retried, whatever it says. An `outcome<T>` classifier must name the
     /// stream's item type; it is asked about failures only (items are never retried).
     classifier should_handle{};
-    /// What a break after the first item does (see `partial_stream`).
-    partial_stream partial = partial_stream::rethrow_mid_stream;
-    /// Carried by the errors the stream makes (`cancelled_error::policy_name()`) and its messages.
-    std::string name{};
 };
 
 /// What the factory of a `retry_stream` is told about the attempt it starts, so a source that can
@@ -152,7 +152,6 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
     if (stop.stop_requested())
         throw cancelled_error{options.name};
     std::size_t yielded = 0;
-    int retries = 0;
     std::chrono::nanoseconds previous{};
     for (int attempt = 1;; ++attempt) {
         std::exception_ptr error;
@@ -172,7 +171,7 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
         // Cancellation is the consumer giving up, never the source failing: not retried, and
         // the classifier is not even asked; neither is it once the budget is spent.
         const failure f{error};
-        if (stop.stop_requested() || retries >= options.max_retries ||
+        if (stop.stop_requested() || attempt >= options.max_attempts ||
             (yielded > 0 && options.partial == partial_stream::rethrow_mid_stream) || is_cancellation(f))
             std::rethrow_exception(error);
         const verdict v = options.should_handle.classify(
@@ -180,12 +179,11 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
         if (!v.handle)
             std::rethrow_exception(error);
 
-        ++retries;
         std::chrono::nanoseconds wait{};
         if (v.delay)
             wait = *v.delay > std::chrono::nanoseconds::zero() ? *v.delay : std::chrono::nanoseconds::zero();
         else
-            wait = options.backoff.delay(retries, rng, f, previous);
+            wait = options.backoff.delay(attempt, rng, f, previous);
         previous = wait;
         if (wait > std::chrono::nanoseconds::zero())
             co_await clock.sleep_until(add_saturating(clock.now(), wait), stop);
@@ -202,7 +200,7 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
 /// was (the same exception object), unless every one of these allows a retry:
 /// - nothing was delivered yet, or `partial` is `restart_from_start` (see `partial_stream`);
 /// - it is not a cancellation (`cancelled_error`), and the consumer has not asked to stop;
-/// - fewer than `max_retries` retries were made, counted over the whole stream;
+/// - fewer than `max_attempts` attempts were made, counted over the whole stream;
 /// - `should_handle` handles it.
 /// Then, after the backoff's wait on `clock`, the factory is called again with the next
 /// `stream_context` (attempt number, items delivered so far, the stop token).
@@ -222,7 +220,7 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
 ///
 ///     auto rows = rs::retry_stream(
 ///         [&db](const rs::stream_context& c) { return db.read_from(c.items_yielded(), c.stop_token()); },
-///         {.max_retries = 5, .partial = rs::partial_stream::restart_from_start});  // OK: db outlives rows
+///         {.max_attempts = 6, .partial = rs::partial_stream::restart_from_start});  // OK: db outlives rows
 ///     while (auto row = co_await rows.next()) use(*row);
 ///
 /// `C` serves the backoff waits (`rs::testing::virtual_clock` in tests); `Random` draws the jitter.
@@ -235,8 +233,8 @@ retry_stream(Factory factory, stream_retry_options options, C clock = C{}, std::
     const auto bad = [&options](const std::string& what) {
         throw std::invalid_argument(detail::policy_label("retry_stream", options.name) + ": " + what);
     };
-    if (options.max_retries < 0)
-        bad("max_retries must not be negative, got " + std::to_string(options.max_retries));
+    if (options.max_attempts < 1)
+        bad("max_attempts must be at least 1, got " + std::to_string(options.max_attempts));
     if (options.partial != partial_stream::rethrow_mid_stream &&
         options.partial != partial_stream::restart_from_start)
         bad("partial must be rethrow_mid_stream or restart_from_start, got " +

@@ -95,6 +95,7 @@ public:
     explicit single_flight(single_flight_options options, Hash hash = Hash{}, KeyEqual equal = KeyEqual{})
         : state_(std::make_shared<state>(std::move(options), std::move(hash), std::move(equal))) {}
 
+    [[nodiscard]] const single_flight_options& options() const noexcept { return state_->options; }
     /// The name given in its options (empty by default).
     [[nodiscard]] const std::string& name() const noexcept { return state_->options.name; }
 

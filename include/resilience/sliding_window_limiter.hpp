@@ -3,141 +3,31 @@
 /// `sliding_window_limiter`: at most N calls in any window-long span, counted per segment.
 #pragma once
 
+#include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
-#include "rate_limiter.hpp"
+#include "detail/limiter_handle.hpp"
+#include "detail/window_counter.hpp"
+#include "error.hpp"
+#include "telemetry.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <limits>
-#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace resilience {
 
-namespace detail {
-
-/// Counts permits per segment, in a ring of O(window / segment) counters. A permit taken at `t`
-/// is counted in bucket `ceil(t / segment)` (the segment boundary at or after `t`) and comes
-/// back at that boundary plus `window`: never sooner than `window` after it was taken, so any
-/// span `[t, t + window)` admits at most `limit`, and exactly `window` after for a permit taken
-/// on a boundary. Rounding up costs a permit at most one segment of extra holding; rounding down
-/// would let `2 * limit` calls through in a bit less than a window.
-///
-/// Times are nanoseconds since the limiter was made. A return time past the largest of them (a
-/// window near `nanoseconds::max()`) is held at that largest time rather than overflowing: such a
-/// permit never comes back in practice, and `available_at` says so with the latest time it has.
-class window_counter {
-public:
-    window_counter(std::size_t limit, std::chrono::nanoseconds window, std::size_t segments)
-        : limit_(limit), window_(window.count()),
-          segment_(window.count() / static_cast<std::int64_t>(segments)),
-          // Live buckets span at most ceil(window / segment) + 2 indices (see expire and try_take).
-          counts_(static_cast<std::size_t>(ceil_div(window_, segment_) + 2), 0) {}
-
-    bool try_take(std::chrono::nanoseconds now) {
-        expire(now.count());
-        if (active_ >= limit_)
-            return false;
-        const std::int64_t b = ceil_div(now.count(), segment_);
-        ++counts_[slot(b)];
-        ++active_;
-        newest_ = std::max(newest_, b);
-        return true;
-    }
-
-    double available_at(std::chrono::nanoseconds now, std::size_t ahead) {
-        expire(now.count());
-        // The callers ahead take the free permits first, then the ones in use as they come back,
-        // oldest first, then those permits again, in the same order, as each comes back.
-        const std::size_t free = limit_ - active_;
-        const std::size_t index = ahead % limit_;
-        const auto cycles = static_cast<std::int64_t>(ahead / limit_);
-        std::int64_t at = now.count();
-        if (index >= free)
-            at = return_of_used(index - free);
-        if (cycles == 0)
-            return static_cast<double>(at);
-        // Every reuse is rounded up to the segment grid again, as try_take counts it: taken at `at`,
-        // the permit comes back at ceil_grid(at) + window; taken again then, at ceil_grid(at) +
-        // ceil_grid(window) + window; and so on, each further reuse adding ceil_grid(window), which
-        // is more than a window when the window is not a whole number of segments.
-        const std::int64_t boundary =
-            at > std::numeric_limits<std::int64_t>::max() - segment_ ? at : ceil_div(at, segment_) * segment_;
-        const std::int64_t first_back = saturating_add(boundary, window_);
-        const std::int64_t per_reuse = saturating_multiply(ceil_div(window_, segment_), segment_);
-        return static_cast<double>(saturating_add(first_back, saturating_multiply(cycles - 1, per_reuse)));
-    }
-
-    double remaining(std::chrono::nanoseconds now) {
-        expire(now.count());
-        return static_cast<double>(limit_ - active_);
-    }
-
-private:
-    static std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept {
-        std::int64_t q = a / b;
-        if (a % b != 0 && (a < 0) != (b < 0))
-            --q;
-        return q;
-    }
-    static std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return -floor_div(-a, b); }
-    // For times and durations that are not negative: the sum or product, or the largest time.
-    static std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
-        return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
-    }
-    static std::int64_t saturating_multiply(std::int64_t a, std::int64_t b) noexcept {
-        return b != 0 && a > std::numeric_limits<std::int64_t>::max() / b ? std::numeric_limits<std::int64_t>::max()
-                                                                            : a * b;
-    }
-
-    std::size_t slot(std::int64_t bucket) const noexcept {
-        return static_cast<std::size_t>(bucket) % counts_.size(); // buckets are never negative
-    }
-
-    // Bucket b is live while b * segment + window > now. Every bucket that dies is zeroed, so a
-    // ring slot reused for a later bucket starts from zero.
-    void expire(std::int64_t now) noexcept {
-        const std::int64_t first_live = floor_div(now - window_, segment_) + 1;
-        for (; oldest_ < first_live && oldest_ <= newest_; ++oldest_) {
-            std::size_t& c = counts_[slot(oldest_)];
-            active_ -= c;
-            c = 0;
-        }
-        oldest_ = std::max(oldest_, first_live);
-    }
-
-    // When the k-th (0-based) oldest permit in use comes back. Precondition: k < active_.
-    std::int64_t return_of_used(std::size_t k) const noexcept {
-        std::int64_t b = oldest_;
-        for (; b < newest_; ++b) {
-            const std::size_t c = counts_[slot(b)];
-            if (k < c)
-                break;
-            k -= c;
-        }
-        return saturating_add(b * segment_, window_);
-    }
-
-    std::size_t limit_;
-    std::int64_t window_;  // nanoseconds
-    std::int64_t segment_; // nanoseconds, window / segments rounded down
-    std::vector<std::size_t> counts_;
-    std::size_t active_ = 0;   // permits in use: the sum of the live buckets
-    std::int64_t oldest_ = 0;  // first bucket that may be live
-    std::int64_t newest_ = -1; // last bucket written
-};
-
-} // namespace detail
-
+/// How a `sliding_window_limiter` admits calls. `permit_limit` and `window` have no usable default;
+/// the constructor checks every field (`std::invalid_argument` naming the limiter, the field and the
+/// value). A throwing `on_rejected` ends the call as for `rate_limiter_options`.
 struct sliding_window_limiter_options {
+    /// Carried by the errors it makes (`policy_name()`), by `rejection_event`s and by `name()`.
+    std::string name{};
     /// How many calls any window-long span may admit. Must be positive. No default, as for the
     /// window: only the user knows what the dependency allows, and a guess would silently either
     /// throttle it or overload it; so a limiter made without them throws.
@@ -147,7 +37,7 @@ struct sliding_window_limiter_options {
     /// How finely the window slides: permits come back in steps of `window / segments`. Positive
     /// and at most `window` in nanoseconds and `max_segments`.
     std::size_t segments = 10;
-    /// The most `segments` accepted: one counter each is kept, so the bound caps the memory (8 MB).
+    /// The most `segments` accepted: one counter each is kept, so the bound caps the memory.
     static constexpr std::size_t max_segments = 1'000'000;
     /// How many calls may wait for a permit; beyond that a call is refused at once
     /// (`rejection_reason::queue_full`). The default 0 refuses as soon as no permit is free
@@ -156,8 +46,10 @@ struct sliding_window_limiter_options {
     /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
     /// that instant. Empty (the default): as long as it takes. Must be positive when set.
     std::optional<std::chrono::nanoseconds> queue_timeout{};
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
+    /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
+    /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
+    /// Runs on the caller's coroutine, without any lock held; must not block.
+    std::function<void(const rejection_event&)> on_rejected{};
     /// Hears this limiter's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
     /// stage around the call, if any (see telemetry.hpp).
     telemetry_listener telemetry{};
@@ -202,7 +94,7 @@ public:
 
 private:
     static detail::window_counter meter_of(const sliding_window_limiter_options& o) {
-        const std::string who = "resilience::sliding_window_limiter: ";
+        const std::string who = detail::policy_label("sliding_window_limiter", o.name) + ": ";
         if (o.permit_limit == 0)
             throw std::invalid_argument(who + "permit_limit must be positive, got 0");
         if (o.window <= std::chrono::nanoseconds::zero())

@@ -129,19 +129,6 @@ constexpr const char* to_string(telemetry_kind k) noexcept {
     return "unknown";
 }
 
-/// "no_capacity", "queue_full" or "queue_timeout": a static string, for logs and metric labels.
-constexpr const char* to_string(rejection_reason r) noexcept {
-    switch (r) {
-    case rejection_reason::no_capacity:
-        return "no_capacity";
-    case rejection_reason::queue_full:
-        return "queue_full";
-    case rejection_reason::queue_timeout:
-        return "queue_timeout";
-    }
-    return "unknown";
-}
-
 /// One thing a policy did. Passed to the listener by const reference and valid only during that
 /// call: `policy` is a static string, but `name` refers to the policy's options and `error` to the
 /// call's own outcome. Copy what you keep (`std::string(e.name)`, `e.error->exception()`).
@@ -326,10 +313,10 @@ RESILIENCE_DETAIL_NOINLINE failure refused(const telemetry_listener* l, const C&
 /// its own (its options' `telemetry`) reports there instead. Stages outside it do not see it; an
 /// inner `telemetry` stage takes over for the stages inside it.
 struct telemetry_options {
-    /// Hears every event of the stages inside; empty: the stage does nothing at all.
-    telemetry_listener listener{};
     /// The `name` of its `call` events; empty: unnamed.
     std::string name{};
+    /// Hears every event of the stages inside; empty: the stage does nothing at all.
+    telemetry_listener listener{};
 };
 
 /// See `telemetry_options`. A stateless value; `C` times the calls. The listener is referred to by
@@ -345,6 +332,7 @@ public:
     explicit telemetry(telemetry_listener listener, C clock = C{})
         : telemetry(telemetry_options{.listener = std::move(listener)}, std::move(clock)) {}
 
+    [[nodiscard]] const telemetry_options& options() const noexcept { return options_; }
     [[nodiscard]] const telemetry_listener& listener() const noexcept { return options_.listener; }
     [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
     [[nodiscard]] const C& clock() const noexcept { return clock_; }

@@ -6,6 +6,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/label.hpp"
 #include "detail/stop.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
@@ -19,9 +20,11 @@
 #include <chrono>
 #include <coroutine>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace resilience {
@@ -115,12 +118,46 @@ private:
 
 } // namespace detail
 
+/// What a timeout reports to `on_timeout`. Refers to the call's own outcome and to the timeout's
+/// name: valid only during the callback; copy what you need to keep.
+class timeout_event {
+public:
+    timeout_event(std::chrono::nanoseconds timeout, int attempt, const failure* error = nullptr,
+                  std::string_view policy_name = {}) noexcept
+        : timeout_(timeout), attempt_(attempt), error_(error), name_(policy_name) {}
+
+    /// The timeout's length (`timeout_options::timeout`).
+    [[nodiscard]] std::chrono::nanoseconds timeout() const noexcept { return timeout_; }
+    /// The attempt that timed out, as the timeout saw it (`context::attempt()`).
+    [[nodiscard]] int attempt() const noexcept { return attempt_; }
+    /// The `timeout_error` the attempt ends with (its `cause()` is the failure the attempt ended
+    /// with); null when a value came after the deadline anyway and is returned.
+    [[nodiscard]] const failure* error() const noexcept { return error_; }
+    /// The `name` option of the timeout that reports (empty when unnamed).
+    [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
+
+private:
+    std::chrono::nanoseconds timeout_;
+    int attempt_;
+    const failure* error_;
+    std::string_view name_;
+};
+
+/// How a `timeout` behaves. `timeout_options{}` gives each attempt 30 seconds, as Polly does.
+///
+/// A user callback (`on_timeout`, the `telemetry` listener) that throws ends the call with its
+/// exception as the call's failure, in place of the `timeout_error`.
 struct timeout_options {
+    /// Carried by the errors this policy makes (`timeout_error`, and `cancelled_error` for a call
+    /// stopped before it starts: `policy_name()`) and by `timeout_event`s; empty: unnamed.
+    std::string name{};
     /// How long an attempt may run before it is asked to stop (Polly's `Timeout`). Positive.
     std::chrono::nanoseconds timeout = std::chrono::seconds{30};
-    /// Carried by the errors this policy makes (`timeout_error`, and `cancelled_error` for a call
-    /// stopped before it starts: `policy_name()`); empty: unnamed.
-    std::string name{};
+    /// Called when an attempt timed out: once the attempt, asked to stop at the deadline, has
+    /// ended (the timeout waits for it), before its `timeout_error` is returned. For an attempt
+    /// that stops when asked, that is the deadline itself. Not called for a caller that stopped.
+    /// Runs on the caller's coroutine; must not block.
+    std::function<void(const timeout_event&)> on_timeout{};
     /// Hears a `timeout` event when an attempt ends after its deadline. Empty: the listener of a
     /// `telemetry` stage around it, if any (see telemetry.hpp).
     telemetry_listener telemetry{};
@@ -147,12 +184,13 @@ class timeout : public policy_base<timeout<C>> {
 public:
     /// 30 seconds, as Polly's default.
     timeout() : timeout(timeout_options{}) {}
+    /// Validates `options`: a bad value throws `std::invalid_argument` naming the field and value.
     explicit timeout(timeout_options options, C clock = C{})
-        : after_(options.timeout), clock_(std::move(clock)), name_(std::move(options.name)),
-          telemetry_(std::move(options.telemetry)) {
-        if (after_ <= std::chrono::nanoseconds::zero())
-            throw std::invalid_argument("resilience::timeout: timeout must be positive, got " +
-                                        std::to_string(after_.count()) + "ns");
+        : options_(std::move(options)), clock_(std::move(clock)) {
+        if (options_.timeout <= std::chrono::nanoseconds::zero())
+            throw std::invalid_argument(detail::policy_label("timeout", options_.name) +
+                                        ": timeout must be positive, got " +
+                                        std::to_string(options_.timeout.count()) + "ns");
     }
     /// A duration beyond what nanoseconds hold (about 292 years) is taken as that much: forever.
     /// A floating-point duration that is NaN or infinite is refused (`std::invalid_argument`).
@@ -161,10 +199,14 @@ public:
         : timeout(timeout_options{.timeout = detail::finite_nanoseconds(after, "resilience::timeout: timeout")},
                   std::move(clock)) {}
 
-    /// How long an attempt may run.
-    [[nodiscard]] std::chrono::nanoseconds duration() const noexcept { return after_; }
-    [[nodiscard]] const std::string& name() const noexcept { return name_; }
-    const C& clock() const noexcept { return clock_; }
+    [[nodiscard]] const timeout_options& options() const noexcept { return options_; }
+    /// How long an attempt may run. Kept for one version.
+    [[deprecated("use options().timeout")]] [[nodiscard]] std::chrono::nanoseconds duration() const noexcept {
+        return options_.timeout;
+    }
+    /// The `name` option (empty when unnamed).
+    [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
+    [[nodiscard]] const C& clock() const noexcept { return clock_; }
 
     // ---- the policy protocol (see policy.hpp) ----
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
@@ -183,14 +225,14 @@ public:
             return step::wait;
         } else {
             if (ctx.stop_requested()) [[unlikely]] {
-                detail::set_cancelled(result, name_);
+                detail::set_cancelled(result, options_.name);
                 return step::done;
             }
             event_loop* const loop = clock_.timer_loop();
             if (!loop)
                 return step::wait; // no loop timers after all: `run` watches beside the call
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                detail::add_saturating(detail::call_now(clock_, ctx), after_).time_since_epoch());
+                detail::add_saturating(detail::call_now(clock_, ctx), options_.timeout).time_since_epoch());
             s.stop.emplace(&ctx);
             detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline, detail::reading_key(clock_));
             s.timer.emplace(loop, deadline, *s.stop);
@@ -236,8 +278,8 @@ private:
     task<detail::next_outcome_t<Next>> run_beside(Next next, const context& ctx) const {
         using result_type = detail::next_outcome_t<Next>;
         if (ctx.stop_requested())
-            co_return failure::make(cancelled_error{name_});
-        const auto deadline = detail::add_saturating(clock_.now(), after_);
+            co_return failure::make(cancelled_error{options_.name});
+        const auto deadline = detail::add_saturating(clock_.now(), options_.timeout);
         detail::pooled_stop_source attempt_stop;
         detail::stop_link link{ctx.stop_token(), attempt_stop};
         const context child = ctx.with_stop_token(attempt_stop.get_token())
@@ -256,11 +298,28 @@ private:
         if (!expired || ctx.stop_requested())
             return result;
         if (result.has_failure())
-            result = Outcome{failure::make(timeout_error{result.error().exception(), name_})};
-        detail::report(detail::listener_for(telemetry_, ctx), clock_,
-                       detail::event(telemetry_kind::timeout, "timeout", name_, ctx.attempt(), after_),
-                       result);
+            result = Outcome{failure::make(timeout_error{options_.name, result.error().exception()})};
+        if (options_.on_timeout && !tell(result, ctx))
+            return result;
+        detail::report(
+            detail::listener_for(options_.telemetry, ctx), clock_,
+            detail::event(telemetry_kind::timeout, "timeout", options_.name, ctx.attempt(), options_.timeout),
+            result);
         return result;
+    }
+
+    // Calls `on_timeout`; what it throws replaces `result` (false then).
+    template <class Outcome>
+    bool tell(Outcome& result, const context& ctx) const noexcept {
+        try {
+            options_.on_timeout(timeout_event{options_.timeout, ctx.attempt(),
+                                              result.has_failure() ? &result.error() : nullptr,
+                                              options_.name});
+            return true;
+        } catch (...) {
+            result = Outcome{failure::current()};
+            return false;
+        }
     }
 
     // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it and
@@ -290,10 +349,8 @@ private:
             std::rethrow_exception(clock_failed);
     }
 
-    std::chrono::nanoseconds after_;
+    timeout_options options_;
     C clock_;
-    std::string name_;
-    telemetry_listener telemetry_;
 };
 
 template <class Rep, class Period>

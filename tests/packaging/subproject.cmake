@@ -55,6 +55,8 @@ message(STATUS "subproject_install: by default a subproject installs nothing")
 configure_and_install(opted-in -DPARENT_INSTALLS=ON)
 foreach(path
         include/resilience/resilience.hpp
+        include/resilience/asio/clock.hpp
+        include/resilience/redis/resp.hpp
         share/resilience/cmake/resilienceConfig.cmake
         share/resilience/cmake/resilienceConfigVersion.cmake
         share/resilience/cmake/resilienceTargets.cmake

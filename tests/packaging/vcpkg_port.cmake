@@ -158,7 +158,9 @@ foreach(file
         share/resilience/resilienceTargets.cmake
         share/resilience/usage
         share/resilience/copyright
-        include/resilience/resilience.hpp)
+        include/resilience/resilience.hpp
+        include/resilience/asio/clock.hpp
+        include/resilience/redis/resp.hpp)
     if(NOT EXISTS "${pkg}/${file}")
         fail("${file} is missing from the package")
     endif()

@@ -3,7 +3,7 @@
 // back when a replica dies holding them, renewal that keeps a long call's slot, and the failure modes.
 // Real time: bounds with tolerance, never instants.
 #include "catch.hpp"
-#include "redis/server.hpp"
+#include "redis/support.hpp"
 
 #include <resilience/redis.hpp>
 #include <resilience/resilience.hpp>
@@ -25,6 +25,7 @@ namespace redis = resilience::redis;
 using namespace std::chrono_literals;
 using resilience_tests::redis_server;
 using resilience_tests::run;
+using resilience_tests::together;
 
 namespace {
 
@@ -42,11 +43,6 @@ rs::task<int> call(redis::bulkhead b, std::chrono::nanoseconds length) {
     if (r.has_value())
         co_return 1;
     co_return r.failure().code() == rs::errc::bulkhead_rejected ? 0 : -1;
-}
-
-rs::task<std::vector<int>> together(std::vector<rs::task<int>> calls) {
-    auto all = rs::when_all(std::move(calls));
-    co_return co_await std::move(all);
 }
 
 // Tries `b` every 10 ms until admitted or `limit` passes; the time it took.
@@ -104,10 +100,8 @@ TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back aft
     {
         // The replica: takes both slots with calls of an hour, then its loop stops for good, as a
         // crashed process's would: no renewal, no release. Destroying it drops its connection.
-        ::asio::io_context dying;
-        redis::connection c{dying.get_executor(),
-                            resilience_tests::options_of(fixture.server, for_lease(lease))};
-        const redis::bulkhead a{slots("crash", 2, lease), c};
+        resilience_tests::replica_loop dying{fixture.server, for_lease(lease)};
+        const redis::bulkhead a{slots("crash", 2, lease), dying.connection};
         for (int i = 0; i < 2; ++i) {
             auto hour = a.execute([&running](rs::asio::clock clock) -> rs::task<int> {
                 ++running;
@@ -115,11 +109,11 @@ TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back aft
                 co_await std::move(sleeping);
                 co_return 1;
             }, a.clock());
-            rs::asio::async_run(dying.get_executor(), std::move(hour), [](std::exception_ptr, int) {});
+            rs::asio::async_run(dying.io.get_executor(), std::move(hour), [](std::exception_ptr, int) {});
         }
         const auto deadline = std::chrono::steady_clock::now() + 5s;
         while (running < 2 && std::chrono::steady_clock::now() < deadline)
-            dying.run_for(5ms);
+            dying.io.run_for(5ms);
         REQUIRE(running == 2);
         taken = std::chrono::steady_clock::now();
     }
@@ -144,10 +138,8 @@ TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewi
     std::atomic<bool> done{false};
     // The long call, for four leases, on a loop of its own on another thread.
     std::jthread replica([&fixture, &holding, &done, lease] {
-        ::asio::io_context io;
-        redis::connection c{io.get_executor(),
-                            resilience_tests::options_of(fixture.server, for_lease(lease))};
-        const redis::bulkhead a{slots("renewed", 1, lease), c};
+        resilience_tests::replica_loop loop{fixture.server, for_lease(lease)};
+        const redis::bulkhead a{slots("renewed", 1, lease), loop.connection};
         auto long_call = [](redis::bulkhead b, std::atomic<bool>& held) -> rs::task<int> {
             auto running = b.execute_outcome([&held](rs::asio::clock clock) -> rs::task<int> {
                 held = true;
@@ -158,7 +150,7 @@ TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewi
             rs::outcome<int> r = co_await std::move(running);
             co_return r.has_value() ? 1 : 0;
         };
-        CHECK(run(io, long_call(a, holding)) == 1);
+        CHECK(run(loop.io, long_call(a, holding)) == 1);
         done = true;
     });
     const auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -253,11 +245,7 @@ TEST_CASE("redis bulkhead: an acquisition whose caller stopped gives its slot ba
     });
     io.restart();
     io.run_for(5s); // until the acquisition and what followed it are answered
-    const redis::reply held = run(io, [](redis::connection conn) -> rs::task<redis::reply> {
-        std::vector<std::string> count{"ZCARD", "stopped"};
-        auto asking = conn.command(std::move(count));
-        co_return co_await std::move(asking);
-    }(c));
+    const redis::reply held = run(io, c.command({"ZCARD", "stopped"}));
     REQUIRE(cancelled.has_value());
     CHECK(*cancelled);
     CHECK(held.integer == 0); // with a lease of an hour: only the release can have freed it

@@ -2,7 +2,7 @@
 // redis::connection against a real redis-server: replies, pipelining, the per-command timeout, stop
 // tokens, and reconnection after the server dies. Real time: bounds are asserted, never instants.
 #include "catch.hpp"
-#include "redis/server.hpp"
+#include "redis/support.hpp"
 
 #include <resilience/redis.hpp>
 
@@ -23,11 +23,6 @@ using resilience_tests::run;
 
 namespace {
 
-rs::task<redis::reply> one(redis::connection c, std::vector<std::string> args) {
-    auto sent = c.command(std::move(args));
-    co_return co_await std::move(sent);
-}
-
 // The error code of what `t` throws, or an empty code when it returns.
 rs::task<std::error_code> code_of(rs::task<redis::reply> t) {
     try {
@@ -41,7 +36,7 @@ rs::task<std::error_code> code_of(rs::task<redis::reply> t) {
 // PINGs until one is answered (for at most 5 s); the time that took.
 std::chrono::nanoseconds until_answered(::asio::io_context& io, const redis::connection& c) {
     const auto start = std::chrono::steady_clock::now();
-    while (run(io, code_of(one(c, {"PING"}))) && std::chrono::steady_clock::now() - start < 5s) {
+    while (run(io, code_of(c.command({"PING"}))) && std::chrono::steady_clock::now() - start < 5s) {
     }
     return std::chrono::steady_clock::now() - start;
 }
@@ -49,7 +44,7 @@ std::chrono::nanoseconds until_answered(::asio::io_context& io, const redis::con
 rs::task<long long> incr_many(redis::connection c, int n, std::vector<long long>& seen) {
     std::vector<rs::task<redis::reply>> calls;
     for (int i = 0; i < n; ++i)
-        calls.push_back(one(c, {"INCR", "counter"}));
+        calls.push_back(c.command({"INCR", "counter"}));
     auto all = rs::when_all(std::move(calls));
     std::vector<redis::reply> replies = co_await std::move(all);
     for (const auto& r : replies)
@@ -64,22 +59,22 @@ TEST_CASE("redis connection: replies of every kind, an error reply returned as a
         return;
     resilience_tests::local_redis fixture;
     auto& [server, io, c, clock] = fixture;
-    CHECK(run(io, one(c, {"SET", "k", "v"})).type == redis::reply::kind::status);
-    const redis::reply got = run(io, one(c, {"GET", "k"}));
+    CHECK(run(io, c.command({"SET", "k", "v"})).type == redis::reply::kind::status);
+    const redis::reply got = run(io, c.command({"GET", "k"}));
     CHECK(got.type == redis::reply::kind::string);
     CHECK(got.str == "v");
-    CHECK(run(io, one(c, {"GET", "absent"})).type == redis::reply::kind::nil);
+    CHECK(run(io, c.command({"GET", "absent"})).type == redis::reply::kind::nil);
     INFO("eval");
-    const redis::reply list = run(io, one(c, {"EVAL", "return {1, 'two', {3}}", "0"}));
+    const redis::reply list = run(io, c.command({"EVAL", "return {1, 'two', {3}}", "0"}));
     REQUIRE(list.type == redis::reply::kind::array);
     REQUIRE(list.elements.size() == 3);
     CHECK(list.elements[0].integer == 1);
     CHECK(list.elements[1].str == "two");
     CHECK(list.elements[2].elements.at(0).integer == 3);
     INFO("error reply");
-    const redis::reply bad = run(io, one(c, {"NOSUCHCOMMAND"}));
+    const redis::reply bad = run(io, c.command({"NOSUCHCOMMAND"}));
     CHECK(bad.is_error());
-    CHECK(run(io, one(c, {"PING"})).str == "PONG"); // the connection goes on after an error reply
+    CHECK(run(io, c.command({"PING"})).str == "PONG"); // the connection goes on after an error reply
 }
 
 TEST_CASE("redis connection: pipelined commands get their own replies, in order", "[redis]") {
@@ -102,15 +97,15 @@ TEST_CASE("redis connection: a frozen server fails the command with a timeout, t
         return;
     resilience_tests::local_redis fixture;
     auto& [server, io, c, clock] = fixture;
-    CHECK(run(io, one(c, {"PING"})).str == "PONG");
+    CHECK(run(io, c.command({"PING"})).str == "PONG");
     server.freeze();
     const auto start = std::chrono::steady_clock::now();
-    CHECK(run(io, code_of(one(c, {"INCR", "x"}))) == redis::errc::timeout);
+    CHECK(run(io, code_of(c.command({"INCR", "x"}))) == redis::errc::timeout);
     const auto took = std::chrono::steady_clock::now() - start;
     CHECK(took >= 200ms);
     CHECK(took < 2s); // the timeout, not the frozen server, ended it
     // Backing off: the next command fails at once, without waiting for anything.
-    CHECK(run(io, code_of(one(c, {"PING"}))) == redis::errc::unavailable);
+    CHECK(run(io, code_of(c.command({"PING"}))) == redis::errc::unavailable);
     CHECK(c.reconnect_in() > 0ns);
     server.thaw();
     // Within one backoff (250 ms here; the rest is a margin for a loaded machine) the connection is back.
@@ -125,7 +120,7 @@ TEST_CASE("redis connection: a frozen server that still accepts connections make
         o.reconnect = rs::exponential_backoff{50ms, 4.0, 5s, rs::jitter::none};
     }};
     auto& [server, io, c, clock] = fixture;
-    CHECK(run(io, one(c, {"PING"})).str == "PONG");
+    CHECK(run(io, c.command({"PING"})).str == "PONG");
     server.freeze();
     // Each cycle: the backoff ends, a new connect succeeds (the kernel accepts for the frozen
     // server), the command times out. The server never answered, so the backoff goes on growing:
@@ -136,7 +131,7 @@ TEST_CASE("redis connection: a frozen server that still accepts connections make
         backoff.async_wait([](const std::error_code&) {});
         io.restart();
         io.run();
-        CHECK(run(io, code_of(one(c, {"PING"}))) == redis::errc::timeout);
+        CHECK(run(io, code_of(c.command({"PING"}))) == redis::errc::timeout);
         waits.push_back(c.reconnect_in());
     }
     server.thaw();
@@ -148,7 +143,7 @@ TEST_CASE("redis connection: a frozen server that still accepts connections make
     // Once the server answers, the outage is over: the next timeout backs off from the first step.
     CHECK(until_answered(io, c) < 2s);
     server.freeze();
-    CHECK(run(io, code_of(one(c, {"PING"}))) == redis::errc::timeout);
+    CHECK(run(io, code_of(c.command({"PING"}))) == redis::errc::timeout);
     CHECK(c.reconnect_in() <= 50ms);
     server.thaw();
 }
@@ -159,12 +154,12 @@ TEST_CASE("redis connection: a killed server fails commands in flight, and the r
         return;
     resilience_tests::local_redis fixture;
     auto& [server, io, c, clock] = fixture;
-    CHECK(run(io, one(c, {"PING"})).str == "PONG");
+    CHECK(run(io, c.command({"PING"})).str == "PONG");
     server.kill();
-    const std::error_code lost = run(io, code_of(one(c, {"PING"})));
+    const std::error_code lost = run(io, code_of(c.command({"PING"})));
     INFO(lost.message());
     CHECK((lost == redis::errc::connection_lost || lost == redis::errc::unavailable));
-    CHECK(run(io, code_of(one(c, {"PING"}))) == redis::errc::unavailable); // refused, then backing off
+    CHECK(run(io, code_of(c.command({"PING"}))) == redis::errc::unavailable); // refused, then backing off
     server.start();
     CHECK(until_answered(io, c) < 1s);
 }
@@ -177,7 +172,7 @@ TEST_CASE("redis connection: a stop ends the caller's wait at once with cancelle
     redis_server& server = fixture.server;
     ::asio::io_context& io = fixture.io;
     redis::connection& c = fixture.connection;
-    CHECK(run(io, one(c, {"PING"})).str == "PONG");
+    CHECK(run(io, c.command({"PING"})).str == "PONG");
     server.freeze();
     std::stop_source stop;
     ::asio::steady_timer timer{io, 50ms};

@@ -3,7 +3,7 @@
 // threads, keys per tenant, waiting on reserved tokens, a script flush, and each failure mode with the
 // server killed mid-run and restarted. Real time: bounds with tolerance, never instants.
 #include "catch.hpp"
-#include "redis/server.hpp"
+#include "redis/support.hpp"
 
 #include <resilience/redis.hpp>
 #include <resilience/resilience.hpp>
@@ -132,12 +132,10 @@ namespace {
 
 // Admission instants of calls made for `length` through a limiter of its own, on an event loop and a
 // connection of its own (a replica), on the calling thread.
-std::vector<std::chrono::steady_clock::time_point> replica(std::uint16_t port, redis::rate_limiter_options o,
+std::vector<std::chrono::steady_clock::time_point> replica(const redis_server& server, redis::rate_limiter_options o,
                                                            std::chrono::nanoseconds length) {
-    ::asio::io_context io;
-    redis::connection_options co{.port = port, .command_timeout = 2s};
-    redis::connection c{io.get_executor(), co};
-    const redis::rate_limiter limiter{std::move(o), c};
+    resilience_tests::replica_loop loop{server, [](redis::connection_options& co) { co.command_timeout = 2s; }};
+    const redis::rate_limiter limiter{std::move(o), loop.connection};
     std::vector<std::chrono::steady_clock::time_point> admitted;
     auto stamp = [](redis::rate_limiter l, std::vector<std::chrono::steady_clock::time_point>& out,
                     std::chrono::steady_clock::time_point end) -> rs::task<int> {
@@ -150,8 +148,8 @@ std::vector<std::chrono::steady_clock::time_point> replica(std::uint16_t port, r
     };
     const auto end = std::chrono::steady_clock::now() + length;
     for (int i = 0; i < 4; ++i) // four callers at once on this loop
-        rs::asio::async_run(io.get_executor(), stamp(limiter, admitted, end), [](std::exception_ptr, int) {});
-    io.run();
+        rs::asio::async_run(loop.io.get_executor(), stamp(limiter, admitted, end), [](std::exception_ptr, int) {});
+    loop.io.run();
     return admitted;
 }
 
@@ -168,7 +166,7 @@ TEST_CASE("redis rate_limiter: event loops on three threads share one limit, win
     {
         std::vector<std::jthread> threads;
         for (auto& out : all)
-            threads.emplace_back([&out, &server, length] { out = replica(server.port(), quota("shared", burst, rate), length); });
+            threads.emplace_back([&out, &server, length] { out = replica(server, quota("shared", burst, rate), length); });
     }
     std::vector<std::chrono::steady_clock::time_point> merged;
     for (const auto& a : all) {
@@ -271,11 +269,7 @@ TEST_CASE("redis rate_limiter: after a script flush the script is sent whole, co
     auto& [server, io, c, clock] = fixture;
     const redis::rate_limiter limiter{quota("flushed", 3, 0.1), c};
     CHECK(run(io, calls(limiter, 1)).admitted == 1);
-    auto flush = [](redis::connection conn) -> rs::task<redis::reply> {
-        auto sent = conn.command({"SCRIPT", "FLUSH"});
-        co_return co_await std::move(sent);
-    };
-    CHECK(run(io, flush(c)).type == redis::reply::kind::status);
+    CHECK(run(io, c.command({"SCRIPT", "FLUSH"})).type == redis::reply::kind::status);
     CHECK(run(io, calls(limiter, 1)).admitted == 1); // NOSCRIPT, then EVAL: one token
     CHECK(run(io, calls(limiter, 3)).admitted == 1); // the third token, not more
 }
@@ -411,11 +405,7 @@ TEST_CASE("redis rate_limiter and bulkhead: one pipeline with local policies", "
     std::vector<rs::task<int>> five;
     for (int i = 0; i < 5; ++i)
         five.push_back(lasting(p, clock));
-    auto all = [](std::vector<rs::task<int>> ts) -> rs::task<std::vector<int>> {
-        auto together = rs::when_all(std::move(ts));
-        co_return co_await std::move(together);
-    };
-    std::vector<int> got = run(io, all(std::move(five)));
+    std::vector<int> got = run(io, resilience_tests::together(std::move(five)));
     std::sort(got.begin(), got.end());
     CHECK(got == std::vector{0, 0, 1, 1, 2}); // admitted twice, refused by the limiter twice, by the bulkhead once
 }

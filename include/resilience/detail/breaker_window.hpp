@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /// \file detail/breaker_window.hpp
-/// The sliding windows a circuit breaker judges its rates over: the last N calls, or the last D of time.
+/// The samples a circuit breaker judges its ratios over: the last N calls, or the calls of the last D of
+/// time (`breaker_sampling`). The segment grid is shared with the adaptive throttle.
 #pragma once
 
 #include <chrono>
@@ -42,9 +43,9 @@ struct window_counts {
     }
 };
 
-/// Exactly the last `size` calls: one byte per call in a ring, plus running totals, so recording
-/// and reading are O(1) and the memory is fixed at construction. Not synchronised: the breaker
-/// holds its lock around every use.
+/// Exactly the last `size` calls (`breaker_sampling::calls`): one byte per call in a ring, plus
+/// running totals, so recording and reading are O(1) and the memory is fixed at construction. Not
+/// synchronised: the breaker holds its lock around every use.
 class count_window {
 public:
     explicit count_window(std::size_t size) : marks_(size, 0) {}
@@ -77,7 +78,7 @@ private:
 };
 
 /// The calls of the last stretch of time, kept in `buckets` buckets (the `segments` of a
-/// `breaker_window`) of `width` each, so memory is fixed however many calls arrive. Bucket `k`
+/// `breaker_sampling`) of `width` each, so memory is fixed however many calls arrive. Bucket `k`
 /// holds the calls made in `[k*width, (k+1)*width)` (time since the clock's epoch); at time `t`
 /// the window is bucket `floor(t/width)` and the `buckets - 1` before it. A call therefore stops counting
 /// between `(buckets-1)*width` and `buckets*width` after it was made: never later. Recording costs O(1) plus

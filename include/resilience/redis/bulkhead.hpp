@@ -37,6 +37,8 @@
 namespace resilience::redis {
 
 struct bulkhead_options {
+    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
+    std::string name{};
     /// The Redis key of the slots: every bulkhead with the same key on the same Redis shares one
     /// limit. Must not be empty. The key holds a sorted set of leases and expires with the last one.
     std::string key{};
@@ -52,8 +54,6 @@ struct bulkhead_options {
     /// With `local_share`: the share of `max_concurrent_calls` this bulkhead allows on its own
     /// meanwhile, in (0, 1]; at least one call. Otherwise ignored (0 or in (0, 1]).
     double local_share = 0;
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
     /// Hears this bulkhead's `rejection`s, `backend_lost` and `backend_restored`. Empty: the
     /// listener of a `telemetry` stage around the call, if any.
     telemetry_listener telemetry{};
@@ -99,10 +99,10 @@ struct redis_bulkhead_state {
         if (options.when_unavailable == unavailable_policy::local_share)
             local.emplace(
                 ::resilience::bulkhead_options{
+                    .name = options.name,
                     .max_concurrent_calls = std::max<std::size_t>(
                         1, static_cast<std::size_t>(
                                std::floor(static_cast<double>(options.max_concurrent_calls) * options.local_share))),
-                    .name = options.name,
                     .telemetry = options.telemetry},
                 clock);
         thread_random rng;

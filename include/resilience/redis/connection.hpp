@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file redis/connection.hpp
-/// `redis::connection`: an asynchronous, pipelined Redis connection on an Asio executor, with the
-/// errors it reports (`redis::error`) and the replies it parses (`redis::reply`, read by hiredis's
-/// RESP reader; the socket and the timers are Asio's, so no thread ever blocks).
+/// `redis::connection`: an asynchronous, pipelined Redis connection on an Asio executor. It reports
+/// `redis::error`s (error.hpp) and returns `redis::reply`s (resp.hpp, read by hiredis's RESP reader);
+/// the socket and the timers are Asio's, so no thread ever blocks.
 #pragma once
 
 #include "../asio.hpp"
@@ -10,15 +10,14 @@
 #include "../error.hpp"
 #include "../random.hpp"
 #include "../task.hpp"
+#include "error.hpp"
+#include "resp.hpp"
 
 #include <asio/connect.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
-
-#include <hiredis/hiredis.h> // HIREDIS_MAJOR
-#include <hiredis/read.h>
 
 #include <array>
 #include <chrono>
@@ -39,68 +38,10 @@
 
 namespace resilience::redis {
 
-/// Why a Redis command failed without a reply from the server's script or command.
-enum class errc {
-    unavailable = 1, ///< no connection: the connect failed, or the connection waits out its reconnect backoff
-    connection_lost, ///< the connection broke with the command in flight: it may or may not have run
-    timeout,         ///< no reply within `command_timeout`: it may or may not have run
-    protocol,        ///< the server sent something that is not RESP, or a reply nobody asked for
-    server,          ///< the server answered with an error reply (its text is `what()`)
-};
-
-namespace detail {
-class error_category_impl final : public std::error_category {
-public:
-    const char* name() const noexcept override { return "resilience.redis"; }
-    std::string message(int value) const override {
-        switch (static_cast<errc>(value)) {
-        case errc::unavailable:
-            return "redis unavailable";
-        case errc::connection_lost:
-            return "redis connection lost";
-        case errc::timeout:
-            return "redis command timed out";
-        case errc::protocol:
-            return "redis protocol error";
-        case errc::server:
-            return "redis error reply";
-        }
-        return "unknown redis error";
-    }
-};
-} // namespace detail
-
-/// The category of `redis::errc`; one object for the whole program.
-inline const std::error_category& error_category() noexcept {
-    static const detail::error_category_impl category;
-    return category;
-}
-inline std::error_code make_error_code(errc e) noexcept {
-    return {static_cast<int>(e), error_category()};
-}
-
-/// A Redis command failed: `code()` is a `redis::errc`. A `std::system_error`, not an `rs::error`:
-/// it says what happened to the connection, not what a policy decided (the policies turn it into
-/// their own refusal, or let the call through, as their options say).
-class error : public std::system_error {
-public:
-    explicit error(errc e, const std::string& what = {}) : std::system_error(make_error_code(e), what) {}
-};
-
-/// One RESP reply. Strings, statuses and errors keep their text in `str`; integers in `integer`;
-/// arrays their elements. A `nil` is a null bulk string or a null array.
-struct reply {
-    enum class kind : unsigned char { string, array, integer, nil, status, error };
-    kind type = kind::nil;
-    std::string str{};
-    long long integer = 0;
-    std::vector<reply> elements{};
-
-    [[nodiscard]] bool is_error() const noexcept { return type == kind::error; }
-};
-
 /// How to reach the server and what to do when it cannot be reached.
 struct connection_options {
+    /// Carried by the errors (`what()`).
+    std::string name{};
     /// A host name or an address. Must not be empty.
     std::string host = "127.0.0.1";
     /// Must not be 0.
@@ -115,8 +56,6 @@ struct connection_options {
     /// caller nothing but a check. A connection lost by an I/O error is reconnected at once, on
     /// the next command.
     backoff reconnect = exponential_backoff{std::chrono::milliseconds{50}, 2.0, std::chrono::seconds{2}};
-    /// Carried by the errors (`what()`).
-    std::string name{};
 
     /// `redis://host:port` (or `host:port`, or `host`; the port defaults to 6379). An IPv6 address
     /// is written in brackets: `redis://[::1]:6379`. A database may be given only as `/0` (the
@@ -134,7 +73,8 @@ struct connection_options {
             url = url.substr(0, slash);
         }
         if (url.find('@') != std::string_view::npos) // its text, a password, is left out of the message
-            throw std::invalid_argument(who + "user info (\"user:password@\") is not supported (no AUTH is sent)");
+            throw std::invalid_argument(who +
+                                        "user info (\"user:password@\") is not supported (no AUTH is sent)");
         std::string_view port = url;
         if (url.starts_with('[')) {
             const auto close = url.find(']');
@@ -165,106 +105,6 @@ struct connection_options {
 };
 
 namespace detail {
-
-// hiredis's reader builds our `reply` tree: a root is allocated, a child is constructed in place in
-// its parent's elements (sized by the array header), so only roots are ever freed.
-struct reply_builder {
-    static reply* place(const redisReadTask* task) {
-        if (task->parent != nullptr)
-            return &static_cast<reply*>(task->parent->obj)->elements[static_cast<std::size_t>(task->idx)];
-        return new reply;
-    }
-    static void* create_string(const redisReadTask* task, char* s, std::size_t n) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = task->type == REDIS_REPLY_ERROR    ? reply::kind::error
-                      : task->type == REDIS_REPLY_STATUS ? reply::kind::status
-                                                         : reply::kind::string;
-            r->str.assign(s, n);
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    // hiredis 1.0 changed the reader's callbacks: an array's size became a size_t, and RESP3's
-    // doubles and booleans got callbacks of their own (never called here, as the connection speaks
-    // RESP2; should one come, a double keeps its text and a boolean becomes 0 or 1).
-#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
-    using array_size = std::size_t;
-#else
-    using array_size = int;
-#endif
-    static void* create_array(const redisReadTask* task, array_size n) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::array;
-            r->elements.resize(static_cast<std::size_t>(n));
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void* create_integer(const redisReadTask* task, long long v) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::integer;
-            r->integer = v;
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void* create_nil(const redisReadTask* task) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::nil;
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void free_object(void* r) noexcept { delete static_cast<reply*>(r); }
-
-#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
-    static void* create_double(const redisReadTask* task, double, char* s, std::size_t n) noexcept {
-        try {
-            reply* r = place(task);
-            r->type = reply::kind::string;
-            r->str.assign(s, n);
-            return r;
-        } catch (...) {
-            return nullptr;
-        }
-    }
-    static void* create_bool(const redisReadTask* task, int v) noexcept { return create_integer(task, v != 0); }
-
-    static redisReplyObjectFunctions* functions() noexcept {
-        static redisReplyObjectFunctions fns{&create_string, &create_array, &create_integer, &create_double,
-                                             &create_nil,    &create_bool,  &free_object};
-        return &fns;
-    }
-#else
-    static redisReplyObjectFunctions* functions() noexcept {
-        static redisReplyObjectFunctions fns{&create_string, &create_array, &create_integer, &create_nil,
-                                             &free_object};
-        return &fns;
-    }
-#endif
-};
-
-/// A command as RESP: an array of bulk strings.
-inline void append_command(std::string& out, const std::vector<std::string>& args) {
-    out += '*';
-    out += std::to_string(args.size());
-    out += "\r\n";
-    for (const std::string& a : args) {
-        out += '$';
-        out += std::to_string(a.size());
-        out += "\r\n";
-        out += a;
-        out += "\r\n";
-    }
-}
 
 /// One command sent: its reply or failure, and the coroutine waiting for it (none for `send`).
 /// It stays in the connection's queue until its reply arrives, even when its caller has left
@@ -321,12 +161,12 @@ public:
         if (state_ == state::backing_off) {
             if (now < retry_at_) {
                 p->done = true;
-                p->failure = std::make_exception_ptr(
-                    error{errc::unavailable, prefix() + "reconnecting in " +
-                                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                    retry_at_ - now)
-                                                                    .count()) +
-                                                 "ms: " + last_failure_});
+                p->failure = std::make_exception_ptr(error{
+                    errc::unavailable,
+                    prefix() + "reconnecting in " +
+                        std::to_string(
+                            std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now).count()) +
+                        "ms: " + last_failure_});
                 return p;
             }
             state_ = state::idle;
@@ -362,17 +202,10 @@ private:
     // One socket and what goes with it; a reconnect makes a new one, so a handler of an old socket
     // finds itself stale by comparing with `link_`.
     struct link {
-        explicit link(const ::asio::any_io_executor& ex)
-            : socket(ex), resolver(ex), reader(redisReaderCreateWithFunctions(reply_builder::functions())) {
-            if (!reader)
-                throw std::bad_alloc{};
-        }
-        link(const link&) = delete;
-        link& operator=(const link&) = delete;
-        ~link() { redisReaderFree(reader); }
+        explicit link(const ::asio::any_io_executor& ex) : socket(ex), resolver(ex) {}
         ::asio::ip::tcp::socket socket;
         ::asio::ip::tcp::resolver resolver;
-        redisReader* reader;
+        reply_reader reader;
         std::string writing;
         bool reading = false;
         std::array<char, 16384> buffer{};
@@ -407,17 +240,17 @@ private:
             l->socket.async_connect(::asio::ip::tcp::endpoint{address, options_.port}, on_connect);
             return;
         }
-        l->resolver.async_resolve(
-            options_.host, std::to_string(options_.port),
-            [self, l, on_connect](const std::error_code& rec, ::asio::ip::tcp::resolver::results_type results) {
-                if (self->link_ != l)
-                    return;
-                if (rec) {
-                    self->connect_failed(rec.message());
-                    return;
-                }
-                ::asio::async_connect(l->socket, results, on_connect);
-            });
+        l->resolver.async_resolve(options_.host, std::to_string(options_.port),
+                                  [self, l, on_connect](const std::error_code& rec,
+                                                        ::asio::ip::tcp::resolver::results_type results) {
+                                      if (self->link_ != l)
+                                          return;
+                                      if (rec) {
+                                          self->connect_failed(rec.message());
+                                          return;
+                                      }
+                                      ::asio::async_connect(l->socket, results, on_connect);
+                                  });
     }
 
     void connect_failed(const std::string& why) { lost(errc::unavailable, "cannot connect: " + why, true); }
@@ -447,47 +280,43 @@ private:
         if (state_ != state::open || l->reading || queue_.empty())
             return;
         l->reading = true;
-        l->socket.async_read_some(
-            ::asio::buffer(l->buffer), [self = shared_from_this(), l](const std::error_code& ec, std::size_t n) {
-                if (self->link_ != l)
-                    return;
-                l->reading = false;
-                if (ec) {
-                    self->lost(errc::connection_lost, ec == ::asio::error::eof ? "closed by the server" : ec.message(),
-                               false);
+        l->socket.async_read_some(::asio::buffer(l->buffer), [self = shared_from_this(),
+                                                              l](const std::error_code& ec, std::size_t n) {
+            if (self->link_ != l)
+                return;
+            l->reading = false;
+            if (ec) {
+                self->lost(errc::connection_lost,
+                           ec == ::asio::error::eof ? "closed by the server" : ec.message(), false);
+                return;
+            }
+            l->reader.feed({l->buffer.data(), n});
+            for (;;) {
+                std::optional<reply> r = l->reader.next();
+                if (l->reader.failed()) {
+                    self->lost(errc::protocol, std::string{l->reader.error_text()}, false);
                     return;
                 }
-                if (redisReaderFeed(l->reader, l->buffer.data(), n) != REDIS_OK) {
-                    self->lost(errc::protocol, l->reader->errstr, false);
+                if (!r)
+                    break;
+                self->attempts_ = 0; // an answer, not a connect, ends the outage
+                if (self->queue_.empty()) {
+                    self->lost(errc::protocol, "a reply nobody asked for", false);
                     return;
                 }
-                for (;;) {
-                    void* raw = nullptr;
-                    if (redisReaderGetReply(l->reader, &raw) != REDIS_OK) {
-                        self->lost(errc::protocol, l->reader->errstr, false);
+                std::shared_ptr<pending> p = std::move(self->queue_.front());
+                self->queue_.pop_front();
+                if (self->queue_.empty())
+                    self->watchdog_.cancel();
+                if (!p->done) {
+                    p->result.emplace(std::move(*r));
+                    p->finish(); // may issue commands, or close this connection
+                    if (self->link_ != l)
                         return;
-                    }
-                    if (raw == nullptr)
-                        break;
-                    std::unique_ptr<reply> r{static_cast<reply*>(raw)};
-                    self->attempts_ = 0; // an answer, not a connect, ends the outage
-                    if (self->queue_.empty()) {
-                        self->lost(errc::protocol, "a reply nobody asked for", false);
-                        return;
-                    }
-                    std::shared_ptr<pending> p = std::move(self->queue_.front());
-                    self->queue_.pop_front();
-                    if (self->queue_.empty())
-                        self->watchdog_.cancel();
-                    if (!p->done) {
-                        p->result.emplace(std::move(*r));
-                        p->finish(); // may issue commands, or close this connection
-                        if (self->link_ != l)
-                            return;
-                    }
                 }
-                self->read();
-            });
+            }
+            self->read();
+        });
     }
 
     // The queue's front has the earliest deadline (one timeout for all, in sending order), so one
@@ -503,7 +332,8 @@ private:
             if (self->queue_.empty())
                 return;
             if (self->queue_.front()->deadline <= std::chrono::steady_clock::now()) {
-                const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.command_timeout);
+                const auto ms =
+                    std::chrono::duration_cast<std::chrono::milliseconds>(self->options_.command_timeout);
                 self->lost(errc::timeout, "no reply within " + std::to_string(ms.count()) + "ms", true);
                 return;
             }
@@ -545,7 +375,7 @@ private:
     connection_options options_;
     state state_ = state::idle;
     std::shared_ptr<link> link_;
-    std::string out_; // encoded commands not yet handed to the socket
+    std::string out_;                            // encoded commands not yet handed to the socket
     std::deque<std::shared_ptr<pending>> queue_; // sent or to send, in order, awaiting replies
     ::asio::steady_timer watchdog_;
     bool watchdog_armed_ = false;
@@ -626,7 +456,8 @@ private:
 class connection {
 public:
     explicit connection(::asio::any_io_executor executor, connection_options options = {})
-        : state_(std::make_shared<detail::connection_state>(std::move(executor), validated(std::move(options)))) {}
+        : state_(std::make_shared<detail::connection_state>(std::move(executor),
+                                                            validated(std::move(options)))) {}
 
     /// Sends one command (`args[0]` the command's name) and returns its reply, an error reply
     /// included (`reply::is_error()`). Throws `redis::error` when there is no reply (see the class
@@ -663,7 +494,8 @@ private:
             throw std::invalid_argument(who + "host must not be empty");
         if (o.port == 0)
             throw std::invalid_argument(who + "port must not be 0");
-        if (o.command_timeout <= std::chrono::nanoseconds::zero() || o.command_timeout > std::chrono::hours{24 * 365})
+        if (o.command_timeout <= std::chrono::nanoseconds::zero() ||
+            o.command_timeout > std::chrono::hours{24 * 365})
             throw std::invalid_argument(who + "command_timeout must be positive and at most a year, got " +
                                         std::to_string(o.command_timeout.count()) + "ns");
         return o;
@@ -682,6 +514,3 @@ private:
 };
 
 } // namespace resilience::redis
-
-template <>
-struct std::is_error_code_enum<resilience::redis::errc> : std::true_type {};

@@ -34,6 +34,8 @@
 namespace resilience::redis {
 
 struct rate_limiter_options {
+    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
+    std::string name{};
     /// The Redis key of the bucket: every limiter with the same key on the same Redis shares one
     /// limit (a key per tenant gives each tenant its own). Must not be empty. The key holds one
     /// string and expires by itself once the bucket is full again.
@@ -59,8 +61,6 @@ struct rate_limiter_options {
     /// on its own meanwhile (1/N for N replicas), in (0, 1]; the local bucket holds at least one
     /// token. Otherwise ignored (0 or in (0, 1]).
     double local_share = 0;
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
     /// Hears this limiter's `rejection`s, `queue_wait`s, `backend_lost` and `backend_restored`.
     /// Empty: the listener of a `telemetry` stage around the call, if any.
     telemetry_listener telemetry{};
@@ -109,13 +109,13 @@ struct redis_limiter_state {
             const double share = options.local_share;
             local.emplace(
                 rs_rate_limiter_options{
+                    .name = options.name,
                     .token_limit = std::max<std::size_t>(
                         1, static_cast<std::size_t>(std::floor(static_cast<double>(options.token_limit) * share))),
                     .tokens_per_second =
                         std::max(options.tokens_per_second * share, rate_limiter_options_min()),
                     .queue_limit = options.queue_limit,
                     .queue_timeout = options.queue_timeout,
-                    .name = options.name,
                     .telemetry = options.telemetry},
                 clock);
         }
@@ -276,7 +276,7 @@ private:
                                                                         std::chrono::milliseconds{1});
             co_return decision{resilience::detail::refused(
                 listener, s->clock, event(telemetry_kind::rejection, {}, rejection_reason::no_capacity),
-                failure::make(rate_limited_error{retry_after, o.name, rejection_reason::no_capacity}))};
+                failure::make(rate_limited_error{o.name, retry_after, rejection_reason::no_capacity}))};
         }
         if (std::optional<failure> thrown = s->health.answered(listener, s->clock, o.name))
             co_return decision{std::move(thrown)};
@@ -287,7 +287,7 @@ private:
                                                             : rejection_reason::queue_timeout;
             co_return decision{resilience::detail::refused(listener, s->clock,
                                                            event(telemetry_kind::rejection, {}, why),
-                                                           failure::make(rate_limited_error{wait, o.name, why}))};
+                                                           failure::make(rate_limited_error{o.name, wait, why}))};
         }
         if (wait > std::chrono::nanoseconds::zero()) {
             const auto until = resilience::detail::add_saturating(s->clock.now(), wait);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // What every Redis test uses: a private redis-server (server_process.hpp), the rule for a machine
-// without one, and running a coroutine on an io_context.
+// without one, an io_context with a connection to the server (the test's own, or a replica's), and
+// running coroutines on an io_context.
 #pragma once
 
 #include "catch.hpp"
@@ -8,6 +9,8 @@
 
 #include <resilience/asio.hpp>
 #include <resilience/redis.hpp>
+#include <resilience/task.hpp>
+#include <resilience/when_all.hpp>
 
 #include <asio/io_context.hpp>
 
@@ -18,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace resilience_tests {
 
@@ -28,7 +32,8 @@ inline bool redis_tests_enabled() {
         return true;
     const char* no_install = std::getenv("RESILIENCE_NO_INSTALL");
     if (no_install && std::string{no_install} == "1") {
-        WARN("skipped: redis-server is not on PATH and RESILIENCE_NO_INSTALL=1 (apt-get install redis-server)");
+        WARN("skipped: redis-server is not on PATH and RESILIENCE_NO_INSTALL=1 (apt-get install "
+             "redis-server)");
         return false;
     }
     FAIL("redis-server is not on PATH: install it (apt-get install redis-server; scripts/dev test does), "
@@ -60,6 +65,18 @@ struct local_redis {
     resilience::asio::clock clock{io.get_executor()};
 };
 
+/// A replica of the service under test: an io_context of its own and a connection on it to `server`,
+/// with the options `adjust` gives. Its loop is run on another thread, or stopped for good as a
+/// crashed process's would be.
+struct replica_loop {
+    template <std::invocable<resilience::redis::connection_options&> Adjust>
+    replica_loop(const redis_server& server, Adjust adjust)
+        : io{}, connection{io.get_executor(), options_of(server, std::move(adjust))} {}
+
+    ::asio::io_context io;
+    resilience::redis::connection connection;
+};
+
 /// Runs `t` on `io` as an async_run operation, runs `io` until nothing is left, and returns the value
 /// (or rethrows). `io` is restarted first, so it may be run again.
 template <class T>
@@ -78,6 +95,13 @@ T run(::asio::io_context& io, resilience::task<T> t) {
     if (!value)
         throw std::logic_error("the io_context ran out of work before the task finished");
     return std::move(*value);
+}
+
+/// The calls awaited together, their results in order.
+template <class T>
+resilience::task<std::vector<T>> together(std::vector<resilience::task<T>> calls) {
+    auto all = resilience::when_all(std::move(calls));
+    co_return co_await std::move(all);
 }
 
 } // namespace resilience_tests

@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/bulkhead_state.hpp
+/// What the copies of a `bulkhead` share (`bulkhead_state`): the slots, the limit on them with its
+/// adaptive algorithm, and the queue of calls waiting for a slot.
+///
+/// How a call gets a slot. It first tries `try_acquire` (in `bulkhead::enter`): with a slot free
+/// and nobody queued, one compare-and-swap, no lock, no allocation, no wait. A call that finds no
+/// slot waits in one of three ways, each kept for what the others would cost or could not do:
+/// 1. `bulkhead::frame_wait`, in the pipeline's own frame: the queue's node and, for a
+///    `queue_timeout` or a telemetry listener, a block from the frame cache with a timer armed on the
+///    loop the call runs on. No coroutine frame of its own. It serves a fixed limit (no `adapt`)
+///    with no `queue_timeout`, or with one on a clock whose timers run on the caller's loop
+///    (`timer_loop_here`: `steady_clock`, a simulation's clock).
+/// 2. `bulkhead::run` with a plain queue wait (`queue_awaiter`), in a frame of its own: the
+///    policy's waiting form, which the protocol requires for every call `frame_wait` does not
+///    serve (a call with `adapt`, whose admission after the wait also takes its ticket, see
+///    `admitted`) and which a caller outside a pipeline's driver (an `any_policy`) runs whole.
+/// 3. `bulkhead::run` with `wait_bounded`: a `queue_timeout` on a clock whose timers do not run on
+///    the caller's loop can only bound the wait with the clock's `sleep_until`, so a watchdog
+///    coroutine sleeps beside the queue wait and withdraws the waiter at the deadline.
+/// All three end in `bulkhead::settle`, which holds the one set of rules for what a wait yields: the
+/// slot, a stop (`cancelled_error`) or a refusal (`bulkhead_rejected_error`, told to `on_rejected`
+/// and the telemetry listener).
+#pragma once
+
+#include "../adaptive_limit.hpp"
+#include "../clock.hpp"
+#include "../error.hpp"
+#include "../event_loop.hpp"
+#include "../task.hpp"
+#include "../when_all.hpp"
+#include "shared_handle.hpp"
+#include "stop.hpp"
+#include "time.hpp"
+#include "waiter_queue.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <stop_token>
+
+namespace resilience {
+
+struct bulkhead_options;
+
+namespace detail {
+
+/// Whether `clock`'s timers are those of the loop this thread runs: a queued call's timer then
+/// fires where the call resumes. False for a clock without loop timers, or outside a loop.
+template <clock C>
+bool timer_loop_here(const C& clock) noexcept {
+    if constexpr (loop_timer_clock<C>) {
+        event_loop* const here = event_loop::current();
+        try {
+            return here && clock.timer_loop() == here;
+        } catch (...) {
+            return false; // `run` reports what the clock thinks of this loop
+        }
+    } else {
+        return false;
+    }
+}
+
+/// What the copies of a `bulkhead` share: its slots, the limit on them, and the queue of calls
+/// waiting for one.
+///
+/// The slots live in one atomic word, so that while nobody waits a call takes and gives back its
+/// slot with one atomic operation and never touches the mutex:
+///
+///     bit 63       `waiting`: someone is queued; releases must come through the mutex
+///     bit 62       `retired`: the last hold went (see below)
+///     bits 0..61   slots taken, including ones handed to waiters not yet resumed
+///
+/// A slot is a hold on the state (the lifetime rule, detail/shared_handle.hpp), folded into the
+/// atomic operation that takes it: when the last hold of the handles (and of waiting calls) goes
+/// while calls hold slots, `retired` is raised in the word, and the release that gives back the
+/// last slot deletes the state. Only one of the two finds both "no hold" and "no slot", so exactly
+/// one deletes it. A retired state has no queue (a waiting call holds the state) and takes no new
+/// call (nothing can reach it but the calls holding its slots).
+///
+/// The limit is an atomic of its own, read relaxed by the fast path and written only with `mutex`
+/// held (and only when `adapt` is set: otherwise it never changes).
+///
+/// Invariants:
+/// - Whenever `mutex` is free, `waiting` is set exactly when the queue is non-empty. It is raised
+///   and lowered only with `mutex` held: raised in the same atomic step that finds every slot
+///   taken, before the waiter is queued, and lowered by whoever empties the queue. So a release
+///   that needs no mutex either freed its slot before that step (which then takes the slot
+///   instead of queueing) or finds the bit and hands its slot over through the mutex.
+/// - Whenever `mutex` is free and the queue is non-empty, slots taken >= limit: nobody waits
+///   while a slot is free. A release through the mutex hands its slot over only when that keeps
+///   the count within the limit (after a shrink it just gives it back), and a limit that grows
+///   hands the new slots to waiters in the same locked step.
+/// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
+/// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is
+///   below bit 63. Slots taken may exceed the limit after it shrank: calls already admitted keep
+///   their slots.
+///
+/// `Options` is `bulkhead_options`: a parameter only so that this header needs no more than its
+/// declaration (bulkhead.hpp defines it, then includes this).
+template <clock C, class Options = bulkhead_options>
+struct bulkhead_state : shared_state {
+    bulkhead_state(Options o, C c)
+        : limit(clear_of_waiting(o.max_concurrent_calls)), options(std::move(o)), clock(std::move(c)),
+          algorithm(options.adapt, options.max_concurrent_calls), adaptive(algorithm.adaptive()),
+          should_handle(limit_classifier(options.adapt)) {}
+
+#ifndef NDEBUG
+    ~bulkhead_state() {
+        assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0);
+    }
+#endif
+
+    static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;
+    static constexpr std::uint64_t retired = std::uint64_t{1} << 62;
+    static constexpr std::uint64_t slot_mask = retired - 1;
+
+    /// The last hold went: deletable now unless calls hold slots, the last of which deletes it.
+    bool last_hold_dropped() noexcept {
+        return (word.fetch_or(retired, std::memory_order_acq_rel) & slot_mask) == 0;
+    }
+
+    /// What an admitted call remembers for its sample: when it took its slot (in clock ticks since
+    /// the epoch), and the algorithm's epoch then. Left uninitialised in a call's state, so a
+    /// bulkhead without `adapt` pays nothing for it.
+    struct ticket {
+        typename C::duration::rep start;
+        std::uint64_t epoch;
+    };
+
+    // First: on the cache line of the state's count of holds (see `shared_state`).
+    std::atomic<std::uint64_t> word{0};
+    std::atomic<std::uint64_t> limit;    // written under `mutex`
+    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
+    const Options options;
+    C clock;
+    limit_algorithm algorithm; // guarded by `mutex`
+    const bool adaptive;
+    const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
+    std::mutex mutex;
+    waiter_queue queue;
+
+    static std::uint64_t clear_of_waiting(std::size_t n) noexcept {
+        return std::min<std::uint64_t>(n, slot_mask);
+    }
+
+    [[nodiscard]] std::size_t in_flight() const noexcept {
+        return static_cast<std::size_t>(word.load(std::memory_order_relaxed) & slot_mask);
+    }
+    [[nodiscard]] std::size_t current_limit() const noexcept {
+        return static_cast<std::size_t>(limit.load(std::memory_order_relaxed));
+    }
+
+    /// Takes a slot if one is free and nobody waits, without waiting or locking. False: the
+    /// caller must take the waiting path (as `bulkhead::run` does), which decides again under
+    /// the mutex. A slot taken is given back with `release` (or `finish`).
+    [[nodiscard]] bool try_acquire() noexcept {
+        std::uint64_t seen = word.load(std::memory_order_relaxed);
+        const std::uint64_t cap = limit.load(std::memory_order_relaxed);
+        // Acquire: whatever the slot's previous holder did happens before this call runs.
+        while (seen < cap)
+            if (word.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire,
+                                           std::memory_order_relaxed))
+                return true;
+        return false;
+    }
+
+    /// Gives a slot back. A freed slot goes to the oldest waiter without ever becoming free, so
+    /// no newcomer can take it between the release and the waiter's resumption. The last slot of a
+    /// retired state deletes it: touch nothing of it after this.
+    void release() {
+        std::uint64_t seen = word.load(std::memory_order_relaxed);
+        while ((seen & waiting) == 0)
+            // Acquire too (free where a read-modify-write is a full barrier): the last slot of a
+            // retired state deletes it after every other holder's writes.
+            if (word.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed)) {
+                if (seen - 1 == retired) [[unlikely]]
+                    delete_state(this);
+                return;
+            }
+        release_to_waiter();
+    }
+
+    // ---- adaptation: only when `adaptive` ----
+
+    /// The ticket of a call admitted now. `now` is read only when the algorithm times calls.
+    template <class Now>
+    ticket admitted(Now&& now) const {
+        ticket t{};
+        if (algorithm_times_calls())
+            t.start = now().time_since_epoch().count();
+        t.epoch = epoch.load(std::memory_order_relaxed);
+        return t;
+    }
+    bool algorithm_times_calls() const noexcept { return times_calls_; }
+
+    /// Ends a call admitted with `t`: records its sample (unless `ignored`) and gives its slot
+    /// back, in one locked step when the sample may change the limit. A limit that grew hands its
+    /// new slots to waiters at once. The slot is given back even when the clock throws.
+    void finish(const ticket& t, limit_verdict v) {
+        if (v == limit_verdict::ignored) {
+            release();
+            return;
+        }
+        std::chrono::nanoseconds latency{};
+        if (times_calls_) {
+            try {
+                latency = std::max(
+                    saturating_nanoseconds(clock.now().time_since_epoch() - typename C::duration{t.start}),
+                    std::chrono::nanoseconds::zero());
+            } catch (...) {
+                release();
+                throw;
+            }
+        }
+        const bool failed = v == limit_verdict::failure;
+        // A sample that cannot change anything (an AIMD success while nothing waits) takes no lock:
+        // it is recorded, as nothing, at the instant of these loads.
+        if (algorithm.inert(latency, failed, limited_now())) {
+            release();
+            return;
+        }
+        waiter* woken = nullptr;
+        bool last = false;
+        {
+            std::lock_guard lock(mutex);
+            const limit_sample sample{
+                .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch};
+            if (algorithm.record(sample)) {
+                limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
+                epoch.store(algorithm.epoch(), std::memory_order_relaxed);
+            }
+            woken = release_locked(&last);
+            woken = grant_locked(woken);
+            waiter_left_locked();
+        }
+        if (last) [[unlikely]] { // a retired state's last slot: nobody waits, nothing to wake
+            delete_state(this);
+            return;
+        }
+        wake_chain(woken);
+    }
+
+    // `release` with someone queued: through the mutex. Kept out of `release`, so that the path
+    // taken while nobody waits stays small enough to inline.
+    void release_to_waiter() {
+        waiter* woken = nullptr;
+        bool last = false;
+        {
+            std::lock_guard lock(mutex);
+            woken = release_locked(&last);
+            waiter_left_locked();
+        }
+        if (last) [[unlikely]] {
+            delete_state(this);
+            return;
+        }
+        wake_chain(woken);
+    }
+
+    // ---- the waiter_queue protocol; `mutex` held, except for take_back_grant ----
+    /// A waiter destroyed after its slot was handed to it and before it resumed (its event loop
+    /// torn down): the slot goes back.
+    void take_back_grant() { release(); }
+    waiter_state decide_locked(waiter&) noexcept {
+        if (queue.empty() && take_locked(false))
+            return waiter_state::granted;
+        if (queue.size() >= options.queue_limit)
+            return waiter_state::rejected;
+        return waiter_state::idle;
+    }
+    // A release that needed no mutex may have freed a slot since `decide_locked`: the waiter
+    // takes it instead of queueing, since no release would hand it over.
+    waiter_state enqueue_locked(waiter& w) noexcept {
+        if (queue.empty() && take_locked(true))
+            return waiter_state::granted;
+        queue.push_back(w);
+        return waiter_state::queued;
+    }
+
+    void waiter_left_locked() noexcept {
+        if (queue.empty())
+            word.fetch_and(~waiting, std::memory_order_relaxed);
+    }
+
+    // `mutex` held, queue empty (so `waiting` is clear). Takes a free slot and says true; else,
+    // when `raise`, raises `waiting` in the same atomic step that found every slot taken.
+    bool take_locked(bool raise) noexcept {
+        std::uint64_t seen = word.load(std::memory_order_relaxed);
+        const std::uint64_t cap = limit.load(std::memory_order_relaxed);
+        for (;;) {
+            const bool free = seen < cap;
+            if (!free && !raise)
+                return false;
+            if (word.compare_exchange_weak(seen, free ? seen + 1 : seen | waiting, std::memory_order_acquire,
+                                           std::memory_order_relaxed))
+                return free;
+        }
+    }
+
+    void expire(waiter& w) {
+        bool wake;
+        {
+            std::lock_guard lock(mutex);
+            wake = queue.withdraw(w, waiter_state::expired);
+            waiter_left_locked();
+        }
+        if (wake)
+            w.wake();
+    }
+
+    /// The reason of a refusal the queue gave (`rejected` or `expired`).
+    rejection_reason reason_of(waiter_state refused) const noexcept {
+        if (refused == waiter_state::expired)
+            return rejection_reason::queue_timeout;
+        return options.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+    }
+
+    // ---- a queue wait bounded by `queue_timeout` with the clock's sleep (see the file comment) ----
+
+    /// Waits in the queue with a watchdog beside it that withdraws the waiter at the deadline.
+    /// Whichever moves the node first (its turn, a stop, the deadline) wins; the other finds it
+    /// moved on. The watchdog's sleep is stopped once the wait is over, and when_all waits for it,
+    /// so nothing outlives the call. The caller holds the state while this runs.
+    task<waiter_state> wait_bounded(waiter& node, const std::stop_token& token) {
+        const auto deadline = add_saturating(clock.now(), *options.queue_timeout);
+        pooled_stop_source done;
+        try {
+            auto [admitted, ignored] =
+                co_await when_all(wait_in_queue(node, token, done), watch(node, deadline, done));
+            (void)ignored;
+            co_return admitted;
+        } catch (...) {
+            // Only the watchdog can throw (a clock that cannot sleep here): keep no slot.
+            if (node.state == waiter_state::granted)
+                release();
+            throw;
+        }
+    }
+
+private:
+    const bool times_calls_ = algorithm.adaptive() && algorithm.needs_latency();
+
+    // Is the limit what holds calls back: someone queued, or every slot taken (this call's own
+    // included)? Without the lock: at the instant of the loads.
+    bool limited_now() const noexcept {
+        const std::uint64_t w = word.load(std::memory_order_relaxed);
+        return (w & waiting) != 0 || (w & slot_mask) >= limit.load(std::memory_order_relaxed);
+    }
+    bool limited_locked() const noexcept {
+        return !queue.empty() ||
+               (word.load(std::memory_order_relaxed) & slot_mask) >= limit.load(std::memory_order_relaxed);
+    }
+
+    // `mutex` held. Gives back one slot: to the oldest waiter when the count stays within the limit
+    // (the slot changes hands, the count is kept), else to nobody. Returns the waiter to wake;
+    // `*last` says the slot was a retired state's last (it must then be deleted, once unlocked).
+    waiter* release_locked(bool* last) noexcept {
+        const std::uint64_t taken = word.load(std::memory_order_relaxed) & slot_mask;
+        if (!queue.empty() && taken - 1 < limit.load(std::memory_order_relaxed)) {
+            waiter* next = queue.pop_front();
+            next->state = waiter_state::granted;
+            next->next = nullptr;
+            return next;
+        }
+        *last = word.fetch_sub(1, std::memory_order_acq_rel) - 1 == retired;
+        return nullptr;
+    }
+
+    // `mutex` held. Hands the slots a grown limit freed to the oldest waiters, appending them to
+    // the chain `woken` (linked through `waiter::next`, which a granted waiter no longer uses).
+    waiter* grant_locked(waiter* woken) noexcept {
+        waiter* tail = woken;
+        while (!queue.empty() &&
+               (word.load(std::memory_order_relaxed) & slot_mask) < limit.load(std::memory_order_relaxed)) {
+            waiter* next = queue.pop_front();
+            next->state = waiter_state::granted;
+            next->next = nullptr;
+            word.fetch_add(1, std::memory_order_relaxed);
+            if (tail)
+                tail->next = next;
+            else
+                woken = next;
+            tail = next;
+        }
+        return woken;
+    }
+
+    task<waiter_state> wait_in_queue(waiter& node, const std::stop_token& token, pooled_stop_source& done) {
+        const waiter_state admitted = co_await queue_awaiter<bulkhead_state>{*this, node, token};
+        done.request_stop();
+        co_return admitted;
+    }
+    task<void> watch(waiter& node, typename C::time_point deadline, pooled_stop_source& done) {
+        const std::stop_token until = done.get_token();
+        try {
+            co_await clock.sleep_until(deadline, until);
+        } catch (...) {
+            expire(node); // the waiter must not stay queued behind a watchdog that failed
+            throw;
+        }
+        if (!until.stop_requested())
+            expire(node);
+    }
+
+    // Wakes a chain of granted waiters, in order, with `mutex` released. Each link is read before
+    // its waiter is woken: once woken, it may run and end at once.
+    static void wake_chain(waiter* w) {
+        while (w) {
+            waiter* next = w->next;
+            w->wake();
+            w = next;
+        }
+    }
+};
+
+} // namespace detail
+
+} // namespace resilience

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/label.hpp
+/// `detail::policy_label`: how a policy signs its validation messages and the errors it makes.
+#pragma once
+
+#include <string>
+
+namespace resilience::detail {
+
+/// "resilience::retry" or "resilience::retry (payments)": the policy's label, with its `name`
+/// option when it has one. Every validation message starts with it, then names the field and the
+/// value: "resilience::retry (payments): max_attempts must be at least 1, got 0".
+inline std::string policy_label(const char* policy, const std::string& name) {
+    std::string label = std::string("resilience::") + policy;
+    if (!name.empty())
+        label += " (" + name + ")";
+    return label;
+}
+
+} // namespace resilience::detail

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/limiter_handle.hpp
+/// `limiter_handle`: the public face shared by `rate_limiter` and `sliding_window_limiter` (the policy
+/// protocol, `take`, `queued`, `name`), over a `limiter_state` with the options it was made with.
+#pragma once
+
+#include "../clock.hpp"
+#include "../context.hpp"
+#include "../error.hpp"
+#include "../outcome.hpp"
+#include "../policy.hpp"
+#include "../task.hpp"
+#include "../telemetry.hpp"
+#include "frame_allocator.hpp"
+#include "limiter_state.hpp"
+#include "shared_handle.hpp"
+#include "waiter_queue.hpp"
+
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+namespace resilience::detail {
+
+/// A limiter's shared state with the options it was made with, which the handles read.
+template <clock C, class Meter, class Options>
+struct limiter_shared : limiter_state<C, Meter> {
+    limiter_shared(Meter m, C c, Options o)
+        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout),
+          options(std::move(o)) {}
+    const Options options;
+};
+
+/// The public face shared by the limiters: the policy protocol, `take`, `queued`, `name`, `==`.
+/// A copyable handle to one shared, thread-safe limiter. A call holds the limiter only while it
+/// waits: on the fast path it takes its permit and touches the limiter no more.
+template <class Derived, clock C, class Meter, class Options>
+class limiter_handle : public policy_base<Derived>,
+                       public shared_handle<Derived, limiter_shared<C, Meter, Options>> {
+    using handle = shared_handle<Derived, limiter_shared<C, Meter, Options>>;
+
+public:
+    // ---- the policy protocol (see policy.hpp) ----
+    struct call_state {};
+
+    /// A permit now with nobody queued is taken at once; anything else waits (or is refused) in
+    /// `frame_wait`.
+    template <class R>
+    step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        if (ctx.stop_requested()) [[unlikely]] {
+            set_cancelled(result, name());
+            return step::done;
+        }
+        return this->held().try_take_now(call_now(this->held().clock, ctx)) ? step::proceed : step::wait;
+    }
+    template <class R>
+    step leave(call_state&, const context&, outcome<R>&) const noexcept {
+        return step::proceed;
+    }
+
+    /// Whether a call that found no permit waits for one in the pipeline's frame (`frame_wait`):
+    /// always (`run` is for a limiter used inside a waiting-form policy).
+    bool waits_in_frame(const context&) const noexcept { return true; }
+    /// Waits for a permit without a frame of its own, by the rules of `run`: yields `step::proceed`
+    /// with the permit spent, or `step::done` with the refusal (`rate_limited_error`) or the stop
+    /// (`cancelled_error`) in `result`. The queue's node is in it; only the head, which watches
+    /// the clock, runs a coroutine (`serve_turn`), so it answers `step::wait` (await it again)
+    /// when its turn comes. With a telemetry listener, the time the wait began is kept in a block
+    /// of its own from the frame cache, taken only then. Holds the limiter while it lives (taken
+    /// at construction, given back at the end of its destructor: no member of its own).
+    template <class R>
+    class frame_wait {
+        using shared = limiter_shared<C, Meter, Options>;
+
+    public:
+        frame_wait(const limiter_handle& l, call_state&, const context& ctx,
+                   std::optional<outcome<R>>& result)
+            : ctx_(ctx), result_(result), queue_(l.held(), node_, ctx.stop_token()) {
+            add_hold(l.held(), true);
+        }
+        frame_wait(const frame_wait&) = delete;
+        frame_wait& operator=(const frame_wait&) = delete;
+        ~frame_wait() {
+            shared& l = limiter();
+            // Ended (or destroyed) at its turn, before or while the head's coroutine ran: the turn
+            // passes on all the same. The coroutine goes first; its own guard may do it.
+            turn_ = {};
+            if (phase_ == phase::turn) {
+                typename limiter_state<C, Meter>::turn_guard pass_on{&l, &node_};
+                (void)pass_on; // its destructor hands the turn on, if the node still has it
+            }
+            if (queued_at_) {
+                std::destroy_at(queued_at_);
+                frame_cache::deallocate(queued_at_, sizeof(typename C::time_point));
+            }
+            queue_.leave(); // what its destructor would do, while the limiter is still held
+            drop_hold(l, true);
+        }
+
+        bool await_ready() {
+            switch (phase_) {
+            case phase::start:
+                if (ctx_.stop_requested()) {
+                    set_cancelled(result_, limiter().options.name);
+                    phase_ = phase::decided;
+                    answer_ = step::done;
+                    return true;
+                }
+                if (limiter().try_take_now()) {
+                    phase_ = phase::decided;
+                    answer_ = step::proceed;
+                    return true;
+                }
+                if (listener_for(limiter().options.telemetry, ctx_)) { // as `run`: from when it found none
+                    const typename C::time_point now = limiter().clock.now();
+                    queued_at_ = ::new (frame_cache::allocate(sizeof(typename C::time_point)))
+                        typename C::time_point(now);
+                }
+                phase_ = phase::queue;
+                return queue_.await_ready();
+            case phase::turn:
+                return false; // the head's coroutine runs next
+            default:
+                return true;
+            }
+        }
+        detail::start_result await_suspend(std::coroutine_handle<> h) {
+            if (phase_ == phase::turn)
+                return std::move(turn_).operator co_await().await_suspend(h);
+            return detail::suspend_unless_done(queue_.await_suspend(h), h);
+        }
+        step await_resume() {
+            waiter_state st;
+            switch (phase_) {
+            case phase::decided:
+                return answer_;
+            case phase::queue:
+                st = queue_.await_resume();
+                if (st == waiter_state::turn) {
+                    phase_ = phase::turn;
+                    turn_ = limiter().serve_turn(node_, ctx_.stop_token());
+                    return step::wait;
+                }
+                break;
+            default: // phase::turn
+                st = std::move(turn_).operator co_await().await_resume();
+                break;
+            }
+            phase_ = phase::decided;
+            shared& l = limiter();
+            const telemetry_listener* const listener = queued_at_ ? listener_for(l.options.telemetry, ctx_) : nullptr;
+            if (st == waiter_state::granted) {
+                if (listener)
+                    if (std::optional<failure> thrown =
+                            emit_caught(listener, l.clock, waited_on(l, ctx_, queued_at_, telemetry_kind::queue_wait))) {
+                        result_.emplace(std::move(*thrown)); // the permit stays spent
+                        return answer_ = step::done;
+                    }
+                // Stopped since its turn came (by the listener, or from another thread): runs
+                // nothing, and the permit stays spent.
+                if (ctx_.stop_requested()) {
+                    set_cancelled(result_, l.options.name);
+                    return answer_ = step::done;
+                }
+                return answer_ = step::proceed;
+            }
+            if (st == waiter_state::stopped) {
+                set_cancelled(result_, l.options.name);
+            } else {
+                result_.emplace(refuse_call(l, ctx_, queued_at_, listener, admission{st, node_.retry_after}));
+            }
+            return answer_ = step::done;
+        }
+
+    private:
+        enum class phase : unsigned char { start, queue, turn, decided };
+
+        shared& limiter() const noexcept { return static_cast<shared&>(queue_.owner()); }
+
+        const context& ctx_;
+        std::optional<outcome<R>>& result_;
+        typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
+        waiter node_;
+        // After the node it queues: its tail padding holds the two fields after it.
+        [[no_unique_address]] queue_awaiter<limiter_state<C, Meter>> queue_;
+        phase phase_ = phase::start;
+        step answer_ = step::done;
+        task<waiter_state> turn_; // the head's: watches the clock
+    };
+
+    /// Admits the call once it has a permit, spending exactly one; otherwise fails it (as a value)
+    /// with `rate_limited_error` when it may not wait or waited `queue_timeout`, or
+    /// `cancelled_error` when its caller stops first. A permit, once spent, is not given back,
+    /// however the call ends.
+    template <class Next>
+    task<next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        // The same wait as in a pipeline's frame, in this coroutine's.
+        std::optional<next_outcome_t<Next>> refused_call;
+        call_state none;
+        step s;
+        {
+            frame_wait<next_value_t<Next>> waiting{*this, none, ctx, refused_call};
+            do // `step::wait`: the head's turn came, await it again
+                s = co_await waiting;
+            while (s == step::wait);
+        }
+        if (s != step::proceed)
+            co_return std::move(*refused_call);
+        co_return co_await next(ctx);
+    }
+
+    /// Spends one permit without running anything, by the same rules as a call (waits in the
+    /// same queue). Throws `rate_limited_error` when refused, `cancelled_error` when `token` stops
+    /// the wait first. Like a call, it holds the limiter from the moment it is made.
+    task<void> take(std::stop_token token = {}) const {
+        return take_with(static_cast<const Derived&>(*this), std::move(token));
+    }
+    /// `take`, reporting a refusal or a stop as a failure value instead of throwing it.
+    [[nodiscard]] task<outcome<void>> take_outcome(std::stop_token token = {}) const {
+        return take_outcome_with(static_cast<const Derived&>(*this), std::move(token));
+    }
+
+    /// Calls (and `take`s) waiting now, the one watching the clock included.
+    [[nodiscard]] std::size_t queued() const { return this->held().queued(); }
+    [[nodiscard]] const Options& options() const noexcept { return this->held().options; }
+    [[nodiscard]] const std::string& name() const noexcept { return this->held().options.name; }
+    [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
+
+protected:
+    using shared = limiter_shared<C, Meter, Options>;
+
+    limiter_handle(Meter meter, C clock, Options options)
+        : handle(handle::make_state(std::move(meter), std::move(clock), std::move(options))) {}
+
+private:
+    // The limiter is a copy in the frame: the take needs no handle of the caller's.
+    static task<void> take_with(Derived self, std::stop_token token) {
+        auto r = co_await self.take_outcome(std::move(token));
+        r.value();
+    }
+    static task<outcome<void>> take_outcome_with(Derived self, std::stop_token token) {
+        shared& s = self.held();
+        if (token.stop_requested())
+            co_return failure::make(cancelled_error{s.options.name});
+        if (s.try_take_now())
+            co_return outcome<void>{};
+        const admission a = co_await s.wait(token);
+        if (a.state == waiter_state::granted)
+            co_return outcome<void>{};
+        if (a.state == waiter_state::stopped)
+            co_return failure::make(cancelled_error{s.options.name});
+        co_return failure::make(refusal_of(s, a));
+    }
+
+    // A call refused: `on_rejected` is told, then the listener (if any); what either throws is the
+    // call's failure instead of the refusal.
+    static failure refuse_call(const shared& s, const context& ctx, const typename C::time_point* since,
+                               const telemetry_listener* listener, const admission& a) {
+        rate_limited_error e = refusal_of(s, a);
+        const rejection_reason why = e.reason();
+        if (s.options.on_rejected) {
+            try {
+                s.options.on_rejected(rejection_event{s.options.name, why, e.retry_after()});
+            } catch (...) {
+                return failure::current();
+            }
+        }
+        failure refusal = failure::make(std::move(e));
+        if (!listener)
+            return refusal;
+        return refused(listener, s.clock, waited_on(s, ctx, since, telemetry_kind::rejection, why), std::move(refusal));
+    }
+    static rate_limited_error refusal_of(const shared& s, const admission& a) {
+        rejection_reason why = rejection_reason::queue_timeout;
+        if (a.state == waiter_state::rejected)
+            why = s.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+        return rate_limited_error{s.options.name, a.retry_after, why};
+    }
+    // An event about a call that waited since `since` (read only for a listener).
+    static telemetry_event waited_on(const shared& s, const context& ctx, const typename C::time_point* since,
+                                     telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) {
+        return {.kind = k,
+                .policy = Derived::telemetry_policy,
+                .name = s.options.name,
+                .attempt = ctx.attempt(),
+                .duration = since ? saturating_nanoseconds(s.clock.now() - *since) : std::chrono::nanoseconds{},
+                .reason = why};
+    }
+};
+
+/// Checks the queue options both limiters share; `who` starts the message.
+template <class Options>
+void validate_queue_options(const Options& o, const std::string& who) {
+    if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
+        throw std::invalid_argument(who + "queue_timeout must be positive, got " +
+                                    std::to_string(o.queue_timeout->count()) + "ns");
+}
+
+} // namespace resilience::detail

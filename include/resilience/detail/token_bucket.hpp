@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/token_bucket.hpp
+/// `token_bucket`: the meter of `rate_limiter`, a `lock_free_meter` (see limiter_state.hpp).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace resilience::detail {
+
+/// A token bucket in time form: the bucket holds `(now - empty_at) / interval` tokens, capped at
+/// `capacity` (the `token_limit`). Keeping the instant the bucket was empty instead of a token count makes
+/// every due time one addition, exact on virtual time whenever `interval` is a whole number of nanoseconds
+/// (10 per second: 100 ms), and within a nanosecond otherwise.
+///
+/// That instant is the bucket's whole state, so it lives in one atomic word, as the bits of the
+/// double, and a token is taken with one compare-and-swap (a `lock_free_meter`). While the mutex
+/// side holds the bucket, the word holds `held_bits` instead and the instant is in `empty_at_`.
+class token_bucket {
+public:
+    token_bucket(std::size_t capacity, double tokens_per_second) noexcept
+        : capacity_(static_cast<double>(capacity)), interval_(1e9 / tokens_per_second),
+          empty_at_(-capacity_ * interval_), word_(std::bit_cast<std::uint64_t>(empty_at_)) {}
+    // Moved only before it is shared.
+    token_bucket(token_bucket&& other) noexcept
+        : capacity_(other.capacity_), interval_(other.interval_), empty_at_(other.empty_at_),
+          held_(other.held_), word_(other.word_.load(std::memory_order_relaxed)) {}
+
+    bool try_take_shared(std::chrono::nanoseconds now) noexcept {
+        std::uint64_t seen = word_.load(std::memory_order_acquire);
+        while (seen != held_bits) {
+            double empty_at = std::bit_cast<double>(seen);
+            if (!take(empty_at, now))
+                return false;
+            if (word_.compare_exchange_weak(seen, std::bit_cast<std::uint64_t>(empty_at),
+                                            std::memory_order_acq_rel, std::memory_order_acquire))
+                return true;
+        }
+        return false;
+    }
+    void hold() noexcept {
+        if (!held_) {
+            empty_at_ = std::bit_cast<double>(word_.exchange(held_bits, std::memory_order_acq_rel));
+            held_ = true;
+        }
+    }
+    void unhold() noexcept {
+        if (held_) {
+            word_.store(std::bit_cast<std::uint64_t>(empty_at_), std::memory_order_release);
+            held_ = false;
+        }
+    }
+
+    bool try_take(std::chrono::nanoseconds now) noexcept { return take(empty_at_, now); }
+    double available_at(std::chrono::nanoseconds now, std::size_t ahead) noexcept {
+        refill(empty_at_, now);
+        return std::max(static_cast<double>(now.count()),
+                        empty_at_ + static_cast<double>(ahead + 1) * interval_);
+    }
+    double remaining(std::chrono::nanoseconds now) noexcept {
+        refill(empty_at_, now);
+        return std::clamp((static_cast<double>(now.count()) - empty_at_) / interval_, 0.0, capacity_);
+    }
+
+private:
+    // A signalling NaN: arithmetic never produces one, so no instant the bucket computes has these bits.
+    static constexpr std::uint64_t held_bits = 0x7ff0'0000'0000'0001;
+
+    bool take(double& empty_at, std::chrono::nanoseconds now) const noexcept {
+        refill(empty_at, now);
+        if (static_cast<double>(now.count()) < empty_at + interval_)
+            return false;
+        empty_at += interval_;
+        return true;
+    }
+
+    // A full bucket stays full: time spent idle beyond that adds nothing. Less than a nanosecond
+    // of overflow is kept, though: it is what rounding a due time up to a whole nanosecond adds,
+    // and dropping it would push every later token back by that much again, a drift.
+    void refill(double& empty_at, std::chrono::nanoseconds now) const noexcept {
+        const double full_since = static_cast<double>(now.count()) - capacity_ * interval_;
+        if (full_since - empty_at >= 1.0)
+            empty_at = full_since;
+    }
+
+    double capacity_;
+    double interval_;                 // nanoseconds per token
+    double empty_at_;                 // nanoseconds since the limiter was made; the state while `held_`
+    bool held_ = false;               // guarded by the limiter's mutex
+    std::atomic<std::uint64_t> word_; // `empty_at` as bits, or `held_bits`
+};
+
+} // namespace resilience::detail

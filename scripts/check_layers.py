@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Checks that every header under include/resilience includes only headers of its own layer or below.
+
+The layers are drawn in docs/architecture.md; this table is their definition, and a header missing from
+it is an error, so a new header is placed in a layer when it is added. Run from anywhere:
+
+    python3 scripts/check_layers.py
+
+Exit status 0 when every include goes down or sideways, 1 with one line per offending include otherwise.
+"""
+
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "include" / "resilience"
+
+# Layer number, name, and the headers in it (paths relative to include/resilience; a trailing "/"
+# takes a whole folder).
+LAYERS = [
+    (1, "core", [
+        "concepts.hpp", "random.hpp", "error.hpp", "outcome.hpp", "task.hpp", "async_generator.hpp",
+        "when_all.hpp", "event_loop.hpp", "context.hpp", "clock.hpp", "any_clock.hpp", "async_scope.hpp",
+        "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
+        "detail/stop.hpp", "detail/time.hpp", "detail/timer_wheel.hpp", "detail/waiter_queue.hpp",
+        "detail/shared_handle.hpp", "detail/race.hpp", "detail/home_loop.hpp", "testing/",
+    ]),
+    (2, "protocol", [
+        "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp",
+        "detail/label.hpp", "detail/action.hpp", "detail/driver.hpp", "detail/stage_state.hpp",
+        "detail/frame_wait.hpp", "detail/call_now.hpp", "detail/call_state.hpp", "detail/protocol.hpp",
+        "detail/stages.hpp", "detail/frame_admission.hpp",
+    ]),
+    (3, "policies", [
+        "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",
+        "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
+        "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
+        "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/bulkhead_state.hpp",
+        "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
+        "detail/window_counter.hpp",
+    ]),
+    (4, "composition", [
+        "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",
+        "retry_by_request.hpp", "resilience.hpp",
+    ]),
+    (5, "integrations", ["fmt.hpp", "asio.hpp", "asio/", "redis.hpp", "redis/"]),
+]
+
+
+def layer_of(rel):
+    best = None
+    for number, name, members in LAYERS:
+        for m in members:
+            if rel == m or (m.endswith("/") and rel.startswith(m)):
+                if best is None or len(m) > best[2]:
+                    best = (number, name, len(m))
+    return best
+
+
+def main():
+    include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+    problems = []
+    for path in sorted(ROOT.rglob("*.hpp")):
+        rel = path.relative_to(ROOT).as_posix()
+        mine = layer_of(rel)
+        if mine is None:
+            problems.append(f"include/resilience/{rel}: in no layer (add it to scripts/check_layers.py)")
+            continue
+        for target in include.findall(path.read_text()):
+            dep = (path.parent / target).resolve()
+            try:
+                dep_rel = dep.relative_to(ROOT).as_posix()
+            except ValueError:
+                continue
+            theirs = layer_of(dep_rel)
+            if theirs is None:
+                continue  # reported on its own line
+            if theirs[0] > mine[0]:
+                problems.append(f"include/resilience/{rel} ({mine[1]}) includes {dep_rel} ({theirs[1]})")
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"check_layers: {len(problems)} problem(s); the layers are in docs/architecture.md")
+        return 1
+    print("check_layers: every include goes down or sideways")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
