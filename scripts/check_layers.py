@@ -23,12 +23,13 @@ LAYERS = [
         "when_all.hpp", "event_loop.hpp", "context.hpp", "clock.hpp", "any_clock.hpp", "async_scope.hpp",
         "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
         "detail/stop.hpp", "detail/time.hpp", "detail/timer_wheel.hpp", "detail/waiter_queue.hpp",
-        "detail/shared_handle.hpp", "detail/race.hpp", "testing/",
+        "detail/shared_handle.hpp", "detail/race.hpp", "detail/home_loop.hpp", "testing/",
     ]),
     (2, "protocol", [
         "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp",
         "detail/label.hpp", "detail/action.hpp", "detail/driver.hpp", "detail/stage_state.hpp",
-        "detail/frame_wait.hpp", "detail/call_now.hpp", "detail/call_state.hpp",
+        "detail/frame_wait.hpp", "detail/call_now.hpp", "detail/call_state.hpp", "detail/protocol.hpp",
+        "detail/stages.hpp", "detail/frame_admission.hpp",
     ]),
     (3, "policies", [
         "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "concepts.hpp"
+#include "detail/home_loop.hpp"
 #include "detail/ring.hpp"
 #include "detail/timer_wheel.hpp"
 #include "task.hpp"
@@ -72,13 +73,13 @@ inline constexpr detail::virtual_time_t virtual_time{};
 /// of one instant in the order they were armed. A timer armed for an instant already past fires at
 /// the next turn, before other due timers (several such: in arming order). Arming, cancelling and
 /// firing cost O(1) however many timers are pending (see `detail/timer_wheel.hpp`).
-class event_loop {
+class event_loop : private detail::home_loop {
 public:
     // The wheel starts at the earliest time rather than read the clock (a loop made per call would pay
     // for it); the first turn with a timer armed brings it up to date.
-    event_loop() noexcept : wheel_(std::chrono::nanoseconds::min()) {}
+    event_loop() noexcept : home_loop(&post_resume_here), wheel_(std::chrono::nanoseconds::min()) {}
     explicit event_loop(detail::virtual_time_t) noexcept
-        : virtual_(true), wheel_(std::chrono::nanoseconds{0}) {}
+        : home_loop(&post_resume_here), virtual_(true), wheel_(std::chrono::nanoseconds{0}) {}
     event_loop(const event_loop&) = delete;
     event_loop& operator=(const event_loop&) = delete;
     /// Destroys every spawned coroutine that has not finished (suspended for good, or never
@@ -101,7 +102,7 @@ public:
     }
 
     /// The loop running on this thread, or null.
-    static event_loop* current() noexcept { return current_; }
+    static event_loop* current() noexcept { return static_cast<event_loop*>(home_loop::current()); }
 
     bool is_virtual() const noexcept { return virtual_; }
 
@@ -132,9 +133,9 @@ public:
     /// Runs until every spawned coroutine has finished, then rethrows the first exception one of
     /// them let escape, if any.
     void run() {
-        event_loop* previous = std::exchange(current_, this);
+        home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
         struct restore {
-            event_loop* p;
+            home_loop* p;
             ~restore() { current_ = p; }
         } guard{previous};
         loop();
@@ -149,9 +150,9 @@ public:
     void run_until(std::chrono::nanoseconds t) {
         if (!virtual_)
             throw std::logic_error("resilience::event_loop: run_until needs a virtual-time loop");
-        event_loop* previous = std::exchange(current_, this);
+        home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
         struct restore {
-            event_loop* p;
+            home_loop* p;
             ~restore() { current_ = p; }
         } guard{previous};
         for (;;) {
@@ -376,7 +377,10 @@ private:
         }
     }
 
-    static inline thread_local event_loop* current_ = nullptr;
+    // How a call made on this loop comes back to it (detail/home_loop.hpp).
+    static void post_resume_here(home_loop* loop, std::coroutine_handle<> h) {
+        static_cast<event_loop*>(loop)->post(h);
+    }
 
     bool virtual_ = false;
     std::chrono::nanoseconds vnow_{0};

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 /// \file pipeline.hpp
-/// `pipeline<Ps...>`: policies composed outermost first; itself a policy, so pipelines nest.
+/// `pipeline<Ps...>`: policies composed outermost first; itself a policy, so pipelines nest. A call
+/// through it runs every stage in one coroutine frame (the driver, detail/driver.hpp): the
+/// pipeline's part is to hand the driver its stages, flattened once when it is built.
 #pragma once
 
+#include "detail/stages.hpp"
 #include "policy.hpp"
 
 #include <cstddef>
@@ -82,9 +85,9 @@ public:
     }
     ~pipeline() = default;
 
-    /// The policies a call passes through, outermost first, nested pipelines flattened: the
-    /// whole pipeline runs a call in one coroutine frame (see `policy_base`). Made once, when the
-    /// pipeline is: a call refers to them rather than making its own.
+    /// The policies a call passes through, outermost first, nested pipelines flattened (see
+    /// `detail::stages_of`): the whole pipeline runs a call in one coroutine frame. Made once, when
+    /// the pipeline is: a call refers to them rather than making its own.
     const auto& stages() const noexcept { return *stages_; }
 
     /// The I-th policy, outermost first.

@@ -1,0 +1,384 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/driver.hpp
+/// The driver: runs one call through a pipeline's stages (or one policy) in one coroutine frame, by
+/// the protocol described in policy.hpp, and `run_action`, which `policy_base::execute` calls.
+#pragma once
+
+#include "../concepts.hpp"
+#include "../context.hpp"
+#include "../outcome.hpp"
+#include "../task.hpp"
+#include "action.hpp"
+#include "frame_admission.hpp"
+#include "home_loop.hpp"
+#include "inlining.hpp"
+#include "protocol.hpp"
+#include "stages.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <new>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace resilience::detail {
+
+/// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
+/// every stage's `enter` inward, the innermost step, every `leave` outward. A stage that waits
+/// for admission through `frame_wait` waits in this frame; any other stage that must wait costs
+/// more: its `run` (or `resume`) is awaited, with the stages inside it run by another `drive`.
+template <class Stages, class Leaf>
+struct driver {
+    static constexpr std::size_t size = std::tuple_size_v<Stages>;
+    using outcome_type = await_result_t<std::invoke_result_t<Leaf&, const context&>>;
+    using value_type = typename outcome_type::value_type;
+    template <std::size_t J>
+    using policy_at = std::remove_cvref_t<std::tuple_element_t<J, Stages>>;
+
+    // ---- the stages' states, in the call's frame ----
+    // Each is constructed when the call reaches its stage, just before its `enter`, and destroyed
+    // with the frame: constructing them all up front compiles to zeroing the whole block, which
+    // costs more than the states' own work on the fast path. They are a member of the driver
+    // rather than a class template of their own shared by drivers with the same states: with
+    // that, g++ stopped inlining the outermost `enter_all` into the drive (its size estimate went
+    // past `max-inline-insns-single`) and the common path got slower.
+    template <class T>
+    struct slot {
+        slot() noexcept {}
+        slot(const slot&) = delete;
+        slot& operator=(const slot&) = delete;
+        ~slot() {}
+        union {
+            T value;
+        };
+    };
+    template <class... Ts>
+    struct pack {};
+    template <class T, class... Ts>
+    struct pack<T, Ts...> {
+        slot<T> head;
+        pack<Ts...> tail;
+    };
+    template <class Seq>
+    struct states_of;
+    template <std::size_t... Js>
+    struct states_of<std::index_sequence<Js...>> {
+        using type = pack<typename state_of<policy_at<Js>>::type...>;
+    };
+    template <std::size_t J, class P>
+    static auto& state_slot(P& p) noexcept {
+        if constexpr (J == 0)
+            return p.head;
+        else
+            return state_slot<J - 1>(p.tail);
+    }
+    template <std::size_t J>
+    using state_type = typename state_of<policy_at<J>>::type;
+    static_assert(size <= 64, "resilience::pipeline: at most 64 stages");
+
+    struct states {
+        typename states_of<std::make_index_sequence<size>>::type p;
+        std::uint64_t made = 0; // bit J: stage J's state is constructed (only those with a destructor)
+
+        // What frame_admission.hpp asks of the states.
+        template <std::size_t J>
+        using type_at = state_type<J>;
+        template <std::size_t J>
+        auto& get() noexcept {
+            return state_slot<J>(p).value;
+        }
+
+        states() noexcept {}
+        states(const states&) = delete;
+        states& operator=(const states&) = delete;
+        ~states() { destroy<size>(); }
+
+        template <std::size_t J>
+        void make() {
+            // Default-initialised: std::construct_at would value-initialise, zeroing it first.
+            ::new (static_cast<void*>(&state_slot<J>(p).value)) state_type<J>;
+            if constexpr (!std::is_trivially_destructible_v<state_type<J>>)
+                made |= std::uint64_t{1} << J;
+        }
+        // Innermost first, as the stages leave.
+        template <std::size_t N>
+        void destroy() noexcept {
+            if constexpr (N > 0) {
+                if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
+                    if (made & (std::uint64_t{1} << (N - 1)))
+                        std::destroy_at(&state_slot<N - 1>(p).value);
+                }
+                destroy<N - 1>();
+            }
+        }
+    };
+    template <std::size_t J>
+    static auto& state(states& st) noexcept {
+        return state_slot<J>(st.p).value;
+    }
+
+
+    static constexpr std::size_t none = static_cast<std::size_t>(-1);
+    using all_stages = std::make_index_sequence<size>;
+    /// Where a drive starts: stage 0 for a call (known when compiling, so the common path folds
+    /// to straight-line code), or a stage known at run time for the stages inside a waiting one.
+    using outermost = std::integral_constant<std::size_t, 0>;
+    // A function rather than `j < from`, which g++ warns about when `from` is the constant 0.
+    static constexpr bool outside(std::size_t j, std::size_t from, std::size_t end) noexcept {
+        return j < from || j >= end;
+    }
+
+    // Stage J's `enter` (a stage of the waiting form always waits). True when it proceeded;
+    // otherwise `s` says how it stopped and `k` is J.
+    template <std::size_t J>
+    static bool entered(const Stages& stages, states& st, const context** at, std::optional<outcome_type>& result,
+                        step& s, std::size_t& k) {
+        at[J + 1] = at[J];
+        if constexpr (fast_policy<policy_at<J>>) {
+            st.template make<J>();
+            s = std::get<J>(stages).enter(state<J>(st), *at[J], at[J + 1], result);
+        } else {
+            s = step::wait;
+        }
+        if (s == step::proceed)
+            return true;
+        k = J;
+        return false;
+    }
+    // Enters the stages from `from` inward; stops at the first that does not proceed, leaving
+    // its index in `k` (`size` when all did).
+    template <class From, std::size_t... Js>
+    static step enter_all(From from, const Stages& stages, states& st, const context** at,
+                          std::optional<outcome_type>& result, std::size_t& k, std::index_sequence<Js...>) {
+        step s = step::proceed;
+        k = size;
+        (void)((outside(Js, from, size) || entered<Js>(stages, st, at, result, s, k)) && ...);
+        return s;
+    }
+
+    // Stage J's `leave`: true when the call goes on outward; false when the stage must wait, its
+    // `resume` coming next, and then `w` is J.
+    template <std::size_t J>
+    static bool left(const Stages& stages, states& st, const context** at, outcome_type& result, std::size_t& w) {
+        if constexpr (fast_policy<policy_at<J>>) {
+            if (std::get<J>(stages).leave(state<J>(st), *at[J], result) == step::wait) {
+                w = J;
+                return false;
+            }
+        }
+        return true;
+    }
+    // Leaves the stages inside `end` down to `from`, innermost first; returns the first that must
+    // wait, or `none`.
+    template <class End, class From, std::size_t... Js>
+    static std::size_t leave_all(End end, From from, const Stages& stages, states& st, const context** at,
+                                 outcome_type& result, std::index_sequence<Js...>) {
+        std::size_t w = none;
+        (void)((outside(size - 1 - Js, from, end) || left<size - 1 - Js>(stages, st, at, result, w)) && ...);
+        return w;
+    }
+
+    /// `next` for the stages from `from` inward, then the leaf, in a frame of their own.
+    struct inner_next {
+        Stages stages;
+        Leaf leaf;
+        std::size_t from;
+        task<outcome_type> operator()(const context& ctx) const {
+            return drive<false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf}, context_access::derive(ctx),
+                                from);
+        }
+    };
+    template <std::size_t J>
+    static auto next_after(const Stages& stages, const Leaf& leaf) {
+        if constexpr (J + 1 == size)
+            return leaf;
+        else
+            return inner_next{stages, leaf, J + 1};
+    }
+
+    // Waiting for admission in this frame (detail/frame_admission.hpp).
+    using admission = frame_admission<Stages, states, outcome_type>;
+
+    // The call's shared clock reading (`call_now`) holds only while the call runs without
+    // suspending: it is dropped before a stage that may wait reads the time, and after every wait.
+    static void drop_reading(time_cache& cache) noexcept { cache.clear(); }
+    // What follows every wait of the call (its admission, the action, a stage's `run` or `resume`):
+    // the clock reading taken before it is dropped, and the call goes back to the loop it was made
+    // on when the wait ended on another thread.
+    static resume_on_loop after_wait(home_loop* home, time_cache& cache) noexcept {
+        drop_reading(cache);
+        return resume_on_loop{home};
+    }
+
+    template <class Awaitable>
+    static task<outcome_type> as_task(Awaitable a) {
+        co_return co_await std::move(a);
+    }
+    template <class Awaitable>
+    static task<outcome_type> uniform(Awaitable&& a) {
+        if constexpr (std::is_same_v<std::remove_cvref_t<Awaitable>, task<outcome_type>>)
+            return std::forward<Awaitable>(a);
+        else
+            return as_task(std::forward<Awaitable>(a));
+    }
+
+    // The waiting paths, out of the drive's body so that every drive of the pipeline (with and
+    // without throwing, and the inner ones) shares one instance of each.
+
+    // Stage `k`'s `run`, for a stage whose `enter` waited: it handles the call from there inward.
+    static task<outcome_type> run_stage(std::size_t k, const Stages& stages, const context** at, const Leaf& leaf) {
+        return visit_stage<task<outcome_type>>(
+            k,
+            [&](auto j) -> task<outcome_type> {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (enter_may_wait<policy_at<J>>)
+                    return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), *at[J]));
+                else
+                    return task<outcome_type>{}; // unreachable: its `enter` never waits
+            },
+            all_stages{});
+    }
+    // `run_stage` out of line, for a pipeline whose waiting stages mostly wait in its frame: clang
+    // would otherwise build the stage's `run` coroutine in the drive's own frame, making every
+    // call's frame as large as a waiting one's.
+    RESILIENCE_DETAIL_NOINLINE static task<outcome_type>
+    run_stage_out_of_line(std::size_t k, const Stages& stages, const context** at, const Leaf& leaf) {
+        return run_stage(k, stages, at, leaf);
+    }
+    // Stage `w`'s `resume`, for a stage whose `leave` waited: it may run the stages inside again.
+    static task<outcome_type> resume_stage(std::size_t w, const Stages& stages, states& st, const context** at,
+                                           const Leaf& leaf, outcome_type& result) {
+        return visit_stage<task<outcome_type>>(
+            w,
+            [&](auto j) -> task<outcome_type> {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (requires {
+                                  std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf), *at[J],
+                                                             std::move(result));
+                              })
+                    return std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf), *at[J],
+                                                      std::move(result));
+                else
+                    return task<outcome_type>{}; // unreachable: its `leave` never waits
+            },
+            all_stages{});
+    }
+
+    // The stages handed down (a reference to them, in the frame's own parameter), the ones a
+    // pipeline keeps (a reference), or made from the policy the call holds.
+    template <class Source>
+    static decltype(auto) stages_from(const Source& source) {
+        if constexpr (requires { source.stages; })
+            return (source.stages);
+        else
+            return stages_of(source.get());
+    }
+
+    /// `ctx`: the caller's context, or, for a drive inside another call (a stage's `run` or
+    /// `resume`), one derived from that call's, which outlives it. It is the call's own context,
+    /// used in place: moving it would cost a store-forwarding stall right after the frame's ramp.
+    /// `from`: the first stage, `outermost` for a call, a `std::size_t` for an inner drive.
+    template <bool Throw, class Source, class Holder, class From>
+    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, context ctx,
+                                                                           From from) {
+        decltype(auto) stages = stages_from(source);
+        time_cache cache;
+        home_loop* const home = home_loop::current(); // where the call returns (null: outside any loop)
+        context& root = ctx;
+        context_access::attach(root, &cache);
+        auto leaf = holder.leaf();
+        states st;
+        const context* at[size + 1];
+        at[from] = &root;
+        std::optional<outcome_type> result;
+        std::size_t k = size;
+        step s = enter_all(from, stages, st, at, result, k, all_stages{});
+        if constexpr (admission::any_waits_in_frame) {
+            // A stage that waits for admission here: once admitted, the call goes on inward from
+            // the stage after it, still in this frame.
+            while (s == step::wait && admission::stage_waits_in_frame(k, stages, at)) [[unlikely]] {
+                drop_reading(cache);
+                {
+                    typename admission::wait_in_frame admitted{k, stages, st, at, result};
+                    do // `step::wait`: not decided yet, await it again
+                        s = co_await admitted;
+                    while (s == step::wait);
+                }
+                co_await after_wait(home, cache);
+                if (s == step::proceed) // `k` is read before enter_all writes it
+                    s = enter_all(std::size_t{k + 1}, stages, st, at, result, k, all_stages{});
+            }
+        }
+        std::size_t w = none;
+        if (s == step::proceed) {
+            result.emplace(co_await leaf(*at[size]));
+            co_await after_wait(home, cache);
+            // The common path: every stage proceeded, so every stage leaves, innermost first.
+            w = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result, all_stages{});
+        } else {
+            drop_reading(cache);
+            if (s == step::wait) {
+                task<outcome_type> waiting = admission::any_waits_in_frame ? run_stage_out_of_line(k, stages, at, leaf)
+                                                                           : run_stage(k, stages, at, leaf);
+                result.emplace(co_await std::move(waiting));
+                co_await after_wait(home, cache);
+            }
+            // Outward from the stage inside the one that stopped.
+            w = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
+        }
+        while (w != none) {
+            task<outcome_type> resuming = resume_stage(w, stages, st, at, leaf, *result);
+            outcome_type r = co_await std::move(resuming);
+            result.emplace(std::move(r));
+            co_await after_wait(home, cache);
+            w = leave_all(w, std::size_t{from}, stages, st, at, *result, all_stages{});
+        }
+        if constexpr (Throw)
+            co_return std::move(*result).value();
+        else
+            co_return std::move(*result);
+    }
+};
+
+template <class S>
+inline constexpr bool is_policy_ref = false;
+template <class P>
+inline constexpr bool is_policy_ref<policy_ref<P>> = true;
+
+template <bool Throw, class Source, class A>
+auto run_valid_action(Source source, A action, context ctx) {
+    using policy_type = std::remove_cvref_t<decltype(source.get())>;
+    using stages = stages_t<policy_type>;
+    using drv = driver<stages, guarded<A>>;
+    // The task is lazy: the caller's policy is read now, not when the task starts. A handle is
+    // copied into the call, which then needs nothing of the caller's. A pipeline keeps its stages:
+    // the call refers to them, in the pipeline it needs while it may be resumed; so does a
+    // stateless policy's call, to the policy.
+    if constexpr (is_policy_ref<Source> && copied_into_calls<policy_type>)
+        return drv::template drive<Throw>(policy_owned<policy_type>{source.get()},
+                                          owned_action<A>{std::move(action)}, std::move(ctx),
+                                          typename drv::outermost{});
+    else if constexpr (is_policy_ref<Source> && !keeps_stages<policy_type>)
+        return drv::template drive<Throw>(stages_ref<stages>{stages_of(source.get())},
+                                          owned_action<A>{std::move(action)}, std::move(ctx),
+                                          typename drv::outermost{});
+    else
+        return drv::template drive<Throw>(std::move(source), owned_action<A>{std::move(action)}, std::move(ctx),
+                                          typename drv::outermost{});
+}
+
+template <bool Throw, class Source, class A>
+auto run_action(Source source, A action, context ctx) {
+    if constexpr (!checked_action<A>::valid) {
+        check_action<A>();
+        return task<std::conditional_t<Throw, invalid_action, outcome<invalid_action>>>{};
+    } else {
+        return run_valid_action<Throw>(std::move(source), std::move(action), std::move(ctx));
+    }
+}
+
+} // namespace resilience::detail

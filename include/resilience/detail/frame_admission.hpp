@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/frame_admission.hpp
+/// Waiting for admission inside the pipeline's frame: for a stage whose `enter` answered
+/// `step::wait` and that has `waits_in_frame` and `frame_wait<R>` (see policy.hpp), the call
+/// suspends in its own frame on that stage's awaiter, and goes on inward from there once admitted.
+#pragma once
+
+#include "../context.hpp"
+#include "../outcome.hpp"
+#include "frame_allocator.hpp"
+#include "inline_start.hpp"
+#include "inlining.hpp"
+#include "protocol.hpp"
+#include "stages.hpp"
+
+#include <algorithm>
+#include <coroutine>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace resilience::detail {
+
+/// What the driver of a call through `Stages` (a tuple of references to policies) needs to wait
+/// for a stage's admission in its own frame. `States` is the driver's states of the stages
+/// (`type_at<J>`, the type of stage J's, and `get<J>()`), `Outcome` the call's `outcome<R>`.
+template <class Stages, class States, class Outcome>
+struct frame_admission {
+    static constexpr std::size_t size = std::tuple_size_v<Stages>;
+    using all_stages = std::make_index_sequence<size>;
+    using outcome_type = Outcome;
+    using value_type = typename Outcome::value_type;
+    template <std::size_t J>
+    using policy_at = std::remove_cvref_t<std::tuple_element_t<J, Stages>>;
+
+    /// Whether stage J can wait for admission here: its `enter` may wait and it has the members for it.
+    template <std::size_t J>
+    static constexpr bool admits_here() {
+        if constexpr (fast_policy<policy_at<J>> && enter_may_wait<policy_at<J>>)
+            return frame_waiting<policy_at<J>, typename States::template type_at<J>, value_type>;
+        else
+            return false;
+    }
+    template <std::size_t J>
+    using admission_at = typename policy_at<J>::template frame_wait<value_type>;
+    // The size (or alignment) of stage J's admission awaiter, 0 if it has none.
+    template <std::size_t J, bool Align>
+    static constexpr std::size_t admission_extent() {
+        if constexpr (admits_here<J>())
+            return Align ? alignof(admission_at<J>) : sizeof(admission_at<J>);
+        else
+            return 0;
+    }
+    template <bool Align, std::size_t... Js>
+    static constexpr std::size_t largest_admission(std::index_sequence<Js...>) {
+        std::size_t n = 0;
+        ((n = std::max(n, admission_extent<Js, Align>())), ...);
+        return n;
+    }
+    static constexpr std::size_t admission_bytes = largest_admission<false>(all_stages{});
+    static constexpr bool any_waits_in_frame = admission_bytes > 0;
+    static_assert(largest_admission<true>(all_stages{}) <= alignof(std::max_align_t),
+                  "resilience: a policy's frame_wait must not be over-aligned");
+
+    /// Whether stage `k`, whose `enter` waited, waits for admission here rather than in its `run`.
+    RESILIENCE_DETAIL_NOINLINE static bool stage_waits_in_frame(std::size_t k, const Stages& stages,
+                                                                const context* const* at) {
+        return visit_stage<bool>(
+            k,
+            [&](auto j) {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (admits_here<J>())
+                    return std::get<J>(stages).waits_in_frame(*at[J]);
+                else
+                    return false;
+            },
+            all_stages{});
+    }
+    /// Awaits stage `k`'s admission (out of line: the drive's common path stays small enough for
+    /// the compiler to inline what it calls). The stage's awaiter is made in a block from the frame cache,
+    /// taken only by a call that waits (so a call that does not carries no room for it), with
+    /// the stage's index after it; it is destroyed with this awaiter, also when the frame is destroyed
+    /// while it waits. One pointer, as every byte of this awaiter is in every call's frame.
+    struct wait_in_frame {
+        // The stage's index follows the awaiter.
+        static constexpr std::size_t index_at =
+            (admission_bytes + alignof(std::size_t) - 1) / alignof(std::size_t) * alignof(std::size_t);
+        static constexpr std::size_t block = index_at + sizeof(std::size_t);
+        void* space;
+
+        RESILIENCE_DETAIL_NOINLINE wait_in_frame(std::size_t stage, const Stages& stages, States& st,
+                                                 const context* const* at,
+                                                 std::optional<outcome_type>& result)
+            : space(frame_cache::allocate(block)) {
+            ::new (static_cast<unsigned char*>(space) + index_at) std::size_t(stage);
+            try {
+                on_stage([&](auto j) {
+                    constexpr std::size_t J = decltype(j)::value;
+                    ::new (space) admission_at<J>(std::get<J>(stages), st.template get<J>(), *at[J], result);
+                });
+            } catch (...) {
+                frame_cache::deallocate(space, block);
+                throw;
+            }
+        }
+        wait_in_frame(const wait_in_frame&) = delete;
+        wait_in_frame& operator=(const wait_in_frame&) = delete;
+        RESILIENCE_DETAIL_NOINLINE ~wait_in_frame() {
+            on_stage([&](auto j) { std::destroy_at(get<decltype(j)::value>()); });
+            frame_cache::deallocate(space, block);
+        }
+        RESILIENCE_DETAIL_NOINLINE bool await_ready() {
+            bool ready = true;
+            on_stage([&](auto j) { ready = get<decltype(j)::value>()->await_ready(); });
+            return ready;
+        }
+        RESILIENCE_DETAIL_NOINLINE start_result await_suspend(std::coroutine_handle<> h) {
+            start_result next = suspend_unless_done(false, h);
+            on_stage([&](auto j) {
+                auto& a = *get<decltype(j)::value>();
+                using result = decltype(a.await_suspend(h));
+                if constexpr (std::is_void_v<result>) {
+                    a.await_suspend(h);
+                    next = suspend_unless_done(true, h);
+                } else if constexpr (std::is_same_v<result, bool>) {
+                    next = suspend_unless_done(a.await_suspend(h), h);
+                } else {
+                    next = transfer_to(a.await_suspend(h), h);
+                }
+            });
+            return next;
+        }
+        RESILIENCE_DETAIL_NOINLINE step await_resume() {
+            step s = step::done;
+            on_stage([&](auto j) { s = get<decltype(j)::value>()->await_resume(); });
+            return s;
+        }
+
+    private:
+        std::size_t stage() const noexcept {
+            unsigned char* const at = static_cast<unsigned char*>(space) + index_at;
+            return *std::launder(reinterpret_cast<std::size_t*>(at));
+        }
+        template <std::size_t J>
+        admission_at<J>* get() const noexcept {
+            return std::launder(static_cast<admission_at<J>*>(space));
+        }
+        // Calls `f(std::integral_constant<std::size_t, k>{})`: stage `k` admits here (`waits_in_frame`).
+        template <class F>
+        void on_stage(F&& f) const {
+            visit_stage<bool>(
+                stage(),
+                [&](auto j) {
+                    if constexpr (admits_here<decltype(j)::value>())
+                        f(j);
+                    return true;
+                },
+                all_stages{});
+        }
+    };
+};
+
+} // namespace resilience::detail

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+/// \file detail/protocol.hpp
+/// The vocabulary of the fast protocol (described in policy.hpp), as the driver checks it: `step`,
+/// what makes a policy fast, how it says that its `enter` never waits or that it can wait in the
+/// pipeline's frame, and the one clock reading that the policies of a call share.
+#pragma once
+
+#include "../context.hpp"
+#include "../outcome.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <optional>
+#include <type_traits>
+
+namespace resilience {
+
+/// A policy's answer to the pipeline on its fast path (see policy.hpp).
+enum class step : unsigned char {
+    proceed, ///< `enter`: admitted, go on inward. `leave`: finished here, go on outward.
+    done,    ///< `enter`: not admitted; the result holds why (a refusal, a cancellation).
+    wait,    ///< `enter`: cannot decide without suspending: the pipeline calls `run` instead.
+             ///< `leave`: has more to do (a retry, a timer to disarm): the pipeline calls `resume`.
+};
+
+namespace detail {
+
+/// A policy with the fast protocol: `call_state`, `enter`, `leave`, `resume` (see policy.hpp).
+template <class P>
+concept fast_policy = requires { typename P::call_state; };
+
+/// A fast policy whose `enter` never answers `step::wait` says so
+/// (`static constexpr bool enter_never_waits = true;`), and the pipeline then does not even
+/// instantiate its `run` for the call: less to compile.
+template <class P>
+inline constexpr bool enter_may_wait = !requires { requires P::enter_never_waits; };
+
+/// A fast policy whose `enter` may wait and that can also wait for admission without a frame of
+/// its own: `waits_in_frame` and `frame_wait<R>` (see policy.hpp).
+template <class P, class S, class R>
+concept frame_waiting = requires(const P& p, const context& c) {
+    { p.waits_in_frame(c) } -> std::same_as<bool>;
+    typename P::template frame_wait<R>;
+    requires std::is_constructible_v<typename P::template frame_wait<R>, const P&, S&, const context&,
+                                     std::optional<outcome<R>>&>;
+};
+
+/// The state a stage keeps in the call's frame: its `call_state`, or an empty one for a policy of
+/// the waiting form.
+template <class P>
+struct state_of {
+    struct type {};
+};
+template <fast_policy P>
+struct state_of<P> {
+    using type = typename P::call_state;
+};
+
+/// The time on `clock` for a policy admitting a call: the call's shared reading when one of the
+/// same clock (see `reading_key`, in context.hpp) was taken while admitting it, else a fresh one (then shared).
+template <class C>
+typename C::time_point call_now(const C& clock, const context& ctx) {
+    if constexpr (std::is_same_v<typename C::duration, std::chrono::nanoseconds>) {
+        time_cache* cache = context_access::cache(ctx);
+        const void* key = reading_key(clock);
+        if (cache && cache->clock == key)
+            return typename C::time_point{cache->at};
+        const typename C::time_point t = clock.now();
+        if (cache) {
+            cache->clock = key;
+            cache->at = t.time_since_epoch();
+        }
+        return t;
+    } else {
+        return clock.now();
+    }
+}
+
+} // namespace detail
+
+} // namespace resilience
