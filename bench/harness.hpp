@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <dlfcn.h>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <map>
 #include <new>
 #include <string>
@@ -30,13 +30,15 @@ inline std::atomic<std::size_t> exceptions{0};
 /// heap allocations and caught exceptions per iteration after a warm-up call. `done()` runs after
 /// the last iteration.
 template <class Body, class Done = void (*)()>
-void run_on_loop(benchmark::State& state, Body body, Done done = [] {}) {
+void run_on_loop(
+    benchmark::State& state, Body body, Done done = [] {}) {
     resilience::event_loop loop;
     loop.run([](benchmark::State& st, Body& b, Done& d) -> resilience::task<void> {
         co_await b(nullptr); // warms the frame cache and any pools
         const std::size_t allocated = allocations.load(std::memory_order_relaxed);
         const std::size_t caught = exceptions.load(std::memory_order_relaxed);
-        for (auto _ : st) co_await b(&st);
+        for (auto _ : st)
+            co_await b(&st);
         const auto per_call = [&](std::size_t now, std::size_t then) {
             return benchmark::Counter(static_cast<double>(now - then) / static_cast<double>(st.iterations()));
         };
@@ -71,12 +73,13 @@ public:
     void Finalize() override {
         ConsoleReporter::Finalize();
         const auto base = rows_.find(baseline_);
-        fmt::print("\n{:<48} {:>10} {:>12} {:>12} {:>12}\n", "benchmark", "ns/call", "x bare call", "allocs/call",
-                   "throws/call");
+        fmt::print("\n{:<48} {:>10} {:>12} {:>12} {:>12}\n", "benchmark", "ns/call", "x bare call",
+                   "allocs/call", "throws/call");
         for (const auto& name : order_) {
             const row& r = rows_[name];
             const double ratio = base == rows_.end() ? 0.0 : r.ns / base->second.ns;
-            fmt::print("{:<48} {:>10.1f} {:>12.2f} {:>12.3f} {:>12.3f}\n", name, r.ns, ratio, r.allocs, r.throws);
+            fmt::print("{:<48} {:>10.1f} {:>12.2f} {:>12.3f} {:>12.3f}\n", name, r.ns, ratio, r.allocs,
+                       r.throws);
         }
         // Throughput of two threads against one, for each `<x>_two_threads` row with a matching
         // `<x>_one_thread` row. With several threads Google Benchmark divides the wall time by the
@@ -116,30 +119,41 @@ private:
 /// Benchmarks' main: the ratio reporter with `baseline` as the bare call, plus the counting
 /// replacements of operator new and of __cxa_begin_catch (which forwards to the runtime's own, found
 /// with dlsym; the executable's own catch blocks bind to this definition).
-#define RESILIENCE_BENCH_MAIN(baseline)                                                                     \
-    extern "C" void* __cxa_begin_catch(void* exception) noexcept {                                          \
-        using begin_fn = void* (*)(void*) noexcept;                                                         \
-        static const auto real = reinterpret_cast<begin_fn>(dlsym(RTLD_NEXT, "__cxa_begin_catch"));         \
-        bench::exceptions.fetch_add(1, std::memory_order_relaxed);                                          \
-        return real(exception);                                                                             \
-    }                                                                                                       \
-    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmismatched-new-delete\"")            \
-    void* operator new(std::size_t n) {                                                                     \
-        bench::allocations.fetch_add(1, std::memory_order_relaxed);                                         \
-        if (void* p = std::malloc(n ? n : 1)) return p;                                                     \
-        throw std::bad_alloc{};                                                                             \
-    }                                                                                                       \
-    void* operator new[](std::size_t n) { return ::operator new(n); }                                       \
-    void operator delete(void* p) noexcept { std::free(p); }                                                \
-    void operator delete(void* p, std::size_t) noexcept { std::free(p); }                                   \
-    void operator delete[](void* p) noexcept { std::free(p); }                                              \
-    void operator delete[](void* p, std::size_t) noexcept { std::free(p); }                                 \
-    _Pragma("GCC diagnostic pop")                                                                           \
-    int main(int argc, char** argv) {                                                                       \
-        benchmark::Initialize(&argc, argv);                                                                 \
-        if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                                   \
-        bench::ratio_reporter reporter{baseline};                                                           \
-        benchmark::RunSpecifiedBenchmarks(&reporter);                                                       \
-        benchmark::Shutdown();                                                                              \
-        return 0;                                                                                           \
+#define RESILIENCE_BENCH_MAIN(baseline)                                                                      \
+    extern "C" void* __cxa_begin_catch(void* exception) noexcept {                                           \
+        using begin_fn = void* (*)(void*) noexcept;                                                          \
+        static const auto real = reinterpret_cast<begin_fn>(dlsym(RTLD_NEXT, "__cxa_begin_catch"));          \
+        bench::exceptions.fetch_add(1, std::memory_order_relaxed);                                           \
+        return real(exception);                                                                              \
+    }                                                                                                        \
+    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmismatched-new-delete\"") void*       \
+    operator new(std::size_t n) {                                                                            \
+        bench::allocations.fetch_add(1, std::memory_order_relaxed);                                          \
+        if (void* p = std::malloc(n ? n : 1))                                                                \
+            return p;                                                                                        \
+        throw std::bad_alloc{};                                                                              \
+    }                                                                                                        \
+    void* operator new[](std::size_t n) {                                                                    \
+        return ::operator new(n);                                                                            \
+    }                                                                                                        \
+    void operator delete(void* p) noexcept {                                                                 \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    void operator delete(void* p, std::size_t) noexcept {                                                    \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    void operator delete[](void* p) noexcept {                                                               \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    void operator delete[](void* p, std::size_t) noexcept {                                                  \
+        std::free(p);                                                                                        \
+    }                                                                                                        \
+    _Pragma("GCC diagnostic pop") int main(int argc, char** argv) {                                          \
+        benchmark::Initialize(&argc, argv);                                                                  \
+        if (benchmark::ReportUnrecognizedArguments(argc, argv))                                              \
+            return 1;                                                                                        \
+        bench::ratio_reporter reporter{baseline};                                                            \
+        benchmark::RunSpecifiedBenchmarks(&reporter);                                                        \
+        benchmark::Shutdown();                                                                               \
+        return 0;                                                                                            \
     }

@@ -160,10 +160,10 @@ BENCHMARK(pipeline_of_five_caller_token);
 // clock (a few nanoseconds) instead of the precise one.
 void pipeline_of_five_coarse_clock(benchmark::State& state) {
     const rs::coarse_steady_clock coarse;
-    through(state, rs::pipeline{rs::retry{{}, coarse}, rs::circuit_breaker{{.failure_threshold = 5}, coarse},
-                                rs::timeout{1s, coarse},
-                                rs::bulkhead{{.max_concurrent_calls = 1'000}, coarse},
-                                rs::rate_limiter{{.token_limit = 1'000'000'000, .tokens_per_second = 1e12}, coarse}});
+    through(state, rs::pipeline{
+                       rs::retry{{}, coarse}, rs::circuit_breaker{{.failure_threshold = 5}, coarse},
+                       rs::timeout{1s, coarse}, rs::bulkhead{{.max_concurrent_calls = 1'000}, coarse},
+                       rs::rate_limiter{{.token_limit = 1'000'000'000, .tokens_per_second = 1e12}, coarse}});
 }
 BENCHMARK(pipeline_of_five_coarse_clock);
 

@@ -60,8 +60,10 @@ rs::task<int> ping(redis::connection c) {
 template <class Step>
 void on_io(benchmark::State& state, const char* item, Step step) {
     ::asio::io_context io;
-    redis::connection c{io.get_executor(), {.port = server().port(), .command_timeout = std::chrono::seconds{5}}};
-    const redis::rate_limiter limiter{{.key = "bench", .token_limit = 1'000'000'000, .tokens_per_second = 1e9}, c};
+    redis::connection c{io.get_executor(),
+                        {.port = server().port(), .command_timeout = std::chrono::seconds{5}}};
+    const redis::rate_limiter limiter{
+        {.key = "bench", .token_limit = 1'000'000'000, .tokens_per_second = 1e9}, c};
     const int n = static_cast<int>(state.range(0));
     auto body = [](benchmark::State& st, Step& s, redis::connection conn, redis::rate_limiter l, int per,
                    const char* what) -> rs::task<int> {
@@ -122,14 +124,16 @@ BENCHMARK(admission_one_at_a_time)->Arg(1)->UseRealTime();
 
 void ping_pipelined(benchmark::State& state) {
     on_io(state, "ping", [](redis::connection c, const redis::rate_limiter& l, int n) {
-        return together([](redis::connection conn, const redis::rate_limiter&) { return ping(conn); }, c, l, n);
+        return together([](redis::connection conn, const redis::rate_limiter&) { return ping(conn); }, c, l,
+                        n);
     });
 }
 BENCHMARK(ping_pipelined)->Arg(16)->Arg(64)->UseRealTime();
 
 void admission_pipelined(benchmark::State& state) {
     on_io(state, "admission", [](redis::connection c, const redis::rate_limiter& l, int n) {
-        return together([](redis::connection, const redis::rate_limiter& lim) { return admit(lim); }, c, l, n);
+        return together([](redis::connection, const redis::rate_limiter& lim) { return admit(lim); }, c, l,
+                        n);
     });
 }
 BENCHMARK(admission_pipelined)->Arg(16)->Arg(64)->UseRealTime();

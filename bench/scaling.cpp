@@ -283,11 +283,12 @@ row bare_calls(std::size_t n) {
 // (an hour: it never runs out here), so each waiter also arms and disarms a timer.
 row bulkhead_queue_of(std::size_t n, bool bounded) {
     rs::testing::simulation sim;
-    rs::bulkhead bulkhead{{.max_concurrent_calls = 1,
-                           .queue_limit = rs::unbounded_queue,
-                           .queue_timeout = bounded ? std::optional<std::chrono::nanoseconds>{std::chrono::hours{1}}
-                                                    : std::nullopt},
-                          sim.clock()};
+    rs::bulkhead bulkhead{
+        {.max_concurrent_calls = 1,
+         .queue_limit = rs::unbounded_queue,
+         .queue_timeout =
+             bounded ? std::optional<std::chrono::nanoseconds>{std::chrono::hours{1}} : std::nullopt},
+        sim.clock()};
     parking holder;
     row r;
     clock_type::time_point t1;

@@ -43,17 +43,21 @@ class private_server {
 public:
     private_server() {
         ::asio::io_context io;
-        port_ = ::asio::ip::tcp::acceptor{io, {::asio::ip::make_address("127.0.0.1"), 0}}.local_endpoint().port();
+        port_ =
+            ::asio::ip::tcp::acceptor{io, {::asio::ip::make_address("127.0.0.1"), 0}}.local_endpoint().port();
         char tmpl[] = "/tmp/shared-quota-XXXXXX";
         dir_ = ::mkdtemp(tmpl) ? tmpl : "/tmp";
-        std::vector<std::string> args{"redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                      "--save", "", "--appendonly", "no", "--dir", dir_, "--logfile", dir_ + "/log"};
+        std::vector<std::string> args{
+            "redis-server", "--port",    std::to_string(port_), "--bind", "127.0.0.1",
+            "--save",       "",          "--appendonly",        "no",     "--dir",
+            dir_,           "--logfile", dir_ + "/log"};
         std::vector<char*> argv;
         for (auto& a : args)
             argv.push_back(a.data());
         argv.push_back(nullptr);
         if (::posix_spawnp(&pid_, "redis-server", nullptr, nullptr, argv.data(), environ) != 0)
-            throw std::runtime_error("cannot start redis-server (apt-get install redis-server), or set REDIS_URL");
+            throw std::runtime_error(
+                "cannot start redis-server (apt-get install redis-server), or set REDIS_URL");
         for (int i = 0; i < 1000 && !answers(); ++i)
             std::this_thread::sleep_for(10ms);
     }
@@ -124,7 +128,8 @@ void replica(redis::connection_options where, std::chrono::steady_clock::time_po
                                        .local_share = 1.0 / replicas},
                                       connection};
     for (int i = 0; i < 4; ++i)
-        rs::asio::async_run(io.get_executor(), caller(limiter, start, start + std::chrono::seconds{seconds}, per_second),
+        rs::asio::async_run(io.get_executor(),
+                            caller(limiter, start, start + std::chrono::seconds{seconds}, per_second),
                             [](std::exception_ptr e, int) {
                                 if (e)
                                     std::rethrow_exception(e);
@@ -143,8 +148,8 @@ int main() {
         server.emplace();
         where.port = server->port();
     }
-    fmt::print("{} replicas share a quota of {} calls/s (burst {}) through Redis at {}:{}\n\n", replicas, quota, burst,
-               where.host, where.port);
+    fmt::print("{} replicas share a quota of {} calls/s (burst {}) through Redis at {}:{}\n\n", replicas,
+               quota, burst, where.host, where.port);
 
     std::array<std::array<int, seconds>, replicas> counts{};
     const auto start = std::chrono::steady_clock::now();

@@ -19,7 +19,6 @@
 #include <resilience/timeout.hpp>
 
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -81,19 +80,27 @@ std::optional<std::chrono::nanoseconds> maybe(input& in) {
 
 rs::jitter jitter_of(input& in) {
     switch (in.byte() % 5) {
-    case 0: return rs::jitter::none;
-    case 1: return rs::jitter::full;
-    case 2: return rs::jitter::equal;
-    case 3: return rs::jitter::decorrelated;
-    default: return rs::jitter::proportional(in.number()); // may throw invalid_argument
+    case 0:
+        return rs::jitter::none;
+    case 1:
+        return rs::jitter::full;
+    case 2:
+        return rs::jitter::equal;
+    case 3:
+        return rs::jitter::decorrelated;
+    default:
+        return rs::jitter::proportional(in.number()); // may throw invalid_argument
     }
 }
 
 rs::backoff backoff_of(input& in) {
     switch (in.byte() % 4) {
-    case 0: return rs::constant_backoff{in.duration(), jitter_of(in)};
-    case 1: return rs::linear_backoff{in.duration(), in.duration(), in.duration(), jitter_of(in)};
-    case 2: return rs::exponential_backoff{in.duration(), in.number(), in.duration(), jitter_of(in)};
+    case 0:
+        return rs::constant_backoff{in.duration(), jitter_of(in)};
+    case 1:
+        return rs::linear_backoff{in.duration(), in.duration(), in.duration(), jitter_of(in)};
+    case 2:
+        return rs::exponential_backoff{in.duration(), in.number(), in.duration(), jitter_of(in)};
     default: {
         rs::list_backoff l{{}, jitter_of(in)};
         for (int n = in.byte() % 4; n > 0; --n)
@@ -137,7 +144,8 @@ int backoff(const std::uint8_t* data, std::size_t size) {
         const rs::backoff b = backoff_of(in);
         rs::seeded_random rng{in.raw()};
         for (int i = 0; i < 4; ++i) {
-            const auto d = b.delay(in.count(), rng, rs::failure{}, std::chrono::nanoseconds{in.int64() & INT64_MAX});
+            const auto d =
+                b.delay(in.count(), rng, rs::failure{}, std::chrono::nanoseconds{in.int64() & INT64_MAX});
             require(d >= 0ns, "a negative backoff delay");
         }
     });
@@ -202,12 +210,13 @@ int bulkhead_options(const std::uint8_t* data, std::size_t size) {
         rs::testing::simulation sim;
         const std::size_t slots = in.size();
         const std::size_t queue = in.size();
-        const rs::bulkhead b{{.max_concurrent_calls = slots, .queue_limit = queue, .queue_timeout = maybe(in)},
-                             sim.clock()};
+        const rs::bulkhead b{
+            {.max_concurrent_calls = slots, .queue_limit = queue, .queue_timeout = maybe(in)}, sim.clock()};
         one_call(sim, b, true);
         for (int i = 0; i < 3; ++i)
             // Parameters, not captures: the closure is gone once spawn returns.
-            sim.spawn([](const rs::bulkhead<rs::testing::virtual_clock>& bh, rs::testing::simulation& s) -> rs::task<void> {
+            sim.spawn([](const rs::bulkhead<rs::testing::virtual_clock>& bh,
+                         rs::testing::simulation& s) -> rs::task<void> {
                 (void)co_await bh.execute_outcome([&s] { return quick(s); });
             }(b, sim));
         sim.run_all();
@@ -221,7 +230,9 @@ int rate_limiter_options(const std::uint8_t* data, std::size_t size) {
         const std::size_t tokens = in.size();
         const double rate = in.number();
         const std::size_t queue = in.size();
-        const rs::rate_limiter l{{.token_limit = tokens, .tokens_per_second = rate, .queue_limit = queue,
+        const rs::rate_limiter l{{.token_limit = tokens,
+                                  .tokens_per_second = rate,
+                                  .queue_limit = queue,
                                   .queue_timeout = maybe(in)},
                                  sim.clock()};
         one_call(sim, l, true);
@@ -247,17 +258,21 @@ int sliding_window_limiter_options(const std::uint8_t* data, std::size_t size) {
         const auto window = in.duration();
         const std::size_t segments = in.size();
         const std::size_t queue = in.size();
-        const rs::sliding_window_limiter l{{.permit_limit = permits, .window = window, .segments = segments,
-                                            .queue_limit = queue, .queue_timeout = maybe(in)},
+        const rs::sliding_window_limiter l{{.permit_limit = permits,
+                                            .window = window,
+                                            .segments = segments,
+                                            .queue_limit = queue,
+                                            .queue_timeout = maybe(in)},
                                            sim.clock()};
         one_call(sim, l, true);
         for (int i = 0; i < 4; ++i)
-            sim.spawn([](const rs::sliding_window_limiter<rs::testing::virtual_clock>& lim) -> rs::task<void> {
-                const auto r = co_await lim.take_outcome();
-                if (!r.has_value())
-                    if (auto* e = r.error().as<rs::rate_limited_error>())
-                        require(e->retry_after() >= 0ns, "a negative retry_after");
-            }(l));
+            sim.spawn(
+                [](const rs::sliding_window_limiter<rs::testing::virtual_clock>& lim) -> rs::task<void> {
+                    const auto r = co_await lim.take_outcome();
+                    if (!r.has_value())
+                        if (auto* e = r.error().as<rs::rate_limited_error>())
+                            require(e->retry_after() >= 0ns, "a negative retry_after");
+                }(l));
         sim.run_for(std::chrono::nanoseconds{in.int64() & 0xffff'ffff});
         const double t = l.tokens();
         require(t >= 0.0 && t <= static_cast<double>(permits), "tokens() outside [0, permit_limit]");

@@ -19,8 +19,8 @@ namespace resilience_fuzz {
 namespace {
 
 [[noreturn]] void finding(const char* what, std::string_view value) {
-    std::fprintf(stderr, "resilience fuzz finding: %s (value \"%.*s\")\n", what, static_cast<int>(value.size()),
-                 value.data());
+    std::fprintf(stderr, "resilience fuzz finding: %s (value \"%.*s\")\n", what,
+                 static_cast<int>(value.size()), value.data());
     std::abort();
 }
 
@@ -41,7 +41,9 @@ std::string imf_fixdate(std::chrono::sys_seconds t) {
     return text;
 }
 
-bool is_ows(char c) { return c == ' ' || c == '\t'; }
+bool is_ows(char c) {
+    return c == ' ' || c == '\t';
+}
 
 } // namespace
 
@@ -49,7 +51,8 @@ int retry_after(const std::uint8_t* data, std::size_t size) {
     if (size < 1)
         return 0;
     // The first byte moves `now` by whole days around a fixed instant, so dates near and far are read.
-    const auto now = std::chrono::sys_seconds{std::chrono::seconds{1'700'000'000}} + std::chrono::days{data[0]} * 200;
+    const auto now =
+        std::chrono::sys_seconds{std::chrono::seconds{1'700'000'000}} + std::chrono::days{data[0]} * 200;
     const std::string_view value{reinterpret_cast<const char*>(data + 1), size - 1};
 
     const std::optional<std::chrono::seconds> wait = rs::http::parse_retry_after(value, now);
@@ -64,7 +67,8 @@ int retry_after(const std::uint8_t* data, std::size_t size) {
         trimmed.remove_suffix(1);
     const bool digits = !trimmed.empty() && trimmed.find_first_not_of("0123456789") == std::string_view::npos;
     if (digits) {
-        std::string_view significant = trimmed.substr(std::min(trimmed.find_first_not_of('0'), trimmed.size()));
+        std::string_view significant =
+            trimmed.substr(std::min(trimmed.find_first_not_of('0'), trimmed.size()));
         const bool fits = significant.size() <= 18; // below 10^18: no overflow in the check
         const long long n = fits ? std::strtoll(std::string(significant).c_str(), nullptr, 10) : 0;
         const bool in_range = fits && n <= rs::http::max_retry_after.count();

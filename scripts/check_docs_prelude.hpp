@@ -170,6 +170,7 @@ struct serve_t {
 };
 extern const serve_t serve;
 page cached_page();
+rates cached_rates();
 page cached();
 rows service_busy(rs::rejection_reason reason);
 quote cached_quote();

@@ -27,8 +27,7 @@ LAYERS = [
     ]),
     (2, "protocol", [
         "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp",
-        "detail/label.hpp", "detail/action.hpp", "detail/driver.hpp", "detail/stage_state.hpp",
-        "detail/frame_wait.hpp", "detail/call_now.hpp", "detail/call_state.hpp", "detail/protocol.hpp",
+        "detail/label.hpp", "detail/action.hpp", "detail/driver.hpp", "detail/protocol.hpp",
         "detail/stages.hpp", "detail/frame_admission.hpp",
     ]),
     (3, "policies", [

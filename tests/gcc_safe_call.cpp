@@ -43,7 +43,8 @@ rs::task<rs::outcome<std::size_t>> outcome_form(const auto& p, std::string host)
 // The coroutine-lambda spelling of the safe form: the data is a parameter, not a capture.
 rs::task<std::size_t> coroutine_lambda_with_arguments(const rs::retry<>& r, std::string host) {
     co_return co_await r.execute(
-        [](std::string h, std::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(h, st); }, host);
+        [](std::string h, std::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(h, st); },
+        host);
 }
 
 // Captures by reference: trivially destructible, so the second destruction does nothing.
@@ -51,7 +52,8 @@ rs::task<std::size_t> reference_capture(const rs::retry<>& r, std::string host) 
     co_return co_await r.execute([&](std::stop_token st) { return fetch(host, st); });
 }
 rs::task<std::size_t> reference_capture_coroutine(const rs::retry<>& r, std::string host) {
-    co_return co_await r.execute([&](std::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(host, st); });
+    co_return co_await r.execute(
+        [&](std::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(host, st); });
 }
 
 // A named lambda that owns a copy, passed as an lvalue: execute copies it with its constructor.
@@ -60,7 +62,9 @@ rs::task<std::size_t> named_capture(const rs::retry<>& r, std::string host) {
     co_return co_await r.execute(action);
 }
 rs::task<std::size_t> named_capture_coroutine(const rs::retry<>& r, std::string host) {
-    const auto action = [host](std::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(host, st); };
+    const auto action = [host](std::stop_token st) -> rs::task<std::size_t> {
+        co_return co_await fetch(host, st);
+    };
     co_return (co_await r.execute_outcome(action)).value();
 }
 

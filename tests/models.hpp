@@ -85,8 +85,9 @@ inline event heard_event(ns at, std::string what, ns duration, std::string reaso
 
 /// Events sorted by instant, then call: the order two implementations agree on.
 inline std::vector<event> sorted(std::vector<event> trace) {
-    std::stable_sort(trace.begin(), trace.end(),
-                     [](const event& a, const event& b) { return std::tie(a.at, a.call) < std::tie(b.at, b.call); });
+    std::stable_sort(trace.begin(), trace.end(), [](const event& a, const event& b) {
+        return std::tie(a.at, a.call) < std::tie(b.at, b.call);
+    });
     return trace;
 }
 
@@ -222,7 +223,8 @@ struct limiter_call {
 /// The counting half of a limiter model: when permits are there.
 struct token_bucket_meter {
     ns capacity, interval, empty_at;
-    token_bucket_meter(ns tokens, ns interval_ns) : capacity(tokens), interval(interval_ns), empty_at(-tokens * interval_ns) {}
+    token_bucket_meter(ns tokens, ns interval_ns)
+        : capacity(tokens), interval(interval_ns), empty_at(-tokens * interval_ns) {}
 
     // The bucket holds (now - empty_at) / interval tokens, at most `capacity`.
     void refill(ns now) { empty_at = std::max(empty_at, now - capacity * interval); }
@@ -278,7 +280,8 @@ struct sliding_window_meter {
 /// `rejection` for each refusal, each with the time waited since the call found none.
 template <class Meter>
 std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::optional<ns> queue_timeout,
-                                 const std::vector<limiter_call>& calls, std::vector<event>* heard = nullptr) {
+                                 const std::vector<limiter_call>& calls,
+                                 std::vector<event>* heard = nullptr) {
     std::vector<event> out;
     struct waiter {
         int call;
@@ -288,7 +291,8 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
     const ns forever = INT64_MAX;
     const auto hear = [&](ns now, int call, const char* what, const char* reason = "") {
         if (heard)
-            heard->push_back(heard_event(now, what, now - calls[static_cast<std::size_t>(call)].arrive, reason));
+            heard->push_back(
+                heard_event(now, what, now - calls[static_cast<std::size_t>(call)].arrive, reason));
     };
     const auto refused = [&](int call, ns now, std::size_t ahead, const char* reason) {
         out.push_back({call, now, "rate_limited", meter.available_at(now, ahead) - now, reason});
@@ -342,7 +346,8 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
         }
         for (; s < stops.size() && stops[s].first == now; ++s) {
             const int id = stops[s].second;
-            auto it = std::find_if(queue.begin(), queue.end(), [id](const waiter& w) { return w.call == id; });
+            auto it =
+                std::find_if(queue.begin(), queue.end(), [id](const waiter& w) { return w.call == id; });
             if (it != queue.end()) {
                 out.push_back({id, now, "cancelled"});
                 queue.erase(it);
@@ -408,14 +413,16 @@ inline rs::telemetry_listener recorder(std::vector<event>& heard) {
         if (e.kind == rs::telemetry_kind::queue_wait)
             heard.push_back(heard_event(e.at.count(), "queue_wait", e.duration.count()));
         else if (e.kind == rs::telemetry_kind::rejection)
-            heard.push_back(heard_event(e.at.count(), "rejection", e.duration.count(), rs::to_string(e.reason)));
+            heard.push_back(
+                heard_event(e.at.count(), "rejection", e.duration.count(), rs::to_string(e.reason)));
     };
 }
 
 /// Heard events in one order whatever the order of reports at one instant.
 inline std::vector<event> sorted_heard(std::vector<event> heard) {
     std::sort(heard.begin(), heard.end(), [](const event& a, const event& b) {
-        return std::tie(a.at, a.what, a.retry_after, a.detail) < std::tie(b.at, b.what, b.retry_after, b.detail);
+        return std::tie(a.at, a.what, a.retry_after, a.detail) <
+               std::tie(b.at, b.what, b.retry_after, b.detail);
     });
     return heard;
 }
@@ -423,8 +430,8 @@ inline std::vector<event> sorted_heard(std::vector<event> heard) {
 /// `run(p)` with `p` the policy reached by route `r` (actions producing `T`); a `telemetry` stage
 /// writes into `heard`.
 template <class T, class Policy, class Run>
-std::vector<event> run_routed(rs::testing::simulation& sim, route r, const Policy& policy, std::vector<event>& heard,
-                              Run run) {
+std::vector<event> run_routed(rs::testing::simulation& sim, route r, const Policy& policy,
+                              std::vector<event>& heard, Run run) {
     switch (r) {
     case route::telemetry_stage:
         return run(rs::pipeline{rs::telemetry{recorder(heard), sim.clock()}, policy});
@@ -473,12 +480,15 @@ struct bulkhead_call {
 };
 
 /// With `heard`, also what a listener of the bulkhead hears, as `model_limiter`'s.
-inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_limit, std::optional<ns> queue_timeout,
-                                         const std::vector<bulkhead_call>& calls, std::vector<event>* heard = nullptr) {
+inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_limit,
+                                         std::optional<ns> queue_timeout,
+                                         const std::vector<bulkhead_call>& calls,
+                                         std::vector<event>* heard = nullptr) {
     std::vector<event> out;
     const auto hear = [&](ns now, int call, const char* what, const char* reason = "") {
         if (heard)
-            heard->push_back(heard_event(now, what, now - calls[static_cast<std::size_t>(call)].arrive, reason));
+            heard->push_back(
+                heard_event(now, what, now - calls[static_cast<std::size_t>(call)].arrive, reason));
     };
     struct waiter {
         int call;
@@ -523,7 +533,8 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
         }
         for (; s < stops.size() && stops[s].first == now; ++s) {
             const int id = stops[s].second;
-            auto it = std::find_if(queue.begin(), queue.end(), [id](const waiter& w) { return w.call == id; });
+            auto it =
+                std::find_if(queue.begin(), queue.end(), [id](const waiter& w) { return w.call == id; });
             if (it != queue.end()) {
                 out.push_back({id, now, "cancelled"});
                 queue.erase(it);
@@ -603,8 +614,8 @@ struct breaker_call {
 };
 
 struct breaker_window_setup {
-    std::optional<int> size{};     // a count window
-    std::optional<ns> sampling{};  // or a time window
+    std::optional<int> size{};    // a count window
+    std::optional<ns> sampling{}; // or a time window
     int segments = 10;
     int minimum_throughput = 1;
     std::optional<double> failure_ratio{};
@@ -627,8 +638,8 @@ struct model_recorded_call {
 };
 
 // The calls the window holds at `now`.
-inline std::vector<model_recorded_call> model_window_calls(const breaker_window_setup& w,
-                                                           const std::vector<model_recorded_call>& recorded, ns now) {
+inline std::vector<model_recorded_call>
+model_window_calls(const breaker_window_setup& w, const std::vector<model_recorded_call>& recorded, ns now) {
     std::vector<model_recorded_call> held;
     if (w.size) {
         const std::size_t n = static_cast<std::size_t>(*w.size);
@@ -696,7 +707,8 @@ inline std::vector<event> model_breaker(const breaker_setup& b, const std::vecto
         }
         out.push_back({id, now, "admitted", -1, state_name(now)});
         now += c.latency;
-        const bool slow = b.window && b.window->slow_call_duration && c.latency >= *b.window->slow_call_duration;
+        const bool slow =
+            b.window && b.window->slow_call_duration && c.latency >= *b.window->slow_call_duration;
         if (state == closed) {
             run = c.fails ? run + 1 : 0;
             if (b.threshold > 0 && c.fails && run >= b.threshold) {
@@ -722,7 +734,9 @@ inline std::vector<event> model_breaker(const breaker_setup& b, const std::vecto
     return out;
 }
 
-inline std::string state_name(rs::circuit_state s) { return rs::to_string(s); }
+inline std::string state_name(rs::circuit_state s) {
+    return rs::to_string(s);
+}
 
 template <class Breaker>
 std::vector<event> run_breaker(rs::testing::simulation& sim, const Breaker& breaker,
@@ -766,7 +780,8 @@ struct retry_timeout_setup {
     ns timeout = 1;
 };
 
-inline std::vector<event> model_retry_timeout(const retry_timeout_setup& s, const std::vector<attempt_plan>& plan) {
+inline std::vector<event> model_retry_timeout(const retry_timeout_setup& s,
+                                              const std::vector<attempt_plan>& plan) {
     std::vector<event> out;
     ns now = 0;
     for (int attempt = 1;; ++attempt) {
@@ -863,9 +878,8 @@ inline std::vector<event> model_throttle(const throttle_setup& s, const std::vec
     std::vector<ns> requests, accepts; // the instants they were counted at
     const ns width = s.window / s.segments;
     const auto live = [&](const std::vector<ns>& counted, ns now) {
-        return static_cast<double>(std::count_if(counted.begin(), counted.end(), [&](ns t) {
-            return now < (t / width + s.segments) * width;
-        }));
+        return static_cast<double>(std::count_if(
+            counted.begin(), counted.end(), [&](ns t) { return now < (t / width + s.segments) * width; }));
     };
     rs::seeded_random rng{s.seed};
     ns now = 0;
@@ -996,8 +1010,8 @@ inline comparison check_token_bucket(chooser& pick) {
     return compare_routed<void>(
         setup.str(), r,
         [&](std::vector<event>* heard) {
-            return model_limiter(token_bucket_meter{tokens, 1'000'000'000 / rate}, queue_limit, queue_timeout, calls,
-                                 heard);
+            return model_limiter(token_bucket_meter{tokens, 1'000'000'000 / rate}, queue_limit, queue_timeout,
+                                 calls, heard);
         },
         [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
             return rs::rate_limiter{{.token_limit = static_cast<std::size_t>(tokens),
@@ -1011,7 +1025,8 @@ inline comparison check_token_bucket(chooser& pick) {
 }
 
 inline comparison check_sliding_window(chooser& pick) {
-    static constexpr ns windows[] = {1'000'000'000, 100'000'000, 999'999'999, 1'000'000'007, 3'000'000, 7'000};
+    static constexpr ns windows[] = {1'000'000'000, 100'000'000, 999'999'999,
+                                     1'000'000'007, 3'000'000,   7'000};
     const ns permits = pick.between(1, 4);
     const ns window = pick.pick(windows);
     const ns segments = pick.between(1, 7);
@@ -1027,8 +1042,8 @@ inline comparison check_sliding_window(chooser& pick) {
     return compare_routed<void>(
         setup.str(), r,
         [&](std::vector<event>* heard) {
-            return model_limiter(sliding_window_meter{permits, window, segments}, queue_limit, queue_timeout, calls,
-                                 heard);
+            return model_limiter(sliding_window_meter{permits, window, segments}, queue_limit, queue_timeout,
+                                 calls, heard);
         },
         [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
             return rs::sliding_window_limiter{{.permit_limit = static_cast<std::size_t>(permits),
@@ -1065,7 +1080,9 @@ inline comparison check_bulkhead(chooser& pick) {
           << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
     return compare_routed<int>(
         setup.str(), r,
-        [&](std::vector<event>* heard) { return model_bulkhead(slots, queue_limit, queue_timeout, calls, heard); },
+        [&](std::vector<event>* heard) {
+            return model_bulkhead(slots, queue_limit, queue_timeout, calls, heard);
+        },
         [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
             return rs::bulkhead{{.max_concurrent_calls = slots,
                                  .queue_limit = queue_limit,
@@ -1094,8 +1111,9 @@ inline comparison check_breaker(chooser& pick) {
     comparison c;
     std::ostringstream setup;
     setup << "failure_threshold=" << b.threshold << " break_duration=" << b.break_duration
-          << "ns break_duration_growth=" << b.growth << " max_break_duration="
-          << (b.max_break ? std::to_string(*b.max_break) + "ns" : "none") << " probes=" << b.probes;
+          << "ns break_duration_growth=" << b.growth
+          << " max_break_duration=" << (b.max_break ? std::to_string(*b.max_break) + "ns" : "none")
+          << " probes=" << b.probes;
     c.setup = setup.str();
     c.expected = model_breaker(b, calls);
     rs::testing::simulation sim;
@@ -1103,7 +1121,8 @@ inline comparison check_breaker(chooser& pick) {
         {.failure_threshold = b.threshold,
          .break_duration = std::chrono::nanoseconds{b.break_duration},
          .break_duration_growth = b.growth,
-         .max_break_duration = b.max_break ? std::optional<std::chrono::nanoseconds>{*b.max_break} : std::nullopt,
+         .max_break_duration =
+             b.max_break ? std::optional<std::chrono::nanoseconds>{*b.max_break} : std::nullopt,
          .probes = b.probes},
         sim.clock()};
     c.actual = run_breaker(sim, breaker, calls);
@@ -1136,7 +1155,8 @@ inline comparison check_breaker_window(chooser& pick) {
     b.window = w;
     std::vector<breaker_call> calls(static_cast<std::size_t>(pick.between(1, 40)));
     for (auto& call : calls) {
-        call.gap = pick.coin(50) ? 0 : pick.between(0, 60) * 1'000'000 + (pick.coin(70) ? 0 : pick.between(1, 999));
+        call.gap =
+            pick.coin(50) ? 0 : pick.between(0, 60) * 1'000'000 + (pick.coin(70) ? 0 : pick.between(1, 999));
         call.latency = pick.coin(30) ? 0 : pick.between(0, 25) * 1'000'000;
         call.fails = pick.coin(40);
     }
@@ -1150,8 +1170,9 @@ inline comparison check_breaker_window(chooser& pick) {
         setup << "calls=" << *w.size;
     else
         setup << "window=" << *w.sampling << "ns segments=" << w.segments;
-    setup << " minimum_throughput=" << w.minimum_throughput << " failure_ratio="
-          << (w.failure_ratio ? std::to_string(*w.failure_ratio) : "none") << " slow_call_duration="
+    setup << " minimum_throughput=" << w.minimum_throughput
+          << " failure_ratio=" << (w.failure_ratio ? std::to_string(*w.failure_ratio) : "none")
+          << " slow_call_duration="
           << (w.slow_call_duration ? std::to_string(*w.slow_call_duration) + "ns" : "none")
           << " slow_call_ratio=" << (w.slow_call_ratio ? std::to_string(*w.slow_call_ratio) : "none") << "}";
     c.setup = setup.str();
@@ -1191,24 +1212,27 @@ inline comparison check_retry_timeout(chooser& pick) {
 
     comparison c;
     std::ostringstream setup;
-    setup << "max_attempts=" << s.max_attempts << " backoff=" << s.backoff << "ns timeout=" << s.timeout << "ns";
+    setup << "max_attempts=" << s.max_attempts << " backoff=" << s.backoff << "ns timeout=" << s.timeout
+          << "ns";
     for (const auto& p : plan)
-        setup << " [latency=" << p.latency << "ns" << (p.fails ? " fails" : "") << (p.ignores_stop ? " ignores_stop" : "")
-              << "]";
+        setup << " [latency=" << p.latency << "ns" << (p.fails ? " fails" : "")
+              << (p.ignores_stop ? " ignores_stop" : "") << "]";
     c.setup = setup.str();
     c.expected = model_retry_timeout(s, plan);
     rs::testing::simulation sim;
-    rs::pipeline policy{rs::retry{{.max_attempts = s.max_attempts,
-                                   .backoff = rs::constant_backoff{std::chrono::nanoseconds{s.backoff}, rs::jitter::none}},
-                                  sim.clock()},
-                        rs::timeout{std::chrono::nanoseconds{s.timeout}, sim.clock()}};
+    rs::pipeline policy{
+        rs::retry{{.max_attempts = s.max_attempts,
+                   .backoff = rs::constant_backoff{std::chrono::nanoseconds{s.backoff}, rs::jitter::none}},
+                  sim.clock()},
+        rs::timeout{std::chrono::nanoseconds{s.timeout}, sim.clock()}};
     c.actual = run_retry_timeout(sim, policy, plan);
     return c;
 }
 
 inline comparison check_throttle(chooser& pick) {
     static constexpr double ks[] = {0.5, 1.0, 1.1, 1.5, 2.0, 3.0};
-    static constexpr ns windows[] = {1'000'000'000, 100'000'000, 999'999'999, 1'000'000'007, 3'000'000, 7'000};
+    static constexpr ns windows[] = {1'000'000'000, 100'000'000, 999'999'999,
+                                     1'000'000'007, 3'000'000,   7'000};
     throttle_setup s;
     s.k = pick.pick(ks);
     s.window = pick.pick(windows);
@@ -1229,7 +1253,8 @@ inline comparison check_throttle(chooser& pick) {
     comparison c;
     std::ostringstream setup;
     setup << "k=" << s.k << " window=" << s.window << "ns segments=" << s.segments << " seed=" << s.seed
-          << " calls=" << calls.size() << " failing=" << fail_percent << "%" << (on_grid ? " on the grid" : "");
+          << " calls=" << calls.size() << " failing=" << fail_percent << "%"
+          << (on_grid ? " on the grid" : "");
     c.setup = setup.str();
     c.expected = model_throttle(s, calls);
     rs::testing::simulation sim;

@@ -29,7 +29,8 @@ struct received {
 /// Pulls up to `limit` items from `gen`, noting the virtual instant of each; a failure of the stream
 /// is kept in `error`, not thrown.
 template <class T>
-resilience::task<received<T>> consume(resilience::testing::simulation& sim, resilience::async_generator<T>& gen,
+resilience::task<received<T>> consume(resilience::testing::simulation& sim,
+                                      resilience::async_generator<T>& gen,
                                       std::size_t limit = static_cast<std::size_t>(-1)) {
     received<T> r;
     try {

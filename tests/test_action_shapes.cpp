@@ -132,22 +132,26 @@ auto every_policy(C clock) {
         rs::hedge{{.max_attempts = 2, .delay = 1h}, clock},
         rs::single_flight<int, int>{}.policy(1),
         // Counting no failure against the dependency, so it never starts refusing as the shapes fail.
-        rs::adaptive_throttle{{.should_handle = rs::classifier{[](const rs::failure&) { return false; }}}, clock},
+        rs::adaptive_throttle{{.should_handle = rs::classifier{[](const rs::failure&) { return false; }}},
+                              clock},
         rs::pipeline{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}, clock},
                      rs::circuit_breaker{{.failure_threshold = 100}, clock}, rs::timeout{1h, clock},
                      rs::bulkhead{{.max_concurrent_calls = 2}, clock},
                      rs::rate_limiter{{.token_limit = 100, .tokens_per_second = 100}, clock}},
     };
 }
-constexpr const char* policy_names[] = {"retry",          "circuit_breaker", "timeout", "bulkhead", "rate_limiter",
-                                        "sliding_window", "hedge",           "single_flight", "adaptive_throttle", "pipeline"};
+constexpr const char* policy_names[] = {
+    "retry",          "circuit_breaker", "timeout",       "bulkhead",          "rate_limiter",
+    "sliding_window", "hedge",           "single_flight", "adaptive_throttle", "pipeline"};
 
 template <class Each>
 void for_each_policy(auto& policies, Each each) {
-    std::apply([&](auto&... p) {
-        int i = 0;
-        (each(policy_names[i++], p), ...);
-    }, policies);
+    std::apply(
+        [&](auto&... p) {
+            int i = 0;
+            (each(policy_names[i++], p), ...);
+        },
+        policies);
 }
 
 } // namespace
@@ -163,19 +167,23 @@ TEST_CASE("action shapes: every policy runs odd awaitables to the documented end
         ends expected;
     };
     const shape shapes[] = {
-        {"ready awaitable", [] { return [](ready_value a) -> rs::task<int> { co_return co_await a; }(ready_value{}); },
+        {"ready awaitable",
+         [] { return [](ready_value a) -> rs::task<int> { co_return co_await a; }(ready_value{}); },
          ends::value},
-        {"await_suspend returns false", [] { return [](bool_suspend a) -> rs::task<int> { co_return co_await a; }({false}); },
-         ends::value},
-        {"await_suspend returns true", [] { return [](bool_suspend a) -> rs::task<int> { co_return co_await a; }({true}); },
-         ends::value},
+        {"await_suspend returns false",
+         [] { return [](bool_suspend a) -> rs::task<int> { co_return co_await a; }({false}); }, ends::value},
+        {"await_suspend returns true",
+         [] { return [](bool_suspend a) -> rs::task<int> { co_return co_await a; }({true}); }, ends::value},
         {"await_suspend returns its own handle",
          [] { return [](handle_suspend a) -> rs::task<int> { co_return co_await a; }({true}); }, ends::value},
-        {"await_suspend returns noop", [] { return [](handle_suspend a) -> rs::task<int> { co_return co_await a; }({false}); },
+        {"await_suspend returns noop",
+         [] { return [](handle_suspend a) -> rs::task<int> { co_return co_await a; }({false}); },
          ends::value},
-        {"await_suspend throws", [] { return [](throwing_suspend a) -> rs::task<int> { co_return co_await a; }({}); },
+        {"await_suspend throws",
+         [] { return [](throwing_suspend a) -> rs::task<int> { co_return co_await a; }({}); },
          ends::runtime_error},
-        {"throw 42 from the coroutine", []() -> rs::task<int> {
+        {"throw 42 from the coroutine",
+         []() -> rs::task<int> {
              throw 42;
              co_return 0;
          },
@@ -215,12 +223,13 @@ TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "
         {
             std::stop_source caller;
             const auto start = sim.now();
-            auto [r, ignored] = sim.run(rs::when_all(
-                p.execute_outcome([&]() -> rs::task<int> {
-                    co_await sim.sleep_for(2s);
-                    co_return 42;
-                }, caller.get_token()),
-                resilience_tests::stop_at(sim, caller, start + 1s)));
+            auto [r, ignored] = sim.run(rs::when_all(p.execute_outcome(
+                                                         [&]() -> rs::task<int> {
+                                                             co_await sim.sleep_for(2s);
+                                                             co_return 42;
+                                                         },
+                                                         caller.get_token()),
+                                                     resilience_tests::stop_at(sim, caller, start + 1s)));
             CHECK(sim.now() - start == 2s);
             // The value is returned; a hedge whose caller stopped ends as cancelled (docs/hedge.md),
             // and so does the owner of a single flight that stopped (docs/single_flight.md).
@@ -231,14 +240,16 @@ TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "
         {
             std::stop_source caller;
             const auto start = sim.now();
-            auto [r, ignored] = sim.run(rs::when_all(
-                p.execute_outcome([&](std::stop_token st) -> rs::task<int> {
-                    co_await sim.sleep_for(std::chrono::hours{24 * 365}, st);
-                    if (st.stop_requested())
-                        throw rs::cancelled_error{};
-                    co_return 42;
-                }, caller.get_token()),
-                resilience_tests::stop_at(sim, caller, start + 1s)));
+            auto [r, ignored] =
+                sim.run(rs::when_all(p.execute_outcome(
+                                         [&](std::stop_token st) -> rs::task<int> {
+                                             co_await sim.sleep_for(std::chrono::hours{24 * 365}, st);
+                                             if (st.stop_requested())
+                                                 throw rs::cancelled_error{};
+                                             co_return 42;
+                                         },
+                                         caller.get_token()),
+                                     resilience_tests::stop_at(sim, caller, start + 1s)));
             CHECK(sim.now() - start == 1s);
             CHECK(how(r) == ends::cancelled);
         }
@@ -264,7 +275,8 @@ struct on_new_thread {
     void await_suspend(std::coroutine_handle<> h) { start(thread, pause, h); }
     // Out of line, so that nothing of the thread's start lives in the coroutine's frame: once the
     // thread runs, it may resume and end the awaiting coroutine, frame and awaiter included.
-    [[gnu::noinline]] static void start(std::thread& slot, std::chrono::microseconds p, std::coroutine_handle<> h) {
+    [[gnu::noinline]] static void start(std::thread& slot, std::chrono::microseconds p,
+                                        std::coroutine_handle<> h) {
         slot = std::thread([h, p] {
             if (p.count() > 0)
                 std::this_thread::sleep_for(p);
@@ -279,7 +291,9 @@ struct plain_clock {
     using duration = rs::steady_clock::duration;
     using time_point = rs::steady_clock::time_point;
     time_point now() const noexcept { return rs::steady_clock{}.now(); }
-    auto sleep_until(time_point tp, std::stop_token st) const { return rs::steady_clock{}.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, std::stop_token st) const {
+        return rs::steady_clock{}.sleep_until(tp, std::move(st));
+    }
 };
 static_assert(rs::clock<plain_clock> && !rs::detail::loop_timer_clock<plain_clock>);
 
@@ -372,9 +386,8 @@ TEST_CASE("bulkhead: a queued caller handed its slot from another thread resumes
             };
             auto holder = caller(true);
             auto queued = caller(false);
-            loop.run([&]() -> rs::task<void> {
-                co_await rs::when_all(std::move(holder), std::move(queued));
-            }());
+            loop.run(
+                [&]() -> rs::task<void> { co_await rs::when_all(std::move(holder), std::move(queued)); }());
             worker.join();
         }
         CHECK(elsewhere == 0);
@@ -382,5 +395,6 @@ TEST_CASE("bulkhead: a queued caller handed its slot from another thread resumes
     };
     check(rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1}, plain_clock{}});
     check(rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1h}, plain_clock{}});
-    check(rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1h}, rs::steady_clock{}});
+    check(
+        rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1h}, rs::steady_clock{}});
 }

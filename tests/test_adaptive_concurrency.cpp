@@ -911,16 +911,17 @@ rs::task<void> serial_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t f
 TEST_CASE("adaptive bulkhead: hammered by loops on four threads while its limit moves, never more than max "
           "run at once, and every call ends once",
           "[bulkhead][adaptive][concurrency]") {
-    const auto options = GENERATE(
-        rs::bulkhead_options{.max_concurrent_calls = 2,
-                             .queue_limit = 100000,
-                             .adapt = rs::aimd{.min = 1, .max = 4, .decrease = 0.5}},
-        rs::bulkhead_options{.max_concurrent_calls = 2,
-                             .queue_limit = 2,
-                             .adapt = rs::aimd{.min = 1, .max = 3, .slow_call_duration = 20us}},
-        rs::bulkhead_options{.max_concurrent_calls = 2,
-                             .queue_limit = 100000,
-                             .adapt = rs::gradient{.min = 1, .max = 4, .short_samples = 3, .smoothing = 1.0}});
+    const auto options =
+        GENERATE(rs::bulkhead_options{.max_concurrent_calls = 2,
+                                      .queue_limit = 100000,
+                                      .adapt = rs::aimd{.min = 1, .max = 4, .decrease = 0.5}},
+                 rs::bulkhead_options{.max_concurrent_calls = 2,
+                                      .queue_limit = 2,
+                                      .adapt = rs::aimd{.min = 1, .max = 3, .slow_call_duration = 20us}},
+                 rs::bulkhead_options{
+                     .max_concurrent_calls = 2,
+                     .queue_limit = 100000,
+                     .adapt = rs::gradient{.min = 1, .max = 4, .short_samples = 3, .smoothing = 1.0}});
     constexpr std::size_t loops = 4, chains = 4, chain_length = 3000, per_loop = chains * chain_length;
     rs::bulkhead bh{options};
     shared_counts c{loops * per_loop};

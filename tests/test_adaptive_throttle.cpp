@@ -79,7 +79,8 @@ TEST_CASE("adaptive_throttle: deduces its clock and random source, and copies ar
           "[adaptive_throttle]") {
     simulation sim;
     rs::adaptive_throttle plain{};
-    static_assert(std::is_same_v<decltype(plain), rs::adaptive_throttle<rs::steady_clock, rs::thread_random>>);
+    static_assert(
+        std::is_same_v<decltype(plain), rs::adaptive_throttle<rs::steady_clock, rs::thread_random>>);
     rs::adaptive_throttle t{{.name = "api"}, sim.clock(), rs::seeded_random{1}};
     static_assert(std::is_same_v<decltype(t), virtual_throttle>);
     CHECK(t.options().k == 2.0);
@@ -89,7 +90,8 @@ TEST_CASE("adaptive_throttle: deduces its clock and random source, and copies ar
 
     const auto copy = t;
     CHECK(copy == t);
-    CHECK_FALSE(rs::adaptive_throttle(rs::adaptive_throttle_options{}, sim.clock(), rs::seeded_random{1}) == t);
+    CHECK_FALSE(rs::adaptive_throttle(rs::adaptive_throttle_options{}, sim.clock(), rs::seeded_random{1}) ==
+                t);
     (void)sim.run(copy.execute_outcome(succeed_now()));
     CHECK(t.requests() == 1);
     CHECK(t.accepts() == 1);
@@ -100,8 +102,9 @@ TEST_CASE("adaptive_throttle: a bad option is refused with the throttle's label,
     simulation sim;
     CHECK_THROWS_WITH((rs::adaptive_throttle{{.name = "api", .k = 0.0}, sim.clock()}),
                       "resilience::adaptive_throttle (api): k must be positive and finite, got 0");
-    CHECK_THROWS_WITH((rs::adaptive_throttle{{.window = 10ns, .segments = 11}, sim.clock()}),
-                      "resilience::adaptive_throttle: segments must be at most the window in nanoseconds (10), got 11");
+    CHECK_THROWS_WITH(
+        (rs::adaptive_throttle{{.window = 10ns, .segments = 11}, sim.clock()}),
+        "resilience::adaptive_throttle: segments must be at most the window in nanoseconds (10), got 11");
 }
 
 TEST_CASE("adaptive_throttle: the probability is max(0, (requests - k * accepts) / (requests + 1)) "
@@ -256,7 +259,8 @@ TEST_CASE("adaptive_throttle: a refused call is a request, is not sent, and cost
     simulation sim;
     // An outcome classifier that reads -1 as a refusal: nothing in this test throws.
     rs::adaptive_throttle t{{.should_handle = [](const rs::outcome<int>& o) { return !o || o.value() < 0; }},
-                            sim.clock(), rs::seeded_random{3}};
+                            sim.clock(),
+                            rs::seeded_random{3}};
     int ran = 0, refused = 0;
     const auto refusing = [&ran]() -> rs::task<int> {
         ++ran;
@@ -318,7 +322,8 @@ rs::task<void> accepts_then_failures(simulation& sim, const virtual_throttle& t)
 rs::task<void> one_call(simulation& sim, const virtual_throttle& t, nanoseconds at, nanoseconds latency) {
     co_await sim.sleep_for(at);
     // Named, not a temporary of the co_await expression (g++ 12 destroys those twice).
-    const rs::testing::scripted_action call{sim.clock(), rs::testing::script<int>{.latency = latency, .value = 1}};
+    const rs::testing::scripted_action call{sim.clock(),
+                                            rs::testing::script<int>{.latency = latency, .value = 1}};
     const auto r = co_await t.execute_outcome(call);
     CHECK(r.has_value());
 }
@@ -412,19 +417,19 @@ TEST_CASE("adaptive_throttle: cancellation is not a refusal by the dependency", 
 
 TEST_CASE("adaptive_throttle: should_handle decides the accepts, values included", "[adaptive_throttle]") {
     simulation sim;
-    rs::adaptive_throttle t{{.should_handle = [](const rs::outcome<int>& o) { return !o || o.value() == 503; }},
-                            sim.clock(), rs::seeded_random{11}};
-    const auto status = [](int s) {
-        return [s]() -> rs::task<int> { co_return s; };
-    };
+    rs::adaptive_throttle t{
+        {.should_handle = [](const rs::outcome<int>& o) { return !o || o.value() == 503; }},
+        sim.clock(),
+        rs::seeded_random{11}};
+    const auto status = [](int s) { return [s]() -> rs::task<int> { co_return s; }; };
     CHECK(sim.run(t.execute_outcome(status(200))).value() == 200);
     CHECK(sim.run(t.execute_outcome(status(503))).value() == 503);
     CHECK(t.requests() == 2);
     CHECK(t.accepts() == 1);
 
     // A classifier of another result type: the call fails before it is counted or sent.
-    rs::adaptive_throttle other{{.should_handle = [](const rs::outcome<long>& o) { return !o; }}, sim.clock(),
-                                rs::seeded_random{11}};
+    rs::adaptive_throttle other{
+        {.should_handle = [](const rs::outcome<long>& o) { return !o; }}, sim.clock(), rs::seeded_random{11}};
     int ran = 0;
     const auto r = sim.run(other.execute_outcome(succeed_now(&ran)));
     REQUIRE(r.has_failure());
@@ -433,8 +438,10 @@ TEST_CASE("adaptive_throttle: should_handle decides the accepts, values included
     CHECK(other.requests() == 0);
 
     // A classifier that throws: its exception is the call's failure, and no accept is counted.
-    rs::adaptive_throttle throwing{{.should_handle = [](const rs::failure&) -> bool { throw std::logic_error("no"); }},
-                                   sim.clock(), rs::seeded_random{11}};
+    rs::adaptive_throttle throwing{
+        {.should_handle = [](const rs::failure&) -> bool { throw std::logic_error("no"); }},
+        sim.clock(),
+        rs::seeded_random{11}};
     const auto thrown = sim.run(throwing.execute_outcome(fail_now()));
     REQUIRE(thrown.has_failure());
     CHECK(thrown.error().is<std::logic_error>());
@@ -442,7 +449,8 @@ TEST_CASE("adaptive_throttle: should_handle decides the accepts, values included
     CHECK(throwing.accepts() == 0);
 }
 
-TEST_CASE("adaptive_throttle: a refusal is reported to the listener as a rejection", "[adaptive_throttle][telemetry]") {
+TEST_CASE("adaptive_throttle: a refusal is reported to the listener as a rejection",
+          "[adaptive_throttle][telemetry]") {
     simulation sim;
     struct seen {
         rs::telemetry_kind kind;
@@ -456,9 +464,11 @@ TEST_CASE("adaptive_throttle: a refusal is reported to the listener as a rejecti
                              .telemetry =
                                  [&events](const rs::telemetry_event& e) {
                                      events.push_back({e.kind, std::string(e.policy), std::string(e.name),
-                                                       e.attempt, e.error ? e.error->code() : rs::errc{}, e.at});
+                                                       e.attempt, e.error ? e.error->code() : rs::errc{},
+                                                       e.at});
                                  }},
-                            sim.clock(), always_refuse{}};
+                            sim.clock(),
+                            always_refuse{}};
     sim.run([&]() -> rs::task<void> {
         (void)co_await t.execute_outcome(fail_now()); // admitted: nothing to report
         co_await sim.sleep_for(3s);
@@ -473,9 +483,10 @@ TEST_CASE("adaptive_throttle: a refusal is reported to the listener as a rejecti
     CHECK(events[0].at == 3s);
 }
 
-TEST_CASE("adaptive_throttle: on_rejected is told once per refusal, before it is returned, as throttled with no "
-          "retry_after, and never for an admitted call",
-          "[adaptive_throttle][on_rejected]") {
+TEST_CASE(
+    "adaptive_throttle: on_rejected is told once per refusal, before it is returned, as throttled with no "
+    "retry_after, and never for an admitted call",
+    "[adaptive_throttle][on_rejected]") {
     simulation sim;
     struct told {
         std::string name;
@@ -493,7 +504,8 @@ TEST_CASE("adaptive_throttle: on_rejected is told once per refusal, before it is
                                      log.push_back({std::string(e.policy_name()), e.reason(), e.retry_after(),
                                                     sim.clock().now().time_since_epoch()});
                                  }},
-                            sim.clock(), rs::seeded_random{3}};
+                            sim.clock(),
+                            rs::seeded_random{3}};
     const auto refusing = []() -> rs::task<int> { co_return -1; };
     int admitted = 0;
     sim.run([&]() -> rs::task<void> {
@@ -535,9 +547,10 @@ TEST_CASE("adaptive_throttle: an on_rejected that throws ends the call with its 
                                      if (e.kind == rs::telemetry_kind::rejection)
                                          ++heard;
                                  }},
-                            sim.clock(), always_refuse{}};
+                            sim.clock(),
+                            always_refuse{}};
     int ran = 0;
-    const auto first = sim.run(t.execute_outcome(fail_now(&ran))); // p was 0: admitted, not told
+    const auto first = sim.run(t.execute_outcome(fail_now(&ran)));     // p was 0: admitted, not told
     const auto second = sim.run(t.execute_outcome(succeed_now(&ran))); // p 0.5: refused
     REQUIRE(first.has_failure());
     CHECK(first.error().is<boom>());
@@ -551,31 +564,32 @@ TEST_CASE("adaptive_throttle: an on_rejected that throws ends the call with its 
     CHECK(told == 2);
 }
 
-TEST_CASE("adaptive_throttle: a retry around it does not retry a refusal, by default", "[adaptive_throttle][retry]") {
+TEST_CASE("adaptive_throttle: a retry around it does not retry a refusal, by default",
+          "[adaptive_throttle][retry]") {
     // Inside the retry, every attempt is a request. The refusal is not transient (as a breaker's is
     // not), so the default retry ends at it, and the call reports it: the last outcome, as ever.
     simulation sim;
     rs::adaptive_throttle t{{}, sim.clock(), always_refuse{}};
     const rs::pipeline p{
-        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()}, t};
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{100ms, rs::jitter::none}}, sim.clock()},
+        t};
     int ran = 0;
     const auto r = sim.run(p.execute_outcome(fail_now(&ran)));
     CHECK(throttled(r));
-    CHECK(ran == 1);            // the first attempt failed, the second was refused (p = 1/2)
-    CHECK(t.requests() == 2);   // and the retry stopped there
-    CHECK(sim.now() == 100ms);  // after the one backoff it waited
+    CHECK(ran == 1);           // the first attempt failed, the second was refused (p = 1/2)
+    CHECK(t.requests() == 2);  // and the retry stopped there
+    CHECK(sim.now() == 100ms); // after the one backoff it waited
     CHECK_FALSE(rs::is_transient(rs::failure::make(rs::throttled_error{"", 0.5})));
     CHECK_FALSE(rs::is_transient(rs::failure{std::make_exception_ptr(rs::throttled_error{"", 0.5})}));
 
     // A retry told to handle every failure retries the refusal too: each retry is a request that
     // draws again, and that raises the odds for everybody.
     rs::adaptive_throttle u{{}, sim.clock(), always_refuse{}};
-    const rs::pipeline eager{
-        rs::retry{{.max_attempts = 3,
-                   .backoff = rs::constant_backoff{100ms, rs::jitter::none},
-                   .should_handle = [](const rs::failure&) { return true; }},
-                  sim.clock()},
-        u};
+    const rs::pipeline eager{rs::retry{{.max_attempts = 3,
+                                        .backoff = rs::constant_backoff{100ms, rs::jitter::none},
+                                        .should_handle = [](const rs::failure&) { return true; }},
+                                       sim.clock()},
+                             u};
     ran = 0;
     CHECK(throttled(sim.run(eager.execute_outcome(fail_now(&ran)))));
     CHECK(ran == 1);
@@ -584,7 +598,8 @@ TEST_CASE("adaptive_throttle: a retry around it does not retry a refusal, by def
     // Outside the retry, a whole retried call is one request, judged by its last outcome.
     rs::adaptive_throttle outer{{}, sim.clock(), always_refuse{}};
     const rs::pipeline whole{
-        outer, rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms, rs::jitter::none}}, sim.clock()}};
+        outer,
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms, rs::jitter::none}}, sim.clock()}};
     ran = 0;
     CHECK(sim.run(whole.execute_outcome(fail_now(&ran))).error().is<boom>());
     CHECK(ran == 3);
@@ -642,7 +657,8 @@ TEST_CASE("adaptive_throttle: shared by two threads, every accept is counted onc
     CHECK(t.accepts() == static_cast<std::uint64_t>(n.answered.load()));
 }
 
-TEST_CASE("adaptive_throttle: shared by two threads, every call is counted once", "[adaptive_throttle][concurrency]") {
+TEST_CASE("adaptive_throttle: shared by two threads, every call is counted once",
+          "[adaptive_throttle][concurrency]") {
     constexpr int per_loop = 2000;
     shared_throttle t{{}, rs::steady_clock{}, rs::seeded_random{13}}; // drawn under the throttle's lock
     tally n;

@@ -437,7 +437,8 @@ TEST_CASE("coarse_steady_clock: steady_clock's epoch, readings that never run ah
     }));
     REQUIRE(outcome.has_failure());
     CHECK(outcome.failure().is<rs::timeout_error>());
-    const rs::pipeline fast{rs::retry{{}, coarse}, rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 1}, coarse},
+    const rs::pipeline fast{rs::retry{{}, coarse},
+                            rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 1}, coarse},
                             rs::timeout{1s, coarse}};
     CHECK(rs::sync_wait(fast.execute([]() -> rs::task<int> { co_return 2; })) == 2);
 }

@@ -22,14 +22,13 @@ class quote_client {
 public:
     explicit quote_client(rs::any_policy<int> policy) : policy_(std::move(policy)) {}
     rs::task<int> quote(simulation& sim, int failures_first, int& calls) const {
-        return policy_.execute(
-            [&sim, &calls, failures_first](std::stop_token st) -> rs::task<int> {
-                ++calls;
-                co_await sim.sleep_for(10ms, st);
-                if (calls <= failures_first)
-                    throw std::runtime_error("unavailable");
-                co_return 7;
-            });
+        return policy_.execute([&sim, &calls, failures_first](std::stop_token st) -> rs::task<int> {
+            ++calls;
+            co_await sim.sleep_for(10ms, st);
+            if (calls <= failures_first)
+                throw std::runtime_error("unavailable");
+            co_return 7;
+        });
     }
 
 private:
@@ -58,7 +57,8 @@ TEST_CASE("any_policy: failures, refusals and execute_outcome come through uncha
     const rs::circuit_breaker breaker{{.failure_threshold = 1, .break_duration = 5s}, sim.clock()};
     const rs::any_policy<int> policy = breaker;
     sim.run([&]() -> rs::task<void> {
-        auto failed = co_await policy.execute_outcome([]() -> rs::task<int> { throw std::logic_error("bad"); });
+        auto failed =
+            co_await policy.execute_outcome([]() -> rs::task<int> { throw std::logic_error("bad"); });
         REQUIRE(failed.has_failure());
         CHECK(failed.failure().is<std::logic_error>());
         auto refused = co_await policy.execute_outcome([]() -> rs::task<int> { co_return 1; });
@@ -83,7 +83,9 @@ TEST_CASE("any_policy: composes in a pipeline, and copies hold the same policy",
     const rs::any_policy<int> copy = inner;
     CHECK(copy == inner);
     CHECK_FALSE(copy == rs::any_policy<int>{rs::timeout{50ms, sim.clock()}});
-    const rs::pipeline outer{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{0ms, rs::jitter::none}}, sim.clock()}, copy};
+    const rs::pipeline outer{
+        rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{0ms, rs::jitter::none}}, sim.clock()},
+        copy};
     sim.run([&]() -> rs::task<void> {
         auto result = co_await outer.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
             attempts.push_back(ctx.attempt());
@@ -123,22 +125,22 @@ TEST_CASE("any_policy: a rate limiter behind it queues, refuses and reports as i
     // pipeline's frame.
     simulation sim;
     std::vector<std::pair<rs::telemetry_kind, std::chrono::nanoseconds>> events;
-    const rs::rate_limiter limiter{{.token_limit = 1,
-                                    .tokens_per_second = 1,
-                                    .queue_limit = 1,
-                                    .telemetry = rs::telemetry_listener{[&events](const rs::telemetry_event& e) {
-                                        events.emplace_back(e.kind, e.duration);
-                                    }}},
-                                   sim.clock()};
+    const rs::rate_limiter limiter{
+        {.token_limit = 1,
+         .tokens_per_second = 1,
+         .queue_limit = 1,
+         .telemetry = rs::telemetry_listener{[&events](const rs::telemetry_event& e) {
+             events.emplace_back(e.kind, e.duration);
+         }}},
+        sim.clock()};
     const rs::any_policy<int> erased{limiter};
     std::vector<std::chrono::nanoseconds> ran;
     auto action = [&]() -> rs::task<int> {
         ran.push_back(sim.now());
         co_return 1;
     };
-    auto [a, b, c] =
-        sim.run(rs::when_all(erased.execute_outcome(action), erased.execute_outcome(action),
-                             erased.execute_outcome(action)));
+    auto [a, b, c] = sim.run(rs::when_all(erased.execute_outcome(action), erased.execute_outcome(action),
+                                          erased.execute_outcome(action)));
     CHECK(a.has_value());
     CHECK(b.has_value()); // waited for the token due at 1s
     REQUIRE(c.has_failure());

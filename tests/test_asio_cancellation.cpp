@@ -352,7 +352,8 @@ struct make_held_until_cleared {
                             std::latch& l)
         : io(&i), cancel(&c), emitting(&e), cleared(&l) {}
     make_held_until_cleared(make_held_until_cleared&& o) noexcept
-        : io(o.io), cancel(o.cancel), emitting(o.emitting), cleared(o.cleared), live(std::exchange(o.live, false)) {}
+        : io(o.io), cancel(o.cancel), emitting(o.emitting), cleared(o.cleared),
+          live(std::exchange(o.live, false)) {}
     make_held_until_cleared& operator=(make_held_until_cleared&&) = delete;
     ~make_held_until_cleared() {
         if (live)

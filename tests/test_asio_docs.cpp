@@ -161,8 +161,9 @@ TEST_CASE("docs/asio.md: a posted cancel that shares the per-attempt socket", "[
         // ---- from the page ----
         auto socket = std::make_shared<tcp::socket>(io);
         std::stop_callback on_stop{st, [socket] {
-            asio::post(socket->get_executor(), [socket] { socket->cancel(); }); // keeps the socket alive
-        }};
+                                       asio::post(socket->get_executor(),
+                                                  [socket] { socket->cancel(); }); // keeps the socket alive
+                                   }};
         // ---- end ----
         auto [connect_ec] = co_await socket->async_connect(quote_server, rs::asio::use_task);
         if (connect_ec)
@@ -231,12 +232,15 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
     std::size_t winner = 99;
 
     // ---- from the page ----
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-        double quote = co_await rs::asio::async_run(
-            io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
-            asio::use_awaitable);
-        show(quote);
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            double quote = co_await rs::asio::async_run(
+                io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
+                asio::use_awaitable);
+            show(quote);
+        },
+        asio::detached);
     // ---- end ----
     io.run_for(10s);
     REQUIRE(shown);
@@ -266,7 +270,7 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
 namespace {
 // The page's service (section "Shutting down").
 struct quote_service {
-    asio::io_context io;                          // first: the clock needs it; destroyed last
+    asio::io_context io; // first: the clock needs it; destroyed last
     rs::asio::clock clock{io.get_executor()};
     rs::bulkhead<rs::asio::clock> slots{{.max_concurrent_calls = 8, .queue_limit = 100}, clock};
     rs::pipeline<rs::retry<rs::asio::clock>, rs::bulkhead<rs::asio::clock>, rs::timeout<rs::asio::clock>>
@@ -292,9 +296,8 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
     rs::async_scope scope;
     auto serve = [&](std::stop_token st) { return svc.policy.execute(fetch_quote, st); };
     for (int i = 0; i < 5; ++i)
-        rs::asio::spawn(scope, svc.io.get_executor(), serve, [&](std::exception_ptr error, double quote) {
-            error ? report(error) : show(quote);
-        });
+        rs::asio::spawn(scope, svc.io.get_executor(), serve,
+                        [&](std::exception_ptr error, double quote) { error ? report(error) : show(quote); });
     // ---- end ----
     while (svc.slots.in_flight() < 5)
         REQUIRE(svc.io.run_one_for(10s) == 1);
@@ -303,7 +306,7 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
     // ---- from the page ----
     scope.request_stop();
     rs::asio::async_run(svc.io.get_executor(), scope.join(), [&](std::exception_ptr) { drained(); });
-    svc.io.run();                                  // returns once every call and the join have completed
+    svc.io.run(); // returns once every call and the join have completed
     // ---- end ----
     CHECK(was_drained);
     CHECK(reported == 5);

@@ -220,8 +220,9 @@ TEST_CASE("asio: an initiating function that throws hands the exception to the c
     CHECK(result == 42);
 }
 
-TEST_CASE("asio: an operation that drops its handler is reported, and one that completes inline resumes at once",
-          "[asio][lifetime]") {
+TEST_CASE(
+    "asio: an operation that drops its handler is reported, and one that completes inline resumes at once",
+    "[asio][lifetime]") {
     ::asio::io_context io;
     bool reported = false;
     int inline_value = 0;

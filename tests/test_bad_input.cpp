@@ -175,7 +175,8 @@ TEST_CASE("bad input: backoff schedules", "[bad_input][backoff]") {
         with(rs::constant_backoff{0ns}),
         with(rs::linear_backoff{.initial = nmax, .step = nmax, .max = nmax}),
         with(rs::exponential_backoff{.initial = 1ns, .factor = dmax, .max = nmax}),
-        with(rs::exponential_backoff{.initial = nmax, .factor = 1.0, .max = nmax, .jitter = rs::jitter::decorrelated}),
+        with(rs::exponential_backoff{
+            .initial = nmax, .factor = 1.0, .max = nmax, .jitter = rs::jitter::decorrelated}),
         with(rs::exponential_backoff{.initial = 1ns, .max = nmax, .jitter = rs::jitter::proportional(dtiny)}),
         with(rs::list_backoff{.delays = {nmax, 0ns}}),
     };
@@ -188,7 +189,9 @@ TEST_CASE("bad input: backoff schedules", "[bad_input][backoff]") {
 
 TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") {
     rs::testing::simulation sim;
-    const auto make = [&](rs::circuit_breaker_options o) { return rs::circuit_breaker{std::move(o), sim.clock()}; };
+    const auto make = [&](rs::circuit_breaker_options o) {
+        return rs::circuit_breaker{std::move(o), sim.clock()};
+    };
     const auto sampling = [&](rs::breaker_sampling w) { return make({.sampling = w}); };
     for (int v : {0, -1, INT_MIN}) {
         const std::string s = std::to_string(v);
@@ -208,7 +211,8 @@ TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") 
     }
     for (double v : {qnan, inf, -inf, 0.0, -1.0, 0.999, dlowest}) {
         const std::string s = rs::detail::format_number(v);
-        refused("break_duration_growth", s, [&] { make({.failure_threshold = 1, .break_duration_growth = v}); });
+        refused("break_duration_growth", s,
+                [&] { make({.failure_threshold = 1, .break_duration_growth = v}); });
     }
     for (double v : {qnan, inf, -inf, 0.0, -0.5, 1.5, dmax, dlowest}) {
         const std::string s = rs::detail::format_number(v);
@@ -250,7 +254,8 @@ TEST_CASE("bad input: circuit breaker options", "[bad_input][circuit_breaker]") 
         throw std::runtime_error("down");
     };
     for (double growth : {1.0, dmax}) {
-        const auto breaker = make({.failure_threshold = 1, .break_duration = nmax, .break_duration_growth = growth});
+        const auto breaker =
+            make({.failure_threshold = 1, .break_duration = nmax, .break_duration_growth = growth});
         for (int i = 0; i < 3; ++i) {
             CHECK(sim.run(breaker.execute_outcome(fail)).has_failure());
             const auto refused_call = sim.run(breaker.execute_outcome([&sim] { return quick(sim); }));
@@ -324,7 +329,8 @@ TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
     const auto make = [&](rs::rate_limiter_options o) { return rs::rate_limiter{std::move(o), sim.clock()}; };
     refused("token_limit", "0", [&] { make({.token_limit = 0, .tokens_per_second = 1}); });
     for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dtiny, 1e-300, 1e-10})
-        refused("tokens_per_second", rs::detail::format_number(v), [&] { make({.token_limit = 1, .tokens_per_second = v}); });
+        refused("tokens_per_second", rs::detail::format_number(v),
+                [&] { make({.token_limit = 1, .tokens_per_second = v}); });
     for (nanoseconds v : {0ns, -1ns, nmin})
         refused("queue_timeout", std::to_string(v.count()),
                 [&] { make({.token_limit = 1, .tokens_per_second = 1, .queue_timeout = v}); });
@@ -332,7 +338,8 @@ TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
     // Accepted extremes behave: the slowest rate, the fastest, the largest bucket and queue.
     behaves(sim, make({.token_limit = 1, .tokens_per_second = 1e-9}));
     behaves(sim, make({.token_limit = 1, .tokens_per_second = dmax}));
-    behaves(sim, make({.token_limit = smax, .tokens_per_second = 1, .queue_limit = smax, .queue_timeout = nmax}));
+    behaves(sim,
+            make({.token_limit = smax, .tokens_per_second = 1, .queue_limit = smax, .queue_timeout = nmax}));
     const auto fastest = make({.token_limit = 1, .tokens_per_second = dmax, .queue_limit = 1});
     for (int i = 0; i < 5; ++i)
         CHECK(sim.run(fastest.take_outcome()).has_value()); // a token due within a nanosecond, waited for
@@ -344,7 +351,8 @@ TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
     CHECK(sim.run(slowest.take_outcome()).has_value());
     for (int i = 0; i < 3; ++i)
         // A parameter, not a capture: the closure is gone once spawn returns.
-        sim.spawn([](const auto& limiter) -> rs::task<void> { (void)co_await limiter.take_outcome(); }(slowest));
+        sim.spawn(
+            [](const auto& limiter) -> rs::task<void> { (void)co_await limiter.take_outcome(); }(slowest));
     sim.run_for(1s);
     const auto told = sim.run(slowest.take_outcome());
     REQUIRE(told.has_failure());
@@ -363,7 +371,8 @@ TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_wind
                 [&] { make({.permit_limit = 1, .window = 1s, .queue_timeout = v}); });
     }
     refused("segments", "0", [&] { make({.permit_limit = 1, .window = 1s, .segments = 0}); });
-    refused("segments", std::to_string(smax), [&] { make({.permit_limit = 1, .window = 1s, .segments = smax}); });
+    refused("segments", std::to_string(smax),
+            [&] { make({.permit_limit = 1, .window = 1s, .segments = smax}); });
     refused("segments", "1000001", [&] { make({.permit_limit = 1, .window = 1s, .segments = 1'000'001}); });
     refused("segments", "11", [&] { make({.permit_limit = 1, .window = 10ns, .segments = 11}); });
 
@@ -371,16 +380,23 @@ TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_wind
     // practice (it used to overflow where its return time was computed).
     behaves(sim, make({.permit_limit = smax, .window = nmax}));
     behaves(sim, make({.permit_limit = 1, .window = nmax, .segments = 1'000'000}));
-    behaves(sim, make({.permit_limit = 1, .window = 1ns, .segments = 1, .queue_limit = smax, .queue_timeout = nmax}));
+    behaves(
+        sim,
+        make({.permit_limit = 1, .window = 1ns, .segments = 1, .queue_limit = smax, .queue_timeout = nmax}));
     for (std::size_t segments : {std::size_t{1}, std::size_t{3}, std::size_t{7}}) {
         // The waiters give up after 10 s: their permits never come back.
-        const auto longest =
-            make({.permit_limit = 2, .window = nmax, .segments = segments, .queue_limit = 4, .queue_timeout = 10s});
+        const auto longest = make({.permit_limit = 2,
+                                   .window = nmax,
+                                   .segments = segments,
+                                   .queue_limit = 4,
+                                   .queue_timeout = 10s});
         CHECK(sim.run(longest.take_outcome()).has_value());
         CHECK(sim.run(longest.take_outcome()).has_value());
         for (int i = 0; i < 4; ++i)
             // A parameter, not a capture: the closure is gone once spawn returns.
-        sim.spawn([](const auto& limiter) -> rs::task<void> { (void)co_await limiter.take_outcome(); }(longest));
+            sim.spawn([](const auto& limiter) -> rs::task<void> {
+                (void)co_await limiter.take_outcome();
+            }(longest));
         sim.run_for(1s);
         const auto told = sim.run(longest.take_outcome());
         REQUIRE(told.has_failure());
@@ -525,7 +541,9 @@ TEST_CASE("bad input: chaos options and latency delays", "[bad_input][chaos][reg
 TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[bad_input][redis]") {
     namespace redis = rs::redis;
     ::asio::io_context io;
-    const auto connect = [&](redis::connection_options o) { return redis::connection{io.get_executor(), std::move(o)}; };
+    const auto connect = [&](redis::connection_options o) {
+        return redis::connection{io.get_executor(), std::move(o)};
+    };
     refused("host", "empty", [&] { connect({.host = ""}); });
     refused("port", "0", [&] { connect({.port = 0}); });
     for (nanoseconds v : {0ns, -1ns, nmin, nmax})
@@ -539,7 +557,8 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
     const auto limiter = [&](redis::rate_limiter_options o) { return redis::rate_limiter{std::move(o), c}; };
     refused("key", "empty", [&] { limiter({.token_limit = 1, .tokens_per_second = 1}); });
     refused("token_limit", "0", [&] { limiter({.key = "k", .token_limit = 0, .tokens_per_second = 1}); });
-    refused("token_limit", std::to_string(smax), [&] { limiter({.key = "k", .token_limit = smax, .tokens_per_second = 1}); });
+    refused("token_limit", std::to_string(smax),
+            [&] { limiter({.key = "k", .token_limit = smax, .tokens_per_second = 1}); });
     for (double v : {qnan, inf, -inf, 0.0, -1.0, dlowest, dtiny, 1e-300, 1e-10})
         refused("tokens_per_second", rs::detail::format_number(v),
                 [&] { limiter({.key = "k", .token_limit = 1, .tokens_per_second = v}); });
@@ -550,30 +569,39 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
         refused("local_share", rs::detail::format_number(v),
                 [&] { limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1, .local_share = v}); });
     refused("local_share", "0", [&] {
-        limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1,
+        limiter({.key = "k",
+                 .token_limit = 1,
+                 .tokens_per_second = 1,
                  .when_unavailable = redis::unavailable_policy::local_share});
     });
     // Accepted extremes: the slowest and fastest rates, the longest wait, the smallest share.
     (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1e-9});
     (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = dmax});
-    (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1, .queue_limit = smax, .queue_timeout = nmax});
-    (void)limiter({.key = "k", .token_limit = 1, .tokens_per_second = 1,
-                   .when_unavailable = redis::unavailable_policy::local_share, .local_share = dtiny});
+    (void)limiter(
+        {.key = "k", .token_limit = 1, .tokens_per_second = 1, .queue_limit = smax, .queue_timeout = nmax});
+    (void)limiter({.key = "k",
+                   .token_limit = 1,
+                   .tokens_per_second = 1,
+                   .when_unavailable = redis::unavailable_policy::local_share,
+                   .local_share = dtiny});
 
     const auto bulkhead = [&](redis::bulkhead_options o) { return redis::bulkhead{std::move(o), c}; };
     refused("key", "empty", [&] { bulkhead({}); });
     refused("max_concurrent_calls", "0", [&] { bulkhead({.key = "k", .max_concurrent_calls = 0}); });
     for (nanoseconds v : {0ns, -1ns, nmin, nanoseconds{9ms}, nmax})
-        refused("lease_duration", std::to_string(v.count()), [&] { bulkhead({.key = "k", .lease_duration = v}); });
+        refused("lease_duration", std::to_string(v.count()),
+                [&] { bulkhead({.key = "k", .lease_duration = v}); });
     for (double v : {qnan, inf, -1.0, 1.5})
-        refused("local_share", rs::detail::format_number(v), [&] { bulkhead({.key = "k", .local_share = v}); });
+        refused("local_share", rs::detail::format_number(v),
+                [&] { bulkhead({.key = "k", .local_share = v}); });
     // At least 3 x the connection's command_timeout (250 ms here), named with both values.
     refused("lease_duration", "749999999", [&] { bulkhead({.key = "k", .lease_duration = 749999999ns}); });
     refused("250000000", "749999999", [&] { bulkhead({.key = "k", .lease_duration = 749999999ns}); });
     (void)bulkhead({.key = "k", .lease_duration = 750ms});
     const redis::connection quick = connect({.command_timeout = 3ms});
     (void)redis::bulkhead{{.key = "k", .max_concurrent_calls = smax, .lease_duration = 10ms}, quick};
-    (void)bulkhead({.key = "k", .when_unavailable = redis::unavailable_policy::local_share, .local_share = 1.0});
+    (void)bulkhead(
+        {.key = "k", .when_unavailable = redis::unavailable_policy::local_share, .local_share = 1.0});
 }
 #endif
 

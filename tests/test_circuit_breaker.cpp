@@ -1816,8 +1816,9 @@ TEST_CASE("circuit_breaker: four threads admitting and recording straight on the
     CHECK(checks == 2 * rounds);
 }
 
-TEST_CASE("circuit_breaker: copies compare equal and hash alike, and a call outlives the copy it was made through",
-          "[circuit_breaker]") {
+TEST_CASE(
+    "circuit_breaker: copies compare equal and hash alike, and a call outlives the copy it was made through",
+    "[circuit_breaker]") {
     rs::testing::simulation sim;
     rs::circuit_breaker<rs::testing::virtual_clock> breaker{{.failure_threshold = 1}, sim.clock()};
     const rs::circuit_breaker<rs::testing::virtual_clock> other{{.failure_threshold = 1}, sim.clock()};

@@ -188,8 +188,7 @@ TEST_CASE("composition: the success path of retry, breaker, timeout, bulkhead an
     simulation sim;
     rs::pipeline policy{rs::retry{{.max_attempts = 3}, sim.clock()},
                         rs::circuit_breaker{{.failure_threshold = 5}, sim.clock()},
-                        rs::timeout{1s, sim.clock()},
-                        rs::bulkhead{{.max_concurrent_calls = 4}, sim.clock()},
+                        rs::timeout{1s, sim.clock()}, rs::bulkhead{{.max_concurrent_calls = 4}, sim.clock()},
                         rs::rate_limiter{{.token_limit = 1'000'000, .tokens_per_second = 1e9}, sim.clock()}};
     auto action = []() -> rs::task<int> { co_return 1; };
     std::size_t allocations = 0;

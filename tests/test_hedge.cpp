@@ -326,8 +326,9 @@ TEST_CASE("hedge: a caller's stop that finishes the call inside its forwarding t
     simulation sim;
     rs::hedge h{{.max_attempts = 2, .delay = 1h}, sim.clock()};
     std::stop_source caller;
-    auto [result, ignored] = sim.run(rs::when_all(
-        h.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()), stop_at(sim, caller, 3s)));
+    auto [result, ignored] =
+        sim.run(rs::when_all(h.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()),
+                             stop_at(sim, caller, 3s)));
     (void)ignored;
     CHECK(sim.now() == 3s);
     REQUIRE(result.has_failure());
@@ -348,9 +349,9 @@ TEST_CASE("hedge: a caller's stop requested from the hedge's own callbacks start
     };
     SECTION("on_hedge, at the delay") {
         replicas service{sim, {{.latency = 1s, .value = 1}}};
-        auto result = call(service, {.max_attempts = 3,
-                                     .delay = 100ms,
-                                     .on_hedge = [&](const rs::hedge_event&) { stop_caller(); }});
+        auto result = call(
+            service,
+            {.max_attempts = 3, .delay = 100ms, .on_hedge = [&](const rs::hedge_event&) { stop_caller(); }});
         REQUIRE(result.has_failure());
         CHECK(rs::is_cancellation(result.error()));
         CHECK(service.starts() == std::vector<nanoseconds>{0ms});
@@ -498,9 +499,10 @@ TEST_CASE("hedge: a delay of nanoseconds::max() hedges on failures only", "[hedg
 
 TEST_CASE("hedge: an outcome classifier hedges on returned values too", "[hedge]") {
     simulation sim;
-    rs::hedge h{
-        {.max_attempts = 3, .delay = 1s, .should_handle = [](const rs::outcome<int>& o) { return !o || *o < 0; }},
-        sim.clock()};
+    rs::hedge h{{.max_attempts = 3,
+                 .delay = 1s,
+                 .should_handle = [](const rs::outcome<int>& o) { return !o || *o < 0; }},
+                sim.clock()};
     replicas busy_then_ok{sim, {{.latency = 10ms, .value = -503}, {.latency = 10ms, .value = 7}}};
     CHECK(sim.run(h.execute(busy_then_ok.action())) == 7);
     CHECK(busy_then_ok.starts() == std::vector<nanoseconds>{0ms, 10ms});
@@ -514,9 +516,10 @@ TEST_CASE("hedge: an outcome classifier hedges on returned values too", "[hedge]
     replicas untouched{sim, {{.value = 1}}};
     auto mismatch = sim.run(wrong_type.execute_outcome(untouched.action()));
     REQUIRE(mismatch.has_failure());
-    CHECK_THAT(mismatch.error().what(),
-               Catch::Matchers::Contains("resilience::hedge: should_handle classifies rs::outcome<long> but the "
-                                         "action returns int"));
+    CHECK_THAT(
+        mismatch.error().what(),
+        Catch::Matchers::Contains("resilience::hedge: should_handle classifies rs::outcome<long> but the "
+                                  "action returns int"));
     CHECK(untouched.calls() == 0);
 }
 

@@ -54,7 +54,8 @@ TEST_CASE("sliding window: retry_after counts every reuse of a permit on the seg
     // 2.667 s, back at 3.667 s). Call 4 finds the queue full at 0: its permit is call 3's, at
     // 3.667 s. Adding whole windows to one grid point would say 3.333 s, before any permit is free.
     rs::testing::simulation sim;
-    rs::sliding_window_limiter limiter{{.permit_limit = 1, .window = 1s, .segments = 3, .queue_limit = 2}, sim.clock()};
+    rs::sliding_window_limiter limiter{{.permit_limit = 1, .window = 1s, .segments = 3, .queue_limit = 2},
+                                       sim.clock()};
     std::vector<nanoseconds> admitted, retry_after;
     for (int i = 0; i < 4; ++i)
         sim.spawn(take(sim, limiter, admitted, retry_after));
@@ -64,7 +65,8 @@ TEST_CASE("sliding window: retry_after counts every reuse of a permit on the seg
 
     // The same at a later instant, with more reuses: every prediction is the instant it happens.
     rs::testing::simulation again;
-    rs::sliding_window_limiter wide{{.permit_limit = 2, .window = 1s, .segments = 7, .queue_limit = 5}, again.clock()};
+    rs::sliding_window_limiter wide{{.permit_limit = 2, .window = 1s, .segments = 7, .queue_limit = 5},
+                                    again.clock()};
     std::vector<nanoseconds> got, told;
     again.run([&]() -> rs::task<void> { co_await again.sleep_for(123'456'789ns); }());
     for (int i = 0; i < 8; ++i)
@@ -88,7 +90,8 @@ TEST_CASE("sliding window: a window of nanoseconds::max() saturates instead of o
     // would make it about -8.3e18 ns).
     rs::testing::simulation sim;
     rs::sliding_window_limiter limiter{
-        {.permit_limit = 1, .window = nanoseconds::max(), .queue_limit = 1, .queue_timeout = 10s}, sim.clock()};
+        {.permit_limit = 1, .window = nanoseconds::max(), .queue_limit = 1, .queue_timeout = 10s},
+        sim.clock()};
     std::vector<nanoseconds> admitted, retry_after;
     for (int i = 0; i < 3; ++i)
         sim.spawn(take(sim, limiter, admitted, retry_after));
@@ -115,13 +118,15 @@ TEST_CASE("token bucket: a rate too slow for its interval to fit is refused, nam
         }
         return std::string("accepted");
     };
-    CHECK_THAT(message(1e-300), Catch::Matchers::Contains("tokens_per_second") && Catch::Matchers::Contains("1e-300"));
+    CHECK_THAT(message(1e-300),
+               Catch::Matchers::Contains("tokens_per_second") && Catch::Matchers::Contains("1e-300"));
     CHECK_THAT(message(1e-10), Catch::Matchers::Contains("at least 1e-9"));
 
     // The slowest rate accepted behaves: one token, then a refusal that says 31.7 years.
     rs::testing::simulation sim;
-    rs::rate_limiter slow{{.token_limit = 1, .tokens_per_second = rs::rate_limiter_options::min_tokens_per_second},
-                          sim.clock()};
+    rs::rate_limiter slow{
+        {.token_limit = 1, .tokens_per_second = rs::rate_limiter_options::min_tokens_per_second},
+        sim.clock()};
     int admitted = 0;
     std::optional<nanoseconds> retry_after;
     for (int i = 0; i < 10; ++i) {

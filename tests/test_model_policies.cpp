@@ -30,7 +30,8 @@ TEST_CASE("model: the bulkhead admits, queues and refuses as its model", "[model
     run_scenarios(300, rm::check_bulkhead);
 }
 
-TEST_CASE("model: the circuit breaker opens, refuses, probes and closes as its model", "[model][circuit_breaker]") {
+TEST_CASE("model: the circuit breaker opens, refuses, probes and closes as its model",
+          "[model][circuit_breaker]") {
     run_scenarios(300, rm::check_breaker);
 }
 
@@ -39,7 +40,8 @@ TEST_CASE("model: a windowed circuit breaker opens on its failure and slow-call 
     run_scenarios(300, rm::check_breaker_window);
 }
 
-TEST_CASE("model: a retry around a timeout ends as its model, at the same instant", "[model][retry][timeout]") {
+TEST_CASE("model: a retry around a timeout ends as its model, at the same instant",
+          "[model][retry][timeout]") {
     run_scenarios(300, rm::check_retry_timeout);
 }
 

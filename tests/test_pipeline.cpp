@@ -228,7 +228,9 @@ struct counting_clock {
         ++*reads;
         return inner.now();
     }
-    auto sleep_until(time_point tp, std::stop_token token) const noexcept { return inner.sleep_until(tp, token); }
+    auto sleep_until(time_point tp, std::stop_token token) const noexcept {
+        return inner.sleep_until(tp, token);
+    }
     rs::event_loop* timer_loop() const noexcept { return inner.timer_loop(); }
 };
 } // namespace
@@ -268,12 +270,14 @@ TEST_CASE("pipeline: a fast policy that goes on in resume runs the stages inside
     int calls = 0;
     int v = rs::sync_wait(p.execute(fails_first_time(log, calls)));
     CHECK(v == 9);
-    CHECK(log == std::vector<std::string>{"outer enter", "inner enter", "action", "inner leave", "outer leave",
-                                          "outer again", "inner enter", "action", "inner leave"});
+    CHECK(log == std::vector<std::string>{"outer enter", "inner enter", "action", "inner leave",
+                                          "outer leave", "outer again", "inner enter", "action",
+                                          "inner leave"});
 }
 
-TEST_CASE("pipeline: a stage that goes on in resume inside a waiting one runs only the stages inside it again",
-          "[pipeline]") {
+TEST_CASE(
+    "pipeline: a stage that goes on in resume inside a waiting one runs only the stages inside it again",
+    "[pipeline]") {
     std::vector<std::string> log;
     rs::pipeline p{fast_recorder{"a", log}, recorder{"b", log}, fast_recorder{"c", log, true},
                    fast_recorder{"d", log}};
@@ -303,8 +307,8 @@ TEST_CASE("pipeline: a refusal in enter reaches execute_outcome as a value and s
     CHECK(r.error().code() == rs::errc::cancelled);
     CHECK_FALSE(ran);
     CHECK(log.empty()); // the outermost refused first
-    auto failed = rs::sync_wait(
-        p.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("down"); }));
+    auto failed =
+        rs::sync_wait(p.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("down"); }));
     CHECK(failed.has_failure());
     CHECK(failures->load() == 1);
     CHECK(log == std::vector<std::string>{"a enter", "b enter", "b leave", "a leave"});
@@ -362,9 +366,9 @@ TEST_CASE("pipeline: execute(f, args...) keeps the arguments for every attempt o
 namespace {
 // Returns a call made on temporary policies: the policies are moved into the call's frame.
 rs::task<int> call_on_temporaries(rs::testing::simulation& sim, int& calls) {
-    return rs::pipeline{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1s, rs::jitter::none}},
-                                  sim.clock()},
-                        rs::timeout{10s, sim.clock()}}
+    return rs::pipeline{
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1s, rs::jitter::none}}, sim.clock()},
+        rs::timeout{10s, sim.clock()}}
         .execute([&calls, &sim]() -> rs::task<int> {
             co_await sim.sleep_for(100ms);
             if (++calls < 3)
@@ -393,7 +397,7 @@ TEST_CASE("pipeline: a copy, a move and an assignment each run calls through the
     const rs::circuit_breaker<rs::testing::virtual_clock> first{{.failure_threshold = 5}, sim.clock()};
     const rs::circuit_breaker<rs::testing::virtual_clock> second{{.failure_threshold = 5}, sim.clock()};
     using two_policies = rs::pipeline<rs::circuit_breaker<rs::testing::virtual_clock>,
-                                       rs::timeout<rs::testing::virtual_clock>>;
+                                      rs::timeout<rs::testing::virtual_clock>>;
     // The failure counted, and the time left to the deadline, for one failing call through `p`.
     const auto failing_call = [&sim](const two_policies& p) {
         std::chrono::nanoseconds left{};
@@ -508,10 +512,10 @@ rs::task<void> timed(rs::testing::simulation& sim, const P& p, call_log& log, ti
     };
     auto r = co_await p.execute_outcome(std::move(action));
     log.ended.emplace_back(c.id, sim.now());
-    log.how.push_back(r.has_value()                                     ? "value"
-                      : r.error().template is<rs::timeout_error>()      ? "timeout"
+    log.how.push_back(r.has_value()                                          ? "value"
+                      : r.error().template is<rs::timeout_error>()           ? "timeout"
                       : r.error().template is<rs::bulkhead_rejected_error>() ? "rejected"
-                                                                        : "other");
+                                                                             : "other");
 }
 } // namespace
 
@@ -544,8 +548,8 @@ TEST_CASE("pipeline: a retry around a bulkhead queues its next attempt for a slo
     rs::pipeline p{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{0ms}}, sim.clock()}, bh};
     // The first attempt holds the slot for 50 ms and fails; call 2 queued at 10 ms takes the slot at 50 ms
     // for 100 ms, so the second attempt queues and runs at 150 ms.
-    auto flaky = rs::testing::scripted_action{sim.clock(),
-                                              rs::testing::script<int>{.failures = 1, .latency = 50ms, .value = 7}};
+    auto flaky = rs::testing::scripted_action{
+        sim.clock(), rs::testing::script<int>{.failures = 1, .latency = 50ms, .value = 7}};
     std::optional<rs::outcome<int>> first;
     sim.spawn([](const auto& p, auto act, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
         out.emplace(co_await p.execute_outcome(std::move(act)));

@@ -903,8 +903,9 @@ TEST_CASE("rate_limiter: on_rejected is told once per refusal, before it is retu
     journal j;
     std::map<int, refusal> refused;
     SECTION("no_capacity") {
-        rs::rate_limiter rl{{.name = "api", .token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)},
-                            sim.clock()};
+        rs::rate_limiter rl{
+            {.name = "api", .token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)},
+            sim.clock()};
         sim.spawn(noted_client(sim, rl, j, refused, 1, 0ms));
         sim.spawn(noted_client(sim, rl, j, refused, 2, 30ms));
         sim.spawn(noted_client(sim, rl, j, refused, 3, 100ms));
@@ -928,10 +929,12 @@ TEST_CASE("rate_limiter: on_rejected is told once per refusal, before it is retu
         CHECK(j.order() == std::vector<int>{1, 2});
         CHECK(j.finished[4] == limited_at(0ms, 300ms));
         CHECK(j.finished[3] == limited_at(150ms, 50ms));
-        CHECK(log == std::vector<told>{{"api", why::queue_full, 300ms, 0ms}, {"api", why::queue_timeout, 50ms, 150ms}});
+        CHECK(log == std::vector<told>{{"api", why::queue_full, 300ms, 0ms},
+                                       {"api", why::queue_timeout, 50ms, 150ms}});
     }
     SECTION("through a pipeline") {
-        rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)}, sim.clock()};
+        rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)},
+                            sim.clock()};
         const rs::pipeline p{rl};
         auto r = sim.run([](const rs::pipeline<rs::rate_limiter<vclock>>& p) -> rs::task<std::vector<bool>> {
             std::vector<bool> ok;
@@ -942,10 +945,12 @@ TEST_CASE("rate_limiter: on_rejected is told once per refusal, before it is retu
             co_return ok;
         }(p));
         CHECK(r == std::vector<bool>{true, false, false});
-        CHECK(log == std::vector<told>{{"", why::no_capacity, 100ms, 0ms}, {"", why::no_capacity, 100ms, 0ms}});
+        CHECK(log ==
+              std::vector<told>{{"", why::no_capacity, 100ms, 0ms}, {"", why::no_capacity, 100ms, 0ms}});
     }
     SECTION("not for take, which returns its refusal to its own caller") {
-        rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)}, sim.clock()};
+        rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)},
+                            sim.clock()};
         auto r = sim.run([](rs::rate_limiter<vclock>& rl) -> rs::task<rs::outcome<void>> {
             co_await rl.take();
             co_return co_await rl.take_outcome();
@@ -955,8 +960,9 @@ TEST_CASE("rate_limiter: on_rejected is told once per refusal, before it is retu
     }
 }
 
-TEST_CASE("sliding_window_limiter: on_rejected is told once per refusal with its reason and exact retry_after",
-          "[rate_limiter][sliding_window][on_rejected]") {
+TEST_CASE(
+    "sliding_window_limiter: on_rejected is told once per refusal with its reason and exact retry_after",
+    "[rate_limiter][sliding_window][on_rejected]") {
     using why = rs::rejection_reason;
     rs::testing::simulation sim;
     std::vector<told> log;
@@ -970,9 +976,9 @@ TEST_CASE("sliding_window_limiter: on_rejected is told once per refusal with its
                                    .on_rejected = tell(sim, log)},
                                   sim.clock()};
     sim.spawn(noted_client(sim, sw, j, refused, 1, 0ms));
-    sim.spawn(noted_client(sim, sw, j, refused, 2, 0ms));   // waits, out at 500 ms
-    sim.spawn(noted_client(sim, sw, j, refused, 3, 100ms)); // the queue is full
-    sim.spawn(noted_client(sim, sw, j, refused, 4, 600ms)); // the permit back at 1 s
+    sim.spawn(noted_client(sim, sw, j, refused, 2, 0ms));    // waits, out at 500 ms
+    sim.spawn(noted_client(sim, sw, j, refused, 3, 100ms));  // the queue is full
+    sim.spawn(noted_client(sim, sw, j, refused, 4, 600ms));  // the permit back at 1 s
     sim.spawn(noted_client(sim, sw, j, refused, 5, 1100ms)); // waits, out at 1.6 s: the next permit is at 2 s
     sim.run_all();
     CHECK(j.order() == std::vector<int>{1, 4});
@@ -1001,10 +1007,10 @@ TEST_CASE("rate limiters: an on_rejected that throws ends the call with its exce
     journal j;
     std::map<int, rs::outcome<int>> outcomes;
     const auto run = [&](auto& limiter) {
-        sim.spawn(kept_client(sim, limiter, j, outcomes, 1, 0ms));   // admitted
-        sim.spawn(kept_client(sim, limiter, j, outcomes, 2, 0ms));   // waits; out at 50 ms
-        sim.spawn(kept_client(sim, limiter, j, outcomes, 3, 0ms));   // queue full
-        sim.spawn(kept_client(sim, limiter, j, outcomes, 4, 60ms));  // waits; admitted
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 1, 0ms));  // admitted
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 2, 0ms));  // waits; out at 50 ms
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 3, 0ms));  // queue full
+        sim.spawn(kept_client(sim, limiter, j, outcomes, 4, 60ms)); // waits; admitted
         sim.run_all();
         CHECK(told_count == 2);
         CHECK(heard == 0);

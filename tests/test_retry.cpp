@@ -192,7 +192,9 @@ TEST_CASE("retry: the default classifier does not retry logic errors, cancellati
     CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::cancelled_error{}; }))), rs::cancelled_error);
     CHECK(calls == 1);
     calls = 0;
-    CHECK_THROWS_AS(sim.run(r.execute(throwing([] { return rs::circuit_open_error{"", 1s}; }))),
+    CHECK_THROWS_AS(sim.run(r.execute(throwing([] {
+        return rs::circuit_open_error{"", 1s};
+    }))),
                     rs::circuit_open_error);
     CHECK(calls == 1);
     CHECK(sim.now() == 0ns);

@@ -177,10 +177,11 @@ TEST_CASE("retry: a verdict's delay counts as the wait against the deadline", "[
     simulation sim;
     const rs::pipeline p{
         rs::timeout{1s, sim.clock()},
-        rs::retry{{.max_attempts = 10,
-                   .backoff = constant(1ms),
-                   .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 2s}; }},
-                  sim.clock()},
+        rs::retry{
+            {.max_attempts = 10,
+             .backoff = constant(1ms),
+             .should_handle = [](const rs::failure&) { return rs::verdict{.handle = true, .delay = 2s}; }},
+            sim.clock()},
     };
     const played r = play(sim, p, 10ms);
     CHECK(r.starts.size() == 1); // Retry-After: 2 s, inside 1 s: no point waiting
@@ -192,7 +193,8 @@ TEST_CASE("retry: the first attempt starts whatever the deadline leaves, and wit
           "min_attempt_time changes nothing",
           "[retry][deadline]") {
     simulation sim;
-    const rs::retry retry{{.max_attempts = 3, .backoff = constant(100ms), .min_attempt_time = 1h}, sim.clock()};
+    const rs::retry retry{{.max_attempts = 3, .backoff = constant(100ms), .min_attempt_time = 1h},
+                          sim.clock()};
     const played bounded = play(sim, rs::pipeline{rs::timeout{100ms, sim.clock()}, retry}, 10ms);
     CHECK(bounded.starts == std::vector<nanoseconds>{0ms});
     CHECK(bounded.ended == 10ms);

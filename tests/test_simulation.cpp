@@ -8,9 +8,9 @@
 
 #include <chrono>
 #include <stdexcept>
+#include <stop_token>
 #include <utility>
 #include <vector>
-#include <stop_token>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;

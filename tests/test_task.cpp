@@ -2,9 +2,9 @@
 #include "alloc_counter.hpp"
 #include "catch.hpp"
 
+#include <resilience/detail/frame_allocator.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/task.hpp>
-#include <resilience/detail/frame_allocator.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -108,7 +108,9 @@ TEST_CASE("task: values, move-only results and exceptions reach the awaiter", "[
     CHECK_THROWS_WITH(rs::sync_wait(throws()), "from the task");
 }
 
-TEST_CASE("task: a recursive chain of tasks that finish at once (200,000 deep where transfers are tail calls)", "[task]") {
+TEST_CASE(
+    "task: a recursive chain of tasks that finish at once (200,000 deep where transfers are tail calls)",
+    "[task]") {
     CHECK(rs::sync_wait(countdown(chain_depth)) == chain_depth);
 }
 
@@ -158,8 +160,9 @@ struct allocates_at_exit {
 };
 } // namespace
 
-TEST_CASE("frame cache: a frame made while its thread exits can serve any frame of its class on another thread",
-          "[task]") {
+TEST_CASE(
+    "frame cache: a frame made while its thread exits can serve any frame of its class on another thread",
+    "[task]") {
     using resilience::detail::frame_cache;
     std::thread exiting([] {
         thread_local allocates_at_exit late;

@@ -20,10 +20,10 @@
 #include <resilience/timeout.hpp>
 
 #include <chrono>
-#include <functional>
 #include <cstddef>
-#include <optional>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -355,7 +355,8 @@ TEST_CASE("telemetry: a clock that fails while a bulkhead times a queue wait lea
             co_return 1;
         },
         first));
-    sim.spawn(call_caught(slots, []() -> rs::task<int> { co_return 2; }, second)); // queued until 1s
+    sim.spawn(call_caught(
+        slots, []() -> rs::task<int> { co_return 2; }, second)); // queued until 1s
     sim.run_all();
     CHECK(first == "value");
     CHECK(second == "clock: no reading");

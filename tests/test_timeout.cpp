@@ -143,7 +143,8 @@ TEST_CASE("timeout: a successful call leaves no timer behind", "[timeout]") {
 TEST_CASE("timeout: a non-positive duration is refused, naming the field", "[timeout]") {
     CHECK_THROWS_AS(rs::timeout{0s}, std::invalid_argument);
     CHECK_THAT(resilience_tests::invalid_argument_message([] { rs::timeout bad{-5ms}; }),
-               Catch::Matchers::Contains("timeout must be positive") && Catch::Matchers::Contains("-5000000"));
+               Catch::Matchers::Contains("timeout must be positive") &&
+                   Catch::Matchers::Contains("-5000000"));
 }
 
 TEST_CASE("timeout: default-constructed it allows 30 s, and its name is carried by its errors", "[timeout]") {
@@ -249,9 +250,10 @@ TEST_CASE("timeout: a token made on another thread while the deadline fires on t
     CHECK(loop.timers() == 0);
 }
 
-TEST_CASE("timeout: once the deadline found no token yet, the token asked for next is born stopped, whichever "
-          "thread made it",
-          "[timeout][concurrency]") {
+TEST_CASE(
+    "timeout: once the deadline found no token yet, the token asked for next is born stopped, whichever "
+    "thread made it",
+    "[timeout][concurrency]") {
     // The attempt's stop state (detail::lazy_stop) alone: another thread asks for the token at
     // about the moment the deadline passes here. When the deadline found no token, the token this
     // thread asks for next must already be stopped, even if the other thread made it a moment
@@ -322,15 +324,17 @@ TEST_CASE("timeout: a caller's stop that finishes the call inside its forwarding
     auto check = [&](const auto& limit) {
         const auto start = sim.now();
         std::stop_source caller;
-        auto [result, ignored] =
-            sim.run(rs::when_all(limit.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()),
-                                 resilience_tests::stop_at(sim, caller, start + 3s)));
+        auto [result, ignored] = sim.run(
+            rs::when_all(limit.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()),
+                         resilience_tests::stop_at(sim, caller, start + 3s)));
         CHECK(sim.now() == start + 3s);
         REQUIRE(result.has_failure());
         CHECK(rs::is_cancellation(result.error()));
         CHECK_FALSE(result.error().template is<rs::timeout_error>());
     };
-    SECTION("its deadline a timer on the loop") { check(rs::timeout{1h, sim.clock()}); }
+    SECTION("its deadline a timer on the loop") {
+        check(rs::timeout{1h, sim.clock()});
+    }
     SECTION("on a clock without loop timers, watched beside the attempt with a stop_link of its own") {
         check(rs::timeout{1h, resilience_tests::shifted_clock{sim.clock()}});
     }
@@ -402,7 +406,8 @@ TEST_CASE("timeout: the attempt's token, made late, still follows the caller's s
         co_await sim.sleep_for(1h, ctx.stop_token());
         co_return ctx.stop_requested() ? -1 : 1;
     };
-    auto [result, ignored] = sim.run(rs::when_all(limit.execute_outcome(work, caller.get_token()), stop_at_3s()));
+    auto [result, ignored] =
+        sim.run(rs::when_all(limit.execute_outcome(work, caller.get_token()), stop_at_3s()));
     CHECK(sim.now() == 3s);
     REQUIRE(result.has_value());
     CHECK(result.value() == -1);

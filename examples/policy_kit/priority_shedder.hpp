@@ -336,7 +336,7 @@ private:
     priority priority_ = priority::sheddable;
 };
 
-priority_shedder(priority_shedder_options)->priority_shedder<rs::steady_clock>;
+priority_shedder(priority_shedder_options) -> priority_shedder<rs::steady_clock>;
 template <rs::clock C>
 priority_shedder(priority_shedder_options, C) -> priority_shedder<C>;
 

@@ -30,9 +30,9 @@ template <class C>
 concept erasable_clock = !std::same_as<C, any_clock> && clock<C> &&
                          std::convertible_to<typename C::duration, std::chrono::nanoseconds> &&
                          requires(const C& c, typename C::time_point tp, std::stop_token st) {
-    { c.now() } -> std::same_as<typename C::time_point>;
-    { c.sleep_until(tp, st) } -> awaitable;
-};
+                             { c.now() } -> std::same_as<typename C::time_point>;
+                             { c.sleep_until(tp, st) } -> awaitable;
+                         };
 
 template <class C>
 inline constexpr char any_clock_key = 0;
@@ -137,8 +137,8 @@ public:
 
     /// Holds a copy of `clock`. Implicit, so a clock passes where an `any_clock` is expected.
     template <class C>
-    requires detail::erasable_clock<std::remove_cvref_t<C>> any_clock(C&& clock)
-    noexcept(holds_without_throwing<C>) : vt_(&vtable_for<std::remove_cvref_t<C>>) {
+    requires detail::erasable_clock<std::remove_cvref_t<C>>
+    any_clock(C&& clock) noexcept(holds_without_throwing<C>) : vt_(&vtable_for<std::remove_cvref_t<C>>) {
         using held = std::remove_cvref_t<C>;
         if constexpr (fits_in_place<held>)
             ::new (static_cast<void*>(store_.bytes)) held(std::forward<C>(clock));
@@ -189,13 +189,11 @@ private:
         alignas(void*) unsigned char bytes[inline_size];
     };
     template <class C>
-    static constexpr bool
-        fits_in_place = (sizeof(C) <= inline_size) &&
-                        (alignof(C) <= alignof(void*)) && std::is_nothrow_move_constructible_v<C>;
+    static constexpr bool fits_in_place = (sizeof(C) <= inline_size) && (alignof(C) <= alignof(void*)) &&
+                                          std::is_nothrow_move_constructible_v<C>;
     template <class C>
-    static constexpr bool
-        holds_without_throwing = std::is_nothrow_constructible_v<std::remove_cvref_t<C>, C> &&
-                                 (fits_in_place<std::remove_cvref_t<C>>);
+    static constexpr bool holds_without_throwing =
+        std::is_nothrow_constructible_v<std::remove_cvref_t<C>, C> && (fits_in_place<std::remove_cvref_t<C>>);
 
     struct vtable {
         std::chrono::nanoseconds (*now)(const storage&);

@@ -91,8 +91,7 @@ public:
     template <class P>
     requires(!std::is_same_v<std::remove_cvref_t<P>, any_policy> &&
              std::is_base_of_v<policy_base<std::remove_cvref_t<P>>, std::remove_cvref_t<P>>)
-        any_policy(
-            P&& p) // NOLINT(google-explicit-constructor): a policy converts, as a lambda to std::function
+    any_policy(P&& p) // NOLINT(google-explicit-constructor): a policy converts, as a lambda to std::function
         : handle(new model<std::remove_cvref_t<P>>(std::forward<P>(p))) {
         static_assert(policy<std::remove_cvref_t<P>>, "resilience::any_policy: the argument is not a policy");
     }

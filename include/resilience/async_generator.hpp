@@ -50,7 +50,9 @@ public:
         movable_ = std::addressof(value);
         return {};
     }
-    to_consumer yield_value(const T& value) noexcept requires std::copy_constructible<T> {
+    to_consumer yield_value(const T& value) noexcept
+    requires std::copy_constructible<T>
+    {
         copyable_ = std::addressof(value);
         return {};
     }

@@ -201,7 +201,9 @@ public:
     /// escapes it.
     template <class F>
     requires awaitable<std::decay_t<F>> || detail::scope_callable<std::decay_t<F>>
-    void spawn(event_loop& loop, F&& f) { loop.spawn(nest(std::forward<F>(f))); }
+    void spawn(event_loop& loop, F&& f) {
+        loop.spawn(nest(std::forward<F>(f)));
+    }
 
     /// Stops the token every call of the scope was given (and every later call's: it is born
     /// stopped). Returns whether this request was the first.

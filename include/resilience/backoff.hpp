@@ -41,8 +41,9 @@ public:
     using result_type = std::uint64_t;
 
     template <random_source R>
-    requires(!std::same_as<std::remove_cvref_t<R>, random_ref>) random_ref(R& rng)
-    noexcept : rng_(const_cast<void*>(static_cast<const void*>(std::addressof(rng)))), draw_(&draw<R>) {}
+    requires(!std::same_as<std::remove_cvref_t<R>, random_ref>)
+    random_ref(R& rng) noexcept
+        : rng_(const_cast<void*>(static_cast<const void*>(std::addressof(rng)))), draw_(&draw<R>) {}
 
     static constexpr result_type min() noexcept { return 0; }
     static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
@@ -317,7 +318,7 @@ concept schedule_object = requires(const S& s, int a, random_ref& r) {
 };
 template <class F>
 concept schedule_of_failure = std::invocable<const F&, int, const failure&> &&
-    duration_like<std::invoke_result_t<const F&, int, const failure&>>;
+                              duration_like<std::invoke_result_t<const F&, int, const failure&>>;
 template <class F>
 concept schedule_of_attempt =
     std::invocable<const F&, int> && duration_like<std::invoke_result_t<const F&, int>>;
@@ -352,7 +353,8 @@ struct backoff_impl final : backoff_model {
 /// take `random_ref&`), or a callable taking `(int attempt)` or `(int attempt, const failure&)`.
 /// Each returns any `std::chrono::duration`.
 template <class S>
-concept backoff_schedule = std::copy_constructible<std::remove_cvref_t<S>> &&
+concept backoff_schedule =
+    std::copy_constructible<std::remove_cvref_t<S>> &&
     (detail::schedule_object<S> || detail::schedule_of_failure<S> || detail::schedule_of_attempt<S>);
 
 class backoff;

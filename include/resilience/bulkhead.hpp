@@ -112,7 +112,9 @@ class bulkhead : public policy_base<bulkhead<C>>,
 
 public:
     /// The default options: 25 calls at once, none queued.
-    bulkhead() requires std::default_initializable<C> : bulkhead(bulkhead_options{}) {}
+    bulkhead()
+    requires std::default_initializable<C>
+        : bulkhead(bulkhead_options{}) {}
     explicit bulkhead(bulkhead_options options, C clock = C{})
         : handle(handle::make_state(validate(std::move(options)), std::move(clock))) {}
 
@@ -467,7 +469,7 @@ private:
     }
 };
 
-bulkhead(bulkhead_options)->bulkhead<steady_clock>;
+bulkhead(bulkhead_options) -> bulkhead<steady_clock>;
 template <clock C>
 bulkhead(bulkhead_options, C) -> bulkhead<C>;
 

@@ -168,7 +168,8 @@ inline failure to_failure(std::exception_ptr e) noexcept {
     return failure{std::move(e)};
 }
 template <class E>
-requires std::is_class_v<E> &&(!std::is_same_v<E, failure>)failure to_failure(E e) {
+requires std::is_class_v<E> && (!std::is_same_v<E, failure>)
+failure to_failure(E e) {
     return failure::make(std::move(e));
 }
 
@@ -223,9 +224,8 @@ public:
     /// Injects `what` (see the class comment). Validates `options`.
     template <class What>
     requires(!std::is_same_v<std::remove_cvref_t<What>, injection_options> &&
-             !std::is_same_v<std::remove_cvref_t<What>, fault>) explicit fault(What what,
-                                                                               injection_options options = {},
-                                                                               Random rng = Random{})
+             !std::is_same_v<std::remove_cvref_t<What>, fault>)
+    explicit fault(What what, injection_options options = {}, Random rng = Random{})
         : options_(std::move(options)), rng_(std::move(rng)) {
         detail::validate(options_, "fault");
         make_ = detail::fault_maker(std::move(what), options_.name);
@@ -262,8 +262,8 @@ private:
     mutable Random rng_; // drawn from by a const `enter`
 };
 
-fault()->fault<thread_random>;
-fault(injection_options)->fault<thread_random>;
+fault() -> fault<thread_random>;
+fault(injection_options) -> fault<thread_random>;
 template <random_source R>
 fault(injection_options, R) -> fault<R>;
 template <class What>

@@ -129,22 +129,26 @@ struct outcome_parameter<outcome<T>> : std::true_type {
 template <class M>
 struct first_parameter_of {};
 template <class Ret, class Cls, class A, class... B>
-requires(sizeof...(B) <= 1) struct first_parameter_of<Ret (Cls::*)(A, B...) const> {
+requires(sizeof...(B) <= 1)
+struct first_parameter_of<Ret (Cls::*)(A, B...) const> {
     using type = A;
     static constexpr std::size_t arity = 1 + sizeof...(B);
 };
 template <class Ret, class Cls, class A, class... B>
-requires(sizeof...(B) <= 1) struct first_parameter_of<Ret (Cls::*)(A, B...) const noexcept> {
+requires(sizeof...(B) <= 1)
+struct first_parameter_of<Ret (Cls::*)(A, B...) const noexcept> {
     using type = A;
     static constexpr std::size_t arity = 1 + sizeof...(B);
 };
 template <class Ret, class A, class... B>
-requires(sizeof...(B) <= 1) struct first_parameter_of<Ret (*)(A, B...)> {
+requires(sizeof...(B) <= 1)
+struct first_parameter_of<Ret (*)(A, B...)> {
     using type = A;
     static constexpr std::size_t arity = 1 + sizeof...(B);
 };
 template <class Ret, class A, class... B>
-requires(sizeof...(B) <= 1) struct first_parameter_of<Ret (*)(A, B...) noexcept> {
+requires(sizeof...(B) <= 1)
+struct first_parameter_of<Ret (*)(A, B...) noexcept> {
     using type = A;
     static constexpr std::size_t arity = 1 + sizeof...(B);
 };
@@ -152,18 +156,16 @@ requires(sizeof...(B) <= 1) struct first_parameter_of<Ret (*)(A, B...) noexcept>
 template <class F>
 struct first_parameter : first_parameter_of<F> {};
 template <class F>
-requires requires {
-    &F::operator();
-}
+requires requires { &F::operator(); }
 struct first_parameter<F> : first_parameter_of<decltype(&F::operator())> {};
 
 /// The `T` of a callable whose first parameter is spelled `outcome<T>` (by value or reference):
 /// `value` is true and `value_type` is `T`. A generic or overloaded callable has no spelled
 /// parameter, so `value` is false for it.
-template <class F, bool = requires {
-    typename first_parameter<F>::type;
-}
-> struct spelled_outcome { static constexpr bool value = false; };
+template <class F, bool = requires { typename first_parameter<F>::type; }>
+struct spelled_outcome {
+    static constexpr bool value = false;
+};
 template <class F>
 struct spelled_outcome<F, true> {
     using parameter = std::remove_cvref_t<typename first_parameter<F>::type>;

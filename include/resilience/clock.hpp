@@ -100,9 +100,7 @@ concept loop_timer_clock = requires(const C& c) {
 };
 
 template <class C>
-inline constexpr bool timer_loop_may_be_null = requires {
-    requires C::timer_loop_may_be_null;
-};
+inline constexpr bool timer_loop_may_be_null = requires { requires C::timer_loop_may_be_null; };
 
 /// A one-shot timer that expires a `lazy_stop` at `when`, unless disarmed first. Used by policies
 /// that race a deadline against a call they are awaiting (timeout): arming and disarming cost a
@@ -153,11 +151,12 @@ public:
             void await_suspend(std::coroutine_handle<> h) {
                 self->waiter_ = h;
                 loop_access::post(*self->loop_, job{[](void* p) {
-                                          auto* t = static_cast<deadline_timer*>(p);
-                                          loop_access::remove_timer(*t->loop_, &t->node_); // no-op unless still armed
-                                          t->waiter_.resume();
-                                      },
-                                      self});
+                                                        auto* t = static_cast<deadline_timer*>(p);
+                                                        loop_access::remove_timer(
+                                                            *t->loop_, &t->node_); // no-op unless still armed
+                                                        t->waiter_.resume();
+                                                    },
+                                                    self});
             }
             void await_resume() const noexcept {}
         };

@@ -116,14 +116,16 @@ private:
     static_assert(alignof(made) > 1, "the low bit of a block's address holds the deadline's flag");
     made* materialize() const;
     static constexpr std::uintptr_t expired_flag = 1; // the low bit: a block is aligned to more
-    static made* block_of(std::uintptr_t word) noexcept { return reinterpret_cast<made*>(word & ~expired_flag); }
+    static made* block_of(std::uintptr_t word) noexcept {
+        return reinterpret_cast<made*>(word & ~expired_flag);
+    }
     static void discard(made* m) noexcept {
         std::destroy_at(m);
         frame_cache::deallocate(m, sizeof(made));
     }
 
     const context* parent_;
-    const lazy_stop* parent_lazy_;       // the parent's own lazy stop, if it has one
+    const lazy_stop* parent_lazy_;        // the parent's own lazy stop, if it has one
     const std::stop_token* parent_token_; // else the token the parent ends at; null if it cannot stop
     // The published block (null until a token is asked for), with `expired_flag` set once the
     // deadline has passed.
@@ -241,10 +243,10 @@ private:
         }
     }
 
-    std::stop_token token_;                 // when neither of the next two is set
-    const context* from_ = nullptr;         // the context whose `token_` this one shares
-    detail::lazy_stop* lazy_ = nullptr;     // a timeout's or a hedge's attempt token, made on first use
-    detail::time_cache* time_ = nullptr;    // the call's shared clock reading, while admitting
+    std::stop_token token_;              // when neither of the next two is set
+    const context* from_ = nullptr;      // the context whose `token_` this one shares
+    detail::lazy_stop* lazy_ = nullptr;  // a timeout's or a hedge's attempt token, made on first use
+    detail::time_cache* time_ = nullptr; // the call's shared clock reading, while admitting
     // The listener of the `telemetry` stage around the call, for the stages inside it.
     const telemetry_listener* telemetry_ = nullptr;
     int attempt_ = 1;
@@ -337,8 +339,8 @@ inline lazy_stop::made* lazy_stop::materialize() const {
         }
         if (seen & expired_flag)
             m->source.request_stop(); // the deadline has passed: published already stopped
-        if (word_.compare_exchange_weak(seen, reinterpret_cast<std::uintptr_t>(m) | seen, std::memory_order_acq_rel,
-                                        std::memory_order_acquire))
+        if (word_.compare_exchange_weak(seen, reinterpret_cast<std::uintptr_t>(m) | seen,
+                                        std::memory_order_acq_rel, std::memory_order_acquire))
             return m;
     }
 }

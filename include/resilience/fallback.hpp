@@ -192,7 +192,7 @@ using substitute_call_t =
 // A function's awaitable result is awaited; a value substitute is never awaited, even if it could be.
 template <class S, class R>
 inline constexpr bool substitute_awaited =
-    substitute_kind_for<S, R>() != substitute_kind::value&& awaitable<substitute_call_t<S, R>>;
+    substitute_kind_for<S, R>() != substitute_kind::value && awaitable<substitute_call_t<S, R>>;
 
 template <class S, class R, bool Awaited = substitute_awaited<S, R>>
 struct substitute_result {
@@ -264,9 +264,9 @@ public:
     /// Answers every failure but cancellation (and an `expected_like` value holding an error).
     explicit fallback(Substitute substitute) : substitute_(std::move(substitute)) {}
     /// Answers what `options.should_handle` handles.
-    explicit fallback(Substitute substitute, fallback_options options) requires erased
-        : substitute_(std::move(substitute)),
-          options_(std::move(options)) {}
+    explicit fallback(Substitute substitute, fallback_options options)
+    requires erased
+        : substitute_(std::move(substitute)), options_(std::move(options)) {}
     /// The positional form. Kept for one version.
     [[deprecated("use fallback_options")]] explicit fallback(Substitute substitute,
                                                              ShouldHandle should_handle,

@@ -284,8 +284,8 @@ private:
     C clock_;
 };
 
-hedge()->hedge<steady_clock>;
-hedge(hedge_options)->hedge<steady_clock>;
+hedge() -> hedge<steady_clock>;
+hedge(hedge_options) -> hedge<steady_clock>;
 template <clock C>
 hedge(hedge_options, C) -> hedge<C>;
 
@@ -375,9 +375,9 @@ private:
         }
         bool handled = false;
         try {
-            handled =
-                o_.should_handle.classify(result, [](const failure& f) noexcept { return !is_cancellation(f); })
-                    .handle;
+            handled = o_.should_handle
+                          .classify(result, [](const failure& f) noexcept { return !is_cancellation(f); })
+                          .handle;
         } catch (...) {
             end_with(O{failure::current()});
             return;

@@ -347,13 +347,9 @@ concept has_status_field = requires(const R& r) {
     { r.status } -> std::convertible_to<int>;
 };
 template <class R>
-concept has_retry_after_function = requires(const R& r) {
-    r.retry_after();
-};
+concept has_retry_after_function = requires(const R& r) { r.retry_after(); };
 template <class R>
-concept has_retry_after_field = requires(const R& r) {
-    r.retry_after;
-};
+concept has_retry_after_field = requires(const R& r) { r.retry_after; };
 
 template <class H>
 concept optional_header = requires(const H& h) {
@@ -407,15 +403,17 @@ std::optional<std::string_view> header_view(const H& h) noexcept {
 /// has one, `retry_after()` or a `retry_after` field of one of those kinds.
 template <class Response>
 struct response_traits {
-    static int status(const Response& r) requires detail::has_status_function<Response> ||
-        detail::has_status_field<Response> {
+    static int status(const Response& r)
+    requires detail::has_status_function<Response> || detail::has_status_field<Response>
+    {
         if constexpr (detail::has_status_function<Response>)
             return static_cast<int>(r.status());
         else
             return static_cast<int>(r.status);
     }
-    static decltype(auto) retry_after(const Response& r) requires
-        detail::has_retry_after_function<Response> || detail::has_retry_after_field<Response> {
+    static decltype(auto) retry_after(const Response& r)
+    requires detail::has_retry_after_function<Response> || detail::has_retry_after_field<Response>
+    {
         if constexpr (detail::has_retry_after_function<Response>)
             return r.retry_after();
         else
@@ -438,10 +436,9 @@ struct response_of<Result> {
     using type = Result;
 };
 template <class Result>
-requires(
-    !response<Result> && expected_like<Result> &&
-    response<
-        std::remove_cvref_t<decltype(std::declval<const Result&>().value())>>) struct response_of<Result> {
+requires(!response<Result> && expected_like<Result> &&
+         response<std::remove_cvref_t<decltype(std::declval<const Result&>().value())>>)
+struct response_of<Result> {
     using type = std::remove_cvref_t<decltype(std::declval<const Result&>().value())>;
 };
 
@@ -479,9 +476,7 @@ struct response_classifier_options {
 /// for a Retry-After that is a date. A value: copies are independent; `transient_status` is called
 /// as `const`, from any thread that runs a call.
 template <class Result, class WallClock = std::chrono::system_clock>
-requires requires {
-    typename detail::response_of<Result>::type;
-}
+requires requires { typename detail::response_of<Result>::type; }
 class response_classifier {
 public:
     /// The response type read through `response_traits`.

@@ -124,12 +124,14 @@ public:
     using failure_type = resilience::failure;
     using error_type = resilience::failure; ///< the `std::expected` spelling of `failure_type`
 
-    outcome() requires std::is_void_v<T> : data_(std::in_place_index<0>) {}
+    outcome()
+    requires std::is_void_v<T>
+        : data_(std::in_place_index<0>) {}
     template <class U = stored>
-    requires(!std::is_void_v<T> && std::is_constructible_v<stored, U&&> &&
+    requires(!std::is_void_v<T> && std::is_constructible_v<stored, U &&> &&
              !std::is_same_v<std::remove_cvref_t<U>, outcome> &&
-             !std::is_same_v<std::remove_cvref_t<U>, resilience::failure>) outcome(U&& v)
-        : data_(std::in_place_index<0>, std::forward<U>(v)) {}
+             !std::is_same_v<std::remove_cvref_t<U>, resilience::failure>)
+    outcome(U&& v) : data_(std::in_place_index<0>, std::forward<U>(v)) {}
     outcome(resilience::failure f) : data_(std::in_place_index<1>, std::move(f)) {}
 
     [[nodiscard]] bool has_value() const noexcept { return data_.index() == 0; }
@@ -144,7 +146,8 @@ public:
     /// The value, or `fallback` converted to `T` when this holds a failure. Never throws for
     /// the failure (only what copying or converting the value throws).
     template <class U>
-    requires(!std::is_void_v<T>) [[nodiscard]] T value_or(U&& fallback) const& {
+    requires(!std::is_void_v<T>)
+    [[nodiscard]] T value_or(U&& fallback) const& {
         static_assert(std::is_copy_constructible_v<T> && std::is_convertible_v<U&&, T>,
                       "outcome<T>::value_or needs a copyable T and a fallback convertible to T");
         if (has_value())
@@ -152,7 +155,8 @@ public:
         return static_cast<T>(std::forward<U>(fallback));
     }
     template <class U>
-    requires(!std::is_void_v<T>) [[nodiscard]] T value_or(U&& fallback) && {
+    requires(!std::is_void_v<T>)
+    [[nodiscard]] T value_or(U&& fallback) && {
         static_assert(std::is_move_constructible_v<T> && std::is_convertible_v<U&&, T>,
                       "outcome<T>::value_or needs a movable T and a fallback convertible to T");
         if (has_value())
@@ -163,30 +167,39 @@ public:
     /// The value, unchecked: precondition `has_value()`, asserted in debug builds only (the
     /// `std::optional` convention). Use `value()` when a failure is possible: it rethrows it.
     template <class U = T>
-    requires(!std::is_void_v<U>) [[nodiscard]] U& operator*() & noexcept {
+    requires(!std::is_void_v<U>)
+    [[nodiscard]] U& operator*() & noexcept {
         assert(has_value());
         return *std::get_if<0>(&data_);
     }
     template <class U = T>
-    requires(!std::is_void_v<U>) [[nodiscard]] const U& operator*() const& noexcept {
+    requires(!std::is_void_v<U>)
+    [[nodiscard]] const U& operator*() const& noexcept {
         assert(has_value());
         return *std::get_if<0>(&data_);
     }
     template <class U = T>
-    requires(!std::is_void_v<U>) [[nodiscard]] U&& operator*() && noexcept {
+    requires(!std::is_void_v<U>)
+    [[nodiscard]] U&& operator*() && noexcept {
         assert(has_value());
         return std::move(*std::get_if<0>(&data_));
     }
     /// `outcome<void>`: asserts `has_value()`, as `std::expected<void, E>` does.
-    void operator*() const& noexcept requires std::is_void_v<T> { assert(has_value()); }
+    void operator*() const& noexcept
+    requires std::is_void_v<T>
+    {
+        assert(has_value());
+    }
     /// Member access to the value, unchecked like `operator*`.
     template <class U = T>
-    requires(!std::is_void_v<U>) [[nodiscard]] U* operator->() noexcept {
+    requires(!std::is_void_v<U>)
+    [[nodiscard]] U* operator->() noexcept {
         assert(has_value());
         return std::get_if<0>(&data_);
     }
     template <class U = T>
-    requires(!std::is_void_v<U>) [[nodiscard]] const U* operator->() const noexcept {
+    requires(!std::is_void_v<U>)
+    [[nodiscard]] const U* operator->() const noexcept {
         assert(has_value());
         return std::get_if<0>(&data_);
     }

@@ -10,8 +10,8 @@
 
 #include <cstddef>
 #include <optional>
-#include <type_traits>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace resilience {
@@ -22,11 +22,12 @@ namespace detail {
 /// message, so the error says which element (counting from 0) is not a policy, and what it is.
 template <std::size_t Index, class Type>
 struct pipeline_element {
-    static_assert(policy<Type>,
-                  "resilience::pipeline: this element is not a policy (its index, counting from 0, and its type "
-                  "are the arguments of pipeline_element<Index, Type> shown with this error). A policy is what "
-                  "the library's policies are, or a class deriving from rs::policy_base with run() or "
-                  "enter()/leave(): see docs/pipeline.md");
+    static_assert(
+        policy<Type>,
+        "resilience::pipeline: this element is not a policy (its index, counting from 0, and its type "
+        "are the arguments of pipeline_element<Index, Type> shown with this error). A policy is what "
+        "the library's policies are, or a class deriving from rs::policy_base with run() or "
+        "enter()/leave(): see docs/pipeline.md");
     static constexpr bool checked = true;
 };
 template <class... Ps, std::size_t... Is>
@@ -59,7 +60,7 @@ public:
     explicit pipeline(Ps... ps) : policies_(std::move(ps)...) { stages_.emplace(flatten(policies_)); }
     // The stages refer to this pipeline's own policies: a copy or a move makes its own.
     pipeline(const pipeline& other)
-        requires(std::is_copy_constructible_v<Ps> && ...)
+    requires(std::is_copy_constructible_v<Ps> && ...)
         : policy_base<pipeline>(), policies_(other.policies_) {
         stages_.emplace(flatten(policies_));
     }
@@ -70,14 +71,14 @@ public:
     // The stages are made again, also when an element's assignment throws halfway. Calls made
     // through the pipeline must have ended (or never be resumed), as for destroying it.
     pipeline& operator=(const pipeline& other)
-        requires(std::is_copy_assignable_v<Ps> && ...)
+    requires(std::is_copy_assignable_v<Ps> && ...)
     {
         const remake_stages remake{this};
         policies_ = other.policies_;
         return *this;
     }
     pipeline& operator=(pipeline&& other) noexcept(std::is_nothrow_move_assignable_v<std::tuple<Ps...>>)
-        requires(std::is_move_assignable_v<Ps> && ...)
+    requires(std::is_move_assignable_v<Ps> && ...)
     {
         const remake_stages remake{this};
         policies_ = std::move(other.policies_);
@@ -97,7 +98,9 @@ public:
     }
 
 private:
-    static auto flatten(const std::tuple<Ps...>& policies) noexcept { return detail::flatten_stages(policies); }
+    static auto flatten(const std::tuple<Ps...>& policies) noexcept {
+        return detail::flatten_stages(policies);
+    }
     struct remake_stages {
         pipeline* self;
         ~remake_stages() { self->stages_.emplace(flatten(self->policies_)); }

@@ -142,7 +142,8 @@ public:
     template <class A>
     task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) const& {
         detail::check_action_temporary<A>();
-        return detail::run_action<true>(ref(), std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
+        return detail::run_action<true>(ref(), std::decay_t<A>(std::forward<A>(action)),
+                                        context{std::move(token)});
     }
     template <class A>
     task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) && {
@@ -152,7 +153,8 @@ public:
     template <class A>
     task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) && {
         detail::check_action_temporary<A>();
-        return detail::run_action<true>(owned(), std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
+        return detail::run_action<true>(owned(), std::decay_t<A>(std::forward<A>(action)),
+                                        context{std::move(token)});
     }
 
     /// The form that is safe on every compiler for an action that needs data: `f` is called as
@@ -186,10 +188,11 @@ public:
         return detail::run_action<false>(ref(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
     }
     template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action,
-                                                                             std::stop_token token = {}) const& {
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>>
+    execute_outcome(A&& action, std::stop_token token = {}) const& {
         detail::check_action_temporary<A>();
-        return detail::run_action<false>(ref(), std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
+        return detail::run_action<false>(ref(), std::decay_t<A>(std::forward<A>(action)),
+                                         context{std::move(token)});
     }
     template <class A>
     task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) && {
@@ -229,14 +232,16 @@ public:
         // `&Derived::run<Next>` names this very member (a pointer to a member of policy_base) when
         // Derived has no run of its own; a run of its own, whatever its form, names something else.
         constexpr bool inherited = requires {
-            requires std::is_same_v<decltype(&Derived::template run<Next>), decltype(&policy_base::template run<Next>)>;
+            requires std::is_same_v<decltype(&Derived::template run<Next>),
+                                    decltype(&policy_base::template run<Next>)>;
         };
-        static_assert(!(inherited && detail::fast_policy<Derived> && detail::enter_may_wait<Derived>),
-                      "resilience: a policy whose enter may answer step::wait needs a run(next, ctx) of its own, "
-                      "which the pipeline calls to handle the call when enter waits (policy_base's run would "
-                      "enter the policy again, without end). Define template <class Next> "
-                      "rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const, or, if "
-                      "enter never answers step::wait, say so: static constexpr bool enter_never_waits = true;");
+        static_assert(
+            !(inherited && detail::fast_policy<Derived> && detail::enter_may_wait<Derived>),
+            "resilience: a policy whose enter may answer step::wait needs a run(next, ctx) of its own, "
+            "which the pipeline calls to handle the call when enter waits (policy_base's run would "
+            "enter the policy again, without end). Define template <class Next> "
+            "rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const, or, if "
+            "enter never answers step::wait, say so: static constexpr bool enter_never_waits = true;");
         using drv = detail::driver<detail::stages_t<Derived>, Next>;
         return drv::template drive<false>(ref(), detail::borrowed_next<Next>{std::move(next)},
                                           detail::context_access::derive(ctx), typename drv::outermost{});
@@ -260,7 +265,8 @@ private:
         } else {
             return detail::run_action<Throw>(
                 std::move(source),
-                detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n>{}), context{});
+                detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n>{}),
+                context{});
         }
     }
 };
@@ -270,12 +276,13 @@ private:
 /// returns `task<int>`, since a policy is a template over every action type. Copyable, because a
 /// pipeline holds its policies by value (a stateful policy's copy is a handle to the same state).
 template <class P>
-concept policy = std::copy_constructible<P> &&
+concept policy =
+    std::copy_constructible<P> &&
     requires(const P& p, detail::probe_action a, std::stop_token st, const context& c, detail::probe_next n) {
-    { p.execute(a) } -> awaitable_of<int>;
-    { p.execute(a, st) } -> awaitable_of<int>;
-    { p.execute_outcome(a) } -> awaitable_of<outcome<int>>;
-    { p.run(n, c) } -> awaitable_of<outcome<int>>;
-};
+        { p.execute(a) } -> awaitable_of<int>;
+        { p.execute(a, st) } -> awaitable_of<int>;
+        { p.execute_outcome(a) } -> awaitable_of<outcome<int>>;
+        { p.run(n, c) } -> awaitable_of<outcome<int>>;
+    };
 
 } // namespace resilience

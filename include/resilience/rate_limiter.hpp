@@ -118,7 +118,7 @@ private:
     }
 };
 
-rate_limiter(rate_limiter_options)->rate_limiter<steady_clock>;
+rate_limiter(rate_limiter_options) -> rate_limiter<steady_clock>;
 template <clock C>
 rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
 

@@ -278,11 +278,13 @@ public:
     /// A clock that cannot be made from nothing (`testing::virtual_clock`) must be passed: these
     /// two constructors exist only for one that can, so that `std::optional<registry<C>>` and other
     /// traits that ask whether a registry can be made from nothing get a plain no for such a `C`.
-    registry() requires std::default_initializable<C> : registry(registry_options{}, C{}) {}
-    explicit registry(registry_options options) requires std::default_initializable<C>
+    registry()
+    requires std::default_initializable<C>
+        : registry(registry_options{}, C{}) {}
+    explicit registry(registry_options options)
+    requires std::default_initializable<C>
         : registry(options, C{}) {}
-    explicit registry(registry_options options, C clock)
-        : options_(options), clock_(std::move(clock)) {
+    explicit registry(registry_options options, C clock) : options_(options), clock_(std::move(clock)) {
         if (options_.keyed_capacity == 0)
             throw std::invalid_argument("resilience::registry: keyed_capacity must be positive, got 0");
     }

@@ -302,7 +302,8 @@ private:
         if (options_.max_elapsed > std::chrono::nanoseconds::zero() || deadline) {
             const typename C::time_point now = clock_.now(); // one reading serves both
             if (options_.max_elapsed > std::chrono::nanoseconds::zero() &&
-                delay > options_.max_elapsed - std::chrono::duration_cast<std::chrono::nanoseconds>(now - start))
+                delay >
+                    options_.max_elapsed - std::chrono::duration_cast<std::chrono::nanoseconds>(now - start))
                 return std::nullopt;
             if (deadline && !fits_before(*deadline, detail::since_epoch(now), delay))
                 return std::nullopt;
@@ -346,8 +347,8 @@ private:
     mutable Random rng_; // jitter draws on the failure path of a const `run`
 };
 
-retry()->retry<steady_clock, thread_random>;
-retry(retry_options)->retry<steady_clock, thread_random>;
+retry() -> retry<steady_clock, thread_random>;
+retry(retry_options) -> retry<steady_clock, thread_random>;
 template <clock C>
 retry(retry_options, C) -> retry<C, thread_random>;
 template <clock C, random_source R>

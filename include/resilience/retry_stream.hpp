@@ -226,7 +226,8 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
 /// `C` serves the backoff waits (`rs::testing::virtual_clock` in tests); `Random` draws the jitter.
 /// Cost: one frame for the stream besides the source's; no allocation per item.
 template <class Factory, clock C = steady_clock, random_source Random = thread_random>
-requires stream_factory<Factory> async_generator<stream_value_t<detail::stream_factory_result_t<Factory>>>
+requires stream_factory<Factory>
+async_generator<stream_value_t<detail::stream_factory_result_t<Factory>>>
 retry_stream(Factory factory, stream_retry_options options, C clock = C{}, std::stop_token stop = {},
              Random rng = Random{}) {
     using T = stream_value_t<detail::stream_factory_result_t<Factory>>;
@@ -248,7 +249,8 @@ retry_stream(Factory factory, stream_retry_options options, C clock = C{}, std::
 
 /// `retry_stream` on `steady_clock` with the consumer's stop token.
 template <class Factory>
-requires stream_factory<Factory> async_generator<stream_value_t<detail::stream_factory_result_t<Factory>>>
+requires stream_factory<Factory>
+async_generator<stream_value_t<detail::stream_factory_result_t<Factory>>>
 retry_stream(Factory factory, stream_retry_options options, std::stop_token stop) {
     return retry_stream(std::move(factory), std::move(options), steady_clock{}, std::move(stop));
 }

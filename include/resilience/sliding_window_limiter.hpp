@@ -115,7 +115,7 @@ private:
     }
 };
 
-sliding_window_limiter(sliding_window_limiter_options)->sliding_window_limiter<steady_clock>;
+sliding_window_limiter(sliding_window_limiter_options) -> sliding_window_limiter<steady_clock>;
 template <clock C>
 sliding_window_limiter(sliding_window_limiter_options, C) -> sliding_window_limiter<C>;
 

@@ -82,8 +82,8 @@ private:
     C clock_;
 };
 
-telemetry(telemetry_options)->telemetry<steady_clock>;
-telemetry(telemetry_listener)->telemetry<steady_clock>;
+telemetry(telemetry_options) -> telemetry<steady_clock>;
+telemetry(telemetry_listener) -> telemetry<steady_clock>;
 template <clock C>
 telemetry(telemetry_options, C) -> telemetry<C>;
 template <clock C>

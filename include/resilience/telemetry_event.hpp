@@ -96,7 +96,7 @@ enum class telemetry_kind : unsigned char {
     queue_wait,   ///< a call was admitted after waiting in a queue
     fallback,     ///< a fallback answers with its substitute
     call,         ///< a call through a `telemetry` stage ended
-    backend_lost,     ///< a shared limit's store (Redis) stopped answering; `note` says what the policy does meanwhile
+    backend_lost, ///< a shared limit's store (Redis) stopped answering; `note` says what the policy does meanwhile
     backend_restored, ///< that store answers again
 };
 

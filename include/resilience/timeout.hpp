@@ -196,8 +196,9 @@ public:
     /// A floating-point duration that is NaN or infinite is refused (`std::invalid_argument`).
     template <class Rep, class Period>
     explicit timeout(std::chrono::duration<Rep, Period> after, C clock = C{})
-        : timeout(timeout_options{.timeout = detail::finite_nanoseconds(after, "resilience::timeout: timeout")},
-                  std::move(clock)) {}
+        : timeout(
+              timeout_options{.timeout = detail::finite_nanoseconds(after, "resilience::timeout: timeout")},
+              std::move(clock)) {}
 
     [[nodiscard]] const timeout_options& options() const noexcept { return options_; }
     /// How long an attempt may run. Kept for one version.
@@ -212,15 +213,17 @@ public:
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
     // frame, and the attempt's stop token is made only if somebody asks for it. Any other clock
     // waits beside the call with a sleeping coroutine (`run`).
-    static constexpr bool enter_never_waits = detail::loop_timer_clock<C> && !detail::timer_loop_may_be_null<C>;
+    static constexpr bool enter_never_waits =
+        detail::loop_timer_clock<C> && !detail::timer_loop_may_be_null<C>;
     struct call_state {
-        std::optional<detail::lazy_stop> stop;         // declared before the timer that expires it
+        std::optional<detail::lazy_stop> stop; // declared before the timer that expires it
         std::optional<detail::deadline_timer> timer;
         context inner;
     };
 
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*& inner, std::optional<outcome<R>>& result) const {
+    step enter(call_state& s, const context& ctx, const context*& inner,
+               std::optional<outcome<R>>& result) const {
         if constexpr (!detail::loop_timer_clock<C>) {
             return step::wait;
         } else {
@@ -234,7 +237,8 @@ public:
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(detail::call_now(clock_, ctx), options_.timeout).time_since_epoch());
             s.stop.emplace(&ctx);
-            detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline, detail::reading_key(clock_));
+            detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline,
+                                                 detail::reading_key(clock_));
             s.timer.emplace(loop, deadline, *s.stop);
             inner = &s.inner;
             return step::proceed;
@@ -357,8 +361,8 @@ template <class Rep, class Period>
 timeout(std::chrono::duration<Rep, Period>) -> timeout<steady_clock>;
 template <class Rep, class Period, clock C>
 timeout(std::chrono::duration<Rep, Period>, C) -> timeout<C>;
-timeout()->timeout<steady_clock>;
-timeout(timeout_options)->timeout<steady_clock>;
+timeout() -> timeout<steady_clock>;
+timeout(timeout_options) -> timeout<steady_clock>;
 template <clock C>
 timeout(timeout_options, C) -> timeout<C>;
 

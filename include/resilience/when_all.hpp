@@ -115,8 +115,7 @@ task<std::tuple<detail::when_all_value_t<await_result_t<As>>...>> when_all(As...
     std::array<detail::join_task, sizeof...(As)> children;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
         ((children[I] = detail::when_all_child(std::move(as), std::get<I>(slots))), ...);
-    }
-    (std::index_sequence_for<As...>{});
+    }(std::index_sequence_for<As...>{});
     co_await detail::join_awaiter{counter, children.data(), children.size()};
     if (counter.first_error)
         std::rethrow_exception(counter.first_error);

@@ -39,7 +39,8 @@ inline std::string redis_server_binary() {
     std::size_t start = 0;
     while (start <= dirs.size()) {
         const std::size_t end = std::min(dirs.find(':', start), dirs.size());
-        const std::filesystem::path candidate = std::filesystem::path(dirs.substr(start, end - start)) / "redis-server";
+        const std::filesystem::path candidate =
+            std::filesystem::path(dirs.substr(start, end - start)) / "redis-server";
         if (::access(candidate.c_str(), X_OK) == 0)
             return candidate.string();
         start = end + 1;
@@ -77,7 +78,8 @@ public:
                 .command_timeout = std::chrono::milliseconds{200},
                 // Fixed and without jitter: a test that expects `unavailable` right after a failure
                 // must not find the backoff already over (a full-jitter draw may be close to zero).
-                .reconnect = resilience::constant_backoff{std::chrono::milliseconds{250}, resilience::jitter::none}};
+                .reconnect =
+                    resilience::constant_backoff{std::chrono::milliseconds{250}, resilience::jitter::none}};
     }
 
     /// Starts the server (again, on the same port) and returns once it answers PING.
@@ -85,10 +87,10 @@ public:
         const std::string binary = redis_server_binary();
         if (binary.empty())
             throw std::runtime_error("redis-server not found on PATH");
-        std::vector<std::string> args{binary,          "--port",     std::to_string(port_), "--bind",
-                                      "127.0.0.1",     "--save",     "",                    "--appendonly",
-                                      "no",            "--dir",      dir_,                  "--logfile",
-                                      dir_ + "/log",   "--daemonize", "no"};
+        std::vector<std::string> args{
+            binary,   "--port",    std::to_string(port_), "--bind",      "127.0.0.1",
+            "--save", "",          "--appendonly",        "no",          "--dir",
+            dir_,     "--logfile", dir_ + "/log",         "--daemonize", "no"};
         std::vector<char*> argv;
         for (auto& a : args)
             argv.push_back(a.data());
@@ -100,7 +102,8 @@ public:
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
         while (!answers()) {
             if (std::chrono::steady_clock::now() > deadline)
-                throw std::runtime_error("redis-server did not answer within 10 s on port " + std::to_string(port_));
+                throw std::runtime_error("redis-server did not answer within 10 s on port " +
+                                         std::to_string(port_));
             std::this_thread::sleep_for(std::chrono::milliseconds{5}); // a poll, under the deadline above
         }
     }

@@ -68,7 +68,8 @@ redis::bulkhead_options slots(std::string key, std::size_t n, std::chrono::nanos
 
 } // namespace
 
-TEST_CASE("redis bulkhead: two replicas share the slots, and a slot comes back when its call ends", "[redis]") {
+TEST_CASE("redis bulkhead: two replicas share the slots, and a slot comes back when its call ends",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture;
@@ -103,12 +104,14 @@ TEST_CASE("redis bulkhead: a replica that dies holding slots gives them back aft
         resilience_tests::replica_loop dying{fixture.server, for_lease(lease)};
         const redis::bulkhead a{slots("crash", 2, lease), dying.connection};
         for (int i = 0; i < 2; ++i) {
-            auto hour = a.execute([&running](rs::asio::clock clock) -> rs::task<int> {
-                ++running;
-                auto sleeping = clock.sleep_for(1h, {});
-                co_await std::move(sleeping);
-                co_return 1;
-            }, a.clock());
+            auto hour = a.execute(
+                [&running](rs::asio::clock clock) -> rs::task<int> {
+                    ++running;
+                    auto sleeping = clock.sleep_for(1h, {});
+                    co_await std::move(sleeping);
+                    co_return 1;
+                },
+                a.clock());
             rs::asio::async_run(dying.io.get_executor(), std::move(hour), [](std::exception_ptr, int) {});
         }
         const auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -141,12 +144,14 @@ TEST_CASE("redis bulkhead: a call longer than its lease keeps its slot by renewi
         resilience_tests::replica_loop loop{fixture.server, for_lease(lease)};
         const redis::bulkhead a{slots("renewed", 1, lease), loop.connection};
         auto long_call = [](redis::bulkhead b, std::atomic<bool>& held) -> rs::task<int> {
-            auto running = b.execute_outcome([&held](rs::asio::clock clock) -> rs::task<int> {
-                held = true;
-                auto sleeping = clock.sleep_for(600ms, {});
-                co_await std::move(sleeping);
-                co_return 1;
-            }, b.clock());
+            auto running = b.execute_outcome(
+                [&held](rs::asio::clock clock) -> rs::task<int> {
+                    held = true;
+                    auto sleeping = clock.sleep_for(600ms, {});
+                    co_await std::move(sleeping);
+                    co_return 1;
+                },
+                b.clock());
             rs::outcome<int> r = co_await std::move(running);
             co_return r.has_value() ? 1 : 0;
         };
@@ -190,10 +195,11 @@ TEST_CASE("redis bulkhead: Redis killed: each failure mode as configured, report
                                 .lease_duration = 1s,
                                 .when_unavailable = mode,
                                 .local_share = 0.5,
-                                .telemetry = [&](const rs::telemetry_event& e) {
-                                    if (e.kind == rs::telemetry_kind::backend_lost)
-                                        lost.emplace_back(e.note);
-                                }},
+                                .telemetry =
+                                    [&](const rs::telemetry_event& e) {
+                                        if (e.kind == rs::telemetry_kind::backend_lost)
+                                            lost.emplace_back(e.note);
+                                    }},
                                c};
     };
     const redis::bulkhead closed = make(redis::unavailable_policy::fail_closed);
@@ -217,8 +223,9 @@ TEST_CASE("redis bulkhead: Redis killed: each failure mode as configured, report
     CHECK(lost == std::vector<std::string>{"fail_closed", "fail_open", "local_share"});
 }
 
-TEST_CASE("redis bulkhead: an acquisition whose caller stopped gives its slot back at once, not after the lease",
-          "[redis]") {
+TEST_CASE(
+    "redis bulkhead: an acquisition whose caller stopped gives its slot back at once, not after the lease",
+    "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture{[](redis::connection_options& o) { o.command_timeout = 10s; }};
@@ -257,7 +264,8 @@ namespace {
 // Once a call of 2.5 s holds a slot of `b` (100 ms in), restarts the server (every lease is gone) or
 // deletes the key (the lease is gone while Redis answers); then every 50 ms reads `redis_up()` and
 // makes a short call through `b`. What `redis_up()` read each time.
-rs::task<std::vector<bool>> lease_lost(redis::bulkhead b, redis_server& server, redis::connection c, bool restart) {
+rs::task<std::vector<bool>> lease_lost(redis::bulkhead b, redis_server& server, redis::connection c,
+                                       bool restart) {
     auto holding = b.clock().sleep_for(100ms, {});
     co_await std::move(holding);
     if (restart) {
@@ -332,8 +340,9 @@ TEST_CASE("redis bulkhead and rate_limiter: bad options are refused naming the f
     REQUIRE(c.options().command_timeout == 250ms);
     CHECK_THROWS_AS(redis::bulkhead({.key = "k", .lease_duration = 749ms}, c), std::invalid_argument);
     CHECK(redis::bulkhead({.key = "k", .lease_duration = 750ms}, c).options().lease_duration == 750ms);
-    CHECK_THROWS_AS(redis::bulkhead({.key = "k", .when_unavailable = redis::unavailable_policy::local_share}, c),
-                    std::invalid_argument);
+    CHECK_THROWS_AS(
+        redis::bulkhead({.key = "k", .when_unavailable = redis::unavailable_policy::local_share}, c),
+        std::invalid_argument);
     CHECK_THROWS_AS(redis::rate_limiter({.key = "k", .token_limit = 1, .tokens_per_second = 0}, c),
                     std::invalid_argument);
 }

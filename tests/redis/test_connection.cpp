@@ -112,7 +112,8 @@ TEST_CASE("redis connection: a frozen server fails the command with a timeout, t
     CHECK(until_answered(io, c) < 1s);
 }
 
-TEST_CASE("redis connection: a frozen server that still accepts connections makes the backoff grow", "[redis]") {
+TEST_CASE("redis connection: a frozen server that still accepts connections makes the backoff grow",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture{[](redis::connection_options& o) {
@@ -148,8 +149,9 @@ TEST_CASE("redis connection: a frozen server that still accepts connections make
     server.thaw();
 }
 
-TEST_CASE("redis connection: a killed server fails commands in flight, and the restarted one is reached again",
-          "[redis]") {
+TEST_CASE(
+    "redis connection: a killed server fails commands in flight, and the restarted one is reached again",
+    "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture;

@@ -96,7 +96,8 @@ redis::rate_limiter_options quota(std::string key, std::size_t limit, double rat
 
 } // namespace
 
-TEST_CASE("redis rate_limiter: a burst of token_limit, then refusals with the wait Redis computed", "[redis]") {
+TEST_CASE("redis rate_limiter: a burst of token_limit, then refusals with the wait Redis computed",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture;
@@ -132,9 +133,10 @@ namespace {
 
 // Admission instants of calls made for `length` through a limiter of its own, on an event loop and a
 // connection of its own (a replica), on the calling thread.
-std::vector<std::chrono::steady_clock::time_point> replica(const redis_server& server, redis::rate_limiter_options o,
-                                                           std::chrono::nanoseconds length) {
-    resilience_tests::replica_loop loop{server, [](redis::connection_options& co) { co.command_timeout = 2s; }};
+std::vector<std::chrono::steady_clock::time_point>
+replica(const redis_server& server, redis::rate_limiter_options o, std::chrono::nanoseconds length) {
+    resilience_tests::replica_loop loop{server,
+                                        [](redis::connection_options& co) { co.command_timeout = 2s; }};
     const redis::rate_limiter limiter{std::move(o), loop.connection};
     std::vector<std::chrono::steady_clock::time_point> admitted;
     auto stamp = [](redis::rate_limiter l, std::vector<std::chrono::steady_clock::time_point>& out,
@@ -148,14 +150,16 @@ std::vector<std::chrono::steady_clock::time_point> replica(const redis_server& s
     };
     const auto end = std::chrono::steady_clock::now() + length;
     for (int i = 0; i < 4; ++i) // four callers at once on this loop
-        rs::asio::async_run(loop.io.get_executor(), stamp(limiter, admitted, end), [](std::exception_ptr, int) {});
+        rs::asio::async_run(loop.io.get_executor(), stamp(limiter, admitted, end),
+                            [](std::exception_ptr, int) {});
     loop.io.run();
     return admitted;
 }
 
 } // namespace
 
-TEST_CASE("redis rate_limiter: event loops on three threads share one limit, window after window", "[redis]") {
+TEST_CASE("redis rate_limiter: event loops on three threads share one limit, window after window",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     redis_server server;
@@ -166,7 +170,8 @@ TEST_CASE("redis rate_limiter: event loops on three threads share one limit, win
     {
         std::vector<std::jthread> threads;
         for (auto& out : all)
-            threads.emplace_back([&out, &server, length] { out = replica(server, quota("shared", burst, rate), length); });
+            threads.emplace_back(
+                [&out, &server, length] { out = replica(server, quota("shared", burst, rate), length); });
     }
     std::vector<std::chrono::steady_clock::time_point> merged;
     for (const auto& a : all) {
@@ -182,7 +187,9 @@ TEST_CASE("redis rate_limiter: event loops on three threads share one limit, win
     // callers asked all the time). Each instant is read after its reply, a few ms after Redis decided:
     // the tolerance is what the rate adds in 30 ms, plus two.
     const auto span = std::chrono::duration<double>(merged.back() - merged.front()).count();
-    const auto within = [&](double seconds) { return static_cast<double>(burst) + rate * (seconds + 0.1) + 2; };
+    const auto within = [&](double seconds) {
+        return static_cast<double>(burst) + rate * (seconds + 0.1) + 2;
+    };
     CHECK(static_cast<double>(merged.size()) <= within(span));
     CHECK(static_cast<double>(merged.size()) >= rate * span * 0.5);
     // And in every window of 200 ms, wherever it starts.
@@ -210,7 +217,8 @@ TEST_CASE("redis rate_limiter: a key per tenant: tenants do not share", "[redis]
     CHECK(run(io, calls(a_again, 5)).admitted == 1); // a's bucket, with a's two tokens spent
 }
 
-TEST_CASE("redis rate_limiter: calls that may wait reserve their tokens and are admitted in turn", "[redis]") {
+TEST_CASE("redis rate_limiter: calls that may wait reserve their tokens and are admitted in turn",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture;
@@ -232,7 +240,8 @@ TEST_CASE("redis rate_limiter: calls that may wait reserve their tokens and are 
     CHECK(took < 3s);
 }
 
-TEST_CASE("redis rate_limiter: queue_timeout refuses a wait too long, queue_limit a wait too many", "[redis]") {
+TEST_CASE("redis rate_limiter: queue_timeout refuses a wait too long, queue_limit a wait too many",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture;
@@ -262,7 +271,8 @@ TEST_CASE("redis rate_limiter: queue_timeout refuses a wait too long, queue_limi
     CHECK(reasons == std::vector<rs::rejection_reason>(2, rs::rejection_reason::queue_full));
 }
 
-TEST_CASE("redis rate_limiter: after a script flush the script is sent whole, counting the call once", "[redis]") {
+TEST_CASE("redis rate_limiter: after a script flush the script is sent whole, counting the call once",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture;
@@ -334,13 +344,15 @@ void outage(redis::unavailable_policy mode, int expect_admitted, int expect_refu
     CHECK(limiter.redis_up());
     // The backoff is 250 ms here: a margin for a loaded machine, far below the 5 s of the poll.
     CHECK(std::chrono::steady_clock::now() - restarted < 1s);
-    CHECK(events->kinds == std::vector{rs::telemetry_kind::backend_lost, rs::telemetry_kind::backend_restored});
+    CHECK(events->kinds ==
+          std::vector{rs::telemetry_kind::backend_lost, rs::telemetry_kind::backend_restored});
     CHECK(run(io, calls(limiter, 10)).admitted <= 5); // Redis's bucket again (the restart emptied it)
 }
 
 } // namespace
 
-TEST_CASE("redis rate_limiter: Redis killed mid-run: fail_closed refuses, without waiting for it", "[redis]") {
+TEST_CASE("redis rate_limiter: Redis killed mid-run: fail_closed refuses, without waiting for it",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     outage(redis::unavailable_policy::fail_closed, 0, 10);
@@ -352,7 +364,8 @@ TEST_CASE("redis rate_limiter: Redis killed mid-run: fail_open admits every call
     outage(redis::unavailable_policy::fail_open, 10, 0);
 }
 
-TEST_CASE("redis rate_limiter: Redis killed mid-run: local_share limits with the replica's share", "[redis]") {
+TEST_CASE("redis rate_limiter: Redis killed mid-run: local_share limits with the replica's share",
+          "[redis]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     outage(redis::unavailable_policy::local_share, 2, 8); // 2 tokens locally, and 10 calls within 400 ms
@@ -387,9 +400,10 @@ TEST_CASE("redis rate_limiter and bulkhead: one pipeline with local policies", "
                          redis::bulkhead{{.key = "both:slots", .max_concurrent_calls = 2}, c},
                          rs::circuit_breaker{{}, clock}, rs::timeout{1s, clock}};
     // Five calls at once, each lasting 200 ms: three get tokens, two of those get slots.
-    auto lasting = [](rs::pipeline<rs::retry<rs::asio::clock>, redis::rate_limiter, redis::bulkhead,
-                                   rs::circuit_breaker<rs::asio::clock>, rs::timeout<rs::asio::clock>> const& policy,
-                      rs::asio::clock k) -> rs::task<int> {
+    auto lasting =
+        [](rs::pipeline<rs::retry<rs::asio::clock>, redis::rate_limiter, redis::bulkhead,
+                        rs::circuit_breaker<rs::asio::clock>, rs::timeout<rs::asio::clock>> const& policy,
+           rs::asio::clock k) -> rs::task<int> {
         auto call = policy.execute_outcome(
             [](rs::asio::clock kk, std::stop_token st) -> rs::task<int> {
                 auto sleeping = kk.sleep_for(200ms, st);
@@ -407,7 +421,8 @@ TEST_CASE("redis rate_limiter and bulkhead: one pipeline with local policies", "
         five.push_back(lasting(p, clock));
     std::vector<int> got = run(io, resilience_tests::together(std::move(five)));
     std::sort(got.begin(), got.end());
-    CHECK(got == std::vector{0, 0, 1, 1, 2}); // admitted twice, refused by the limiter twice, by the bulkhead once
+    CHECK(got ==
+          std::vector{0, 0, 1, 1, 2}); // admitted twice, refused by the limiter twice, by the bulkhead once
 }
 
 TEST_CASE("redis rate_limiter: take spends a token without a call, and throws the refusal", "[redis]") {
@@ -507,8 +522,9 @@ rs::task<double> reserved_ahead_us(redis::connection c, std::string key) {
 
 } // namespace
 
-TEST_CASE("redis rate_limiter: a wait or retry_after beyond 292 years is held at the local limiter's 146 years",
-          "[redis][regression]") {
+TEST_CASE(
+    "redis rate_limiter: a wait or retry_after beyond 292 years is held at the local limiter's 146 years",
+    "[redis][regression]") {
     if (!resilience_tests::redis_tests_enabled())
         return;
     resilience_tests::local_redis fixture;
@@ -548,8 +564,8 @@ TEST_CASE("redis rate_limiter: a wait or retry_after beyond 292 years is held at
         co_return retry_after;
     };
     const auto start = std::chrono::steady_clock::now();
-    auto [t, retry_after] =
-        run(io, rs::when_all(stoppable_burst(waiting, 11, stop.get_token()), then_refuse(c, refusing, clock, stop)));
+    auto [t, retry_after] = run(io, rs::when_all(stoppable_burst(waiting, 11, stop.get_token()),
+                                                 then_refuse(c, refusing, clock, stop)));
     CHECK(std::chrono::steady_clock::now() - start < 5s);
     CHECK(t.admitted == 1); // the token there; the ten behind it slept until stopped
     CHECK(t.cancelled == 10);

@@ -273,9 +273,9 @@ auto async_run(::asio::any_io_executor executor, A awaitable, CompletionToken&& 
 ///
 ///     rs::asio::async_run(ex, [&](std::stop_token st) { return policy.execute(fetch, st); }, token);
 template <class F, class CompletionToken>
-requires(!awaitable<F>) &&
-    std::invocable<F&, std::stop_token>&& awaitable<std::invoke_result_t<F&, std::stop_token>> auto async_run(
-        ::asio::any_io_executor executor, F make, CompletionToken&& token) {
+requires(!awaitable<F>) && std::invocable<F&, std::stop_token> &&
+        awaitable<std::invoke_result_t<F&, std::stop_token>>
+auto async_run(::asio::any_io_executor executor, F make, CompletionToken&& token) {
     using signature = typename detail::completion_signature<
         await_result_t<std::invoke_result_t<F&, std::stop_token>>>::type;
     return ::asio::async_initiate<CompletionToken, signature>(

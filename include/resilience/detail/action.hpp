@@ -53,8 +53,8 @@ struct invalid_action {
 };
 
 template <class A>
-inline constexpr bool callable_action =
-    std::is_invocable_v<A&, const context&> || std::is_invocable_v<A&, std::stop_token> || std::is_invocable_v<A&>;
+inline constexpr bool callable_action = std::is_invocable_v<A&, const context&> ||
+                                        std::is_invocable_v<A&, std::stop_token> || std::is_invocable_v<A&>;
 
 template <class T, bool Valid>
 struct result_if {
@@ -87,9 +87,10 @@ void check_action() {
                   "resilience: an action must be callable with (rs::context const&), (std::stop_token) or () "
                   "(with execute(f, args...), with (args..., ctx), (args..., stop_token) or (args...))");
     if constexpr (callable_action<A>) {
-        static_assert(checked_action<A>::returns_awaitable,
-                      "resilience: an action must return an awaitable such as rs::task<T> (it returns a plain "
-                      "value: make it a coroutine that co_returns the value)");
+        static_assert(
+            checked_action<A>::returns_awaitable,
+            "resilience: an action must return an awaitable such as rs::task<T> (it returns a plain "
+            "value: make it a coroutine that co_returns the value)");
         static_assert(!std::is_reference_v<action_awaitable_t<A>>,
                       "resilience: an action must return its awaitable by value, not a reference");
     }
@@ -109,7 +110,7 @@ void check_action() {
 // pointers) are destroyed twice harmlessly and pass; so do lvalues (copied by a constructor) and
 // classes with constructors. Define RESILIENCE_ALLOW_CLOSURE_CAPTURES to turn the check off
 // (for code that never writes such a temporary inside `co_await`).
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER) && __GNUC__ < 13 &&                 \
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER) && __GNUC__ < 13 &&               \
     !defined(RESILIENCE_ALLOW_CLOSURE_CAPTURES)
 #define RESILIENCE_DETAIL_REFUSE_TEMPORARY_CLOSURES 1
 #else
@@ -151,7 +152,8 @@ constexpr bool is_closure_type() noexcept {
 /// An rvalue of this type, written inside a `co_await` expression, is destroyed twice by g++ 12.
 template <class T>
 inline constexpr bool destroyed_twice_as_temporary =
-    std::is_class_v<T> && !std::is_trivially_destructible_v<T> && (std::is_aggregate_v<T> || is_closure_type<T>());
+    std::is_class_v<T> && !std::is_trivially_destructible_v<T> &&
+    (std::is_aggregate_v<T> || is_closure_type<T>());
 #else
 template <class T>
 inline constexpr bool destroyed_twice_as_temporary = false;
@@ -161,12 +163,13 @@ inline constexpr bool destroyed_twice_as_temporary = false;
 /// `A` is the forwarding reference's deduced type: an lvalue reference for an lvalue.
 template <class A>
 constexpr void check_action_temporary() noexcept {
-    static_assert(std::is_lvalue_reference_v<A> || !destroyed_twice_as_temporary<std::remove_cv_t<A>>,
-                  "resilience: on g++ before 13, a temporary lambda (or aggregate) that owns something with a "
-                  "destructor, passed to execute, is destroyed twice when written inside co_await (a g++ bug: "
-                  "double free). Write execute(f, args...), which calls f(args..., stop_token) with copies of "
-                  "args, or pass a named callable as an lvalue; RESILIENCE_ALLOW_CLOSURE_CAPTURES turns this "
-                  "check off (docs/core.md#compiler-notes)");
+    static_assert(
+        std::is_lvalue_reference_v<A> || !destroyed_twice_as_temporary<std::remove_cv_t<A>>,
+        "resilience: on g++ before 13, a temporary lambda (or aggregate) that owns something with a "
+        "destructor, passed to execute, is destroyed twice when written inside co_await (a g++ bug: "
+        "double free). Write execute(f, args...), which calls f(args..., stop_token) with copies of "
+        "args, or pass a named callable as an lvalue; RESILIENCE_ALLOW_CLOSURE_CAPTURES turns this "
+        "check off (docs/core.md#compiler-notes)");
 }
 /// The same for `execute(f, args...)`: `f` and every argument.
 template <class F, class... Args>
@@ -174,7 +177,8 @@ constexpr void check_bound_temporaries() noexcept {
     static_assert(
         (std::is_lvalue_reference_v<F> || !destroyed_twice_as_temporary<std::remove_cv_t<F>>)&&(
             (std::is_lvalue_reference_v<Args> || !destroyed_twice_as_temporary<std::remove_cv_t<Args>>)&&...),
-        "resilience: on g++ before 13, a temporary lambda (or aggregate) that owns something with a destructor, "
+        "resilience: on g++ before 13, a temporary lambda (or aggregate) that owns something with a "
+        "destructor, "
         "passed to execute(f, args...), is destroyed twice when written inside co_await (a g++ bug: double "
         "free). Pass the function itself and its data as arguments (execute(f, args...) with f a function or "
         "a lambda without such captures), or name the callable and pass it as an lvalue; "
@@ -313,9 +317,10 @@ struct bound_action {
                 else if constexpr (std::is_invocable_v<F&, Args&..., std::stop_token>)
                     return std::invoke(f, a..., ctx.stop_token());
                 else {
-                    static_assert(std::is_invocable_v<F&, Args&...>,
-                                  "execute(f, args...): f must be callable with (args..., rs::context const&), "
-                                  "(args..., std::stop_token) or (args...)");
+                    static_assert(
+                        std::is_invocable_v<F&, Args&...>,
+                        "execute(f, args...): f must be callable with (args..., rs::context const&), "
+                        "(args..., std::stop_token) or (args...)");
                     return std::invoke(f, a...);
                 }
             },
@@ -324,14 +329,15 @@ struct bound_action {
 };
 
 template <class T>
-inline constexpr bool is_call_context_v =
-    std::is_same_v<std::remove_cvref_t<T>, std::stop_token> || std::is_same_v<std::remove_cvref_t<T>, context>;
+inline constexpr bool is_call_context_v = std::is_same_v<std::remove_cvref_t<T>, std::stop_token> ||
+                                          std::is_same_v<std::remove_cvref_t<T>, context>;
 
 /// Splits `execute(f, args..., [token or context])`: the trailing stop token or context is the
 /// caller's, everything before it is bound to `f`.
 template <class F, class Tuple, std::size_t... Is>
 auto bind_action(F&& f, Tuple&& all, std::index_sequence<Is...>) {
-    return bound_action<std::decay_t<F>, std::decay_t<std::tuple_element_t<Is, std::remove_cvref_t<Tuple>>>...>{
+    return bound_action<std::decay_t<F>,
+                        std::decay_t<std::tuple_element_t<Is, std::remove_cvref_t<Tuple>>>...>{
         std::forward<F>(f), {std::get<Is>(std::forward<Tuple>(all))...}};
 }
 

@@ -111,9 +111,7 @@ struct bulkhead_state : shared_state {
           should_handle(limit_classifier(options.adapt)) {}
 
 #ifndef NDEBUG
-    ~bulkhead_state() {
-        assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0);
-    }
+    ~bulkhead_state() { assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0); }
 #endif
 
     static constexpr std::uint64_t waiting = std::uint64_t{1} << 63;

@@ -121,7 +121,6 @@ struct driver {
         return state_slot<J>(st.p).value;
     }
 
-
     static constexpr std::size_t none = static_cast<std::size_t>(-1);
     using all_stages = std::make_index_sequence<size>;
     /// Where a drive starts: stage 0 for a call (known when compiling, so the common path folds
@@ -135,8 +134,8 @@ struct driver {
     // Stage J's `enter` (a stage of the waiting form always waits). True when it proceeded;
     // otherwise `s` says how it stopped and `k` is J.
     template <std::size_t J>
-    static bool entered(const Stages& stages, states& st, const context** at, std::optional<outcome_type>& result,
-                        step& s, std::size_t& k) {
+    static bool entered(const Stages& stages, states& st, const context** at,
+                        std::optional<outcome_type>& result, step& s, std::size_t& k) {
         at[J + 1] = at[J];
         if constexpr (fast_policy<policy_at<J>>) {
             st.template make<J>();
@@ -163,7 +162,8 @@ struct driver {
     // Stage J's `leave`: true when the call goes on outward; false when the stage must wait, its
     // `resume` coming next, and then `w` is J.
     template <std::size_t J>
-    static bool left(const Stages& stages, states& st, const context** at, outcome_type& result, std::size_t& w) {
+    static bool left(const Stages& stages, states& st, const context** at, outcome_type& result,
+                     std::size_t& w) {
         if constexpr (fast_policy<policy_at<J>>) {
             if (std::get<J>(stages).leave(state<J>(st), *at[J], result) == step::wait) {
                 w = J;
@@ -188,8 +188,8 @@ struct driver {
         Leaf leaf;
         std::size_t from;
         task<outcome_type> operator()(const context& ctx) const {
-            return drive<false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf}, context_access::derive(ctx),
-                                from);
+            return drive<false>(stages_ref<Stages>{stages}, borrowed_next<Leaf>{leaf},
+                                context_access::derive(ctx), from);
         }
     };
     template <std::size_t J>
@@ -230,7 +230,8 @@ struct driver {
     // without throwing, and the inner ones) shares one instance of each.
 
     // Stage `k`'s `run`, for a stage whose `enter` waited: it handles the call from there inward.
-    static task<outcome_type> run_stage(std::size_t k, const Stages& stages, const context** at, const Leaf& leaf) {
+    static task<outcome_type> run_stage(std::size_t k, const Stages& stages, const context** at,
+                                        const Leaf& leaf) {
         return visit_stage<task<outcome_type>>(
             k,
             [&](auto j) -> task<outcome_type> {
@@ -250,15 +251,15 @@ struct driver {
         return run_stage(k, stages, at, leaf);
     }
     // Stage `w`'s `resume`, for a stage whose `leave` waited: it may run the stages inside again.
-    static task<outcome_type> resume_stage(std::size_t w, const Stages& stages, states& st, const context** at,
-                                           const Leaf& leaf, outcome_type& result) {
+    static task<outcome_type> resume_stage(std::size_t w, const Stages& stages, states& st,
+                                           const context** at, const Leaf& leaf, outcome_type& result) {
         return visit_stage<task<outcome_type>>(
             w,
             [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (requires {
-                                  std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf), *at[J],
-                                                             std::move(result));
+                                  std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf),
+                                                             *at[J], std::move(result));
                               })
                     return std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf), *at[J],
                                                       std::move(result));
@@ -283,8 +284,8 @@ struct driver {
     /// used in place: moving it would cost a store-forwarding stall right after the frame's ramp.
     /// `from`: the first stage, `outermost` for a call, a `std::size_t` for an inner drive.
     template <bool Throw, class Source, class Holder, class From>
-    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder, context ctx,
-                                                                           From from) {
+    static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder,
+                                                                           context ctx, From from) {
         decltype(auto) stages = stages_from(source);
         time_cache cache;
         home_loop* const home = home_loop::current(); // where the call returns (null: outside any loop)
@@ -318,12 +319,14 @@ struct driver {
             result.emplace(co_await leaf(*at[size]));
             co_await after_wait(home, cache);
             // The common path: every stage proceeded, so every stage leaves, innermost first.
-            w = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result, all_stages{});
+            w = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result,
+                          all_stages{});
         } else {
             drop_reading(cache);
             if (s == step::wait) {
-                task<outcome_type> waiting = admission::any_waits_in_frame ? run_stage_out_of_line(k, stages, at, leaf)
-                                                                           : run_stage(k, stages, at, leaf);
+                task<outcome_type> waiting = admission::any_waits_in_frame
+                                                 ? run_stage_out_of_line(k, stages, at, leaf)
+                                                 : run_stage(k, stages, at, leaf);
                 result.emplace(co_await std::move(waiting));
                 co_await after_wait(home, cache);
             }
@@ -367,8 +370,8 @@ auto run_valid_action(Source source, A action, context ctx) {
                                           owned_action<A>{std::move(action)}, std::move(ctx),
                                           typename drv::outermost{});
     else
-        return drv::template drive<Throw>(std::move(source), owned_action<A>{std::move(action)}, std::move(ctx),
-                                          typename drv::outermost{});
+        return drv::template drive<Throw>(std::move(source), owned_action<A>{std::move(action)},
+                                          std::move(ctx), typename drv::outermost{});
 }
 
 template <bool Throw, class Source, class A>

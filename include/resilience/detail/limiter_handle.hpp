@@ -154,11 +154,12 @@ public:
             }
             phase_ = phase::decided;
             shared& l = limiter();
-            const telemetry_listener* const listener = queued_at_ ? listener_for(l.options.telemetry, ctx_) : nullptr;
+            const telemetry_listener* const listener =
+                queued_at_ ? listener_for(l.options.telemetry, ctx_) : nullptr;
             if (st == waiter_state::granted) {
                 if (listener)
-                    if (std::optional<failure> thrown =
-                            emit_caught(listener, l.clock, waited_on(l, ctx_, queued_at_, telemetry_kind::queue_wait))) {
+                    if (std::optional<failure> thrown = emit_caught(
+                            listener, l.clock, waited_on(l, ctx_, queued_at_, telemetry_kind::queue_wait))) {
                         result_.emplace(std::move(*thrown)); // the permit stays spent
                         return answer_ = step::done;
                     }
@@ -274,7 +275,8 @@ private:
         failure refusal = failure::make(std::move(e));
         if (!listener)
             return refusal;
-        return refused(listener, s.clock, waited_on(s, ctx, since, telemetry_kind::rejection, why), std::move(refusal));
+        return refused(listener, s.clock, waited_on(s, ctx, since, telemetry_kind::rejection, why),
+                       std::move(refusal));
     }
     static rate_limited_error refusal_of(const shared& s, const admission& a) {
         rejection_reason why = rejection_reason::queue_timeout;
@@ -289,7 +291,8 @@ private:
                 .policy = Derived::telemetry_policy,
                 .name = s.options.name,
                 .attempt = ctx.attempt(),
-                .duration = since ? saturating_nanoseconds(s.clock.now() - *since) : std::chrono::nanoseconds{},
+                .duration =
+                    since ? saturating_nanoseconds(s.clock.now() - *since) : std::chrono::nanoseconds{},
                 .reason = why};
     }
 };

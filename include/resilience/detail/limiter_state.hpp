@@ -96,9 +96,7 @@ struct limiter_state : shared_state {
         : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), queue_limit(queue_limit_),
           queue_timeout(queue_timeout_) {}
 #ifndef NDEBUG
-    ~limiter_state() {
-        assert(queue.empty());
-    } // a waiting call holds the limiter
+    ~limiter_state() { assert(queue.empty()); } // a waiting call holds the limiter
 #endif
 
     Meter meter;

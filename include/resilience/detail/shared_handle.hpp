@@ -45,9 +45,7 @@ public:
 
 #ifndef NDEBUG
     // The second line behind the holds: a state never dies while a call still holds it.
-    ~shared_state() {
-        assert(call_holds_.load(std::memory_order_relaxed) == 0);
-    }
+    ~shared_state() { assert(call_holds_.load(std::memory_order_relaxed) == 0); }
 #endif
 
 private:

@@ -38,9 +38,7 @@ inline constexpr bool keeps_stages = std::is_reference_v<decltype(stages_of(std:
 /// (`static constexpr bool copied_into_calls = true;`, as single_flight's keyed policy). Such a call
 /// then needs nothing of the caller's: the lifetime rule (detail/shared_handle.hpp).
 template <class P>
-inline constexpr bool copied_into_calls = is_shared_handle<P> || requires {
-    requires P::copied_into_calls;
-};
+inline constexpr bool copied_into_calls = is_shared_handle<P> || requires { requires P::copied_into_calls; };
 
 /// Where a call finds its policy: the caller's object (needed while the call may be resumed), or a policy
 /// moved (or, for a handle, copied) into the call's own frame (`std::move(p).execute(...)`,

@@ -79,11 +79,13 @@ private:
     static std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return -floor_div(-a, b); }
     // For times and durations that are not negative: the sum or product, or the largest time.
     static std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
-        return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
+        return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max()
+                                                                : a + b;
     }
     static std::int64_t saturating_multiply(std::int64_t a, std::int64_t b) noexcept {
-        return b != 0 && a > std::numeric_limits<std::int64_t>::max() / b ? std::numeric_limits<std::int64_t>::max()
-                                                                            : a * b;
+        return b != 0 && a > std::numeric_limits<std::int64_t>::max() / b
+                   ? std::numeric_limits<std::int64_t>::max()
+                   : a * b;
     }
 
     std::size_t slot(std::int64_t bucket) const noexcept {

@@ -101,8 +101,8 @@ struct redis_bulkhead_state {
                 ::resilience::bulkhead_options{
                     .name = options.name,
                     .max_concurrent_calls = std::max<std::size_t>(
-                        1, static_cast<std::size_t>(
-                               std::floor(static_cast<double>(options.max_concurrent_calls) * options.local_share))),
+                        1, static_cast<std::size_t>(std::floor(
+                               static_cast<double>(options.max_concurrent_calls) * options.local_share))),
                     .telemetry = options.telemetry},
                 clock);
         thread_random rng;
@@ -113,7 +113,9 @@ struct redis_bulkhead_state {
 
     std::string next_lease_id() { return lease_prefix + ":" + std::to_string(++leases); }
     std::vector<std::string> args(const char* op, const std::string& id) const {
-        return {op, id, std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(options.lease_duration).count()),
+        return {op, id,
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::microseconds>(options.lease_duration).count()),
                 std::to_string(options.max_concurrent_calls)};
     }
 
@@ -188,7 +190,8 @@ public:
         }
         std::optional<failure>& unreachable = a.unreachable;
         if (!unreachable && a.value->type != reply::kind::integer)
-            unreachable.emplace(failure::make(error{errc::protocol, "unexpected reply from the bulkhead script"}));
+            unreachable.emplace(
+                failure::make(error{errc::protocol, "unexpected reply from the bulkhead script"}));
         const telemetry_event refusing{.kind = telemetry_kind::rejection,
                                        .policy = telemetry_policy,
                                        .name = o.name,
@@ -257,7 +260,8 @@ private:
                 co_return;
             std::optional<failure> failed = a.unreachable;
             if (!failed && a.value->type != reply::kind::integer)
-                failed.emplace(failure::make(error{errc::protocol, "unexpected reply from the bulkhead script"}));
+                failed.emplace(
+                    failure::make(error{errc::protocol, "unexpected reply from the bulkhead script"}));
             if (failed) {
                 (void)s->health.lost(listener, s->clock, s->options.name, *failed);
                 continue;
@@ -282,9 +286,10 @@ private:
         detail::check_duration(who, "lease_duration", o.lease_duration, std::chrono::milliseconds{10}, "10ms",
                                std::chrono::hours{24 * 365}, "a year");
         if (o.lease_duration / 3 < command_timeout) // command_timeout is at most a year: 3 x fits
-            throw std::invalid_argument(who + "lease_duration must be at least 3 x the connection's command_timeout (" +
-                                        std::to_string(command_timeout.count()) + "ns), got " +
-                                        std::to_string(o.lease_duration.count()) + "ns");
+            throw std::invalid_argument(
+                who + "lease_duration must be at least 3 x the connection's command_timeout (" +
+                std::to_string(command_timeout.count()) + "ns), got " +
+                std::to_string(o.lease_duration.count()) + "ns");
         return o;
     }
 };

@@ -108,20 +108,22 @@ struct redis_limiter_state {
         if (options.when_unavailable == unavailable_policy::local_share) {
             const double share = options.local_share;
             local.emplace(
-                rs_rate_limiter_options{
-                    .name = options.name,
-                    .token_limit = std::max<std::size_t>(
-                        1, static_cast<std::size_t>(std::floor(static_cast<double>(options.token_limit) * share))),
-                    .tokens_per_second =
-                        std::max(options.tokens_per_second * share, rate_limiter_options_min()),
-                    .queue_limit = options.queue_limit,
-                    .queue_timeout = options.queue_timeout,
-                    .telemetry = options.telemetry},
+                rs_rate_limiter_options{.name = options.name,
+                                        .token_limit = std::max<std::size_t>(
+                                            1, static_cast<std::size_t>(std::floor(
+                                                   static_cast<double>(options.token_limit) * share))),
+                                        .tokens_per_second = std::max(options.tokens_per_second * share,
+                                                                      rate_limiter_options_min()),
+                                        .queue_limit = options.queue_limit,
+                                        .queue_timeout = options.queue_timeout,
+                                        .telemetry = options.telemetry},
                 clock);
         }
     }
     using rs_rate_limiter_options = ::resilience::rate_limiter_options;
-    static constexpr double rate_limiter_options_min() { return rs_rate_limiter_options::min_tokens_per_second; }
+    static constexpr double rate_limiter_options_min() {
+        return rs_rate_limiter_options::min_tokens_per_second;
+    }
 
     const Options options;
     connection conn;
@@ -165,7 +167,8 @@ struct redis_limiter_state {
 ///                                    .local_share = 1.0 / 20},
 ///                                   redis};
 ///     rs::pipeline p{rs::retry{{}, clock}, quota, breaker, rs::timeout{2s, clock}};
-class rate_limiter : public detail::shared_limit<rate_limiter, detail::redis_limiter_state<rate_limiter_options>> {
+class rate_limiter
+    : public detail::shared_limit<rate_limiter, detail::redis_limiter_state<rate_limiter_options>> {
 public:
     /// The `policy` of its telemetry events.
     static constexpr std::string_view telemetry_policy = "redis_rate_limiter";
@@ -174,7 +177,8 @@ public:
     rate_limiter(rate_limiter_options options, connection conn)
         : rate_limiter(std::move(options), conn, resilience::asio::clock{conn.executor()}) {}
     rate_limiter(rate_limiter_options options, connection conn, resilience::asio::clock clock)
-        : shared_limit(std::make_shared<state>(validated(std::move(options)), std::move(conn), std::move(clock))) {}
+        : shared_limit(
+              std::make_shared<state>(validated(std::move(options)), std::move(conn), std::move(clock))) {}
 
     /// Admits the call after its one round trip (and its reserved wait, if any), or fails it as a
     /// value: `rate_limited_error` when refused (or Redis is unreachable and `fail_closed`),
@@ -228,8 +232,8 @@ private:
         bool local = false;               // Redis unreachable: the local share decides
     };
 
-    static task<decision> admit(std::shared_ptr<state> s, std::stop_token token, const telemetry_listener* listener,
-                                int attempt) {
+    static task<decision> admit(std::shared_ptr<state> s, std::stop_token token,
+                                const telemetry_listener* listener, int attempt) {
         const rate_limiter_options& o = s->options;
         // A call that may wait holds a queue place from before it asks until its wait ends, so calls
         // asking at once cannot together reserve more waits than `queue_limit`.
@@ -239,8 +243,10 @@ private:
             place.emplace(s->waiting);
         long long max_wait_us = 0;
         if (may_wait)
-            max_wait_us = o.queue_timeout ? std::chrono::duration_cast<std::chrono::microseconds>(*o.queue_timeout).count()
-                                          : -1;
+            max_wait_us =
+                o.queue_timeout
+                    ? std::chrono::duration_cast<std::chrono::microseconds>(*o.queue_timeout).count()
+                    : -1;
         std::vector<std::string> args{std::to_string(o.token_limit), detail::number_arg(s->interval_us),
                                       std::to_string(max_wait_us)};
         auto asking = s->lua.ask(s->conn, o.key, std::move(args), token);
@@ -257,10 +263,11 @@ private:
                                    .duration = waited,
                                    .reason = why};
         };
-        if (!unreachable && (r->type != reply::kind::array || r->elements.size() != 2 ||
-                             r->elements[0].type != reply::kind::integer ||
-                             r->elements[1].type != reply::kind::integer))
-            unreachable.emplace(failure::make(error{errc::protocol, "unexpected reply from the limiter script"}));
+        if (!unreachable &&
+            (r->type != reply::kind::array || r->elements.size() != 2 ||
+             r->elements[0].type != reply::kind::integer || r->elements[1].type != reply::kind::integer))
+            unreachable.emplace(
+                failure::make(error{errc::protocol, "unexpected reply from the limiter script"}));
         if (unreachable) {
             if (std::optional<failure> thrown = s->health.lost(listener, s->clock, o.name, *unreachable))
                 co_return decision{std::move(thrown)};
@@ -272,8 +279,8 @@ private:
             case unavailable_policy::fail_closed:
                 break;
             }
-            const auto retry_after = std::max<std::chrono::nanoseconds>(s->conn.reconnect_in(),
-                                                                        std::chrono::milliseconds{1});
+            const auto retry_after =
+                std::max<std::chrono::nanoseconds>(s->conn.reconnect_in(), std::chrono::milliseconds{1});
             co_return decision{resilience::detail::refused(
                 listener, s->clock, event(telemetry_kind::rejection, {}, rejection_reason::no_capacity),
                 failure::make(rate_limited_error{o.name, retry_after, rejection_reason::no_capacity}))};
@@ -285,9 +292,9 @@ private:
             const rejection_reason why = o.queue_limit == 0 ? rejection_reason::no_capacity
                                          : !may_wait        ? rejection_reason::queue_full
                                                             : rejection_reason::queue_timeout;
-            co_return decision{resilience::detail::refused(listener, s->clock,
-                                                           event(telemetry_kind::rejection, {}, why),
-                                                           failure::make(rate_limited_error{o.name, wait, why}))};
+            co_return decision{
+                resilience::detail::refused(listener, s->clock, event(telemetry_kind::rejection, {}, why),
+                                            failure::make(rate_limited_error{o.name, wait, why}))};
         }
         if (wait > std::chrono::nanoseconds::zero()) {
             const auto until = resilience::detail::add_saturating(s->clock.now(), wait);
@@ -297,7 +304,8 @@ private:
             if (token.stop_requested())
                 co_return decision{failure::make(cancelled_error{o.name})};
             if (std::optional<failure> thrown = resilience::detail::emit_caught(
-                    listener, s->clock, event(telemetry_kind::queue_wait, wait, rejection_reason::no_capacity)))
+                    listener, s->clock,
+                    event(telemetry_kind::queue_wait, wait, rejection_reason::no_capacity)))
                 co_return decision{std::move(thrown)};
         }
         co_return decision{};
@@ -327,7 +335,8 @@ private:
             throw std::invalid_argument(who + "tokens_per_second must be at least 1e-9, got " +
                                         resilience::detail::format_number(o.tokens_per_second));
         if (static_cast<double>(o.token_limit) > 1e15)
-            throw std::invalid_argument(who + "token_limit must be at most 1e15, got " + std::to_string(o.token_limit));
+            throw std::invalid_argument(who + "token_limit must be at most 1e15, got " +
+                                        std::to_string(o.token_limit));
         resilience::detail::validate_queue_options(o, who);
         return o;
     }

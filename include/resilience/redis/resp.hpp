@@ -90,9 +90,7 @@ struct reply_builder {
             return nullptr;
         }
     }
-    static void free_object(void* r) noexcept {
-        delete static_cast<reply*>(r);
-    }
+    static void free_object(void* r) noexcept { delete static_cast<reply*>(r); }
 
 #if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
     static void* create_double(const redisReadTask* task, double, char* s, std::size_t n) noexcept {

@@ -17,9 +17,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <memory>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -72,9 +72,11 @@ void validate_shared(const Options& o, const std::string& who) {
     if (o.key.empty())
         throw std::invalid_argument(who + "key must not be empty");
     if (!std::isfinite(o.local_share) || o.local_share < 0.0 || o.local_share > 1.0)
-        throw std::invalid_argument(who + "local_share must be in [0, 1], got " + resilience::detail::format_number(o.local_share));
+        throw std::invalid_argument(who + "local_share must be in [0, 1], got " +
+                                    resilience::detail::format_number(o.local_share));
     if (o.when_unavailable == unavailable_policy::local_share && !(o.local_share > 0.0))
-        throw std::invalid_argument(who + "local_share must be positive with when_unavailable = local_share, got " +
+        throw std::invalid_argument(who +
+                                    "local_share must be positive with when_unavailable = local_share, got " +
                                     resilience::detail::format_number(o.local_share));
 }
 
@@ -157,10 +159,12 @@ public:
     /// Redis answered. Reports `backend_restored` if it had been lost; what the listener throws is
     /// returned.
     template <class C>
-    std::optional<failure> answered(const telemetry_listener* l, const C& clock, std::string_view name) noexcept {
+    std::optional<failure> answered(const telemetry_listener* l, const C& clock,
+                                    std::string_view name) noexcept {
         if (up_.load(std::memory_order_relaxed) || up_.exchange(true, std::memory_order_acq_rel))
             return std::nullopt;
-        return resilience::detail::emit_caught(l, clock, event(telemetry_kind::backend_restored, name, nullptr));
+        return resilience::detail::emit_caught(l, clock,
+                                               event(telemetry_kind::backend_restored, name, nullptr));
     }
     /// Redis did not answer (`why`). Reports `backend_lost` if it had been up.
     template <class C>
@@ -195,7 +199,9 @@ public:
     [[nodiscard]] bool redis_up() const noexcept { return state_->health.up(); }
 
     /// Copies of one policy are equal.
-    friend bool operator==(const shared_limit& a, const shared_limit& b) noexcept { return a.state_ == b.state_; }
+    friend bool operator==(const shared_limit& a, const shared_limit& b) noexcept {
+        return a.state_ == b.state_;
+    }
 
 protected:
     explicit shared_limit(std::shared_ptr<State> s) noexcept : state_(std::move(s)) {}

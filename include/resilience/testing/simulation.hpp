@@ -4,8 +4,8 @@
 #pragma once
 
 #include "../clock.hpp"
-#include "../detail/time.hpp"
 #include "../concepts.hpp"
+#include "../detail/time.hpp"
 #include "../event_loop.hpp"
 #include "../random.hpp"
 
