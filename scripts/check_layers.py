@@ -46,6 +46,14 @@ LAYERS = [
 ]
 
 
+# Policies are independent of one another, except these parts of one design (docs/architecture.md).
+POLICY_PARTS = {
+    ("retry.hpp", "retry_budget.hpp"),
+    ("hedge.hpp", "retry_budget.hpp"),
+    ("bulkhead.hpp", "adaptive_limit.hpp"),
+}
+
+
 def layer_of(rel):
     best = None
     for number, name, members in LAYERS:
@@ -76,6 +84,9 @@ def main():
                 continue  # reported on its own line
             if theirs[0] > mine[0]:
                 problems.append(f"include/resilience/{rel} ({mine[1]}) includes {dep_rel} ({theirs[1]})")
+            elif (mine[1] == theirs[1] == "policies" and not dep_rel.startswith("detail/")
+                  and not rel.startswith("detail/") and rel != dep_rel and (rel, dep_rel) not in POLICY_PARTS):
+                problems.append(f"include/resilience/{rel} (a policy) includes another policy, {dep_rel}")
     for p in problems:
         print(p)
     if problems:
