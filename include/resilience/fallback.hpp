@@ -29,7 +29,11 @@ class fallback_event {
 public:
     fallback_event(int attempt, const failure* error, const void* value = nullptr,
                    const std::type_info* value_type = nullptr, std::string_view policy_name = {}) noexcept
-        : attempt_(attempt), error_(error), value_(value), value_type_(value_type), name_(policy_name) {}
+        : attempt_(attempt), error_(error), value_(value, value_type), name_(policy_name) {}
+    /// The event of an outcome that holds `value` (what the fallback itself makes).
+    fallback_event(int attempt, const failure* error, detail::value_view value,
+                   std::string_view policy_name) noexcept
+        : attempt_(attempt), error_(error), value_(value), name_(policy_name) {}
 
     /// The attempt the fallback saw (`context::attempt()`).
     [[nodiscard]] int attempt() const noexcept { return attempt_; }
@@ -39,10 +43,7 @@ public:
     /// The value the substitute replaces, if it is one of type `T`; otherwise null.
     template <class T>
     [[nodiscard]] const T* value() const noexcept {
-        if constexpr (std::is_void_v<T>)
-            return nullptr;
-        else
-            return value_type_ && *value_type_ == typeid(T) ? static_cast<const T*>(value_) : nullptr;
+        return value_.template get<T>();
     }
     /// The `name` option of the fallback that reports (empty when unnamed).
     [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
@@ -50,8 +51,7 @@ public:
 private:
     int attempt_;
     const failure* error_;
-    const void* value_;
-    const std::type_info* value_type_;
+    detail::value_view value_;
     std::string_view name_;
 };
 
@@ -364,16 +364,8 @@ public:
 private:
     template <class R>
     void tell(const outcome<R>& result, const context& ctx) const {
-        const void* value = nullptr;
-        const std::type_info* value_type = nullptr;
-        if constexpr (!std::is_void_v<R>) {
-            if (result.has_value()) {
-                value = std::addressof(result.value());
-                value_type = &typeid(R);
-            }
-        }
         options_.on_fallback(fallback_event{ctx.attempt(), result.has_failure() ? &result.error() : nullptr,
-                                            value, value_type, options_.name});
+                                            detail::value_view::of(result), options_.name});
     }
 
     // The implicit conversion the static_assert promised (no explicit constructor sneaks in).

@@ -9,10 +9,12 @@
 #include <cassert>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <variant>
 #include <version>
@@ -367,6 +369,34 @@ template <class R>
 RESILIENCE_DETAIL_NOINLINE void set_cancelled(std::optional<outcome<R>>& result, const std::string& name) {
     result.emplace(failure::make(cancelled_error{name}));
 }
+
+/// The value of an outcome an event refers to, with its type erased: what `retry_event::value<T>()`
+/// and `fallback_event::value<T>()` read. Empty for a failure or a `void` value.
+class value_view {
+public:
+    value_view() noexcept = default;
+    value_view(const void* value, const std::type_info* type) noexcept : value_(value), type_(type) {}
+    template <class R>
+    static value_view of(const outcome<R>& result) noexcept {
+        if constexpr (!std::is_void_v<R>)
+            if (result.has_value())
+                return {std::addressof(result.value()), &typeid(R)};
+        return {};
+    }
+
+    /// The value, if it is of type `T`; otherwise null.
+    template <class T>
+    [[nodiscard]] const T* get() const noexcept {
+        if constexpr (std::is_void_v<T>)
+            return nullptr;
+        else
+            return type_ && *type_ == typeid(T) ? static_cast<const T*>(value_) : nullptr;
+    }
+
+private:
+    const void* value_ = nullptr;
+    const std::type_info* type_ = nullptr;
+};
 
 } // namespace detail
 

@@ -43,8 +43,11 @@ public:
     retry_event(int attempt, const failure* error, std::chrono::nanoseconds delay,
                 const void* value = nullptr, const std::type_info* value_type = nullptr,
                 std::string_view policy_name = {}) noexcept
-        : attempt_(attempt), error_(error), delay_(delay), value_(value), value_type_(value_type),
-          name_(policy_name) {}
+        : attempt_(attempt), error_(error), delay_(delay), value_(value, value_type), name_(policy_name) {}
+    /// The event of an attempt whose outcome holds `value` (what the retry itself makes).
+    retry_event(int attempt, const failure* error, std::chrono::nanoseconds delay, detail::value_view value,
+                std::string_view policy_name) noexcept
+        : attempt_(attempt), error_(error), delay_(delay), value_(value), name_(policy_name) {}
 
     /// The attempt that just ended (1-based).
     [[nodiscard]] int attempt() const noexcept { return attempt_; }
@@ -56,10 +59,7 @@ public:
     /// The value the attempt returned, if it returned one of type `T`; otherwise null.
     template <class T>
     [[nodiscard]] const T* value() const noexcept {
-        if constexpr (std::is_void_v<T>)
-            return nullptr;
-        else
-            return value_type_ && *value_type_ == typeid(T) ? static_cast<const T*>(value_) : nullptr;
+        return value_.template get<T>();
     }
     /// The `name` option of the retry that reports (empty when unnamed).
     [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
@@ -68,8 +68,7 @@ private:
     int attempt_;
     const failure* error_;
     std::chrono::nanoseconds delay_;
-    const void* value_;
-    const std::type_info* value_type_;
+    detail::value_view value_;
     std::string_view name_;
 };
 
@@ -285,14 +284,7 @@ private:
             return std::nullopt;
 
         const failure* error = result.has_failure() ? &result.error() : nullptr;
-        const void* value = nullptr;
-        const std::type_info* value_type = nullptr;
-        if constexpr (!std::is_void_v<T>) {
-            if (result.has_value()) {
-                value = std::addressof(result.value());
-                value_type = &typeid(T);
-            }
-        }
+        const detail::value_view value = detail::value_view::of(result);
 
         const std::chrono::nanoseconds wanted =
             v.delay ? *v.delay : options_.backoff.delay(attempt, rng_, error ? *error : failure{}, previous);
@@ -310,15 +302,15 @@ private:
         }
         if (options_.budget && !options_.budget->try_withdraw()) {
             if (options_.on_budget_exhausted)
-                options_.on_budget_exhausted(retry_event{attempt, error, std::chrono::nanoseconds::zero(),
-                                                         value, value_type, options_.name});
+                options_.on_budget_exhausted(
+                    retry_event{attempt, error, std::chrono::nanoseconds::zero(), value, options_.name});
             detail::emit(
                 options_.telemetry, ctx, clock_,
                 detail::event(telemetry_kind::rejection, "retry_budget", options_.name, attempt, {}, error));
             return std::nullopt;
         }
         if (options_.on_retry)
-            options_.on_retry(retry_event{attempt, error, delay, value, value_type, options_.name});
+            options_.on_retry(retry_event{attempt, error, delay, value, options_.name});
         detail::emit(options_.telemetry, ctx, clock_,
                      detail::event(telemetry_kind::retry, "retry", options_.name, attempt, delay, error));
         return delay;
