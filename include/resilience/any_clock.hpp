@@ -279,7 +279,7 @@ private:
     friend class any_clock;
 
     // Large enough for the sleeps of `steady_clock` and `testing::virtual_clock`. A larger sleep (an
-    // `asio::clock` sleep holds its timer: about 270 bytes) is allocated once per sleep.
+    // `asio::clock` sleep, which holds its timer) is allocated once per sleep.
     static constexpr std::size_t inline_size = sizeof(detail::held_sleep<steady_clock>) > 128
                                                    ? sizeof(detail::held_sleep<steady_clock>)
                                                    : 128;
