@@ -345,4 +345,10 @@ TEST_CASE("redis bulkhead and rate_limiter: bad options are refused naming the f
         std::invalid_argument);
     CHECK_THROWS_AS(redis::rate_limiter({.key = "k", .token_limit = 1, .tokens_per_second = 0}, c),
                     std::invalid_argument);
+    // A named policy signs its messages with its name, as every policy does.
+    CHECK_THROWS_WITH(redis::bulkhead({.name = "db", .key = "k", .max_concurrent_calls = 0}, c),
+                      "resilience::redis::bulkhead (db): max_concurrent_calls must be positive, got 0");
+    CHECK_THROWS_WITH(
+        redis::rate_limiter({.name = "api", .key = "k", .token_limit = 0, .tokens_per_second = 1}, c),
+        "resilience::redis::rate_limiter (api): token_limit must be positive, got 0");
 }

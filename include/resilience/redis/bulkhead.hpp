@@ -7,6 +7,7 @@
 #include "../asio.hpp"
 #include "../bulkhead.hpp"
 #include "../context.hpp"
+#include "../detail/label.hpp"
 #include "../detail/stop.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
@@ -279,7 +280,7 @@ private:
     // `command_timeout` is the connection's: a lease must outlive one renewal that timed out (the
     // renewals come every third of it).
     static bulkhead_options validated(bulkhead_options o, std::chrono::nanoseconds command_timeout) {
-        const std::string who = "resilience::redis::bulkhead: ";
+        const std::string who = ::resilience::detail::policy_label("redis::bulkhead", o.name) + ": ";
         detail::validate_shared(o, who);
         if (o.max_concurrent_calls == 0)
             throw std::invalid_argument(who + "max_concurrent_calls must be positive, got 0");

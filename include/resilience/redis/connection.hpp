@@ -7,6 +7,7 @@
 
 #include "../asio.hpp"
 #include "../backoff.hpp"
+#include "../detail/label.hpp"
 #include "../error.hpp"
 #include "../random.hpp"
 #include "../task.hpp"
@@ -489,7 +490,7 @@ public:
 
 private:
     static connection_options validated(connection_options o) {
-        const std::string who = "resilience::redis::connection: ";
+        const std::string who = ::resilience::detail::policy_label("redis::connection", o.name) + ": ";
         if (o.host.empty())
             throw std::invalid_argument(who + "host must not be empty");
         if (o.port == 0)

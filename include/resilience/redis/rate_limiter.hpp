@@ -6,6 +6,7 @@
 
 #include "../asio.hpp"
 #include "../context.hpp"
+#include "../detail/label.hpp"
 #include "../detail/time.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
@@ -324,7 +325,7 @@ private:
     }
 
     static rate_limiter_options validated(rate_limiter_options o) {
-        const std::string who = "resilience::redis::rate_limiter: ";
+        const std::string who = ::resilience::detail::policy_label("redis::rate_limiter", o.name) + ": ";
         detail::validate_shared(o, who);
         if (o.token_limit == 0)
             throw std::invalid_argument(who + "token_limit must be positive, got 0");
