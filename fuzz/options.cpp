@@ -199,7 +199,7 @@ int timeout_options(const std::uint8_t* data, std::size_t size) {
         const bool as_double = in.flag();
         const rs::timeout t = as_double ? rs::timeout{std::chrono::duration<double>{in.number()}, sim.clock()}
                                         : rs::timeout{{.timeout = in.duration()}, sim.clock()};
-        require(t.duration() > 0ns, "a timeout accepted a duration that is not positive");
+        require(t.options().timeout > 0ns, "a timeout accepted a duration that is not positive");
         one_call(sim, t, true); // a quick value is returned, even after the deadline
     });
 }
