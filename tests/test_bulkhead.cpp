@@ -956,8 +956,9 @@ TEST_CASE("bulkhead: on_rejected is told once per refusal with its reason, and n
     }
 }
 
-TEST_CASE("bulkhead: an on_rejected that throws ends the call with its exception; the listener hears none",
-          "[bulkhead]") {
+TEST_CASE(
+    "bulkhead: an on_rejected that throws ends the call with its exception, and the listener hears none",
+    "[bulkhead]") {
     rs::testing::simulation sim;
     resilience_tests::heard_counts heard;
     int told = 0;

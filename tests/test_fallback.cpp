@@ -354,7 +354,7 @@ TEST_CASE("fallback: a throwing should_handle replaces the outcome with its exce
     CHECK(substitutes == 0);
 }
 
-TEST_CASE("fallback: fallback_options names it; its fields are the ones given", "[fallback]") {
+TEST_CASE("fallback: fallback_options names it, and its fields are the ones given", "[fallback]") {
     const rs::fallback named{42, {.name = "prices"}};
     STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(named)>, rs::fallback<int, rs::classifier>>);
     CHECK(named.name() == "prices");
@@ -448,7 +448,7 @@ TEST_CASE("fallback: on_fallback sees a handled value it replaces", "[fallback]"
     CHECK(at == 20ms);
 }
 
-TEST_CASE("fallback: a throwing on_fallback ends the call with its exception; the substitute is not used",
+TEST_CASE("fallback: a throwing on_fallback ends the call with its exception, and the substitute is not used",
           "[fallback]") {
     rs::testing::simulation sim;
     int substitutes = 0;

@@ -114,7 +114,7 @@ TEST_CASE("single_flight: concurrent callers of one key share one call and all g
     CHECK_FALSE(sf.contains("rates"));
 }
 
-TEST_CASE("single_flight: options() gives its options; copies share them", "[single_flight]") {
+TEST_CASE("single_flight: options() gives its options, and copies share them", "[single_flight]") {
     const flights named{rs::single_flight_options{.name = "profiles"}};
     const flights copy = named;
     CHECK(copy.options().name == "profiles");
