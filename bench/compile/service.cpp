@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// Compile cost of a service's translation unit, as a team writes one: two calls to a dependency over
+// Asio sockets, each through a pipeline of five on the Asio clock (bulkhead, retry with the HTTP
+// classifier, breaker, hedge, timeout per attempt), started from Asio code with async_run. Built with
+// -DRESILIENCE_BENCH_BARE, the same file makes the same calls without the library's policies: the
+// difference is what the pipeline costs such a file (see bench/README.md, "Build cost").
+#include <asio.hpp>
+#include <resilience/asio.hpp>
+#include <resilience/http.hpp>
+#if !defined(RESILIENCE_BENCH_BARE)
+#include <resilience/resilience.hpp>
+#endif
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <system_error>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using asio::ip::tcp;
+
+namespace {
+
+struct reply {
+    int status = 0;
+    std::optional<std::string> retry_after;
+    std::string body;
+};
+
+struct profile {
+    std::string name;
+    int visits = 0;
+};
+
+// One request on a connection of its own; the stop token reaches every socket operation.
+rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string path, std::stop_token st) {
+    tcp::socket socket{io};
+    auto [connect_ec] = co_await socket.async_connect(server, rs::asio::use_task(st));
+    if (connect_ec)
+        throw std::system_error(connect_ec);
+    const std::string request = "GET " + path + " HTTP/1.1\r\n\r\n";
+    auto [write_ec, written] =
+        co_await asio::async_write(socket, asio::buffer(request), rs::asio::use_task(st));
+    if (write_ec)
+        throw std::system_error(write_ec);
+    std::array<char, 512> buf{};
+    auto [read_ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
+    if (read_ec)
+        throw std::system_error(read_ec);
+    reply r;
+    r.status = n >= 12 ? std::stoi(std::string(buf.data() + 9, 3)) : 0;
+    r.body.assign(buf.data(), n);
+    co_return r;
+}
+
+rs::task<profile> load_profile(asio::io_context& io, tcp::endpoint server, std::stop_token st) {
+    reply r = co_await fetch(io, server, "/profile", st);
+    co_return profile{r.body, r.status};
+}
+
+} // namespace
+
+int main() {
+    asio::io_context io;
+    const tcp::endpoint server{asio::ip::address_v4::loopback(), 8080};
+    int answered = 0;
+
+#if defined(RESILIENCE_BENCH_BARE)
+    rs::asio::async_run(
+        io.get_executor(), [&](std::stop_token st) { return fetch(io, server, "/quote", st); },
+        [&](std::exception_ptr error, reply r) { answered += !error && r.status == 200; });
+    rs::asio::async_run(
+        io.get_executor(), [&](std::stop_token st) { return load_profile(io, server, st); },
+        [&](std::exception_ptr error, profile p) { answered += !error && p.visits >= 0; });
+#else
+    rs::asio::clock clock{io.get_executor()};
+    rs::pipeline policy{
+        rs::bulkhead{{.max_concurrent_calls = 32, .queue_limit = 64}, clock},
+        rs::retry{{.max_attempts = 3, .should_handle = rs::http::response_classifier<reply>{}}, clock},
+        rs::circuit_breaker{{.failure_threshold = 5}, clock},
+        rs::hedge{{.max_attempts = 2, .delay = 50ms}, clock},
+        rs::timeout{300ms, clock},
+    };
+    rs::asio::async_run(
+        io.get_executor(),
+        [&](std::stop_token st) {
+            return policy.execute(
+                [&](std::stop_token attempt) { return fetch(io, server, "/quote", attempt); }, st);
+        },
+        [&](std::exception_ptr error, reply r) { answered += !error && r.status == 200; });
+    rs::asio::async_run(
+        io.get_executor(),
+        [&](std::stop_token st) {
+            return policy.execute([&](std::stop_token attempt) { return load_profile(io, server, attempt); },
+                                  st);
+        },
+        [&](std::exception_ptr error, profile p) { answered += !error && p.visits >= 0; });
+#endif
+    io.run();
+    std::printf("%d answered\n", answered);
+    return 0;
+}
