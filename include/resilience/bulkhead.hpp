@@ -11,6 +11,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/bulkhead_state.hpp"
+#include "detail/config.hpp"
 #include "detail/frame_allocator.hpp"
 #include "detail/shared_handle.hpp"
 #include "detail/time.hpp"
@@ -474,3 +475,11 @@ template <clock C>
 bulkhead(bulkhead_options, C) -> bulkhead<C>;
 
 } // namespace resilience
+
+// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+#if RESILIENCE_EXTERN_TEMPLATES
+namespace resilience {
+extern template class bulkhead<steady_clock>;
+extern template class detail::bulkhead_state<steady_clock, bulkhead_options>;
+} // namespace resilience
+#endif

@@ -12,6 +12,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/config.hpp"
 #include "detail/shared_handle.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -172,8 +173,8 @@ template <class C>
 class breaker_call;
 /// How a finished call is recorded.
 enum class breaker_verdict : std::uint8_t { success, failure, ignored };
-inline void validate_breaker_options(const circuit_breaker_options& o);
-inline circuit_breaker_options with_default_trip(circuit_breaker_options o);
+RESILIENCE_DECL void validate_breaker_options(const circuit_breaker_options& o);
+RESILIENCE_DECL circuit_breaker_options with_default_trip(circuit_breaker_options o);
 } // namespace detail
 
 /// Stops calling a dependency that keeps failing (or answering too slowly), refusing calls at
@@ -393,3 +394,11 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 // compiles on its own).
 #include "detail/breaker_call.hpp"
 #include "detail/breaker_options.hpp"
+
+// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+#if RESILIENCE_EXTERN_TEMPLATES
+namespace resilience {
+extern template class circuit_breaker<steady_clock>;
+extern template class detail::breaker_core<steady_clock>;
+} // namespace resilience
+#endif

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "concepts.hpp"
+#include "detail/config.hpp"
 #include "detail/home_loop.hpp"
 #include "detail/ring.hpp"
 #include "detail/timer_wheel.hpp"
@@ -84,22 +85,7 @@ public:
     event_loop& operator=(const event_loop&) = delete;
     /// Destroys every spawned coroutine that has not finished (suspended for good, or never
     /// started), with its whole chain of awaited tasks, as an I/O context destroys pending handlers.
-    ~event_loop() {
-        drive_node* n = nullptr;
-        {
-            std::lock_guard lock(mutex_);
-            n = std::exchange(spawned_, nullptr);
-        }
-        while (n) {
-            drive_node* next = n->next;
-            n->next = n->prev = nullptr;
-            n->orphaned = true;
-            std::coroutine_handle<drive_task::promise_type>::from_promise(
-                static_cast<drive_task::promise_type&>(*n))
-                .destroy();
-            n = next;
-        }
-    }
+    RESILIENCE_DECL ~event_loop();
 
     /// The loop running on this thread, or null.
     static event_loop* current() noexcept { return static_cast<event_loop*>(home_loop::current()); }
@@ -132,51 +118,13 @@ public:
 
     /// Runs until every spawned coroutine has finished, then rethrows the first exception one of
     /// them let escape, if any.
-    void run() {
-        home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
-        struct restore {
-            home_loop* p;
-            ~restore() { current_ = p; }
-        } guard{previous};
-        loop();
-        if (auto e = std::exchange(failed_, nullptr))
-            std::rethrow_exception(e);
-    }
+    RESILIENCE_DECL void run();
 
     /// Virtual time only: runs everything due up to the instant `t` (posted work, and timers in
     /// order, time jumping to each one's instant), then sets the time to `t` and returns, leaving
     /// later timers and unfinished coroutines pending for the next call. Rethrows the first
     /// exception a spawned coroutine let escape. Never throws "stuck": work may well be pending.
-    void run_until(std::chrono::nanoseconds t) {
-        if (!virtual_)
-            throw std::logic_error("resilience::event_loop: run_until needs a virtual-time loop");
-        home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
-        struct restore {
-            home_loop* p;
-            ~restore() { current_ = p; }
-        } guard{previous};
-        for (;;) {
-            take_remote();
-            while (!local_.empty()) {
-                local_.pop()();
-                take_remote();
-            }
-            // wake_at() is the earliest deadline or a lower bound of it: past `t`, nothing is due.
-            if (wheel_.empty() || wheel_.wake_at() > t)
-                break;
-            detail::timer_node* first = wheel_.pop_due(t);
-            if (!first)
-                break;
-            if (first->when > vnow_)
-                vnow_ = first->when;
-            first->fire(first);
-            fire_due(vnow_); // the others of the same instant
-        }
-        if (t > vnow_)
-            vnow_ = t;
-        if (auto e = std::exchange(failed_, nullptr))
-            std::rethrow_exception(e);
-    }
+    RESILIENCE_DECL void run_until(std::chrono::nanoseconds t);
 
     /// Runs `a` to completion on this loop (with anything else spawned) and returns its result.
     template <awaitable A>
@@ -308,74 +256,13 @@ private:
         wake_.notify_one();
     }
 
-    void take_remote() {
-        if (!remote_pending_.load(std::memory_order_acquire))
-            return;
-        std::lock_guard lock(mutex_);
-        for (const auto& j : remote_)
-            local_.push(j);
-        remote_.clear();
-        remote_pending_.store(false, std::memory_order_relaxed);
-    }
+    RESILIENCE_DECL void take_remote();
 
     // Fires every timer due at `now` (those armed meanwhile included), in the wheel's order; says
     // whether there was any.
-    bool fire_due(std::chrono::nanoseconds now) {
-        bool fired = false;
-        while (detail::timer_node* t = wheel_.pop_due(now)) {
-            fired = true;
-            t->fire(t);
-        }
-        return fired;
-    }
+    RESILIENCE_DECL bool fire_due(std::chrono::nanoseconds now);
 
-    void loop() {
-        for (;;) {
-            take_remote();
-            while (!local_.empty()) {
-                local_.pop()();
-                take_remote();
-            }
-            if (!wheel_.empty()) {
-                if (virtual_) {
-                    // Nothing else can happen before the next deadline: time jumps there.
-                    const auto next = wheel_.advance_to_next();
-                    if (next > vnow_)
-                        vnow_ = next;
-                    fire_due(vnow_);
-                    continue;
-                }
-                if (fire_due(this->now()))
-                    continue;
-            }
-            if (outstanding_.load(std::memory_order_acquire) == 0)
-                return;
-            if (virtual_ && wheel_.empty()) {
-                std::unique_lock lock(mutex_);
-                if (remote_.empty())
-                    throw std::logic_error(
-                        "resilience::event_loop: virtual-time loop is stuck: " +
-                        std::to_string(outstanding_.load()) +
-                        " coroutine(s) wait for something no timer or posted work will bring");
-                continue;
-            }
-            std::unique_lock lock(mutex_);
-            // Woken by posted work, or by the last spawned coroutine finishing on another thread.
-            const auto ready = [&] {
-                return !remote_.empty() || outstanding_.load(std::memory_order_acquire) == 0;
-            };
-            if (ready())
-                continue;
-            if (wheel_.empty())
-                wake_.wait(lock, ready);
-            else
-                wake_.wait_until(
-                    lock,
-                    std::chrono::steady_clock::time_point(
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(wheel_.wake_at())),
-                    ready);
-        }
-    }
+    RESILIENCE_DECL void loop();
 
     // How a call made on this loop comes back to it (detail/home_loop.hpp).
     static void post_resume_here(home_loop* loop, std::coroutine_handle<> h) {
@@ -414,3 +301,7 @@ struct loop_access {
 } // namespace detail
 
 } // namespace resilience
+
+#if RESILIENCE_HEADER_ONLY
+#include "impl/event_loop.ipp"
+#endif

@@ -6,6 +6,7 @@
 #include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
+#include "detail/config.hpp"
 #include "detail/limiter_handle.hpp"
 #include "detail/token_bucket.hpp"
 #include "error.hpp"
@@ -123,3 +124,13 @@ template <clock C>
 rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
 
 } // namespace resilience
+
+// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+#if RESILIENCE_EXTERN_TEMPLATES
+namespace resilience {
+extern template class rate_limiter<steady_clock>;
+extern template class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock, detail::token_bucket,
+                                             rate_limiter_options>;
+extern template class detail::limiter_state<steady_clock, detail::token_bucket>;
+} // namespace resilience
+#endif

@@ -8,6 +8,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/config.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -347,3 +348,10 @@ template <clock C, random_source R>
 retry(retry_options, C, R) -> retry<C, R>;
 
 } // namespace resilience
+
+// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+#if RESILIENCE_EXTERN_TEMPLATES
+namespace resilience {
+extern template class retry<steady_clock, thread_random>;
+} // namespace resilience
+#endif

@@ -6,6 +6,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/config.hpp"
 #include "detail/label.hpp"
 #include "detail/stop.hpp"
 #include "detail/time.hpp"
@@ -367,3 +368,10 @@ template <clock C>
 timeout(timeout_options, C) -> timeout<C>;
 
 } // namespace resilience
+
+// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+#if RESILIENCE_EXTERN_TEMPLATES
+namespace resilience {
+extern template class timeout<steady_clock>;
+} // namespace resilience
+#endif

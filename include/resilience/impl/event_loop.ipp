@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+// The definitions of <resilience/event_loop.hpp> that do not depend on a user's type: included by the
+// header (header-only), or compiled once into resilience::compiled (detail/config.hpp).
+#pragma once
+
+#include "../event_loop.hpp"
+
+namespace resilience {
+
+RESILIENCE_DECL event_loop::~event_loop() {
+    drive_node* n = nullptr;
+    {
+        std::lock_guard lock(mutex_);
+        n = std::exchange(spawned_, nullptr);
+    }
+    while (n) {
+        drive_node* next = n->next;
+        n->next = n->prev = nullptr;
+        n->orphaned = true;
+        std::coroutine_handle<drive_task::promise_type>::from_promise(
+            static_cast<drive_task::promise_type&>(*n))
+            .destroy();
+        n = next;
+    }
+}
+
+RESILIENCE_DECL void event_loop::run() {
+    home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
+    struct restore {
+        home_loop* p;
+        ~restore() { current_ = p; }
+    } guard{previous};
+    loop();
+    if (auto e = std::exchange(failed_, nullptr))
+        std::rethrow_exception(e);
+}
+
+RESILIENCE_DECL void event_loop::run_until(std::chrono::nanoseconds t) {
+    if (!virtual_)
+        throw std::logic_error("resilience::event_loop: run_until needs a virtual-time loop");
+    home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
+    struct restore {
+        home_loop* p;
+        ~restore() { current_ = p; }
+    } guard{previous};
+    for (;;) {
+        take_remote();
+        while (!local_.empty()) {
+            local_.pop()();
+            take_remote();
+        }
+        // wake_at() is the earliest deadline or a lower bound of it: past `t`, nothing is due.
+        if (wheel_.empty() || wheel_.wake_at() > t)
+            break;
+        detail::timer_node* first = wheel_.pop_due(t);
+        if (!first)
+            break;
+        if (first->when > vnow_)
+            vnow_ = first->when;
+        first->fire(first);
+        fire_due(vnow_); // the others of the same instant
+    }
+    if (t > vnow_)
+        vnow_ = t;
+    if (auto e = std::exchange(failed_, nullptr))
+        std::rethrow_exception(e);
+}
+
+RESILIENCE_DECL void event_loop::take_remote() {
+    if (!remote_pending_.load(std::memory_order_acquire))
+        return;
+    std::lock_guard lock(mutex_);
+    for (const auto& j : remote_)
+        local_.push(j);
+    remote_.clear();
+    remote_pending_.store(false, std::memory_order_relaxed);
+}
+
+RESILIENCE_DECL bool event_loop::fire_due(std::chrono::nanoseconds now) {
+    bool fired = false;
+    while (detail::timer_node* t = wheel_.pop_due(now)) {
+        fired = true;
+        t->fire(t);
+    }
+    return fired;
+}
+
+RESILIENCE_DECL void event_loop::loop() {
+    for (;;) {
+        take_remote();
+        while (!local_.empty()) {
+            local_.pop()();
+            take_remote();
+        }
+        if (!wheel_.empty()) {
+            if (virtual_) {
+                // Nothing else can happen before the next deadline: time jumps there.
+                const auto next = wheel_.advance_to_next();
+                if (next > vnow_)
+                    vnow_ = next;
+                fire_due(vnow_);
+                continue;
+            }
+            if (fire_due(this->now()))
+                continue;
+        }
+        if (outstanding_.load(std::memory_order_acquire) == 0)
+            return;
+        if (virtual_ && wheel_.empty()) {
+            std::unique_lock lock(mutex_);
+            if (remote_.empty())
+                throw std::logic_error("resilience::event_loop: virtual-time loop is stuck: " +
+                                       std::to_string(outstanding_.load()) +
+                                       " coroutine(s) wait for something no timer or posted work will bring");
+            continue;
+        }
+        std::unique_lock lock(mutex_);
+        // Woken by posted work, or by the last spawned coroutine finishing on another thread.
+        const auto ready = [&] {
+            return !remote_.empty() || outstanding_.load(std::memory_order_acquire) == 0;
+        };
+        if (ready())
+            continue;
+        if (wheel_.empty())
+            wake_.wait(lock, ready);
+        else
+            wake_.wait_until(
+                lock,
+                std::chrono::steady_clock::time_point(
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(wheel_.wake_at())),
+                ready);
+    }
+}
+
+} // namespace resilience

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: MIT
+/// \file src.hpp
+/// The compiled mode's one source: `src/resilience.cpp` includes it to build `resilience::compiled`.
+/// It defines what the headers only declare when `RESILIENCE_SEPARATE_COMPILATION` is defined: the
+/// functions of `impl/*.ipp` and the policies on `steady_clock` (detail/config.hpp). A project that
+/// builds the library its own way compiles one file of its own that includes this header, with
+/// `RESILIENCE_SEPARATE_COMPILATION` and `RESILIENCE_COMPILING_LIBRARY` defined, and defines
+/// `RESILIENCE_SEPARATE_COMPILATION` in every file that includes the library.
+#pragma once
+
+#if !defined(RESILIENCE_SEPARATE_COMPILATION) || !defined(RESILIENCE_COMPILING_LIBRARY)
+#error                                                                                                       \
+    "<resilience/src.hpp> builds the compiled mode: define RESILIENCE_SEPARATE_COMPILATION and RESILIENCE_COMPILING_LIBRARY"
+#endif
+
+#include "resilience.hpp"
+
+namespace resilience {
+
+template class bulkhead<steady_clock>;
+template class detail::bulkhead_state<steady_clock, bulkhead_options>;
+template class circuit_breaker<steady_clock>;
+template class detail::breaker_core<steady_clock>;
+template class rate_limiter<steady_clock>;
+template class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock, detail::token_bucket,
+                                      rate_limiter_options>;
+template class detail::limiter_state<steady_clock, detail::token_bucket>;
+template class retry<steady_clock, thread_random>;
+template class timeout<steady_clock>;
+
+} // namespace resilience
