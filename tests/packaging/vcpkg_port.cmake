@@ -177,7 +177,8 @@ if(NOT copyright STREQUAL license)
     fail("share/resilience/copyright is not the LICENSE file")
 endif()
 
-file(GLOB_RECURSE source_headers RELATIVE "${SOURCE_PATH}/include" "${SOURCE_PATH}/include/*.hpp")
+file(GLOB_RECURSE source_headers RELATIVE "${SOURCE_PATH}/include" "${SOURCE_PATH}/include/*.hpp"
+    "${SOURCE_PATH}/include/*.ipp")
 file(GLOB_RECURSE package_headers RELATIVE "${pkg}/include" "${pkg}/include/*")
 list(SORT source_headers)
 list(SORT package_headers)
