@@ -33,6 +33,8 @@
 #include <tuple>
 #include <utility>
 
+namespace test_action_shapes {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -398,3 +400,5 @@ TEST_CASE("bulkhead: a queued caller handed its slot from another thread resumes
     check(
         rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1h}, rs::steady_clock{}});
 }
+
+} // namespace test_action_shapes

@@ -29,6 +29,8 @@
 #include <variant>
 #include <vector>
 
+namespace test_adaptive_concurrency {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
@@ -952,3 +954,5 @@ TEST_CASE("adaptive bulkhead: hammered by loops on four threads while its limit 
     CHECK(bh.limit() >= 1);
     CHECK(bh.limit() <= max);
 }
+
+} // namespace test_adaptive_concurrency

@@ -29,6 +29,8 @@
 #include <type_traits>
 #include <vector>
 
+namespace test_adaptive_throttle {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::simulation;
@@ -668,3 +670,5 @@ TEST_CASE("adaptive_throttle: shared by two threads, every call is counted once"
     CHECK(t.requests() == 2 * per_loop);
     CHECK(t.accepts() == 0);
 }
+
+} // namespace test_adaptive_throttle

@@ -22,6 +22,8 @@
 #include <stop_token>
 #include <vector>
 
+namespace test_any_clock {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::script;
@@ -442,3 +444,5 @@ TEST_CASE("coarse_steady_clock: steady_clock's epoch, readings that never run ah
                             rs::timeout{1s, coarse}};
     CHECK(rs::sync_wait(fast.execute([]() -> rs::task<int> { co_return 2; })) == 2);
 }
+
+} // namespace test_any_clock

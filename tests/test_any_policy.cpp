@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+namespace test_any_policy {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::simulation;
@@ -149,3 +151,5 @@ TEST_CASE("any_policy: a rate limiter behind it queues, refuses and reports as i
     CHECK(events == std::vector<std::pair<rs::telemetry_kind, std::chrono::nanoseconds>>{
                         {rs::telemetry_kind::rejection, 0s}, {rs::telemetry_kind::queue_wait, 1s}});
 }
+
+} // namespace test_any_policy

@@ -23,6 +23,8 @@
 #include <stop_token>
 #include <thread>
 
+namespace test_asio {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -206,3 +208,5 @@ TEST_CASE("asio: run() keeps going while the awaitable waits on something outsid
     CHECK(completed == 42);
     CHECK(handler_thread == std::this_thread::get_id()); // delivered in the io_context, not on `other`
 }
+
+} // namespace test_asio

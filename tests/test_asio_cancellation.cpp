@@ -38,6 +38,8 @@
 #include <variant>
 #include <vector>
 
+namespace test_asio_cancellation {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -431,3 +433,5 @@ TEST_CASE("asio: the losing side of an Asio || stops the policy call and its pen
     CHECK(read_ec == ::asio::error::operation_aborted);
 }
 #endif
+
+} // namespace test_asio_cancellation

@@ -35,6 +35,8 @@
 #include <system_error>
 #include <vector>
 
+namespace test_asio_docs {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -314,3 +316,5 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
     CHECK(scope.size() == 0);
     CHECK(svc.slots.in_flight() == 0);
 }
+
+} // namespace test_asio_docs

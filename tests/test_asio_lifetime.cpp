@@ -35,6 +35,8 @@
 #include <system_error>
 #include <thread>
 
+namespace test_asio_lifetime {
+
 namespace rs = resilience;
 using resilience_tests::tracked;
 using namespace std::chrono_literals;
@@ -259,3 +261,5 @@ TEST_CASE("asio: use_task in a coroutine driven by rs::sync_wait, with the io_co
     runner.join();
     CHECK(!ec);
 }
+
+} // namespace test_asio_lifetime

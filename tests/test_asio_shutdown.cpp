@@ -32,6 +32,8 @@
 #include <system_error>
 #include <vector>
 
+namespace test_asio_shutdown {
+
 namespace rs = resilience;
 using resilience_tests::tracked;
 using namespace std::chrono_literals;
@@ -335,3 +337,5 @@ TEST_CASE("asio shutdown: a call destroyed with its io_context while it awaits a
     CHECK(other.poll() == 1); // the timer's handler runs and finds nobody to resume
     CHECK_FALSE(resumed);
 }
+
+} // namespace test_asio_shutdown

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_async_generator {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::consume;
@@ -332,3 +334,5 @@ TEST_CASE("async_generator: items cost no allocation, and a stream of generators
     CHECK(per_generator == 0);
 }
 #endif
+
+} // namespace test_async_generator

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+namespace test_async_scope {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
@@ -262,3 +264,5 @@ TEST_CASE("async_scope: a spawned call's failure comes out of the loop's run", "
     CHECK_THROWS_WITH(sim.run_all(), "boom");
     CHECK(scope.size() == 0);
 }
+
+} // namespace test_async_scope

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+namespace test_backoff {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::invalid_argument_message;
@@ -332,3 +334,5 @@ TEST_CASE("backoff: copies share one schedule", "[backoff]") {
     CHECK(b.delay(1, rng) == 1ms);
     CHECK(b.delay(9, rng) == 2ms);
 }
+
+} // namespace test_backoff

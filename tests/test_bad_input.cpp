@@ -40,6 +40,8 @@
 #include <stdexcept>
 #include <string>
 
+namespace test_bad_input {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
@@ -630,3 +632,5 @@ TEST_CASE("bad input: a named policy signs its message with its label and name, 
     CHECK(message([&] { (void)rs::standard_pipeline({.name = "pay", .max_attempts = 0}, sim.clock()); }) ==
           "resilience::standard_pipeline (pay): max_attempts must be at least 1, got 0");
 }
+
+} // namespace test_bad_input

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_bulkhead {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
@@ -1006,3 +1008,5 @@ TEST_CASE("bulkhead: execute throws what on_rejected threw", "[bulkhead]") {
     (void)ignored;
     CHECK(first == 1);
 }
+
+} // namespace test_bulkhead

@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_chaos {
+
 namespace rs = resilience;
 namespace chaos = resilience::chaos;
 using namespace std::chrono_literals;
@@ -479,3 +481,5 @@ TEST_CASE("chaos: a toggle flipped from another thread while calls run on a loop
     on.enable();
     CHECK_THROWS_AS(rs::sync_wait(f.execute(action)), boom);
 }
+
+} // namespace test_chaos

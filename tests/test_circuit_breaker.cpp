@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_circuit_breaker {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::completion_counts;
@@ -1835,3 +1837,5 @@ TEST_CASE(
     CHECK_THROWS_AS(sim.run(std::move(call)), std::runtime_error);
     CHECK(breaker.state() == rs::circuit_state::open); // the call's failure reached the shared state
 }
+
+} // namespace test_circuit_breaker

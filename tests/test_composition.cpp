@@ -11,6 +11,8 @@
 #include <chrono>
 #include <stdexcept>
 
+namespace test_composition {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::script;
@@ -235,3 +237,5 @@ TEST_CASE("composition: a call stopped before it starts is refused by the policy
     }());
     CHECK(flights.name() == "flights");
 }
+
+} // namespace test_composition

@@ -21,6 +21,8 @@
 #include <tuple>
 #include <vector>
 
+namespace test_event_loop {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -578,3 +580,5 @@ TEST_CASE("timer_wheel: on a clock it does not drive, it never wakes its loop la
         CHECK(most_wakes_in_a_row <= 10);
     }
 }
+
+} // namespace test_event_loop

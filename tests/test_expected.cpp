@@ -40,6 +40,8 @@ extern "C" void* __cxa_begin_catch(void* exception) noexcept {
 }
 #endif
 
+namespace test_expected {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::simulation;
@@ -84,8 +86,12 @@ struct not_a_result {
 
 } // namespace
 
+} // namespace test_expected
+
 template <>
-inline constexpr bool rs::disable_expected_like<not_a_result> = true;
+inline constexpr bool resilience::disable_expected_like<test_expected::not_a_result> = true;
+
+namespace test_expected {
 
 static_assert(rs::expected_like<result<int>>);
 static_assert(rs::expected_like<const result<int>>);
@@ -387,3 +393,5 @@ TEST_CASE("expected: the success path of an expected-like result allocates nothi
     CHECK(allocations == 0);
 }
 #endif
+
+} // namespace test_expected

@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <vector>
 
+namespace test_fallback {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
@@ -464,3 +466,5 @@ TEST_CASE("fallback: a throwing on_fallback ends the call with its exception, an
     CHECK(substitutes == 0);
     CHECK(sim.now() == 100ms);
 }
+
+} // namespace test_fallback

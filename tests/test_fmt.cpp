@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+namespace test_fmt {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -74,3 +76,5 @@ TEST_CASE("fmt: a telemetry event prints as one line with its instant, policy, n
     rs::telemetry_event call{.kind = rs::telemetry_kind::call, .policy = "telemetry", .duration = 0ns};
     CHECK(fmt::format("{}", call) == "[0ns] telemetry call: call succeeded after 0ns");
 }
+
+} // namespace test_fmt

@@ -29,6 +29,8 @@
 #include <type_traits>
 #include <vector>
 
+namespace test_hedge {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::invalid_argument_message;
@@ -793,3 +795,5 @@ TEST_CASE("hedge: one hedge shared by calls on two loops and threads", "[hedge][
     resilience_tests::run_on_threads(a, b);
     CHECK(answers == 200);
 }
+
+} // namespace test_hedge

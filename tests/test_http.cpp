@@ -21,6 +21,8 @@
 #include <system_error>
 #include <vector>
 
+namespace test_http {
+
 namespace rs = resilience;
 namespace http = resilience::http;
 using namespace std::chrono_literals;
@@ -326,11 +328,15 @@ const rs::constant_backoff exact_100ms{100ms, rs::jitter::none};
 
 } // namespace
 
+} // namespace test_http
+
 template <>
-struct resilience::http::response_traits<legacy_reply> {
-    static int status(const legacy_reply& r) { return r.code(); }
-    static const char* retry_after(const legacy_reply& r) { return r.header("Retry-After"); }
+struct resilience::http::response_traits<test_http::legacy_reply> {
+    static int status(const test_http::legacy_reply& r) { return r.code(); }
+    static const char* retry_after(const test_http::legacy_reply& r) { return r.header("Retry-After"); }
 };
+
+namespace test_http {
 
 static_assert(http::response<reply>);
 static_assert(http::response<legacy_reply>);
@@ -508,3 +514,5 @@ TEST_CASE("http: a std::expected of a reply is classified like the result type o
     CHECK_FALSE(c(rs::outcome<fetch_result>{fetch_result{reply{200}}}).handle);
 }
 #endif
+
+} // namespace test_http

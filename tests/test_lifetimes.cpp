@@ -33,6 +33,8 @@
 #include <thread>
 #include <utility>
 
+namespace test_lifetimes {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using vclock = rs::testing::virtual_clock;
@@ -411,3 +413,5 @@ TEMPLATE_TEST_CASE("lifetimes: copies of a handle are equal and hash alike, othe
     CHECK(!(other == a));
     CHECK(std::hash<TestType>{}(copy) == std::hash<TestType>{}(a));
 }
+
+} // namespace test_lifetimes

@@ -18,6 +18,8 @@
 #include <optional>
 #include <vector>
 
+namespace test_model_limiters {
+
 namespace rs = resilience;
 namespace rm = resilience_models;
 using rm::run_scenarios;
@@ -141,3 +143,5 @@ TEST_CASE("token bucket: a rate too slow for its interval to fit is refused, nam
     CHECK(std::isfinite(slow.tokens()));
     CHECK(slow.tokens() == 0.0);
 }
+
+} // namespace test_model_limiters

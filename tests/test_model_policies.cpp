@@ -20,6 +20,8 @@
 #include <optional>
 #include <stop_token>
 
+namespace test_model_policies {
+
 namespace rs = resilience;
 namespace rm = resilience_models;
 using namespace std::chrono_literals;
@@ -128,3 +130,5 @@ TEST_CASE("timeout: nested on two real clocks with different epochs, a fast call
     CHECK(left > 0ns);
     CHECK(left < 1s);
 }
+
+} // namespace test_model_policies

@@ -8,6 +8,8 @@
 #include <string>
 #include <system_error>
 
+namespace test_outcome {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -277,3 +279,5 @@ TEST_CASE("outcome: to_expected keeps the value or the exception", "[outcome]") 
     CHECK(rs::outcome<void>{}.to_expected().has_value());
 }
 #endif
+
+} // namespace test_outcome

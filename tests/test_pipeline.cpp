@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+namespace test_pipeline {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -595,3 +597,5 @@ TEST_CASE("pipeline: a timeout around a bulkhead ends a queued call at its deadl
     CHECK(log.how == std::vector<std::string>{"timeout", "timeout", "value"});
     CHECK(bh.in_flight() == 0);
 }
+
+} // namespace test_pipeline

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_rate_limiter {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
@@ -1157,3 +1159,5 @@ TEST_CASE("rate_limiter: the first waiter in a pipeline, stopped while it watche
     CHECK(j.finished[2].at == 40ms);
     CHECK(lim.queued() == 0);
 }
+
+} // namespace test_rate_limiter

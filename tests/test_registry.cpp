@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_registry {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::invalid_argument_message;
@@ -364,3 +366,5 @@ TEST_CASE("registry: lookups, keyed churn and snapshots from many threads agree"
     CHECK(snapshots.load() > 0);
     CHECK(busy.load() == 0);
 }
+
+} // namespace test_registry

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+namespace test_retry {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::invalid_argument_message;
@@ -791,3 +793,5 @@ TEST_CASE("retry: the success path allocates nothing after warm-up", "[retry][al
     CHECK(allocations == 0);
 }
 #endif
+
+} // namespace test_retry

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 
+namespace test_retry_budget {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::invalid_argument_message;
@@ -153,3 +155,5 @@ TEST_CASE("retry_budget: two event loops on two threads never get more than capa
     CHECK(budget.tokens() < 1.0);
     CHECK(granted >= static_cast<long>(ratio * static_cast<double>(calls))); // and earned retries were given
 }
+
+} // namespace test_retry_budget

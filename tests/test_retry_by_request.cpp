@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+namespace test_retry_by_request {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::stop_at;
@@ -108,10 +110,14 @@ const rs::constant_backoff exact_100ms{100ms, rs::jitter::none};
 
 } // namespace
 
+} // namespace test_retry_by_request
+
 template <>
-inline constexpr bool rs::retry_safe<vendor_lookup> = true;
+inline constexpr bool resilience::retry_safe<test_retry_by_request::vendor_lookup> = true;
 template <>
-inline constexpr bool rs::retry_safe<audited_price> = false;
+inline constexpr bool resilience::retry_safe<test_retry_by_request::audited_price> = false;
+
+namespace test_retry_by_request {
 
 static_assert(rs::retry_safe<get_price>);
 static_assert(rs::retry_safe<get_stock>);
@@ -225,3 +231,5 @@ TEST_CASE("retry by request: any policy may carry the marked requests, a pipelin
     CHECK_NOTHROW(sim.run(handle(charge_card{100})));
     CHECK(sim.now() - start == 10ms);
 }
+
+} // namespace test_retry_by_request

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+namespace test_retry_deadline {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::simulation;
@@ -230,3 +232,5 @@ TEST_CASE("retry: a deadline on another clock type is not compared with the retr
     CHECK(call(rs::any_clock{sim.clock()}, rs::any_clock{sim.clock()}) == 700ms);
     CHECK(call(sim.clock(), rs::any_clock{sim.clock()}) == 1s);
 }
+
+} // namespace test_retry_deadline

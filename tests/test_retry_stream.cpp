@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_retry_stream {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::consume;
@@ -541,3 +543,5 @@ TEST_CASE("retry_stream: on steady_clock with a stop token, without waiting when
     CHECK(items == std::vector<std::string>{"ok"});
     CHECK(calls == 3);
 }
+
+} // namespace test_retry_stream

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_simulation {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -151,3 +153,5 @@ TEST_CASE("simulation: run_until rethrows what a spawned coroutine let escape", 
     CHECK_THROWS_WITH(sim.run_for(1s), "boom");
     CHECK(sim.now() == 1500ms);
 }
+
+} // namespace test_simulation

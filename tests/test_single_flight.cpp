@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+namespace test_single_flight {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::stop_at;
@@ -652,3 +654,5 @@ TEST_CASE("single_flight: callers stopped from another thread leave alone, only 
     CHECK(c.finished.load() == c.started.load());
     CHECK(sf.in_flight() == 0);
 }
+
+} // namespace test_single_flight

@@ -23,6 +23,8 @@
 #include <stop_token>
 #include <tuple>
 
+namespace test_stack_depth {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -167,3 +169,5 @@ TEST_CASE("stack depth: a generator that yields a million items at once and one 
     rs::testing::simulation sim;
     CHECK(sim.run(consume()) == iterations);
 }
+
+} // namespace test_stack_depth

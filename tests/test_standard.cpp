@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+namespace test_standard {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using resilience_tests::invalid_argument_message;
@@ -331,3 +333,5 @@ TEST_CASE("standard: a pipeline built around a shared breaker uses it and its cl
     CHECK(rb.error().is<rs::circuit_open_error>());
     CHECK(called == 0);
 }
+
+} // namespace test_standard

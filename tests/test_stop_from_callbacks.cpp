@@ -26,6 +26,8 @@
 #include <stop_token>
 #include <string>
 
+namespace test_stop_from_callbacks {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::simulation;
@@ -265,3 +267,5 @@ TEST_CASE("retry_stream: a consumer's stop requested from the classifier with no
     CHECK(threw);
     CHECK(factories == 1);
 }
+
+} // namespace test_stop_from_callbacks

@@ -40,6 +40,8 @@ void operator delete[](void* p, std::size_t) noexcept {
 }
 #endif
 
+namespace test_task {
+
 namespace rs = resilience;
 
 // A loop of awaits that complete at once runs in constant stack in every build. A recursive chain of
@@ -179,3 +181,5 @@ TEST_CASE(
     CHECK(static_cast<unsigned char*>(next)[127] == 0xab);
     frame_cache::deallocate(next, 128);
 }
+
+} // namespace test_task

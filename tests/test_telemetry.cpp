@@ -29,6 +29,8 @@
 #include <type_traits>
 #include <vector>
 
+namespace test_telemetry {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::telemetry_kind;
@@ -680,3 +682,5 @@ TEST_CASE("telemetry: the success path of five policies allocates nothing, with 
     CHECK(events == 2 * 1'100); // each call: the retry's attempt, the stage's call
 }
 #endif
+
+} // namespace test_telemetry

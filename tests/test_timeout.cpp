@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_timeout {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using rs::testing::script;
@@ -581,3 +583,5 @@ TEST_CASE("timeout: duration(), deprecated, is options().timeout", "[timeout]") 
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
+
+} // namespace test_timeout

@@ -10,6 +10,8 @@
 #include <variant>
 #include <vector>
 
+namespace test_when_all {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
@@ -71,3 +73,5 @@ TEST_CASE("when_all: children that finish synchronously complete the join at onc
     auto [a, b] = rs::sync_wait(rs::when_all(value(1), value(2)));
     CHECK(a + b == 3);
 }
+
+} // namespace test_when_all

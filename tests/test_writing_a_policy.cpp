@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+namespace test_writing_a_policy {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
 using example::priority;
@@ -402,3 +404,5 @@ TEST_CASE("writing_a_policy.md: every code block is an excerpt of compiled code"
     }
     CHECK(blocks >= 8);
 }
+
+} // namespace test_writing_a_policy

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+namespace redis_test_bulkhead {
+
 namespace rs = resilience;
 namespace redis = resilience::redis;
 using namespace std::chrono_literals;
@@ -352,3 +354,5 @@ TEST_CASE("redis bulkhead and rate_limiter: bad options are refused naming the f
         redis::rate_limiter({.name = "api", .key = "k", .token_limit = 0, .tokens_per_second = 1}, c),
         "resilience::redis::rate_limiter (api): token_limit must be positive, got 0");
 }
+
+} // namespace redis_test_bulkhead

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+namespace redis_test_connection {
+
 namespace rs = resilience;
 namespace redis = resilience::redis;
 using namespace std::chrono_literals;
@@ -236,3 +238,5 @@ TEST_CASE("redis connection: from_url reads host and port, and refuses what it w
         CHECK(std::string{e.what()}.find("secret") == std::string::npos);
     }
 }
+
+} // namespace redis_test_connection

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+namespace redis_test_rate_limiter {
+
 namespace rs = resilience;
 namespace redis = resilience::redis;
 using namespace std::chrono_literals;
@@ -574,3 +576,5 @@ TEST_CASE(
     // 1.1e16 us (349 years) away, told as the longest wait a limiter tells: 2^62 ns, about 146 years.
     CHECK(retry_after == std::chrono::nanoseconds{std::int64_t{1} << 62});
 }
+
+} // namespace redis_test_rate_limiter

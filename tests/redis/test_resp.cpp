@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+namespace redis_test_resp {
+
 namespace redis = resilience::redis;
 using redis::detail::reply_reader;
 using kind = redis::reply::kind;
@@ -199,3 +201,5 @@ TEST_CASE("redis resp: a command is an array of bulk strings, which the reader r
     REQUIRE(none.has_value());
     CHECK(none->elements.empty());
 }
+
+} // namespace redis_test_resp
