@@ -1135,8 +1135,9 @@ TEST_CASE("circuit_breaker: a returned value should_handle handles counts as a f
     CHECK_FALSE(ran);
     REQUIRE(other.error().as<std::invalid_argument>());
     CHECK(other.error().what() ==
-          std::string("resilience::circuit_breaker: should_handle classifies rs::outcome<(anonymous "
-                      "namespace)::reply> but the action returns int"));
+          std::string(
+              "resilience::circuit_breaker: should_handle classifies "
+              "rs::outcome<test_circuit_breaker::(anonymous namespace)::reply> but the action returns int"));
     // A caller that has stopped too still learns of the setup mistake, not of a cancellation.
     std::stop_source stopped;
     stopped.request_stop();
