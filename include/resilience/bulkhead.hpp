@@ -480,6 +480,6 @@ bulkhead(bulkhead_options, C) -> bulkhead<C>;
 #if RESILIENCE_EXTERN_TEMPLATES
 namespace resilience {
 extern template class bulkhead<steady_clock>;
-extern template class detail::bulkhead_state<steady_clock, bulkhead_options>;
+extern template struct detail::bulkhead_state<steady_clock, bulkhead_options>;
 } // namespace resilience
 #endif

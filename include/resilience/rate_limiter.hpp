@@ -131,6 +131,6 @@ namespace resilience {
 extern template class rate_limiter<steady_clock>;
 extern template class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock, detail::token_bucket,
                                              rate_limiter_options>;
-extern template class detail::limiter_state<steady_clock, detail::token_bucket>;
+extern template struct detail::limiter_state<steady_clock, detail::token_bucket>;
 } // namespace resilience
 #endif

@@ -18,13 +18,13 @@
 namespace resilience {
 
 template class bulkhead<steady_clock>;
-template class detail::bulkhead_state<steady_clock, bulkhead_options>;
+template struct detail::bulkhead_state<steady_clock, bulkhead_options>;
 template class circuit_breaker<steady_clock>;
 template class detail::breaker_core<steady_clock>;
 template class rate_limiter<steady_clock>;
 template class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock, detail::token_bucket,
                                       rate_limiter_options>;
-template class detail::limiter_state<steady_clock, detail::token_bucket>;
+template struct detail::limiter_state<steady_clock, detail::token_bucket>;
 template class retry<steady_clock, thread_random>;
 template class timeout<steady_clock>;
 
