@@ -48,6 +48,28 @@ void run_on_loop(
     }(state, body, done));
 }
 
+/// The dependency of the success-path rows: completes at once, since anything slower would hide the
+/// policies' own cost. `ready_action` is the action that calls it.
+inline resilience::task<int> ready_dependency() {
+    co_return 42;
+}
+inline constexpr auto ready_action = [] { return ready_dependency(); };
+
+/// A row: `ready_action` through `policy`, one call per iteration.
+template <class Policy>
+void through(benchmark::State& state, const Policy& policy) {
+    run_on_loop(state, [&](benchmark::State*) -> resilience::task<void> {
+        benchmark::DoNotOptimize(co_await policy.execute(ready_action));
+    });
+}
+
+/// The baseline row: `ready_action` awaited directly.
+inline void bare_call(benchmark::State& state) {
+    run_on_loop(state, [](benchmark::State*) -> resilience::task<void> {
+        benchmark::DoNotOptimize(co_await ready_action());
+    });
+}
+
 /// Prints the usual console output, then a summary: ns per call, ratio to the named baseline, and
 /// allocations per call.
 class ratio_reporter : public benchmark::ConsoleReporter {

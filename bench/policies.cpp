@@ -16,18 +16,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The dependency: completes at once. Anything slower would hide the policies' own cost.
-rs::task<int> dependency() {
-    co_return 42;
-}
-const auto action = [] { return dependency(); };
-
-template <class Policy>
-void through(benchmark::State& state, const Policy& policy) {
-    bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
-        benchmark::DoNotOptimize(co_await policy.execute(action));
-    });
-}
+// The dependency, the action that calls it and the row through a policy: bench/harness.hpp.
+const auto action = bench::ready_action;
+using bench::through;
 
 // A limiter and a bulkhead that never refuse in these runs: the success path only.
 rs::rate_limiter<> roomy_limiter() {
@@ -37,10 +28,7 @@ rs::bulkhead<> roomy_bulkhead() {
     return rs::bulkhead{{.max_concurrent_calls = 1'000}};
 }
 
-void bare_call(benchmark::State& state) {
-    bench::run_on_loop(
-        state, [](benchmark::State*) -> rs::task<void> { benchmark::DoNotOptimize(co_await action()); });
-}
+using bench::bare_call;
 BENCHMARK(bare_call);
 
 void retry_alone(benchmark::State& state) {
@@ -172,7 +160,8 @@ void pipeline_of_five_token_taken(benchmark::State& state) {
     const rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
                          roomy_bulkhead(), roomy_limiter()};
     bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
-        benchmark::DoNotOptimize(co_await p.execute([](std::stop_token) { return dependency(); }));
+        benchmark::DoNotOptimize(
+            co_await p.execute([](std::stop_token) { return bench::ready_dependency(); }));
     });
 }
 BENCHMARK(pipeline_of_five_token_taken);

@@ -42,7 +42,8 @@ LAYERS = [
         "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",
         "retry_by_request.hpp", "resilience.hpp", "src.hpp",
     ]),
-    (5, "integrations", ["fmt.hpp", "asio.hpp", "asio/", "redis.hpp", "redis/"]),
+    (5, "integrations", ["fmt.hpp", "asio.hpp", "asio/", "boost_asio.hpp", "beast.hpp", "prometheus.hpp",
+                          "grpc.hpp", "redis.hpp", "redis/"]),
 ]
 
 

@@ -4,18 +4,8 @@
 // run_for only bounds a broken test instead of letting it hang.
 #include "catch.hpp"
 
-#include <resilience/asio.hpp>
+#include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
-
-#include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#if defined(ASIO_HAS_CO_AWAIT)
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/use_awaitable.hpp>
-#endif
-
-#include <asio/executor_work_guard.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -28,11 +18,11 @@ namespace test_asio {
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
-static_assert(rs::clock<rs::asio::clock>);
+static_assert(rs::clock<rsa::clock>);
 
 TEST_CASE("asio: a sleep on the Asio clock resumes in the io_context and ends early when stopped", "[asio]") {
-    ::asio::io_context io;
-    rs::asio::clock clock{io.get_executor()};
+    net::io_context io;
+    rsa::clock clock{io.get_executor()};
     std::stop_source stop;
     bool woke = false;
     std::thread::id io_thread, resumed_on;
@@ -41,7 +31,7 @@ TEST_CASE("asio: a sleep on the Asio clock resumes in the io_context and ends ea
         woke = true;
         resumed_on = std::this_thread::get_id();
     };
-    rs::asio::async_run(io.get_executor(), sleeper(), [](std::exception_ptr) {});
+    rsa::async_run(io.get_executor(), sleeper(), [](std::exception_ptr) {});
     std::thread stopper([&] { stop.request_stop(); });
     io_thread = std::this_thread::get_id();
     io.run_for(10s);
@@ -51,10 +41,10 @@ TEST_CASE("asio: a sleep on the Asio clock resumes in the io_context and ends ea
 }
 
 TEST_CASE("asio: async_run completes a callback with the value or the exception", "[asio]") {
-    ::asio::io_context io;
+    net::io_context io;
     int value = 0;
     std::exception_ptr error;
-    rs::asio::async_run(
+    rsa::async_run(
         io.get_executor(), []() -> rs::task<int> { co_return 5; }(),
         [&](std::exception_ptr e, int v) {
             error = e;
@@ -65,7 +55,7 @@ TEST_CASE("asio: async_run completes a callback with the value or the exception"
     CHECK(error == nullptr);
 
     io.restart();
-    rs::asio::async_run(
+    rsa::async_run(
         io.get_executor(),
         []() -> rs::task<int> {
             throw std::runtime_error("down");
@@ -78,8 +68,8 @@ TEST_CASE("asio: async_run completes a callback with the value or the exception"
 }
 
 TEST_CASE("asio: a pipeline on the Asio clock recovers from a stalled and a failed attempt", "[asio]") {
-    ::asio::io_context io;
-    rs::asio::clock clock{io.get_executor()};
+    net::io_context io;
+    rsa::clock clock{io.get_executor()};
     rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}, clock},
                         rs::timeout{20ms, clock}};
     int calls = 0;
@@ -94,34 +84,35 @@ TEST_CASE("asio: a pipeline on the Asio clock recovers from a stalled and a fail
         co_return 42;
     };
     int result = 0;
-    rs::asio::async_run(io.get_executor(), policy.execute(dependency),
-                        [&](std::exception_ptr, int v) { result = v; });
+    rsa::async_run(io.get_executor(), policy.execute(dependency),
+                   [&](std::exception_ptr, int v) { result = v; });
     io.run_for(10s);
     CHECK(result == 42);
     CHECK(calls == 3);
 }
 
-#if defined(ASIO_HAS_CO_AWAIT) // asio::awaitable: Asio enables it for g++, not for clang 14 with libstdc++
+#if defined(                                                                                                 \
+    RESILIENCE_TEST_HAS_CO_AWAIT) // net::awaitable: Asio enables it for g++, not for clang 14 with libstdc++
 TEST_CASE("asio: with use_awaitable a failure is rethrown in the Asio coroutine", "[asio]") {
-    ::asio::io_context io;
-    rs::asio::clock clock{io.get_executor()};
+    net::io_context io;
+    rsa::clock clock{io.get_executor()};
     rs::timeout limit{5ms, clock};
     auto stalls = [&](std::stop_token st) -> rs::task<void> {
         co_await clock.sleep_for(1h, st);
         throw rs::cancelled_error{};
     };
     bool timed_out = false;
-    ::asio::co_spawn(
+    net::co_spawn(
         io,
-        [&]() -> ::asio::awaitable<void> {
+        [&]() -> net::awaitable<void> {
             auto call = limit.execute(stalls);
             try {
-                co_await rs::asio::async_run(io.get_executor(), std::move(call), ::asio::use_awaitable);
+                co_await rsa::async_run(io.get_executor(), std::move(call), net::use_awaitable);
             } catch (const rs::timeout_error&) {
                 timed_out = true;
             }
         },
-        ::asio::detached);
+        net::detached);
     io.run_for(10s);
     CHECK(timed_out);
 }
@@ -129,24 +120,24 @@ TEST_CASE("asio: with use_awaitable a failure is rethrown in the Asio coroutine"
 #endif
 
 TEST_CASE("asio: use_task awaits an Asio operation inside a resilience coroutine", "[asio]") {
-    ::asio::io_context io;
-    ::asio::steady_timer timer{io, std::chrono::steady_clock::now() + 1h};
-    std::error_code seen;
+    net::io_context io;
+    net::steady_timer timer{io, std::chrono::steady_clock::now() + 1h};
+    net_error_code seen;
     auto waits = [&]() -> rs::task<void> {
-        auto [ec] = co_await timer.async_wait(rs::asio::use_task);
+        auto [ec] = co_await timer.async_wait(rsa::use_task);
         seen = ec;
     };
-    rs::asio::async_run(io.get_executor(), waits(), [](std::exception_ptr) {});
-    ::asio::post(io, [&] { timer.cancel(); });
+    rsa::async_run(io.get_executor(), waits(), [](std::exception_ptr) {});
+    net::post(io, [&] { timer.cancel(); });
     io.run_for(10s);
-    CHECK(seen == ::asio::error::operation_aborted);
+    CHECK(seen == net::error::operation_aborted);
 }
 
 TEST_CASE("asio: sleeps on a two-thread io_context all end when stopped from a third thread",
           "[asio][concurrency]") {
-    ::asio::io_context io;
-    auto guard = ::asio::make_work_guard(io);
-    rs::asio::clock clock{io.get_executor()};
+    net::io_context io;
+    auto guard = net::make_work_guard(io);
+    rsa::clock clock{io.get_executor()};
     std::stop_source stop;
     std::atomic<int> woke{0};
     constexpr int sleepers = 200;
@@ -156,7 +147,7 @@ TEST_CASE("asio: sleeps on a two-thread io_context all end when stopped from a t
     };
     std::atomic<int> finished{0};
     for (int i = 0; i < sleepers; ++i)
-        rs::asio::async_run(io.get_executor(), sleeper(), [&](std::exception_ptr) { finished.fetch_add(1); });
+        rsa::async_run(io.get_executor(), sleeper(), [&](std::exception_ptr) { finished.fetch_add(1); });
     std::thread a([&] { io.run_for(10s); }), b([&] { io.run_for(10s); });
     std::thread stopper([&] { stop.request_stop(); }); // races with the sleeps still starting
     stopper.join();
@@ -171,8 +162,8 @@ TEST_CASE("asio: sleeps on a two-thread io_context all end when stopped from a t
 }
 
 TEST_CASE("asio: an exception thrown by the completion handler comes out of io_context::run", "[asio]") {
-    ::asio::io_context io;
-    rs::asio::async_run(
+    net::io_context io;
+    rsa::async_run(
         io.get_executor(), []() -> rs::task<int> { co_return 1; }(),
         [](std::exception_ptr, int) { throw std::runtime_error("from the handler"); });
     CHECK_THROWS_WITH(io.run(), "from the handler");
@@ -193,14 +184,14 @@ TEST_CASE("asio: run() keeps going while the awaitable waits on something outsid
     });
     while (!holding)
         std::this_thread::yield();
-    ::asio::io_context io;
+    net::io_context io;
     int completed = 0;
     std::thread::id handler_thread;
-    rs::asio::async_run(io.get_executor(), bh.execute([]() -> rs::task<int> { co_return 42; }),
-                        [&](std::exception_ptr, int v) {
-                            completed = v;
-                            handler_thread = std::this_thread::get_id();
-                        });
+    rsa::async_run(io.get_executor(), bh.execute([]() -> rs::task<int> { co_return 42; }),
+                   [&](std::exception_ptr, int v) {
+                       completed = v;
+                       handler_thread = std::this_thread::get_id();
+                   });
     std::thread releaser([&] { release.request_stop(); });
     io.run(); // returns only once the handler has run: the operation holds work on the io_context
     releaser.join();

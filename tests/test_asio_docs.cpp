@@ -3,27 +3,12 @@
 // example's code is copied from the page unchanged, except for durations; when you change one, change
 // the other. The page's `fetch_quote` stands in the first case as the page has it; the later cases call
 // the same steps as `fetch_quote_from`. Those marked g++ only in the page are built where Asio declares
-// asio::awaitable.
+// net::awaitable.
 #include "catch.hpp"
 
-#include <resilience/asio.hpp>
+#include "asio_flavour.hpp"
 #include <resilience/async_scope.hpp>
 #include <resilience/resilience.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/buffer.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/write.hpp>
-#if defined(ASIO_HAS_CO_AWAIT)
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/use_awaitable.hpp>
-#endif
 
 #include <array>
 #include <chrono>
@@ -42,13 +27,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-using asio::ip::tcp;
+using net::ip::tcp;
 
 // Accepts connections on 127.0.0.1; answers each with a quote, or holds it open unanswered.
 class test_server {
 public:
-    test_server(asio::io_context& io, bool answers)
-        : acceptor_(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0)), answers_(answers) {
+    test_server(net::io_context& io, bool answers)
+        : acceptor_(io, tcp::endpoint(net::ip::address_v4::loopback(), 0)), answers_(answers) {
         accept();
     }
     tcp::endpoint endpoint() const { return acceptor_.local_endpoint(); }
@@ -59,12 +44,12 @@ public:
 
 private:
     void accept() {
-        acceptor_.async_accept([this](std::error_code ec, tcp::socket s) {
+        acceptor_.async_accept([this](net_error_code ec, tcp::socket s) {
             if (ec)
                 return;
             auto conn = std::make_shared<tcp::socket>(std::move(s));
             if (answers_)
-                asio::async_write(*conn, asio::buffer(reply_), [conn](std::error_code, std::size_t) {});
+                net::async_write(*conn, net::buffer(reply_), [conn](net_error_code, std::size_t) {});
             else
                 held_.push_back(conn);
             accept();
@@ -95,25 +80,25 @@ struct outcome_log {
 // The page's `fetch_quote` (the first case below has its text): one attempt, on a connection of its own
 // to `server` (as it is when the attempt starts), the attempt's token reaching each operation. The
 // read's error code is written to `*read_ec` when one is given.
-rs::task<double> fetch_quote_from(asio::io_context& io, const tcp::endpoint& server, std::stop_token st,
-                                  std::error_code* read_ec = nullptr) {
+rs::task<double> fetch_quote_from(net::io_context& io, const tcp::endpoint& server, std::stop_token st,
+                                  net_error_code* read_ec = nullptr) {
     tcp::socket socket{io};
-    auto [connect_ec] = co_await socket.async_connect(server, rs::asio::use_task(st));
+    auto [connect_ec] = co_await socket.async_connect(server, rsa::use_task(st));
     if (connect_ec)
-        throw std::system_error(connect_ec);
+        throw net_system_error(connect_ec);
     std::array<char, 64> buf{};
-    auto [ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
+    auto [ec, n] = co_await socket.async_read_some(net::buffer(buf), rsa::use_task(st));
     if (read_ec)
         *read_ec = ec;
     if (ec)
-        throw std::system_error(ec);
+        throw net_system_error(ec);
     co_return std::stod(std::string(buf.data(), n));
 }
 
 } // namespace
 
 TEST_CASE("docs/asio.md: a call from Asio code, g++ and clang", "[asio][docs]") {
-    asio::io_context io;
+    net::io_context io;
     test_server server{io, true};
     outcome_log log{server};
     auto show = [&](double q) { log.show(q); };
@@ -121,24 +106,24 @@ TEST_CASE("docs/asio.md: a call from Asio code, g++ and clang", "[asio][docs]") 
     tcp::endpoint quote_server = server.endpoint();
 
     // ---- from the page ----
-    rs::asio::clock clock{io.get_executor()};
+    rsa::clock clock{io.get_executor()};
     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
 
     // One attempt, on a connection of its own. The attempt's token reaches each operation: when the
     // timeout stops the attempt, the pending connect or read ends at once with operation_aborted.
     auto fetch_quote = [&](std::stop_token st) -> rs::task<double> {
         tcp::socket socket{io};
-        auto [connect_ec] = co_await socket.async_connect(quote_server, rs::asio::use_task(st));
+        auto [connect_ec] = co_await socket.async_connect(quote_server, rsa::use_task(st));
         if (connect_ec)
-            throw std::system_error(connect_ec);
+            throw net_system_error(connect_ec);
         std::array<char, 64> buf{};
-        auto [read_ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
+        auto [read_ec, n] = co_await socket.async_read_some(net::buffer(buf), rsa::use_task(st));
         if (read_ec)
-            throw std::system_error(read_ec);
+            throw net_system_error(read_ec);
         co_return std::stod(std::string(buf.data(), n));
     };
 
-    rs::asio::async_run(
+    rsa::async_run(
         io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
         [&](std::exception_ptr error, double quote) {
             if (error)
@@ -153,60 +138,60 @@ TEST_CASE("docs/asio.md: a call from Asio code, g++ and clang", "[asio][docs]") 
 }
 
 TEST_CASE("docs/asio.md: a posted cancel that shares the per-attempt socket", "[asio][docs]") {
-    asio::io_context io;
+    net::io_context io;
     test_server server{io, false};
     tcp::endpoint quote_server = server.endpoint();
-    rs::asio::clock clock{io.get_executor()};
+    rsa::clock clock{io.get_executor()};
     rs::timeout limit{20ms, clock};
-    std::error_code read_ec;
+    net_error_code read_ec;
     auto attempt = [&](std::stop_token st) -> rs::task<void> {
         // ---- from the page ----
         auto socket = std::make_shared<tcp::socket>(io);
         std::stop_callback on_stop{st, [socket] {
-                                       asio::post(socket->get_executor(),
-                                                  [socket] { socket->cancel(); }); // keeps the socket alive
+                                       net::post(socket->get_executor(),
+                                                 [socket] { socket->cancel(); }); // keeps the socket alive
                                    }};
         // ---- end ----
-        auto [connect_ec] = co_await socket->async_connect(quote_server, rs::asio::use_task);
+        auto [connect_ec] = co_await socket->async_connect(quote_server, rsa::use_task);
         if (connect_ec)
-            throw std::system_error(connect_ec);
+            throw net_system_error(connect_ec);
         std::array<char, 64> buf{};
-        auto [ec, n] = co_await socket->async_read_some(asio::buffer(buf), rs::asio::use_task);
+        auto [ec, n] = co_await socket->async_read_some(net::buffer(buf), rsa::use_task);
         (void)n;
         read_ec = ec;
     };
     bool done = false;
-    rs::asio::async_run(io.get_executor(), limit.execute(attempt), [&](std::exception_ptr) {
+    rsa::async_run(io.get_executor(), limit.execute(attempt), [&](std::exception_ptr) {
         done = true;
         server.stop();
     });
     io.run_for(10s);
     CHECK(done);
-    CHECK(read_ec == asio::error::operation_aborted);
+    CHECK(read_ec == net::error::operation_aborted);
 }
 
 TEST_CASE("docs/asio.md: cancel_after's stand-in on Asio 1.22, g++ and clang", "[asio][docs]") {
-    asio::io_context io;
+    net::io_context io;
     test_server server{io, false}; // never answers: the deadline comes first
     outcome_log log{server};
     auto show = [&](double q) { log.show(q); };
     auto report = [&](std::exception_ptr e) { log.report(e); };
     tcp::endpoint quote_server = server.endpoint();
-    rs::asio::clock clock{io.get_executor()};
+    rsa::clock clock{io.get_executor()};
     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{1h, clock}};
-    std::error_code read_ec;
+    net_error_code read_ec;
     auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(io, quote_server, st, &read_ec); };
 
     // ---- from the page (500ms there) ----
-    asio::cancellation_signal cancel;
-    asio::steady_timer deadline{io, 20ms};
-    deadline.async_wait([&](std::error_code ec) {
+    net::cancellation_signal cancel;
+    net::steady_timer deadline{io, 20ms};
+    deadline.async_wait([&](net_error_code ec) {
         if (!ec)
-            cancel.emit(asio::cancellation_type::terminal);
+            cancel.emit(net::cancellation_type::terminal);
     });
-    rs::asio::async_run(
+    rsa::async_run(
         io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
-        asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr error, double quote) {
+        net::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr error, double quote) {
             deadline.cancel();
             error ? report(error) : show(quote);
         }));
@@ -214,16 +199,16 @@ TEST_CASE("docs/asio.md: cancel_after's stand-in on Asio 1.22, g++ and clang", "
     io.run_for(10s);
     CHECK(log.error != nullptr);
     CHECK_FALSE(log.quote);
-    CHECK(read_ec == asio::error::operation_aborted);
+    CHECK(read_ec == net::error::operation_aborted);
 }
 
-#if defined(ASIO_HAS_CO_AWAIT)
-TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||, g++ only", "[asio][docs]") {
-    using namespace asio::experimental::awaitable_operators;
-    asio::io_context io;
+#if defined(RESILIENCE_TEST_HAS_CO_AWAIT)
+TEST_CASE("docs/asio.md: from an net::awaitable, and racing a deadline with ||, g++ only", "[asio][docs]") {
+    using namespace net::experimental::awaitable_operators;
+    net::io_context io;
     test_server answering{io, true}, silent{io, false};
     tcp::endpoint quote_server = answering.endpoint();
-    rs::asio::clock clock{io.get_executor()};
+    rsa::clock clock{io.get_executor()};
     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
     auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(io, quote_server, st); };
     std::optional<double> shown;
@@ -234,15 +219,15 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
     std::size_t winner = 99;
 
     // ---- from the page ----
-    asio::co_spawn(
+    net::co_spawn(
         io,
-        [&]() -> asio::awaitable<void> {
-            double quote = co_await rs::asio::async_run(
+        [&]() -> net::awaitable<void> {
+            double quote = co_await rsa::async_run(
                 io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
-                asio::use_awaitable);
+                net::use_awaitable);
             show(quote);
         },
-        asio::detached);
+        net::detached);
     // ---- end ----
     io.run_for(10s);
     REQUIRE(shown);
@@ -250,20 +235,20 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
 
     io.restart();
     quote_server = silent.endpoint();
-    asio::co_spawn(
+    net::co_spawn(
         io,
-        [&]() -> asio::awaitable<void> {
+        [&]() -> net::awaitable<void> {
             // ---- from the page (500ms there) ----
             auto call = [&](std::stop_token st) { return policy.execute(fetch_quote, st); };
-            asio::steady_timer deadline{io, 20ms};
-            auto first = co_await (rs::asio::async_run(io.get_executor(), call, asio::use_awaitable) ||
-                                   deadline.async_wait(asio::use_awaitable));
+            net::steady_timer deadline{io, 20ms};
+            auto first = co_await (rsa::async_run(io.get_executor(), call, net::use_awaitable) ||
+                                   deadline.async_wait(net::use_awaitable));
             // ---- end ----
             winner = first.index();
             answering.stop();
             silent.stop();
         },
-        asio::detached);
+        net::detached);
     io.run_for(10s);
     CHECK(winner == 1);
 }
@@ -272,11 +257,11 @@ TEST_CASE("docs/asio.md: from an asio::awaitable, and racing a deadline with ||,
 namespace {
 // The page's service (section "Shutting down").
 struct quote_service {
-    asio::io_context io; // first: the clock needs it; destroyed last
-    rs::asio::clock clock{io.get_executor()};
-    rs::bulkhead<rs::asio::clock> slots{{.max_concurrent_calls = 8, .queue_limit = 100}, clock};
-    rs::pipeline<rs::retry<rs::asio::clock>, rs::bulkhead<rs::asio::clock>, rs::timeout<rs::asio::clock>>
-        policy{rs::retry{{.max_attempts = 3}, clock}, slots, rs::timeout{2s, clock}};
+    net::io_context io; // first: the clock needs it; destroyed last
+    rsa::clock clock{io.get_executor()};
+    rs::bulkhead<rsa::clock> slots{{.max_concurrent_calls = 8, .queue_limit = 100}, clock};
+    rs::pipeline<rs::retry<rsa::clock>, rs::bulkhead<rsa::clock>, rs::timeout<rsa::clock>> policy{
+        rs::retry{{.max_attempts = 3}, clock}, slots, rs::timeout{2s, clock}};
 };
 } // namespace
 
@@ -298,8 +283,8 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
     rs::async_scope scope;
     auto serve = [&](std::stop_token st) { return svc.policy.execute(fetch_quote, st); };
     for (int i = 0; i < 5; ++i)
-        rs::asio::spawn(scope, svc.io.get_executor(), serve,
-                        [&](std::exception_ptr error, double quote) { error ? report(error) : show(quote); });
+        rsa::spawn(scope, svc.io.get_executor(), serve,
+                   [&](std::exception_ptr error, double quote) { error ? report(error) : show(quote); });
     // ---- end ----
     while (svc.slots.in_flight() < 5)
         REQUIRE(svc.io.run_one_for(10s) == 1);
@@ -307,7 +292,7 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
     CHECK(scope.size() == 5);
     // ---- from the page ----
     scope.request_stop();
-    rs::asio::async_run(svc.io.get_executor(), scope.join(), [&](std::exception_ptr) { drained(); });
+    rsa::async_run(svc.io.get_executor(), scope.join(), [&](std::exception_ptr) { drained(); });
     svc.io.run(); // returns once every call and the join have completed
     // ---- end ----
     CHECK(was_drained);

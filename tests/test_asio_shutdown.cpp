@@ -9,15 +9,9 @@
 #include "catch.hpp"
 #include "support.hpp"
 
-#include <resilience/asio.hpp>
+#include "asio_flavour.hpp"
 #include <resilience/async_scope.hpp>
 #include <resilience/resilience.hpp>
-
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
 
 #include <array>
 #include <atomic>
@@ -37,7 +31,7 @@ namespace test_asio_shutdown {
 namespace rs = resilience;
 using resilience_tests::tracked;
 using namespace std::chrono_literals;
-using tcp = ::asio::ip::tcp;
+using tcp = net::ip::tcp;
 
 namespace {
 
@@ -49,8 +43,8 @@ enum class place { backoff, hedge, bulkhead, rate_limiter, socket, all };
 // The server the attempts connect to and read from: it listens and never sends (the kernel completes
 // the connections; nobody accepts them). Its io_context never runs.
 struct silent_server {
-    ::asio::io_context io;
-    tcp::acceptor listener{io, tcp::endpoint{::asio::ip::address_v4::loopback(), 0}};
+    net::io_context io;
+    tcp::acceptor listener{io, tcp::endpoint{net::ip::address_v4::loopback(), 0}};
 };
 
 // The service: the io_context first (the clock needs it), then the clock, the policies and the
@@ -59,19 +53,19 @@ struct service {
     explicit service(silent_server& s) : server(s) {}
 
     silent_server& server;
-    std::optional<::asio::io_context> io_holder{std::in_place};
-    ::asio::io_context& io = *io_holder;
-    rs::asio::clock clock{io.get_executor()};
-    rs::bulkhead<rs::asio::clock> slots{{.max_concurrent_calls = 1, .queue_limit = 1000}, clock};
-    rs::rate_limiter<rs::asio::clock> tokens{
+    std::optional<net::io_context> io_holder{std::in_place};
+    net::io_context& io = *io_holder;
+    rsa::clock clock{io.get_executor()};
+    rs::bulkhead<rsa::clock> slots{{.max_concurrent_calls = 1, .queue_limit = 1000}, clock};
+    rs::rate_limiter<rsa::clock> tokens{
         {.token_limit = 1, .tokens_per_second = 1.0 / 3600, .queue_limit = 1000}, clock};
-    rs::pipeline<rs::retry<rs::asio::clock>> backing_off{rs::retry{
+    rs::pipeline<rs::retry<rsa::clock>> backing_off{rs::retry{
         {.max_attempts = 5, .backoff = rs::constant_backoff{1h, rs::jitter::none}, .max_delay = 1h}, clock}};
-    rs::pipeline<rs::hedge<rs::asio::clock>, rs::timeout<rs::asio::clock>> hedging{
+    rs::pipeline<rs::hedge<rsa::clock>, rs::timeout<rsa::clock>> hedging{
         rs::hedge{{.max_attempts = 2, .delay = 1h}, clock}, rs::timeout{2h, clock}};
-    rs::pipeline<rs::bulkhead<rs::asio::clock>> bounded{slots};
-    rs::pipeline<rs::rate_limiter<rs::asio::clock>> throttled{tokens};
-    rs::pipeline<rs::timeout<rs::asio::clock>> reading{rs::timeout{1h, clock}};
+    rs::pipeline<rs::bulkhead<rsa::clock>> bounded{slots};
+    rs::pipeline<rs::rate_limiter<rsa::clock>> throttled{tokens};
+    rs::pipeline<rs::timeout<rsa::clock>> reading{rs::timeout{1h, clock}};
 
     int reads = 0;     // attempts that reached their read
     int failures = 0;  // attempts that failed at once (the retry's)
@@ -83,14 +77,14 @@ struct service {
         tracked owned;
         tcp::socket socket{io};
         auto [connect_ec] =
-            co_await socket.async_connect(server.listener.local_endpoint(), rs::asio::use_task(st));
+            co_await socket.async_connect(server.listener.local_endpoint(), rsa::use_task(st));
         if (connect_ec)
-            throw std::system_error(connect_ec);
+            throw net_system_error(connect_ec);
         std::array<char, 16> buf{};
         ++reads;
-        auto [ec, n] = co_await socket.async_read_some(::asio::buffer(buf), rs::asio::use_task(st));
+        auto [ec, n] = co_await socket.async_read_some(net::buffer(buf), rsa::use_task(st));
         if (ec)
-            throw std::system_error(ec);
+            throw net_system_error(ec);
         co_return static_cast<int>(n);
     }
     rs::task<int> fail_now() {
@@ -144,9 +138,9 @@ struct service {
             for (int i = 0; i < calls_per_place; ++i) {
                 auto done = [this](std::exception_ptr, int) { ++completed; };
                 if (scope)
-                    rs::asio::spawn(*scope, io.get_executor(), call(p), done);
+                    rsa::spawn(*scope, io.get_executor(), call(p), done);
                 else
-                    rs::asio::async_run(io.get_executor(), call(p), done);
+                    rsa::async_run(io.get_executor(), call(p), done);
             }
     }
 
@@ -258,7 +252,7 @@ TEST_CASE("asio shutdown: a graceful drain through an async_scope ends every cal
             CHECK(scope.size() == static_cast<std::size_t>(calls));
 
             bool joined = false;
-            rs::asio::async_run(s->io.get_executor(), scope.join(), [&](std::exception_ptr e) {
+            rsa::async_run(s->io.get_executor(), scope.join(), [&](std::exception_ptr e) {
                 CHECK(!e);
                 joined = true;
             });
@@ -282,15 +276,14 @@ TEST_CASE("asio shutdown: a call spawned in a scope is stopped by Asio cancellat
     silent_server server;
     service s{server};
     rs::async_scope scope;
-    ::asio::cancellation_signal cancel;
+    net::cancellation_signal cancel;
     std::exception_ptr error;
-    rs::asio::spawn(
-        scope, s.io.get_executor(), s.call(place::socket),
-        ::asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { error = e; }));
+    rsa::spawn(scope, s.io.get_executor(), s.call(place::socket),
+               net::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { error = e; }));
     while (s.reads != 1)
         REQUIRE(s.io.run_one_for(10s) == 1);
     CHECK(tracked::live == 2);
-    ::asio::post(s.io, [&] { cancel.emit(::asio::cancellation_type::terminal); });
+    net::post(s.io, [&] { cancel.emit(net::cancellation_type::terminal); });
     s.io.run();
     CHECK(error);
     CHECK_FALSE(scope.stop_requested());
@@ -308,7 +301,7 @@ TEST_CASE("asio shutdown: an io_context destroyed with a join pending destroys t
         service s{server};
         s.start(place::socket, &scope);
         s.settle(place::socket);
-        rs::asio::async_run(s.io.get_executor(), scope.join(), [&](std::exception_ptr) { joined = true; });
+        rsa::async_run(s.io.get_executor(), scope.join(), [&](std::exception_ptr) { joined = true; });
         s.io.poll();
     }
     CHECK_FALSE(joined);
@@ -319,17 +312,17 @@ TEST_CASE("asio shutdown: an io_context destroyed with a join pending destroys t
 TEST_CASE("asio shutdown: a call destroyed with its io_context while it awaits an operation of another one",
           "[asio][shutdown]") {
     REQUIRE(tracked::live == 0);
-    ::asio::io_context other; // runs after the call's io_context is gone
-    ::asio::steady_timer due{other, std::chrono::steady_clock::time_point{}}; // already due
+    net::io_context other; // runs after the call's io_context is gone
+    net::steady_timer due{other, std::chrono::steady_clock::time_point{}}; // already due
     bool resumed = false;
     {
-        ::asio::io_context io;
-        auto waits_elsewhere = [](::asio::steady_timer& timer, bool& resumed) -> rs::task<void> {
+        net::io_context io;
+        auto waits_elsewhere = [](net::steady_timer& timer, bool& resumed) -> rs::task<void> {
             tracked in_frame;
-            co_await timer.async_wait(rs::asio::use_task);
+            co_await timer.async_wait(rsa::use_task);
             resumed = true;
         };
-        rs::asio::async_run(io.get_executor(), waits_elsewhere(due, resumed), ::asio::detached);
+        rsa::async_run(io.get_executor(), waits_elsewhere(due, resumed), net::detached);
         io.poll(); // the call starts and waits on the other context's timer
         CHECK(tracked::live == 1);
     } // the io_context destroys the call, with the operation in its frame

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -363,6 +364,28 @@ TEST_CASE("pipeline: execute(f, args...) keeps the arguments for every attempt o
     };
     CHECK(sim.run(r.execute(flaky, std::string(50, 'y'))) == 503);
     CHECK(sim.run(r.execute(attempt_of, 100)) == 101);
+}
+
+namespace {
+// Takes what cannot be copied, by reference: the caller passes std::ref (a copy is refused at compile time,
+// tests/compile_fail/execute_argument_not_copyable.cpp).
+rs::task<int> count_under(std::mutex& m, int& count) {
+    const std::lock_guard lock(m);
+    co_return ++count;
+}
+} // namespace
+
+TEST_CASE("pipeline: execute(f, std::ref(x)) hands f the caller's object itself, attempt after attempt",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    rs::retry r{{.max_attempts = 3,
+                 .backoff = rs::constant_backoff{0ms},
+                 .should_handle = [](const rs::outcome<int>& o) { return !o || o.value() < 3; }},
+                sim.clock()};
+    std::mutex m;
+    int count = 0;
+    CHECK(sim.run(r.execute(count_under, std::ref(m), std::ref(count))) == 3);
+    CHECK(count == 3);
 }
 
 namespace {

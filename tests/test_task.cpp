@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "alloc_counter.hpp"
 #include "catch.hpp"
+#include "counting_new.hpp" // this executable's counting operator new
 
 #include <resilience/detail/frame_allocator.hpp>
 #include <resilience/event_loop.hpp>
@@ -13,32 +14,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-
-#ifdef RESILIENCE_TESTS_COUNT_ALLOCATIONS
-// Counting replacement of the global allocation functions (see alloc_counter.hpp).
-void* operator new(std::size_t n) {
-    if (resilience_tests::allocation_counter::enabled)
-        ++resilience_tests::allocation_counter::count;
-    if (void* p = std::malloc(n ? n : 1))
-        return p;
-    throw std::bad_alloc{};
-}
-void* operator new[](std::size_t n) {
-    return ::operator new(n);
-}
-void operator delete(void* p) noexcept {
-    std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-    std::free(p);
-}
-void operator delete[](void* p) noexcept {
-    std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-    std::free(p);
-}
-#endif
 
 namespace test_task {
 

@@ -330,6 +330,6 @@ RESILIENCE_DECL void validate_adaptive_limit(const adaptive_limit& choice, std::
 
 } // namespace resilience
 
-#if RESILIENCE_HEADER_ONLY
+#if RESILIENCE_INCLUDE_DEFINITIONS
 #include "impl/adaptive_limit.ipp"
 #endif

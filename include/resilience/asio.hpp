@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /// \file asio.hpp
-/// Optional Asio integration (standalone Asio 1.22 or later): a clock whose sleeps are Asio timers,
+/// Optional Asio integration, on standalone Asio 1.22 or later (<resilience/boost_asio.hpp> is the same
+/// on Boost.Asio): a clock whose sleeps are Asio timers,
 /// `async_run`, which runs a resilience awaitable as an Asio asynchronous operation, and `use_task`,
 /// the completion token that lets a resilience coroutine await an Asio operation.
 ///
@@ -26,6 +27,37 @@
 /// before that (docs/asio.md).
 #pragma once
 
-#include "asio/async_run.hpp"
-#include "asio/clock.hpp"
-#include "asio/use_task.hpp"
+// Standalone Asio: its headers need ASIO_STANDALONE (the target resilience::asio defines it).
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/execution/context.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+#include <asio/query.hpp>
+#include <asio/steady_timer.hpp>
+
+namespace resilience::asio {
+/// The Asio this integration is built on: standalone Asio's namespace.
+namespace net = ::asio;
+} // namespace resilience::asio
+
+#if defined(RESILIENCE_ASIO_FLAVOUR) || defined(RESILIENCE_ASIO_NET) || defined(RESILIENCE_ASIO_FLAVOUR_NAME)
+#error "RESILIENCE_ASIO_FLAVOUR, RESILIENCE_ASIO_NET and RESILIENCE_ASIO_FLAVOUR_NAME are the library's own"
+#endif
+#define RESILIENCE_ASIO_FLAVOUR asio
+#define RESILIENCE_ASIO_FLAVOUR_NAME "asio"
+#define RESILIENCE_ASIO_NET asio
+// In this order: each body uses the ones before it.
+// clang-format off
+#include "asio/flavour/use_task.hpp"
+#include "asio/flavour/clock.hpp"
+#include "asio/flavour/async_run.hpp"
+// clang-format on
+#undef RESILIENCE_ASIO_FLAVOUR
+#undef RESILIENCE_ASIO_NET
+#undef RESILIENCE_ASIO_FLAVOUR_NAME

@@ -476,10 +476,11 @@ bulkhead(bulkhead_options, C) -> bulkhead<C>;
 
 } // namespace resilience
 
-// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+// The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
+// user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
 namespace resilience {
-extern template class bulkhead<steady_clock>;
-extern template struct detail::bulkhead_state<steady_clock, bulkhead_options>;
+RESILIENCE_INSTANTIATE class bulkhead<steady_clock>;
+RESILIENCE_INSTANTIATE struct detail::bulkhead_state<steady_clock, bulkhead_options>;
 } // namespace resilience
 #endif

@@ -395,10 +395,11 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 #include "detail/breaker_call.hpp"
 #include "detail/breaker_options.hpp"
 
-// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+// The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
+// user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
 namespace resilience {
-extern template class circuit_breaker<steady_clock>;
-extern template class detail::breaker_core<steady_clock>;
+RESILIENCE_INSTANTIATE class circuit_breaker<steady_clock>;
+RESILIENCE_INSTANTIATE class detail::breaker_core<steady_clock>;
 } // namespace resilience
 #endif

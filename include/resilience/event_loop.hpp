@@ -145,6 +145,10 @@ public:
 private:
     friend struct detail::loop_access;
 
+    /// For the length of a `run` or `run_until`: this loop is the thread's current one, and the one
+    /// before it comes back after (impl/event_loop.ipp).
+    class current_scope;
+
     // Work and timers for the library's own awaiters, through detail::loop_access.
     //
     // `post` may allocate (the queues grow), so it is never called from a function marked noexcept:
@@ -302,6 +306,6 @@ struct loop_access {
 
 } // namespace resilience
 
-#if RESILIENCE_HEADER_ONLY
+#if RESILIENCE_INCLUDE_DEFINITIONS
 #include "impl/event_loop.ipp"
 #endif

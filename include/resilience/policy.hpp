@@ -170,15 +170,21 @@ public:
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute(F&& f, Arg&& arg, Args&&... args) const& {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        return call_bound<true>(ref(), std::forward<F>(f),
-                                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        detail::check_bound_arguments<F, Arg, Args...>();
+        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+            return call_bound<true>(
+                ref(), std::forward<F>(f),
+                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute(F&& f, Arg&& arg, Args&&... args) && {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        return call_bound<true>(owned(), std::forward<F>(f),
-                                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        detail::check_bound_arguments<F, Arg, Args...>();
+        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+            return call_bound<true>(
+                owned(), std::forward<F>(f),
+                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
 
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
@@ -210,15 +216,21 @@ public:
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute_outcome(F&& f, Arg&& arg, Args&&... args) const& {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        return call_bound<false>(ref(), std::forward<F>(f),
-                                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        detail::check_bound_arguments<F, Arg, Args...>();
+        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+            return call_bound<false>(
+                ref(), std::forward<F>(f),
+                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute_outcome(F&& f, Arg&& arg, Args&&... args) && {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        return call_bound<false>(owned(), std::forward<F>(f),
-                                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        detail::check_bound_arguments<F, Arg, Args...>();
+        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+            return call_bound<false>(
+                owned(), std::forward<F>(f),
+                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a

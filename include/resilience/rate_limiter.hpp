@@ -125,12 +125,13 @@ rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
 
 } // namespace resilience
 
-// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+// The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
+// user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
 namespace resilience {
-extern template class rate_limiter<steady_clock>;
-extern template class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock, detail::token_bucket,
-                                             rate_limiter_options>;
-extern template struct detail::limiter_state<steady_clock, detail::token_bucket>;
+RESILIENCE_INSTANTIATE class rate_limiter<steady_clock>;
+RESILIENCE_INSTANTIATE class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock,
+                                                    detail::token_bucket, rate_limiter_options>;
+RESILIENCE_INSTANTIATE struct detail::limiter_state<steady_clock, detail::token_bucket>;
 } // namespace resilience
 #endif

@@ -349,9 +349,10 @@ retry(retry_options, C, R) -> retry<C, R>;
 
 } // namespace resilience
 
-// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+// The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
+// user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
 namespace resilience {
-extern template class retry<steady_clock, thread_random>;
+RESILIENCE_INSTANTIATE class retry<steady_clock, thread_random>;
 } // namespace resilience
 #endif

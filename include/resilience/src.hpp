@@ -15,17 +15,4 @@
 
 #include "resilience.hpp"
 
-namespace resilience {
-
-template class bulkhead<steady_clock>;
-template struct detail::bulkhead_state<steady_clock, bulkhead_options>;
-template class circuit_breaker<steady_clock>;
-template class detail::breaker_core<steady_clock>;
-template class rate_limiter<steady_clock>;
-template class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock, detail::token_bucket,
-                                      rate_limiter_options>;
-template struct detail::limiter_state<steady_clock, detail::token_bucket>;
-template class retry<steady_clock, thread_random>;
-template class timeout<steady_clock>;
-
-} // namespace resilience
+// The policies on steady_clock are instantiated where their headers list them (RESILIENCE_INSTANTIATE).

@@ -369,9 +369,10 @@ timeout(timeout_options, C) -> timeout<C>;
 
 } // namespace resilience
 
-// The compiled mode instantiates these once, in resilience::compiled (detail/config.hpp).
+// The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
+// user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
 namespace resilience {
-extern template class timeout<steady_clock>;
+RESILIENCE_INSTANTIATE class timeout<steady_clock>;
 } // namespace resilience
 #endif

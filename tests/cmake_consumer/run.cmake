@@ -54,6 +54,9 @@ endif()
 if(CONSUMER_REQUEST)
     list(APPEND configure_args "-DRESILIENCE_REQUEST=${CONSUMER_REQUEST}")
 endif()
+if(CONSUMER_EXPECT_ASIO)
+    list(APPEND configure_args -DRESILIENCE_EXPECT_ASIO=ON)
+endif()
 run_step("configure" "${CMAKE_COMMAND}" ${configure_args})
 
 # The package must come from the scratch prefix, not from a system-wide install.
@@ -72,4 +75,10 @@ find_program(consumer_exe consumer
     PATHS "${CONSUMER_BINARY_DIR}" "${CONSUMER_BINARY_DIR}/${CONSUMER_CONFIG}"
     NO_DEFAULT_PATH REQUIRED)
 run_step("run ${consumer_exe}" "${consumer_exe}")
+if(CONSUMER_EXPECT_ASIO)
+    find_program(consumer_asio_exe consumer_asio
+        PATHS "${CONSUMER_BINARY_DIR}" "${CONSUMER_BINARY_DIR}/${CONSUMER_CONFIG}"
+        NO_DEFAULT_PATH REQUIRED)
+    run_step("run ${consumer_asio_exe}" "${consumer_asio_exe}")
+endif()
 message(STATUS "cmake_consumer: OK")

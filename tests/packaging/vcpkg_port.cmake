@@ -158,8 +158,12 @@ foreach(file
         share/resilience/resilienceTargets.cmake
         share/resilience/usage
         share/resilience/copyright
+        share/resilience/integrations/common.cmake
+        share/resilience/integrations/asio.cmake
         include/resilience/resilience.hpp
         include/resilience/asio/clock.hpp
+        include/resilience/asio/flavour/clock.hpp
+        include/resilience/boost_asio.hpp
         include/resilience/redis/resp.hpp)
     if(NOT EXISTS "${pkg}/${file}")
         fail("${file} is missing from the package")

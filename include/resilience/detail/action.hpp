@@ -185,6 +185,22 @@ constexpr void check_bound_temporaries() noexcept {
         "RESILIENCE_ALLOW_CLOSURE_CAPTURES turns this check off (docs/core.md#compiler-notes)");
 }
 
+/// `execute(f, args...)` keeps a copy of `f` and of each argument for the length of the call (as
+/// `std::bind` and `std::thread` do), so they can all be kept.
+template <class... Ts>
+inline constexpr bool bound_arguments_storable = (std::is_constructible_v<std::decay_t<Ts>, Ts> && ...);
+
+template <class F, class... Args>
+constexpr void check_bound_arguments() noexcept {
+    static_assert(
+        bound_arguments_storable<F, Args...>,
+        "resilience: execute(f, args...) copies (or moves) the function and each argument into the "
+        "call, which may outlive the expression that made it (as std::bind and std::thread do); one "
+        "of them cannot be copied or moved (an io_context, a socket, a mutex?). Pass it by reference "
+        "with std::ref(x) or std::cref(x), and keep it alive until the call ends, or capture a "
+        "reference in a named lambda (docs/core.md#calling-a-function-with-arguments)");
+}
+
 /// What `next(ctx)` yields once awaited: `outcome<R>`.
 template <class Next>
 using next_outcome_t = await_result_t<std::invoke_result_t<Next&, const context&>>;

@@ -26,6 +26,6 @@ RESILIENCE_DECL circuit_breaker_options with_default_trip(circuit_breaker_option
 
 } // namespace resilience::detail
 
-#if RESILIENCE_HEADER_ONLY
+#if RESILIENCE_INCLUDE_DEFINITIONS
 #include "../impl/breaker_options.ipp"
 #endif

@@ -17,15 +17,22 @@
 /// How a function that is defined in an `impl/*.ipp` file is declared: `inline` header-only, nothing
 /// in the compiled mode (one definition, in the library).
 #define RESILIENCE_DECL
+/// Whether a header includes its `impl/*.ipp` definitions: header-only, and in the library's own
+/// source; not in a user's file in the compiled mode.
 #if defined(RESILIENCE_COMPILING_LIBRARY)
-#define RESILIENCE_HEADER_ONLY 1 // the library's own source includes the definitions
+#define RESILIENCE_INCLUDE_DEFINITIONS 1
+/// The policies on `steady_clock`, listed once at the end of each policy's header: explicit
+/// instantiation definitions in the library's source...
+#define RESILIENCE_INSTANTIATE template
 #else
-#define RESILIENCE_HEADER_ONLY 0
+#define RESILIENCE_INCLUDE_DEFINITIONS 0
+/// ... and `extern template` declarations in a user's file.
+#define RESILIENCE_INSTANTIATE extern template
 #endif
-/// The policies on `steady_clock` are instantiated in the library: `extern template` declarations.
+/// The policies on `steady_clock` are instantiated in the library.
 #define RESILIENCE_EXTERN_TEMPLATES 1
 #else
 #define RESILIENCE_DECL inline
-#define RESILIENCE_HEADER_ONLY 1
+#define RESILIENCE_INCLUDE_DEFINITIONS 1
 #define RESILIENCE_EXTERN_TEMPLATES 0
 #endif

@@ -15,6 +15,6 @@ RESILIENCE_DECL std::string policy_label(const char* policy, const std::string& 
 
 } // namespace resilience::detail
 
-#if RESILIENCE_HEADER_ONLY
+#if RESILIENCE_INCLUDE_DEFINITIONS
 #include "../impl/label.ipp"
 #endif

@@ -7,6 +7,18 @@
 
 namespace resilience {
 
+class event_loop::current_scope {
+public:
+    explicit current_scope(event_loop& loop) noexcept
+        : previous_(std::exchange(current_, static_cast<home_loop*>(&loop))) {}
+    ~current_scope() { current_ = previous_; }
+    current_scope(const current_scope&) = delete;
+    current_scope& operator=(const current_scope&) = delete;
+
+private:
+    home_loop* previous_;
+};
+
 RESILIENCE_DECL event_loop::~event_loop() {
     drive_node* n = nullptr;
     {
@@ -25,11 +37,7 @@ RESILIENCE_DECL event_loop::~event_loop() {
 }
 
 RESILIENCE_DECL void event_loop::run() {
-    home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
-    struct restore {
-        home_loop* p;
-        ~restore() { current_ = p; }
-    } guard{previous};
+    const current_scope running_here{*this};
     loop();
     if (auto e = std::exchange(failed_, nullptr))
         std::rethrow_exception(e);
@@ -38,11 +46,7 @@ RESILIENCE_DECL void event_loop::run() {
 RESILIENCE_DECL void event_loop::run_until(std::chrono::nanoseconds t) {
     if (!virtual_)
         throw std::logic_error("resilience::event_loop: run_until needs a virtual-time loop");
-    home_loop* previous = std::exchange(current_, static_cast<home_loop*>(this));
-    struct restore {
-        home_loop* p;
-        ~restore() { current_ = p; }
-    } guard{previous};
+    const current_scope running_here{*this};
     for (;;) {
         take_remote();
         while (!local_.empty()) {

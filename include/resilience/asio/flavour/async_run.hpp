@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: MIT
+/// \file asio/flavour/async_run.hpp
+/// `async_run`, which runs a resilience awaitable as an Asio asynchronous operation, `spawn`, which
+/// starts one in an `rs::async_scope`, and the io_context service that owns the calls they start.
+///
+/// A body of the Asio integration, written once for both Asio flavours: <resilience/asio.hpp> and
+/// <resilience/boost_asio.hpp> include it with RESILIENCE_ASIO_FLAVOUR (the namespace it goes in,
+/// under resilience::) and RESILIENCE_ASIO_NET (the Asio it is built on, unqualified) defined, and Asio's headers
+/// already included. No include guard: it is included once per flavour.
+
+#if !defined(RESILIENCE_ASIO_FLAVOUR) || !defined(RESILIENCE_ASIO_NET) ||                                    \
+    !defined(RESILIENCE_ASIO_FLAVOUR_NAME)
+#error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
+#endif
+
+#include "../../async_scope.hpp"
+#include "../../concepts.hpp"
+#include "../../detail/stop.hpp"
+#include "../../task.hpp"
+
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+namespace resilience::RESILIENCE_ASIO_FLAVOUR {
+
+namespace detail {
+
+/// Cancellation requests honoured by the call side: a stop request ends a call as soon as it can,
+/// leaving the policies' shared state consistent, which is what `terminal` and `partial` ask for. A
+/// request for `total` cancellation only (no side effect at all) is ignored: an attempt may have
+/// done part of its work.
+inline constexpr net::cancellation_type_t honoured_cancellation =
+    net::cancellation_type::terminal | net::cancellation_type::partial;
+
+/// What the registry knows of a live `async_run` call: its outermost frame, on an intrusive list.
+/// `prev`, `next` and `orphaned` are guarded by the registry's mutex.
+struct call_node : resilience::detail::recycled_frame {
+    class call_registry* registry = nullptr;
+    call_node* prev = nullptr;
+    call_node* next = nullptr;
+    bool orphaned = false; ///< taken off the list by the registry's shutdown, which destroys it
+    void* frame = nullptr;
+};
+
+/// The execution-context service that owns the `async_run` calls started on its context: a call is on
+/// its list from its start to the end of its outermost frame, and the context's shutdown destroys every
+/// call still on it, wherever it waits (docs/asio.md, "Who owns a waiting call", says what that covers).
+class call_registry final : public net::execution_context::service {
+public:
+    using key_type = call_registry;
+    static inline net::execution_context::id id;
+
+    explicit call_registry(net::execution_context& context) : service(context) {}
+
+    /// The registry of `executor`'s execution context, made on first use.
+    static call_registry& of(const net::any_io_executor& executor) {
+        return net::use_service<call_registry>(net::query(executor, net::execution::context));
+    }
+
+    void add(call_node* n) noexcept {
+        std::lock_guard lock(mutex_);
+        n->registry = this;
+        n->prev = nullptr;
+        n->next = head_;
+        if (head_)
+            head_->prev = n;
+        head_ = n;
+    }
+    /// The call's outermost frame ends (finished, or destroyed by `shutdown`).
+    void remove(call_node* n) noexcept {
+        std::lock_guard lock(mutex_);
+        if (n->orphaned)
+            return;
+        if (n->prev)
+            n->prev->next = n->next;
+        else
+            head_ = n->next;
+        if (n->next)
+            n->next->prev = n->prev;
+    }
+
+    /// Calls on the list now (tests and diagnostics).
+    std::size_t size() const {
+        std::lock_guard lock(mutex_);
+        std::size_t count = 0;
+        for (call_node* n = head_; n; n = n->next)
+            ++count;
+        return count;
+    }
+
+private:
+    void shutdown() override {
+        // One at a time, the lock released while a frame goes: its destruction may end or start
+        // others, which take the lock.
+        for (;;) {
+            call_node* n = nullptr;
+            {
+                std::lock_guard lock(mutex_);
+                n = head_;
+                if (!n)
+                    return;
+                head_ = n->next;
+                if (head_)
+                    head_->prev = nullptr;
+                n->prev = n->next = nullptr;
+                n->orphaned = true;
+            }
+            std::coroutine_handle<>::from_address(n->frame).destroy();
+        }
+    }
+
+    mutable std::mutex mutex_;
+    call_node* head_ = nullptr;
+};
+
+/// The outermost coroutine of an `async_run` operation. It starts suspended, so the registry can
+/// name it before it runs, and frees itself when it ends.
+struct root_task {
+    struct promise_type : call_node {
+        root_task get_return_object() noexcept {
+            return {std::coroutine_handle<promise_type>::from_promise(*this)};
+        }
+        std::suspend_always initial_suspend() const noexcept { return {}; }
+        std::suspend_never final_suspend() const noexcept { return {}; }
+        void return_void() noexcept {}
+        void unhandled_exception() noexcept { std::terminate(); } // run_and_complete catches everything
+        ~promise_type() {
+            if (registry)
+                registry->remove(this);
+        }
+    };
+    std::coroutine_handle<promise_type> handle;
+};
+
+/// Installed in the cancellation slot of an `async_run` handler (callable form): an Asio
+/// cancellation request stops the call. Runs where the slot's signal is emitted.
+struct stop_on_cancel {
+    explicit stop_on_cancel(std::stop_source s) noexcept : source(std::move(s)) {}
+    std::stop_source source;
+    void operator()(net::cancellation_type_t type) {
+        if ((type & honoured_cancellation) != net::cancellation_type::none) {
+            // The request may end the call inline, and its completion, run meanwhile on another
+            // thread of the handler's executor, clear the slot and this object with it.
+            resilience::detail::request_stop_held(source);
+        }
+    }
+};
+
+// Makes the awaitable with `make(token)` and runs it, then posts the completion to the handler's
+// associated executor, outside this coroutine: an exception thrown by the handler comes out of that
+// executor's run(), as with any Asio handler. `make` lives in this frame until the end, so a coroutine
+// lambda's captures stay valid; what it throws is the operation's failure. Work is held on the I/O
+// executor and on the handler's executor until the handler has run, so neither io_context runs out of
+// work while the awaitable waits on something outside Asio. The slot this operation filled is cleared
+// where Asio emits on it, before the handler runs.
+template <class Make, class Handler>
+root_task run_and_complete(Make make, std::stop_token token, Handler handler, net::any_io_executor io,
+                           bool clear_slot) {
+    using R = await_result_t<std::invoke_result_t<Make&, std::stop_token>>;
+    auto io_work = net::make_work_guard(io);
+    auto handler_ex = net::get_associated_executor(handler, io);
+    auto handler_work = net::make_work_guard(handler_ex);
+    std::exception_ptr error;
+    std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value;
+    try {
+        auto&& awaitable = std::invoke(make, std::move(token));
+        if constexpr (std::is_void_v<R>) {
+            co_await std::move(awaitable);
+        } else {
+            value.emplace(co_await std::move(awaitable));
+        }
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if constexpr (std::is_void_v<R>) {
+        net::post(handler_ex, [h = std::move(handler), error, clear_slot, w1 = std::move(io_work),
+                               w2 = std::move(handler_work)]() mutable {
+            if (clear_slot)
+                net::get_associated_cancellation_slot(h).clear();
+            std::move(h)(error);
+        });
+    } else {
+        if (!value)
+            value.emplace(); // the handler signature needs a value even on failure
+        net::post(handler_ex, [h = std::move(handler), error, v = std::move(*value), clear_slot,
+                               w1 = std::move(io_work), w2 = std::move(handler_work)]() mutable {
+            if (clear_slot)
+                net::get_associated_cancellation_slot(h).clear();
+            std::move(h)(error, std::move(v));
+        });
+    }
+}
+
+// The `make` of an awaitable given ready-made.
+template <class A>
+struct ready_awaitable {
+    A awaitable;
+    A&& operator()(std::stop_token) noexcept { return std::move(awaitable); }
+};
+
+// In the executor's context: makes the outermost coroutine, puts it on the context's registry, and
+// runs it until it first waits.
+template <class Make, class Handler>
+void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, bool clear_slot) {
+    call_registry& registry = call_registry::of(io);
+    root_task task =
+        run_and_complete(std::move(make), std::move(token), std::move(handler), std::move(io), clear_slot);
+    task.handle.promise().frame = task.handle.address();
+    registry.add(&task.handle.promise());
+    task.handle.resume();
+}
+
+// The initiation: the slot connected when there is a stop source to stop, and the start posted to
+// the executor. Until it runs, the posted function owns `make` (and the awaitable in it) and the
+// handler: destroyed unrun, it destroys them.
+template <class Make, class Handler>
+void launch(const net::any_io_executor& ex, Make make, Handler handler, std::stop_source stop) {
+    std::stop_token token = stop.get_token();
+    const bool connect = stop.stop_possible();
+    if (connect)
+        net::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
+    net::post(ex, [ex, m = std::move(make), t = std::move(token), h = std::move(handler), connect]() mutable {
+        start(std::move(m), std::move(t), std::move(h), ex, connect);
+    });
+}
+
+template <class R>
+struct completion_signature {
+    using type = void(std::exception_ptr, R);
+};
+template <>
+struct completion_signature<void> {
+    using type = void(std::exception_ptr);
+};
+
+} // namespace detail
+
+/// Runs `awaitable` (a resilience task, or any awaitable) starting in `executor`'s context, and
+/// completes `token` with `(std::exception_ptr, R)` (or `(std::exception_ptr)` for `void`). With
+/// `asio::use_awaitable` the error is rethrown in the awaiting coroutine. `R` must be default
+/// constructible, since Asio's signature carries a value on failure too. The awaitable is moved
+/// into the operation and kept alive until it finishes. This form cannot be cancelled through
+/// Asio (the awaitable was made without a stop token): use the next one for that.
+template <awaitable A, class CompletionToken>
+auto async_run(net::any_io_executor executor, A awaitable, CompletionToken&& token) {
+    using signature = typename detail::completion_signature<await_result_t<A>>::type;
+    return net::async_initiate<CompletionToken, signature>(
+        [ex = std::move(executor)](auto handler, A aw) {
+            detail::launch(ex, detail::ready_awaitable<A>{std::move(aw)}, std::move(handler),
+                           std::stop_source{std::nostopstate});
+        },
+        token, std::move(awaitable));
+}
+
+/// As above, with the awaitable made by `make(stop_token)`: `make` is moved into the operation,
+/// called once when it starts (in `executor`'s context) and kept alive until the call ends, as
+/// `execute` keeps its action, so a coroutine lambda is fine here; what it throws is the
+/// operation's failure. Asio per-operation cancellation of this operation (the token's
+/// cancellation slot: a losing operand of `||`, `asio::bind_cancellation_slot`, `cancel_after` in
+/// Asio 1.31 and later) requests stop on that token, so the call ends as its policies end a
+/// stopped call (usually with `rs::cancelled_error`). `terminal` and `partial` cancellation are
+/// honoured; `total` only is not, since an attempt may already have had effects. Without a
+/// connected slot the token never stops.
+///
+///     rsnet::async_run(ex, [&](std::stop_token st) { return policy.execute(fetch, st); }, token);
+template <class F, class CompletionToken>
+requires(!awaitable<F>) && std::invocable<F&, std::stop_token> &&
+        awaitable<std::invoke_result_t<F&, std::stop_token>>
+auto async_run(net::any_io_executor executor, F make, CompletionToken&& token) {
+    using signature = typename detail::completion_signature<
+        await_result_t<std::invoke_result_t<F&, std::stop_token>>>::type;
+    return net::async_initiate<CompletionToken, signature>(
+        [ex = std::move(executor)](auto handler, F f) {
+            std::stop_source stop{std::nostopstate};
+            if (net::get_associated_cancellation_slot(handler).is_connected())
+                stop = std::stop_source{};
+            detail::launch(ex, std::move(f), std::move(handler), std::move(stop));
+        },
+        token, std::move(make));
+}
+
+namespace detail {
+
+// The `make` of a call spawned in a scope: holds the call's place in the scope for as long as the
+// operation lives, and gives `make` a token stopped by the scope or by Asio cancellation.
+template <class F>
+class scoped_make {
+    struct forward {
+        std::stop_source* target;
+        void operator()() const noexcept { resilience::detail::request_stop_held(*target); }
+    };
+
+public:
+    scoped_make(resilience::detail::scope_guard guard, F make)
+        : guard_(std::move(guard)), make_(std::move(make)) {}
+    // Moved only before it is called (into the operation), when no link exists yet.
+    scoped_make(scoped_make&& o) : guard_(std::move(o.guard_)), make_(std::move(o.make_)) {}
+    scoped_make& operator=(scoped_make&&) = delete;
+
+    auto operator()(std::stop_token cancel) {
+        std::stop_token scope_token = guard_.token();
+        if (!cancel.stop_possible())
+            return std::invoke(make_, std::move(scope_token));
+        linked_.emplace();
+        from_scope_.emplace(std::move(scope_token), forward{&*linked_});
+        from_asio_.emplace(std::move(cancel), forward{&*linked_});
+        return std::invoke(make_, linked_->get_token());
+    }
+
+private:
+    resilience::detail::scope_guard guard_;
+    F make_;
+    std::optional<std::stop_source> linked_;
+    std::optional<std::stop_callback<forward>> from_scope_; // after linked_: go first
+    std::optional<std::stop_callback<forward>> from_asio_;
+};
+
+} // namespace detail
+
+/// Starts a call in `scope` as `async_run(executor, make, token)` does: `make(stop_token)` is called
+/// when the operation starts, with a token that `scope.request_stop()` stops, and so does Asio
+/// cancellation of the operation (a connected slot on `token`). The call is in the scope from now
+/// until its awaitable has ended and its completion has been posted to the handler's executor, or
+/// until the io_context destroys it; `co_await scope.join()` (or `async_run(ex, scope.join(), token)`
+/// from Asio code) waits for that. Given an awaitable instead, the call is counted but cannot be stopped.
+///
+///     rsnet::spawn(scope, io.get_executor(),
+///                     [&](std::stop_token st) { return policy.execute(serve, st); },
+///                     [](std::exception_ptr e) { if (e) log(e); });
+template <class F, class CompletionToken>
+requires awaitable<F> || resilience::detail::scope_callable<F>
+auto spawn(async_scope& scope, net::any_io_executor executor, F make, CompletionToken&& token) {
+    if constexpr (awaitable<F>)
+        return async_run(std::move(executor), scope.nest(std::move(make)),
+                         std::forward<CompletionToken>(token));
+    else
+        return async_run(
+            std::move(executor),
+            detail::scoped_make<F>{resilience::detail::scope_access::guard(scope), std::move(make)},
+            std::forward<CompletionToken>(token));
+}
+
+} // namespace resilience::RESILIENCE_ASIO_FLAVOUR

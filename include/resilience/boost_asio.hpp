@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+/// \file boost_asio.hpp
+/// Optional Asio integration on Boost.Asio (Boost 1.81 or later): what <resilience/asio.hpp> gives on
+/// standalone Asio, in the namespace `resilience::boost_asio` and on `boost::asio`'s types, so Beast's
+/// streams and any Boost.Asio object can be awaited from a resilience coroutine. One implementation
+/// serves both (resilience/asio/flavour/), and a program may include both headers.
+///
+///     boost::asio::io_context io;
+///     rs::boost_asio::clock clock{io.get_executor()};
+///     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
+///
+///     auto fetch = [&](std::stop_token st) -> rs::task<std::size_t> {
+///         auto [ec, n] = co_await stream.async_read_some(boost::asio::buffer(buf), rs::boost_asio::use_task(st));
+///         if (ec) throw boost::system::system_error(ec);
+///         co_return n;
+///     };
+///     rs::boost_asio::async_run(io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch, st); },
+///                               [](std::exception_ptr e, std::size_t n) { ... });
+///
+/// docs/asio.md describes both flavours; the CMake target is resilience::boost_asio.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+namespace resilience::boost_asio {
+/// The Asio this integration is built on: Boost.Asio's namespace.
+namespace net = ::boost::asio;
+} // namespace resilience::boost_asio
+
+#if defined(RESILIENCE_ASIO_FLAVOUR) || defined(RESILIENCE_ASIO_NET) || defined(RESILIENCE_ASIO_FLAVOUR_NAME)
+#error "RESILIENCE_ASIO_FLAVOUR, RESILIENCE_ASIO_NET and RESILIENCE_ASIO_FLAVOUR_NAME are the library's own"
+#endif
+#define RESILIENCE_ASIO_FLAVOUR boost_asio
+#define RESILIENCE_ASIO_FLAVOUR_NAME "boost_asio"
+#define RESILIENCE_ASIO_NET boost::asio
+// In this order: each body uses the ones before it.
+// clang-format off
+#include "asio/flavour/use_task.hpp"
+#include "asio/flavour/clock.hpp"
+#include "asio/flavour/async_run.hpp"
+// clang-format on
+#undef RESILIENCE_ASIO_FLAVOUR
+#undef RESILIENCE_ASIO_NET
+#undef RESILIENCE_ASIO_FLAVOUR_NAME
