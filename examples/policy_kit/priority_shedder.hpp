@@ -265,8 +265,7 @@ public:
                     co_return result_type{rs::failure::make(rs::cancelled_error{name()})};
                 if (!granted)
                     co_return result_type{shed(ctx, rs::rejection_reason::queue_timeout, waited)};
-                if (const rs::telemetry_listener* listener =
-                        rs::kit::listener_for(s.options.telemetry, ctx)) {
+                if (const rs::kit::listener listener = rs::kit::listener_for(s.options.telemetry, ctx)) {
                     if (std::optional<rs::failure> thrown =
                             rs::kit::emit(listener, s.clock,
                                           rs::kit::event(rs::telemetry_kind::queue_wait, "priority_shedder",
@@ -309,7 +308,7 @@ private:
                 rs::kit::invoke_callback(s.options.on_rejected, rs::rejection_event{name(), why}))
             return std::move(*thrown);
         rs::failure refusal = rs::failure::make(shed_error{name(), priority_, why});
-        const rs::telemetry_listener* listener = rs::kit::listener_for(s.options.telemetry, ctx);
+        const rs::kit::listener listener = rs::kit::listener_for(s.options.telemetry, ctx);
         if (!listener)
             return refusal;
         rs::telemetry_event e =

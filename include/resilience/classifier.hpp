@@ -4,6 +4,7 @@
 /// of `retry`, `circuit_breaker` and `fallback`), `verdict`, its answer, and `is_transient`.
 #pragma once
 
+#include "context.hpp"
 #include "detail/label.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -177,16 +178,40 @@ template <class R>
 concept verdict_like = std::same_as<std::remove_cvref_t<R>, verdict> || std::convertible_to<R, bool>;
 
 template <class F, class P>
-concept classifier_of =
+concept plain_classifier_of =
     std::invocable<const F&, const P&> && verdict_like<std::invoke_result_t<const F&, const P&>>;
+/// One that also reads the call's context (its properties, its attempt): `f(p, ctx)`.
+template <class F, class P>
+concept context_classifier_of = std::invocable<const F&, const P&, const context&> &&
+                                verdict_like<std::invoke_result_t<const F&, const P&, const context&>>;
+template <class F, class P>
+concept classifier_of = plain_classifier_of<F, P> || context_classifier_of<F, P>;
 
-/// A callable whose one parameter is spelled `outcome<T>` (by value or const reference).
+/// A callable whose first parameter is spelled `outcome<T>` (by value or const reference), with
+/// the context as an optional second one.
 template <class F>
-concept outcome_classifier = spelled_outcome<F>::value && spelled_outcome<F>::arity == 1 &&
-                             classifier_of<F, typename spelled_outcome<F>::parameter>;
+concept outcome_classifier =
+    spelled_outcome<F>::value &&
+    ((spelled_outcome<F>::arity == 1 && plain_classifier_of<F, typename spelled_outcome<F>::parameter>) ||
+     (spelled_outcome<F>::arity == 2 && context_classifier_of<F, typename spelled_outcome<F>::parameter>));
 
 template <class F>
 concept failure_classifier = classifier_of<F, failure>;
+
+/// The context a classifier taking one reads when its policy has none to give (no properties).
+inline const context& no_context() noexcept {
+    static const context none;
+    return none;
+}
+
+/// Calls the classifier `fn` on `p`, with the call's context if it takes one.
+template <class F, class P>
+decltype(auto) invoke_classifier(const F& fn, const P& p, const context* ctx) {
+    if constexpr (plain_classifier_of<F, P>)
+        return std::invoke(fn, p);
+    else
+        return std::invoke(fn, p, ctx ? *ctx : no_context());
+}
 
 // What `classifier` accepts. The outcome form is tried first, because a failure also converts to
 // any `outcome<T>`; `classifier` itself is excluded first, so that asking whether it is one does
@@ -209,27 +234,29 @@ verdict to_verdict(R&& r) {
 
 struct classifier_model {
     virtual ~classifier_model() = default;
-    virtual verdict classify_failure(const failure& f) const = 0;
+    virtual verdict classify_failure(const failure& f, const context* ctx) const = 0;
     /// `o` points to an `outcome<T>` of the classifier's own `T` (checked by the caller).
-    virtual verdict classify_outcome(const void* o) const = 0;
+    virtual verdict classify_outcome(const void* o, const context* ctx) const = 0;
 };
 
 template <class F>
 struct failure_classifier_impl final : classifier_model {
     explicit failure_classifier_impl(F f) : fn(std::move(f)) {}
-    verdict classify_failure(const failure& f) const override { return to_verdict(std::invoke(fn, f)); }
-    verdict classify_outcome(const void*) const override { return {}; }
+    verdict classify_failure(const failure& f, const context* ctx) const override {
+        return to_verdict(invoke_classifier(fn, f, ctx));
+    }
+    verdict classify_outcome(const void*, const context*) const override { return {}; }
     F fn;
 };
 
 template <class F, class T>
 struct outcome_classifier_impl final : classifier_model {
     explicit outcome_classifier_impl(F f) : fn(std::move(f)) {}
-    verdict classify_failure(const failure& f) const override {
-        return to_verdict(std::invoke(fn, outcome<T>{f}));
+    verdict classify_failure(const failure& f, const context* ctx) const override {
+        return to_verdict(invoke_classifier(fn, outcome<T>{f}, ctx));
     }
-    verdict classify_outcome(const void* o) const override {
-        return to_verdict(std::invoke(fn, *static_cast<const outcome<T>*>(o)));
+    verdict classify_outcome(const void* o, const context* ctx) const override {
+        return to_verdict(invoke_classifier(fn, *static_cast<const outcome<T>*>(o), ctx));
     }
     F fn;
 };
@@ -260,7 +287,9 @@ inline std::string type_name(const std::type_info& t) {
 ///   and failures, so a returned value can be retried, counted against the breaker, or replaced by
 ///   the fallback. `T` is read from the parameter, so the callable must not be generic (a generic
 ///   lambda is taken as a failure classifier).
-/// Each returns `bool` or a `verdict` (whose `delay` only a retry reads).
+/// Each returns `bool` or a `verdict` (whose `delay` only a retry reads). Either form may take the
+/// call's context as a second parameter, `(const rs::failure& f, const rs::context& ctx)`, to read
+/// what the caller set on it (`ctx.property(key)`, properties.hpp) or the attempt number.
 /// Results without exceptions: when the action returns an `expected_like` value, the first two
 /// forms handle a value holding an error (`!v.has_value()`), so it is retried, counted against the
 /// breaker, substituted or hedged on as a thrown failure would be, and a policy that gives up
@@ -315,15 +344,17 @@ public:
     }
 
     /// Judges one outcome; an empty classifier answers `otherwise(failure)` for a failure, and for a
-    /// value "not handled" unless it holds an error (see the class comment). Precondition:
-    /// `accepts<T>()`. Whatever the callable throws propagates.
+    /// value "not handled" unless it holds an error (see the class comment). `ctx` is the context of
+    /// the call the outcome ends, for a classifier that reads it (null: an empty context).
+    /// Precondition: `accepts<T>()`. Whatever the callable throws propagates.
     template <class T, class Otherwise>
-    [[nodiscard]] verdict classify(const outcome<T>& o, const Otherwise& otherwise) const {
+    [[nodiscard]] verdict classify(const outcome<T>& o, const Otherwise& otherwise,
+                                   const context* ctx = nullptr) const {
         if (value_type_)
-            return model_->classify_outcome(&o);
+            return model_->classify_outcome(&o, ctx);
         const auto judge = [&](const failure& f) {
             if (model_)
-                return model_->classify_failure(f);
+                return model_->classify_failure(f, ctx);
             return verdict{.handle = static_cast<bool>(otherwise(f)), .delay = std::nullopt};
         };
         if (o.has_failure())

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /// \file context.hpp
-/// `context`: what one attempt knows about itself (stop token, attempt number, deadline).
+/// `context`: what one attempt knows about itself (stop token, attempt number, deadline) and what the
+/// caller told the call (its properties, properties.hpp).
 #pragma once
 
 #include "detail/frame_allocator.hpp"
 #include "detail/inlining.hpp"
 #include "detail/stop.hpp"
+#include "properties.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -147,17 +149,37 @@ public:
     context() = default;
     explicit context(std::stop_token token) noexcept : token_(std::move(token)) {}
     context(const context& other)
-        : token_(other.stop_token()), telemetry_(other.telemetry_), attempt_(other.attempt_),
-          deadline_(other.deadline_), deadline_clock_(other.deadline_clock_) {}
+        : token_(other.stop_token()), telemetry_(other.telemetry_), props_(other.props_),
+          attempt_(other.attempt_), deadline_(other.deadline_), deadline_clock_(other.deadline_clock_) {
+        detail::property_node::add_ref(props_);
+    }
     // Moves keep a derived context's references: only the library holds derived contexts by
     // value (users see them as `const context&`), and it moves them only into place.
-    context(context&&) noexcept = default;
+    context(context&& o) noexcept
+        : token_(std::move(o.token_)), from_(o.from_), lazy_(o.lazy_), time_(o.time_),
+          telemetry_(o.telemetry_), props_(std::exchange(o.props_, nullptr)), attempt_(o.attempt_),
+          deadline_(o.deadline_), deadline_clock_(o.deadline_clock_) {}
     context& operator=(const context& other) {
         if (this != &other)
             *this = context(other);
         return *this;
     }
-    context& operator=(context&&) noexcept = default;
+    context& operator=(context&& o) noexcept {
+        if (this != &o) {
+            drop_properties();
+            token_ = std::move(o.token_);
+            from_ = o.from_;
+            lazy_ = o.lazy_;
+            time_ = o.time_;
+            telemetry_ = o.telemetry_;
+            props_ = std::exchange(o.props_, nullptr);
+            attempt_ = o.attempt_;
+            deadline_ = o.deadline_;
+            deadline_clock_ = o.deadline_clock_;
+        }
+        return *this;
+    }
+    ~context() { drop_properties(); }
 
     /// Stopped when the caller, or a policy around this attempt (timeout, hedge), wants it to end.
     /// Under a timeout, the token is made on first use: prefer `stop_requested()` to poll.
@@ -196,6 +218,42 @@ public:
         return deadline_;
     }
 
+    /// The value the caller set for `key` (the latest, if set twice), or null. Every attempt of the
+    /// call, and every callback, classifier and telemetry event of its policies, sees the properties
+    /// of the context the call was started with (`execute(action, ctx)`).
+    template <class T>
+    [[nodiscard]] const T* property(const property_key<T>& key) const noexcept {
+        return properties().get(key);
+    }
+    /// The value set for `key`, or `otherwise`.
+    template <class T, class U>
+    [[nodiscard]] T property_or(const property_key<T>& key, U&& otherwise) const {
+        return properties().get_or(key, std::forward<U>(otherwise));
+    }
+    /// All of them, for a listener or a log line (properties.hpp).
+    [[nodiscard]] properties_view properties() const noexcept {
+        return detail::properties_access::view(props_);
+    }
+    /// Sets `key` to `value` on this context, for the calls started with it (and with its copies made
+    /// afterwards): a property set again hides its earlier value. Allocates one node. Copies made
+    /// before keep what they had.
+    template <class T, class V>
+    requires std::constructible_from<T, V&&>
+    void set_property(const property_key<T>& key, V&& value) {
+        if (!self_contained())
+            *this = context(*this);
+        props_ = new detail::typed_property_node<T>(key, props_,
+                                                    std::forward<V>(value)); // takes over the reference
+    }
+    /// A copy of this context with `key` set to `value`.
+    template <class T, class V>
+    requires std::constructible_from<T, V&&>
+    [[nodiscard]] context with_property(const property_key<T>& key, V&& value) const {
+        context c = *this;
+        c.set_property(key, std::forward<V>(value));
+        return c;
+    }
+
     [[nodiscard]] context with_stop_token(std::stop_token t) const {
         context c = *this;
         c.token_ = std::move(t);
@@ -231,10 +289,15 @@ private:
     // A child that refers to `parent` for its stop token (see the class comment).
     context(derived_tag, const context& parent) noexcept
         : from_(parent.lazy_ ? nullptr : (parent.from_ ? parent.from_ : &parent)), lazy_(parent.lazy_),
-          time_(parent.time_), telemetry_(parent.telemetry_), attempt_(parent.attempt_),
-          deadline_(parent.deadline_), deadline_clock_(parent.deadline_clock_) {}
+          time_(parent.time_), telemetry_(parent.telemetry_), props_(parent.props_),
+          attempt_(parent.attempt_), deadline_(parent.deadline_), deadline_clock_(parent.deadline_clock_) {}
 
     bool self_contained() const noexcept { return !from_ && !lazy_; }
+    // A self-contained context owns a reference to its properties; a derived one refers to its parent's.
+    void drop_properties() noexcept {
+        if (props_ && self_contained())
+            detail::property_node::release(props_);
+    }
     // The earlier deadline of one clock; another clock's replaces it (see `deadline()`).
     void tighten(std::chrono::nanoseconds d, const void* clock) noexcept {
         if (clock != deadline_clock_ || d < deadline_) {
@@ -249,6 +312,8 @@ private:
     detail::time_cache* time_ = nullptr; // the call's shared clock reading, while admitting
     // The listener of the `telemetry` stage around the call, for the stages inside it.
     const telemetry_listener* telemetry_ = nullptr;
+    // The caller's properties, newest first: owned (one reference) by a self-contained context.
+    const detail::property_node* props_ = nullptr;
     int attempt_ = 1;
     // No deadline: the largest time (a plain integer rather than an optional: contexts are moved
     // on every call's fast path, and a field of mixed widths costs a store-forwarding stall).
@@ -300,6 +365,7 @@ struct context_access {
         c.lazy_ = stop;
         c.time_ = parent.time_;
         c.telemetry_ = parent.telemetry_;
+        c.props_ = parent.props_;
         c.attempt_ = parent.attempt_;
         const bool keep_parent = parent.deadline_clock_ == clock && parent.deadline_ < d;
         c.deadline_ = keep_parent ? parent.deadline_ : d;
@@ -309,6 +375,7 @@ struct context_access {
     /// The listener of the `telemetry` stage around the call, or null (see telemetry.hpp).
     static const telemetry_listener* telemetry(const context& c) noexcept { return c.telemetry_; }
     static void set_telemetry(context& c, const telemetry_listener* l) noexcept { c.telemetry_ = l; }
+    static const property_node* properties(const context& c) noexcept { return c.props_; }
 };
 
 inline lazy_stop::lazy_stop(const context* parent) noexcept

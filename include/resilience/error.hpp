@@ -3,6 +3,8 @@
 /// The library's error codes, their category, and the exception types policies throw.
 #pragma once
 
+#include "properties.hpp"
+
 #include <chrono>
 #include <exception>
 #include <string>
@@ -253,10 +255,19 @@ public:
     /// The `retry_after()` of the refusal's error; zero when it carries none.
     [[nodiscard]] std::chrono::nanoseconds retry_after() const noexcept { return retry_after_; }
 
+    /// What the caller set on the call's context (properties.hpp): a request id, a tenant.
+    [[nodiscard]] properties_view properties() const noexcept { return properties_; }
+    /// Sets what `properties()` returns (the reporting policy passes the call's).
+    rejection_event& with_properties(properties_view p) noexcept {
+        properties_ = p;
+        return *this;
+    }
+
 private:
     std::string_view name_;
     rejection_reason reason_;
     std::chrono::nanoseconds retry_after_;
+    properties_view properties_{};
 };
 
 } // namespace resilience

@@ -48,11 +48,20 @@ public:
     /// The `name` option of the fallback that reports (empty when unnamed).
     [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
 
+    /// What the caller set on the call's context (properties.hpp): a request id, a tenant.
+    [[nodiscard]] properties_view properties() const noexcept { return properties_; }
+    /// Sets what `properties()` returns (the reporting policy passes the call's).
+    fallback_event& with_properties(properties_view p) noexcept {
+        properties_ = p;
+        return *this;
+    }
+
 private:
     int attempt_;
     const failure* error_;
     detail::value_view value_;
     std::string_view name_;
+    properties_view properties_{};
 };
 
 /// How a `fallback` behaves, besides its substitute. `fallback_options{}` answers every failure but
@@ -97,16 +106,16 @@ inline constexpr bool outcome_predicate = !std::same_as<H, classifier> && outcom
 /// Does `h` handle `o`? An empty classifier answers as `unless_cancelled`. A failure predicate
 /// sees failures, and treats a value as an empty classifier does (see `classifier`).
 template <class H, class R>
-bool fallback_handles(const H& h, const outcome<R>& o) {
+bool fallback_handles(const H& h, const outcome<R>& o, const context& ctx) {
     if constexpr (std::same_as<H, classifier>) {
-        return h.classify(o, unless_cancelled{}).handle;
+        return h.classify(o, unless_cancelled{}, &ctx).handle;
     } else if constexpr (outcome_predicate<H>) {
         static_assert(std::is_same_v<classified_value_t<H>, R>,
                       "resilience::fallback: should_handle classifies an rs::outcome<T> whose T is not the "
                       "action's result type");
-        return to_verdict(std::invoke(h, o)).handle;
+        return to_verdict(invoke_classifier(h, o, &ctx)).handle;
     } else {
-        const auto judge = [&](const failure& f) { return to_verdict(std::invoke(h, f)); };
+        const auto judge = [&](const failure& f) { return to_verdict(invoke_classifier(h, f, &ctx)); };
         if (o.has_failure())
             return judge(o.error()).handle;
         if constexpr (std::is_void_v<R>)
@@ -316,8 +325,9 @@ public:
             return step::proceed;
         try {
             // Looked at again after `should_handle`, which may have stopped the caller.
-            return detail::fallback_handles(should_handle(), result) && !ctx.stop_requested() ? step::wait
-                                                                                              : step::proceed;
+            return detail::fallback_handles(should_handle(), result, ctx) && !ctx.stop_requested()
+                       ? step::wait
+                       : step::proceed;
         } catch (...) {
             result = outcome<R>{failure::current()};
             return step::proceed;
@@ -339,7 +349,7 @@ public:
             if (options_.on_fallback)
                 tell(result, ctx);
             // No clock here: the event's `at` is zero.
-            if (const telemetry_listener* l = detail::listener_for(options_.telemetry, ctx))
+            if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx))
                 (*l)(detail::event(telemetry_kind::fallback, "fallback", options_.name, ctx.attempt(), {},
                                    result.has_failure() ? &original : nullptr));
             if (ctx.stop_requested()) // stopped since `leave` looked (by a callback, or another thread)
@@ -365,7 +375,8 @@ private:
     template <class R>
     void tell(const outcome<R>& result, const context& ctx) const {
         options_.on_fallback(fallback_event{ctx.attempt(), result.has_failure() ? &result.error() : nullptr,
-                                            detail::value_view::of(result), options_.name});
+                                            detail::value_view::of(result), options_.name}
+                                 .with_properties(ctx.properties()));
     }
 
     // The implicit conversion the static_assert promised (no explicit constructor sneaks in).

@@ -221,7 +221,26 @@ inline std::string describe_event(const telemetry_event& e) {
     case telemetry_kind::backend_restored:
         text += fmt::format("store back, after {}", e.note);
         break;
+    case telemetry_kind::cache_hit:
+        text += "answered from a fresh entry";
+        break;
+    case telemetry_kind::cache_miss:
+        text += "no usable entry, called";
+        break;
+    case telemetry_kind::stale_served:
+        text += fmt::format("answered from an expired entry ({})", e.note);
+        if (e.error)
+            text += ": " + error;
+        break;
     }
+    // The call's properties whose values are text, as `{request_id=r-42, tenant=acme}`.
+    std::string tags;
+    e.properties.for_each([&](std::string_view name, std::string_view value) {
+        if (!value.empty())
+            tags += fmt::format("{}{}={}", tags.empty() ? "" : ", ", name, value);
+    });
+    if (!tags.empty())
+        text += " {" + tags + "}";
     return text;
 }
 
@@ -234,6 +253,10 @@ inline std::string describe_event(const telemetry_event& e) {
 ///     [1.2s] retry(payments) retry: attempt 1 failed, next in 200ms: boom
 ///     [5s] circuit_breaker(payments) state_change: closed -> open
 ///     [5s] bulkhead rejection: attempt 1 refused: bulkhead rejected the call (no_capacity)
+///
+/// The call's properties whose values are text (properties.hpp) end the line:
+///
+///     [1.2s] retry(payments) retry: attempt 1 failed, next in 200ms: boom {request_id=r-42, tenant=acme}
 template <>
 struct fmt::formatter<resilience::telemetry_event> : fmt::formatter<std::string_view> {
     template <class FormatContext>

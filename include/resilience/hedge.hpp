@@ -58,11 +58,20 @@ public:
     /// The `name` option of the hedge that reports (empty when unnamed).
     [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
 
+    /// What the caller set on the call's context (properties.hpp): a request id, a tenant.
+    [[nodiscard]] properties_view properties() const noexcept { return properties_; }
+    /// Sets what `properties()` returns (the reporting policy passes the call's).
+    hedge_event& with_properties(properties_view p) noexcept {
+        properties_ = p;
+        return *this;
+    }
+
 private:
     int attempt_;
     hedge_reason reason_;
     const failure* error_;
     std::string_view name_;
+    properties_view properties_{};
 };
 
 class hedge_delay;

@@ -111,9 +111,14 @@ std::optional<failure> invoke_callback(const F& f, const Args&... args) noexcept
 
 // ---- telemetry ----
 
+/// Where a policy reports: a listener, or none (false: then build no event, nobody listens), with the
+/// properties of the call, which the events reported through it carry (`telemetry_event::properties`).
+/// Made from a `const telemetry_listener*` too (no properties), for events no one call makes.
+using listener = detail::listener_ref;
+
 /// The listener a policy reports to: its own (`options.telemetry`), else the one a `telemetry`
-/// stage around the call put in the context, else null (then build no event: nobody listens).
-inline const telemetry_listener* listener_for(const telemetry_listener& own, const context& ctx) noexcept {
+/// stage around the call put in the context, else none; with the call's properties.
+inline listener listener_for(const telemetry_listener& own, const context& ctx) noexcept {
     return detail::listener_for(own, ctx);
 }
 
@@ -127,32 +132,32 @@ inline telemetry_event event(telemetry_kind kind, std::string_view policy, std::
     return detail::event(kind, policy, name, attempt, duration, error);
 }
 
-/// Reports `e` to `l` (nothing if null), stamped with `clock`'s time; returns what the listener
+/// Reports `e` to `l` (nothing if none), stamped with `clock`'s time; returns what the listener
 /// threw, as a failure, instead of throwing it (make it the call's result: see `invoke_callback`).
 template <class C>
-std::optional<failure> emit(const telemetry_listener* l, const C& clock, telemetry_event e) noexcept {
+std::optional<failure> emit(listener l, const C& clock, telemetry_event e) noexcept {
     return detail::emit_caught(l, clock, std::move(e));
 }
 
 /// Reports `e` about the outcome `result` (its failure becomes `e.error` unless `e` names one), for
 /// `leave`: false when the listener threw, whose exception has then replaced `result`.
 template <class C, class R>
-bool report(const telemetry_listener* l, const C& clock, telemetry_event e, outcome<R>& result) noexcept {
+bool report(listener l, const C& clock, telemetry_event e, outcome<R>& result) noexcept {
     return detail::report(l, clock, std::move(e), result);
 }
 
 /// As `report`, for something that began at `begun` on `clock` and ends now with `result`:
 /// `e.duration` is its length.
 template <class C, class R>
-bool report_ended(const telemetry_listener* l, const C& clock, typename C::time_point begun,
-                  telemetry_event e, outcome<R>& result) noexcept {
+bool report_ended(listener l, const C& clock, typename C::time_point begun, telemetry_event e,
+                  outcome<R>& result) noexcept {
     return detail::report_ended(l, clock, begun, std::move(e), result);
 }
 
 /// Reports the refusal `f` (as `e.error`, usually a `telemetry_kind::rejection`) and returns the
 /// failure to end the call with: `f`, or what the listener threw instead.
 template <class C>
-failure refused(const telemetry_listener* l, const C& clock, telemetry_event e, failure f) noexcept {
+failure refused(listener l, const C& clock, telemetry_event e, failure f) noexcept {
     return detail::refused(l, clock, std::move(e), std::move(f));
 }
 

@@ -22,7 +22,7 @@
 /// |---|---|---|---|
 /// | `resilience_call_duration_seconds` | histogram | policy, name, outcome | `call` events (a `telemetry` stage) |
 /// | `resilience_attempt_duration_seconds` | histogram | policy, name, outcome | `attempt` events (a retry) |
-/// | `resilience_events_total` | counter | policy, name, event | every other event: retry, hedge, timeout, fallback, rejection, state_change, queue_wait, backend_lost, backend_restored |
+/// | `resilience_events_total` | counter | policy, name, event | every other event: retry, hedge, timeout, fallback, rejection, state_change, queue_wait, backend_lost, backend_restored, cache_hit, cache_miss, stale_served |
 /// | `resilience_rejections_total` | counter | policy, name, reason | `rejection` events |
 /// | `resilience_circuit_transitions_total` | counter | policy, name, from, to | `state_change` events |
 /// | `resilience_queue_wait_seconds` | histogram | policy, name | `queue_wait` events |
@@ -176,7 +176,7 @@ public:
         events_ = &::prometheus::BuildCounter()
                        .Name(p + "_events_total")
                        .Help("Resilience events (retry, hedge, timeout, fallback, rejection, state_change, "
-                             "queue_wait, backend_lost, backend_restored)")
+                             "queue_wait, backend_lost, backend_restored, cache_hit, cache_miss, stale_served)")
                        .Register(*registry_);
         rejections_ = &::prometheus::BuildCounter()
                            .Name(p + "_rejections_total")

@@ -65,12 +65,21 @@ public:
     /// The `name` option of the retry that reports (empty when unnamed).
     [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
 
+    /// What the caller set on the call's context (properties.hpp): a request id, a tenant.
+    [[nodiscard]] properties_view properties() const noexcept { return properties_; }
+    /// Sets what `properties()` returns (the reporting policy passes the call's).
+    retry_event& with_properties(properties_view p) noexcept {
+        properties_ = p;
+        return *this;
+    }
+
 private:
     int attempt_;
     const failure* error_;
     std::chrono::nanoseconds delay_;
     detail::value_view value_;
     std::string_view name_;
+    properties_view properties_{};
 };
 
 /// How a `retry` behaves. Every field has a usable default: `retry_options{}` retries transient
@@ -203,7 +212,7 @@ public:
     /// A success that nobody needs to judge ends here; anything else goes on in `resume`.
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
-        if (const telemetry_listener* l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]] {
+        if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]] {
             if (!report_attempt(l, s.start, 1, result))
                 return step::proceed; // the listener threw: that ends the call
         }
@@ -214,7 +223,7 @@ public:
     template <class Next, class R>
     task<outcome<R>> resume(call_state& s, Next next, const context& ctx, outcome<R> result) const {
         std::chrono::nanoseconds previous{};
-        const telemetry_listener* const listener = detail::listener_for(options_.telemetry, ctx);
+        const detail::listener_ref listener = detail::listener_for(options_.telemetry, ctx);
         for (int attempt = 1;; ++attempt) {
             if (attempt > 1) {
                 const context child = detail::context_access::derive_attempt(ctx, attempt);
@@ -262,7 +271,7 @@ private:
 
     // Out of line, so that `leave` stays small enough to be inlined into the call's frame.
     template <class R>
-    RESILIENCE_DETAIL_NOINLINE bool report_attempt(const telemetry_listener* l, typename C::time_point begun,
+    RESILIENCE_DETAIL_NOINLINE bool report_attempt(detail::listener_ref l, typename C::time_point begun,
                                                    int attempt, outcome<R>& result) const noexcept {
         return detail::report_ended(l, clock_, begun,
                                     detail::event(telemetry_kind::attempt, "retry", name(), attempt), result);
@@ -280,7 +289,7 @@ private:
         // and the classifier is not even asked.
         if (result.has_failure() && is_cancellation(result.error()))
             return std::nullopt;
-        const verdict v = options_.should_handle.classify(result, &is_transient);
+        const verdict v = options_.should_handle.classify(result, &is_transient, &ctx);
         if (!v.handle)
             return std::nullopt;
 
@@ -304,14 +313,16 @@ private:
         if (options_.budget && !options_.budget->try_withdraw()) {
             if (options_.on_budget_exhausted)
                 options_.on_budget_exhausted(
-                    retry_event{attempt, error, std::chrono::nanoseconds::zero(), value, options_.name});
+                    retry_event{attempt, error, std::chrono::nanoseconds::zero(), value, options_.name}
+                        .with_properties(ctx.properties()));
             detail::emit(
                 options_.telemetry, ctx, clock_,
                 detail::event(telemetry_kind::rejection, "retry_budget", options_.name, attempt, {}, error));
             return std::nullopt;
         }
         if (options_.on_retry)
-            options_.on_retry(retry_event{attempt, error, delay, value, options_.name});
+            options_.on_retry(
+                retry_event{attempt, error, delay, value, options_.name}.with_properties(ctx.properties()));
         detail::emit(options_.telemetry, ctx, clock_,
                      detail::event(telemetry_kind::retry, "retry", options_.name, attempt, delay, error));
         return delay;

@@ -68,12 +68,14 @@ public:
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
         if (options_.listener)
-            detail::report_ended(&options_.listener, clock_, s.start,
-                                 telemetry_event{.kind = telemetry_kind::call,
-                                                 .policy = "telemetry",
-                                                 .name = options_.name,
-                                                 .attempt = ctx.attempt()},
-                                 result);
+            detail::report_ended(
+                detail::listener_ref(&options_.listener, detail::context_access::properties(ctx)), clock_,
+                s.start,
+                telemetry_event{.kind = telemetry_kind::call,
+                                .policy = "telemetry",
+                                .name = options_.name,
+                                .attempt = ctx.attempt()},
+                result);
         return step::proceed;
     }
 

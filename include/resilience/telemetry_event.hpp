@@ -41,6 +41,10 @@
 ///   "local_share"). `error`: the failure that showed it.
 /// - `backend_restored` (the same): the store answers again; `note` says what the policy did
 ///   meanwhile.
+/// - `cache_hit` (cache): a fresh entry answered; no call was made. `duration` zero.
+/// - `cache_miss` (cache): no usable entry; the call was made, or joined a refresh in flight.
+/// - `stale_served` (cache): an expired entry answered; `note` is "stale_while_revalidate" (a refresh
+///   runs meanwhile) or "stale_if_error" (the refresh failed; `error` is its failure).
 ///
 /// `reason` is meaningful for bulkhead and limiter rejections (for the others it is
 /// `no_capacity`: refused at once, without waiting). `attempt` is the attempt number the policy
@@ -98,6 +102,9 @@ enum class telemetry_kind : unsigned char {
     call,         ///< a call through a `telemetry` stage ended
     backend_lost, ///< a shared limit's store (Redis) stopped answering; `note` says what the policy does meanwhile
     backend_restored, ///< that store answers again
+    cache_hit,        ///< a cache answered with a fresh entry, without calling
+    cache_miss,       ///< a cache found no usable entry and called (or joined the call in flight)
+    stale_served, ///< a cache answered with an expired entry; `note` says why ("stale_while_revalidate", "stale_if_error")
 };
 
 /// "attempt", "retry", ...: a static string, for logs and metric labels.
@@ -125,6 +132,12 @@ constexpr const char* to_string(telemetry_kind k) noexcept {
         return "backend_lost";
     case telemetry_kind::backend_restored:
         return "backend_restored";
+    case telemetry_kind::cache_hit:
+        return "cache_hit";
+    case telemetry_kind::cache_miss:
+        return "cache_miss";
+    case telemetry_kind::stale_served:
+        return "stale_served";
     }
     return "unknown";
 }
@@ -156,6 +169,10 @@ struct telemetry_event {
     std::string_view note{};
     /// When, on the reporting policy's clock: time since its epoch (virtual time in a simulation).
     std::chrono::nanoseconds at{};
+    /// The properties of the call the event is about (properties.hpp: a request id, a tenant), as its
+    /// caller set them on the call's context; empty for an event that no one call made (a breaker's
+    /// state change is reported with the properties of the call that made or first saw it).
+    properties_view properties{};
 };
 
 /// Hears `telemetry_event`s. Made from any callable `f` with `f(const telemetry_event&)` callable
@@ -199,12 +216,35 @@ private:
 
 namespace detail {
 
+/// Where an emission point reports: a listener (or none), and the properties of the call, which the
+/// event is stamped with. Made from a listener alone where no call is at hand.
+class listener_ref {
+public:
+    listener_ref() noexcept = default;
+    listener_ref(std::nullptr_t) noexcept {}
+    listener_ref(const telemetry_listener* l) noexcept : listener_(l) {}
+    listener_ref(const telemetry_listener* l, const property_node* props) noexcept
+        : listener_(l), props_(props) {}
+
+    explicit operator bool() const noexcept { return listener_ != nullptr; }
+    /// Calls the listener with `e`, stamped with the call's properties. Precondition: a listener.
+    void operator()(telemetry_event& e) const {
+        e.properties = properties_access::view(props_);
+        (*listener_)(e);
+    }
+    const telemetry_listener* get() const noexcept { return listener_; }
+    // The listener alone, without the call's properties (events then carry none).
+    operator const telemetry_listener*() const noexcept { return listener_; }
+
+private:
+    const telemetry_listener* listener_ = nullptr;
+    const property_node* props_ = nullptr;
+};
+
 /// The listener a policy reports to: its own, else the call's (set by a `telemetry` stage around
-/// it), else none.
-inline const telemetry_listener* listener_for(const telemetry_listener& own, const context& ctx) noexcept {
-    if (own)
-        return &own;
-    return context_access::telemetry(ctx);
+/// it), else none; with the call's properties.
+inline listener_ref listener_for(const telemetry_listener& own, const context& ctx) noexcept {
+    return listener_ref(own ? &own : context_access::telemetry(ctx), context_access::properties(ctx));
 }
 
 template <class TimePoint>
@@ -233,11 +273,11 @@ inline telemetry_event state_change(std::string_view name, circuit_state from, c
 
 /// Reports `e` to `l` (if any), stamped with `clock`'s time. What the listener throws propagates.
 template <class C>
-void emit(const telemetry_listener* l, const C& clock, telemetry_event e) {
+void emit(listener_ref l, const C& clock, telemetry_event e) {
     if (!l)
         return;
     e.at = since_epoch(clock.now());
-    (*l)(e);
+    l(e);
 }
 template <class C>
 void emit(const telemetry_listener& own, const context& ctx, const C& clock, telemetry_event e) {
@@ -246,7 +286,7 @@ void emit(const telemetry_listener& own, const context& ctx, const C& clock, tel
 
 /// `emit`, with what the listener (or the clock) throws returned instead of thrown.
 template <class C>
-std::optional<failure> emit_caught(const telemetry_listener* l, const C& clock, telemetry_event e) noexcept {
+std::optional<failure> emit_caught(listener_ref l, const C& clock, telemetry_event e) noexcept {
     try {
         emit(l, clock, std::move(e));
         return std::nullopt;
@@ -258,7 +298,7 @@ std::optional<failure> emit_caught(const telemetry_listener* l, const C& clock, 
 /// Reports `e` about the outcome `result` (its failure is `e.error` unless the event names one);
 /// what the listener throws replaces `result`. False then.
 template <class C, class R>
-RESILIENCE_DETAIL_NOINLINE bool report(const telemetry_listener* l, const C& clock, telemetry_event e,
+RESILIENCE_DETAIL_NOINLINE bool report(listener_ref l, const C& clock, telemetry_event e,
                                        outcome<R>& result) noexcept {
     if (!l)
         return true;
@@ -274,9 +314,8 @@ RESILIENCE_DETAIL_NOINLINE bool report(const telemetry_listener* l, const C& clo
 /// Reports that `result` ended something that began at `begun` on `clock` (`duration` is its
 /// length, `at` its end); what the listener throws replaces `result`. False then.
 template <class C, class R>
-RESILIENCE_DETAIL_NOINLINE bool report_ended(const telemetry_listener* l, const C& clock,
-                                             typename C::time_point begun, telemetry_event e,
-                                             outcome<R>& result) noexcept {
+RESILIENCE_DETAIL_NOINLINE bool report_ended(listener_ref l, const C& clock, typename C::time_point begun,
+                                             telemetry_event e, outcome<R>& result) noexcept {
     if (!l)
         return true;
     if (!e.error && result.has_failure())
@@ -285,7 +324,7 @@ RESILIENCE_DETAIL_NOINLINE bool report_ended(const telemetry_listener* l, const 
         const typename C::time_point now = clock.now();
         e.duration = saturating_nanoseconds(now - begun);
         e.at = since_epoch(now);
-        (*l)(e);
+        l(e);
         return true;
     } catch (...) {
         result = outcome<R>{failure::current()};
@@ -295,7 +334,7 @@ RESILIENCE_DETAIL_NOINLINE bool report_ended(const telemetry_listener* l, const 
 
 /// Reports the refusal `f` (as `e.error`) and returns it, or what the listener threw instead.
 template <class C>
-RESILIENCE_DETAIL_NOINLINE failure refused(const telemetry_listener* l, const C& clock, telemetry_event e,
+RESILIENCE_DETAIL_NOINLINE failure refused(listener_ref l, const C& clock, telemetry_event e,
                                            failure f) noexcept {
     if (!l)
         return f;

@@ -137,11 +137,20 @@ public:
     /// The `name` option of the timeout that reports (empty when unnamed).
     [[nodiscard]] std::string_view policy_name() const noexcept { return name_; }
 
+    /// What the caller set on the call's context (properties.hpp): a request id, a tenant.
+    [[nodiscard]] properties_view properties() const noexcept { return properties_; }
+    /// Sets what `properties()` returns (the reporting policy passes the call's).
+    timeout_event& with_properties(properties_view p) noexcept {
+        properties_ = p;
+        return *this;
+    }
+
 private:
     std::chrono::nanoseconds timeout_;
     int attempt_;
     const failure* error_;
     std::string_view name_;
+    properties_view properties_{};
 };
 
 /// How a `timeout` behaves. `timeout_options{}` gives each attempt 30 seconds, as Polly does.
@@ -318,8 +327,8 @@ private:
     bool tell(Outcome& result, const context& ctx) const noexcept {
         try {
             options_.on_timeout(timeout_event{options_.timeout, ctx.attempt(),
-                                              result.has_failure() ? &result.error() : nullptr,
-                                              options_.name});
+                                              result.has_failure() ? &result.error() : nullptr, options_.name}
+                                    .with_properties(ctx.properties()));
             return true;
         } catch (...) {
             result = Outcome{failure::current()};

@@ -108,7 +108,8 @@ private:
         bool handled = false;
         try {
             handled = o_.should_handle
-                          .classify(result, [](const failure& f) noexcept { return !is_cancellation(f); })
+                          .classify(
+                              result, [](const failure& f) noexcept { return !is_cancellation(f); }, &ctx_)
                           .handle;
         } catch (...) {
             end_with(O{failure::current()});
@@ -240,8 +241,8 @@ private:
                 return false;
             }
             if (o_.on_hedge)
-                o_.on_hedge(hedge_event{n, why, cause, o_.name});
-            if (const telemetry_listener* l = listener_for(o_.telemetry, ctx_)) // asks `delay` only then
+                o_.on_hedge(hedge_event{n, why, cause, o_.name}.with_properties(ctx_.properties()));
+            if (const detail::listener_ref l = listener_for(o_.telemetry, ctx_)) // asks `delay` only then
                 emit(l, clock_,
                      event(telemetry_kind::hedge, "hedge", o_.name, n,
                            why == hedge_reason::delay ? o_.delay(started_) : std::chrono::nanoseconds{},

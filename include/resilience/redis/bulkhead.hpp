@@ -179,7 +179,7 @@ public:
         const bulkhead_options& o = s->options;
         if (ctx.stop_requested())
             co_return failure::make(cancelled_error{o.name});
-        const telemetry_listener* listener = resilience::detail::listener_for(o.telemetry, ctx);
+        const resilience::detail::listener_ref listener = resilience::detail::listener_for(o.telemetry, ctx);
         const std::string id = s->next_lease_id();
         auto acquiring = s->lua.ask(s->conn, o.key, s->args("acquire", id), ctx.stop_token());
         detail::script::answer a = co_await std::move(acquiring);

@@ -189,7 +189,8 @@ public:
         std::shared_ptr<state> s = state_;
         if (ctx.stop_requested())
             co_return failure::make(cancelled_error{s->options.name});
-        const telemetry_listener* listener = resilience::detail::listener_for(s->options.telemetry, ctx);
+        const resilience::detail::listener_ref listener =
+            resilience::detail::listener_for(s->options.telemetry, ctx);
         auto deciding = admit(s, ctx.stop_token(), listener, ctx.attempt());
         decision d = co_await std::move(deciding);
         if (d.refusal)
@@ -234,7 +235,7 @@ private:
     };
 
     static task<decision> admit(std::shared_ptr<state> s, std::stop_token token,
-                                const telemetry_listener* listener, int attempt) {
+                                resilience::detail::listener_ref listener, int attempt) {
         const rate_limiter_options& o = s->options;
         // A call that may wait holds a queue place from before it asks until its wait ends, so calls
         // asking at once cannot together reserve more waits than `queue_limit`.

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+/// \file properties.hpp
+/// Typed properties a caller sets on a call's `context` (a request id, a tenant, a priority), readable
+/// by the call's actions, by the policies' callbacks and classifiers, and in telemetry events.
+///
+///     inline constexpr rs::property_key<std::string> request_id{"request_id"};
+///
+///     rs::context ctx;
+///     ctx.set_property(request_id, std::string("r-42"));
+///     co_await pipeline.execute([](const rs::context& c) -> rs::task<int> {
+///         const std::string* id = c.property(request_id);   // "r-42" in every attempt
+///         ...
+///     }, ctx);
+///
+/// A key is an object with static storage duration, compared by address: two keys with one name are two
+/// keys, and a key cannot be copied (a copy would be another key). Its type says what its value is, so a
+/// lookup needs no cast and cannot read a value of another type.
+///
+/// Costs. A context without properties carries one null pointer more, copied along with the rest: a
+/// call through a pipeline pays nothing else (bench/policies.cpp, `pipeline_of_five` against
+/// `pipeline_of_five_properties`). Setting a property allocates one node, which the contexts of the call
+/// share: the context the caller made owns the list (copies of a context share it, with a reference count
+/// changed only when a context is copied), the contexts the policies derive for the attempts refer to it.
+/// A lookup walks the list, newest first: properties are meant to be a few.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <new>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace resilience {
+
+template <class T>
+class property_key;
+class properties_view;
+
+namespace detail {
+
+/// One property: a node of an immutable list, newest first, shared by reference count.
+struct property_node {
+    const void* key;
+    std::string_view name;     // the key's name
+    const property_node* next; // older properties (held by this node)
+    mutable std::atomic<std::size_t> refs{1};
+    void (*destroy)(const property_node*) noexcept;
+    std::string_view (*text)(const property_node*) noexcept; // the value as text, or empty
+    const void* value;                                       // the typed node's value
+
+    static void add_ref(const property_node* n) noexcept {
+        if (n)
+            n->refs.fetch_add(1, std::memory_order_relaxed);
+    }
+    /// Drops a reference; the last one destroys the node and drops its reference on the next.
+    static void release(const property_node* n) noexcept {
+        while (n && n->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            const property_node* next = n->next;
+            n->destroy(n);
+            n = next;
+        }
+    }
+};
+
+template <class T>
+struct typed_property_node final : property_node {
+    T held;
+
+    template <class V>
+    typed_property_node(const property_key<T>& k, const property_node* older, V&& v)
+        : property_node{&k, k.name(), older, {1}, &destroy_node, &text_of, nullptr},
+          held(std::forward<V>(v)) {
+        value = &held;
+    }
+    static void destroy_node(const property_node* n) noexcept {
+        delete static_cast<const typed_property_node*>(n);
+    }
+    static std::string_view text_of(const property_node* n) noexcept {
+        const T& v = static_cast<const typed_property_node*>(n)->held;
+        if constexpr (std::is_convertible_v<const T&, std::string_view>)
+            return std::string_view(v);
+        else
+            return {};
+    }
+};
+
+struct properties_access;
+
+} // namespace detail
+
+/// The key of a property whose value is a `T`. Declare it once, with static storage duration
+/// (`inline constexpr rs::property_key<int> tenant{"tenant"};`): the key is its address. `name` is for
+/// logs and telemetry (`properties_view::for_each`); keys are not looked up by name.
+template <class T>
+class property_key {
+    static_assert(std::is_object_v<T> && !std::is_const_v<T> && !std::is_array_v<T>,
+                  "rs::property_key<T>: T must be a non-const object type (store a value, not a reference)");
+
+public:
+    using value_type = T;
+    constexpr explicit property_key(std::string_view name) noexcept : name_(name) {}
+    property_key(const property_key&) = delete;
+    property_key& operator=(const property_key&) = delete;
+
+    [[nodiscard]] constexpr std::string_view name() const noexcept { return name_; }
+
+private:
+    std::string_view name_;
+};
+
+/// A read-only view of a call's properties, as the context holds them: what a telemetry event carries
+/// (`telemetry_event::properties`) and what `context::properties()` returns. Valid while the call runs
+/// (for an event: during the listener's call); copy the values you keep.
+class properties_view {
+public:
+    properties_view() noexcept = default;
+
+    /// The value set for `key` (the latest, if set more than once), or null.
+    template <class T>
+    [[nodiscard]] const T* get(const property_key<T>& key) const noexcept {
+        for (const detail::property_node* n = head_; n; n = n->next)
+            if (n->key == &key)
+                return static_cast<const T*>(n->value);
+        return nullptr;
+    }
+    /// The value set for `key`, or `otherwise`.
+    template <class T, class U>
+    [[nodiscard]] T get_or(const property_key<T>& key, U&& otherwise) const {
+        if (const T* v = get(key))
+            return *v;
+        return static_cast<T>(std::forward<U>(otherwise));
+    }
+    [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
+    /// Calls `f(name, text)` for each property, in the order they were set, a key set twice once (with
+    /// its latest value, in the place of its latest setting): `text` is the value when its type converts
+    /// to `std::string_view` (a `std::string`, a string literal), empty otherwise. For logs and labels.
+    template <class F>
+    void for_each(F&& f) const {
+        visit(head_, f);
+    }
+
+private:
+    friend struct detail::properties_access;
+    explicit properties_view(const detail::property_node* head) noexcept : head_(head) {}
+    // Oldest first: the list is newest first, and a few long.
+    template <class F>
+    void visit(const detail::property_node* n, F& f) const {
+        if (!n)
+            return;
+        visit(n->next, f);
+        for (const detail::property_node* m = head_; m != n; m = m->next)
+            if (m->key == n->key)
+                return; // set again later: reported there
+        f(n->name, n->text(n));
+    }
+    const detail::property_node* head_ = nullptr;
+};
+
+namespace detail {
+struct properties_access {
+    static properties_view view(const property_node* head) noexcept { return properties_view(head); }
+    static const property_node* head(properties_view v) noexcept { return v.head_; }
+};
+} // namespace detail
+
+} // namespace resilience

@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: MIT
+// Properties a caller sets on a call's context (properties.hpp): seen by every attempt, by classifiers,
+// by callbacks and in telemetry events; owned by the context the caller made, free when none is set.
+#include "alloc_counter.hpp"
+#include "catch.hpp"
+
+#include <resilience/backoff.hpp>
+#include <resilience/classifier.hpp>
+#include <resilience/context.hpp>
+#include <resilience/fallback.hpp>
+#include <resilience/fmt.hpp>
+#include <resilience/hedge.hpp>
+#include <resilience/pipeline.hpp>
+#include <resilience/properties.hpp>
+#include <resilience/retry.hpp>
+#include <resilience/telemetry.hpp>
+#include <resilience/testing/scripted.hpp>
+#include <resilience/testing/simulation.hpp>
+#include <resilience/timeout.hpp>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace test_properties {
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+using rs::testing::script;
+using rs::testing::scripted_action;
+
+inline constexpr rs::property_key<std::string> request_id{"request_id"};
+inline constexpr rs::property_key<std::string> tenant{"tenant"};
+inline constexpr rs::property_key<int> priority{"priority"};
+inline constexpr rs::property_key<bool> idempotent{"idempotent"};
+
+const rs::backoff no_wait = rs::constant_backoff{0ms};
+
+TEST_CASE("properties: a context without properties has none", "[properties]") {
+    const rs::context ctx;
+    CHECK(ctx.properties().empty());
+    CHECK(ctx.property(request_id) == nullptr);
+    CHECK(ctx.property_or(priority, 7) == 7);
+}
+
+TEST_CASE("properties: a key reads only its own value, the latest set, with its own type", "[properties]") {
+    rs::context ctx;
+    ctx.set_property(request_id, "r-1");
+    ctx.set_property(priority, 2);
+    ctx.set_property(request_id, std::string("r-2"));
+    REQUIRE(ctx.property(request_id) != nullptr);
+    CHECK(*ctx.property(request_id) == "r-2");
+    CHECK(*ctx.property(priority) == 2);
+    CHECK(ctx.property(tenant) == nullptr);
+    CHECK(ctx.property_or(tenant, "none") == "none");
+
+    // Each key once, in the order set (at its latest setting); a value that is not text has no text.
+    std::vector<std::pair<std::string, std::string>> seen;
+    ctx.properties().for_each([&](std::string_view name, std::string_view text) {
+        seen.emplace_back(std::string(name), std::string(text));
+    });
+    CHECK(seen == std::vector<std::pair<std::string, std::string>>{{"priority", ""}, {"request_id", "r-2"}});
+}
+
+TEST_CASE("properties: a copy keeps what it had, and outlives the context it was copied from",
+          "[properties]") {
+    std::optional<rs::context> original{std::in_place};
+    original->set_property(request_id, "r-1");
+    const rs::context before = *original;
+    const rs::context with_tenant = original->with_property(tenant, "acme");
+    original->set_property(request_id, "r-2");
+    CHECK(*before.property(request_id) == "r-1");
+    CHECK(before.property(tenant) == nullptr);
+    CHECK(*with_tenant.property(tenant) == "acme");
+    CHECK(*with_tenant.property(request_id) == "r-1");
+    CHECK(*original->property(request_id) == "r-2");
+    original.reset();
+    CHECK(*before.property(request_id) == "r-1"); // its own reference keeps the values
+    rs::context moved = std::move(const_cast<rs::context&>(with_tenant));
+    CHECK(*moved.property(tenant) == "acme");
+}
+
+namespace {
+// Counts the values alive, to see that the last context that holds them destroys them.
+struct counted {
+    static inline int alive = 0;
+    counted() { ++alive; }
+    counted(const counted&) { ++alive; }
+    ~counted() { --alive; }
+};
+inline constexpr rs::property_key<counted> counted_key{"counted"};
+} // namespace
+
+TEST_CASE("properties: the values are destroyed with the last context holding them", "[properties]") {
+    {
+        rs::context a;
+        a.set_property(counted_key, counted{});
+        CHECK(counted::alive == 1);
+        rs::context b = a;
+        a = rs::context{};
+        CHECK(counted::alive == 1);
+        rs::context c;
+        c = std::move(b);
+        CHECK(counted::alive == 1);
+    }
+    CHECK(counted::alive == 0);
+}
+
+TEST_CASE("properties: every attempt of a retry under a timeout sees the caller's properties",
+          "[properties][retry][timeout]") {
+    rs::testing::simulation sim;
+    rs::pipeline p{rs::retry{{.max_attempts = 3, .backoff = no_wait}, sim.clock()},
+                   rs::timeout{{.timeout = 1s}, sim.clock()}};
+    rs::context ctx;
+    ctx.set_property(request_id, "r-42");
+    std::vector<std::string> seen;
+    const int v = sim.run(p.execute(
+        [&](const rs::context& c) -> rs::task<int> {
+            seen.push_back(c.property_or(request_id, "-") + "#" + std::to_string(c.attempt()));
+            if (c.attempt() < 3)
+                throw std::runtime_error("flaky");
+            co_return 7;
+        },
+        ctx));
+    CHECK(v == 7);
+    CHECK(seen == std::vector<std::string>{"r-42#1", "r-42#2", "r-42#3"});
+}
+
+TEST_CASE("properties: the hedged attempts see the caller's properties", "[properties][hedge]") {
+    rs::testing::simulation sim;
+    rs::hedge h{{.max_attempts = 2, .delay = 10ms}, sim.clock()};
+    rs::context ctx;
+    ctx.set_property(tenant, "acme");
+    std::vector<std::string> seen;
+    const int v = sim.run(h.execute(
+        [&](const rs::context& c) -> rs::task<int> {
+            seen.push_back(c.property_or(tenant, "-"));
+            co_await sim.clock().sleep_for(c.attempt() == 1 ? 100ms : 5ms, c.stop_token());
+            co_return c.attempt();
+        },
+        ctx));
+    CHECK(v == 2);
+    CHECK(sim.now() == 15ms);
+    CHECK(seen == std::vector<std::string>{"acme", "acme"});
+}
+
+TEST_CASE("properties: a classifier taking the context retries only what the caller marked idempotent",
+          "[properties][classifier][retry]") {
+    rs::testing::simulation sim;
+    rs::retry r{{.max_attempts = 3,
+                 .backoff = no_wait,
+                 .should_handle = [](const rs::failure&,
+                                     const rs::context& c) { return c.property_or(idempotent, false); }},
+                sim.clock()};
+    for (const bool marked : {true, false}) {
+        scripted_action down{sim.clock(), script<int>{.failures = 5, .latency = 10ms}};
+        rs::context ctx;
+        ctx.set_property(idempotent, marked);
+        const rs::outcome<int> o = sim.run(r.execute_outcome(down, ctx));
+        CHECK(o.has_failure());
+        CHECK(down.calls() == (marked ? 3 : 1));
+    }
+}
+
+TEST_CASE("properties: an outcome classifier taking the context reads them too", "[properties][classifier]") {
+    rs::testing::simulation sim;
+    std::vector<std::string> asked;
+    rs::retry r{{.max_attempts = 3,
+                 .backoff = no_wait,
+                 .should_handle =
+                     [&](const rs::outcome<int>& o, const rs::context& c) {
+                         asked.push_back(c.property_or(request_id, "-"));
+                         return o.has_value() && *o < 0;
+                     }},
+                sim.clock()};
+    rs::context ctx;
+    ctx.set_property(request_id, "r-9");
+    int calls = 0;
+    CHECK(sim.run(r.execute([&]() -> rs::task<int> { co_return ++calls == 1 ? -1 : 1; }, ctx)) == 1);
+    CHECK(asked == std::vector<std::string>{"r-9", "r-9"});
+}
+
+TEST_CASE("properties: the callbacks' events carry them", "[properties][retry][fallback][timeout][hedge]") {
+    rs::testing::simulation sim;
+    std::vector<std::string> heard;
+    const auto note = [&](std::string what, rs::properties_view p) {
+        heard.push_back(what + ":" + p.get_or(request_id, "-"));
+    };
+    rs::pipeline p{
+        rs::fallback{-1, rs::fallback_options{.on_fallback =
+                                                  [&](const rs::fallback_event& e) {
+                                                      note("fallback", e.properties());
+                                                  }}},
+        rs::retry{{.max_attempts = 2,
+                   .backoff = no_wait,
+                   .on_retry = [&](const rs::retry_event& e) { note("retry", e.properties()); }},
+                  sim.clock()},
+        rs::timeout{{.timeout = 50ms,
+                     .on_timeout = [&](const rs::timeout_event& e) { note("timeout", e.properties()); }},
+                    sim.clock()},
+    };
+    scripted_action stall{sim.clock(), script<int>{.latency = 1s}};
+    rs::context ctx;
+    ctx.set_property(request_id, "r-5");
+    CHECK(sim.run(p.execute(stall, ctx)) == -1);
+    CHECK(heard == std::vector<std::string>{"timeout:r-5", "retry:r-5", "timeout:r-5", "fallback:r-5"});
+
+    heard.clear();
+    rs::hedge h{{.max_attempts = 2,
+                 .delay = 10ms,
+                 .on_hedge = [&](const rs::hedge_event& e) { note("hedge", e.properties()); }},
+                sim.clock()};
+    scripted_action slow{sim.clock(), script<int>{.latency = 30ms, .value = 3}};
+    CHECK(sim.run(h.execute(slow, ctx)) == 3);
+    CHECK(heard == std::vector<std::string>{"hedge:r-5"});
+}
+
+TEST_CASE("properties: telemetry events carry the call's properties, and none for a call without",
+          "[properties][telemetry]") {
+    rs::testing::simulation sim;
+    std::vector<std::string> heard;
+    rs::pipeline p{rs::telemetry{[&](const rs::telemetry_event& e) {
+                                     heard.push_back(std::string(rs::to_string(e.kind)) + ":" +
+                                                     e.properties.get_or(request_id, "-"));
+                                 },
+                                 sim.clock()},
+                   rs::retry{{.max_attempts = 2, .backoff = no_wait}, sim.clock()}};
+    scripted_action flaky{sim.clock(), script<int>{.failures = 1, .latency = 10ms, .value = 1}};
+    rs::context ctx;
+    ctx.set_property(request_id, "r-7");
+    CHECK(sim.run(p.execute(flaky, ctx)) == 1);
+    CHECK(heard == std::vector<std::string>{"attempt:r-7", "retry:r-7", "attempt:r-7", "call:r-7"});
+    heard.clear();
+    CHECK(sim.run(p.execute(flaky)) == 1);
+    CHECK(heard == std::vector<std::string>{"attempt:-", "call:-"});
+}
+
+TEST_CASE("properties: fmt ends an event's line with the properties whose values are text",
+          "[properties][telemetry][fmt]") {
+    rs::testing::simulation sim;
+    std::vector<std::string> lines;
+    rs::retry r{{.name = "payments",
+                 .max_attempts = 2,
+                 .backoff = no_wait,
+                 .telemetry =
+                     [&](const rs::telemetry_event& e) {
+                         if (e.kind == rs::telemetry_kind::retry)
+                             lines.push_back(fmt::format("{}", e));
+                     }},
+                sim.clock()};
+    scripted_action flaky{sim.clock(), script<int>{.failures = 1, .latency = 10ms, .value = 1}};
+    rs::context ctx;
+    ctx.set_property(request_id, "r-42");
+    ctx.set_property(priority, 1); // not text: left out
+    ctx.set_property(tenant, "acme");
+    CHECK(sim.run(r.execute(flaky, ctx)) == 1);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].starts_with("[10ms] retry(payments) retry: attempt 1 failed, next in 0ns: scripted failure"));
+    CHECK(lines[0].ends_with(" {request_id=r-42, tenant=acme}"));
+}
+
+#ifdef RESILIENCE_TESTS_COUNT_ALLOCATIONS
+TEST_CASE("properties: a call with properties set allocates nothing more than one without",
+          "[properties][allocation]") {
+    rs::testing::simulation sim;
+    rs::pipeline p{rs::retry{{.max_attempts = 2, .backoff = no_wait}, sim.clock()},
+                   rs::timeout{{.timeout = 1s}, sim.clock()}};
+    auto action = [](const rs::context& c) -> rs::task<int> { co_return c.property_or(priority, 1); };
+    rs::context ctx;
+    {
+        resilience_tests::counting_allocations counting;
+        ctx.set_property(priority, 2);
+        CHECK(counting.count() == 1); // the node
+    }
+    std::size_t with = 0;
+    std::size_t without = 0;
+    int sum = 0;
+    sim.run([&]() -> rs::task<void> {
+        for (int i = 0; i < 100; ++i) // warm-up: frames, pools
+            sum += co_await p.execute(action, ctx) + co_await p.execute(action);
+        {
+            resilience_tests::counting_allocations counting;
+            for (int i = 0; i < 1'000; ++i)
+                sum += co_await p.execute(action, ctx);
+            with = counting.count();
+        }
+        resilience_tests::counting_allocations counting;
+        for (int i = 0; i < 1'000; ++i)
+            sum += co_await p.execute(action);
+        without = counting.count();
+    }());
+    CHECK(sum == 100 * 3 + 1'000 * 2 + 1'000);
+    CHECK(with == 0);
+    CHECK(without == 0);
+}
+#endif
+
+} // namespace test_properties
