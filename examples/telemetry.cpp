@@ -2,7 +2,10 @@
 // Ten clients call a dependency through telemetry -> retry -> circuit breaker -> timeout. The dependency
 // hangs from t = 3 s to t = 6 s. One listener, set once for the whole pipeline, counts what every stage
 // reports, and the program prints a table per second of virtual time: calls, failures, retries, timeouts,
-// rejections and the breaker's state, then the breaker's state changes as fmt prints the events.
+// rejections and the breaker's state, then the breaker's state changes as fmt prints the events. Each
+// call carries its request id as a property of its context (properties.hpp), so every event names the
+// call it is about: the program lists the requests the open breaker refused, and fmt's lines end with
+// the id.
 //
 // Everything runs on virtual time (ten simulated seconds take a few milliseconds), so every figure is
 // the same on every run. The program exits non-zero if the table does not show what it should: calls
@@ -18,6 +21,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <iterator>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -47,9 +51,8 @@ private:
     rs::testing::simulation* sim_;
 };
 
-rs::task<int> call(const dependency* d, std::stop_token stop) {
-    return d->call(std::move(stop));
-}
+// The request id every call carries, set by the client that makes it.
+inline constexpr rs::property_key<std::string> request_id{"request_id"};
 
 // What one second of virtual time saw.
 struct second {
@@ -65,6 +68,8 @@ int main() {
 
     std::array<second, seconds + 1> table{};
     std::vector<std::string> changes;
+    std::vector<std::string> refused; // the request ids of the calls the breaker refused
+    std::string first_refusal;        // how fmt prints the first of those events
     // The listener: a plain function of the event, called synchronously by whichever stage reports.
     const auto count = [&](const rs::telemetry_event& e) {
         second& s = table[static_cast<std::size_t>(std::min<long long>(e.at / 1s, seconds))];
@@ -81,6 +86,9 @@ int main() {
             break;
         case rs::telemetry_kind::rejection:
             ++s.rejections;
+            refused.push_back(e.properties.get_or(request_id, "?"));
+            if (first_refusal.empty())
+                first_refusal = fmt::format("{}", e);
             break;
         case rs::telemetry_kind::state_change:
             s.entered.push_back(e.to);
@@ -103,8 +111,11 @@ int main() {
     // Ten clients, each calling every 100 ms for ten seconds.
     const auto client = [&](int id) -> rs::task<void> {
         co_await sim.sleep_for(id * 10ms); // spread them over the first 100 ms
-        while (sim.now() < std::chrono::seconds(seconds)) {
-            (void)co_await policy.execute_outcome(call, &service); // the listener sees how it ended
+        for (int n = 1; sim.now() < std::chrono::seconds(seconds); ++n) {
+            rs::context ctx;
+            ctx.set_property(request_id, fmt::format("client{}-{}", id, n));
+            // The listener sees how it ended, and which request it was.
+            (void)co_await policy.execute_outcome([&](std::stop_token st) { return service.call(st); }, ctx);
             co_await sim.sleep_for(100ms);
         }
     };
@@ -147,8 +158,17 @@ int main() {
     expect(refused_in_outage > 0, "the open breaker refused calls during the outage");
     expect(state == rs::circuit_state::closed, "the breaker closed again");
 
+    expect(!refused.empty() && std::ranges::none_of(refused, [](const std::string& id) { return id == "?"; }),
+           "every refusal names its request");
+
     fmt::print("\nthe breaker's state changes, as fmt prints the events:\n");
     for (const std::string& line : changes)
         fmt::print("  {}\n", line);
+    fmt::print(
+        "\nthe first requests the open breaker refused: {}\n",
+        fmt::join(refused.begin(),
+                  refused.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(refused.size(), 5)),
+                  ", "));
+    fmt::print("the first refusal, as fmt prints it:\n  {}\n", first_refusal);
     return ok ? 0 : 1;
 }

@@ -26,7 +26,7 @@ LAYERS = [
         "detail/shared_handle.hpp", "detail/race.hpp", "detail/home_loop.hpp", "detail/config.hpp", "testing/",
     ]),
     (2, "protocol", [
-        "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp",
+        "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp", "priority.hpp",
         "detail/label.hpp", "detail/action.hpp", "detail/driver.hpp", "detail/protocol.hpp",
         "detail/stages.hpp", "detail/frame_admission.hpp",
     ]),
@@ -34,13 +34,14 @@ LAYERS = [
         "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",
         "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
         "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
+        "cache.hpp", "detail/cache_state.hpp",
         "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/breaker_call.hpp", "detail/breaker_options.hpp", "detail/bulkhead_state.hpp", "detail/hedge_race.hpp", "detail/http_date.hpp",
         "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
         "detail/window_counter.hpp",
     ]),
     (4, "composition", [
         "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",
-        "retry_by_request.hpp", "resilience.hpp", "src.hpp",
+        "retry_by_request.hpp", "resilience.hpp", "src.hpp", "reloadable.hpp",
     ]),
     (5, "integrations", ["fmt.hpp", "asio.hpp", "asio/", "boost_asio.hpp", "beast.hpp", "prometheus.hpp",
                           "grpc.hpp", "redis.hpp", "redis/"]),
@@ -52,6 +53,7 @@ POLICY_PARTS = {
     ("retry.hpp", "retry_budget.hpp"),
     ("hedge.hpp", "retry_budget.hpp"),
     ("bulkhead.hpp", "adaptive_limit.hpp"),
+    ("cache.hpp", "single_flight.hpp"),  # a cache's refreshes are single flights
 }
 
 

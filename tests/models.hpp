@@ -9,7 +9,9 @@
 // every arrival and every caller's stop is a timer armed when the scenario starts, before any timer
 // a policy arms, so at one instant arrivals come first (in call order), then stops (in call order),
 // then whatever the policy had scheduled for that instant. Arrivals are never at 0, so that all of
-// them are armed before the policies start.
+// them are armed before the policies start. Reconfigurations of a policy (the `*_reconfigured`
+// checks) are timers armed the same way, after the stops: at one instant they come after the stops
+// and before anything the policy scheduled.
 #pragma once
 
 #include <resilience/adaptive_throttle.hpp>
@@ -29,10 +31,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -154,14 +158,22 @@ inline ns ceil_div(ns a, ns b) {
     return q;
 }
 
+/// Something done to a policy at an instant of a scenario (a reconfiguration).
+struct timed_action {
+    ns at = 0;
+    std::function<void()> act;
+};
+
 /// Plays `calls` through a real policy on `sim`'s virtual time and returns what `step` wrote down.
 /// `step(out, id, call, stop)` makes call `id` through the policy, with `stop` as its caller's token,
 /// and writes down what happened; it returns an `rs::task<void>`. Calls with an `arrive` instant run
 /// at once, each from its own instant, and a call with a `stop_at` instant has its caller stop then
-/// (every arrival and stop is a timer armed before the policy runs: see the top of this file). Calls
-/// with a `gap` run one after another, each `gap` after the previous one ended, never stopped.
+/// (every arrival and stop is a timer armed before the policy runs: see the top of this file), then
+/// each of `actions` at its instant (armed after the stops). Calls with a `gap` run one after
+/// another, each `gap` after the previous one ended, never stopped.
 template <class Call, class Step>
-std::vector<event> run_calls(rs::testing::simulation& sim, const std::vector<Call>& calls, Step step) {
+std::vector<event> run_calls(rs::testing::simulation& sim, const std::vector<Call>& calls, Step step,
+                             const std::vector<timed_action>& actions = {}) {
     std::vector<event> out;
     if constexpr (requires(const Call& c) { c.arrive; }) {
         std::vector<std::stop_source> stops(calls.size());
@@ -179,6 +191,12 @@ std::vector<event> run_calls(rs::testing::simulation& sim, const std::vector<Cal
         for (std::size_t i = 0; i < calls.size(); ++i)
             if (calls[i].stop_at)
                 sim.spawn(stopper(i));
+        const auto actor = [&](const timed_action& a) -> rs::task<void> {
+            co_await sim.sleep_for(std::chrono::nanoseconds{a.at});
+            a.act();
+        };
+        for (const timed_action& a : actions)
+            sim.spawn(actor(a));
         sim.run_all();
     } else {
         sim.run([&]() -> rs::task<void> {
@@ -221,23 +239,50 @@ struct limiter_call {
 };
 
 /// The counting half of a limiter model: when permits are there.
+///
+/// The bucket's instants are doubles, as the documentation of the bucket keeps them: whole
+/// nanoseconds stay exact (below 2^53), and the arithmetic of a reconfiguration, which may leave a
+/// fraction of a token, is the one the documentation states. A due time is rounded up to a whole
+/// nanosecond; a full bucket keeps less than a nanosecond of overflow (token_bucket.hpp).
 struct token_bucket_meter {
-    ns capacity, interval, empty_at;
+    double capacity, interval, empty_at;
     token_bucket_meter(ns tokens, ns interval_ns)
-        : capacity(tokens), interval(interval_ns), empty_at(-tokens * interval_ns) {}
+        : capacity(static_cast<double>(tokens)), interval(static_cast<double>(interval_ns)),
+          empty_at(-static_cast<double>(tokens) * static_cast<double>(interval_ns)) {}
 
     // The bucket holds (now - empty_at) / interval tokens, at most `capacity`.
-    void refill(ns now) { empty_at = std::max(empty_at, now - capacity * interval); }
+    void refill(ns now) {
+        const double full_since = static_cast<double>(now) - capacity * interval;
+        if (full_since - empty_at >= 1.0)
+            empty_at = full_since;
+    }
     bool try_take(ns now) {
         refill(now);
-        if (now < empty_at + interval)
+        if (static_cast<double>(now) < empty_at + interval)
             return false;
         empty_at += interval;
         return true;
     }
     ns available_at(ns now, std::size_t ahead) {
         refill(now);
-        return std::max(now, empty_at + static_cast<ns>(ahead + 1) * interval);
+        const double at =
+            std::max(static_cast<double>(now), empty_at + static_cast<double>(ahead + 1) * interval);
+        return static_cast<ns>(std::ceil(at));
+    }
+    // rate_limiter::reconfigure: the tokens earned up to `now`, counted at the old rate (a full
+    // bucket holds the old capacity), are kept, capped at the new capacity; from `now` on they
+    // accrue at the new rate. Kept as a span of time at the old rate, scaled to the new one.
+    void reconfigure(ns tokens, ns interval_ns, ns now) {
+        refill(now);
+        const double t = static_cast<double>(now), new_capacity = static_cast<double>(tokens),
+                     new_interval = static_cast<double>(interval_ns);
+        const double earned = std::max(t - empty_at, 0.0);
+        if (earned / interval > new_capacity)
+            empty_at = t - new_capacity * new_interval;
+        else if (new_interval != interval)
+            empty_at = t - earned * (new_interval / interval);
+        capacity = new_capacity;
+        interval = new_interval;
     }
 };
 
@@ -259,11 +304,15 @@ struct sliding_window_meter {
         returns.push_back(return_of(now));
         return true;
     }
-    // The callers ahead, then this one, each take the permit that is there first.
+    // The callers ahead, then this one, each take the permit that is there first. With more permits
+    // in use than the limit (it was lowered), the first ones to come back free nothing.
     ns available_at(ns now, std::size_t ahead) {
         expire(now);
         std::vector<ns> when(returns);
-        for (ns i = static_cast<ns>(returns.size()); i < limit; ++i)
+        std::sort(when.begin(), when.end());
+        if (static_cast<ns>(when.size()) > limit)
+            when.erase(when.begin(), when.end() - limit);
+        for (ns i = static_cast<ns>(when.size()); i < limit; ++i)
             when.push_back(now);
         ns at = now;
         for (std::size_t k = 0; k <= ahead; ++k) {
@@ -273,15 +322,46 @@ struct sliding_window_meter {
         }
         return at;
     }
+    // sliding_window_limiter::reconfigure: the permits in use stay. Each is counted again on the new
+    // grid, at the boundary at or after the one it was counted at but no later than the boundary at
+    // or after `now`, and comes back a new window after that (with the same grid: when it would
+    // have); one that is then back already is gone.
+    void reconfigure(ns permits, ns window_ns, ns segments, ns now) {
+        expire(now);
+        const ns new_segment = window_ns / segments;
+        const ns latest = ceil_div(now, new_segment) * new_segment;
+        std::vector<ns> moved;
+        for (const ns r : returns) {
+            const ns counted = std::min(ceil_div(r - window, new_segment) * new_segment, latest);
+            if (counted + window_ns > now)
+                moved.push_back(counted + window_ns);
+        }
+        returns = std::move(moved);
+        limit = permits;
+        window = window_ns;
+        segment = new_segment;
+    }
+};
+
+/// A reconfiguration of a limiter at an instant: `meter(m, now)` gives the meter its new parameters;
+/// the queue's are set, `queue_timeout` for the callers queued from then on.
+template <class Meter>
+struct limiter_change {
+    ns at = 0;
+    std::function<void(Meter&, ns)> meter;
+    std::size_t queue_limit = 0;
+    std::optional<ns> queue_timeout{};
 };
 
 /// The waiting half, the same for both limiters. With `heard`, also what a listener of the limiter
 /// hears (see `heard_event`): a `queue_wait` for each call admitted after it found no permit, and a
-/// `rejection` for each refusal, each with the time waited since the call found none.
+/// `rejection` for each refusal, each with the time waited since the call found none. `changes`
+/// (in order of their instants) reconfigure it: the waiters stay queued, with their deadlines, and
+/// the front one is served by the new meter from that instant.
 template <class Meter>
 std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::optional<ns> queue_timeout,
-                                 const std::vector<limiter_call>& calls,
-                                 std::vector<event>* heard = nullptr) {
+                                 const std::vector<limiter_call>& calls, std::vector<event>* heard = nullptr,
+                                 const std::vector<limiter_change<Meter>>& changes = {}) {
     std::vector<event> out;
     struct waiter {
         int call;
@@ -323,7 +403,7 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
     const call_instants instants = instants_of(calls);
     const auto& arrivals = instants.arrivals;
     const auto& stops = instants.stops;
-    std::size_t a = 0, s = 0;
+    std::size_t a = 0, s = 0, c = 0;
     ns wake = forever;
     for (;;) {
         ns now = wake;
@@ -331,6 +411,8 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
             now = std::min(now, arrivals[a].first);
         if (s < stops.size())
             now = std::min(now, stops[s].first);
+        if (c < changes.size())
+            now = std::min(now, changes[c].at);
         if (now == forever)
             break;
         for (; a < arrivals.size() && arrivals[a].first == now; ++a) {
@@ -352,6 +434,11 @@ std::vector<event> model_limiter(Meter meter, std::size_t queue_limit, std::opti
                 out.push_back({id, now, "cancelled"});
                 queue.erase(it);
             }
+        }
+        for (; c < changes.size() && changes[c].at == now; ++c) {
+            changes[c].meter(meter, now);
+            queue_limit = changes[c].queue_limit;
+            queue_timeout = changes[c].queue_timeout;
         }
         wake = serve(now);
     }
@@ -452,7 +539,8 @@ std::vector<event> run_routed(rs::testing::simulation& sim, route r, const Polic
 /// Plays `calls` through `limiter` (built on `sim`'s clock) and writes down how each call was admitted.
 template <class Limiter>
 std::vector<event> run_limiter(rs::testing::simulation& sim, const Limiter& limiter,
-                               const std::vector<limiter_call>& calls) {
+                               const std::vector<limiter_call>& calls,
+                               const std::vector<timed_action>& changes = {}) {
     return run_calls(
         sim, calls,
         [&](std::vector<event>& out, int id, const limiter_call&, std::stop_token stop) -> rs::task<void> {
@@ -470,7 +558,8 @@ std::vector<event> run_limiter(rs::testing::simulation& sim, const Limiter& limi
                 out.push_back({id, sim.now().count(), "cancelled"});
             else
                 out.push_back({id, sim.now().count(), "unexpected failure"});
-        });
+        },
+        changes);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -483,11 +572,23 @@ struct bulkhead_call {
     std::optional<ns> stop_at{};
 };
 
-/// With `heard`, also what a listener of the bulkhead hears, as `model_limiter`'s.
+/// A reconfiguration of a bulkhead at an instant (bulkhead::reconfigure): nobody admitted or queued
+/// leaves; a larger limit admits the front waiters at once, a smaller one nobody new until the
+/// calls running are under it; `queue_timeout` for the callers queued from then on.
+struct bulkhead_change {
+    ns at = 0;
+    std::size_t slots = 1;
+    std::size_t queue_limit = 0;
+    std::optional<ns> queue_timeout{};
+};
+
+/// With `heard`, also what a listener of the bulkhead hears, as `model_limiter`'s. `changes` in
+/// order of their instants.
 inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_limit,
                                          std::optional<ns> queue_timeout,
                                          const std::vector<bulkhead_call>& calls,
-                                         std::vector<event>* heard = nullptr) {
+                                         std::vector<event>* heard = nullptr,
+                                         const std::vector<bulkhead_change>& changes = {}) {
     std::vector<event> out;
     const auto hear = [&](ns now, int call, const char* what, const char* reason = "") {
         if (heard)
@@ -511,13 +612,15 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
     const call_instants instants = instants_of(calls);
     const auto& arrivals = instants.arrivals;
     const auto& stops = instants.stops;
-    std::size_t a = 0, s = 0;
+    std::size_t a = 0, s = 0, c = 0;
     for (;;) {
         ns now = forever;
         if (a < arrivals.size())
             now = std::min(now, arrivals[a].first);
         if (s < stops.size())
             now = std::min(now, stops[s].first);
+        if (c < changes.size())
+            now = std::min(now, changes[c].at);
         for (auto& r : running)
             now = std::min(now, r.first);
         for (auto& w : queue)
@@ -544,7 +647,19 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
                 queue.erase(it);
             }
         }
-        // Calls ending now free their slots, each handed to the front waiter at once.
+        for (; c < changes.size() && changes[c].at == now; ++c) {
+            slots = changes[c].slots;
+            queue_limit = changes[c].queue_limit;
+            queue_timeout = changes[c].queue_timeout;
+            while (!queue.empty() && busy < slots) {
+                const int next = queue.front().call;
+                queue.pop_front();
+                admit(next, now);
+                hear(now, next, "queue_wait");
+            }
+        }
+        // Calls ending now free their slots, each handed to the front waiter at once (unless the
+        // limit shrank below the calls still running).
         for (std::size_t i = 0; i < running.size();) {
             if (running[i].first != now) {
                 ++i;
@@ -553,7 +668,7 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
             out.push_back({running[i].second, now, "value"});
             running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
             --busy;
-            if (!queue.empty()) {
+            if (!queue.empty() && busy < slots) {
                 const int next = queue.front().call;
                 queue.pop_front();
                 admit(next, now);
@@ -576,7 +691,8 @@ inline std::vector<event> model_bulkhead(std::size_t slots, std::size_t queue_li
 
 template <class Bulkhead>
 std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bulkhead,
-                                const std::vector<bulkhead_call>& calls) {
+                                const std::vector<bulkhead_call>& calls,
+                                const std::vector<timed_action>& changes = {}) {
     return run_calls(
         sim, calls,
         [&](std::vector<event>& out, int id, const bulkhead_call& c, std::stop_token stop) -> rs::task<void> {
@@ -594,7 +710,8 @@ std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bu
                 out.push_back({id, sim.now().count(), "cancelled"});
             else
                 out.push_back({id, sim.now().count(), "unexpected failure"});
-        });
+        },
+        changes);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1095,6 +1212,234 @@ inline comparison check_bulkhead(chooser& pick) {
                                 sim.clock()};
         },
         [&](rs::testing::simulation& sim, const auto& p) { return run_bulkhead(sim, p, calls); });
+}
+
+// Reconfigurations of the limiters and the bulkhead: between one and three, at instants of their own
+// grid (750 mod 1000 ns) spread over the calls, each with options drawn as the first ones are. Two
+// at one instant are applied in the order drawn.
+
+inline std::vector<ns> change_instants(chooser& pick, ns horizon) {
+    std::vector<ns> at(static_cast<std::size_t>(pick.between(1, 3)));
+    for (ns& t : at)
+        t = pick.between(0, horizon / 1'000) * 1'000 + 750;
+    std::sort(at.begin(), at.end());
+    return at;
+}
+
+inline std::string timeout_text(std::optional<ns> t) {
+    return t ? std::to_string(*t) + "ns" : "none";
+}
+
+inline comparison check_token_bucket_reconfigured(chooser& pick) {
+    static constexpr ns rates[] = {1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 1000, 1'000'000};
+    struct setting {
+        ns tokens, rate;
+        std::size_t queue_limit;
+        std::optional<ns> queue_timeout;
+    };
+    const auto draw = [&pick] {
+        setting s{};
+        s.tokens = pick.between(1, 4);
+        s.rate = pick.pick(rates);
+        s.queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+        s.queue_timeout = queue_timeout_of(pick);
+        return s;
+    };
+    const setting first = draw();
+    const std::vector<limiter_call> calls = limiter_calls(pick);
+    const route r = route_of(pick);
+    const ns last = calls.back().arrive;
+    std::vector<std::pair<ns, setting>> changes;
+    for (const ns at : change_instants(pick, last + std::max<ns>(last, 1'000'000) / 2))
+        changes.emplace_back(at, draw());
+
+    std::ostringstream setup;
+    const auto describe = [&setup](const setting& s) {
+        setup << "token_limit=" << s.tokens << " tokens_per_second=" << s.rate
+              << " queue_limit=" << s.queue_limit << " queue_timeout=" << timeout_text(s.queue_timeout);
+    };
+    describe(first);
+    for (const auto& [at, s] : changes) {
+        setup << "; at " << at << "ns ";
+        describe(s);
+    }
+    rs::telemetry_listener listener_kept;
+    const auto options_of = [&listener_kept](const setting& s) {
+        return rs::rate_limiter_options{.token_limit = static_cast<std::size_t>(s.tokens),
+                                        .tokens_per_second = static_cast<double>(s.rate),
+                                        .queue_limit = s.queue_limit,
+                                        .queue_timeout = as_duration(s.queue_timeout),
+                                        .telemetry = listener_kept};
+    };
+    std::optional<rs::rate_limiter<rs::testing::virtual_clock>> handle;
+    return compare_routed<void>(
+        setup.str(), r,
+        [&](std::vector<event>* heard) {
+            std::vector<limiter_change<token_bucket_meter>> model_changes;
+            for (const auto& [at, s] : changes)
+                model_changes.push_back(
+                    {at,
+                     [tokens = s.tokens, interval = 1'000'000'000 / s.rate](token_bucket_meter& m, ns now) {
+                         m.reconfigure(tokens, interval, now);
+                     },
+                     s.queue_limit, s.queue_timeout});
+            return model_limiter(token_bucket_meter{first.tokens, 1'000'000'000 / first.rate},
+                                 first.queue_limit, first.queue_timeout, calls, heard, model_changes);
+        },
+        [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+            listener_kept = std::move(listener);
+            handle.emplace(options_of(first), sim.clock());
+            return *handle;
+        },
+        [&](rs::testing::simulation& sim, const auto& p) {
+            std::vector<timed_action> acts;
+            for (const auto& [at, s] : changes)
+                acts.push_back({at, [&, o = options_of(s)] { handle->reconfigure(o); }});
+            return run_limiter(sim, p, calls, acts);
+        });
+}
+
+inline comparison check_sliding_window_reconfigured(chooser& pick) {
+    static constexpr ns windows[] = {1'000'000'000, 100'000'000, 999'999'999,
+                                     1'000'000'007, 3'000'000,   7'000};
+    struct setting {
+        ns permits, window, segments;
+        std::size_t queue_limit;
+        std::optional<ns> queue_timeout;
+    };
+    const auto draw = [&pick](ns previous_window) {
+        setting s{};
+        s.permits = pick.between(1, 4);
+        s.window = previous_window == 0 || pick.coin(50) ? pick.pick(windows) : previous_window;
+        s.segments = pick.between(1, 7);
+        s.queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+        s.queue_timeout = queue_timeout_of(pick);
+        return s;
+    };
+    const setting first = draw(0);
+    const std::vector<limiter_call> calls = limiter_calls(pick);
+    const route r = route_of(pick);
+    const ns last = calls.back().arrive;
+    std::vector<std::pair<ns, setting>> changes;
+    ns window = first.window;
+    for (const ns at : change_instants(pick, last + std::max<ns>(last, 1'000'000) / 2)) {
+        changes.emplace_back(at, draw(window));
+        window = changes.back().second.window;
+    }
+
+    std::ostringstream setup;
+    const auto describe = [&setup](const setting& s) {
+        setup << "permit_limit=" << s.permits << " window=" << s.window << "ns segments=" << s.segments
+              << " queue_limit=" << s.queue_limit << " queue_timeout=" << timeout_text(s.queue_timeout);
+    };
+    describe(first);
+    for (const auto& [at, s] : changes) {
+        setup << "; at " << at << "ns ";
+        describe(s);
+    }
+    rs::telemetry_listener listener_kept;
+    const auto options_of = [&listener_kept](const setting& s) {
+        return rs::sliding_window_limiter_options{.permit_limit = static_cast<std::size_t>(s.permits),
+                                                  .window = std::chrono::nanoseconds{s.window},
+                                                  .segments = static_cast<std::size_t>(s.segments),
+                                                  .queue_limit = s.queue_limit,
+                                                  .queue_timeout = as_duration(s.queue_timeout),
+                                                  .telemetry = listener_kept};
+    };
+    std::optional<rs::sliding_window_limiter<rs::testing::virtual_clock>> handle;
+    return compare_routed<void>(
+        setup.str(), r,
+        [&](std::vector<event>* heard) {
+            std::vector<limiter_change<sliding_window_meter>> model_changes;
+            for (const auto& [at, s] : changes)
+                model_changes.push_back({at,
+                                         [c = s](sliding_window_meter& m, ns now) {
+                                             m.reconfigure(c.permits, c.window, c.segments, now);
+                                         },
+                                         s.queue_limit, s.queue_timeout});
+            return model_limiter(sliding_window_meter{first.permits, first.window, first.segments},
+                                 first.queue_limit, first.queue_timeout, calls, heard, model_changes);
+        },
+        [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+            listener_kept = std::move(listener);
+            handle.emplace(options_of(first), sim.clock());
+            return *handle;
+        },
+        [&](rs::testing::simulation& sim, const auto& p) {
+            std::vector<timed_action> acts;
+            for (const auto& [at, s] : changes)
+                acts.push_back({at, [&, o = options_of(s)] { handle->reconfigure(o); }});
+            return run_limiter(sim, p, calls, acts);
+        });
+}
+
+inline comparison check_bulkhead_reconfigured(chooser& pick) {
+    struct setting {
+        std::size_t slots, queue_limit;
+        std::optional<ns> queue_timeout;
+    };
+    const auto draw = [&pick] {
+        setting s{};
+        s.slots = static_cast<std::size_t>(pick.between(1, 4));
+        s.queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+        s.queue_timeout =
+            pick.coin(40) ? std::optional<ns>{pick.between(0, 300) * 1'000 + 500} : std::nullopt;
+        return s;
+    };
+    const setting first = draw();
+    std::vector<bulkhead_call> calls(static_cast<std::size_t>(pick.between(1, 12)));
+    ns t = 0;
+    for (auto& call : calls) {
+        if (pick.coin(70))
+            t += pick.between(0, 200) * 1'000;
+        call.arrive = t + 1;
+        call.hold = pick.between(1, 400) * 1'000;
+        if (pick.coin(15))
+            call.stop_at = call.arrive + pick.between(0, 300) * 1'000 + 249;
+    }
+    const route r = route_of(pick);
+    std::vector<std::pair<ns, setting>> changes;
+    for (const ns at : change_instants(pick, t + 400'000))
+        changes.emplace_back(at, draw());
+
+    std::ostringstream setup;
+    const auto describe = [&setup](const setting& s) {
+        setup << "max_concurrent_calls=" << s.slots << " queue_limit=" << s.queue_limit
+              << " queue_timeout=" << timeout_text(s.queue_timeout);
+    };
+    describe(first);
+    for (const auto& [at, s] : changes) {
+        setup << "; at " << at << "ns ";
+        describe(s);
+    }
+    rs::telemetry_listener listener_kept;
+    const auto options_of = [&listener_kept](const setting& s) {
+        return rs::bulkhead_options{.max_concurrent_calls = s.slots,
+                                    .queue_limit = s.queue_limit,
+                                    .queue_timeout = as_duration(s.queue_timeout),
+                                    .telemetry = listener_kept};
+    };
+    std::optional<rs::bulkhead<rs::testing::virtual_clock>> handle;
+    return compare_routed<int>(
+        setup.str(), r,
+        [&](std::vector<event>* heard) {
+            std::vector<bulkhead_change> model_changes;
+            for (const auto& [at, s] : changes)
+                model_changes.push_back({at, s.slots, s.queue_limit, s.queue_timeout});
+            return model_bulkhead(first.slots, first.queue_limit, first.queue_timeout, calls, heard,
+                                  model_changes);
+        },
+        [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+            listener_kept = std::move(listener);
+            handle.emplace(options_of(first), sim.clock());
+            return *handle;
+        },
+        [&](rs::testing::simulation& sim, const auto& p) {
+            std::vector<timed_action> acts;
+            for (const auto& [at, s] : changes)
+                acts.push_back({at, [&, o = options_of(s)] { handle->reconfigure(o); }});
+            return run_bulkhead(sim, p, calls, acts);
+        });
 }
 
 inline comparison check_breaker(chooser& pick) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -514,5 +515,88 @@ TEST_CASE("http: a std::expected of a reply is classified like the result type o
     CHECK_FALSE(c(rs::outcome<fetch_result>{fetch_result{reply{200}}}).handle);
 }
 #endif
+
+// ---------------------------------------------------------------------------------------------------------
+// Cache-Control max-age
+
+static_assert(http::parse_max_age("max-age=3") == std::optional<seconds>{3s}); // usable at compile time
+
+TEST_CASE("http: parse_max_age reads the max-age directive among the others, and nothing near it",
+          "[http][parse][cache]") {
+    const auto none = std::optional<seconds>{};
+    const auto is = [](std::int64_t n) { return std::optional<seconds>{seconds{n}}; };
+    CHECK(http::parse_max_age("max-age=60") == is(60));
+    CHECK(http::parse_max_age("public, max-age=60") == is(60));
+    CHECK(http::parse_max_age("MAX-Age=5") == is(5));                           // names ignore case
+    CHECK(http::parse_max_age("max-age=\"7\"") == is(7));                       // a quoted argument
+    CHECK(http::parse_max_age(" \t max-age = 12 ,no-store") == is(12));         // whitespace around
+    CHECK(http::parse_max_age("s-maxage=10, max-age=20") == is(20));            // s-maxage is not max-age
+    CHECK(http::parse_max_age("max-age=5, max-age=9") == is(5));                // the first counts
+    CHECK(http::parse_max_age("private=\"a, max-age=3\", max-age=4") == is(4)); // a comma inside quotes
+    CHECK(http::parse_max_age("max-age=5,,no-cache") == is(5));
+    CHECK(http::parse_max_age("max-age=0") == is(0));
+    // Invalid freshness information: stale, so zero.
+    CHECK(http::parse_max_age("max-age=abc") == is(0));
+    CHECK(http::parse_max_age("max-age=-1") == is(0));
+    CHECK(http::parse_max_age("max-age=1.5") == is(0));
+    CHECK(http::parse_max_age("max-age") == is(0));
+    CHECK(http::parse_max_age("max-age=") == is(0));
+    CHECK(http::parse_max_age("max-age=\"1\\2\"") == is(0));
+    // Too large to hold: 2^31 seconds.
+    CHECK(http::parse_max_age("max-age=2147483647") == is(2147483647));
+    CHECK(http::parse_max_age("max-age=99999999999999999999999") == is(2147483648));
+    // No max-age at all.
+    CHECK(http::parse_max_age("") == none);
+    CHECK(http::parse_max_age("no-cache, no-store") == none);
+    CHECK(http::parse_max_age("s-maxage=10") == none);
+    CHECK(http::parse_max_age("max-agex=5, xmax-age=5") == none);
+    CHECK(http::parse_max_age("private=\"max-age=3\"") == none);
+}
+
+namespace {
+
+// Cache-Control read through the primary traits: a field, empty for none.
+struct cached_reply {
+    int status = 200;
+    std::string cache_control;
+};
+// ... or a member function returning a pointer, null for none.
+struct pointer_reply {
+    const char* field = nullptr;
+    int status() const { return 200; }
+    const char* cache_control() const { return field; }
+};
+// ... or a specialization.
+struct header_reply {
+    std::optional<std::string> control;
+};
+
+} // namespace
+
+} // namespace test_http
+
+template <>
+struct resilience::http::response_traits<test_http::header_reply> {
+    static int status(const test_http::header_reply&) { return 200; }
+    static std::optional<std::string_view> cache_control(const test_http::header_reply& r) {
+        if (!r.control)
+            return std::nullopt;
+        return std::string_view{*r.control};
+    }
+};
+
+namespace test_http {
+
+TEST_CASE("http: max_age reads Cache-Control through response_traits", "[http][cache]") {
+    CHECK(http::max_age(cached_reply{200, "public, max-age=30"}) == std::optional<seconds>{30s});
+    CHECK(http::max_age(cached_reply{200, ""}) == std::nullopt);
+    CHECK(http::max_age(cached_reply{200, "no-store"}) == std::nullopt);
+    CHECK(http::max_age(pointer_reply{"max-age=4"}) == std::optional<seconds>{4s});
+    CHECK(http::max_age(pointer_reply{}) == std::nullopt);
+    CHECK(http::max_age(header_reply{"max-age=\"9\""}) == std::optional<seconds>{9s});
+    CHECK(http::max_age(header_reply{}) == std::nullopt);
+    CHECK(http::max_age(reply{503, "5"}) == std::nullopt); // no Cache-Control to read
+    CHECK(http::max_age(legacy_reply{200, "5"}) == std::nullopt);
+}
 
 } // namespace test_http

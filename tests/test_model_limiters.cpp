@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The token bucket and the sliding window against their reference models (tests/models.hpp) on
-// seeded random scenarios, and the scenarios the models found or that were reported, pinned.
+// seeded random scenarios, those two and the bulkhead also with reconfigurations while calls run,
+// and the scenarios the models found or that were reported, pinned.
 //
 // A failing scenario prints its seed; replay it alone with
 //     RESILIENCE_MODEL_SEED=<seed> RESILIENCE_MODEL_SCENARIOS=1 resilience_tests "[model]"
@@ -47,6 +48,21 @@ TEST_CASE("model: the token bucket admits, queues and refuses as its model", "[m
 
 TEST_CASE("model: the sliding window admits, queues and refuses as its model", "[model][sliding_window]") {
     run_scenarios(400, rm::check_sliding_window);
+}
+
+TEST_CASE("model: the token bucket reconfigured while calls wait admits, queues and refuses as its model",
+          "[model][rate_limiter][reconfigure]") {
+    run_scenarios(400, rm::check_token_bucket_reconfigured);
+}
+
+TEST_CASE("model: the sliding window reconfigured while calls wait admits, queues and refuses as its model",
+          "[model][sliding_window][reconfigure]") {
+    run_scenarios(400, rm::check_sliding_window_reconfigured);
+}
+
+TEST_CASE("model: the bulkhead reconfigured while calls run and wait admits, queues and refuses as its model",
+          "[model][bulkhead][reconfigure]") {
+    run_scenarios(300, rm::check_bulkhead_reconfigured);
 }
 
 TEST_CASE("sliding window: retry_after counts every reuse of a permit on the segment grid",

@@ -5,6 +5,8 @@
 #include "catch.hpp"
 
 #include <resilience/backoff.hpp>
+#include <resilience/bulkhead.hpp>
+#include <resilience/circuit_breaker.hpp>
 #include <resilience/classifier.hpp>
 #include <resilience/context.hpp>
 #include <resilience/fallback.hpp>
@@ -12,6 +14,7 @@
 #include <resilience/hedge.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/properties.hpp>
+#include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/scripted.hpp>
@@ -238,6 +241,64 @@ TEST_CASE("properties: telemetry events carry the call's properties, and none fo
     CHECK(heard == std::vector<std::string>{"attempt:-", "call:-"});
 }
 
+TEST_CASE(
+    "properties: the refusals of a breaker, a bulkhead and a limiter name the request, to on_rejected and "
+    "to the listener",
+    "[properties][circuit_breaker][bulkhead][rate_limiter]") {
+    rs::testing::simulation sim;
+    std::vector<std::string> heard;
+    const auto told = [&](const rs::rejection_event& e) {
+        heard.push_back("on_rejected:" + e.properties().get_or(request_id, "-"));
+    };
+    const rs::telemetry_listener listener{[&](const rs::telemetry_event& e) {
+        heard.push_back(std::string(rs::to_string(e.kind)) + ":" + e.properties.get_or(request_id, "-"));
+    }};
+    rs::circuit_breaker breaker{
+        {.failure_threshold = 1, .break_duration = 1s, .on_rejected = told, .telemetry = listener},
+        sim.clock()};
+    rs::bulkhead bulkhead{{.max_concurrent_calls = 1, .on_rejected = told, .telemetry = listener},
+                          sim.clock()};
+    rs::rate_limiter limiter{
+        {.token_limit = 1, .tokens_per_second = 1, .on_rejected = told, .telemetry = listener}, sim.clock()};
+    const auto with_id = [](const char* id) { return rs::context{}.with_property(request_id, id); };
+
+    scripted_action down{sim.clock(), script<int>{.failures = 1, .latency = 10ms}};
+    (void)sim.run(
+        breaker.execute_outcome(down, with_id("first"))); // opens it: closed -> open, reported with "first"
+    (void)sim.run(breaker.execute_outcome(down, with_id("second")));
+    CHECK(heard == std::vector<std::string>{"state_change:first", "on_rejected:second", "rejection:second"});
+
+    heard.clear();
+    scripted_action slow{sim.clock(), script<int>{.latency = 100ms, .value = 1}};
+    sim.spawn(
+        [&]() -> rs::task<void> { (void)co_await bulkhead.execute_outcome(slow, with_id("holder")); }());
+    sim.run_for(1ms);
+    (void)sim.run(bulkhead.execute_outcome(slow, with_id("refused")));
+    (void)sim.run(limiter.execute_outcome(slow, with_id("admitted")));
+    (void)sim.run(limiter.execute_outcome(slow, with_id("limited")));
+    CHECK(heard == std::vector<std::string>{"on_rejected:refused", "rejection:refused", "on_rejected:limited",
+                                            "rejection:limited"});
+}
+
+TEST_CASE("properties: a breaker's classifier taking the context counts only what the caller says is the "
+          "dependency's fault",
+          "[properties][classifier][circuit_breaker]") {
+    static constexpr rs::property_key<bool> caller_error{"caller_error"};
+    rs::testing::simulation sim;
+    rs::circuit_breaker breaker{
+        {.failure_threshold = 2,
+         .should_handle = [](const rs::failure&,
+                             const rs::context& c) { return !c.property_or(caller_error, false); }},
+        sim.clock()};
+    scripted_action down{sim.clock(), script<int>{.failures = 10, .latency = 10ms}};
+    for (int i = 0; i < 3; ++i)
+        (void)sim.run(breaker.execute_outcome(down, rs::context{}.with_property(caller_error, true)));
+    CHECK(breaker.state() == rs::circuit_state::closed);
+    for (int i = 0; i < 2; ++i)
+        (void)sim.run(breaker.execute_outcome(down, rs::context{}));
+    CHECK(breaker.state() == rs::circuit_state::open);
+}
+
 TEST_CASE("properties: fmt ends an event's line with the properties whose values are text",
           "[properties][telemetry][fmt]") {
     rs::testing::simulation sim;
@@ -258,7 +319,8 @@ TEST_CASE("properties: fmt ends an event's line with the properties whose values
     ctx.set_property(tenant, "acme");
     CHECK(sim.run(r.execute(flaky, ctx)) == 1);
     REQUIRE(lines.size() == 1);
-    CHECK(lines[0].starts_with("[10ms] retry(payments) retry: attempt 1 failed, next in 0ns: scripted failure"));
+    CHECK(lines[0].starts_with(
+        "[10ms] retry(payments) retry: attempt 1 failed, next in 0ns: scripted failure"));
     CHECK(lines[0].ends_with(" {request_id=r-42, tenant=acme}"));
 }
 

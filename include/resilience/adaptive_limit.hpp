@@ -138,12 +138,13 @@ inline bool limit_counts_by_default(const failure& f) noexcept {
 /// requested is the caller giving up: ignored. What the classifier throws propagates.
 /// Precondition: `should_handle.accepts<R>()`.
 template <class R>
-limit_verdict judge_limit(const classifier& should_handle, const outcome<R>& o, bool caller_stopped) {
+limit_verdict judge_limit(const classifier& should_handle, const outcome<R>& o, bool caller_stopped,
+                          const context* ctx = nullptr) {
     if (o.has_value() && !should_handle.sees_values())
         return limit_verdict::success;
     if (o.has_failure() && caller_stopped)
         return limit_verdict::ignored;
-    const bool handled = should_handle.classify(o, &limit_counts_by_default).handle;
+    const bool handled = should_handle.classify(o, &limit_counts_by_default, ctx).handle;
     if (o.has_value())
         return handled ? limit_verdict::failure : limit_verdict::success;
     return handled ? limit_verdict::failure : limit_verdict::ignored;
@@ -152,7 +153,21 @@ limit_verdict judge_limit(const classifier& should_handle, const outcome<R>& o, 
 /// `aimd`'s state (see `aimd`). Not thread-safe: its owner locks.
 class aimd_limit {
 public:
-    aimd_limit(const aimd& o, std::size_t start) noexcept : options_(o), limit_(start) {}
+    aimd_limit(const aimd& o, std::size_t start, std::uint64_t epoch = 0) noexcept
+        : options_(o), limit_(start), epoch_(epoch) {}
+
+    /// Takes new parameters (a reconfiguration of the bulkhead): they judge the next samples. The
+    /// limit carries over, clamped into the new [`min`, `max`]; the count towards the next increase
+    /// carries over too, unless the clamp moved the limit (it then starts again). The epoch is
+    /// kept: the calls admitted before count as they would have.
+    void reconfigure(const aimd& o) noexcept {
+        options_ = o;
+        const std::size_t clamped = std::clamp(limit_, o.min, o.max);
+        if (clamped != limit_) {
+            limit_ = clamped;
+            successes_ = 0;
+        }
+    }
 
     std::size_t limit() const noexcept { return limit_; }
     /// Decreases so far: a call remembers it at admission, and its sample counts only while it holds.
@@ -203,6 +218,15 @@ class gradient_limit {
 public:
     gradient_limit(const gradient& o, std::size_t start) noexcept
         : options_(o), estimate_(static_cast<double>(start)) {}
+
+    /// Takes new parameters (a reconfiguration of the bulkhead): they apply from the next sample.
+    /// The estimate carries over, clamped into the new [`min`, `max`]; so do the baseline and the
+    /// measurement being filled (which closes at the next sample if it already holds the new
+    /// `short_samples`).
+    void reconfigure(const gradient& o) noexcept {
+        options_ = o;
+        estimate_ = std::clamp(estimate_, static_cast<double>(o.min), static_cast<double>(o.max));
+    }
 
     std::size_t limit() const noexcept {
         if (!(estimate_ < static_cast<double>(options_.max)))
@@ -287,6 +311,36 @@ public:
             impl_.emplace<aimd_limit>(*a, start);
         else if (const gradient* g = std::get_if<gradient>(&choice))
             impl_.emplace<gradient_limit>(*g, start);
+    }
+
+    /// Takes the options of a reconfiguration: `choice`, with `start` the new
+    /// `max_concurrent_calls` (already validated against it). The same kind of algorithm keeps its
+    /// state (see `aimd_limit::reconfigure`, `gradient_limit::reconfigure`). Another kind starts
+    /// afresh from the current limit clamped into its bounds, or from `start` when there was no
+    /// algorithm; a fresh AIMD starts a new epoch, so that calls admitted under the old algorithm
+    /// move it no more. None: no algorithm.
+    void reconfigure(const adaptive_limit& choice, std::size_t start) noexcept {
+        aimd_limit* const was_aimd = std::get_if<aimd_limit>(&impl_);
+        gradient_limit* const was_gradient = std::get_if<gradient_limit>(&impl_);
+        const aimd* const a = std::get_if<aimd>(&choice);
+        const gradient* const g = std::get_if<gradient>(&choice);
+        if (was_aimd && a) {
+            was_aimd->reconfigure(*a);
+            return;
+        }
+        if (was_gradient && g) {
+            was_gradient->reconfigure(*g);
+            return;
+        }
+        const bool was = adaptive();
+        const std::size_t from = was ? limit() : start;
+        const std::uint64_t next_epoch = was ? epoch() + 1 : 0;
+        if (a)
+            impl_.emplace<aimd_limit>(*a, std::clamp(from, a->min, a->max), next_epoch);
+        else if (g)
+            impl_.emplace<gradient_limit>(*g, std::clamp(from, g->min, g->max));
+        else
+            impl_.emplace<std::monostate>();
     }
 
     bool adaptive() const noexcept { return impl_.index() != 0; }

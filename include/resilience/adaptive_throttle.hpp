@@ -108,6 +108,29 @@ inline double throttle_probability(std::uint64_t requests, std::uint64_t accepts
     return std::max(0.0, (r - k * static_cast<double>(accepts)) / (r + 1.0));
 }
 
+/// A throttle's options: immutable once published, kept until the throttle dies (`replaced` owns
+/// the block this one replaced), since a call in flight reads the block it was admitted under.
+struct throttle_config {
+    throttle_config(adaptive_throttle_options o, std::uint64_t epoch)
+        : options(std::move(o)), window_epoch(epoch) {}
+    throttle_config(const throttle_config&) = delete;
+    throttle_config& operator=(const throttle_config&) = delete;
+    ~throttle_config() {
+        const throttle_config* next = replaced; // iteratively: the chain may be long
+        while (next) {
+            const throttle_config* const after = next->replaced;
+            const_cast<throttle_config*>(next)->replaced = nullptr;
+            delete next;
+            next = after;
+        }
+    }
+    const adaptive_throttle_options options;
+    /// Which window the calls admitted under this block are counted in: a reconfiguration that
+    /// replaces the window gives the next number.
+    const std::uint64_t window_epoch;
+    const throttle_config* replaced = nullptr;
+};
+
 /// The shared state of one throttle: one ring of `segments` pairs of counts (requests, accepts) with
 /// their totals, the random source and the newest segment reached (the head), under `mutex_`, which is
 /// held to admit a call, never across user code (the clock, the classifier and the listener are called
@@ -119,24 +142,72 @@ inline double throttle_probability(std::uint64_t requests, std::uint64_t accepts
 /// whoever takes the lock next adds the pending accepts to the head segment before anything else,
 /// which is where the accept would have gone under the lock (the head cannot have moved in between
 /// without that holder adding them first). Only an accept in a later segment takes the lock.
+///
+/// The options are an immutable `throttle_config` published through `config_` (release store, acquire
+/// load) and replaced whole by `reconfigure`; the window is replaced with them only when its shape
+/// (`window`, `segments`) changes.
 template <class C, class Random>
 class throttle_core : public shared_state {
 public:
     using time_point = typename C::time_point;
+    using config_block = throttle_config;
 
     throttle_core(adaptive_throttle_options o, C clock, Random rng)
-        : options_(std::move(o)), clock_(std::move(clock)), rng_(std::move(rng)),
-          width_(options_.window / static_cast<std::int64_t>(options_.segments)), ring_(options_.segments) {}
+        : config_(new throttle_config(std::move(o), 0)), clock_(std::move(clock)), rng_(std::move(rng)) {
+        try {
+            const adaptive_throttle_options& first = config_.load(std::memory_order_relaxed)->options;
+            width_ = first.window / static_cast<std::int64_t>(first.segments);
+            ring_.resize(first.segments);
+        } catch (...) {
+            delete config_.load(std::memory_order_relaxed);
+            throw;
+        }
+    }
+    throttle_core(const throttle_core&) = delete;
+    throttle_core& operator=(const throttle_core&) = delete;
+    ~throttle_core() { delete config_.load(std::memory_order_relaxed); } // and every block it replaced
 
-    const adaptive_throttle_options& options() const noexcept { return options_; }
+    /// The options in force (the block stays valid while the throttle lives).
+    const throttle_config* config() const noexcept { return config_.load(std::memory_order_acquire); }
+    const adaptive_throttle_options& options() const noexcept { return config()->options; }
     const C& clock() const noexcept { return clock_; }
 
+    /// Puts `o` (checked) in force. The counts are kept when `o` has the window and segments in
+    /// force, and otherwise replaced by an empty window, which the accepts of calls admitted before
+    /// do not enter (their requests were counted in the window dropped). The block replaced is kept
+    /// until the throttle dies. Throws only `std::bad_alloc`, and then nothing changed.
+    void reconfigure(adaptive_throttle_options o) {
+        std::lock_guard lock(mutex_);
+        const throttle_config* const old = config_.load(std::memory_order_relaxed);
+        const bool keep = old->options.window == o.window && old->options.segments == o.segments;
+        auto fresh =
+            std::make_unique<throttle_config>(std::move(o), keep ? old->window_epoch : old->window_epoch + 1);
+        std::vector<segment> ring;
+        if (!keep)
+            ring.resize(fresh->options.segments);
+        const adaptive_throttle_options& now = fresh->options;
+        fresh->replaced = old;
+        config_.store(fresh.release(), std::memory_order_release);
+        if (keep)
+            return;
+        ring_ = std::move(ring);
+        width_ = now.window / static_cast<std::int64_t>(now.segments);
+        totals_ = {};
+        head_ = 0;
+        head_slot_ = 0;
+        started_ = false;
+        head_end_.store(std::numeric_limits<std::int64_t>::min(), std::memory_order_release);
+        pending_accepts_.store(0, std::memory_order_relaxed);
+    }
+
     /// Counts a request at `read`; returns the probability it is refused with when the draw refuses
-    /// it, nothing when it is admitted. Draws only when the probability is above zero.
+    /// it, nothing when it is admitted. Draws only when the probability is above zero. The
+    /// probability is judged with the `k` in force.
     std::optional<double> admit(time_point read) {
         std::lock_guard lock(mutex_);
         reach(since_epoch(read));
-        const double p = throttle_probability(totals_.requests, totals_.accepts, options_.k);
+        const double k = config_.load(std::memory_order_relaxed)->options.k; // written under the lock
+        const double p = throttle_probability(totals_.requests, totals_.accepts, k);
         ++ring_[head_slot_].requests;
         ++totals_.requests;
         if (p > 0.0 && unit_random(rng_) < p)
@@ -144,8 +215,11 @@ public:
         return std::nullopt;
     }
 
-    /// Counts an accept at `read`.
-    void accept(time_point read) {
+    /// Counts an accept at `read`, of a call admitted under `own`: none if the window it was counted
+    /// in has been replaced since.
+    void accept(const throttle_config& own, time_point read) {
+        if (config()->window_epoch != own.window_epoch) [[unlikely]]
+            return;
         const std::chrono::nanoseconds now = since_epoch(read);
         // Acquire: the head that published this end was reached after every flush before it, so the
         // increment is added by a later holder of the lock, to that head or a newer one.
@@ -154,6 +228,8 @@ public:
             return;
         }
         std::lock_guard lock(mutex_);
+        if (config_.load(std::memory_order_relaxed)->window_epoch != own.window_epoch)
+            return; // replaced while this call was on its way here
         reach(now);
         ++ring_[head_slot_].accepts;
         ++totals_.accepts;
@@ -200,6 +276,9 @@ private:
         }
         const std::int64_t k = index_of(now);
         if (!started_) {
+            // No accept is counted without the lock before a window has a head: any pending now
+            // raced with the reconfiguration that replaced the window, and belongs to the old one.
+            pending_accepts_.store(0, std::memory_order_relaxed);
             started_ = true;
             head_slot_ = slot_of(k);
         } else if (k <= head_) {
@@ -239,11 +318,11 @@ private:
         std::uint64_t accepts = 0;  // the calls the dependency accepted
     };
 
-    const adaptive_throttle_options options_;
+    std::atomic<const throttle_config*> config_; // written under the lock, read by calls without it
     C clock_;
     mutable std::mutex mutex_;
     Random rng_;
-    const std::chrono::nanoseconds width_;
+    std::chrono::nanoseconds width_{}; // of the segments of the window in use
     std::vector<segment> ring_;
     snapshot totals_;
     std::int64_t head_ = 0; // the newest segment reached; `ring_[head_slot_]`
@@ -299,6 +378,7 @@ class adaptive_throttle
       public detail::shared_handle<adaptive_throttle<C, Random>, detail::throttle_core<C, Random>> {
     using core_type = detail::throttle_core<C, Random>;
     using handle = detail::shared_handle<adaptive_throttle<C, Random>, core_type>;
+    using config = typename core_type::config_block;
 
 public:
     /// The SRE book's values: see `adaptive_throttle_options`. (A constructor of its own rather than
@@ -310,12 +390,15 @@ public:
 
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
-    struct call_state {};
+    struct call_state {
+        const config* cfg = nullptr; // the options the call was admitted under, to its end
+    };
 
     template <class R>
-    step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+    step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         core_type& core = this->held();
-        const adaptive_throttle_options& o = core.options();
+        s.cfg = core.config();
+        const adaptive_throttle_options& o = s.cfg->options;
         if (ctx.stop_requested()) {
             result.emplace(failure::make(cancelled_error{o.name}));
             return step::done;
@@ -329,7 +412,8 @@ public:
             if (!refused_with)
                 return step::proceed;
             if (o.on_rejected) // what it throws is the call's failure, below
-                o.on_rejected(rejection_event{o.name, rejection_reason::throttled});
+                o.on_rejected(
+                    rejection_event{o.name, rejection_reason::throttled}.with_properties(ctx.properties()));
             result.emplace(detail::refused(
                 detail::listener_for(o.telemetry, ctx), core.clock(),
                 detail::event(telemetry_kind::rejection, "adaptive_throttle", o.name, ctx.attempt()),
@@ -343,11 +427,11 @@ public:
     /// Counts an accept unless `should_handle` handles the outcome. A classifier (or a clock) that
     /// throws makes its exception the call's failure, and nothing is counted.
     template <class R>
-    step leave(call_state&, const context& ctx, outcome<R>& result) const {
+    step leave(call_state& s, const context& ctx, outcome<R>& result) const {
         core_type& core = this->held();
         try {
-            if (accepted(result, ctx))
-                core.accept(core.clock().now());
+            if (accepted(s.cfg->options.should_handle, result, ctx))
+                core.accept(*s.cfg, core.clock().now());
         } catch (...) {
             result = outcome<R>{failure::current()};
         }
@@ -364,6 +448,33 @@ public:
     /// The accepts in the window now. Changes nothing.
     [[nodiscard]] std::uint64_t accepts() const { return counts().accepts; }
 
+    /// Puts new options in force while calls run, on every copy of the throttle. `options` is
+    /// checked exactly as by the constructor (`std::invalid_argument` naming the field and the
+    /// value); when it is refused, nothing changes. Thread-safe against calls and other
+    /// reconfigurations (it takes the throttle's lock briefly).
+    ///
+    /// - Calls admitted from now on are judged under the new options; a call in flight finishes
+    ///   under those it was admitted with (its `should_handle`, and the name and `on_rejected` of its
+    ///   refusal).
+    /// - The new `k` applies from the next call that arrives.
+    /// - Carried over: the requests and accepts of the window, when `window` and `segments` are those
+    ///   in force. Otherwise the throttle starts an empty window (the old counts were kept on another
+    ///   grid), so it refuses nothing until the new window shows refusals again, and the accepts of
+    ///   calls admitted before the change are not counted in it (their requests were not).
+    /// - The random source is kept.
+    ///
+    /// Memory: the options replaced are kept until the throttle dies, since a call in flight may still
+    /// read them: 152 bytes on x86-64 (the options, 136 bytes, and a little more) plus what its name,
+    /// classifier and callbacks hold, per reconfiguration (and a new window of `segments` pairs of
+    /// counts when it starts one). Reconfiguration is for changes of configuration, not a control
+    /// loop run per call.
+    void reconfigure(adaptive_throttle_options options) const {
+        detail::validate_throttle_options(options);
+        this->held().reconfigure(std::move(options));
+    }
+
+    /// The options in force: the constructor's or the latest `reconfigure`'s. The reference stays
+    /// valid while any copy of the handle lives (replaced options are kept).
     [[nodiscard]] const adaptive_throttle_options& options() const noexcept { return this->held().options(); }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock(); }
     /// The `name` option (empty when unnamed).
@@ -374,11 +485,10 @@ private:
 
     // An accept unless the classifier handles it; a failure of a call its caller stopped is one.
     template <class R>
-    bool accepted(const outcome<R>& result, const context& ctx) const {
-        const classifier& handles = this->held().options().should_handle;
+    static bool accepted(const classifier& handles, const outcome<R>& result, const context& ctx) {
         if (handles.plain_success(result) || (result.has_failure() && ctx.stop_requested()))
             return true;
-        return !handles.classify(result, &not_cancellation).handle;
+        return !handles.classify(result, &not_cancellation, &ctx).handle;
     }
     static bool not_cancellation(const failure& f) noexcept { return !is_cancellation(f); }
 

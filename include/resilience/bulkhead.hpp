@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /// \file bulkhead.hpp
-/// `bulkhead`: a cap on how many calls run at once, with a bounded first-come-first-served queue,
-/// and optionally a cap that moves with what the dependency manages (`adapt`). The slots, the
-/// queue and the ways a call waits are in detail/bulkhead_state.hpp.
+/// `bulkhead`: a cap on how many calls run at once, with a bounded first-come-first-served queue
+/// (by class first, with priorities), and optionally a cap that moves with what the dependency
+/// manages (`adapt`). The slots, the queue and the ways a call waits are in
+/// detail/bulkhead_state.hpp.
 #pragma once
 
 #include "adaptive_limit.hpp"
@@ -19,6 +20,7 @@
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
+#include "priority.hpp"
 #include "task.hpp"
 #include "telemetry_event.hpp"
 
@@ -59,6 +61,12 @@ struct bulkhead_options {
     /// Moves the limit with what the dependency manages: `rs::aimd{...}` or `rs::gradient{...}`
     /// (see adaptive_limit.hpp). Empty (the default): the limit stays `max_concurrent_calls`.
     adaptive_limit adapt{};
+    /// Priority classes (priority.hpp): the share of the limit reserved for each class, and the
+    /// queue served highest class first, a full queue giving up its lowest class's last waiter to
+    /// a newcomer of a higher class. A call's class is its `rs::priority` property. With `adapt`,
+    /// the shares are of the limit wherever it has moved. Empty (the default): every call alike,
+    /// in arrival order, at no cost.
+    priority_classes priorities{};
     /// Called when the bulkhead refuses a call (`no_capacity`, `queue_full`, `queue_timeout`: the
     /// event's `reason()`), before the refusal is returned and before the telemetry listener hears
     /// it; never for a call admitted. Runs on the refused call's coroutine; must not block.
@@ -87,11 +95,17 @@ struct bulkhead_options {
 ///   it. A smaller limit never cancels a call already admitted: it admits nobody until fewer than
 ///   the new limit hold a slot. A larger one hands its new slots to the oldest waiters at once.
 ///   The limit grows only while it is what holds calls back (someone queued, or every slot taken).
+/// - With `priorities`, a call of a class takes a slot only while the shares reserved by the
+///   classes above it stay free, waiters are served highest class first (in arrival order within
+///   a class, never passing one of their own class or above), and a newcomer of a higher class
+///   displaces the lowest class's last waiter from a full queue (`queue_full`); see priority.hpp.
+///   "Arrival order" above is then within a class.
 ///
 /// A copyable handle: copies share one bulkhead (one set of slots), which is thread-safe; event
 /// loops on several threads may share it, and each waiter is resumed on the loop it waited on.
 /// While nobody waits, a call takes and gives back its slot with one atomic operation each,
 /// without a lock.
+/// A call also loads the options in force once, where it starts (one acquire load: `reconfigure`).
 /// Without `adapt` the limit is read with one relaxed atomic load and nothing else changes; with
 /// it, a call's end takes the lock when its sample may move the limit (an AIMD success while
 /// slots are free does not).
@@ -109,6 +123,7 @@ template <clock C = steady_clock>
 class bulkhead : public policy_base<bulkhead<C>>,
                  public detail::shared_handle<bulkhead<C>, detail::bulkhead_state<C>> {
     using state = detail::bulkhead_state<C>;
+    using config = typename state::config;
     using handle = detail::shared_handle<bulkhead<C>, state>;
 
 public:
@@ -118,6 +133,46 @@ public:
         : bulkhead(bulkhead_options{}) {}
     explicit bulkhead(bulkhead_options options, C clock = C{})
         : handle(handle::make_state(validate(std::move(options)), std::move(clock))) {}
+
+    /// Puts `options` in force for every copy, while calls run. They are checked as the
+    /// constructor checks them: invalid ones throw `std::invalid_argument` (naming the field and
+    /// the value) and the options in force stay. Thread-safe against calls and other
+    /// reconfigurations.
+    ///
+    /// New calls see the new options at once. A call already started (holding a slot, or queued
+    /// for one) finishes under the options it started with: its name, `on_rejected`, listener,
+    /// `queue_timeout` and, with `adapt`, its `should_handle`. What the bulkhead itself does from
+    /// now on follows the new ones; what carries over:
+    /// - the slots: calls holding one keep it, and calls queued stay queued, in their order;
+    /// - a smaller `max_concurrent_calls` evicts nobody: nobody new is admitted until fewer calls
+    ///   than the new limit hold a slot; a larger one hands its new slots to the oldest waiters at
+    ///   once;
+    /// - a smaller `queue_limit` turns no queued caller away: newcomers are refused until the
+    ///   queue is under it;
+    /// - a `queue_timeout` applies to callers queued after the change; those queued before keep
+    ///   their deadline;
+    /// - `adapt`: with the same algorithm as before (AIMD and AIMD, gradient and gradient), its
+    ///   state carries over: the current limit (the gradient's estimate, its baseline and the
+    ///   measurement being filled, AIMD's count towards its next increase and its epoch), clamped
+    ///   into the new [`min`, `max`]; the new parameters judge the next samples, including those
+    ///   of calls admitted before. `max_concurrent_calls` (the starting limit, still checked to
+    ///   lie within the bounds) does not reset it. Another algorithm starts afresh from the current
+    ///   limit clamped into its bounds (the old one's counts mean nothing to it; calls admitted
+    ///   before no longer move an AIMD); switching `adapt` on starts from `max_concurrent_calls`,
+    ///   switching it off makes the limit `max_concurrent_calls`. A call admitted without `adapt`
+    ///   records no sample, nor does one untimed under an algorithm that now needs its latency.
+    ///
+    /// Every configuration is kept until the bulkhead's state goes, since calls in flight may read
+    /// it: one reconfiguration keeps one options block (`sizeof(bulkhead_options)` and what is
+    /// derived from it, a few hundred bytes, and a pointer to it) plus what its `name`, callbacks
+    /// and classifier hold. Reconfiguration is for changes of configuration, not a control loop
+    /// run per call (`adapt` is that loop).
+    ///
+    ///     rs::bulkhead db{{.max_concurrent_calls = 8, .queue_limit = 32}};
+    ///     db.reconfigure({.max_concurrent_calls = 4, .queue_limit = 32}); // the 8 running stay
+    void reconfigure(bulkhead_options options) const {
+        this->held().reconfigure(validate(std::move(options)));
+    }
 
     /// Calls holding a slot now (including one just handed to a waiter not yet resumed). May
     /// exceed `limit()` for a while after the limit shrank.
@@ -130,13 +185,18 @@ public:
         std::lock_guard lock(this->held().mutex);
         return this->held().queue.size();
     }
-    [[nodiscard]] const bulkhead_options& options() const noexcept { return this->held().options; }
-    [[nodiscard]] const std::string& name() const noexcept { return this->held().options.name; }
+    /// The options in force now (the latest `reconfigure`'s, or the constructor's). The reference
+    /// stays valid as long as the bulkhead lives: replaced options are kept.
+    [[nodiscard]] const bulkhead_options& options() const noexcept {
+        return this->held().config_now().options;
+    }
+    [[nodiscard]] const std::string& name() const noexcept { return options().name; }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {
         state* held = nullptr;         // the bulkhead whose slot this call holds (a hold on it)
+        const config* cfg = nullptr;   // the options the call started under (set by `enter`)
         typename state::ticket ticket; // with `adapt`: what the call's sample needs
         call_state() = default;
         call_state(const call_state&) = delete;
@@ -149,13 +209,16 @@ public:
 
     /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait` or in
     /// `run` (see `waits_in_frame`, and detail/bulkhead_state.hpp for why there are both).
+    /// The call's options are the block in force now, kept to its end.
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         state& s = this->held();
-        if (s.adaptive)
+        const config* const cfg = s.current.load(std::memory_order_acquire);
+        c.cfg = cfg;
+        if (cfg->long_entry)
             return enter_adaptive(c, ctx, result);
         if (ctx.stop_requested()) [[unlikely]] {
-            detail::set_cancelled(result, name());
+            detail::set_cancelled(result, cfg->options.name);
             return step::done;
         }
         if (!s.try_acquire())
@@ -168,8 +231,8 @@ public:
     template <class R>
     step leave(call_state& c, const context& ctx, outcome<R>& result) const {
         state* s = std::exchange(c.held, nullptr);
-        if (s->adaptive)
-            finish_adaptive(*s, c.ticket, ctx, result);
+        if (c.cfg->adaptive)
+            finish_adaptive(*s, *c.cfg, c.ticket, ctx, result);
         else
             s->release();
         return step::proceed;
@@ -178,9 +241,13 @@ public:
     /// Whether a call that found no free slot waits for one in the pipeline's frame (`frame_wait`):
     /// a bulkhead without `adapt` does, and with a `queue_timeout` when its clock arms timers on
     /// the loop the call runs on (`steady_clock`, a simulation's clock); the others wait in `run`.
+    /// Decided by what any configuration so far had (`adapt`, a `queue_timeout`), so that it holds
+    /// for the block the call loaded in `enter`, whatever a reconfiguration published since.
     bool waits_in_frame(const context&) const noexcept {
         const state& s = this->held();
-        return !s.adaptive && (!s.options.queue_timeout || detail::timer_loop_here(s.clock));
+        const unsigned char m = s.modes.load(std::memory_order_relaxed);
+        return (m & state::ever_adaptive) == 0 &&
+               ((m & state::ever_timed) == 0 || detail::timer_loop_here(s.clock));
     }
     /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
     /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
@@ -194,6 +261,7 @@ public:
     public:
         frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
             : call_(c), ctx_(ctx), result_(result), queue_(b.held(), node_, ctx.stop_token()) {
+            node_.rank = c.cfg->rank_of(ctx);
             detail::add_hold(b.held(), true);
         }
         frame_wait(const frame_wait&) = delete;
@@ -207,20 +275,21 @@ public:
 
         bool await_ready() {
             state& s = owner();
-            if (detail::listener_for(s.options.telemetry, ctx_))
+            const bulkhead_options& o = call_.cfg->options; // the call's own, from `enter`
+            if (detail::listener_for(o.telemetry, ctx_))
                 extra().queued_at = s.clock.now(); // as `run`: from the moment the call found no slot
             if (queue_.await_ready())
                 return true;
-            if (s.options.queue_timeout)
-                arm(*s.options.queue_timeout); // only a call that must wait pays for the timer
+            if (o.queue_timeout)
+                arm(*o.queue_timeout); // only a call that must wait pays for the timer
             return false;
         }
         bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
         step await_resume() {
             disarm();
-            const telemetry_listener* const listener =
-                extra_ ? detail::listener_for(owner().options.telemetry, ctx_) : nullptr;
-            return settle(owner(), ctx_, queue_.await_resume(), listener,
+            const detail::listener_ref listener =
+                extra_ ? detail::listener_for(call_.cfg->options.telemetry, ctx_) : nullptr;
+            return settle(owner(), *call_.cfg, ctx_, queue_.await_resume(), listener,
                           listener ? &extra_->queued_at : nullptr, call_, result_);
         }
 
@@ -285,22 +354,25 @@ public:
         using value_type = detail::next_value_t<Next>;
         const std::stop_token& token = ctx.stop_token();
         state& s = this->held();
-        if (token.stop_requested() || (s.adaptive && !s.should_handle->template accepts<value_type>()))
-            co_return refused_before_admission<value_type>();
+        const config& cfg = s.config_now(); // the call's options, to its end
+        if (token.stop_requested() || (cfg.adaptive && !cfg.should_handle->template accepts<value_type>()))
+            co_return refused_before_admission<value_type>(cfg);
         detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
         detail::waiter node;
+        node.rank = cfg.rank_of(ctx);
         call_state held; // the slot: given back by `leave`, or by its destructor if the call ends first
+        held.cfg = &cfg;
         std::optional<detail::next_outcome_t<Next>> ended; // before the action: a stop or a refusal
-        if (s.try_acquire()) {
+        if (cfg.priority.enabled() ? s.try_acquire_as(cfg.priority, ctx) : s.try_acquire()) {
             held.held = &s;
         } else {
             waiting.take(s);
-            const telemetry_listener* const listener = detail::listener_for(s.options.telemetry, ctx);
+            const detail::listener_ref listener = detail::listener_for(cfg.options.telemetry, ctx);
             std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
             if (listener)
                 queued_at = s.clock.now();
             waiter_state admitted;
-            if (!s.options.queue_timeout) {
+            if (!cfg.options.queue_timeout) {
                 admitted = co_await detail::queue_awaiter<state>{s, node, token};
             } else {
                 // Decided under the lock first: only a call that must wait pays for the timer that
@@ -310,15 +382,15 @@ public:
                     admitted = s.decide_locked(node);
                 }
                 if (admitted == waiter_state::idle)
-                    admitted = co_await s.wait_bounded(node, token);
+                    admitted = co_await s.wait_bounded(node, token, *cfg.options.queue_timeout);
             }
-            if (settle(s, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, ended) ==
+            if (settle(s, cfg, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, ended) ==
                 step::done)
                 co_return std::move(*ended);
         }
         if (token.stop_requested())
-            co_return failure::make(cancelled_error{s.options.name});
-        if (s.adaptive && !admit(held, ctx, ended))
+            co_return failure::make(cancelled_error{cfg.options.name});
+        if (cfg.adaptive && !admit(held, ctx, ended))
             co_return std::move(*ended);
         detail::next_outcome_t<Next> result = co_await next(ctx);
         leave(held, ctx, result);
@@ -328,12 +400,13 @@ public:
 private:
     // With `adapt`: judges the outcome, records it and gives the slot back.
     template <class R>
-    RESILIENCE_DETAIL_NOINLINE static void finish_adaptive(state& s, const typename state::ticket& t,
+    RESILIENCE_DETAIL_NOINLINE static void finish_adaptive(state& s, const config& cfg,
+                                                           const typename state::ticket& t,
                                                            const context& ctx, outcome<R>& result) {
         detail::limit_verdict v = detail::limit_verdict::ignored;
         std::optional<failure> thrown;
         try {
-            v = detail::judge_limit(*s.should_handle, result, ctx.stop_requested());
+            v = detail::judge_limit(*cfg.should_handle, result, ctx.stop_requested(), &ctx);
         } catch (...) {
             thrown.emplace(failure::current());
         }
@@ -353,7 +426,7 @@ private:
     bool admit(call_state& c, const context& ctx, std::optional<outcome<R>>& result) const {
         state& s = *c.held;
         try {
-            c.ticket = s.admitted([&] { return detail::call_now(s.clock, ctx); });
+            c.ticket = s.admitted(*c.cfg, [&] { return detail::call_now(s.clock, ctx); });
             return true;
         } catch (...) {
             std::exchange(c.held, nullptr)->release();
@@ -366,33 +439,38 @@ private:
     template <class R>
     // The classifier's type is asked first: it does not change, while a stop may arrive between
     // two checks.
-    failure refused_before_admission() const {
-        if (this->held().adaptive && !this->held().should_handle->template accepts<R>())
-            return this->held().should_handle->template mismatch<R>("bulkhead", this->held().options.name);
-        return failure::make(cancelled_error{name()});
+    static failure refused_before_admission(const config& cfg) {
+        if (cfg.adaptive && !cfg.should_handle->template accepts<R>())
+            return cfg.should_handle->template mismatch<R>("bulkhead", cfg.options.name);
+        return failure::make(cancelled_error{cfg.options.name});
     }
 
-    // `enter` with `adapt`: also checks the classifier's type, and takes the call's ticket.
+    // `enter` with `adapt` or `priorities`: also checks the classifier's type and takes the call's
+    // ticket (`adapt`), and admits the call by its class (`priorities`).
     template <class R>
     RESILIENCE_DETAIL_NOINLINE step enter_adaptive(call_state& c, const context& ctx,
                                                    std::optional<outcome<R>>& result) const {
         state& s = this->held();
-        if (!s.should_handle->template accepts<R>() || ctx.stop_requested()) [[unlikely]] {
-            result.emplace(refused_before_admission<R>());
+        const bool adaptive = c.cfg->adaptive;
+        if ((adaptive && !c.cfg->should_handle->template accepts<R>()) || ctx.stop_requested()) [[unlikely]] {
+            result.emplace(refused_before_admission<R>(*c.cfg));
             return step::done;
         }
-        if (!s.try_acquire())
+        if (c.cfg->priority.enabled() ? !s.try_acquire_as(c.cfg->priority, ctx) : !s.try_acquire())
             return step::wait;
         c.held = &s;
+        if (!adaptive)
+            return step::proceed;
         return admit(c, ctx, result) ? step::proceed : step::done;
     }
 
     // An event about a call that waited since `*since` (if it waited at all: `since` may be null).
-    static telemetry_event waited_on(const state& s, const context& ctx, const typename C::time_point* since,
-                                     telemetry_kind k, rejection_reason why) {
+    static telemetry_event waited_on(const state& s, const config& cfg, const context& ctx,
+                                     const typename C::time_point* since, telemetry_kind k,
+                                     rejection_reason why) {
         return {.kind = k,
                 .policy = "bulkhead",
-                .name = s.options.name,
+                .name = cfg.options.name,
                 .attempt = ctx.attempt(),
                 .duration = since ? detail::saturating_nanoseconds(s.clock.now() - *since)
                                   : std::chrono::nanoseconds{},
@@ -403,8 +481,8 @@ private:
     // and not stopped: the call holds the slot (`c.held`) and proceeds. Otherwise `result` says why:
     // a stop, or a refusal. `since`: when the call found no slot, for the listener (null without one).
     template <class R>
-    static step settle(state& s, const context& ctx, detail::waiter_state admitted,
-                       const telemetry_listener* listener, const typename C::time_point* since, call_state& c,
+    static step settle(state& s, const config& cfg, const context& ctx, detail::waiter_state admitted,
+                       detail::listener_ref listener, const typename C::time_point* since, call_state& c,
                        std::optional<outcome<R>>& result) {
         if (admitted == detail::waiter_state::granted) {
             if (!ctx.stop_requested()) {
@@ -414,7 +492,7 @@ private:
                 if (listener) {
                     if (std::optional<failure> thrown =
                             detail::emit_caught(listener, s.clock,
-                                                waited_on(s, ctx, since, telemetry_kind::queue_wait,
+                                                waited_on(s, cfg, ctx, since, telemetry_kind::queue_wait,
                                                           rejection_reason::no_capacity))) {
                         std::exchange(c.held, nullptr)->release();
                         result.emplace(std::move(*thrown));
@@ -422,7 +500,7 @@ private:
                     }
                     if (ctx.stop_requested()) { // stopped by the listener: runs nothing
                         std::exchange(c.held, nullptr)->release();
-                        detail::set_cancelled(result, s.options.name);
+                        detail::set_cancelled(result, cfg.options.name);
                         return step::done;
                     }
                 }
@@ -432,29 +510,31 @@ private:
             admitted = detail::waiter_state::stopped;
         }
         if (admitted == detail::waiter_state::stopped)
-            detail::set_cancelled(result, s.options.name);
+            detail::set_cancelled(result, cfg.options.name);
         else
-            result.emplace(refuse(s, ctx, listener, since, s.reason_of(admitted)));
+            result.emplace(refuse(s, cfg, ctx, listener, since, s.reason_of(admitted)));
         return step::done;
     }
 
     // A refusal: told to `on_rejected`, then to the listener; what either throws is the call's
     // result instead.
-    RESILIENCE_DETAIL_NOINLINE static failure refuse(const state& s, const context& ctx,
-                                                     const telemetry_listener* listener,
+    RESILIENCE_DETAIL_NOINLINE static failure refuse(const state& s, const config& cfg, const context& ctx,
+                                                     detail::listener_ref listener,
                                                      const typename C::time_point* since,
                                                      rejection_reason why) {
-        if (s.options.on_rejected) {
+        if (cfg.options.on_rejected) {
             try {
-                s.options.on_rejected(rejection_event{s.options.name, why});
+                cfg.options.on_rejected(
+                    rejection_event{cfg.options.name, why}.with_properties(ctx.properties()));
             } catch (...) {
                 return failure::current();
             }
         }
-        failure refusal = failure::make(bulkhead_rejected_error{s.options.name, why});
+        failure refusal = failure::make(bulkhead_rejected_error{cfg.options.name, why});
         if (!listener)
             return refusal;
-        return detail::refused(listener, s.clock, waited_on(s, ctx, since, telemetry_kind::rejection, why),
+        return detail::refused(listener, s.clock,
+                               waited_on(s, cfg, ctx, since, telemetry_kind::rejection, why),
                                std::move(refusal));
     }
 
@@ -466,6 +546,7 @@ private:
             throw std::invalid_argument(label + ": queue_timeout must be positive, got " +
                                         std::to_string(o.queue_timeout->count()) + "ns");
         detail::validate_adaptive_limit(o.adapt, o.max_concurrent_calls, label);
+        detail::priority_table::validate(o.priorities, label + ": ");
         return o;
     }
 };

@@ -179,7 +179,8 @@ public:
         }
         return *this;
     }
-    ~context() { drop_properties(); }
+    // Inlined: contexts are destroyed on every call's fast path, where they hold no properties.
+    RESILIENCE_DETAIL_ALWAYS_INLINE ~context() { drop_properties(); }
 
     /// Stopped when the caller, or a policy around this attempt (timeout, hedge), wants it to end.
     /// Under a timeout, the token is made on first use: prefer `stop_requested()` to poll.
@@ -294,9 +295,12 @@ private:
 
     bool self_contained() const noexcept { return !from_ && !lazy_; }
     // A self-contained context owns a reference to its properties; a derived one refers to its parent's.
-    void drop_properties() noexcept {
-        if (props_ && self_contained())
-            detail::property_node::release(props_);
+    RESILIENCE_DETAIL_ALWAYS_INLINE void drop_properties() noexcept {
+        if (props_ && self_contained()) [[unlikely]]
+            release_properties(props_);
+    }
+    RESILIENCE_DETAIL_NOINLINE static void release_properties(const detail::property_node* p) noexcept {
+        detail::property_node::release(p);
     }
     // The earlier deadline of one clock; another clock's replaces it (see `deadline()`).
     void tighten(std::chrono::nanoseconds d, const void* clock) noexcept {

@@ -222,13 +222,15 @@ inline std::string describe_event(const telemetry_event& e) {
         text += fmt::format("store back, after {}", e.note);
         break;
     case telemetry_kind::cache_hit:
-        text += "answered from a fresh entry";
+        text += e.error ? "answered with a remembered failure: " + error
+                        : std::string("answered from a fresh entry");
         break;
     case telemetry_kind::cache_miss:
         text += "no usable entry, called";
         break;
     case telemetry_kind::stale_served:
-        text += fmt::format("answered from an expired entry ({})", e.note);
+        text += fmt::format("answered from an entry {} past its freshness ({})", format_duration(e.duration),
+                            e.note);
         if (e.error)
             text += ": " + error;
         break;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file http.hpp
-/// `rs::http`: which statuses are worth another attempt, a Retry-After parser, and
-/// `response_classifier`, a ready `should_handle` for any response type.
+/// `rs::http`: which statuses are worth another attempt, a Retry-After parser,
+/// `response_classifier`, a ready `should_handle` for any response type, and `max_age`, a
+/// response's Cache-Control max-age for `cache_options::ttl_of`.
 ///
 /// Nothing here sends a request or depends on an HTTP library: a response type of your own is read
 /// through `response_traits` (its status, and the Retry-After field's value when it has one).
@@ -11,8 +12,10 @@
 #include "detail/http_date.hpp"
 #include "outcome.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -124,6 +127,10 @@ template <class R>
 concept has_retry_after_function = requires(const R& r) { r.retry_after(); };
 template <class R>
 concept has_retry_after_field = requires(const R& r) { r.retry_after; };
+template <class R>
+concept has_cache_control_function = requires(const R& r) { r.cache_control(); };
+template <class R>
+concept has_cache_control_field = requires(const R& r) { r.cache_control; };
 
 template <class H>
 concept optional_header = requires(const H& h) {
@@ -172,9 +179,11 @@ std::optional<std::string_view> header_view(const H& h) noexcept {
 ///     };
 ///
 /// `retry_after` may return an optional of anything string-like, a string-like value (empty for
-/// none) or a `const char*` (null for none); without it, no Retry-After is read. This primary
-/// template reads members: `status()` or a `status` field convertible to `int`, and, when the type
-/// has one, `retry_after()` or a `retry_after` field of one of those kinds.
+/// none) or a `const char*` (null for none); without it, no Retry-After is read. `cache_control`,
+/// optional too and of the same kinds, gives the Cache-Control field's value (its lines joined by
+/// commas), read by `max_age`. This primary template reads members: `status()` or a `status` field
+/// convertible to `int`, and, when the type has them, `retry_after()` or a `retry_after` field and
+/// `cache_control()` or a `cache_control` field, of one of those kinds.
 template <class Response>
 struct response_traits {
     static int status(const Response& r)
@@ -193,6 +202,14 @@ struct response_traits {
         else
             return (r.retry_after); // a reference to the field
     }
+    static decltype(auto) cache_control(const Response& r)
+    requires detail::has_cache_control_function<Response> || detail::has_cache_control_field<Response>
+    {
+        if constexpr (detail::has_cache_control_function<Response>)
+            return r.cache_control();
+        else
+            return (r.cache_control); // a reference to the field
+    }
 };
 
 /// A type `response_traits` can read a status from.
@@ -200,6 +217,99 @@ template <class Response>
 concept response = requires(const Response& r) {
     { response_traits<Response>::status(r) } -> std::convertible_to<int>;
 };
+
+namespace detail {
+
+constexpr bool same_ignoring_case(std::string_view a, std::string_view b) noexcept {
+    if (a.size() != b.size())
+        return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+        if (lower(a[i]) != lower(b[i]))
+            return false;
+    }
+    return true;
+}
+
+/// The largest delta-seconds a cache must be able to hold (RFC 9111, section 1.2.2): a larger value
+/// is read as this one.
+inline constexpr std::int64_t max_delta_seconds = 2'147'483'648;
+
+/// A `max-age` argument (a token or a quoted string) as delta-seconds; zero when it is not digits
+/// (invalid freshness information, which RFC 9111, section 4.2.1, asks a cache to treat as stale).
+constexpr std::chrono::seconds max_age_argument(std::string_view arg) noexcept {
+    if (arg.size() >= 2 && arg.front() == '"' && arg.back() == '"')
+        arg = arg.substr(1, arg.size() - 2); // a quoted string of digits has no escapes to undo
+    if (arg.empty())
+        return std::chrono::seconds::zero();
+    std::int64_t n = 0;
+    for (const char c : arg) {
+        if (!is_digit(c))
+            return std::chrono::seconds::zero();
+        if (n < max_delta_seconds)
+            n = n * 10 + (c - '0'); // at most 10 * 2^31 + 9: no overflow
+    }
+    return std::chrono::seconds{n < max_delta_seconds ? n : max_delta_seconds};
+}
+
+} // namespace detail
+
+/// The freshness lifetime a `Cache-Control` field value gives (RFC 9111, section 5.2.2.1): its
+/// `max-age` directive, or nullopt when it has none. The value is a comma-separated list of
+/// directives, `name` or `name=argument` (the argument a token or a quoted string, so
+/// `max-age=60` and `max-age="60"` are alike); names are compared without regard to case, and a
+/// comma inside a quoted string does not end a directive. The first `max-age` counts. An argument
+/// that is not delta-seconds (digits only: no sign, no fraction) gives zero, since RFC 9111
+/// (section 4.2.1) asks a cache to treat invalid freshness information as stale; one too large is
+/// read as 2^31 seconds (section 1.2.2). No other directive is read: `s-maxage` is for shared
+/// caches, and `no-cache`, `no-store` and `private` are left to the caller. Whitespace (SP, HTAB)
+/// around directives and around `=` is ignored. Reads the text in place: no allocation, no
+/// exception.
+[[nodiscard]] constexpr std::optional<std::chrono::seconds> parse_max_age(std::string_view value) noexcept {
+    std::size_t at = 0;
+    while (at <= value.size()) {
+        // One directive: up to the next comma outside a quoted string.
+        std::size_t end = at;
+        bool quoted = false;
+        for (; end < value.size(); ++end) {
+            const char c = value[end];
+            if (quoted && c == '\\') {
+                ++end; // a quoted-pair: the next character is taken as it is
+                continue;
+            }
+            if (c == '"')
+                quoted = !quoted;
+            else if (c == ',' && !quoted)
+                break;
+        }
+        const std::string_view directive = value.substr(at, std::min(end, value.size()) - at);
+        const std::size_t eq = directive.find('=');
+        const std::string_view name = detail::trim_ows(directive.substr(0, eq));
+        if (detail::same_ignoring_case(name, "max-age")) {
+            if (eq == std::string_view::npos)
+                return std::chrono::seconds::zero(); // no argument: invalid, so stale
+            return detail::max_age_argument(detail::trim_ows(directive.substr(eq + 1)));
+        }
+        at = end + 1;
+    }
+    return std::nullopt;
+}
+
+/// The `max-age` of `r`'s Cache-Control (see `parse_max_age`), read through
+/// `response_traits<Response>::cache_control`; nullopt when the response has no such field, or its
+/// field no `max-age`. Made for `cache_options::ttl_of`:
+///
+///     rs::cache<std::string, reply> pages{{.ttl = 30s, .ttl_of = [](const reply& r) { return rs::http::max_age(r); }}};
+template <response Response>
+[[nodiscard]] std::optional<std::chrono::seconds> max_age(const Response& r) {
+    if constexpr (requires { response_traits<Response>::cache_control(r); }) {
+        // Kept whole while viewed: cache_control may return the field's text by value.
+        const auto& field = response_traits<Response>::cache_control(r);
+        if (const std::optional<std::string_view> text = detail::header_view(field))
+            return parse_max_age(*text);
+    }
+    return std::nullopt;
+}
 
 namespace detail {
 

@@ -173,11 +173,12 @@ public:
                  .Help(
                      "Calls admitted after waiting in a bulkhead's or a limiter's queue: the wait in seconds")
                  .Register(*registry_);
-        events_ = &::prometheus::BuildCounter()
-                       .Name(p + "_events_total")
-                       .Help("Resilience events (retry, hedge, timeout, fallback, rejection, state_change, "
-                             "queue_wait, backend_lost, backend_restored, cache_hit, cache_miss, stale_served)")
-                       .Register(*registry_);
+        events_ =
+            &::prometheus::BuildCounter()
+                 .Name(p + "_events_total")
+                 .Help("Resilience events (retry, hedge, timeout, fallback, rejection, state_change, "
+                       "queue_wait, backend_lost, backend_restored, cache_hit, cache_miss, stale_served)")
+                 .Register(*registry_);
         rejections_ = &::prometheus::BuildCounter()
                            .Name(p + "_rejections_total")
                            .Help("Calls, retries and hedges refused, by reason")

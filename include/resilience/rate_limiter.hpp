@@ -10,6 +10,7 @@
 #include "detail/limiter_handle.hpp"
 #include "detail/token_bucket.hpp"
 #include "error.hpp"
+#include "priority.hpp"
 #include "telemetry_event.hpp"
 
 #include <chrono>
@@ -54,6 +55,11 @@ struct rate_limiter_options {
     /// that instant; a token due at that very instant is still taken. Empty (the default): as
     /// long as it takes. Must be positive when set.
     std::optional<std::chrono::nanoseconds> queue_timeout{};
+    /// Priority classes (priority.hpp): the share of `token_limit` reserved for each class, and the queue
+    /// served highest class first, a full queue giving up its lowest class's last waiter to a
+    /// newcomer of a higher class. A call's class is its `rs::priority` property; `take` is of the
+    /// `default_class`. Empty (the default): every call alike, in arrival order, at no cost.
+    priority_classes priorities{};
     /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
     /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
     /// Runs on the caller's coroutine, without any lock held; must not block.
@@ -77,6 +83,12 @@ struct rate_limiter_options {
 ///   with `rate_limited_error`, returned as a value through the pipeline, whose `reason()` says
 ///   which and whose `retry_after()` is how long until a token would be there for it, counting
 ///   the waiters before it. `on_rejected` is told of it before it is returned.
+/// - With `priorities` (priority.hpp), a call of a class takes a token only while the tokens
+///   reserved by the classes above it stay in the bucket; the queue is served highest class first
+///   (arrival order above is then within a class), a newcomer queued in front of the waiter
+///   watching the clock takes over from it, and a full queue gives up its lowest class's last
+///   waiter to a newcomer of a higher class (`queue_full`). Without them a call pays one relaxed
+///   load for the feature.
 ///
 /// A copyable handle: copies share one bucket, which is thread-safe; event loops on several
 /// threads may share it, and each waiter is resumed on the loop it waited on. While nobody waits,
@@ -103,8 +115,45 @@ public:
     /// Tokens in the bucket now (fractional while refilling), at most `token_limit`.
     [[nodiscard]] double tokens() const { return this->held().remaining(); }
 
+    /// Puts `options` in force for every copy, while calls run. They are checked as the
+    /// constructor checks them: invalid ones throw `std::invalid_argument` (naming the field and
+    /// the value) and the options in force stay. Thread-safe against calls and other
+    /// reconfigurations.
+    ///
+    /// New calls see the new options at once; a call already waiting finishes under the options
+    /// it started waiting with (its name, `on_rejected`, listener), and an admitted call has
+    /// nothing left to do with the limiter. What carries over:
+    /// - the tokens: those earned up to the change are counted at the old rate (a full bucket
+    ///   holds the old `token_limit`), fractions included, then kept, capped at the new
+    ///   `token_limit`; from the change on, tokens accrue at the new `tokens_per_second`. A larger
+    ///   `token_limit` adds no token at once: the bucket fills up to it at the new rate;
+    /// - the queue: waiters stay queued, in their order, with their deadlines; the first one
+    ///   times its token again by the new rate (it may come sooner or later than it was due);
+    /// - a smaller `queue_limit` turns no waiter away: newcomers are refused until the queue is
+    ///   under it; a `queue_timeout` applies to callers queued after the change.
+    ///
+    /// Every configuration is kept until the limiter's state goes, since calls in flight may read
+    /// it: one reconfiguration keeps a copy of the options (`sizeof(rate_limiter_options)`, under
+    /// 200 bytes, and a pointer to it) plus what its `name` and callbacks hold. Reconfiguration is
+    /// for changes of configuration, not a control loop run per call.
+    ///
+    ///     api.reconfigure({.token_limit = 20, .tokens_per_second = 10, .queue_limit = 100});
+    void reconfigure(rate_limiter_options options) const {
+        validate(options);
+        const std::size_t capacity = options.token_limit;
+        const double rate = options.tokens_per_second;
+        this->reconfigure_with(std::move(options),
+                               [capacity, rate](detail::token_bucket& b, std::chrono::nanoseconds now) {
+                                   b.reconfigure(capacity, rate, now);
+                               });
+    }
+
 private:
     static detail::token_bucket meter_of(const rate_limiter_options& o) {
+        validate(o);
+        return detail::token_bucket{o.token_limit, o.tokens_per_second};
+    }
+    static void validate(const rate_limiter_options& o) {
         const std::string who = detail::policy_label("rate_limiter", o.name) + ": ";
         if (o.token_limit == 0)
             throw std::invalid_argument(who + "token_limit must be positive, got 0");
@@ -115,7 +164,6 @@ private:
             throw std::invalid_argument(who + "tokens_per_second must be at least 1e-9 (a token every " +
                                         "31.7 years), got " + detail::format_number(o.tokens_per_second));
         detail::validate_queue_options(o, who);
-        return detail::token_bucket{o.token_limit, o.tokens_per_second};
     }
 };
 

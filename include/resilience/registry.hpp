@@ -252,7 +252,8 @@ struct registry_options {
 ///   resilience4j's registries. So any call site may look a policy up with the options it would
 ///   want, and the one that runs first decides; to see what is in force, read the handle's
 ///   `options()`. Options that cannot be made into a policy throw `std::invalid_argument` from the
-///   first call, which registers nothing.
+///   first call, which registers nothing. To change the options of an entry while it is in use,
+///   `reconfigure(name, options)` (docs/reconfiguration.md).
 /// - Names are per kind: a breaker "db" and a bulkhead "db" are two entries.
 /// - A policy made with an empty `name` option is given the registry name (keyed:
 ///   `name + "/" + key`), so its errors and metrics carry it; a non-empty `name` option is kept.
@@ -338,6 +339,51 @@ public:
         return keyed<::resilience::retry_budget>(name, key, options);
     }
 
+    /// Puts new options in force for the entry `name` of the options' kind, in place: its handle's
+    /// `reconfigure` (what carries over is said there and in docs/reconfiguration.md), so every copy
+    /// handed out, and every pipeline holding one, sees them at once, and later lookups return the
+    /// same handle with them. With no such entry yet, makes it from `options`, as `breaker(name,
+    /// options)` and the like would (so options loaded before first use rule). Returns true when an
+    /// entry was reconfigured, false when one was made. Bad options throw `std::invalid_argument`
+    /// (naming the field and the value) and change nothing. An empty `name` option gets the registry
+    /// name, as when the entry is made. Name the options' type when it is not plain from the
+    /// designators (`rs::bulkhead_options{}`).
+    ///
+    ///     policies.reconfigure("payments", rs::circuit_breaker_options{.failure_threshold = 3});
+    bool reconfigure(std::string_view name, circuit_breaker_options options) {
+        return reconfigure_plain<::resilience::circuit_breaker<C>>(name, std::move(options));
+    }
+    bool reconfigure(std::string_view name, bulkhead_options options) {
+        return reconfigure_plain<::resilience::bulkhead<C>>(name, std::move(options));
+    }
+    bool reconfigure(std::string_view name, rate_limiter_options options) {
+        return reconfigure_plain<::resilience::rate_limiter<C>>(name, std::move(options));
+    }
+    bool reconfigure(std::string_view name, sliding_window_limiter_options options) {
+        return reconfigure_plain<::resilience::sliding_window_limiter<C>>(name, std::move(options));
+    }
+    bool reconfigure(std::string_view name, retry_budget_options options) {
+        return reconfigure_plain<::resilience::retry_budget>(name, options);
+    }
+    /// The same for the entry `key` of the keyed family `name` (made, with its family, if there is
+    /// none). Only that key's policy changes: the family keeps no options of its own, so keys made
+    /// later come from the options of the lookup that makes them.
+    bool reconfigure(std::string_view name, std::string_view key, circuit_breaker_options options) {
+        return reconfigure_keyed<::resilience::circuit_breaker<C>>(name, key, std::move(options));
+    }
+    bool reconfigure(std::string_view name, std::string_view key, bulkhead_options options) {
+        return reconfigure_keyed<::resilience::bulkhead<C>>(name, key, std::move(options));
+    }
+    bool reconfigure(std::string_view name, std::string_view key, rate_limiter_options options) {
+        return reconfigure_keyed<::resilience::rate_limiter<C>>(name, key, std::move(options));
+    }
+    bool reconfigure(std::string_view name, std::string_view key, sliding_window_limiter_options options) {
+        return reconfigure_keyed<::resilience::sliding_window_limiter<C>>(name, key, std::move(options));
+    }
+    bool reconfigure(std::string_view name, std::string_view key, retry_budget_options options) {
+        return reconfigure_keyed<::resilience::retry_budget>(name, key, options);
+    }
+
     /// Every entry with its state, ordered by kind (as `policy_kind` lists them), then name, then
     /// key (a name's plain entry before its keyed ones). The entries are listed under the lock;
     /// each one's state is then read without it, one entry after another.
@@ -414,19 +460,67 @@ private:
 
     template <class Handle, class Options>
     Handle keyed(std::string_view name, std::string_view key, Options&& options) {
-        family<Handle>* f = nullptr;
-        {
-            std::lock_guard lock(mutex_);
-            auto& families = slot_of<Handle>().keyed;
-            auto found = families.find(name);
-            if (found == families.end())
-                found = families.try_emplace(std::string(name), options_.keyed_capacity).first;
-            f = &found->second;
-        }
         // Families are never removed: `f` stays valid without the registry's lock.
-        return f->get(std::string(key), [&](const std::string& k) {
+        return family_of<Handle>(name).get(std::string(key), [&](const std::string& k) {
             return make<Handle>(std::forward<Options>(options), std::string(name) + "/" + k);
         });
+    }
+
+    template <class Handle>
+    family<Handle>& family_of(std::string_view name) {
+        std::lock_guard lock(mutex_);
+        auto& families = slot_of<Handle>().keyed;
+        auto found = families.find(name);
+        if (found == families.end())
+            found = families.try_emplace(std::string(name), options_.keyed_capacity).first;
+        return found->second;
+    }
+
+    // `options` as the entry labelled `label` is made with: an empty `name` option gets the label.
+    template <class Handle, class Options>
+    static Options labelled(Options options, std::string label) {
+        if constexpr (!std::is_same_v<Handle, ::resilience::retry_budget>) {
+            if (options.name.empty())
+                options.name = std::move(label);
+        } else {
+            (void)label;
+        }
+        return options;
+    }
+
+    // Under the registry's lock, so that a lookup making the entry at the same time cannot make a
+    // second one: the entry is reconfigured, or made, exactly once.
+    template <class Handle, class Options>
+    bool reconfigure_plain(std::string_view name, Options options) {
+        std::lock_guard lock(mutex_);
+        auto& entries = slot_of<Handle>().plain;
+        if (auto found = entries.find(name); found != entries.end()) {
+            Handle h = found->second;
+            h.reconfigure(labelled<Handle>(std::move(options), std::string(name)));
+            return true;
+        }
+        Handle h = make<Handle>(std::move(options), std::string(name));
+        entries.emplace(std::string(name), h);
+        return false;
+    }
+
+    template <class Handle, class Options>
+    bool reconfigure_keyed(std::string_view name, std::string_view key, Options options) {
+        family<Handle>& f = family_of<Handle>(name);
+        const std::string k(key);
+        std::string label = std::string(name) + "/" + k;
+        if (std::optional<Handle> found = f.find(k)) {
+            found->reconfigure(labelled<Handle>(std::move(options), std::move(label)));
+            return true;
+        }
+        bool made = false;
+        Handle h = f.get(k, [&](const std::string&) {
+            made = true;
+            return make<Handle>(options, label);
+        });
+        if (!made) // another lookup made it in between
+            h.reconfigure(labelled<Handle>(std::move(options), std::move(label)));
+        return !made;
     }
 
     // (name, key, handle) of every entry, per kind: copied under the lock, read after it.

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -44,15 +46,40 @@ struct retry_budget_options {
 ///
 /// Not a pipeline stage: hand it to the policies that retry (`retry_options::budget`).
 namespace detail {
-/// What the copies of a `retry_budget` share.
+/// A budget's options with their fixed-point values: immutable once published, and kept until the
+/// budget dies (`replaced` owns the block this one replaced), so `options()` stays valid.
+struct retry_budget_config {
+    retry_budget_config(const retry_budget_options& o, std::int64_t ratio, std::int64_t capacity) noexcept
+        : options(o), ratio_units(ratio), capacity_units(capacity) {}
+    retry_budget_config(const retry_budget_config&) = delete;
+    retry_budget_config& operator=(const retry_budget_config&) = delete;
+    ~retry_budget_config() {
+        const retry_budget_config* next = replaced; // iteratively: the chain may be long
+        while (next) {
+            const retry_budget_config* const after = next->replaced;
+            const_cast<retry_budget_config*>(next)->replaced = nullptr;
+            delete next;
+            next = after;
+        }
+    }
+    const retry_budget_options options;
+    const std::int64_t ratio_units; // rounded down, so the bound above holds exactly
+    const std::int64_t capacity_units;
+    const retry_budget_config* replaced = nullptr;
+};
+
+/// What the copies of a `retry_budget` share. `config` is replaced whole by `reconfigure`, under
+/// `reconfiguring`; sequentially consistent, with the updates of `units`, so that a deposit racing with
+/// a reconfiguration that lowers the capacity cannot leave more than the new capacity (see
+/// `retry_budget::record_call`).
 struct retry_budget_state : shared_state {
-    retry_budget_state(const retry_budget_options& o, std::int64_t ratio, std::int64_t capacity)
-        : options(o), ratio_units(ratio), capacity_units(capacity), units(capacity) {}
-    retry_budget_options options;
-    std::int64_t ratio_units; // rounded down, so the bound above holds exactly
-    std::int64_t capacity_units;
+    explicit retry_budget_state(std::unique_ptr<retry_budget_config> c) noexcept
+        : units(c->capacity_units), config(c.release()) {}
+    ~retry_budget_state() { delete config.load(std::memory_order_relaxed); }
     std::atomic<std::int64_t> units;
     std::atomic<std::uint64_t> calls{0}, granted{0}, denied{0};
+    std::atomic<const retry_budget_config*> config;
+    std::mutex reconfiguring;
 };
 } // namespace detail
 
@@ -68,21 +95,29 @@ public:
     /// above `capacity` (the fixed-point count is exact; its conversion to `double` is kept at most
     /// `capacity`, which it could otherwise pass by a rounding).
     double tokens() const noexcept {
+        const double capacity = options().capacity;
         const double t =
             static_cast<double>(budget().units.load(std::memory_order_relaxed)) / units_per_token;
-        return t < budget().options.capacity ? t : budget().options.capacity;
+        return t < capacity ? t : capacity;
     }
 
     /// Records a call: deposits `ratio` tokens, keeping the total at most `capacity`.
     void record_call() const noexcept {
         state& s = budget();
         s.calls.fetch_add(1, std::memory_order_relaxed);
+        const detail::retry_budget_config* const c = s.config.load(std::memory_order_seq_cst);
         std::int64_t current = s.units.load(std::memory_order_relaxed);
         std::int64_t next;
         do {
-            next = current + s.ratio_units < s.capacity_units ? current + s.ratio_units : s.capacity_units;
-        } while (!s.units.compare_exchange_weak(current, next, std::memory_order_acq_rel,
+            next =
+                current + c->ratio_units < c->capacity_units ? current + c->ratio_units : c->capacity_units;
+        } while (!s.units.compare_exchange_weak(current, next, std::memory_order_seq_cst,
                                                 std::memory_order_relaxed));
+        // Reconfigured meanwhile: the deposit was capped at the old capacity. Either this load sees the
+        // new options and caps again, or (all seq_cst) the deposit came before the reconfiguration's own
+        // capping, which saw it.
+        if (s.config.load(std::memory_order_seq_cst) != c) [[unlikely]]
+            cap(s);
     }
 
     /// Takes one token for a retry; false (and nothing taken) when less than one is left.
@@ -110,7 +145,36 @@ public:
         return budget().denied.load(std::memory_order_relaxed);
     } ///< retries refused
 
-    const retry_budget_options& options() const noexcept { return budget().options; }
+    /// The options in force: the constructor's or the latest `reconfigure`'s. The reference stays
+    /// valid while any copy of the handle lives (replaced options are kept).
+    const retry_budget_options& options() const noexcept {
+        return budget().config.load(std::memory_order_acquire)->options;
+    }
+
+    /// Puts new options in force for the operations that come after, on every copy of the budget.
+    /// `options` is checked exactly as by the constructor (`std::invalid_argument` naming the field
+    /// and the value); when it is refused, nothing changes. Thread-safe against every other
+    /// operation, reconfigurations included.
+    ///
+    /// Carried over: the tokens, capped at the new `capacity` (a larger capacity adds none: tokens
+    /// are earned by calls), and the counts `calls()`, `granted()` and `denied()`. The new `ratio`
+    /// applies from the next call recorded. So the bound of the class comment holds from the change
+    /// on, with the tokens left at the change in place of `capacity`.
+    ///
+    /// Memory: the options replaced are kept until the budget dies (`options()` hands out references
+    /// to them): 40 bytes per reconfiguration on x86-64. It is for changes of configuration, not a
+    /// control loop run per call.
+    void reconfigure(retry_budget_options options) const {
+        check(options);
+        auto fresh = std::make_unique<detail::retry_budget_config>(options, units_in(options.ratio),
+                                                                   units_in(options.capacity));
+        state& s = budget();
+        std::lock_guard lock(s.reconfiguring);
+        fresh->replaced = s.config.load(std::memory_order_relaxed);
+        s.config.store(fresh.release(), std::memory_order_seq_cst);
+        cap(s);
+    }
+
     // `==` (both handles share one budget) and `std::hash`: from `detail::shared_handle`.
 
 private:
@@ -121,7 +185,20 @@ private:
     // Checked first: the units are computed only from valid options.
     static state* make(const retry_budget_options& o) {
         check(o);
-        return handle::make_state(o, units_in(o.ratio), units_in(o.capacity));
+        return handle::make_state(
+            std::make_unique<detail::retry_budget_config>(o, units_in(o.ratio), units_in(o.capacity)));
+    }
+
+    // Brings the tokens down to the capacity in force, if they are above it.
+    static void cap(state& s) noexcept {
+        std::int64_t current = s.units.load(std::memory_order_seq_cst);
+        for (;;) {
+            const std::int64_t capacity = s.config.load(std::memory_order_seq_cst)->capacity_units;
+            if (current <= capacity ||
+                s.units.compare_exchange_weak(current, capacity, std::memory_order_seq_cst,
+                                              std::memory_order_seq_cst))
+                return;
+        }
     }
 
     // The whole units in `x` tokens (0 < x <= 1e9), rounded down exactly. `x * 10^9` in `double` may

@@ -9,6 +9,7 @@
 #include "detail/limiter_handle.hpp"
 #include "detail/window_counter.hpp"
 #include "error.hpp"
+#include "priority.hpp"
 #include "telemetry_event.hpp"
 
 #include <chrono>
@@ -46,6 +47,11 @@ struct sliding_window_limiter_options {
     /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
     /// that instant. Empty (the default): as long as it takes. Must be positive when set.
     std::optional<std::chrono::nanoseconds> queue_timeout{};
+    /// Priority classes (priority.hpp): the share of `permit_limit` reserved for each class, and the queue
+    /// served highest class first, a full queue giving up its lowest class's last waiter to a
+    /// newcomer of a higher class. A call's class is its `rs::priority` property; `take` is of the
+    /// `default_class`. Empty (the default): every call alike, in arrival order, at no cost.
+    priority_classes priorities{};
     /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
     /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
     /// Runs on the caller's coroutine, without any lock held; must not block.
@@ -56,8 +62,9 @@ struct sliding_window_limiter_options {
 };
 
 /// Limits calls to `permit_limit` in any `window`, with the interface of `rate_limiter` (waiting
-/// in arrival order, `queue_limit`, `queue_timeout`, `take`, `rate_limited_error::retry_after()`
-/// and `reason()`, `queued()`, `name()`; `tokens()` is the number of permits free now).
+/// in arrival order, `queue_limit`, `queue_timeout`, `priorities`, `take`,
+/// `rate_limited_error::retry_after()` and `reason()`, `queued()`, `name()`; `tokens()` is the
+/// number of permits free now).
 ///
 /// Counting is segmented: the window is cut into `segments` segments (on a grid starting when the
 /// limiter is made), and a permit is counted against the segment boundary at or after the instant
@@ -92,8 +99,50 @@ public:
     /// Permits free now, at most `permit_limit`.
     [[nodiscard]] double tokens() const { return this->held().remaining(); }
 
+    /// Puts `options` in force for every copy, while calls run. They are checked as the
+    /// constructor checks them: invalid ones throw `std::invalid_argument` (naming the field and
+    /// the value) and the options in force stay. Thread-safe against calls and other
+    /// reconfigurations.
+    ///
+    /// New calls see the new options at once; a call already waiting finishes under the options
+    /// it started waiting with (its name, `on_rejected`, listener). What carries over:
+    /// - the permits in use. With the same `window` and segment length (`window / segments`),
+    ///   their counts are kept as they are: each comes back when it would have. Otherwise each
+    ///   is counted again on the new segment grid (still starting when the limiter was made), at
+    ///   the boundary at or after the one it was counted at, but no later than the boundary at or
+    ///   after the change, and comes back one new `window` after that: never sooner than the new
+    ///   window after it was taken, and a shorter window frees them sooner. Permits already back
+    ///   stay back, even under a longer window. So no reconfiguration opens a burst: the permits
+    ///   in use at the change count until they come back, and no span of the new window starting
+    ///   at or after the change admits more than the new `permit_limit`;
+    /// - a smaller `permit_limit` takes no permit back: nobody is admitted until fewer than it
+    ///   are in use; a larger one frees its new permits at once, to the oldest waiter first;
+    /// - the queue: waiters stay queued, in their order, with their deadlines; the first one
+    ///   times its permit again; a smaller `queue_limit` turns no waiter away (newcomers are
+    ///   refused until the queue is under it); a `queue_timeout` applies to callers queued after
+    ///   the change.
+    ///
+    /// Every configuration is kept until the limiter's state goes, since calls in flight may read
+    /// it: one reconfiguration keeps a copy of the options (`sizeof(sliding_window_limiter_options)`,
+    /// under 200 bytes, and a pointer to it) plus what its `name` and callbacks hold; one that
+    /// changes the grid also replaces the ring of counters (a `std::size_t` per segment, plus two).
+    /// Reconfiguration is for changes of configuration, not a control loop run per call.
+    void reconfigure(sliding_window_limiter_options options) const {
+        validate(options);
+        const std::size_t limit = options.permit_limit, segments = options.segments;
+        const std::chrono::nanoseconds window = options.window;
+        this->reconfigure_with(std::move(options),
+                               [=](detail::window_counter& w, std::chrono::nanoseconds now) {
+                                   w.reconfigure(limit, window, segments, now);
+                               });
+    }
+
 private:
     static detail::window_counter meter_of(const sliding_window_limiter_options& o) {
+        validate(o);
+        return detail::window_counter{o.permit_limit, o.window, o.segments};
+    }
+    static void validate(const sliding_window_limiter_options& o) {
         const std::string who = detail::policy_label("sliding_window_limiter", o.name) + ": ";
         if (o.permit_limit == 0)
             throw std::invalid_argument(who + "permit_limit must be positive, got 0");
@@ -111,7 +160,6 @@ private:
                                         std::to_string(o.window.count()) + "), got " +
                                         std::to_string(o.segments));
         detail::validate_queue_options(o, who);
-        return detail::window_counter{o.permit_limit, o.window, o.segments};
     }
 };
 

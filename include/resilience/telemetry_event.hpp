@@ -41,10 +41,12 @@
 ///   "local_share"). `error`: the failure that showed it.
 /// - `backend_restored` (the same): the store answers again; `note` says what the policy did
 ///   meanwhile.
-/// - `cache_hit` (cache): a fresh entry answered; no call was made. `duration` zero.
+/// - `cache_hit` (cache): an entry answered without a call: a fresh value, or a failure remembered
+///   (negative caching), which is then `error`. `duration` zero.
 /// - `cache_miss` (cache): no usable entry; the call was made, or joined a refresh in flight.
-/// - `stale_served` (cache): an expired entry answered; `note` is "stale_while_revalidate" (a refresh
-///   runs meanwhile) or "stale_if_error" (the refresh failed; `error` is its failure).
+/// - `stale_served` (cache): an expired value answered; `note` is "stale_while_revalidate" (a refresh
+///   runs meanwhile) or "stale_if_error" (the refresh failed, or a failure is remembered; `error` is
+///   that failure). `duration`: how long past its freshness the value was.
 ///
 /// `reason` is meaningful for bulkhead and limiter rejections (for the others it is
 /// `no_capacity`: refused at once, without waiting). `attempt` is the attempt number the policy
@@ -233,6 +235,11 @@ public:
         (*listener_)(e);
     }
     const telemetry_listener* get() const noexcept { return listener_; }
+    /// The call's properties, which the events reported through this carry.
+    const property_node* properties() const noexcept { return props_; }
+    properties_view view() const noexcept { return properties_access::view(props_); }
+    /// The same call's properties, reported to `l` instead (a policy's own listener over the call's).
+    listener_ref to(const telemetry_listener* l) const noexcept { return listener_ref(l, props_); }
     // The listener alone, without the call's properties (events then carry none).
     operator const telemetry_listener*() const noexcept { return listener_; }
 

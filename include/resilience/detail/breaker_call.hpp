@@ -31,12 +31,14 @@ public:
     }
     /// The call admitted by `a` is under way; its result is recorded by `finish` or, for a probe,
     /// the destructor.
-    void start(breaker_core<C>& core, const admission& a, const telemetry_listener* sink) noexcept {
+    void start(breaker_core<C>& core, const admission& a, detail::listener_ref sink) noexcept {
         admission_ = a;
         sink_ = sink;
         if (a.probe) [[unlikely]]
             probe_.take(core);
     }
+    /// The options the call was admitted under (after `start`): it is judged under them to the end.
+    const typename breaker_core<C>::config_block& config() const noexcept { return *admission_.config; }
     /// `core`: the breaker passed to `start`.
     void finish(breaker_core<C>& core, breaker_verdict v, const std::exception_ptr& error) {
         const state_hold<breaker_core<C>> held = std::move(probe_); // given back once recorded, or thrown
@@ -46,7 +48,7 @@ public:
 private:
     state_hold<breaker_core<C>> probe_; // a probe's hold on the breaker
     admission admission_;
-    const telemetry_listener* sink_ = nullptr; // the call's listener, for the state changes it makes
+    detail::listener_ref sink_{}; // the call's listener, for the state changes it makes
 };
 
 } // namespace resilience::detail

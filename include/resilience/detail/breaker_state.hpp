@@ -20,11 +20,68 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
 
 namespace resilience::detail {
+
+/// The options of a breaker with what the breaker derives from them: immutable once published (see
+/// `breaker_core::config`). A call reads the block in force when it is admitted and keeps using it,
+/// so it is never freed while the breaker lives: a reconfiguration keeps the block it replaces
+/// (`replaced`, owning), and the breaker frees the chain when it dies.
+struct breaker_config {
+    breaker_config(circuit_breaker_options o, std::uint64_t epoch)
+        : options(std::move(o)), sample_epoch(epoch) {
+        if (!options.sampling)
+            return;
+        const breaker_sampling& w = *options.sampling;
+        minimum_throughput =
+            static_cast<std::uint64_t>(w.minimum_throughput.value_or(w.calls ? *w.calls : 20));
+        slow_duration = w.slow_call_duration;
+        slow_trips = w.slow_call_ratio.has_value();
+    }
+    breaker_config(const breaker_config&) = delete;
+    breaker_config& operator=(const breaker_config&) = delete;
+    ~breaker_config() {
+        // Iteratively: a breaker reconfigured a million times has a chain a million long.
+        const breaker_config* next = replaced;
+        while (next) {
+            const breaker_config* const after = next->replaced;
+            const_cast<breaker_config*>(next)->replaced = nullptr;
+            delete next;
+            next = after;
+        }
+    }
+
+    /// Does admitting a call need the time (to time it against a slow-call rule)?
+    bool times_calls() const noexcept { return slow_duration.has_value(); }
+
+    const circuit_breaker_options options;
+    std::uint64_t minimum_throughput = 0;
+    std::optional<std::chrono::nanoseconds> slow_duration;
+    bool slow_trips = false;
+    /// Which sample the calls admitted under this block belong to: a reconfiguration that starts a
+    /// fresh sample gives the next number, one that keeps the sample keeps it.
+    const std::uint64_t sample_epoch;
+    /// The block this one replaced (owned), kept for the calls admitted under it.
+    const breaker_config* replaced = nullptr;
+};
+
+/// Whether options `a` and `b` sample alike: neither samples, or both keep the same window (the
+/// same `calls`, or the same `window` and `segments`) and mark the same calls slow. What a sample
+/// holds means the same under both, so a reconfiguration from one to the other keeps it; the ratios
+/// and `minimum_throughput` only judge it.
+inline bool same_sample(const circuit_breaker_options& a, const circuit_breaker_options& b) noexcept {
+    if (!a.sampling || !b.sampling)
+        return !a.sampling && !b.sampling;
+    const breaker_sampling& x = *a.sampling;
+    const breaker_sampling& y = *b.sampling;
+    if (x.calls != y.calls || x.window != y.window || x.slow_call_duration != y.slow_call_duration)
+        return false;
+    return !x.window || x.segments == y.segments;
+}
 
 /// The shared state of one breaker. Every change is made under `mutex_`, which is held only to
 /// admit a call and to record its result, never across user code: the clock, `should_handle` and
@@ -40,11 +97,19 @@ namespace resilience::detail {
 /// state no lock-free reader can change under it, and a lock-free read takes effect at its load:
 /// a closed admission at the instant the word said closed, a skipped success at the instant the
 /// run of failures was already zero (see `record`).
+///
+/// The options live in an immutable `breaker_config`, published through `config_` (release store,
+/// acquire load) and replaced whole by `reconfigure`. A call loads it once, when it is admitted, and
+/// judges itself under it to the end (classification, slowness, its callbacks and names); what the
+/// breaker itself does next (the rules a result is recorded under, the length of a break, the
+/// probes half-open admits, who hears a change) follows the block in force when it does it, read
+/// under the lock.
 template <class C>
 class breaker_core : public shared_state {
 public:
     using time_point = typename C::time_point;
     using duration = typename C::duration;
+    using config_block = breaker_config;
 
     /// What recording a call's result needs to know of its admission.
     struct admission {
@@ -52,6 +117,7 @@ public:
         bool probe = false;
         std::uint64_t generation = 0;
         time_point start{};
+        const breaker_config* config = nullptr; // the options the call was admitted under
     };
     /// What `admit` decided.
     struct ticket : admission {
@@ -60,69 +126,81 @@ public:
         std::exception_ptr cause;
     };
 
-    breaker_core(circuit_breaker_options o, C clock) : options_(std::move(o)), clock_(std::move(clock)) {
-        if (options_.sampling) {
-            const breaker_sampling& w = *options_.sampling;
-            if (w.calls) {
-                count_window_.emplace(static_cast<std::size_t>(*w.calls));
-                minimum_throughput_ = static_cast<std::uint64_t>(w.minimum_throughput.value_or(*w.calls));
-            } else {
-                time_window_.emplace(*w.window / static_cast<std::int64_t>(w.segments), w.segments);
-                minimum_throughput_ = static_cast<std::uint64_t>(w.minimum_throughput.value_or(20));
-            }
-            slow_duration_ = w.slow_call_duration;
-            slow_trips_ = w.slow_call_ratio.has_value();
+    breaker_core(circuit_breaker_options o, C clock)
+        : config_(new breaker_config(std::move(o), 0)), clock_(std::move(clock)) {
+        try {
+            make_sample(*config_.load(std::memory_order_relaxed), count_window_, time_window_);
+        } catch (...) {
+            delete config_.load(std::memory_order_relaxed);
+            throw;
         }
     }
+    breaker_core(const breaker_core&) = delete;
+    breaker_core& operator=(const breaker_core&) = delete;
+    ~breaker_core() { delete config_.load(std::memory_order_relaxed); } // and every block it replaced
 
-    const circuit_breaker_options& options() const noexcept { return options_; }
+    /// The options in force: the newest block, which stays valid while the breaker lives.
+    const breaker_config* config() const noexcept { return config_.load(std::memory_order_acquire); }
+    const circuit_breaker_options& options() const noexcept { return config()->options; }
     const C& clock() const noexcept { return clock_; }
 
-    /// Does admitting a call need the time (to time it against a slow-call rule)?
-    bool times_calls() const noexcept { return slow_duration_.has_value(); }
+    /// Does admitting a call under the options in force need the time (see `breaker_config`)?
+    bool times_calls() const noexcept { return config()->times_calls(); }
 
     /// Admits or refuses a call. A closed breaker decides with one atomic load and no lock, and
     /// reads the clock only when a slow-call rule needs the call's start. `sink` hears the state
     /// changes this call makes or sees, unless the options have a listener.
-    ticket admit(const telemetry_listener* sink = nullptr) {
-        if (slow_duration_)
-            return admit(clock_.now(), sink);
+    ticket admit(detail::listener_ref sink = {}) { return admit_under(config(), sink); }
+    /// As `admit()`, the call judged under `cfg` (a block this breaker published: `config()`).
+    ticket admit_under(const breaker_config* cfg, detail::listener_ref sink = {}) {
+        if (cfg->slow_duration)
+            return admit_under(cfg, clock_.now(), sink);
         const std::uint64_t w = word_.load(std::memory_order_acquire);
         if (state_of(w) == circuit_state::closed)
-            return closed_ticket(w, time_point{});
-        return admit_locked(std::nullopt, sink);
+            return closed_ticket(cfg, w, time_point{});
+        return admit_locked(cfg, std::nullopt, sink);
     }
 
-    /// The closed state's part of `admit()` with no slow-call rule (`!times_calls()`): admits the
-    /// call into `a` and returns true when the breaker is closed at this one load; false changes
-    /// nothing (the caller goes on to `admit()`).
-    bool admit_closed(admission& a) const noexcept {
+    /// The closed state's part of `admit()` for a call under `cfg` with no slow-call rule
+    /// (`!cfg->times_calls()`): admits the call into `a` and returns true when the breaker is closed
+    /// at this one load; false changes nothing (the caller goes on to `admit_under`).
+    bool admit_closed(admission& a, const breaker_config* cfg) const noexcept {
         const std::uint64_t w = word_.load(std::memory_order_acquire);
         if (state_of(w) != circuit_state::closed)
             return false;
         a.admitted = true;
         a.generation = generation_of(w);
+        a.config = cfg;
         return true;
     }
 
     /// As `admit()`, with `now` a reading of `clock()` the caller has just made: it is the call's
     /// start for slow-call rules and the time the break is judged at; the clock is not read again.
-    ticket admit(time_point now, const telemetry_listener* sink = nullptr) {
+    ticket admit(time_point now, detail::listener_ref sink = {}) { return admit_under(config(), now, sink); }
+    /// As `admit(now)`, the call judged under `cfg`.
+    ticket admit_under(const breaker_config* cfg, time_point now, detail::listener_ref sink = {}) {
         const std::uint64_t w = word_.load(std::memory_order_acquire);
         if (state_of(w) == circuit_state::closed)
-            return closed_ticket(w, now);
-        return admit_locked(now, sink);
+            return closed_ticket(cfg, w, now);
+        return admit_locked(cfg, now, sink);
     }
 
     /// How the outcome `o` of an admitted call is recorded: a value is a success unless
     /// `should_handle` handles it (then a failure); a failure is a failure when it handles it,
     /// else ignored. Calls the user's classifier, with no lock held; what it throws propagates.
-    /// Precondition: `options().should_handle.accepts<R>()`.
+    /// Precondition: `options().should_handle.accepts<R>()`. Judged under the options in force.
     template <class R>
     breaker_verdict judge(const outcome<R>& o) const {
-        const bool handled =
-            options_.should_handle.classify(o, [](const failure& f) noexcept { return !is_cancellation(f); })
-                .handle;
+        return judge(*config(), o);
+    }
+    /// As `judge(o)`, under the options `cfg` (those the call was admitted under).
+    template <class R>
+    static breaker_verdict judge(const breaker_config& cfg, const outcome<R>& o,
+                                 const context* ctx = nullptr) {
+        const bool handled = cfg.options.should_handle
+                                 .classify(
+                                     o, [](const failure& f) noexcept { return !is_cancellation(f); }, ctx)
+                                 .handle;
         if (o.has_value())
             return handled ? breaker_verdict::failure : breaker_verdict::success;
         return handled ? breaker_verdict::failure : breaker_verdict::ignored;
@@ -131,7 +209,7 @@ public:
     /// Records the result of the call `t` admitted. A closed-state result that would change nothing
     /// returns without the lock.
     void record(const admission& t, breaker_verdict v, const std::exception_ptr& error,
-                const telemetry_listener* sink = nullptr) {
+                detail::listener_ref sink = {}) {
         if (!t.admitted)
             return; // a refused call ran nothing: its result says nothing about the dependency
         if (!t.probe) {
@@ -145,7 +223,8 @@ public:
             // it; a failure recorded before this call (happens-before) wrote the counter before this
             // load, so coherence makes the load see a run and the success takes the lock to end it.
             // Relaxed is enough: nothing else is read on the strength of the value.
-            if (v == breaker_verdict::success && !options_.sampling &&
+            // A call admitted with no sample is entered in none (see `record_closed`).
+            if (v == breaker_verdict::success && !t.config->options.sampling &&
                 consecutive_failures_.load(std::memory_order_relaxed) == 0)
                 return;
         }
@@ -163,7 +242,7 @@ public:
         std::lock_guard lock(mutex_);
         const time_point now = std::max(read, last_now_);
         circuit_metrics m;
-        m.name = options_.name;
+        m.name = config_.load(std::memory_order_relaxed)->options.name;
         m.state = visible_state(now);
         detail::window_counts c;
         if (count_window_)
@@ -204,10 +283,64 @@ public:
             notify();
     }
 
+    /// Puts `o` in force for the calls admitted from now on (`o` checked and its default trip filled
+    /// in: see `circuit_breaker::reconfigure`, which says what carries over). The state is kept; the
+    /// sample is kept when `o` samples as the options in force do (`same_sample`), and is otherwise
+    /// replaced by a fresh one, which only calls admitted from now on enter. A half-open breaker that
+    /// has already seen as many probes pass as `o.probes` asks closes now, and `on_state_change`
+    /// hears it (what that throws reaches the caller, after the change). The block replaced is kept
+    /// until the breaker dies. Throws `std::bad_alloc` before anything changed.
+    void reconfigure(circuit_breaker_options o) {
+        bool closed = false;
+        {
+            std::lock_guard lock(mutex_);
+            const breaker_config* const old = config_.load(std::memory_order_relaxed);
+            const bool keep = same_sample(old->options, o);
+            auto fresh = std::make_unique<breaker_config>(std::move(o),
+                                                          keep ? old->sample_epoch : old->sample_epoch + 1);
+            std::optional<count_window> counts;
+            std::optional<time_window> times;
+            if (!keep)
+                make_sample(*fresh, counts, times);
+            fresh->replaced = old;
+            config_.store(fresh.release(), std::memory_order_release);
+            if (!keep) {
+                count_window_ = std::move(counts);
+                time_window_ = std::move(times);
+            }
+            // Fewer probes than have passed already: half-open would admit no more, and none in
+            // flight would close it. It has passed the test the new options set.
+            if (current_state() == circuit_state::half_open &&
+                probes_passed_ >= current_config().options.probes) {
+                clear();
+                transition(circuit_state::closed);
+                closed = true;
+            }
+        }
+        if (closed)
+            notify();
+    }
+
 private:
+    // A change of state, told to the callbacks of the options in force when it was made.
     struct change {
         circuit_state from{}, to{};
+        const breaker_config* config = nullptr;
     };
+
+    // The empty sample `cfg` asks for, if any.
+    static void make_sample(const breaker_config& cfg, std::optional<count_window>& counts,
+                            std::optional<time_window>& times) {
+        if (!cfg.options.sampling)
+            return;
+        const breaker_sampling& w = *cfg.options.sampling;
+        if (w.calls)
+            counts.emplace(static_cast<std::size_t>(*w.calls));
+        else
+            times.emplace(*w.window / static_cast<std::int64_t>(w.segments), w.segments);
+    }
+    // Under the lock only: `config_` is written under it.
+    const breaker_config& current_config() const noexcept { return *config_.load(std::memory_order_relaxed); }
 
     // The word holds the state in its low bits and the generation above them. The generation
     // wraps after 2^62 changes, and tickets compare it as stored, wrapped too.
@@ -233,8 +366,9 @@ private:
         word_.store(pack(s, generation), std::memory_order_release);
     }
 
-    static ticket closed_ticket(std::uint64_t w, time_point start) noexcept {
+    static ticket closed_ticket(const breaker_config* cfg, std::uint64_t w, time_point start) noexcept {
         ticket t;
+        t.config = cfg;
         t.admitted = true;
         t.generation = generation_of(w);
         t.start = start;
@@ -242,9 +376,12 @@ private:
     }
 
     // Any state but a closed one seen by the lock-free load. `read` is the caller's clock reading,
-    // if it made one.
-    ticket admit_locked(std::optional<time_point> read, const telemetry_listener* sink) {
+    // if it made one. `cfg`: the options the call is judged under; the breaker's own decisions (how
+    // many probes) follow those in force.
+    ticket admit_locked(const breaker_config* cfg, std::optional<time_point> read,
+                        detail::listener_ref sink) {
         ticket t;
+        t.config = cfg;
         bool changed = false;
         for (;;) {
             std::unique_lock lock(mutex_);
@@ -272,7 +409,7 @@ private:
                 changed = true;
                 [[fallthrough]];
             case circuit_state::half_open:
-                if (probes_taken_ < options_.probes) {
+                if (probes_taken_ < current_config().options.probes) {
                     ++probes_taken_;
                     t.admitted = true;
                     t.probe = true;
@@ -280,7 +417,7 @@ private:
                     // A slot frees when a probe ends, which nobody can foresee; a zero wait would
                     // make callers that honour it spin. A failed probe keeps the circuit shut for
                     // at least the break just served, so that is the wait worth suggesting.
-                    t.retry_after = break_for(consecutive_opens_);
+                    t.retry_after = break_for(current_config(), consecutive_opens_);
                     t.cause = cause_;
                 }
                 break;
@@ -308,11 +445,12 @@ private:
     // Out of line: `record`'s lock-free checks stay small enough to be inlined into a call's frame.
     RESILIENCE_DETAIL_NOINLINE void record_locked(const admission& t, breaker_verdict v,
                                                   const std::exception_ptr& error,
-                                                  const telemetry_listener* sink) {
-        // The clock is read only when the result may need it: a success of a breaker with no
-        // sampling and no slow-call rule needs no time at all.
-        const bool needs_time =
-            v == breaker_verdict::failure || (v == breaker_verdict::success && options_.sampling.has_value());
+                                                  detail::listener_ref sink) {
+        // The clock is read only when the result may need it: a success of a call admitted with no
+        // sampling (and so no slow-call rule) needs no time at all.
+        const breaker_config& own = *t.config;
+        const bool needs_time = v == breaker_verdict::failure ||
+                                (v == breaker_verdict::success && own.options.sampling.has_value());
         const time_point read = needs_time ? clock_.now() : time_point{};
         bool changed = false;
         {
@@ -320,12 +458,13 @@ private:
             if (t.generation != current_generation())
                 return;
             const time_point now = needs_time ? monotonic(read) : time_point{};
+            // Slow by the call's own options; what that does, by those in force.
             const bool slow =
-                needs_time && slow_duration_ && to_nanoseconds(now - t.start) >= *slow_duration_;
+                needs_time && own.slow_duration && to_nanoseconds(now - t.start) >= *own.slow_duration;
             if (t.probe)
                 changed = record_probe(v, slow, error, now);
             else
-                changed = record_closed(v, slow, error, now);
+                changed = record_closed(own, v, slow, error, now);
         }
         if (changed)
             notify(sink);
@@ -356,22 +495,26 @@ private:
         return s;
     }
 
-    std::chrono::nanoseconds break_for(std::uint64_t opens) const noexcept {
-        const std::chrono::nanoseconds cap =
-            options_.max_break_duration.value_or(std::chrono::nanoseconds::max());
-        const double growth = options_.break_duration_growth;
+    // The `opens`-th consecutive break under the options `cfg`.
+    static std::chrono::nanoseconds break_for(const breaker_config& cfg, std::uint64_t opens) noexcept {
+        const circuit_breaker_options& o = cfg.options;
+        const std::chrono::nanoseconds cap = o.max_break_duration.value_or(std::chrono::nanoseconds::max());
+        const double growth = o.break_duration_growth;
         if (opens <= 1 || growth == 1.0)
-            return std::min(options_.break_duration, cap);
-        const long double d = static_cast<long double>(options_.break_duration.count()) *
+            return std::min(o.break_duration, cap);
+        const long double d = static_cast<long double>(o.break_duration.count()) *
                               std::pow(static_cast<long double>(growth), static_cast<long double>(opens - 1));
         if (!(d < static_cast<long double>(cap.count())))
             return cap; // also catches infinity
         return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(d)};
     }
 
-    bool record_closed(breaker_verdict v, bool slow, const std::exception_ptr& error, time_point now) {
+    // `own`: the options the call was admitted under. The rules are those in force.
+    bool record_closed(const breaker_config& own, breaker_verdict v, bool slow,
+                       const std::exception_ptr& error, time_point now) {
         if (v == breaker_verdict::ignored)
             return false;
+        const breaker_config& cfg = current_config();
         const bool failed = v == breaker_verdict::failure;
         // Plain load and store rather than a read-modify-write: only the lock holder writes the run.
         const std::uint64_t run = consecutive_failures_.load(std::memory_order_relaxed);
@@ -383,12 +526,14 @@ private:
             // the line other threads read on their lock-free paths untouched.
             consecutive_failures_.store(0, std::memory_order_relaxed);
         }
-        if (options_.failure_threshold && failed &&
-            run + 1 >= static_cast<std::uint64_t>(*options_.failure_threshold)) {
+        if (cfg.options.failure_threshold && failed &&
+            run + 1 >= static_cast<std::uint64_t>(*cfg.options.failure_threshold)) {
             open(now, error);
             return true;
         }
-        if (!options_.sampling)
+        // A sample holds only the calls admitted under it: one admitted before the sample was
+        // replaced (or with none) was judged for another, and is left out.
+        if (!cfg.options.sampling || own.sample_epoch != cfg.sample_epoch)
             return false;
         detail::window_counts c;
         if (count_window_) {
@@ -398,9 +543,9 @@ private:
             time_window_->add(since_epoch(now), failed, slow);
             c = time_window_->counts(since_epoch(now));
         }
-        if (c.calls < minimum_throughput_)
+        if (c.calls < cfg.minimum_throughput)
             return false;
-        const breaker_sampling& w = *options_.sampling;
+        const breaker_sampling& w = *cfg.options.sampling;
         const auto calls = static_cast<double>(c.calls);
         // A share computed by one division compares exactly with the decimal the user wrote
         // (3/10 rounds to the same double as 0.3), where `failures >= rate * calls` would not.
@@ -425,11 +570,11 @@ private:
             open(now, error);
             return true;
         case breaker_verdict::success:
-            if (slow && slow_trips_) {
+            if (slow && current_config().slow_trips) {
                 open(now, nullptr);
                 return true;
             }
-            if (++probes_passed_ < options_.probes)
+            if (++probes_passed_ < current_config().options.probes)
                 return false;
             clear();
             transition(circuit_state::closed);
@@ -441,7 +586,7 @@ private:
     void open(time_point now, std::exception_ptr cause) {
         if (consecutive_opens_ != std::numeric_limits<std::uint64_t>::max())
             ++consecutive_opens_;
-        open_until_ = add_saturating(now, break_for(consecutive_opens_));
+        open_until_ = add_saturating(now, break_for(current_config(), consecutive_opens_));
         cause_ = std::move(cause);
         transition(circuit_state::open);
     }
@@ -459,7 +604,7 @@ private:
 
     // Every change is queued: a listener may be in the context of whichever call drains it.
     void transition(circuit_state to) {
-        changes_.push(change{current_state(), to});
+        changes_.push(change{current_state(), to, &current_config()});
         publish(to, current_generation() + 1);
     }
 
@@ -469,8 +614,8 @@ private:
     // An exception from the callback does not stop the draining (every change is still told); the
     // first one is rethrown once the queue is empty, to the call or the caller that drained it.
     // The telemetry listener hears each change after the callback: the options' own, else `sink`.
-    void notify(const telemetry_listener* sink = nullptr) {
-        const telemetry_listener* const listener = options_.telemetry ? &options_.telemetry : sink;
+    // Both, and the name, are those of the options in force when the change was made.
+    void notify(detail::listener_ref sink = {}) {
         std::exception_ptr thrown;
         {
             std::unique_lock lock(mutex_);
@@ -480,15 +625,16 @@ private:
             while (!changes_.empty()) {
                 const change c = changes_.pop();
                 lock.unlock();
+                const circuit_breaker_options& o = c.config->options;
                 try {
-                    if (options_.on_state_change)
-                        options_.on_state_change(state_change_event{options_.name, c.from, c.to});
+                    if (o.on_state_change)
+                        o.on_state_change(state_change_event{o.name, c.from, c.to});
                 } catch (...) {
                     if (!thrown)
                         thrown = std::current_exception();
                 }
-                auto f =
-                    detail::emit_caught(listener, clock_, detail::state_change(options_.name, c.from, c.to));
+                const detail::listener_ref listener = o.telemetry ? sink.to(&o.telemetry) : sink;
+                auto f = detail::emit_caught(listener, clock_, detail::state_change(o.name, c.from, c.to));
                 if (f && !thrown)
                     thrown = f->exception();
                 lock.lock();
@@ -500,11 +646,9 @@ private:
     }
 
     // Off the cache line of the count of holds (see `shared_state`): calls only read what follows.
-    alignas(64) const circuit_breaker_options options_;
+    // The options in force; written under the lock, read by calls without it (see `config()`).
+    alignas(64) std::atomic<const breaker_config*> config_;
     C clock_;
-    std::uint64_t minimum_throughput_ = 0;
-    std::optional<std::chrono::nanoseconds> slow_duration_;
-    bool slow_trips_ = false;
 
     // Read without the lock, written under it.
     std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};

@@ -27,8 +27,10 @@
 #include "../clock.hpp"
 #include "../error.hpp"
 #include "../event_loop.hpp"
+#include "../priority.hpp"
 #include "../task.hpp"
 #include "../when_all.hpp"
+#include "inlining.hpp"
 #include "shared_handle.hpp"
 #include "stop.hpp"
 #include "time.hpp"
@@ -41,8 +43,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <stop_token>
+#include <utility>
+#include <variant>
+#include <vector>
 
 namespace resilience {
 
@@ -66,6 +72,49 @@ bool timer_loop_here(const C& clock) noexcept {
     }
 }
 
+static_assert(max_priority_classes <= waiter_ranks, "each priority class needs a rank of the queue");
+
+/// One configuration of a bulkhead, as its calls see it: the options and what is derived from
+/// them, immutable. A call loads the block in force where it starts and keeps it to its end (see
+/// `bulkhead_state::current`), so it never sees a mix of two configurations.
+template <class Options>
+struct bulkhead_config {
+    explicit bulkhead_config(Options o)
+        : options(std::move(o)), should_handle(limit_classifier(options.adapt)),
+          adaptive(should_handle != nullptr), times_calls(needs_latency(options.adapt)),
+          priority(options.priorities) {}
+    bulkhead_config(const bulkhead_config&) = delete;
+    bulkhead_config& operator=(const bulkhead_config&) = delete;
+
+    const Options options;
+    const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
+    const bool adaptive;
+    const bool times_calls;        // the algorithm needs each call's latency: its admission reads the clock
+    const priority_table priority; // `options.priorities`, as admission uses it
+    /// `adapt` or `priorities`: `bulkhead::enter` takes the longer way (one test on its fast path).
+    const bool long_entry = adaptive || priority.enabled();
+
+    /// The rank a call started with `ctx` waits at: its class with priorities, else 0.
+    unsigned char rank_of(const context& ctx) const noexcept {
+        return priority.enabled() ? static_cast<unsigned char>(priority.class_of(ctx)) : 0;
+    }
+
+    /// True when a sample like this changes nothing, whatever the algorithm's state: an AIMD quick
+    /// success while nothing waits. Lets a call's end skip the lock.
+    bool inert(std::chrono::nanoseconds latency, bool failed, bool limited) const noexcept {
+        if (const aimd* a = std::get_if<aimd>(&options.adapt))
+            return !failed && !limited && !(a->slow_call_duration && latency >= *a->slow_call_duration);
+        return false;
+    }
+
+private:
+    static bool needs_latency(const adaptive_limit& a) noexcept {
+        if (const aimd* m = std::get_if<aimd>(&a))
+            return m->slow_call_duration.has_value();
+        return std::holds_alternative<gradient>(a);
+    }
+};
+
 /// What the copies of a `bulkhead` share: its slots, the limit on them, and the queue of calls
 /// waiting for one.
 ///
@@ -84,7 +133,15 @@ bool timer_loop_here(const C& clock) noexcept {
 /// call (nothing can reach it but the calls holding its slots).
 ///
 /// The limit is an atomic of its own, read relaxed by the fast path and written only with `mutex`
-/// held (and only when `adapt` is set: otherwise it never changes).
+/// held (by `adapt`, or by a reconfiguration).
+///
+/// The options live in immutable blocks (`bulkhead_config`), the one in force published through
+/// `current`: a call loads it once where it starts (`bulkhead::enter`, or `run`) and uses that
+/// block to its end, for its name, callbacks, listener, queue timeout and classifier. A
+/// reconfiguration publishes a new block under `mutex` and keeps the old ones (`configs`) until
+/// the state goes, since calls in flight may still read them. What the state itself does (the
+/// limit, the queue limit a newcomer is refused at, the algorithm a sample goes to) follows the
+/// block in force when it does it.
 ///
 /// Invariants:
 /// - Whenever `mutex` is free, `waiting` is set exactly when the queue is non-empty. It is raised
@@ -92,23 +149,34 @@ bool timer_loop_here(const C& clock) noexcept {
 ///   taken, before the waiter is queued, and lowered by whoever empties the queue. So a release
 ///   that needs no mutex either freed its slot before that step (which then takes the slot
 ///   instead of queueing) or finds the bit and hands its slot over through the mutex.
-/// - Whenever `mutex` is free and the queue is non-empty, slots taken >= limit: nobody waits
-///   while a slot is free. A release through the mutex hands its slot over only when that keeps
-///   the count within the limit (after a shrink it just gives it back), and a limit that grows
-///   hands the new slots to waiters in the same locked step.
+/// - Whenever `mutex` is free and the queue is non-empty, slots taken >= the front waiter's cap
+///   (`cap_locked`: the limit, less with priorities what the classes above its own keep): nobody
+///   waits while a slot is free for them. A release through the mutex hands its slot over only
+///   when that keeps the count within the front waiter's cap (after a shrink, or when the slot is
+///   kept for a higher class, it just gives it back), and a limit that grows hands the new slots
+///   to waiters in the same locked step. With priorities the queue is ordered by class (see
+///   waiter_queue.hpp), so a waiter the front one's cap holds back is held back too.
 /// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
 /// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is
 ///   below bit 63. Slots taken may exceed the limit after it shrank: calls already admitted keep
-///   their slots.
+///   their slots. With priorities a call compares with its class's cap instead (`try_acquire_as`),
+///   still one comparison; while waiters of a lower class are held back by a reserve, a slot may
+///   be free with `waiting` set, and a call of a higher class takes it through the mutex.
 ///
 /// `Options` is `bulkhead_options`: a parameter only so that this header needs no more than its
 /// declaration (bulkhead.hpp defines it, then includes this).
 template <clock C, class Options = bulkhead_options>
 struct bulkhead_state : shared_state {
+    using config = bulkhead_config<Options>;
+
     bulkhead_state(Options o, C c)
-        : limit(clear_of_waiting(o.max_concurrent_calls)), options(std::move(o)), clock(std::move(c)),
-          algorithm(options.adapt, options.max_concurrent_calls), adaptive(algorithm.adaptive()),
-          should_handle(limit_classifier(options.adapt)) {}
+        : limit(clear_of_waiting(o.max_concurrent_calls)), clock(std::move(c)),
+          algorithm(o.adapt, o.max_concurrent_calls) {
+        auto first = std::make_unique<const config>(std::move(o));
+        modes.store(modes_of(*first), std::memory_order_relaxed);
+        current.store(first.get(), std::memory_order_relaxed);
+        configs.push_back(std::move(first));
+    }
 
 #ifndef NDEBUG
     ~bulkhead_state() { assert(queue.empty() && (word.load(std::memory_order_relaxed) & slot_mask) == 0); }
@@ -124,24 +192,40 @@ struct bulkhead_state : shared_state {
     }
 
     /// What an admitted call remembers for its sample: when it took its slot (in clock ticks since
-    /// the epoch), and the algorithm's epoch then. Left uninitialised in a call's state, so a
-    /// bulkhead without `adapt` pays nothing for it.
+    /// the epoch; only when `timed`), and the algorithm's epoch then. Left uninitialised in a call's
+    /// state, so a bulkhead without `adapt` pays nothing for it.
     struct ticket {
         typename C::duration::rep start;
         std::uint64_t epoch;
+        bool timed;
     };
+
+    /// The bits of `modes`, raised by the first block that needs them and never lowered: what
+    /// `bulkhead::waits_in_frame` decides by, for a call whose block was loaded before it asks.
+    static constexpr unsigned char ever_adaptive = 1; // some block had `adapt`
+    static constexpr unsigned char ever_timed = 2;    // some block had a `queue_timeout`
 
     // First: on the cache line of the state's count of holds (see `shared_state`).
     std::atomic<std::uint64_t> word{0};
     std::atomic<std::uint64_t> limit;    // written under `mutex`
     std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
-    const Options options;
+    /// The block in force: stored (release) under `mutex`, loaded (acquire) once by each call.
+    std::atomic<const config*> current{nullptr};
+    std::atomic<unsigned char> modes{0}; // raised under `mutex`, before the block that needs them is
     C clock;
     limit_algorithm algorithm; // guarded by `mutex`
-    const bool adaptive;
-    const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
     std::mutex mutex;
     waiter_queue queue;
+    waiter* displaced_ = nullptr; // refused by `enqueue_locked`, to wake unlocked; guarded by `mutex`
+    std::vector<std::unique_ptr<const config>>
+        configs; // every block so far, `current` last; guarded by `mutex`
+
+    static unsigned char modes_of(const config& c) noexcept {
+        return static_cast<unsigned char>((c.adaptive ? ever_adaptive : 0) |
+                                          (c.options.queue_timeout ? ever_timed : 0));
+    }
+    /// The block in force now (for a call starting, or for the handle's accessors).
+    const config& config_now() const noexcept { return *current.load(std::memory_order_acquire); }
 
     static std::uint64_t clear_of_waiting(std::size_t n) noexcept {
         return std::min<std::uint64_t>(n, slot_mask);
@@ -167,6 +251,19 @@ struct bulkhead_state : shared_state {
                 return true;
         return false;
     }
+    /// `try_acquire` for a call started with `ctx` under `p` (the call's priorities, on): a slot
+    /// only while the classes above the call's keep their reserve.
+    [[nodiscard]] RESILIENCE_DETAIL_NOINLINE bool try_acquire_as(const priority_table& p,
+                                                                 const context& ctx) noexcept {
+        std::uint64_t seen = word.load(std::memory_order_relaxed);
+        const std::uint64_t l = limit.load(std::memory_order_relaxed);
+        const std::uint64_t cap = l - p.keep(p.class_of(ctx), l);
+        while (seen < cap)
+            if (word.compare_exchange_weak(seen, seen + 1, std::memory_order_acquire,
+                                           std::memory_order_relaxed))
+                return true;
+        return false;
+    }
 
     /// Gives a slot back. A freed slot goes to the oldest waiter without ever becoming free, so
     /// no newcomer can take it between the release and the waiter's resumption. The last slot of a
@@ -185,29 +282,32 @@ struct bulkhead_state : shared_state {
         release_to_waiter();
     }
 
-    // ---- adaptation: only when `adaptive` ----
+    // ---- adaptation: for calls whose block has `adapt` ----
 
-    /// The ticket of a call admitted now. `now` is read only when the algorithm times calls.
+    /// The ticket of a call admitted now under `cfg`. `now` is read only when its algorithm times
+    /// calls.
     template <class Now>
-    ticket admitted(Now&& now) const {
+    ticket admitted(const config& cfg, Now&& now) const {
         ticket t{};
-        if (algorithm_times_calls())
+        t.timed = cfg.times_calls;
+        if (t.timed)
             t.start = now().time_since_epoch().count();
         t.epoch = epoch.load(std::memory_order_relaxed);
         return t;
     }
-    bool algorithm_times_calls() const noexcept { return times_calls_; }
 
-    /// Ends a call admitted with `t`: records its sample (unless `ignored`) and gives its slot
-    /// back, in one locked step when the sample may change the limit. A limit that grew hands its
-    /// new slots to waiters at once. The slot is given back even when the clock throws.
+    /// Ends a call admitted with `t`: records its sample (unless `ignored`) with the algorithm in
+    /// force, and gives its slot back, in one locked step when the sample may change the limit. A
+    /// limit that grew hands its new slots to waiters at once. The slot is given back even when the
+    /// clock throws. A sample is dropped when no algorithm is in force any more, or when the one
+    /// in force needs a latency the call was not timed for (it started under other options).
     void finish(const ticket& t, limit_verdict v) {
         if (v == limit_verdict::ignored) {
             release();
             return;
         }
         std::chrono::nanoseconds latency{};
-        if (times_calls_) {
+        if (t.timed) {
             try {
                 latency = std::max(
                     saturating_nanoseconds(clock.now().time_since_epoch() - typename C::duration{t.start}),
@@ -218,9 +318,11 @@ struct bulkhead_state : shared_state {
             }
         }
         const bool failed = v == limit_verdict::failure;
-        // A sample that cannot change anything (an AIMD success while nothing waits) takes no lock:
-        // it is recorded, as nothing, at the instant of these loads.
-        if (algorithm.inert(latency, failed, limited_now())) {
+        // A sample that cannot change anything (an AIMD success while nothing waits, or no
+        // algorithm any more) takes no lock: it is recorded, as nothing, at the instant of these
+        // loads.
+        const config& in_force = config_now();
+        if (!in_force.adaptive || in_force.inert(latency, failed, limited_now())) {
             release();
             return;
         }
@@ -228,11 +330,13 @@ struct bulkhead_state : shared_state {
         bool last = false;
         {
             std::lock_guard lock(mutex);
-            const limit_sample sample{
-                .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch};
-            if (algorithm.record(sample)) {
-                limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
-                epoch.store(algorithm.epoch(), std::memory_order_relaxed);
+            if (algorithm.adaptive() && (t.timed || !algorithm.needs_latency())) {
+                const limit_sample sample{
+                    .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch};
+                if (algorithm.record(sample)) {
+                    limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
+                    epoch.store(algorithm.epoch(), std::memory_order_relaxed);
+                }
             }
             woken = release_locked(&last);
             woken = grant_locked(woken);
@@ -266,20 +370,36 @@ struct bulkhead_state : shared_state {
     /// A waiter destroyed after its slot was handed to it and before it resumed (its event loop
     /// torn down): the slot goes back.
     void take_back_grant() { release(); }
-    waiter_state decide_locked(waiter&) noexcept {
-        if (queue.empty() && take_locked(false))
+    // A call takes a free slot its class may have unless someone of its class or above waits (it
+    // never passes them; it passes waiters of lower classes, whom the reserve holds back). With
+    // the queue full it waits only if it displaces a waiter of a lower class (`enqueue_locked`).
+    waiter_state decide_locked(waiter& w) noexcept {
+        if (!queue.any_from(w.rank) && take_locked(cap_locked(w.rank), false))
             return waiter_state::granted;
-        if (queue.size() >= options.queue_limit)
+        if (queue.size() >= current.load(std::memory_order_relaxed)->options.queue_limit &&
+            !queue.displaced_by(w.rank))
             return waiter_state::rejected;
         return waiter_state::idle;
     }
     // A release that needed no mutex may have freed a slot since `decide_locked`: the waiter
-    // takes it instead of queueing, since no release would hand it over.
+    // takes it instead of queueing, since no release would hand it over. A full queue (which
+    // `decide_locked` let this waiter into) gives up its last waiter of the lowest class, refused
+    // once the mutex is released (`take_deferred_locked`).
     waiter_state enqueue_locked(waiter& w) noexcept {
-        if (queue.empty() && take_locked(true))
+        if (queue.empty() && take_locked(cap_locked(w.rank), true))
             return waiter_state::granted;
+        if (queue.size() >= current.load(std::memory_order_relaxed)->options.queue_limit) {
+            if (waiter* out = queue.displaced_by(w.rank)) {
+                queue.erase(*out);
+                out->state = waiter_state::rejected;
+                displaced_ = out;
+            }
+        }
         queue.push_back(w);
         return waiter_state::queued;
+    }
+    void take_deferred_locked(deferred_wake& later) noexcept {
+        later.wake = std::exchange(displaced_, nullptr);
     }
 
     void waiter_left_locked() noexcept {
@@ -287,13 +407,20 @@ struct bulkhead_state : shared_state {
             word.fetch_and(~waiting, std::memory_order_relaxed);
     }
 
-    // `mutex` held, queue empty (so `waiting` is clear). Takes a free slot and says true; else,
-    // when `raise`, raises `waiting` in the same atomic step that found every slot taken.
-    bool take_locked(bool raise) noexcept {
+    // `mutex` held. The slots a waiter of class `rank` may fill: the limit, less with priorities
+    // what the classes above keep, by the block in force.
+    std::uint64_t cap_locked(unsigned rank) const noexcept {
+        const std::uint64_t l = limit.load(std::memory_order_relaxed);
+        return l - current.load(std::memory_order_relaxed)->priority.keep(rank, l);
+    }
+
+    // `mutex` held, nobody of the caller's class or above queued (`waiting` is clear when nobody
+    // is). Takes a slot if fewer than `cap` are taken and says true; else, when `raise`, raises
+    // `waiting` in the same atomic step that found them taken.
+    bool take_locked(std::uint64_t cap, bool raise) noexcept {
         std::uint64_t seen = word.load(std::memory_order_relaxed);
-        const std::uint64_t cap = limit.load(std::memory_order_relaxed);
         for (;;) {
-            const bool free = seen < cap;
+            const bool free = (seen & ~waiting) < cap;
             if (!free && !raise)
                 return false;
             if (word.compare_exchange_weak(seen, free ? seen + 1 : seen | waiting, std::memory_order_acquire,
@@ -313,11 +440,39 @@ struct bulkhead_state : shared_state {
             w.wake();
     }
 
-    /// The reason of a refusal the queue gave (`rejected` or `expired`).
+    /// The reason of a refusal the queue gave (`rejected` or `expired`), by the `queue_limit` in
+    /// force.
     rejection_reason reason_of(waiter_state refused) const noexcept {
         if (refused == waiter_state::expired)
             return rejection_reason::queue_timeout;
-        return options.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
+        return config_now().options.queue_limit == 0 ? rejection_reason::no_capacity
+                                                     : rejection_reason::queue_full;
+    }
+
+    /// Puts `o` (validated) in force; see `bulkhead::reconfigure` for what carries over. The new
+    /// block is kept, with the old ones, until the state goes. A limit that grew hands its new
+    /// slots to the oldest waiters at once; one that shrank admits nobody until the calls holding
+    /// slots are under it. Nothing changes if it throws (only allocation can).
+    void reconfigure(Options o) {
+        auto next = std::make_unique<const config>(std::move(o));
+        const config& c = *next;
+        waiter* woken = nullptr;
+        {
+            std::lock_guard lock(mutex);
+            configs.push_back(std::move(next)); // the only step that can throw: before any change
+            algorithm.reconfigure(c.options.adapt, c.options.max_concurrent_calls);
+            modes.fetch_or(modes_of(c), std::memory_order_relaxed); // before the block is seen
+            current.store(&c, std::memory_order_release);
+            if (algorithm.adaptive()) {
+                limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
+                epoch.store(algorithm.epoch(), std::memory_order_relaxed);
+            } else {
+                limit.store(clear_of_waiting(c.options.max_concurrent_calls), std::memory_order_relaxed);
+            }
+            woken = grant_locked(nullptr);
+            waiter_left_locked();
+        }
+        wake_chain(woken);
     }
 
     // ---- a queue wait bounded by `queue_timeout` with the clock's sleep (see the file comment) ----
@@ -326,8 +481,9 @@ struct bulkhead_state : shared_state {
     /// Whichever moves the node first (its turn, a stop, the deadline) wins; the other finds it
     /// moved on. The watchdog's sleep is stopped once the wait is over, and when_all waits for it,
     /// so nothing outlives the call. The caller holds the state while this runs.
-    task<waiter_state> wait_bounded(waiter& node, const std::stop_token& token) {
-        const auto deadline = add_saturating(clock.now(), *options.queue_timeout);
+    task<waiter_state> wait_bounded(waiter& node, const std::stop_token& token,
+                                    std::chrono::nanoseconds timeout) {
+        const auto deadline = add_saturating(clock.now(), timeout);
         pooled_stop_source done;
         try {
             auto [admitted, ignored] =
@@ -343,8 +499,6 @@ struct bulkhead_state : shared_state {
     }
 
 private:
-    const bool times_calls_ = algorithm.adaptive() && algorithm.needs_latency();
-
     // Is the limit what holds calls back: someone queued, or every slot taken (this call's own
     // included)? Without the lock: at the instant of the loads.
     bool limited_now() const noexcept {
@@ -356,12 +510,12 @@ private:
                (word.load(std::memory_order_relaxed) & slot_mask) >= limit.load(std::memory_order_relaxed);
     }
 
-    // `mutex` held. Gives back one slot: to the oldest waiter when the count stays within the limit
+    // `mutex` held. Gives back one slot: to the front waiter when the count stays within its cap
     // (the slot changes hands, the count is kept), else to nobody. Returns the waiter to wake;
     // `*last` says the slot was a retired state's last (it must then be deleted, once unlocked).
     waiter* release_locked(bool* last) noexcept {
         const std::uint64_t taken = word.load(std::memory_order_relaxed) & slot_mask;
-        if (!queue.empty() && taken - 1 < limit.load(std::memory_order_relaxed)) {
+        if (!queue.empty() && taken - 1 < cap_locked(queue.front()->rank)) {
             waiter* next = queue.pop_front();
             next->state = waiter_state::granted;
             next->next = nullptr;
@@ -376,7 +530,7 @@ private:
     waiter* grant_locked(waiter* woken) noexcept {
         waiter* tail = woken;
         while (!queue.empty() &&
-               (word.load(std::memory_order_relaxed) & slot_mask) < limit.load(std::memory_order_relaxed)) {
+               (word.load(std::memory_order_relaxed) & slot_mask) < cap_locked(queue.front()->rank)) {
             waiter* next = queue.pop_front();
             next->state = waiter_state::granted;
             next->next = nullptr;

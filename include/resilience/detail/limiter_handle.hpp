@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /// \file detail/limiter_handle.hpp
 /// `limiter_handle`: the public face shared by `rate_limiter` and `sliding_window_limiter` (the policy
-/// protocol, `take`, `queued`, `name`), over a `limiter_state` with the options it was made with.
+/// protocol, `take`, `queued`, `name`, `reconfigure`), over a `limiter_state` with its options.
 #pragma once
 
 #include "../clock.hpp"
@@ -9,6 +9,7 @@
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../priority.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 #include "frame_allocator.hpp"
@@ -16,6 +17,7 @@
 #include "shared_handle.hpp"
 #include "waiter_queue.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
@@ -25,16 +27,57 @@
 #include <stop_token>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace resilience::detail {
 
-/// A limiter's shared state with the options it was made with, which the handles read.
+/// A limiter's shared state with its options: each configuration an immutable block, the one in
+/// force published through `current`. A call that waits loads it once, when it starts waiting,
+/// and uses it to its end (its name, `on_rejected`, listener); a call that takes its permit at
+/// once needs none. A reconfiguration keeps the old blocks (`kept`) until the state goes, since
+/// calls in flight may still read them.
 template <clock C, class Meter, class Options>
 struct limiter_shared : limiter_state<C, Meter> {
     limiter_shared(Meter m, C c, Options o)
-        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout),
-          options(std::move(o)) {}
-    const Options options;
+        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout) {
+        this->publish_priorities_locked(this->prepare_priorities_locked(o.priorities, limit_of(o)));
+        auto first = std::make_unique<const Options>(std::move(o));
+        current.store(first.get(), std::memory_order_relaxed);
+        kept.push_back(std::move(first));
+    }
+
+    /// The options in force now.
+    const Options& options_now() const noexcept { return *current.load(std::memory_order_acquire); }
+
+    /// Puts `o` (validated) in force: `change(meter, now)` gives the meter its new parameters
+    /// (see `limiter_state::reconfigure`). Nothing changes if it throws.
+    template <class Change>
+    void reconfigure(Options o, Change change) {
+        auto next = std::make_unique<const Options>(std::move(o));
+        const Options& in_force = *next;
+        this->limiter_state<C, Meter>::reconfigure(
+            [&](Meter& m, std::chrono::nanoseconds now) {
+                kept.reserve(kept.size() + 1); // may throw: before any change
+                auto ranks =
+                    this->prepare_priorities_locked(in_force.priorities, limit_of(in_force)); // likewise
+                change(m, now); // may throw only before it changes anything
+                kept.push_back(std::move(next));
+                current.store(&in_force, std::memory_order_release);
+                this->publish_priorities_locked(std::move(ranks));
+            },
+            in_force.queue_limit, in_force.queue_timeout);
+    }
+
+    /// The limit the shares of `priorities` are of: `token_limit` or `permit_limit`.
+    static std::size_t limit_of(const Options& o) noexcept {
+        if constexpr (requires { o.token_limit; })
+            return o.token_limit;
+        else
+            return o.permit_limit;
+    }
+
+    std::atomic<const Options*> current{nullptr};     // stored (release) under the mutex
+    std::vector<std::unique_ptr<const Options>> kept; // every block so far; guarded by the mutex
 };
 
 /// The public face shared by the limiters: the policy protocol, `take`, `queued`, `name`, `==`.
@@ -57,7 +100,15 @@ public:
             set_cancelled(result, name());
             return step::done;
         }
-        return this->held().try_take_now(call_now(this->held().clock, ctx)) ? step::proceed : step::wait;
+        shared& s = this->held();
+        if (s.ranks.load(std::memory_order_relaxed)) [[unlikely]]
+            return enter_ranked(s, ctx);
+        return s.try_take_now(call_now(s.clock, ctx)) ? step::proceed : step::wait;
+    }
+    /// `enter` with priorities: by the call's class.
+    RESILIENCE_DETAIL_NOINLINE static step enter_ranked(limiter_shared<C, Meter, Options>& s,
+                                                        const context& ctx) {
+        return s.try_take_now(call_now(s.clock, ctx), ctx) ? step::proceed : step::wait;
     }
     template <class R>
     step leave(call_state&, const context&, outcome<R>&) const noexcept {
@@ -81,7 +132,9 @@ public:
     public:
         frame_wait(const limiter_handle& l, call_state&, const context& ctx,
                    std::optional<outcome<R>>& result)
-            : ctx_(ctx), result_(result), queue_(l.held(), node_, ctx.stop_token()) {
+            : ctx_(ctx), result_(result), options_(&l.held().options_now()),
+              queue_(l.held(), node_, ctx.stop_token()) {
+            node_.rank = l.held().rank_of(ctx);
             add_hold(l.held(), true);
         }
         frame_wait(const frame_wait&) = delete;
@@ -107,17 +160,17 @@ public:
             switch (phase_) {
             case phase::start:
                 if (ctx_.stop_requested()) {
-                    set_cancelled(result_, limiter().options.name);
+                    set_cancelled(result_, options_->name);
                     phase_ = phase::decided;
                     answer_ = step::done;
                     return true;
                 }
-                if (limiter().try_take_now()) {
+                if (limiter().try_take_now(limiter().clock.now(), ctx_)) {
                     phase_ = phase::decided;
                     answer_ = step::proceed;
                     return true;
                 }
-                if (listener_for(limiter().options.telemetry, ctx_)) { // as `run`: from when it found none
+                if (listener_for(options_->telemetry, ctx_)) { // as `run`: from when it found none
                     const typename C::time_point now = limiter().clock.now();
                     queued_at_ = ::new (frame_cache::allocate(sizeof(typename C::time_point)))
                         typename C::time_point(now);
@@ -142,7 +195,9 @@ public:
                 return answer_;
             case phase::queue:
                 st = queue_.await_resume();
-                if (st == waiter_state::turn) {
+                // Its turn, or one it already lost to a newcomer of a higher class before it could
+                // run (`queued`): it drives all the same, and `serve_turn` parks it.
+                if (st == waiter_state::turn || st == waiter_state::queued) {
                     phase_ = phase::turn;
                     turn_ = limiter().serve_turn(node_, ctx_.stop_token());
                     return step::wait;
@@ -154,27 +209,29 @@ public:
             }
             phase_ = phase::decided;
             shared& l = limiter();
-            const telemetry_listener* const listener =
-                queued_at_ ? listener_for(l.options.telemetry, ctx_) : nullptr;
+            const detail::listener_ref listener =
+                queued_at_ ? listener_for(options_->telemetry, ctx_) : nullptr;
             if (st == waiter_state::granted) {
                 if (listener)
                     if (std::optional<failure> thrown = emit_caught(
-                            listener, l.clock, waited_on(l, ctx_, queued_at_, telemetry_kind::queue_wait))) {
+                            listener, l.clock,
+                            waited_on(l, *options_, ctx_, queued_at_, telemetry_kind::queue_wait))) {
                         result_.emplace(std::move(*thrown)); // the permit stays spent
                         return answer_ = step::done;
                     }
                 // Stopped since its turn came (by the listener, or from another thread): runs
                 // nothing, and the permit stays spent.
                 if (ctx_.stop_requested()) {
-                    set_cancelled(result_, l.options.name);
+                    set_cancelled(result_, options_->name);
                     return answer_ = step::done;
                 }
                 return answer_ = step::proceed;
             }
             if (st == waiter_state::stopped) {
-                set_cancelled(result_, l.options.name);
+                set_cancelled(result_, options_->name);
             } else {
-                result_.emplace(refuse_call(l, ctx_, queued_at_, listener, admission{st, node_.retry_after}));
+                result_.emplace(
+                    refuse_call(l, *options_, ctx_, queued_at_, listener, admission{st, node_.retry_after}));
             }
             return answer_ = step::done;
         }
@@ -186,6 +243,7 @@ public:
 
         const context& ctx_;
         std::optional<outcome<R>>& result_;
+        const Options* options_;                      // the call's: those in force when it started waiting
         typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
         waiter node_;
         // After the node it queues: its tail padding holds the two fields after it.
@@ -229,8 +287,10 @@ public:
 
     /// Calls (and `take`s) waiting now, the one watching the clock included.
     [[nodiscard]] std::size_t queued() const { return this->held().queued(); }
-    [[nodiscard]] const Options& options() const noexcept { return this->held().options; }
-    [[nodiscard]] const std::string& name() const noexcept { return this->held().options.name; }
+    /// The options in force now (the latest `reconfigure`'s, or the constructor's). The reference
+    /// stays valid as long as the limiter lives: replaced options are kept.
+    [[nodiscard]] const Options& options() const noexcept { return this->held().options_now(); }
+    [[nodiscard]] const std::string& name() const noexcept { return options().name; }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
 
 protected:
@@ -238,6 +298,14 @@ protected:
 
     limiter_handle(Meter meter, C clock, Options options)
         : handle(handle::make_state(std::move(meter), std::move(clock), std::move(options))) {}
+
+    /// Puts `options` (validated by the limiter) in force; `change(meter, now)` gives the meter
+    /// its new parameters under the limiter's mutex. Queued callers stay queued with their
+    /// deadlines; the head is woken to time its permit again.
+    template <class Change>
+    void reconfigure_with(Options options, Change change) const {
+        this->held().reconfigure(std::move(options), std::move(change));
+    }
 
 private:
     // The limiter is a copy in the frame: the take needs no handle of the caller's.
@@ -247,27 +315,31 @@ private:
     }
     static task<outcome<void>> take_outcome_with(Derived self, std::stop_token token) {
         shared& s = self.held();
+        const Options& o = s.options_now(); // the take's, to its end
         if (token.stop_requested())
-            co_return failure::make(cancelled_error{s.options.name});
-        if (s.try_take_now())
+            co_return failure::make(cancelled_error{o.name});
+        const context as_default; // a take is of the default class
+        if (s.try_take_now(s.clock.now(), as_default))
             co_return outcome<void>{};
-        const admission a = co_await s.wait(token);
+        const admission a = co_await s.wait(token, s.rank_of(as_default));
         if (a.state == waiter_state::granted)
             co_return outcome<void>{};
         if (a.state == waiter_state::stopped)
-            co_return failure::make(cancelled_error{s.options.name});
-        co_return failure::make(refusal_of(s, a));
+            co_return failure::make(cancelled_error{o.name});
+        co_return failure::make(refusal_of(s, o, a));
     }
 
     // A call refused: `on_rejected` is told, then the listener (if any); what either throws is the
     // call's failure instead of the refusal.
-    static failure refuse_call(const shared& s, const context& ctx, const typename C::time_point* since,
-                               const telemetry_listener* listener, const admission& a) {
-        rate_limited_error e = refusal_of(s, a);
+    static failure refuse_call(const shared& s, const Options& o, const context& ctx,
+                               const typename C::time_point* since, detail::listener_ref listener,
+                               const admission& a) {
+        rate_limited_error e = refusal_of(s, o, a);
         const rejection_reason why = e.reason();
-        if (s.options.on_rejected) {
+        if (o.on_rejected) {
             try {
-                s.options.on_rejected(rejection_event{s.options.name, why, e.retry_after()});
+                o.on_rejected(
+                    rejection_event{o.name, why, e.retry_after()}.with_properties(ctx.properties()));
             } catch (...) {
                 return failure::current();
             }
@@ -275,21 +347,24 @@ private:
         failure refusal = failure::make(std::move(e));
         if (!listener)
             return refusal;
-        return refused(listener, s.clock, waited_on(s, ctx, since, telemetry_kind::rejection, why),
+        return refused(listener, s.clock, waited_on(s, o, ctx, since, telemetry_kind::rejection, why),
                        std::move(refusal));
     }
-    static rate_limited_error refusal_of(const shared& s, const admission& a) {
+    // The reason follows the `queue_limit` in force when the call was refused.
+    static rate_limited_error refusal_of(const shared& s, const Options& o, const admission& a) {
         rejection_reason why = rejection_reason::queue_timeout;
         if (a.state == waiter_state::rejected)
-            why = s.queue_limit == 0 ? rejection_reason::no_capacity : rejection_reason::queue_full;
-        return rate_limited_error{s.options.name, a.retry_after, why};
+            why = s.queue_limit.load(std::memory_order_relaxed) == 0 ? rejection_reason::no_capacity
+                                                                     : rejection_reason::queue_full;
+        return rate_limited_error{o.name, a.retry_after, why};
     }
     // An event about a call that waited since `since` (read only for a listener).
-    static telemetry_event waited_on(const shared& s, const context& ctx, const typename C::time_point* since,
-                                     telemetry_kind k, rejection_reason why = rejection_reason::no_capacity) {
+    static telemetry_event waited_on(const shared& s, const Options& o, const context& ctx,
+                                     const typename C::time_point* since, telemetry_kind k,
+                                     rejection_reason why = rejection_reason::no_capacity) {
         return {.kind = k,
                 .policy = Derived::telemetry_policy,
-                .name = s.options.name,
+                .name = o.name,
                 .attempt = ctx.attempt(),
                 .duration =
                     since ? saturating_nanoseconds(s.clock.now() - *since) : std::chrono::nanoseconds{},
@@ -297,12 +372,14 @@ private:
     }
 };
 
-/// Checks the queue options both limiters share; `who` starts the message.
+/// Checks the queue options both limiters share (`priorities` included); `who` starts the message.
 template <class Options>
 void validate_queue_options(const Options& o, const std::string& who) {
     if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
         throw std::invalid_argument(who + "queue_timeout must be positive, got " +
                                     std::to_string(o.queue_timeout->count()) + "ns");
+    if constexpr (requires { o.priorities; }) // the limits shared through Redis have none
+        priority_table::validate(o.priorities, who);
 }
 
 } // namespace resilience::detail

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file detail/waiter_queue.hpp
-/// The FIFO queue of suspended coroutines that the bulkhead and the rate limiters make callers wait in.
+/// The queue of suspended coroutines that the bulkhead and the rate limiters make callers wait in: in
+/// arrival order, or with priorities (priority.hpp) by rank, highest first, in arrival order within a
+/// rank.
 ///
 /// How a policy uses it. The policy's shared state (the *owner*) holds a `std::mutex mutex` and a
 /// `waiter_queue queue`, and says in two functions, called with `mutex` held, what a caller gets:
@@ -15,6 +17,10 @@
 /// withdrawal took a waiter out here, so that it can update the summary when the queue empties.
 /// An owner whose grant can be given back (a bulkhead's slot) may provide `void take_back_grant()`,
 /// called without `mutex` when a waiter is destroyed after being granted and before it resumed.
+/// An owner whose `enqueue_locked` may move another waiter on (a waiter of a lower rank displaced
+/// from a full queue, a head that loses its turn to a higher rank) provides
+/// `void take_deferred_locked(deferred_wake&)`, called with `mutex` held right after
+/// `enqueue_locked`: it hands over what must be woken once `mutex` is released.
 ///
 /// A call then waits with `co_await queue_awaiter<Owner>{owner, node, stop_token}`, where `node` is a
 /// `waiter` that outlives the wait: declared in the calling coroutine, or beside the awaiter in a
@@ -29,6 +35,10 @@
 ///   limiter's head ends its own `turn` when its queue timeout comes first (see `limiter_state`).
 /// The awaiter's result is the node's final state. Each of these checks the node's state under
 /// `mutex` first, so the first one wins and the others do nothing.
+///
+/// A node that is `driving` (a limiter's head, or a head that lost its turn and has not yet noticed)
+/// runs or sleeps in a coroutine of its own that checks the node's state under `mutex` before it
+/// waits: whoever moves it on leaves it alone (or stops its sleep), instead of waking it.
 #pragma once
 
 #include "../event_loop.hpp"
@@ -41,6 +51,7 @@
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <utility>
 
 namespace resilience {
 
@@ -72,6 +83,12 @@ struct waiter {
     std::coroutine_handle<> handle{};
     event_loop* loop = nullptr; ///< the loop it suspended on; null: it is resumed inline
     waiter_state state = waiter_state::idle;
+    /// Its place among the waiters: a higher rank is served first (priority.hpp's class), below
+    /// `waiter_ranks`. Written before the node enters the queue and never after.
+    unsigned char rank = 0;
+    /// Its own coroutine runs (or sleeps, the head of a limiter), and checks `state` under the
+    /// owner's mutex before it waits: not to be woken (see the file comment).
+    bool driving = false;
     std::chrono::nanoseconds retry_after{}; ///< the owner's note on a refusal (rate limiters)
     /// The owner's note, set when queued: when the wait runs out (rate limiters with a queue timeout).
     std::chrono::nanoseconds deadline = std::chrono::nanoseconds::max();
@@ -98,8 +115,12 @@ struct waiter {
     }
 };
 
-/// A FIFO list of waiters: O(1) push, pop, and erase from anywhere, no allocation. Not locked by
-/// itself: every call must hold the owner's mutex.
+/// How many ranks a queue orders its waiters by (`waiter::rank`, below this).
+inline constexpr std::size_t waiter_ranks = 8;
+
+/// A list of waiters, highest rank first and in arrival order within a rank: O(1) pop and erase
+/// from anywhere, push in O(ranks), no allocation. With every waiter of rank 0 (no priorities), a
+/// FIFO list. Not locked by itself: every call must hold the owner's mutex.
 class waiter_queue {
 public:
     waiter_queue() = default;
@@ -108,21 +129,32 @@ public:
 
     bool empty() const noexcept { return head_ == nullptr; }
     std::size_t size() const noexcept { return size_; }
-    /// The waiter that has waited longest, or null.
+    /// The first waiter to serve (the highest rank's longest waiting), or null.
     waiter* front() const noexcept { return head_; }
 
+    /// Queues `w` behind every waiter of its rank or higher, ahead of those of lower ranks.
     void push_back(waiter& w) noexcept {
-        w.prev = tail_;
-        w.next = nullptr;
-        if (tail_)
-            tail_->next = &w;
+        waiter* after = nullptr; // the last waiter of a rank >= w's
+        for (std::size_t r = w.rank; r < waiter_ranks && !after; ++r)
+            after = tails_[r];
+        w.prev = after;
+        w.next = after ? after->next : head_;
+        if (w.next)
+            w.next->prev = &w;
+        else
+            tail_ = &w;
+        if (after)
+            after->next = &w;
         else
             head_ = &w;
-        tail_ = &w;
+        tails_[w.rank] = &w;
+        ++counts_[w.rank];
         ++size_;
     }
     /// Precondition: `w` is in this queue.
     void erase(waiter& w) noexcept {
+        if (tails_[w.rank] == &w)
+            tails_[w.rank] = w.prev && w.prev->rank == w.rank ? w.prev : nullptr;
         if (w.prev)
             w.prev->next = w.next;
         else
@@ -132,6 +164,7 @@ public:
         else
             tail_ = w.prev;
         w.prev = w.next = nullptr;
+        --counts_[w.rank];
         --size_;
     }
     waiter* pop_front() noexcept {
@@ -140,35 +173,71 @@ public:
             erase(*w);
         return w;
     }
+
+    /// How many waiters have rank `r` or higher.
+    std::size_t count_from(std::size_t r) const noexcept {
+        std::size_t n = 0;
+        for (; r < waiter_ranks; ++r)
+            n += counts_[r];
+        return n;
+    }
+    /// Whether a waiter of rank `r` or higher is queued.
+    bool any_from(std::size_t r) const noexcept {
+        for (; r < waiter_ranks; ++r)
+            if (counts_[r] != 0)
+                return true;
+        return false;
+    }
+    /// The longest waiting of rank `r`, or null.
+    waiter* first_of(std::size_t r) const noexcept {
+        if (counts_[r] == 0)
+            return nullptr;
+        for (std::size_t above = r + 1; above < waiter_ranks; ++above)
+            if (tails_[above])
+                return tails_[above]->next;
+        return head_;
+    }
+    /// The waiter a newcomer of rank `r` displaces from a full queue: the last to arrive of the
+    /// lowest rank present, when that rank is below `r`; else null.
+    waiter* displaced_by(std::size_t r) const noexcept { return tail_ && tail_->rank < r ? tail_ : nullptr; }
+
     /// Takes `w` out and marks it `why` if it is still `queued`, and says whether the caller must
-    /// then `wake()` it (after releasing the mutex). A node in any other state is left alone: the
-    /// owner, or another withdrawal, already moved it on.
+    /// then `wake()` it (after releasing the mutex): not when it is `driving`. A node in any other
+    /// state is left alone: the owner, or another withdrawal, already moved it on.
     bool withdraw(waiter& w, waiter_state why) noexcept {
         if (w.state != waiter_state::queued)
             return false;
         erase(w);
         w.state = why;
-        return true;
+        return !w.driving;
     }
     /// Ends the `turn` of `head` (the front): takes it out, marks it `why`, and gives the turn to
-    /// the next waiter, which it returns to be woken (after releasing the mutex), or null.
+    /// the next waiter, which it returns to be woken (after releasing the mutex), or null (nobody
+    /// left, or the next one is `driving` and finds its turn by itself).
     waiter* leave_turn(waiter& head, waiter_state why) noexcept {
         erase(head);
         head.state = why;
+        return give_turn();
+    }
+    /// Gives the turn to the front waiter if it does not have it yet, and returns it to be woken
+    /// (after releasing the mutex), or null (none, it has the turn already, or it is `driving`).
+    /// From then on it drives.
+    waiter* give_turn() noexcept {
         waiter* next = head_;
-        if (next)
-            next->state = waiter_state::turn;
-        return next;
+        if (!next || next->state == waiter_state::turn)
+            return nullptr;
+        next->state = waiter_state::turn;
+        return std::exchange(next->driving, true) ? nullptr : next;
     }
     /// What a stop request does to `w`: a `queued` waiter leaves (`stopped`) and is returned to be
-    /// woken; a waiter at its `turn` leaves (`stopped`) at once too, without being woken (it is
-    /// running, or already posted), and the returned waiter to wake is the next one, whose turn it
-    /// now is. Any other state: nothing to do, null.
+    /// woken (unless `driving`: it sees the stop itself); a waiter at its `turn` leaves (`stopped`)
+    /// at once too, without being woken (it is running, or already posted), and the returned waiter
+    /// to wake is the next one, whose turn it now is. Any other state: nothing to do, null.
     waiter* stop(waiter& w) noexcept {
         if (w.state == waiter_state::queued) {
             erase(w);
             w.state = waiter_state::stopped;
-            return &w;
+            return w.driving ? nullptr : &w;
         }
         if (w.state == waiter_state::turn)
             return leave_turn(w, waiter_state::stopped);
@@ -179,6 +248,27 @@ private:
     waiter* head_ = nullptr;
     waiter* tail_ = nullptr;
     std::size_t size_ = 0;
+    waiter* tails_[waiter_ranks] = {};      // the last waiter of each rank, or null
+    std::size_t counts_[waiter_ranks] = {}; // the waiters of each rank
+};
+
+/// What an owner's step under its mutex leaves to do once the mutex is released (see the file
+/// comment): a waiter to wake, and the alarm of a sleeping head to stop (a copy of its source,
+/// taken under the mutex, so that the request is safe however soon the head ends).
+struct deferred_wake {
+    waiter* wake = nullptr;
+    std::optional<std::stop_source> alarm{};
+
+    /// Does it, without the owner's mutex: a clock may resume the head inline from the request.
+    void run() {
+        if (waiter* w = std::exchange(wake, nullptr))
+            w->wake();
+        if (alarm) {
+            std::stop_source s = std::move(*alarm);
+            alarm.reset();
+            s.request_stop();
+        }
+    }
 };
 
 /// What `queue_awaiter` needs from the state of the policy owning the queue (see the file comment).
@@ -271,19 +361,26 @@ public:
         // the check below then sees the stop.
         if (token_.stop_possible())
             stop_.emplace(token_, on_stop{this});
-        std::lock_guard lock(owner_.mutex);
-        if (token_.stop_requested()) {
-            node_.state = waiter_state::stopped;
-            return false;
+        deferred_wake later; // what queueing moved on: woken once the mutex is released
+        bool suspend;
+        {
+            std::lock_guard lock(owner_.mutex);
+            if (token_.stop_requested()) {
+                node_.state = waiter_state::stopped;
+                return false;
+            }
+            // Decided again: the slot or token may have come back since await_ready.
+            node_.state = owner_.decide_locked(node_);
+            if (node_.state != waiter_state::idle)
+                return false;
+            node_.state = owner_.enqueue_locked(node_);
+            if constexpr (requires { owner_.take_deferred_locked(later); })
+                owner_.take_deferred_locked(later);
+            suspend = suspended_ = node_.state == waiter_state::queued;
         }
-        // Decided again: the slot or token may have come back since await_ready.
-        node_.state = owner_.decide_locked(node_);
-        if (node_.state != waiter_state::idle)
-            return false;
-        node_.state = owner_.enqueue_locked(node_);
         // Once the mutex is released the node may be woken at any time: nothing below touches it.
-        suspended_ = node_.state == waiter_state::queued;
-        return suspended_;
+        later.run();
+        return suspend;
     }
 
     /// The owner whose queue this awaiter waits in.

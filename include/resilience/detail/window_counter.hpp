@@ -44,13 +44,16 @@ public:
     double available_at(std::chrono::nanoseconds now, std::size_t ahead) {
         expire(now.count());
         // The callers ahead take the free permits first, then the ones in use as they come back,
-        // oldest first, then those permits again, in the same order, as each comes back.
-        const std::size_t free = limit_ - active_;
+        // oldest first, then those permits again, in the same order, as each comes back. After a
+        // reconfiguration lowered the limit, more permits may be in use than it allows: the first
+        // `excess` of them to come back free nothing.
+        const std::size_t free = active_ < limit_ ? limit_ - active_ : 0;
+        const std::size_t excess = active_ > limit_ ? active_ - limit_ : 0;
         const std::size_t index = ahead % limit_;
         const auto cycles = static_cast<std::int64_t>(ahead / limit_);
         std::int64_t at = now.count();
         if (index >= free)
-            at = return_of_used(index - free);
+            at = return_of_used(index - free + excess);
         if (cycles == 0)
             return static_cast<double>(at);
         // Every reuse is rounded up to the segment grid again, as try_take counts it: taken at `at`,
@@ -66,7 +69,49 @@ public:
 
     double remaining(std::chrono::nanoseconds now) {
         expire(now.count());
-        return static_cast<double>(limit_ - active_);
+        return active_ < limit_ ? static_cast<double>(limit_ - active_) : 0.0;
+    }
+
+    /// New parameters from `now` on (a reconfiguration; `now` as for the other calls). The
+    /// permits in use are kept: with the same window and segment length, exactly as they were
+    /// counted; otherwise each is counted again on the new segment grid, at the boundary at or
+    /// after the one it was counted at but no later than the boundary at or after `now`, and
+    /// comes back one new window after that (so never sooner than the new window after it was
+    /// taken). Permits already back stay back. A smaller limit takes no permit back: nobody is
+    /// admitted until fewer than the new limit are in use. Throws only `std::bad_alloc` (a new
+    /// ring), changing nothing then.
+    void reconfigure(std::size_t limit, std::chrono::nanoseconds window, std::size_t segments,
+                     std::chrono::nanoseconds now) {
+        expire(now.count());
+        const std::int64_t w = window.count();
+        const std::int64_t seg = w / static_cast<std::int64_t>(segments);
+        if (w == window_ && seg == segment_) {
+            limit_ = limit;
+            return;
+        }
+        std::vector<std::size_t> counts(static_cast<std::size_t>(ceil_div(w, seg) + 2), 0);
+        const std::int64_t latest = ceil_div(now.count(), seg);
+        const std::int64_t first_live = std::max<std::int64_t>(floor_div(now.count() - w, seg) + 1, 0);
+        std::int64_t newest = -1;
+        for (std::int64_t b = oldest_; b <= newest_; ++b) {
+            const std::size_t c = counts_[slot(b)];
+            if (c == 0)
+                continue;
+            const std::int64_t moved = std::min(ceil_div(b * segment_, seg), latest);
+            if (moved < first_live) // back already under the new window
+                continue;
+            counts[static_cast<std::size_t>(moved) % counts.size()] += c;
+            newest = std::max(newest, moved);
+        }
+        active_ = 0;
+        for (const std::size_t c : counts)
+            active_ += c;
+        counts_ = std::move(counts);
+        limit_ = limit;
+        window_ = w;
+        segment_ = seg;
+        oldest_ = first_live;
+        newest_ = newest;
     }
 
 private:

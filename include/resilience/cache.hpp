@@ -1,0 +1,684 @@
+// SPDX-License-Identifier: MIT
+/// \file cache.hpp
+/// `cache`: a keyed result cache that is a policy. A fresh entry answers without calling; an
+/// expired one is refreshed by one call that concurrent callers join (a `single_flight` per key),
+/// and a stale value may answer meanwhile (stale-while-revalidate) or in place of a failed refresh
+/// (stale-if-error), as HTTP's RFC 5861 lets a cache do. docs/cache.md has the whole story.
+#pragma once
+
+#include "classifier.hpp"
+#include "clock.hpp"
+#include "context.hpp"
+#include "detail/action.hpp"
+#include "detail/cache_state.hpp"
+#include "detail/time.hpp"
+#include "error.hpp"
+#include "event_loop.hpp"
+#include "outcome.hpp"
+#include "policy.hpp"
+#include "policy_kit.hpp"
+#include "single_flight.hpp"
+#include "task.hpp"
+#include "telemetry_event.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace resilience {
+
+/// Options of a `cache` of `T` values. Validated at construction: a bad value throws
+/// `std::invalid_argument` naming the field and the value.
+template <class T>
+struct cache_options {
+    /// Names the cache in its errors, events and messages. Empty: unnamed.
+    std::string name{};
+    /// How long a stored value is fresh (answers without a call), unless `ttl_of` says otherwise
+    /// for it. Positive.
+    std::chrono::nanoseconds ttl = std::chrono::minutes{1};
+    /// How long after it expires a value still answers at once, while one refresh runs meanwhile
+    /// (RFC 5861's stale-while-revalidate). Zero: callers of an expired entry wait for the refresh.
+    /// Not negative.
+    std::chrono::nanoseconds stale_while_revalidate{};
+    /// How long after it expires a value may answer in place of a failed refresh (RFC 5861's
+    /// stale-if-error). Zero: a failed refresh's failure is what its callers get. Not negative.
+    std::chrono::nanoseconds stale_if_error{};
+    /// Entries kept at most; a new one beyond this evicts the least recently used. Positive.
+    std::size_t max_entries = 1024;
+    /// How long a failure `should_handle` handles is remembered and answered without a call
+    /// (negative caching). Zero: failures are not remembered. Not negative.
+    std::chrono::nanoseconds negative_ttl{};
+    /// Which outcomes are failures to remember for `negative_ttl`. Empty: every failure but a
+    /// cancellation and the library's own refusals (open breaker, full bulkhead, rate limit,
+    /// throttle); a timeout is remembered. A returned value it handles (an `outcome<T>` classifier
+    /// saying a 503 response is handled, or an `expected_like` value holding an error) is a
+    /// failure too: never stored as a value, remembered like a failure, and replaced by a stale
+    /// value within `stale_if_error`. A cancellation is never remembered, whatever it says.
+    classifier should_handle{};
+    /// The time to live of one value, from the value itself (an HTTP response's
+    /// `Cache-Control: max-age`: `.ttl_of = [](const reply& r) { return rs::http::max_age(r); }`).
+    /// Empty, or nullopt for a value: `ttl`. Zero (and, clamped to zero, a negative result): the
+    /// value is stored already expired, usable only within the stale windows. Called by the call
+    /// that made the value, outside the cache's lock; what it throws becomes that call's failure.
+    std::function<std::optional<std::chrono::nanoseconds>(const T&)> ttl_of{};
+    /// Hears `cache_hit`, `cache_miss` and `stale_served` (see docs/cache.md, "Telemetry"). Empty:
+    /// the listener of a `telemetry` stage around it, if any (in a pipeline).
+    telemetry_listener telemetry{};
+};
+
+/// A keyed cache of the results of calls. For each key it keeps the last value (for `ttl`, or what
+/// `ttl_of` says) and, optionally, the last failure (for `negative_ttl`); at most `max_entries`
+/// keys, the least recently used evicted first. A caller of a key finds its entry in one of these
+/// states (docs/cache.md, "The states of an entry"):
+///
+/// - **fresh**: the value answers at once, no call (`cache_hit`). A hit allocates nothing.
+/// - **failure remembered** (negative caching): the failure answers at once (`cache_hit`, with its
+///   `error`), or, while the value is within `stale_if_error` of its expiry, the stale value does
+///   (`stale_served`, "stale_if_error").
+/// - **stale, within `stale_while_revalidate`**: the value answers at once (`stale_served`,
+///   "stale_while_revalidate"), and one refresh is started if none is in flight (see below).
+/// - otherwise (**no entry, or expired**): the caller makes the call, or joins the refresh of its
+///   key in flight (`cache_miss`), and gets its result. A refresh that fails while the old value
+///   is within `stale_if_error` of its expiry answers every caller that waited with that value
+///   instead (`stale_served`, "stale_if_error", with the failure as `error`); a cancellation never
+///   does.
+///
+/// Refreshes are shared as `single_flight` shares calls, and with its rules: the first caller of a
+/// key runs the call in its own frame and the others attach to it; a caller that stops leaves at
+/// once with `cancelled_error` (the one running the call, when the call ends); the call is stopped
+/// when every caller has stopped, and its result is then not stored. A refresh's value is stored
+/// when it ends (replacing the old value and any failure remembered); a failure is remembered
+/// beside the old value. A refresh in flight when `invalidate` or `clear` is called stores nothing.
+///
+/// **Who owns a stale-while-revalidate refresh.** With `run`, the caller that finds the entry
+/// stale answers at once, so the refresh cannot run in its frame: it is spawned on that caller's
+/// `event_loop` (as `loop.spawn` does), with the caller's action moved into it and a hold on the
+/// cache's state. The loop owns it: its `run()` returns only after the refresh has ended, and
+/// destroying the loop destroys the refresh, whose waiting callers are then woken with
+/// `cancelled_error` (as `single_flight` wakes them when its owner is torn down). Nobody stops it:
+/// it lasts as long as its action, so give the action a timeout. A caller outside any
+/// `event_loop` (an Asio thread), and every caller through `policy(key)` (whose call, the rest of
+/// its pipeline, cannot outlive it), refreshes in the foreground instead: it makes the call and
+/// waits for it, while the other callers of the window get the stale value at once.
+///
+/// Lifetimes. The cache's state is held by every call from the moment it is made, and by every
+/// refresh until it ends, so the last handle may go first (docs/core.md, "Lifetimes"). A call
+/// that makes or joins a refresh keeps its action in its frame, as `single_flight::run` does, so
+/// the action may reference the caller's locals, with one exception: with
+/// `stale_while_revalidate`, the action of a `run` that starts a background refresh is moved into
+/// that refresh and runs after the call has returned. Such an action must own what it uses:
+///
+///     co_await quotes.run(symbol, [client = client_](std::stop_token st) { return client->get(st); });
+///                                                            // OK: owns its shared_ptr (on g++ 12,
+///                                                            // build it in a statement first)
+///     co_await quotes.run(symbol, [&](std::stop_token st) { return client.get(st); });
+///                                                            // dangling once the call returns, if
+///                                                            // it starts a background refresh
+///
+/// `reconfigure` gives this very cache new options while calls run, keeping its entries (see there,
+/// and docs/cache.md, "Reconfiguring").
+///
+/// A cheap copyable handle: copies share the entries and the options. Thread-safe; `Hash`, `KeyEqual` and the copy
+/// of a `Key` into the table run under the cache's lock, so they must not call the cache; nothing
+/// else of the user's does (not `T`'s copies or destructor, not the callbacks, not the listener).
+/// `Key` must be copyable, hashable and comparable; `T` copyable (each caller gets its own copy).
+/// `C` is the clock that says what is fresh (a simulation's, in tests).
+template <class Key, class T, clock C = steady_clock, class Hash = std::hash<Key>,
+          class KeyEqual = std::equal_to<Key>>
+class cache {
+    static_assert(std::is_copy_constructible_v<Key>, "resilience::cache: Key must be copyable");
+    static_assert(std::is_invocable_r_v<std::size_t, const Hash&, const Key&>,
+                  "resilience::cache: Key must be hashable (specialize std::hash<Key> or pass a Hash)");
+    static_assert(std::is_invocable_r_v<bool, const KeyEqual&, const Key&, const Key&>,
+                  "resilience::cache: Key must be equality-comparable (operator== or a KeyEqual)");
+    static_assert(!std::is_reference_v<T> && !std::is_void_v<T>,
+                  "resilience::cache: T must be a value type (a cache of void keeps nothing)");
+    static_assert(std::is_copy_constructible_v<T>,
+                  "resilience::cache: T must be copyable: every caller receives its own copy");
+
+    using time_point = typename C::time_point;
+    using refresh = detail::cache_refresh<T>;
+    using flights = single_flight<Key, refresh, Hash, KeyEqual>;
+    using table_type = detail::cache_table<Key, T, time_point, Hash, KeyEqual>;
+    using config = detail::cache_config<cache_options<T>>; // the options, as a call reads them
+    struct state;
+
+public:
+    class keyed_policy;
+    using clock_type = C;
+
+    /// The default options (a minute of freshness, 1024 entries, no stale windows).
+    cache()
+    requires std::default_initializable<C> && std::default_initializable<Hash> &&
+             std::default_initializable<KeyEqual>
+        : cache(cache_options<T>{}) {}
+    explicit cache(cache_options<T> options, C clock = C{}, Hash hash = Hash{}, KeyEqual equal = KeyEqual{})
+        : state_(std::make_shared<state>(detail::validated_cache_options<T>(std::move(options)),
+                                         std::move(clock), std::move(hash), std::move(equal))) {}
+
+    /// The options in force: the constructor's or the latest `reconfigure`'s. The reference stays
+    /// valid while the cache's state lives (options replaced by `reconfigure` are kept), and keeps
+    /// showing the options it was taken from.
+    [[nodiscard]] const cache_options<T>& options() const noexcept { return state_->config_now().options; }
+    /// The name given in the options in force (empty by default).
+    [[nodiscard]] const std::string& name() const noexcept { return state_->config_now().options.name; }
+
+    /// Puts `options` in force for the calls made from now on, through every copy of this handle
+    /// and every `policy(key)` made from one. Checks `options` exactly as the constructor does
+    /// (`std::invalid_argument` naming the field and the value); on failure nothing changes.
+    /// Thread-safe against calls and other reconfigurations. What carries over (docs/cache.md,
+    /// "Reconfiguring"):
+    ///
+    /// - The entries stay, with their values, their remembered failures and their recently-used
+    ///   order. Each value keeps the expiry it was stored with: a new `ttl` or `ttl_of` applies to
+    ///   the values stored by refreshes that start from now on.
+    /// - A smaller `max_entries` evicts the least recently used entries down to it at once (their
+    ///   values are destroyed after `reconfigure` releases the cache's lock). An entry with a
+    ///   refresh in flight is evicted like any other, as a new entry would evict it: the refresh
+    ///   still answers its callers and stores its result when it ends, evicting the least recently
+    ///   used entry if the cache is full.
+    /// - The stale windows and `negative_ttl` judge the lookups made from now on, against the
+    ///   instants the entries hold: a value stays usable until its expiry plus the lookup's window;
+    ///   a failure is answered until the instant it was remembered plus the lookup's `negative_ttl`
+    ///   (zero: remembered failures answer no more).
+    /// - A call in flight finishes under the options it started with: its name (in its errors and
+    ///   events), its listener, and the refresh it makes, which stores by them (`ttl`, `ttl_of`,
+    ///   `should_handle`, `negative_ttl`) and decides by their `stale_if_error` whether a stale value
+    ///   answers its failure, once for every caller that waited for it. A background refresh
+    ///   finishes under the options of the caller that started it. Refreshes in flight stay joinable.
+    ///   A call through `policy(key)` that its `enter` sends on to `run` (to refresh) reads the
+    ///   options again there, where it starts over: `enter` answered nothing.
+    ///
+    /// Memory: the options replaced are kept until the cache's state goes (the last handle, call
+    /// and refresh), since a call in flight may still read them: each reconfiguration keeps 160
+    /// bytes on x86-64 (the options, 152, and a link) plus what its name, `should_handle`, `ttl_of`
+    /// and `telemetry` hold. Reconfiguration is for changes of configuration, not a control loop
+    /// run per call.
+    ///
+    ///     quotes.reconfigure({.ttl = 30s, .stale_if_error = 10min, .max_entries = 500});
+    void reconfigure(cache_options<T> options) const {
+        state_->reconfigure(detail::validated_cache_options<T>(std::move(options)));
+    }
+
+    /// The value of `key`: from its entry, or from a call of `action` (made, or joined while a
+    /// refresh of `key` is in flight), as the class comment says. Rethrows the failure the call
+    /// ended with (the same exception object for every caller of one refresh) or the one
+    /// remembered. The action is called like a policy's action (with a `context`, a
+    /// `std::stop_token` or nothing) and must produce something convertible to `T`. When `token`
+    /// is stopped this caller gets `cancelled_error` (at once if it waits for a refresh, when the
+    /// call ends if it makes it).
+    template <class A>
+    task<T> run(Key key, A action, std::stop_token token = {}) const {
+        static_assert(std::is_convertible_v<detail::action_result_t<A>, T>,
+                      "resilience::cache: the action's result must convert to T");
+        return run_with(state_, std::move(key), std::move(action), std::move(token));
+    }
+    /// Like `run`, but reports the failure (including this caller's cancellation) as a value.
+    template <class A>
+    task<outcome<T>> run_outcome(Key key, A action, std::stop_token token = {}) const {
+        static_assert(std::is_convertible_v<detail::action_result_t<A>, T>,
+                      "resilience::cache: the action's result must convert to T");
+        return run_outcome_with(state_, std::move(key), std::move(action), std::move(token));
+    }
+
+    /// A policy that caches everything it wraps under `key`: `rs::pipeline{cache.policy(key),
+    /// rs::retry{}, rs::timeout{1s}}` answers from the entry, or refreshes it with one retried,
+    /// timed call shared by the callers of `key`. Build one per call (a handle and a key: cheap).
+    keyed_policy policy(Key key) const { return keyed_policy{*this, std::move(key)}; }
+
+    /// Entries stored, whatever their state.
+    [[nodiscard]] std::size_t size() const {
+        std::lock_guard lock(state_->mutex);
+        return state_->table.size();
+    }
+    /// Keys with a refresh in flight that callers may join (a background refresh counts from
+    /// when it starts, at the next turn of its loop).
+    [[nodiscard]] std::size_t in_flight() const { return state_->refreshes.in_flight(); }
+    /// Forgets `key`'s entry. A refresh of any key in flight now stores nothing when it ends.
+    void invalidate(const Key& key) const {
+        typename table_type::node_type gone;
+        std::lock_guard lock(state_->mutex);
+        gone = state_->table.erase(key);
+        ++state_->epoch;
+    }
+    /// Forgets every entry. A refresh in flight now stores nothing when it ends.
+    void clear() const {
+        typename table_type::map_type gone;
+        std::lock_guard lock(state_->mutex);
+        state_->table.clear(gone);
+        ++state_->epoch;
+    }
+
+private:
+    // Copied by bytes, without calling anything of the user's.
+    static constexpr bool bytewise = std::is_trivially_copyable_v<T>;
+
+    enum class route : unsigned char { answered, refresh, background };
+    struct arrival {
+        route how = route::answered;
+        std::optional<outcome<T>> answer{};
+    };
+
+    // The options live in immutable blocks (`config`), the one in force published through `current`
+    // (stored with release under `mutex`, loaded with acquire): a call loads it once, where it
+    // starts, and passes it on to everything it does, the refresh it makes included. What the
+    // table itself does (how many entries it keeps) follows the options in force, under `mutex`.
+    struct state {
+        state(cache_options<T> o, C c, Hash hash, KeyEqual equal)
+            : clock(std::move(c)), refreshes(single_flight_options{.name = o.name}, hash, equal),
+              table(o.max_entries, hash, equal), background(0, std::move(hash), std::move(equal)),
+              current(new config(std::move(o))) {}
+        state(const state&) = delete;
+        state& operator=(const state&) = delete;
+        ~state() { delete current.load(std::memory_order_relaxed); } // and every block it replaced
+
+        const C clock;
+        const flights refreshes;
+        mutable std::mutex mutex;
+        table_type table;                                     // guarded by mutex
+        std::unordered_set<Key, Hash, KeyEqual> background{}; // guarded: background refreshes not ended
+        std::uint64_t epoch = 0;                              // guarded: bumped by invalidate and clear
+        std::atomic<const config*> current;                   // written under mutex
+
+        /// The block in force now: for a call starting, or for the handle's accessors.
+        const config& config_now() const noexcept { return *current.load(std::memory_order_acquire); }
+
+        // See `cache::reconfigure`. `o` is validated.
+        void reconfigure(cache_options<T> o) {
+            auto fresh = std::make_unique<config>(std::move(o));
+            std::vector<typename table_type::node_type> evicted; // destroyed once the lock is released
+            std::lock_guard lock(mutex);
+            table.limit(fresh->options.max_entries, evicted); // throws before changing anything
+            fresh->replaced = current.load(std::memory_order_relaxed);
+            current.store(fresh.release(), std::memory_order_release);
+        }
+
+        static detail::listener_ref own_listener(const config& cfg) noexcept {
+            return cfg.options.telemetry ? detail::listener_ref(&cfg.options.telemetry)
+                                         : detail::listener_ref();
+        }
+        std::uint64_t current_epoch() const {
+            std::lock_guard lock(mutex);
+            return epoch;
+        }
+        void end_background(const Key& key) noexcept {
+            typename std::unordered_set<Key, Hash, KeyEqual>::node_type gone;
+            std::lock_guard lock(mutex);
+            gone = background.extract(key);
+        }
+        std::optional<failure> report(const config& cfg, detail::listener_ref l, telemetry_kind kind,
+                                      int attempt, std::chrono::nanoseconds d, const failure* error,
+                                      std::string_view note = {}) const noexcept {
+            if (!l)
+                return std::nullopt;
+            telemetry_event e = kit::event(kind, "cache", cfg.options.name, attempt, d, error);
+            e.note = note;
+            return kit::emit(l, clock, e);
+        }
+        static std::chrono::nanoseconds past(time_point now, time_point expired) noexcept {
+            return now < expired ? std::chrono::nanoseconds::zero()
+                                 : detail::saturating_nanoseconds(now - expired);
+        }
+
+        // A caller arrives at `now`, with the options `cfg`: answered from the entry, or told to
+        // refresh (to make or join the call), or answered with a stale value and told to start a
+        // background refresh (`may_background`). With `report_miss` false (a policy's `enter`), a
+        // caller told to refresh reports nothing: its `run` arrives again and reports.
+        arrival arrive(const config& cfg, const Key& key, time_point now, detail::listener_ref l, int attempt,
+                       bool may_background, bool report_miss = true) {
+            const cache_options<T>& options = cfg.options;
+            enum class found : unsigned char { miss, fresh, negative, stale_error, stale_revalidate, lead };
+            found what = found::miss;
+            std::shared_ptr<const T> value;
+            std::shared_ptr<const outcome<T>> negative;
+            time_point expired{};
+            arrival a;
+            {
+                std::lock_guard lock(mutex);
+                if (const auto* e = table.use(key)) {
+                    if (e->value && now < e->expires) {
+                        what = found::fresh;
+                    } else if (e->negative && now < detail::add_saturating(e->failed, options.negative_ttl)) {
+                        what = e->value && now < detail::add_saturating(e->expires, options.stale_if_error)
+                                   ? found::stale_error
+                                   : found::negative;
+                    } else if (e->value &&
+                               now < detail::add_saturating(e->expires, options.stale_while_revalidate)) {
+                        what = found::stale_revalidate;
+                        if (!background.contains(key) && !refreshes.contains(key)) {
+                            if (may_background) {
+                                background.insert(key);
+                                a.how = route::background;
+                            } else {
+                                what = found::lead;
+                            }
+                        }
+                    }
+                    // A value that copies as bytes is copied here (no user code runs); any other
+                    // is held by its pointer and copied once the lock is released.
+                    if constexpr (bytewise)
+                        if (what == found::fresh)
+                            a.answer.emplace(*e->value);
+                    if (!a.answer)
+                        value = e->value;
+                    if (what == found::negative || what == found::stale_error)
+                        negative = e->negative;
+                    expired = e->expires;
+                }
+            }
+            try {
+                std::optional<failure> thrown;
+                switch (what) {
+                case found::fresh:
+                    if (!a.answer)
+                        a.answer.emplace(*value);
+                    thrown = report(cfg, l, telemetry_kind::cache_hit, attempt, {}, nullptr);
+                    break;
+                case found::negative:
+                    a.answer.emplace(*negative);
+                    thrown = report(cfg, l, telemetry_kind::cache_hit, attempt, {},
+                                    negative->has_failure() ? &negative->error() : nullptr);
+                    break;
+                case found::stale_error:
+                    a.answer.emplace(*value);
+                    thrown = report(cfg, l, telemetry_kind::stale_served, attempt, past(now, expired),
+                                    negative->has_failure() ? &negative->error() : nullptr, "stale_if_error");
+                    break;
+                case found::stale_revalidate:
+                    a.answer.emplace(*value);
+                    thrown = report(cfg, l, telemetry_kind::stale_served, attempt, past(now, expired),
+                                    nullptr, "stale_while_revalidate");
+                    break;
+                case found::miss:
+                case found::lead:
+                    a.how = route::refresh;
+                    if (report_miss &&
+                        (thrown = report(cfg, l, telemetry_kind::cache_miss, attempt, {}, nullptr)))
+                        a.how = route::answered;
+                    break;
+                }
+                if (thrown)
+                    a.answer.emplace(std::move(*thrown));
+            } catch (...) { // a copy of T that threw
+                a.answer.emplace(failure::current());
+                if (a.how == route::refresh)
+                    a.how = route::answered;
+            }
+            return a;
+        }
+
+        // A refresh begun at `began` (the epoch) under the options `cfg` ended with `r`: store what
+        // is to be stored, and decide, once for every caller that waited, whether a stale value
+        // answers instead; both by `cfg`, whatever the options in force now.
+        refresh finish(const config& cfg, const Key& key, std::uint64_t began, outcome<T> r) {
+            const cache_options<T>& options = cfg.options;
+            const time_point now = clock.now();
+            std::shared_ptr<const T> keep;
+            std::shared_ptr<const outcome<T>> remember;
+            std::chrono::nanoseconds ttl = options.ttl;
+            bool failed = true, cancelled = false;
+            try {
+                // A failure is judged only when it could be remembered; a value always (a value the
+                // classifier handles is a failure), unless it is one nobody needs to ask about.
+                cancelled = r.has_failure() && is_cancellation(r.error());
+                const bool judged =
+                    r.has_value() ? !options.should_handle.plain_success(r)
+                                  : !cancelled && options.negative_ttl > std::chrono::nanoseconds::zero();
+                const bool handled =
+                    judged && options.should_handle.classify(r, detail::remembered_by_default).handle;
+                if (r.has_value() && !handled) {
+                    failed = false;
+                    if (options.ttl_of) {
+                        if (const std::optional<std::chrono::nanoseconds> own = options.ttl_of(*r))
+                            ttl = std::max(*own, std::chrono::nanoseconds::zero());
+                    }
+                    keep = std::make_shared<const T>(*r);
+                } else if (handled && options.negative_ttl > std::chrono::nanoseconds::zero()) {
+                    remember = std::make_shared<const outcome<T>>(r);
+                }
+            } catch (...) { // the classifier, ttl_of or a copy threw: that is the call's failure
+                r = outcome<T>{failure::current()};
+                failed = true;
+                cancelled = is_cancellation(r.error());
+                keep.reset();
+                remember.reset();
+            }
+            const bool stale_allowed = failed && !cancelled;
+            refresh out{std::move(r)};
+            typename table_type::node_type evicted;
+            std::shared_ptr<const T> old_value;
+            std::shared_ptr<const outcome<T>> old_negative;
+            std::lock_guard lock(mutex);
+            if (epoch != began)
+                return out;
+            if (keep) {
+                auto& e = table.upsert(key, evicted);
+                old_value = std::exchange(e.value, std::move(keep));
+                old_negative = std::exchange(e.negative, nullptr);
+                e.expires = detail::add_saturating(now, ttl);
+            } else if (remember) {
+                auto& e = table.upsert(key, evicted);
+                old_negative = std::exchange(e.negative, std::move(remember));
+                e.failed = now;
+            }
+            if (stale_allowed) {
+                const auto* e = table.peek(key);
+                if (e && e->value && now < detail::add_saturating(e->expires, options.stale_if_error)) {
+                    out.stale = e->value;
+                    out.stale_for = past(now, e->expires);
+                }
+            }
+            return out;
+        } // the lock goes first, then what left the table
+
+        // What a caller that waited for a refresh gets, reported and named under its options `cfg`.
+        outcome<T> deliver(const config& cfg, outcome<refresh> shared, detail::listener_ref l,
+                           int attempt) const {
+            if (shared.has_failure()) {
+                // The refreshes' own cancellations carry the name the cache was made with.
+                if (shared.error().template is<cancelled_error>() && cfg.options.name != refreshes.name())
+                    return failure::make(cancelled_error{cfg.options.name});
+                return outcome<T>{shared.error()};
+            }
+            refresh& done = *shared;
+            if (!done.stale)
+                return std::move(done.result);
+            try {
+                outcome<T> out{*done.stale};
+                if (std::optional<failure> thrown =
+                        report(cfg, l, telemetry_kind::stale_served, attempt, done.stale_for,
+                               done.result.has_failure() ? &done.result.error() : nullptr, "stale_if_error"))
+                    return *thrown;
+                return out;
+            } catch (...) {
+                return failure::current();
+            }
+        }
+    };
+
+    // The call of the action that a refresh makes, in the frame of the caller (or background
+    // refresh) that owns the shared call.
+    template <class A>
+    struct refresh_action {
+        state* st;
+        const config* cfg; // the options of the call that makes the refresh
+        const Key* key;
+        A* action;
+        task<refresh> operator()(const context& ctx) const {
+            return refresh_by_action(*st, *cfg, *key, *action, ctx);
+        }
+    };
+    template <class A>
+    static task<refresh> refresh_by_action(state& st, const config& cfg, const Key& key, A& action,
+                                           const context& ctx) {
+        const std::uint64_t began = st.current_epoch();
+        outcome<T> r = detail::cache_converted<T>(co_await detail::guarded_call<A>{&action, ctx});
+        if (ctx.stop_requested()) // every caller stopped: nobody waits, and a late value is not stored
+            co_return refresh{std::move(r)};
+        co_return st.finish(cfg, key, began, std::move(r));
+    }
+
+    // A background refresh's mark on its key (`state::background`), from its spawning to the end of
+    // its frame, whether it ran or its loop destroyed it unstarted: a parameter of its coroutine.
+    class background_mark {
+    public:
+        background_mark(std::shared_ptr<state> st, Key key) : st_(std::move(st)), key_(std::move(key)) {}
+        background_mark(background_mark&& o) noexcept(std::is_nothrow_move_constructible_v<Key>)
+            : st_(std::move(o.st_)), key_(std::move(o.key_)) {}
+        background_mark& operator=(background_mark&&) = delete;
+        ~background_mark() {
+            if (st_)
+                st_->end_background(key_);
+        }
+        state& held() const noexcept { return *st_; }
+        const Key& key() const noexcept { return key_; }
+
+    private:
+        std::shared_ptr<state> st_;
+        Key key_;
+    };
+    // Finishes under `cfg`, the options of the caller that started it (kept while the mark holds
+    // the state).
+    template <class A>
+    static task<void> background_refresh(background_mark mark, const config* cfg, A action) {
+        state& st = mark.held();
+        (void)co_await st.refreshes.run_outcome(mark.key(),
+                                                refresh_action<A>{&st, cfg, &mark.key(), &action});
+    }
+
+    template <class A>
+    static task<T> run_with(std::shared_ptr<state> st, Key key, A action, std::stop_token token) {
+        outcome<T> r =
+            co_await run_outcome_with(std::move(st), std::move(key), std::move(action), std::move(token));
+        co_return std::move(r).value();
+    }
+    template <class A>
+    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action,
+                                             std::stop_token token) {
+        // The options this call runs under to its end, read once (see `reconfigure`).
+        const config& cfg = st->config_now();
+        if (token.stop_requested())
+            co_return failure::make(cancelled_error{cfg.options.name});
+        event_loop* const loop = event_loop::current();
+        const detail::listener_ref heard = state::own_listener(cfg);
+        arrival a = st->arrive(cfg, key, st->clock.now(), heard, 1, loop != nullptr);
+        if (a.how == route::background) {
+            try {
+                loop->spawn(background_refresh(background_mark{st, key}, &cfg, std::move(action)));
+            } catch (...) { // no memory to start it: the mark is gone with it, a later caller tries again
+            }
+        }
+        if (a.how != route::refresh)
+            co_return std::move(*a.answer);
+        outcome<refresh> shared = co_await st->refreshes.run_outcome(
+            key, refresh_action<A>{st.get(), &cfg, &key, &action}, std::move(token));
+        co_return st->deliver(cfg, std::move(shared), heard, 1);
+    }
+
+    std::shared_ptr<state> state_;
+};
+
+/// `cache` as a policy: caches everything it wraps under one key, so
+/// `rs::pipeline{quotes.policy(symbol), rs::retry{}, rs::timeout{1s}}` answers from the entry, or
+/// refreshes it with one retried, timed call that the callers of `symbol` share. Satisfies
+/// `rs::policy`; the wrapped calls must produce exactly `T`.
+///
+/// The answers that need no waiting (fresh, failure remembered, stale) are given in `enter`, in
+/// the pipeline's frame: no frame of its own, no allocation. A caller that must refresh goes on in
+/// `run`, where the refresh is its `next` (the rest of its pipeline and its action) run in its
+/// frame, shared as `single_flight::keyed_policy` shares it. Within `stale_while_revalidate` the
+/// refresh runs in the foreground: the first caller of the window makes it and waits for it, and
+/// the others get the stale value at once (a `next` cannot outlive its call, so nothing runs in
+/// the background). Holds a handle to the cache (kept alive by it) and a copy of the key.
+template <class Key, class T, clock C, class Hash, class KeyEqual>
+class cache<Key, T, C, Hash, KeyEqual>::keyed_policy : public policy_base<keyed_policy> {
+public:
+    /// A call made on one copies it (a handle and a key), as a call made on a handle does.
+    static constexpr bool copied_into_calls = true;
+
+    keyed_policy(cache c, Key key) : cache_(std::move(c)), key_(std::move(key)) {}
+
+    const Key& key() const noexcept { return key_; }
+
+    // ---- the policy protocol (policy.hpp) ----
+    struct call_state {};
+
+    template <class R>
+    step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        static_assert(std::is_same_v<R, T>,
+                      "resilience::cache::keyed_policy: the wrapped call must produce exactly T");
+        state& st = *cache_.state_;
+        const config& cfg = st.config_now(); // read once; a call that waits reads it again in `run`
+        if (ctx.stop_requested())
+            return kit::cancel(result, cfg.options.name);
+        arrival a = st.arrive(cfg, key_, kit::call_now(st.clock, ctx),
+                              kit::listener_for(cfg.options.telemetry, ctx), ctx.attempt(), false, false);
+        if (a.how == route::refresh)
+            return step::wait;
+        result.emplace(std::move(*a.answer));
+        return step::done;
+    }
+    template <class R>
+    step leave(call_state&, const context&, outcome<R>&) const noexcept {
+        return step::proceed; // never reached: `enter` answers or waits
+    }
+
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        static_assert(std::is_same_v<detail::next_value_t<Next>, T>,
+                      "resilience::cache::keyed_policy: the wrapped call must produce exactly T");
+        const std::shared_ptr<state> st = cache_.state_;
+        // The options this call runs under to its end (its `enter` answered nothing).
+        const config& cfg = st->config_now();
+        if (ctx.stop_requested())
+            co_return failure::make(cancelled_error{cfg.options.name});
+        const kit::listener heard = kit::listener_for(cfg.options.telemetry, ctx);
+        arrival a = st->arrive(cfg, key_, kit::call_now(st->clock, ctx), heard, ctx.attempt(), false);
+        if (a.how != route::refresh)
+            co_return std::move(*a.answer);
+        const typename flights::keyed_policy shared_call = st->refreshes.policy(key_);
+        outcome<refresh> shared =
+            co_await shared_call.run(refresh_next<Next>{st.get(), &cfg, &key_, &next}, ctx);
+        co_return st->deliver(cfg, std::move(shared), heard, ctx.attempt());
+    }
+
+private:
+    template <class Next>
+    struct refresh_next {
+        state* st;
+        const config* cfg; // the options of the call that makes the refresh
+        const Key* key;
+        Next* next;
+        task<outcome<refresh>> operator()(const context& ctx) const {
+            return refresh_by_next(*st, *cfg, *key, *next, ctx);
+        }
+    };
+    template <class Next>
+    static task<outcome<refresh>> refresh_by_next(state& st, const config& cfg, const Key& key, Next& next,
+                                                  const context& ctx) {
+        const std::uint64_t began = st.current_epoch();
+        outcome<T> r = co_await next(ctx);
+        if (ctx.stop_requested()) // every caller stopped: nobody waits, and a late value is not stored
+            co_return outcome<refresh>{refresh{std::move(r)}};
+        co_return outcome<refresh>{st.finish(cfg, key, began, std::move(r))};
+    }
+
+    cache cache_;
+    Key key_;
+};
+
+} // namespace resilience

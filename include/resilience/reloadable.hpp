@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: MIT
+/// \file reloadable.hpp
+/// `reloadable<P>`: a policy or pipeline held by value (retry, timeout, hedge, fallback, chaos, a
+/// whole `pipeline`) that can be replaced while calls run through it: new calls run on the new one,
+/// calls in flight finish on the one they started on, which is destroyed after the last of them.
+#pragma once
+
+#include "concepts.hpp"
+#include "context.hpp"
+#include "detail/action.hpp"
+#include "detail/driver.hpp"
+#include "detail/shared_handle.hpp"
+#include "detail/stages.hpp"
+#include "outcome.hpp"
+#include "policy.hpp"
+#include "task.hpp"
+
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+namespace resilience {
+
+namespace detail {
+
+template <class P>
+class reload_state;
+
+/// One snapshot of a `reloadable`'s policy, and the count of what pins it: one for being the current
+/// snapshot, one per call (or `snapshot` handle) running on it. The policy is destroyed by whoever
+/// brings that count to zero once the snapshot is no longer current; the block itself stays (a call
+/// starting may have read its address just before it was replaced) until the whole state goes.
+template <class P>
+struct reload_block {
+    /// Set, with the count at zero, once the policy is destroyed: a pin that finds it backs off.
+    static constexpr std::uint64_t dead = std::uint64_t{1} << 63;
+
+    reload_block(P&& p, reload_state<P>& o) : owner(&o) {
+        ::new (static_cast<void*>(&policy)) P(std::move(p));
+    }
+    reload_block(const reload_block&) = delete;
+    reload_block& operator=(const reload_block&) = delete;
+    ~reload_block() {} // the policy is destroyed by `reload_state::unpin`, not here
+
+    std::atomic<std::uint64_t> pins{1};
+    reload_state<P>* owner;
+    reload_block* next = nullptr; // every block the state made, newest first
+    union {
+        P policy;
+    };
+};
+
+/// What the copies of a `reloadable` share: the current snapshot and every block made.
+///
+/// A call pins the current snapshot with one atomic increment of its block's count (and unpins it
+/// with one decrement), never touching the state's own count: a snapshot that is no longer current
+/// holds the state (one hold each) until it dies, and the current one is retired when the last
+/// handle goes, so a pin keeps alive everything it needs. A block is not freed when its policy dies,
+/// because a call may have loaded its address just before a reload and be about to pin it: that pin
+/// sees `dead` and loads the current one again. Blocks are freed with the state.
+template <class P>
+class reload_state : public shared_state {
+public:
+    using block = reload_block<P>;
+
+    explicit reload_state(P p) : blocks_(new block(std::move(p), *this)) {
+        current_.store(blocks_, std::memory_order_relaxed);
+    }
+    reload_state(const reload_state&) = delete;
+    reload_state& operator=(const reload_state&) = delete;
+    ~reload_state() {
+        // Every snapshot is dead by now: each retired one held the state until it died.
+        for (block* b = blocks_; b;) {
+            block* const after = b->next;
+            delete b;
+            b = after;
+        }
+    }
+
+    /// Pins the current snapshot. Lock-free; one increment, unless a reload raced with it.
+    block* pin() noexcept {
+        for (;;) {
+            block* const b = current_.load(std::memory_order_acquire);
+            // Relaxed: the policy was built before `b` was published (the acquire above), and it is
+            // destroyed only by the acquire-release that takes the count to zero, after this pin.
+            const std::uint64_t before = b->pins.fetch_add(1, std::memory_order_relaxed);
+            if (!(before & block::dead))
+                return b;
+            b->pins.fetch_sub(1, std::memory_order_relaxed); // replaced and dead: load the current one
+        }
+    }
+
+    /// Gives back a pin (or the current snapshot's own count); the last one of a retired snapshot
+    /// destroys its policy and gives back its hold on the state, which may delete the state.
+    void unpin(block* b) noexcept {
+        if (b->pins.fetch_sub(1, std::memory_order_acq_rel) != 1)
+            return;
+        // Zero: retired, and no call on it. A pin may still come from a call that read its address
+        // before the reload: it then finds the count above zero here, and unpins it itself later.
+        std::uint64_t zero = 0;
+        if (!b->pins.compare_exchange_strong(zero, block::dead, std::memory_order_acq_rel,
+                                             std::memory_order_relaxed))
+            return;
+        b->policy.~P();
+        drop_hold(*this); // the retired snapshot's hold: the state may go now
+    }
+
+    /// Makes `p` the current snapshot and retires the one it replaces. Throws only what allocating
+    /// the block and moving `p` throw, and then nothing changed.
+    void publish(P p) {
+        block* const fresh = new block(std::move(p), *this);
+        block* old = nullptr;
+        {
+            std::lock_guard lock(mutex_);
+            fresh->next = blocks_;
+            blocks_ = fresh;
+            old = current_.exchange(fresh, std::memory_order_acq_rel);
+        }
+        add_hold(*this); // the retired snapshot holds the state until it dies
+        unpin(old);      // its count as the current one
+    }
+
+    /// The last handle went: the current snapshot is retired like a replaced one, and the state is
+    /// deleted when it dies (at once, if no call runs on it).
+    bool last_hold_dropped() noexcept {
+        block* const b = current_.exchange(nullptr, std::memory_order_acq_rel);
+        if (!b)
+            return true; // the retired current snapshot just died: nothing is left
+        add_hold(*this);
+        unpin(b); // may delete the state: `this` is not touched after it
+        return false;
+    }
+
+private:
+    std::atomic<block*> current_{nullptr};
+    std::mutex mutex_; // serialises reloads
+    block* blocks_;
+};
+
+} // namespace detail
+
+/// A policy or pipeline `P` held by value (a `retry`, `timeout`, `hedge`, `fallback`, `chaos`, a
+/// `pipeline`, ...) that can be replaced while calls run, as Polly v8 reloads a pipeline and
+/// resilience4j swaps a configuration: `reload(next)` (or `reconfigure(args...)`, which builds the
+/// next `P` from its constructor's arguments, so bad options throw as they would at construction and
+/// the policy in force stays) makes `next` the current snapshot, on every copy of the handle.
+///
+/// - A call runs on the snapshot current when it is made (`execute`, a task being lazy, takes it at
+///   once), or, as a stage of a pipeline, when the call reaches the stage (each attempt of a retry
+///   outside it takes the snapshot current then). It keeps that snapshot alive until it has ended,
+///   also when it is destroyed without being resumed. A snapshot replaced is destroyed when its last
+///   call ends, on the thread that ends it (at once, by `reload`, when no call runs on it).
+/// - Stateful handles (breaker, bulkhead, limiter, throttle, budget) are shared by copies: a snapshot
+///   built with the same handles as the one before keeps their state; change their options in place
+///   with their own `reconfigure`. A snapshot built with new handles starts fresh ones.
+/// - A policy itself: it satisfies `policy`, so it can be a stage of a pipeline. `reloadable<P>` is a
+///   cheap copyable handle to shared state (docs/core.md, "Lifetimes"): copies share the current
+///   snapshot, and a call needs nothing of the handle it was made through.
+///
+/// What it costs: a call pins its snapshot with one atomic increment and one decrement of the
+/// snapshot's count (the call through `P` is otherwise the same: one frame for the whole of `P`);
+/// as a stage of a pipeline, it adds a frame of its own. `reload` allocates one block holding the
+/// new `P` and takes a mutex. Each reload keeps `sizeof(P)` plus about 24 bytes until the last copy
+/// of the handle and the last call are gone (what the replaced `P` owns is freed with it): it is for
+/// changes of configuration, not a control loop run per call. Thread-safe: calls, `reload` and
+/// `current` may come from any thread.
+///
+///     rs::circuit_breaker<> breaker{{.failure_threshold = 5}};
+///     rs::reloadable policy{rs::pipeline{rs::retry{{.max_attempts = 3}}, breaker, rs::timeout{1s}}};
+///     co_await policy.execute(fetch);                      // runs on the first pipeline
+///     policy.reconfigure(rs::retry{{.max_attempts = 5}}, breaker, rs::timeout{2s});   // same breaker
+///     co_await policy.execute(fetch);                      // runs on the new one
+template <class P>
+class reloadable : public policy_base<reloadable<P>>,
+                   public detail::shared_handle<reloadable<P>, detail::reload_state<P>> {
+    static_assert(policy<P>, "resilience::reloadable<P>: P must be a policy (or a pipeline)");
+    static_assert(std::is_move_constructible_v<P>, "resilience::reloadable<P>: P must be movable");
+    using state = detail::reload_state<P>;
+    using block = typename state::block;
+    using handle = detail::shared_handle<reloadable<P>, state>;
+    using stage_tuple = detail::stages_t<P>;
+
+public:
+    /// A pin on one snapshot: the policy it holds stays alive (and unchanged) while the pin lives,
+    /// whatever is reloaded meanwhile. Move-only; an empty one (default-constructed or moved from)
+    /// holds nothing.
+    class snapshot {
+    public:
+        snapshot() noexcept = default;
+        snapshot(snapshot&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+        snapshot& operator=(snapshot&& o) noexcept {
+            if (this != &o) {
+                reset();
+                b_ = std::exchange(o.b_, nullptr);
+            }
+            return *this;
+        }
+        ~snapshot() { reset(); }
+
+        [[nodiscard]] const P& get() const noexcept { return b_->policy; }
+        [[nodiscard]] const P& operator*() const noexcept { return b_->policy; }
+        [[nodiscard]] const P* operator->() const noexcept { return &b_->policy; }
+        explicit operator bool() const noexcept { return b_ != nullptr; }
+        /// Gives the pin back (the snapshot may be destroyed now, if it was replaced).
+        void reset() noexcept {
+            if (block* b = std::exchange(b_, nullptr))
+                b->owner->unpin(b);
+        }
+
+    private:
+        friend class reloadable;
+        explicit snapshot(block* b) noexcept : b_(b) {}
+        block* b_ = nullptr;
+    };
+
+    /// Holds `initial` as the first snapshot.
+    explicit reloadable(P initial) : handle(handle::make_state(std::move(initial))) {}
+
+    /// Makes `next` the current snapshot, for every copy of the handle: calls made from now on run on
+    /// it; calls in flight finish on theirs. Throws only `std::bad_alloc` (or what moving `P` throws),
+    /// and then nothing changed.
+    void reload(P next) const { this->held().publish(std::move(next)); }
+
+    /// Builds the next snapshot as `P(args...)` and reloads it: bad options throw from `P`'s
+    /// constructor (`std::invalid_argument` naming the field and the value) before anything changes,
+    /// so the snapshot in force stays.
+    template <class... Args>
+    requires std::constructible_from<P, Args...>
+    void reconfigure(Args&&... args) const {
+        reload(P(std::forward<Args>(args)...));
+    }
+
+    /// A pin on the current snapshot, to read it (`current()->options()`, `current()->get<0>()`).
+    [[nodiscard]] snapshot current() const noexcept { return snapshot{this->held().pin()}; }
+
+    // ---- calls: each pins the current snapshot and runs `P`'s stages in one frame ----
+    using policy_base<reloadable>::execute;
+    using policy_base<reloadable>::execute_outcome;
+
+    /// As `policy_base::execute`: runs `action` under the current snapshot, which the call keeps.
+    template <class A>
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) const& {
+        detail::check_action_temporary<A>();
+        return call<true>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
+    }
+    template <class A>
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) const& {
+        detail::check_action_temporary<A>();
+        return call<true>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
+    }
+    template <class A>
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) && {
+        detail::check_action_temporary<A>();
+        return call<true>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
+    }
+    template <class A>
+    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) && {
+        detail::check_action_temporary<A>();
+        return call<true>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
+    }
+    /// As `policy_base::execute_outcome`: the final failure as a value.
+    template <class A>
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) const& {
+        detail::check_action_temporary<A>();
+        return call<false>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
+    }
+    template <class A>
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>>
+    execute_outcome(A&& action, std::stop_token token = {}) const& {
+        detail::check_action_temporary<A>();
+        return call<false>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
+    }
+    template <class A>
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) && {
+        detail::check_action_temporary<A>();
+        return call<false>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
+    }
+    template <class A>
+    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action,
+                                                                             std::stop_token token = {}) && {
+        detail::check_action_temporary<A>();
+        return call<false>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
+    }
+
+    /// As a stage of a pipeline: runs `next` under the snapshot current now, which this pass keeps.
+    template <class Next>
+    task<next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        using drv = detail::driver<stage_tuple, Next>;
+        return drv::template drive<false>(pinned{snapshot{this->held().pin()}},
+                                          detail::borrowed_next<Next>{std::move(next)},
+                                          detail::context_access::derive(ctx), typename drv::outermost{});
+    }
+
+private:
+    // What a call's frame holds of the reloadable: the pin, and `P`'s stages (in the pinned snapshot,
+    // whose address does not change), where the driver looks for them.
+    struct pinned {
+        snapshot hold;
+        std::conditional_t<detail::keeps_stages<P>, const stage_tuple&, stage_tuple> stages;
+        explicit pinned(snapshot s) noexcept : hold(std::move(s)), stages(detail::stages_of(*hold)) {}
+    };
+
+    template <bool Throw, class A>
+    auto call(A action, context ctx) const {
+        if constexpr (!detail::checked_action<A>::valid) {
+            detail::check_action<A>();
+            return task<std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
+        } else {
+            using drv = detail::driver<stage_tuple, detail::guarded<A>>;
+            return drv::template drive<Throw>(pinned{snapshot{this->held().pin()}},
+                                              detail::owned_action<A>{std::move(action)}, std::move(ctx),
+                                              typename drv::outermost{});
+        }
+    }
+};
+
+template <class P>
+reloadable(P) -> reloadable<P>;
+
+} // namespace resilience

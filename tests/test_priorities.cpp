@@ -1,0 +1,1207 @@
+// SPDX-License-Identifier: MIT
+// Tests of priorities under load (priority.hpp) in the bulkhead (fixed and adaptive), the rate limiter
+// and the sliding window limiter: reserved shares, the queue ordered by class, displacement from a
+// full queue, the default class, refused options; each policy against a reference model on seeded
+// random scenarios; and the shared state hit from four threads.
+
+#include "catch.hpp"
+#include "model_scenarios.hpp"
+#include "models.hpp"
+#include "support.hpp"
+
+#include <resilience/any_policy.hpp>
+#include <resilience/bulkhead.hpp>
+#include <resilience/event_loop.hpp>
+#include <resilience/priority.hpp>
+#include <resilience/rate_limiter.hpp>
+#include <resilience/sliding_window_limiter.hpp>
+#include <resilience/testing/simulation.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace test_priorities {
+
+namespace rs = resilience;
+namespace rm = resilience_models;
+using namespace std::chrono_literals;
+using resilience_tests::invalid_argument_message;
+using std::chrono::nanoseconds;
+
+namespace {
+
+// The context of a call of class `cls` (none: the property unset), stopped by `stop`.
+rs::context with_class(std::optional<int> cls, std::stop_token stop = {}) {
+    rs::context ctx{std::move(stop)};
+    if (cls)
+        ctx.set_property(rs::priority, *cls);
+    return ctx;
+}
+
+// How a call ended, in one line: "value", "rejected queue_full", "limited no_capacity 100000000ns",
+// "cancelled".
+std::string how(const rs::outcome<int>& r) {
+    if (r.has_value())
+        return "value";
+    if (auto* e = r.error().as<rs::bulkhead_rejected_error>())
+        return "rejected " + rm::reason_name(e->reason());
+    if (auto* e = r.error().as<rs::rate_limited_error>())
+        return "limited " + rm::reason_name(e->reason()) + " " + std::to_string(e->retry_after().count()) +
+               "ns";
+    if (rs::is_cancellation(r.error()))
+        return "cancelled";
+    return "failure";
+}
+
+struct call {
+    int id = 0;
+    nanoseconds arrive{};
+    std::optional<int> cls{};
+    nanoseconds hold{};
+    bool fail = false;
+    std::stop_token stop{};
+};
+
+// When each call's action started (in order) and when and how each call ended.
+struct journal {
+    std::vector<std::pair<int, nanoseconds>> started;
+    std::map<int, std::pair<nanoseconds, std::string>> ended;
+
+    std::vector<int> start_order() const { return resilience_tests::ids_of(started); }
+    nanoseconds started_at(int id) const { return resilience_tests::instant_of(started, id); }
+};
+
+// Arrives at `c.arrive`, runs an action holding what it was admitted to for `c.hold`, and writes
+// down when the action started and how the call ended.
+template <class Policy>
+rs::task<void> client(rs::testing::simulation& sim, const Policy& p, journal& j, call c) {
+    if (c.arrive > sim.now())
+        co_await sim.sleep_for(c.arrive - sim.now());
+    // Named, then passed as an lvalue (docs/core.md#compiler-notes).
+    auto action = [&sim, &j, c](std::stop_token st) -> rs::task<int> {
+        j.started.emplace_back(c.id, sim.now());
+        if (c.hold > nanoseconds::zero())
+            co_await sim.sleep_for(c.hold, st);
+        if (c.fail)
+            throw std::runtime_error("boom");
+        co_return c.id;
+    };
+    auto r = co_await p.execute_outcome(action, with_class(c.cls, c.stop));
+    j.ended[c.id] = {sim.now(), how(r)};
+}
+
+template <class Policy>
+void spawn_all(rs::testing::simulation& sim, const Policy& p, journal& j, const std::vector<call>& calls) {
+    for (const call& c : calls)
+        sim.spawn(client(sim, p, j, c));
+}
+
+using ended = std::pair<nanoseconds, std::string>;
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// The bulkhead
+
+TEST_CASE("priorities: a bulkhead keeps the reserved share of its slots for the higher class",
+          "[priorities]") {
+    // Four slots, half reserved for class 1: class 0 takes a slot only while two stay free.
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent_calls = 4, .priorities = {.classes = 2, .reserved = {0, 0.5}}},
+                    sim.clock()};
+    journal j;
+    spawn_all(sim, bh, j,
+              {{.id = 1, .cls = 0, .hold = 100ms},
+               {.id = 2, .cls = 0, .hold = 100ms},
+               {.id = 3, .cls = 0, .hold = 100ms}, // two slots taken: the rest is class 1's
+               {.id = 4, .arrive = 10ms, .cls = 1, .hold = 100ms},
+               {.id = 5, .arrive = 10ms, .cls = 1, .hold = 100ms},
+               {.id = 6, .arrive = 10ms, .cls = 1, .hold = 100ms}, // all four taken
+               {.id = 7, .arrive = 105ms, .cls = 0, .hold = 10ms}, // 4 and 5 hold two: none for class 0
+               {.id = 8, .arrive = 120ms, .cls = 0, .hold = 10ms}});
+    sim.run_until(10ms);
+    CHECK(bh.in_flight() == 4);
+    sim.run_all();
+    CHECK(j.ended[1] == ended{100ms, "value"});
+    CHECK(j.ended[2] == ended{100ms, "value"});
+    CHECK(j.ended[3] == ended{0ms, "rejected no_capacity"});
+    CHECK(j.ended[4] == ended{110ms, "value"});
+    CHECK(j.ended[5] == ended{110ms, "value"});
+    CHECK(j.ended[6] == ended{10ms, "rejected no_capacity"});
+    CHECK(j.ended[7] == ended{105ms, "rejected no_capacity"});
+    CHECK(j.ended[8] == ended{130ms, "value"});
+    CHECK(bh.in_flight() == 0);
+}
+
+TEST_CASE("priorities: a bulkhead serves its queue highest class first, in arrival order within a class",
+          "[priorities]") {
+    // Strict priority (nothing reserved): one slot, and everyone who finds it taken queues.
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 10, .priorities = {.classes = 3}},
+                    sim.clock()};
+    journal j;
+    spawn_all(sim, bh, j,
+              {{.id = 1, .cls = 0, .hold = 100ms},
+               {.id = 2, .arrive = 10ms, .cls = 0, .hold = 100ms},
+               {.id = 3, .arrive = 20ms, .cls = 1, .hold = 100ms},
+               {.id = 4, .arrive = 30ms, .cls = 0, .hold = 100ms},
+               {.id = 5, .arrive = 40ms, .cls = 2, .hold = 100ms},
+               {.id = 6, .arrive = 50ms, .cls = 1, .hold = 100ms}});
+    sim.run_until(60ms);
+    CHECK(bh.queued() == 5);
+    sim.run_all();
+    CHECK(j.start_order() == std::vector<int>{1, 5, 3, 6, 2, 4});
+    CHECK(j.started_at(5) == 100ms);
+    CHECK(j.started_at(3) == 200ms);
+    CHECK(j.started_at(6) == 300ms);
+    CHECK(j.started_at(2) == 400ms);
+    CHECK(j.started_at(4) == 500ms);
+    CHECK(sim.now() == 600ms);
+}
+
+TEST_CASE("priorities: a bulkhead gives a freed slot to a waiter of a lower class only within its share",
+          "[priorities]") {
+    // Four slots, half reserved for class 1. Class 0 waits while two are taken, and a call of class 1
+    // passes it to a free slot.
+    rs::testing::simulation sim;
+    rs::bulkhead bh{
+        {.max_concurrent_calls = 4, .queue_limit = 10, .priorities = {.classes = 2, .reserved = {0, 0.5}}},
+        sim.clock()};
+    journal j;
+    spawn_all(sim, bh, j,
+              {{.id = 1, .cls = 0, .hold = 100ms},
+               {.id = 2, .cls = 1, .hold = 200ms},
+               {.id = 3, .arrive = 10ms, .cls = 0, .hold = 100ms}, // two taken: waits
+               {.id = 4, .arrive = 20ms, .cls = 1, .hold = 50ms},  // passes it
+               {.id = 5, .arrive = 30ms, .cls = 1, .hold = 50ms}});
+    sim.run_all();
+    CHECK(j.started_at(4) == 20ms);
+    CHECK(j.started_at(5) == 30ms);
+    // At 70 and 80 ms 4 and 5 end (1 and 2 still hold two); at 100 ms 1 ends: one taken, 3 runs.
+    CHECK(j.started_at(3) == 100ms);
+    CHECK(j.ended[3] == ended{200ms, "value"});
+}
+
+TEST_CASE("priorities: a newcomer of a higher class displaces the lowest class's last waiter from a full "
+          "bulkhead queue",
+          "[priorities]") {
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 2, .priorities = {.classes = 3}}, sim.clock()};
+    journal j;
+    spawn_all(sim, bh, j,
+              {{.id = 1, .cls = 0, .hold = 100ms},
+               {.id = 2, .arrive = 10ms, .cls = 1, .hold = 10ms},
+               {.id = 3, .arrive = 20ms, .cls = 0, .hold = 10ms},
+               {.id = 4, .arrive = 30ms, .cls = 0, .hold = 10ms},   // full, nobody below: refused
+               {.id = 5, .arrive = 40ms, .cls = 2, .hold = 10ms},   // displaces 3, the lowest class
+               {.id = 6, .arrive = 50ms, .cls = 2, .hold = 10ms},   // displaces 2
+               {.id = 7, .arrive = 60ms, .cls = 1, .hold = 10ms}}); // full of class 2: refused
+    sim.run_all();
+    CHECK(j.ended[3] == ended{40ms, "rejected queue_full"});
+    CHECK(j.ended[4] == ended{30ms, "rejected queue_full"});
+    CHECK(j.ended[2] == ended{50ms, "rejected queue_full"});
+    CHECK(j.ended[7] == ended{60ms, "rejected queue_full"});
+    CHECK(j.start_order() == std::vector<int>{1, 5, 6});
+    CHECK(j.ended[5] == ended{110ms, "value"});
+    CHECK(j.ended[6] == ended{120ms, "value"});
+}
+
+TEST_CASE(
+    "priorities: a displaced waiter of a bulkhead is refused at once, its queue timer disarmed, and told "
+    "to on_rejected and the listener",
+    "[priorities]") {
+    rs::testing::simulation sim;
+    std::vector<std::string> told;
+    resilience_tests::heard_counts heard;
+    rs::bulkhead bh{
+        {.max_concurrent_calls = 1,
+         .queue_limit = 1,
+         .queue_timeout = 500ms,
+         .priorities = {.classes = 2},
+         .on_rejected = [&](const rs::rejection_event& e) { told.push_back(rs::to_string(e.reason())); },
+         .telemetry = heard.listener()},
+        sim.clock()};
+    journal j;
+    spawn_all(sim, bh, j,
+              {{.id = 1, .cls = 0, .hold = 100ms},
+               {.id = 2, .arrive = 10ms, .cls = 0, .hold = 10ms},
+               {.id = 3, .arrive = 20ms, .cls = 1, .hold = 10ms}});
+    sim.run_all();
+    CHECK(j.ended[2] == ended{20ms, "rejected queue_full"});
+    CHECK(j.ended[3] == ended{110ms, "value"});
+    CHECK(told == std::vector<std::string>{"queue_full"});
+    CHECK(heard.rejections.load() == 1);
+    CHECK(heard.waits.load() == 1);
+    CHECK(sim.now() == 110ms); // no timer of the displaced call left to fire
+}
+
+TEST_CASE("priorities: a call without the property is of the default class, and a priority out of range "
+          "counts as the nearest class",
+          "[priorities]") {
+    // Two slots, one reserved for class 1.
+    const auto run = [](int default_class, std::vector<std::optional<int>> classes) {
+        rs::testing::simulation sim;
+        rs::bulkhead bh{{.max_concurrent_calls = 2,
+                         .priorities = {.classes = 2, .reserved = {0, 0.5}, .default_class = default_class}},
+                        sim.clock()};
+        journal j;
+        int id = 0;
+        for (const std::optional<int>& c : classes)
+            sim.spawn(client(sim, bh, j, {.id = ++id, .cls = c, .hold = 10ms}));
+        sim.run_all();
+        std::vector<std::string> out;
+        for (auto& [i, e] : j.ended)
+            out.push_back(e.second);
+        return out;
+    };
+    // Unset, then class 0: with default class 1 the first takes a slot, and class 0 finds one of two
+    // taken, the other reserved.
+    CHECK(run(1, {std::nullopt, 0}) == std::vector<std::string>{"value", "rejected no_capacity"});
+    CHECK(run(1, {std::nullopt, std::nullopt}) == std::vector<std::string>{"value", "value"});
+    CHECK(run(0, {std::nullopt, std::nullopt}) == std::vector<std::string>{"value", "rejected no_capacity"});
+    CHECK(run(0, {std::nullopt, 1}) == std::vector<std::string>{"value", "value"});
+    // 7 is the highest class, -3 the lowest.
+    CHECK(run(0, {0, 7}) == std::vector<std::string>{"value", "value"});
+    CHECK(run(0, {0, -3}) == std::vector<std::string>{"value", "rejected no_capacity"});
+}
+
+TEST_CASE("priorities: an adaptive bulkhead reserves its share of the limit wherever the limit moved",
+          "[priorities]") {
+    // The limit starts at 10, 30% reserved for class 1 (3 slots): class 0 runs up to 7. One failure
+    // halves it to 5, whose 30% is 1 slot (rounded down): class 0 runs up to 4.
+    rs::testing::simulation sim;
+    rs::bulkhead bh{{.max_concurrent_calls = 10,
+                     .adapt = rs::aimd{.min = 1, .max = 10, .decrease = 0.5},
+                     .priorities = {.classes = 2, .reserved = {0, 0.3}}},
+                    sim.clock()};
+    journal j;
+    std::vector<call> calls{{.id = 100, .cls = 1, .hold = 10ms, .fail = true}};
+    for (int i = 1; i <= 8; ++i) // at 0, beside the failing call: 6 run (7 with it), 2 refused
+        calls.push_back({.id = i, .cls = 0, .hold = 5ms});
+    for (int i = 11; i <= 15; ++i) // at 20 ms, under a limit of 5
+        calls.push_back({.id = i, .arrive = 20ms, .cls = 0, .hold = 100ms});
+    calls.push_back({.id = 21, .arrive = 30ms, .cls = 1, .hold = 100ms});
+    calls.push_back({.id = 22, .arrive = 30ms, .cls = 1, .hold = 100ms});
+    spawn_all(sim, bh, j, calls);
+    sim.run_until(15ms);
+    CHECK(bh.limit() == 5);
+    sim.run_all();
+    for (int i = 1; i <= 6; ++i)
+        CHECK(j.ended[i] == ended{5ms, "value"});
+    CHECK(j.ended[7] == ended{0ms, "rejected no_capacity"});
+    CHECK(j.ended[8] == ended{0ms, "rejected no_capacity"});
+    for (int i = 11; i <= 14; ++i)
+        CHECK(j.ended[i] == ended{120ms, "value"});
+    CHECK(j.ended[15] == ended{20ms, "rejected no_capacity"});
+    CHECK(j.ended[21] == ended{130ms, "value"});
+    CHECK(j.ended[22] == ended{30ms, "rejected no_capacity"});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The rate limiter
+
+TEST_CASE("priorities: a rate limiter keeps the reserved share of its tokens for the higher class",
+          "[priorities]") {
+    // Ten tokens, 40% reserved for class 1: class 0 takes one only while five are there.
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{
+        {.token_limit = 10, .tokens_per_second = 10, .priorities = {.classes = 2, .reserved = {0, 0.4}}},
+        sim.clock()};
+    journal j;
+    std::vector<call> calls;
+    for (int i = 1; i <= 7; ++i)
+        calls.push_back({.id = i, .cls = 0});
+    for (int i = 11; i <= 15; ++i)
+        calls.push_back({.id = i, .cls = 1});
+    calls.push_back({.id = 21, .arrive = 150ms, .cls = 0}); // 1.5 tokens: no
+    calls.push_back({.id = 22, .arrive = 500ms, .cls = 0}); // 5 tokens: yes
+    spawn_all(sim, rl, j, calls);
+    sim.run_all();
+    for (int i = 1; i <= 6; ++i)
+        CHECK(j.ended[i].second == "value");
+    // Four tokens left, and five due at 100 ms: the bucket's instant is -400 ms.
+    CHECK(j.ended[7] == ended{0ms, "limited no_capacity 100000000ns"});
+    for (int i = 11; i <= 14; ++i)
+        CHECK(j.ended[i].second == "value");
+    CHECK(j.ended[15] == ended{0ms, "limited no_capacity 100000000ns"});
+    CHECK(j.ended[21] == ended{150ms, "limited no_capacity 350000000ns"});
+    CHECK(j.ended[22] == ended{500ms, "value"});
+}
+
+TEST_CASE("priorities: a rate limiter serves its queue highest class first, a newcomer in front taking the "
+          "turn",
+          "[priorities]") {
+    // One token every 100 ms. Each newcomer of a higher class queues in front of the one watching the
+    // clock and takes over.
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{
+        {.token_limit = 1, .tokens_per_second = 10, .queue_limit = 10, .priorities = {.classes = 3}},
+        sim.clock()};
+    journal j;
+    spawn_all(sim, rl, j,
+              {{.id = 1, .cls = 0},
+               {.id = 2, .arrive = 10ms, .cls = 0},
+               {.id = 3, .arrive = 20ms, .cls = 1},
+               {.id = 4, .arrive = 30ms, .cls = 0},
+               {.id = 5, .arrive = 40ms, .cls = 2},
+               {.id = 6, .arrive = 50ms, .cls = 1}});
+    sim.run_until(60ms);
+    CHECK(rl.queued() == 5);
+    sim.run_all();
+    CHECK(j.start_order() == std::vector<int>{1, 5, 3, 6, 2, 4});
+    CHECK(j.started_at(5) == 100ms);
+    CHECK(j.started_at(3) == 200ms);
+    CHECK(j.started_at(6) == 300ms);
+    CHECK(j.started_at(2) == 400ms);
+    CHECK(j.started_at(4) == 500ms);
+    CHECK(sim.now() == 500ms);
+    CHECK(rl.queued() == 0);
+}
+
+TEST_CASE("priorities: a rate limiter's waiter of a lower class waits for its share while a higher class "
+          "passes it",
+          "[priorities]") {
+    // Four tokens, half reserved for class 1: class 0 takes one only while three are there.
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.token_limit = 4,
+                         .tokens_per_second = 10,
+                         .queue_limit = 10,
+                         .priorities = {.classes = 2, .reserved = {0, 0.5}}},
+                        sim.clock()};
+    journal j;
+    spawn_all(sim, rl, j,
+              {{.id = 1, .cls = 0},
+               {.id = 2, .cls = 0},
+               {.id = 3, .cls = 0},                   // two left: waits for three, at 100 ms
+               {.id = 4, .arrive = 50ms, .cls = 1}}); // 2.5 there: takes one, so three only at 200 ms
+    sim.run_all();
+    CHECK(j.started_at(4) == 50ms);
+    CHECK(j.started_at(3) == 200ms);
+    CHECK(rl.queued() == 0);
+}
+
+TEST_CASE("priorities: a newcomer of a higher class displaces the waiter watching the clock from a full "
+          "rate limiter queue",
+          "[priorities]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{
+        {.token_limit = 1, .tokens_per_second = 10, .queue_limit = 1, .priorities = {.classes = 2}},
+        sim.clock()};
+    journal j;
+    spawn_all(sim, rl, j,
+              {{.id = 1, .cls = 0},
+               {.id = 2, .arrive = 10ms, .cls = 0},   // waits for the token due at 100 ms
+               {.id = 3, .arrive = 20ms, .cls = 1},   // displaces it, and waits for that token
+               {.id = 4, .arrive = 30ms, .cls = 0}}); // full, nobody below: refused
+    sim.run_all();
+    CHECK(j.ended[2] == ended{20ms, "limited queue_full 80000000ns"});
+    CHECK(j.ended[4] == ended{30ms, "limited queue_full 170000000ns"});
+    CHECK(j.ended[3] == ended{100ms, "value"});
+    CHECK(sim.now() == 100ms);
+}
+
+TEST_CASE("priorities: a rate limiter's waiter that lost its turn to a higher class is refused at its own "
+          "queue deadline",
+          "[priorities]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{{.token_limit = 1,
+                         .tokens_per_second = 10,
+                         .queue_limit = 10,
+                         .queue_timeout = 150ms,
+                         .priorities = {.classes = 2}},
+                        sim.clock()};
+    journal j;
+    spawn_all(sim, rl, j,
+              {{.id = 1, .cls = 0},
+               {.id = 2, .arrive = 10ms, .cls = 0},   // deadline 160 ms
+               {.id = 3, .arrive = 20ms, .cls = 1},   // takes the turn; the token at 100 ms
+               {.id = 4, .arrive = 30ms, .cls = 1}}); // deadline 180 ms, before its token at 200 ms
+    sim.run_all();
+    CHECK(j.ended[3] == ended{100ms, "value"});
+    // At 160 ms call 4 is ahead of it, and the bucket empty since 100 ms: its token at 300 ms.
+    CHECK(j.ended[2] == ended{160ms, "limited queue_timeout 140000000ns"});
+    CHECK(j.ended[4] == ended{180ms, "limited queue_timeout 20000000ns"});
+    CHECK(rl.queued() == 0);
+}
+
+TEST_CASE("priorities: a rate limiter's waiter that lost its turn leaves at once when its caller stops",
+          "[priorities]") {
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{
+        {.token_limit = 1, .tokens_per_second = 10, .queue_limit = 10, .priorities = {.classes = 2}},
+        sim.clock()};
+    journal j;
+    std::stop_source stop;
+    std::size_t queued_after_stop = 99;
+    spawn_all(sim, rl, j,
+              {{.id = 1, .cls = 0},
+               {.id = 2, .arrive = 10ms, .cls = 0, .stop = stop.get_token()},
+               {.id = 3, .arrive = 20ms, .cls = 1}});
+    sim.spawn(resilience_tests::stop_at(sim, stop, 50ms, rl, queued_after_stop));
+    sim.run_all();
+    CHECK(j.ended[2] == ended{50ms, "cancelled"});
+    CHECK(queued_after_stop == 1);
+    CHECK(j.ended[3] == ended{100ms, "value"});
+}
+
+TEST_CASE("priorities: a rate limiter's waiter given the turn loses it to a higher class before it runs, "
+          "and waits on",
+          "[priorities]") {
+    // At 100 ms call 2 takes the token and hands the turn to call 3, whose wake-up is posted; before
+    // call 3 runs, call 2's action makes a call of class 1 through the same limiter, which queues in
+    // front of it and takes the turn.
+    rs::testing::simulation sim;
+    rs::rate_limiter rl{
+        {.token_limit = 1, .tokens_per_second = 10, .queue_limit = 10, .priorities = {.classes = 2}},
+        sim.clock()};
+    journal j;
+    std::optional<std::pair<nanoseconds, std::string>> inner;
+    auto calls_inside = [&sim, &rl, &inner]() -> rs::task<int> {
+        auto action = []() -> rs::task<int> { co_return 0; };
+        auto r = co_await rl.execute_outcome(action, with_class(1));
+        inner = {sim.now(), how(r)};
+        co_return 2;
+    };
+    sim.spawn(client(sim, rl, j, {.id = 1, .cls = 0}));
+    sim.spawn([](rs::testing::simulation& sim, const rs::rate_limiter<rs::testing::virtual_clock>& rl,
+                 decltype(calls_inside)& action) -> rs::task<void> {
+        co_await sim.sleep_for(10ms);
+        (void)co_await rl.execute_outcome(action, with_class(0));
+    }(sim, rl, calls_inside));
+    sim.spawn(client(sim, rl, j, {.id = 3, .arrive = 20ms, .cls = 0}));
+    sim.run_all();
+    CHECK(inner == std::optional<std::pair<nanoseconds, std::string>>{{200ms, "value"}});
+    CHECK(j.ended[3] == ended{300ms, "value"});
+    CHECK(rl.queued() == 0);
+}
+
+TEST_CASE("priorities: a rate limiter's take is of the default class", "[priorities]") {
+    const auto takes = [](int default_class) {
+        rs::testing::simulation sim;
+        rs::rate_limiter rl{
+            {.token_limit = 2,
+             .tokens_per_second = 10,
+             .priorities = {.classes = 2, .reserved = {0, 0.5}, .default_class = default_class}},
+            sim.clock()};
+        std::vector<std::string> out;
+        for (int i = 0; i < 2; ++i) {
+            auto r = sim.run(rl.take_outcome());
+            out.push_back(r.has_value() ? "taken"
+                                        : std::to_string(
+                                              r.error().as<rs::rate_limited_error>()->retry_after().count()));
+        }
+        return out;
+    };
+    CHECK(takes(0) == std::vector<std::string>{"taken", "100000000"}); // class 0 leaves one
+    CHECK(takes(1) == std::vector<std::string>{"taken", "taken"});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The sliding window limiter
+
+TEST_CASE("priorities: a sliding window limiter keeps the reserved share of its permits, and its waiter "
+          "of a lower class gets one when its share is back",
+          "[priorities]") {
+    // Four permits a second in segments of 100 ms, half reserved for class 1: class 0 takes one only
+    // while three are free.
+    rs::testing::simulation sim;
+    rs::sliding_window_limiter sw{{.permit_limit = 4,
+                                   .window = 1s,
+                                   .segments = 10,
+                                   .queue_limit = 10,
+                                   .priorities = {.classes = 2, .reserved = {0, 0.5}}},
+                                  sim.clock()};
+    journal j;
+    spawn_all(sim, sw, j,
+              {{.id = 1, .cls = 0},
+               {.id = 2, .cls = 0},
+               {.id = 3, .cls = 0}, // two free: waits for three
+               {.id = 4, .arrive = 10ms, .cls = 1},
+               {.id = 5, .arrive = 20ms, .cls = 1}});
+    sim.run_until(30ms);
+    CHECK(sw.tokens() == 0.0);
+    CHECK(sw.queued() == 1);
+    sim.run_all();
+    CHECK(j.started_at(4) == 10ms);
+    CHECK(j.started_at(5) == 20ms);
+    // 1 and 2 come back at 1 s (two free), 4 and 5 at 1.1 s (counted at the 100 ms boundary).
+    CHECK(j.started_at(3) == 1100ms);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Options
+
+TEST_CASE("priorities: invalid priorities are refused at construction, naming the field and the value",
+          "[priorities]") {
+    struct bad {
+        rs::priority_classes p;
+        const char* field;
+        const char* value;
+    };
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const bad cases[] = {
+        {{.classes = 9}, "priorities.classes must be at most 8", "got 9"},
+        {{.classes = 2, .reserved = {0}},
+         "priorities.reserved must be empty or have one share per class (2)",
+         "got 1 shares"},
+        {{.classes = 2, .reserved = {0.1, 0.2}}, "priorities.reserved[0] must be 0", "got 0.1"},
+        {{.classes = 2, .reserved = {0, -0.5}}, "priorities.reserved[1] must be in [0, 1)", "got -0.5"},
+        {{.classes = 2, .reserved = {0, 1}}, "priorities.reserved[1] must be in [0, 1)", "got 1"},
+        {{.classes = 2, .reserved = {0, nan}}, "priorities.reserved[1] must be in [0, 1)", "got nan"},
+        {{.classes = 3, .reserved = {0, 0.5, 0.5}},
+         "priorities.reserved must add up to less than 1",
+         "got 1"},
+        {{.classes = 2, .default_class = 2},
+         "priorities.default_class must be a class, from 0 to 1",
+         "got 2"},
+        {{.classes = 2, .default_class = -1},
+         "priorities.default_class must be a class, from 0 to 1",
+         "got -1"},
+        {{.classes = 0, .reserved = {0}},
+         "priorities.reserved must be empty or have one share per class (0)",
+         "got 1 shares"},
+        {{.classes = 0, .default_class = 1},
+         "priorities.default_class must be a class, from 0 to 0",
+         "got 1"},
+    };
+    for (const bad& b : cases) {
+        INFO(b.field);
+        using Catch::Matchers::Contains;
+        CHECK_THAT(invalid_argument_message([&] { rs::bulkhead{{.name = "db", .priorities = b.p}}; }),
+                   Contains("bulkhead (db): ") && Contains(b.field) && Contains(b.value));
+        CHECK_THAT(invalid_argument_message([&] {
+                       rs::rate_limiter{{.token_limit = 1, .tokens_per_second = 1, .priorities = b.p}};
+                   }),
+                   Contains("rate_limiter: ") && Contains(b.field) && Contains(b.value));
+        CHECK_THAT(invalid_argument_message([&] {
+                       rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s, .priorities = b.p}};
+                   }),
+                   Contains("sliding_window_limiter: ") && Contains(b.field) && Contains(b.value));
+    }
+    // The edges that are fine.
+    CHECK_NOTHROW(rs::bulkhead{{.priorities = {.classes = 8, .default_class = 7}}});
+    CHECK_NOTHROW(rs::bulkhead{{.priorities = {.classes = 3, .reserved = {0, 0.49, 0.5}}}});
+    CHECK_NOTHROW(rs::bulkhead{{.priorities = {.classes = 1}}});
+}
+
+TEST_CASE("priorities: the reserve is the limit times the shares above, rounded down as written in decimal",
+          "[priorities]") {
+    const rs::detail::priority_table t{rs::priority_classes{.classes = 3, .reserved = {0, 0.29, 0.1}}};
+    CHECK(t.keep(0, 100) == 39); // 0.29 + 0.1 of 100, not 38.99999...
+    CHECK(t.keep(1, 100) == 10);
+    CHECK(t.keep(2, 100) == 0);
+    CHECK(t.keep(0, 2) == 0);
+    CHECK(t.keep(0, 3) == 1);
+    CHECK(t.keep(1, 1) == 0);
+    const rs::detail::priority_table off;
+    CHECK_FALSE(off.enabled());
+}
+
+TEST_CASE("priorities: reconfigure puts priorities in force for the next admission, and a waiter keeps its "
+          "class",
+          "[priorities]") {
+    SECTION("bulkhead") {
+        // Two slots; from 10 ms on, one is kept for class 1.
+        rs::testing::simulation sim;
+        rs::bulkhead bh{{.max_concurrent_calls = 2, .queue_limit = 10}, sim.clock()};
+        journal j;
+        spawn_all(sim, bh, j,
+                  {{.id = 1, .cls = 0, .hold = 100ms},
+                   {.id = 2, .arrive = 20ms, .cls = 0, .hold = 10ms},    // one taken: waits
+                   {.id = 3, .arrive = 30ms, .cls = 1, .hold = 100ms}}); // passes it
+        sim.spawn(
+            [](rs::testing::simulation& sim, rs::bulkhead<rs::testing::virtual_clock>& bh) -> rs::task<void> {
+                co_await sim.sleep_for(10ms);
+                bh.reconfigure({.max_concurrent_calls = 2,
+                                .queue_limit = 10,
+                                .priorities = {.classes = 2, .reserved = {0, 0.5}}});
+            }(sim, bh));
+        sim.run_all();
+        CHECK(j.started_at(3) == 30ms);
+        CHECK(j.started_at(2) == 130ms); // at 100 ms, 3 still holds the one slot class 0 may fill
+        CHECK(bh.options().priorities.classes == 2);
+    }
+    SECTION("rate limiter") {
+        // Four tokens, ten a second; from 10 ms on, two are kept for class 1.
+        rs::testing::simulation sim;
+        rs::rate_limiter rl{{.token_limit = 4, .tokens_per_second = 10, .queue_limit = 10}, sim.clock()};
+        journal j;
+        spawn_all(sim, rl, j,
+                  {{.id = 1, .cls = 0},
+                   {.id = 2, .arrive = 20ms, .cls = 0},   // 3.2 tokens: takes one
+                   {.id = 3, .arrive = 20ms, .cls = 0},   // 2.2: waits for three
+                   {.id = 4, .arrive = 50ms, .cls = 1}}); // 2.5: takes one, so three only at 200 ms
+        sim.spawn([](rs::testing::simulation& sim,
+                     rs::rate_limiter<rs::testing::virtual_clock>& rl) -> rs::task<void> {
+            co_await sim.sleep_for(10ms);
+            rl.reconfigure({.token_limit = 4,
+                            .tokens_per_second = 10,
+                            .queue_limit = 10,
+                            .priorities = {.classes = 2, .reserved = {0, 0.5}}});
+        }(sim, rl));
+        sim.run_all();
+        CHECK(j.started_at(2) == 20ms);
+        CHECK(j.started_at(4) == 50ms);
+        CHECK(j.started_at(3) == 200ms);
+        CHECK_THROWS_AS(
+            rl.reconfigure({.token_limit = 4, .tokens_per_second = 10, .priorities = {.classes = 9}}),
+            std::invalid_argument);
+        CHECK(rl.options().priorities.classes == 2); // the options in force stay
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reference models on seeded random scenarios
+//
+// The models, written from priority.hpp: a call of class k takes a slot (a permit) when nobody of
+// class k or above waits and, after it, the classes above keep floor(limit * their shares); else it
+// queues, highest class first, in arrival order within a class; a newcomer that finds the queue full
+// displaces the last waiter of the lowest class if that class is below its own, else is refused. A
+// freed slot goes to the front waiter when its class may take it. The limiter's front waiter takes its
+// permit as soon as its class may (at `available_at(now, keep)`); the deadlines of the waiters behind
+// it are watched too. Shares are drawn in quarters, so the models count reserves in whole numbers.
+// Instants keep to the grids of tests/models.hpp (arrivals at 1, stops at 250, deadlines at 501 mod
+// 1000 ns).
+
+namespace {
+
+struct ranked_call {
+    rm::ns arrive = 1;
+    rm::ns hold = 0; // bulkhead: how long the action runs once admitted
+    std::optional<rm::ns> stop_at{};
+    std::optional<int> cls{}; // the `rs::priority` property; none: unset
+};
+
+struct class_setup {
+    int classes = 1;
+    std::vector<int> quarters; // the share reserved for each class, in quarters (empty: none)
+    int default_class = 0;
+
+    rs::priority_classes options() const {
+        rs::priority_classes p{.classes = static_cast<std::size_t>(classes), .default_class = default_class};
+        for (int q : quarters)
+            p.reserved.push_back(q / 4.0);
+        return p;
+    }
+    int class_of(const ranked_call& c) const {
+        if (!c.cls)
+            return default_class;
+        return std::clamp(*c.cls, 0, classes - 1);
+    }
+    // What a call of class k leaves for the classes above.
+    rm::ns keep(int k, rm::ns limit) const {
+        rm::ns q = 0;
+        for (std::size_t j = static_cast<std::size_t>(k) + 1; j < quarters.size(); ++j)
+            q += quarters[j];
+        return limit * q / 4;
+    }
+    std::string text() const {
+        std::ostringstream out;
+        out << "classes=" << classes << " reserved(quarters)={";
+        for (int q : quarters)
+            out << q << ",";
+        out << "} default_class=" << default_class;
+        return out.str();
+    }
+};
+
+class_setup classes_of(rm::chooser& pick) {
+    class_setup s;
+    s.classes = static_cast<int>(pick.between(1, 3));
+    s.default_class = static_cast<int>(pick.between(0, s.classes - 1));
+    if (pick.coin(70)) {
+        int left = 3; // the shares add up to less than 1
+        s.quarters.push_back(0);
+        for (int k = 1; k < s.classes; ++k) {
+            const int q = static_cast<int>(pick.between(0, left));
+            s.quarters.push_back(q);
+            left -= q;
+        }
+    }
+    return s;
+}
+
+std::vector<ranked_call> ranked_calls(rm::chooser& pick, const class_setup& s, bool holds) {
+    std::vector<ranked_call> calls(static_cast<std::size_t>(pick.between(1, 14)));
+    const rm::ns unit = holds || pick.coin(50) ? 1'000 : 1'000'000;
+    rm::ns t = 0;
+    for (auto& c : calls) {
+        if (pick.coin(70))
+            t += pick.between(0, holds ? 200 : 400) * unit;
+        c.arrive = t + 1;
+        if (holds)
+            c.hold = pick.between(1, 400) * 1'000;
+        if (pick.coin(15))
+            c.stop_at = c.arrive + pick.between(0, 300) * unit + 249;
+        if (!pick.coin(20))
+            c.cls = static_cast<int>(pick.between(-1, s.classes));
+    }
+    return calls;
+}
+
+struct model_waiter {
+    int call;
+    int rank;
+    rm::ns deadline;
+};
+
+// Queues `w` behind every waiter of its class or above.
+void insert_ranked(std::vector<model_waiter>& queue, model_waiter w) {
+    auto at =
+        std::find_if(queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank < w.rank; });
+    queue.insert(at, w);
+}
+
+bool any_from(const std::vector<model_waiter>& queue, int rank) {
+    return std::any_of(queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank >= rank; });
+}
+
+std::vector<rm::event> model_ranked_bulkhead(rm::ns slots, std::size_t queue_limit,
+                                             std::optional<rm::ns> queue_timeout, const class_setup& cs,
+                                             const std::vector<ranked_call>& calls) {
+    std::vector<rm::event> out;
+    std::vector<model_waiter> queue;
+    std::vector<std::pair<rm::ns, int>> running; // (ends at, call), in admission order
+    rm::ns busy = 0;
+    const rm::ns forever = INT64_MAX;
+    const auto cap = [&](int rank) { return slots - cs.keep(rank, slots); };
+    const auto admit = [&](int id, rm::ns now) {
+        ++busy;
+        out.push_back({id, now, "admitted"});
+        running.emplace_back(now + calls[static_cast<std::size_t>(id)].hold, id);
+    };
+    const rm::call_instants instants = rm::instants_of(calls);
+    std::size_t a = 0, s = 0;
+    for (;;) {
+        rm::ns now = forever;
+        if (a < instants.arrivals.size())
+            now = std::min(now, instants.arrivals[a].first);
+        if (s < instants.stops.size())
+            now = std::min(now, instants.stops[s].first);
+        for (auto& r : running)
+            now = std::min(now, r.first);
+        for (auto& w : queue)
+            now = std::min(now, w.deadline);
+        if (now == forever)
+            break;
+        for (; a < instants.arrivals.size() && instants.arrivals[a].first == now; ++a) {
+            const int id = instants.arrivals[a].second;
+            const int k = cs.class_of(calls[static_cast<std::size_t>(id)]);
+            const model_waiter w{id, k, queue_timeout ? now + *queue_timeout : forever};
+            if (!any_from(queue, k) && busy < cap(k)) {
+                admit(id, now);
+            } else if (queue.size() >= queue_limit) {
+                if (!queue.empty() && queue.back().rank < k) {
+                    out.push_back({queue.back().call, now, "bulkhead_rejected", -1, "queue_full"});
+                    queue.pop_back();
+                    insert_ranked(queue, w);
+                } else {
+                    out.push_back(
+                        {id, now, "bulkhead_rejected", -1, queue_limit == 0 ? "no_capacity" : "queue_full"});
+                }
+            } else {
+                insert_ranked(queue, w);
+            }
+        }
+        for (; s < instants.stops.size() && instants.stops[s].first == now; ++s) {
+            const int id = instants.stops[s].second;
+            auto it = std::find_if(queue.begin(), queue.end(),
+                                   [id](const model_waiter& w) { return w.call == id; });
+            if (it != queue.end()) {
+                out.push_back({id, now, "cancelled"});
+                queue.erase(it);
+            }
+        }
+        for (std::size_t i = 0; i < running.size();) {
+            if (running[i].first != now) {
+                ++i;
+                continue;
+            }
+            out.push_back({running[i].second, now, "value"});
+            running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+            --busy;
+            if (!queue.empty() && busy < cap(queue.front().rank)) {
+                const int next = queue.front().call;
+                queue.erase(queue.begin());
+                admit(next, now);
+            }
+        }
+        for (auto it = queue.begin(); it != queue.end();) {
+            if (it->deadline == now) {
+                out.push_back({it->call, now, "bulkhead_rejected", -1, "queue_timeout"});
+                it = queue.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    return out;
+}
+
+// The limiters' model; `Meter` is tests/models.hpp's, `limit` what the shares are of.
+template <class Meter>
+std::vector<rm::event> model_ranked_limiter(Meter meter, rm::ns limit, std::size_t queue_limit,
+                                            std::optional<rm::ns> queue_timeout, const class_setup& cs,
+                                            const std::vector<ranked_call>& calls) {
+    std::vector<rm::event> out;
+    std::vector<model_waiter> queue;
+    const rm::ns forever = INT64_MAX;
+    const auto keep = [&](int rank) { return static_cast<std::size_t>(cs.keep(rank, limit)); };
+    const auto take = [&](rm::ns now, int rank) {
+        return meter.available_at(now, keep(rank)) <= now && meter.try_take(now);
+    };
+    const auto admitted = [&](int id, rm::ns now) {
+        out.push_back({id, now, "admitted"});
+        out.push_back({id, now, "value"});
+    };
+    const auto refused = [&](int id, rm::ns now, std::size_t ahead, int rank, const char* why) {
+        out.push_back({id, now, "rate_limited", meter.available_at(now, ahead + keep(rank)) - now, why});
+    };
+    // Serves the front waiter at `now` until it must wait; returns when it wants to look again.
+    const auto serve = [&](rm::ns now) -> rm::ns {
+        while (!queue.empty()) {
+            const model_waiter head = queue.front();
+            if (take(now, head.rank)) {
+                admitted(head.call, now);
+                queue.erase(queue.begin());
+                continue;
+            }
+            if (now >= head.deadline) {
+                refused(head.call, now, 0, head.rank, "queue_timeout");
+                queue.erase(queue.begin());
+                continue;
+            }
+            rm::ns wake = std::min(head.deadline, meter.available_at(now, keep(head.rank)));
+            if (any_from(queue, 1)) {
+                for (std::size_t i = 1; i < queue.size();) {
+                    if (queue[i].deadline <= now) {
+                        refused(queue[i].call, now, i, queue[i].rank, "queue_timeout");
+                        queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+                    } else {
+                        wake = std::min(wake, queue[i].deadline);
+                        ++i;
+                    }
+                }
+            }
+            return wake;
+        }
+        return forever;
+    };
+    const rm::call_instants instants = rm::instants_of(calls);
+    std::size_t a = 0, s = 0;
+    rm::ns wake = forever;
+    for (;;) {
+        rm::ns now = wake;
+        if (a < instants.arrivals.size())
+            now = std::min(now, instants.arrivals[a].first);
+        if (s < instants.stops.size())
+            now = std::min(now, instants.stops[s].first);
+        if (now == forever)
+            break;
+        for (; a < instants.arrivals.size() && instants.arrivals[a].first == now; ++a) {
+            const int id = instants.arrivals[a].second;
+            const int k = cs.class_of(calls[static_cast<std::size_t>(id)]);
+            const model_waiter w{id, k, queue_timeout ? now + *queue_timeout : forever};
+            if (!any_from(queue, k) && take(now, k)) {
+                admitted(id, now);
+            } else if (queue.size() >= queue_limit) {
+                if (!queue.empty() && queue.back().rank < k) {
+                    refused(queue.back().call, now, queue.size() - 1, queue.back().rank, "queue_full");
+                    queue.pop_back();
+                    insert_ranked(queue, w);
+                } else {
+                    const auto ahead = static_cast<std::size_t>(std::count_if(
+                        queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank >= k; }));
+                    refused(id, now, ahead, k, queue_limit == 0 ? "no_capacity" : "queue_full");
+                }
+            } else {
+                insert_ranked(queue, w);
+            }
+        }
+        for (; s < instants.stops.size() && instants.stops[s].first == now; ++s) {
+            const int id = instants.stops[s].second;
+            auto it = std::find_if(queue.begin(), queue.end(),
+                                   [id](const model_waiter& w) { return w.call == id; });
+            if (it != queue.end()) {
+                out.push_back({id, now, "cancelled"});
+                queue.erase(it);
+            }
+        }
+        wake = serve(now);
+    }
+    return out;
+}
+
+// Plays `calls` through `policy` (on `sim`'s clock), writing down when each action started and how
+// each call ended.
+template <class Policy>
+std::vector<rm::event> run_ranked(rs::testing::simulation& sim, const Policy& policy,
+                                  const std::vector<ranked_call>& calls) {
+    return rm::run_calls(
+        sim, calls,
+        [&](std::vector<rm::event>& out, int id, const ranked_call& c,
+            std::stop_token stop) -> rs::task<void> {
+            auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
+                out.push_back({id, sim.now().count(), "admitted"});
+                if (hold > 0)
+                    co_await sim.sleep_for(nanoseconds{hold}); // ignores stop: it holds its slot
+                co_return id;
+            };
+            const auto r = co_await policy.execute_outcome(std::move(action), with_class(c.cls, stop));
+            const rm::ns now = sim.now().count();
+            if (r.has_value())
+                out.push_back({id, now, "value"});
+            else if (auto* e = r.error().template as<rs::bulkhead_rejected_error>())
+                out.push_back({id, now, "bulkhead_rejected", -1, rm::reason_name(e->reason())});
+            else if (auto* e = r.error().template as<rs::rate_limited_error>())
+                out.push_back(
+                    {id, now, "rate_limited", e->retry_after().count(), rm::reason_name(e->reason())});
+            else if (rs::is_cancellation(r.error()))
+                out.push_back({id, now, "cancelled"});
+            else
+                out.push_back({id, now, "unexpected failure"});
+        });
+}
+
+// The model's trace against the policy's, called directly or through `any_policy` (its `run`).
+template <class Model, class Make>
+rm::comparison compare(std::string setup, rm::chooser& pick, Model model, Make make,
+                       const std::vector<ranked_call>& calls) {
+    const bool through_any = pick.coin(30);
+    rm::comparison c;
+    c.setup = std::move(setup) + (through_any ? " route=any_policy" : " route=direct");
+    c.expected = rm::sorted(model());
+    rs::testing::simulation sim;
+    const auto policy = make(sim);
+    c.actual = rm::sorted(through_any ? run_ranked(sim, rs::any_policy<int>{policy}, calls)
+                                      : run_ranked(sim, policy, calls));
+    return c;
+}
+
+std::string timeout_text(std::optional<rm::ns> t) {
+    return t ? std::to_string(*t) + "ns" : "none";
+}
+
+rm::comparison check_ranked_bulkhead(rm::chooser& pick) {
+    const class_setup cs = classes_of(pick);
+    const rm::ns slots = pick.between(1, 6);
+    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+    std::optional<rm::ns>
+        queue_timeout; // assigned, not made by ?: (g++ 12 -O2 sees it as maybe uninitialized)
+    if (pick.coin(40))
+        queue_timeout = pick.between(0, 300) * 1'000 + 500;
+    const std::vector<ranked_call> calls = ranked_calls(pick, cs, true);
+    std::ostringstream setup;
+    setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
+          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text();
+    return compare(
+        setup.str(), pick,
+        [&] { return model_ranked_bulkhead(slots, queue_limit, queue_timeout, cs, calls); },
+        [&](rs::testing::simulation& sim) {
+            return rs::bulkhead{{.max_concurrent_calls = static_cast<std::size_t>(slots),
+                                 .queue_limit = queue_limit,
+                                 .queue_timeout = rm::as_duration(queue_timeout),
+                                 .priorities = cs.options()},
+                                sim.clock()};
+        },
+        calls);
+}
+
+rm::comparison check_ranked_token_bucket(rm::chooser& pick) {
+    static constexpr rm::ns rates[] = {1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 1000, 1'000'000};
+    const class_setup cs = classes_of(pick);
+    const rm::ns tokens = pick.between(1, 6);
+    const rm::ns rate = pick.pick(rates);
+    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
+    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false);
+    std::ostringstream setup;
+    setup << "token_limit=" << tokens << " tokens_per_second=" << rate << " queue_limit=" << queue_limit
+          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text();
+    return compare(
+        setup.str(), pick,
+        [&] {
+            return model_ranked_limiter(rm::token_bucket_meter{tokens, 1'000'000'000 / rate}, tokens,
+                                        queue_limit, queue_timeout, cs, calls);
+        },
+        [&](rs::testing::simulation& sim) {
+            return rs::rate_limiter{{.token_limit = static_cast<std::size_t>(tokens),
+                                     .tokens_per_second = static_cast<double>(rate),
+                                     .queue_limit = queue_limit,
+                                     .queue_timeout = rm::as_duration(queue_timeout),
+                                     .priorities = cs.options()},
+                                    sim.clock()};
+        },
+        calls);
+}
+
+rm::comparison check_ranked_sliding_window(rm::chooser& pick) {
+    static constexpr rm::ns windows[] = {1'000'000'000, 100'000'000, 999'999'999,
+                                         1'000'000'007, 3'000'000,   7'000};
+    const class_setup cs = classes_of(pick);
+    const rm::ns permits = pick.between(1, 6);
+    const rm::ns window = pick.pick(windows);
+    const rm::ns segments = pick.between(1, 7);
+    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
+    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
+    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false);
+    std::ostringstream setup;
+    setup << "permit_limit=" << permits << " window=" << window << "ns segments=" << segments
+          << " queue_limit=" << queue_limit << " queue_timeout=" << timeout_text(queue_timeout) << " "
+          << cs.text();
+    return compare(
+        setup.str(), pick,
+        [&] {
+            return model_ranked_limiter(rm::sliding_window_meter{permits, window, segments}, permits,
+                                        queue_limit, queue_timeout, cs, calls);
+        },
+        [&](rs::testing::simulation& sim) {
+            return rs::sliding_window_limiter{{.permit_limit = static_cast<std::size_t>(permits),
+                                               .window = nanoseconds{window},
+                                               .segments = static_cast<std::size_t>(segments),
+                                               .queue_limit = queue_limit,
+                                               .queue_timeout = rm::as_duration(queue_timeout),
+                                               .priorities = cs.options()},
+                                              sim.clock()};
+        },
+        calls);
+}
+
+} // namespace
+
+TEST_CASE("model: a bulkhead with priorities admits, queues, displaces and refuses as its model",
+          "[priorities][model]") {
+    rm::run_scenarios(400, check_ranked_bulkhead);
+}
+
+TEST_CASE("model: a token bucket with priorities admits, queues, displaces and refuses as its model",
+          "[priorities][model]") {
+    rm::run_scenarios(400, check_ranked_token_bucket);
+}
+
+TEST_CASE("model: a sliding window with priorities admits, queues, displaces and refuses as its model",
+          "[priorities][model]") {
+    rm::run_scenarios(400, check_ranked_sliding_window);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Threads
+
+namespace {
+
+struct shared_tally {
+    std::atomic<int> running{0}, peak{0};
+    resilience_tests::call_tally<rs::bulkhead_rejected_error> calls;
+    explicit shared_tally(std::size_t n) : calls(n) {}
+};
+
+void raise_to(std::atomic<int>& peak, int v) {
+    int seen = peak.load();
+    while (v > seen && !peak.compare_exchange_weak(seen, v)) {
+    }
+}
+
+template <class Policy, class Tally>
+rs::task<void> threaded_call(const Policy& p, Tally& t, std::size_t id, std::stop_token stop) {
+    auto action = [&t, id]() -> rs::task<int> {
+        raise_to(t.peak, ++t.running);
+        for (std::size_t i = 0; i < id % 3; ++i)
+            co_await resilience_tests::yield_now{};
+        --t.running;
+        co_return 1;
+    };
+    auto r =
+        co_await p.execute_outcome(std::move(action), with_class(static_cast<int>(id % 3), std::move(stop)));
+    t.calls.record(id, r);
+}
+
+} // namespace
+
+TEST_CASE("priorities: a bulkhead with priorities shared by loops on four threads never runs more than its "
+          "limit, and every call ends once",
+          "[priorities][concurrency]") {
+    const std::size_t queue_limit = GENERATE(std::size_t{0}, std::size_t{3}, std::size_t{100000});
+    constexpr std::size_t loops = 4, per_loop = 2000, total = loops * per_loop;
+    rs::bulkhead bh{{.max_concurrent_calls = 3,
+                     .queue_limit = queue_limit,
+                     .priorities = {.classes = 3, .reserved = {0, 0.34, 0.34}}}};
+    shared_tally t{total};
+    std::vector<std::stop_source> stops(total);
+    rs::event_loop l0, l1, l2, l3;
+    rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
+    for (std::size_t i = 0; i < per_loop; ++i)
+        for (std::size_t l = 0; l < loops; ++l) {
+            const std::size_t id = l * per_loop + i;
+            all[l]->spawn(threaded_call(bh, t, id, stops[id].get_token()));
+            if (id % 7 == 0) // stopped from another loop, at an unpredictable moment
+                all[(l + 1) % loops]->spawn(
+                    resilience_tests::stop_after_yields(stops[id], static_cast<int>(i % 3)));
+        }
+    resilience_tests::run_on_threads(l0, l1, l2, l3);
+
+    CHECK(t.peak.load() <= 3);
+    CHECK(t.running.load() == 0);
+    CHECK(t.calls.values + t.calls.refused + t.calls.cancelled == static_cast<int>(total));
+    CHECK(t.calls.values > 0);
+    if (queue_limit < total)
+        CHECK(t.calls.refused > 0);
+    CHECK(t.calls.failed == 0);
+    REQUIRE(t.calls.completions.exactly_once() == total);
+    CHECK(bh.in_flight() == 0);
+    CHECK(bh.queued() == 0);
+}
+
+TEST_CASE("priorities: a rate limiter with priorities shared by loops on four threads grants at most its "
+          "tokens, and every call ends once",
+          "[priorities][concurrency]") {
+    // A bucket that barely refills: the first tokens go at once, the waiters take turns watching the
+    // clock, lose them to newcomers of higher classes, are displaced or time out.
+    struct limited_tally {
+        std::atomic<int> running{0}, peak{0};
+        resilience_tests::call_tally<rs::rate_limited_error> calls;
+        explicit limited_tally(std::size_t n) : calls(n) {}
+    };
+    constexpr std::size_t loops = 4, per_loop = 500, total = loops * per_loop, tokens = 40;
+    rs::rate_limiter rl{{.token_limit = tokens,
+                         .tokens_per_second = 1e-6,
+                         .queue_limit = 16,
+                         .queue_timeout = 2ms,
+                         .priorities = {.classes = 3, .reserved = {0, 0.25, 0.25}}}};
+    limited_tally t{total};
+    std::vector<std::stop_source> stops(total);
+    rs::event_loop l0, l1, l2, l3;
+    rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
+    for (std::size_t i = 0; i < per_loop; ++i)
+        for (std::size_t l = 0; l < loops; ++l) {
+            const std::size_t id = l * per_loop + i;
+            all[l]->spawn(threaded_call(rl, t, id, stops[id].get_token()));
+            if (id % 5 == 0)
+                all[(l + 2) % loops]->spawn(
+                    resilience_tests::stop_after_yields(stops[id], static_cast<int>(i % 4)));
+        }
+    resilience_tests::run_on_threads(l0, l1, l2, l3);
+
+    CHECK(t.calls.values <= static_cast<int>(tokens));
+    CHECK(t.calls.values >= 1);
+    CHECK(t.calls.values + t.calls.refused + t.calls.cancelled == static_cast<int>(total));
+    CHECK(t.calls.refused > 0);
+    CHECK(t.calls.failed == 0);
+    REQUIRE(t.calls.completions.exactly_once() == total);
+    CHECK(rl.queued() == 0);
+}
+
+} // namespace test_priorities
