@@ -756,6 +756,29 @@ TEST_CASE("reconfigure: a registry entry is reconfigured in place, seen by every
     CHECK(api.tokens() == 4.0);
 }
 
+TEST_CASE("reconfigure: a registry entry's callbacks run by its reconfiguration may use the registry",
+          "[reconfigure][registry]") {
+    simulation sim;
+    rs::registry<vclock> policies{{}, sim.clock()};
+    const auto b = policies.breaker("payments", {.failure_threshold = 1, .break_duration = 1s, .probes = 2});
+    CHECK(sim.run(b.execute_outcome(fail_after<>{&sim})).has_failure());
+    sim.run_until(1s);
+    CHECK(sim.run(b.execute_outcome(ok_after{&sim, 1s})).has_value()); // one probe of two passed
+    REQUIRE(b.state() == circuit_state::half_open);
+    std::size_t entries_seen = 0;
+    // One probe is enough now: the reconfiguration closes the circuit, and the callback it runs looks at
+    // the registry (whose lock the reconfiguration must not hold then).
+    CHECK(policies.reconfigure(
+        "payments", rs::circuit_breaker_options{.failure_threshold = 1,
+                                                .break_duration = 1s,
+                                                .probes = 1,
+                                                .on_state_change = [&](const rs::state_change_event&) {
+                                                    entries_seen = policies.snapshot().size();
+                                                }}));
+    CHECK(b.state() == circuit_state::closed);
+    CHECK(entries_seen == 1);
+}
+
 TEST_CASE("reconfigure: a registry entry that does not exist yet is made from the options, which rule later "
           "lookups",
           "[reconfigure][registry]") {

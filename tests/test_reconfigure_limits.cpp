@@ -337,6 +337,31 @@ TEST_CASE("adaptive limit reconfigure: the gradient's estimate carries over, cla
     CHECK(bh.limit() == 12);
 }
 
+TEST_CASE("adaptive limit reconfigure: a call admitted under an AIMD moves no AIMD made after it, even with "
+          "no algorithm or a gradient between",
+          "[bulkhead][adaptive][reconfigure]") {
+    const rs::adaptive_limit between[] = {rs::adaptive_limit{}, rs::gradient{.min = 1, .max = 10}};
+    for (const rs::adaptive_limit& middle : between) {
+        rs::testing::simulation sim;
+        const auto overload = [](const rs::failure& f) { return f.is<overloaded>(); };
+        rs::bulkhead bh{{.max_concurrent_calls = 8,
+                         .adapt = rs::aimd{.min = 1, .max = 10, .decrease = 0.5, .should_handle = overload}},
+                        sim.clock()};
+        journal j;
+        sim.spawn(call(sim, bh, j, 1, 0ms, 100ms, true)); // admitted under the first AIMD, fails at 100ms
+        sim.spawn(
+            reconfigure_at(sim, bh, 10ms, rs::bulkhead_options{.max_concurrent_calls = 8, .adapt = middle}));
+        sim.spawn(reconfigure_at(
+            sim, bh, 20ms,
+            rs::bulkhead_options{
+                .max_concurrent_calls = 8,
+                .adapt = rs::aimd{.min = 1, .max = 10, .decrease = 0.5, .should_handle = overload}}));
+        sim.run_all();
+        CHECK(j.started[1] == 0ms);
+        CHECK(bh.limit() == 8); // the failure of the call admitted before did not halve the new AIMD
+    }
+}
+
 TEST_CASE("adaptive limit reconfigure: bounds that raise the limit admit queued waiters at once",
           "[bulkhead][adaptive][reconfigure]") {
     rs::testing::simulation sim;

@@ -334,9 +334,12 @@ public:
         }
         const bool was = adaptive();
         const std::size_t from = was ? limit() : start;
-        const std::uint64_t next_epoch = was ? epoch() + 1 : 0;
+        // A new AIMD starts past every epoch an AIMD of this bulkhead has had, whatever came between
+        // (a gradient, or no algorithm at all), so that no call admitted before matches it.
+        if (was)
+            epochs_past_ = std::max(epochs_past_, epoch());
         if (a)
-            impl_.emplace<aimd_limit>(*a, std::clamp(from, a->min, a->max), next_epoch);
+            impl_.emplace<aimd_limit>(*a, std::clamp(from, a->min, a->max), ++epochs_past_);
         else if (g)
             impl_.emplace<gradient_limit>(*g, std::clamp(from, g->min, g->max));
         else
@@ -364,6 +367,8 @@ public:
 
 private:
     std::variant<std::monostate, aimd_limit, gradient_limit> impl_;
+    std::uint64_t epochs_past_ =
+        0; // the latest epoch of any AIMD this algorithm has been (see `reconfigure`)
 };
 
 /// The `should_handle` of the algorithm `adapt` chose, or null for none.

@@ -216,7 +216,8 @@ public:
     }
 
     /// Counts an accept at `read`, of a call admitted under `own`: none if the window it was counted
-    /// in has been replaced since.
+    /// in has been replaced since. An accept counted without the lock at the very moment of the
+    /// replacement may land in the new window: a count off by one there, aged out with the window.
     void accept(const throttle_config& own, time_point read) {
         if (config()->window_epoch != own.window_epoch) [[unlikely]]
             return;

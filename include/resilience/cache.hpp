@@ -577,9 +577,17 @@ private:
         const detail::listener_ref heard = state::own_listener(cfg);
         arrival a = st->arrive(cfg, key, st->clock.now(), heard, 1, loop != nullptr);
         if (a.how == route::background) {
+            std::optional<background_mark> mark;
             try {
-                loop->spawn(background_refresh(background_mark{st, key}, &cfg, std::move(action)));
-            } catch (...) { // no memory to start it: the mark is gone with it, a later caller tries again
+                mark.emplace(st, key);
+            } catch (...) { // the key could not be copied: unmark it, a later caller tries again
+                st->end_background(key);
+            }
+            if (mark) {
+                try {
+                    loop->spawn(background_refresh(std::move(*mark), &cfg, std::move(action)));
+                } catch (...) { // no memory to start it: the mark is gone with it, a later caller tries again
+                }
             }
         }
         if (a.how != route::refresh)

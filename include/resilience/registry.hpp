@@ -488,20 +488,28 @@ private:
         return options;
     }
 
-    // Under the registry's lock, so that a lookup making the entry at the same time cannot make a
-    // second one: the entry is reconfigured, or made, exactly once.
+    // The entry is reconfigured, or made, exactly once; the reconfiguration itself runs without the
+    // registry's lock, since it may run user code (a breaker's `on_state_change`, a waiter it admits)
+    // that looks something up here. A lookup that makes the entry meanwhile is reconfigured after.
     template <class Handle, class Options>
     bool reconfigure_plain(std::string_view name, Options options) {
-        std::lock_guard lock(mutex_);
-        auto& entries = slot_of<Handle>().plain;
-        if (auto found = entries.find(name); found != entries.end()) {
-            Handle h = found->second;
-            h.reconfigure(labelled<Handle>(std::move(options), std::string(name)));
-            return true;
+        std::optional<Handle> existing;
+        {
+            std::lock_guard lock(mutex_);
+            auto& entries = slot_of<Handle>().plain;
+            if (auto found = entries.find(name); found != entries.end())
+                existing = found->second;
         }
-        Handle h = make<Handle>(std::move(options), std::string(name));
-        entries.emplace(std::string(name), h);
-        return false;
+        if (!existing) {
+            Handle made = make<Handle>(options, std::string(name)); // checks the options; may throw
+            std::lock_guard lock(mutex_);
+            auto [at, inserted] = slot_of<Handle>().plain.emplace(std::string(name), made);
+            if (inserted)
+                return false;
+            existing = at->second;
+        }
+        existing->reconfigure(labelled<Handle>(std::move(options), std::string(name)));
+        return true;
     }
 
     template <class Handle, class Options>
