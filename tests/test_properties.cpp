@@ -270,8 +270,11 @@ TEST_CASE(
 
     heard.clear();
     scripted_action slow{sim.clock(), script<int>{.latency = 100ms, .value = 1}};
-    sim.spawn(
-        [&]() -> rs::task<void> { (void)co_await bulkhead.execute_outcome(slow, with_id("holder")); }());
+    // Named: a coroutine lambda's captures live in the lambda object, which must outlive the call.
+    const auto hold_the_slot = [&]() -> rs::task<void> {
+        (void)co_await bulkhead.execute_outcome(slow, with_id("holder"));
+    };
+    sim.spawn(hold_the_slot());
     sim.run_for(1ms);
     (void)sim.run(bulkhead.execute_outcome(slow, with_id("refused")));
     (void)sim.run(limiter.execute_outcome(slow, with_id("admitted")));
