@@ -4,6 +4,10 @@
 /// expired one is refreshed by one call that concurrent callers join (a `single_flight` per key),
 /// and a stale value may answer meanwhile (stale-while-revalidate) or in place of a failed refresh
 /// (stale-if-error), as HTTP's RFC 5861 lets a cache do. docs/cache.md has the whole story.
+///
+/// Kept whole (about 690 lines): the handle, its shared state's call paths (arrive, refresh, deliver,
+/// the background refresh) and the policy form share one lock and one options block per call, and read
+/// best together. The entry table, its eviction and the option checks are in detail/cache_state.hpp.
 #pragma once
 
 #include "classifier.hpp"

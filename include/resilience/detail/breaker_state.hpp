@@ -2,7 +2,9 @@
 /// \file detail/breaker_state.hpp
 /// `breaker_core`: the state the copies of a `circuit_breaker` share, and its state machine
 /// (admission in each state, half-open probes, recording results, telling of changes). One
-/// algorithm, kept whole: its locking rules hold across every member.
+/// algorithm, kept whole (about 670 lines): its locking rules and its reconfiguration (which options
+/// block each step reads) hold across every member, and splitting it would scatter them. The window
+/// and the per-call part are already apart (breaker_window.hpp, breaker_call.hpp).
 #pragma once
 
 #include "../circuit_breaker.hpp" // the options and the state; includes this file back at its end
