@@ -160,6 +160,7 @@ foreach(file
         share/resilience/copyright
         share/resilience/integrations/common.cmake
         share/resilience/integrations/asio.cmake
+        share/resilience/integrations/redis.cmake
         include/resilience/resilience.hpp
         include/resilience/asio/clock.hpp
         include/resilience/asio/flavour/clock.hpp

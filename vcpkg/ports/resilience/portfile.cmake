@@ -24,6 +24,13 @@ vcpkg_cmake_configure(
         -DRESILIENCE_BUILD_BENCH=OFF
         -DRESILIENCE_USE_CCACHE=OFF
         -DRESILIENCE_INSTALL=ON
+        # The package makes the integrations' targets on the consumer's machine (cmake/integrations); the
+        # build's own would only cost their lookups.
+        -DRESILIENCE_ASIO=OFF
+        -DRESILIENCE_BOOST_ASIO=OFF
+        -DRESILIENCE_REDIS=OFF
+        -DRESILIENCE_PROMETHEUS=OFF
+        -DRESILIENCE_GRPC=OFF
         # vcpkg's layout: the package files straight in share/resilience, so the fixup moves nothing.
         -DRESILIENCE_INSTALL_CMAKEDIR=share/resilience
 )
