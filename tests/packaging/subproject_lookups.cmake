@@ -11,7 +11,8 @@
 #     (what `scripts/dev` relies on, on a machine without some of the packages).
 #
 # Inputs (-D): RESILIENCE_SOURCE_DIR, PARENT_SOURCE_DIR, WORK_DIR; optional: GENERATOR, MAKE_PROGRAM,
-#              CXX_COMPILER.
+#              CXX_COMPILER, and HAVE_REDIS, HAVE_PROMETHEUS (whether this machine has those integrations'
+#              dependencies: the cases that ask for one run only then).
 cmake_minimum_required(VERSION 3.21)
 
 foreach(var RESILIENCE_SOURCE_DIR PARENT_SOURCE_DIR WORK_DIR)
@@ -113,14 +114,22 @@ check_lookups(default "${threads}")
 check_quiet(default "${default_output}")
 message(STATUS "subproject_lookups: by default a subproject looks up only Threads and makes no integration")
 
-configure_parent(redis redis -DRESILIENCE_REDIS=ON)
-check_lookups(redis "${threads}" "find_path\\(RESILIENCE_ASIO_INCLUDE_DIR " "find_path\\(RESILIENCE_HIREDIS_INCLUDE_DIR "
-    "find_library\\(RESILIENCE_HIREDIS_LIBRARY ")
-message(STATUS "subproject_lookups: -DRESILIENCE_REDIS=ON makes resilience::redis and looks up only its dependencies")
+if(HAVE_REDIS)
+    configure_parent(redis redis -DRESILIENCE_REDIS=ON)
+    check_lookups(redis "${threads}" "find_path\\(RESILIENCE_ASIO_INCLUDE_DIR " "find_path\\(RESILIENCE_HIREDIS_INCLUDE_DIR "
+        "find_library\\(RESILIENCE_HIREDIS_LIBRARY ")
+    message(STATUS "subproject_lookups: -DRESILIENCE_REDIS=ON makes resilience::redis and looks up only its dependencies")
+else()
+    message(STATUS "subproject_lookups: no Asio and hiredis here, -DRESILIENCE_REDIS=ON not tried")
+endif()
 
-configure_parent(asked-by-set prometheus -DPARENT_ASKS=RESILIENCE_PROMETHEUS)
-check_lookups(asked-by-set "${threads}" "find_package\\(prometheus-cpp ")
-message(STATUS "subproject_lookups: set(RESILIENCE_PROMETHEUS ON) in the parent makes resilience::prometheus alone")
+if(HAVE_PROMETHEUS)
+    configure_parent(asked-by-set prometheus -DPARENT_ASKS=RESILIENCE_PROMETHEUS)
+    check_lookups(asked-by-set "${threads}" "find_package\\(prometheus-cpp ")
+    message(STATUS "subproject_lookups: set(RESILIENCE_PROMETHEUS ON) in the parent makes resilience::prometheus alone")
+else()
+    message(STATUS "subproject_lookups: no prometheus-cpp here, set(RESILIENCE_PROMETHEUS ON) not tried")
+endif()
 
 configure(missing result output -S "${PARENT_SOURCE_DIR}" "-DRESILIENCE_SOURCE_DIR=${RESILIENCE_SOURCE_DIR}"
     -DRESILIENCE_PROMETHEUS=ON -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON)
