@@ -376,6 +376,7 @@ public:
             node_.state = owner_.enqueue_locked(node_);
             if constexpr (requires { owner_.take_deferred_locked(later); })
                 owner_.take_deferred_locked(later);
+            entered_ = true;
             suspend = suspended_ = node_.state == waiter_state::queued;
         }
         // Once the mutex is released the node may be woken at any time: nothing below touches it.
@@ -390,6 +391,12 @@ public:
         suspended_ = false;
         // Waits for a stop callback running on another thread, so it is done with the node.
         stop_.reset();
+        if (!entered_)
+            return node_.state; // decided here, under the mutex or before anyone saw the node
+        // Once queued, the node's state is another thread's to write (its grant, a `turn` passed on,
+        // and taken back by a newcomer of a higher class even after this resumed): read under the
+        // mutex it is written under, which also orders what the writer set beside it (`retry_after`).
+        std::lock_guard lock(owner_.mutex);
         return node_.state;
     }
 
@@ -404,6 +411,7 @@ private:
     const std::stop_token& token_;
     std::optional<std::stop_callback<on_stop>> stop_;
     bool suspended_ = false; ///< written under the owner's mutex before the node can be woken
+    bool entered_ = false;   ///< the node went into the queue: others write its state from then on
 };
 
 } // namespace resilience::detail
