@@ -143,7 +143,8 @@ struct retry_options {
 /// Each attempt sees `ctx.with_attempt(n)` (n = 1, 2, ...). The success path calls no
 /// `std::function`, touches no type-erased object and allocates nothing; the backoff, the
 /// classifier and the callbacks are consulted only after an attempt failed (an outcome
-/// classifier, which judges values, is the one exception: it is asked about successes too).
+/// classifier, which judges values, is the one exception: it is asked about successes too). The
+/// classifier judges the last attempt as well, for its `attempt` event's `handled`.
 /// Decorrelated jitter needs the previous wait of the same call: the retry keeps it in the
 /// call's own frame, so one retry serves any number of concurrent calls.
 ///
