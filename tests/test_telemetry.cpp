@@ -459,6 +459,7 @@ TEST_CASE("telemetry: a hedge whose budget refuses an extra attempt reports a re
     CHECK(rec.events[0].attempt == 2);
     CHECK(rec.events[0].at == 100ms);
     CHECK_FALSE(rec.events[0].error);
+    CHECK_FALSE(rec.events[0].handled); // the delay asked for it, not an outcome
     CHECK(slow.calls() == 1);
 }
 
@@ -559,6 +560,18 @@ TEST_CASE("telemetry: a hedge brought forward by a handled outcome says so", "[t
     CHECK(rec.events[0].at == 10ms);
     CHECK(rec.events[0].error_is<rs::testing::scripted_failure>());
     CHECK(rec.events[0].handled);
+
+    // The same failure asking a budget that refuses: the rejection says it was handled.
+    recorder refused;
+    rs::retry_budget budget{{.ratio = 0.1, .capacity = 1}};
+    REQUIRE(budget.try_withdraw()); // empty
+    const rs::hedge broke{{.max_attempts = 2, .delay = 1s, .budget = budget, .telemetry = refused.listener()},
+                          sim.clock()};
+    scripted_action once{sim.clock(), script<int>{.failures = 1, .latency = 10ms, .value = 4}};
+    CHECK_THROWS_AS(sim.run(broke.execute(once)), rs::testing::scripted_failure);
+    REQUIRE(refused.kinds() == std::vector{telemetry_kind::rejection});
+    CHECK(refused.events[0].policy == "retry_budget");
+    CHECK(refused.events[0].handled);
 }
 
 TEST_CASE("telemetry: a call's event says whether the stage's should_handle handled its outcome",
