@@ -56,14 +56,15 @@ int main(int argc, char** argv) {
     std::cout << text;
 
     const bool ok =
-        text.find("resilience_call_duration_seconds_count{name=\"quotes\",outcome=\"success\",policy="
-                  "\"telemetry\"} "
-                  "20\n") != std::string::npos &&
+        text.find("resilience_call_duration_seconds_count{handled=\"false\",name=\"quotes\",outcome="
+                  "\"success\",policy=\"telemetry\"} 20\n") != std::string::npos &&
         text.find("resilience_events_total{event=\"timeout\",name=\"quotes\",policy=\"timeout\"} 4\n") !=
             std::string::npos &&
         text.find("resilience_events_total{event=\"retry\",name=\"quotes\",policy=\"retry\"} 4\n") !=
             std::string::npos &&
-        text.find("resilience_circuit_state{name=\"prices\",state=\"closed\"} 1\n") != std::string::npos;
+        text.find(
+            "resilience_circuit_state{name=\"prices\",policy=\"circuit_breaker\",state=\"closed\"} 1\n") !=
+            std::string::npos;
     if (argc == 3 && std::string(argv[1]) == "--serve")
         std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[2])));
     if (!ok)

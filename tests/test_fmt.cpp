@@ -75,6 +75,14 @@ TEST_CASE("fmt: a telemetry event prints as one line with its instant, policy, n
                                         "(queue_full)");
     rs::telemetry_event call{.kind = rs::telemetry_kind::call, .policy = "telemetry", .duration = 0ns};
     CHECK(fmt::format("{}", call) == "[0ns] telemetry call: call succeeded after 0ns");
+    rs::telemetry_event unavailable{.kind = rs::telemetry_kind::attempt,
+                                    .policy = "retry",
+                                    .attempt = 1,
+                                    .duration = 30ms,
+                                    .handled = true,
+                                    .at = 30ms};
+    CHECK(fmt::format("{}", unavailable) ==
+          "[30ms] retry attempt: attempt 1 returned a handled value after 30ms");
 }
 
 } // namespace test_fmt

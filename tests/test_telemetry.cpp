@@ -67,6 +67,7 @@ struct seen {
     rs::circuit_state from{}, to{};
     rs::rejection_reason reason{};
     nanoseconds at{};
+    bool handled = false;
 
     template <class E>
     bool error_is() const {
@@ -80,7 +81,7 @@ struct recorder {
         return [this](const rs::telemetry_event& e) {
             events.push_back(seen{e.kind, std::string(e.policy), std::string(e.name), e.attempt, e.duration,
                                   e.error ? std::optional<rs::failure>(*e.error) : std::nullopt, e.from, e.to,
-                                  e.reason, e.at});
+                                  e.reason, e.at, e.handled});
         };
     }
     std::vector<telemetry_kind> kinds() const {
@@ -156,6 +157,12 @@ TEST_CASE("telemetry: retry reports each attempt and each retry with exact lengt
     CHECK(e[4].duration == 100ms);
     CHECK(e[4].at == 900ms);
     CHECK_FALSE(e[4].error);
+    // The classifier (the default: a transient failure) handled the two failures, not the value.
+    CHECK(e[0].handled);
+    CHECK(e[1].handled);
+    CHECK(e[2].handled);
+    CHECK(e[3].handled);
+    CHECK_FALSE(e[4].handled);
 }
 
 TEST_CASE("telemetry: a retry budget that refuses is reported as a rejection by retry_budget",
@@ -174,6 +181,8 @@ TEST_CASE("telemetry: a retry budget that refuses is reported as a rejection by 
     CHECK(rec.events[1].attempt == 1);
     CHECK(rec.events[1].at == 10ms);
     CHECK(rec.events[1].error_is<rs::testing::scripted_failure>());
+    CHECK(rec.events[0].handled);
+    CHECK(rec.events[1].handled); // the classifier asked for the retry the budget refused
 }
 
 TEST_CASE("telemetry: a timeout reports the deadline that passed, with the outcome it left",
@@ -425,6 +434,7 @@ TEST_CASE("telemetry: a hedge reports each extra attempt with the delay that pas
     CHECK(rec.events[0].duration == 100ms);
     CHECK(rec.events[0].at == 100ms);
     CHECK_FALSE(rec.events[0].error);
+    CHECK_FALSE(rec.events[0].handled); // the delay brought it, not an outcome
     CHECK(rec.events[1].attempt == 3);
     CHECK(rec.events[1].at == 200ms);
 }
@@ -449,6 +459,7 @@ TEST_CASE("telemetry: a hedge whose budget refuses an extra attempt reports a re
     CHECK(rec.events[0].attempt == 2);
     CHECK(rec.events[0].at == 100ms);
     CHECK_FALSE(rec.events[0].error);
+    CHECK_FALSE(rec.events[0].handled); // the delay asked for it, not an outcome
     CHECK(slow.calls() == 1);
 }
 
@@ -464,6 +475,164 @@ TEST_CASE("telemetry: a fallback reports the failure its substitute answers", "[
     CHECK(rec.events[0].name == "cache");
     CHECK(rec.events[0].attempt == 1);
     CHECK(rec.events[0].error_is<rs::testing::scripted_failure>());
+    CHECK(rec.events[0].handled);
+}
+
+TEST_CASE("telemetry: an attempt's event says whether the retry's classifier handled it, value or failure",
+          "[telemetry][retry]") {
+    rs::testing::simulation sim;
+    recorder rec;
+    // A 503 is a value the classifier handles: retried, though nothing was thrown.
+    const rs::retry r{{.max_attempts = 3,
+                       .backoff = rs::constant_backoff{100ms, rs::jitter::none},
+                       .should_handle = [](const rs::outcome<int>& o) { return o.has_value() && *o == 503; },
+                       .telemetry = rec.listener()},
+                      sim.clock()};
+    int calls = 0;
+    const auto unavailable_once = [&]() -> rs::task<int> { co_return ++calls == 1 ? 503 : 200; };
+    CHECK(sim.run(r.execute(unavailable_once)) == 200);
+    REQUIRE(rec.kinds() ==
+            std::vector{telemetry_kind::attempt, telemetry_kind::retry, telemetry_kind::attempt});
+    CHECK_FALSE(rec.events[0].error);
+    CHECK(rec.events[0].handled);
+    CHECK(rec.events[1].handled);
+    CHECK_FALSE(rec.events[2].error);
+    CHECK_FALSE(rec.events[2].handled);
+
+    // The last attempt is judged too: the 503 the call gives back was handled.
+    rec.events.clear();
+    const auto unavailable = []() -> rs::task<int> { co_return 503; };
+    CHECK(sim.run(r.execute(unavailable)) == 503);
+    REQUIRE(rec.kinds() == std::vector{telemetry_kind::attempt, telemetry_kind::retry,
+                                       telemetry_kind::attempt, telemetry_kind::retry,
+                                       telemetry_kind::attempt});
+    for (const seen& e : rec.events)
+        CHECK(e.handled);
+
+    // Failures: a transient one is handled, on the last attempt as well; a logic_error is not.
+    recorder failures;
+    const rs::retry defaults{{.max_attempts = 2,
+                              .backoff = rs::constant_backoff{100ms, rs::jitter::none},
+                              .telemetry = failures.listener()},
+                             sim.clock()};
+    scripted_action down{sim.clock(), script<int>{.failures = 5, .latency = 10ms}};
+    CHECK_THROWS_AS(sim.run(defaults.execute(down)), rs::testing::scripted_failure);
+    REQUIRE(failures.kinds() ==
+            std::vector{telemetry_kind::attempt, telemetry_kind::retry, telemetry_kind::attempt});
+    CHECK(failures.events[0].handled);
+    CHECK(failures.events[2].handled);
+    CHECK(failures.events[2].error_is<rs::testing::scripted_failure>());
+    failures.events.clear();
+    const auto bug = []() -> rs::task<int> { throw std::logic_error("bug"); };
+    CHECK_THROWS_AS(sim.run(defaults.execute(bug)), std::logic_error);
+    REQUIRE(failures.kinds() == std::vector{telemetry_kind::attempt});
+    CHECK(failures.events[0].error_is<std::logic_error>());
+    CHECK_FALSE(failures.events[0].handled);
+}
+
+TEST_CASE("telemetry: a classifier that throws on an attempt ends the call, the attempt reported unhandled",
+          "[telemetry][retry]") {
+    rs::testing::simulation sim;
+    recorder rec;
+    const rs::retry r{
+        {.max_attempts = 3,
+         .should_handle = [](const rs::failure&) -> bool { throw listener_error("classifier"); },
+         .telemetry = rec.listener()},
+        sim.clock()};
+    scripted_action down{sim.clock(), script<int>{.failures = 5, .latency = 10ms}};
+    const rs::outcome<int> out = sim.run(r.execute_outcome(down));
+    REQUIRE(out.has_failure());
+    CHECK(out.error().is<listener_error>());
+    REQUIRE(rec.kinds() == std::vector{telemetry_kind::attempt});
+    CHECK(rec.events[0].error_is<rs::testing::scripted_failure>());
+    CHECK_FALSE(rec.events[0].handled);
+    CHECK(down.calls() == 1);
+}
+
+TEST_CASE("telemetry: a hedge brought forward by a handled outcome says so", "[telemetry][hedge]") {
+    rs::testing::simulation sim;
+    recorder rec;
+    const rs::hedge h{{.name = "replicas", .max_attempts = 2, .delay = 1s, .telemetry = rec.listener()},
+                      sim.clock()};
+    scripted_action flaky{sim.clock(), script<int>{.failures = 1, .latency = 10ms, .value = 4}};
+    CHECK(sim.run(h.execute(flaky)) == 4);
+    REQUIRE(rec.kinds() == std::vector{telemetry_kind::hedge});
+    CHECK(rec.events[0].at == 10ms);
+    CHECK(rec.events[0].error_is<rs::testing::scripted_failure>());
+    CHECK(rec.events[0].handled);
+
+    // The same failure asking a budget that refuses: the rejection says it was handled.
+    recorder refused;
+    rs::retry_budget budget{{.ratio = 0.1, .capacity = 1}};
+    REQUIRE(budget.try_withdraw()); // empty
+    const rs::hedge broke{{.max_attempts = 2, .delay = 1s, .budget = budget, .telemetry = refused.listener()},
+                          sim.clock()};
+    scripted_action once{sim.clock(), script<int>{.failures = 1, .latency = 10ms, .value = 4}};
+    CHECK_THROWS_AS(sim.run(broke.execute(once)), rs::testing::scripted_failure);
+    REQUIRE(refused.kinds() == std::vector{telemetry_kind::rejection});
+    CHECK(refused.events[0].policy == "retry_budget");
+    CHECK(refused.events[0].handled);
+}
+
+TEST_CASE("telemetry: a call's event says whether the stage's should_handle handled its outcome",
+          "[telemetry]") {
+    rs::testing::simulation sim;
+    recorder rec;
+    const auto value = [](int v) { return [v]() -> rs::task<int> { co_return v; }; };
+    // The default: a failure is handled, a value is not, whatever it holds.
+    const rs::telemetry plain{{.name = "plain", .listener = rec.listener()}, sim.clock()};
+    CHECK(sim.run(plain.execute(value(503))) == 503);
+    scripted_action down{sim.clock(), script<int>{.failures = 1, .latency = 10ms}};
+    CHECK(sim.run(plain.execute_outcome(down)).has_failure());
+    REQUIRE(rec.events.size() == 2);
+    CHECK_FALSE(rec.events[0].handled);
+    CHECK(rec.events[1].handled);
+
+    // The classifier of the retry inside: a 503 the retry gave up on is a handled call.
+    rec.events.clear();
+    const auto unavailable = [](const rs::outcome<int>& o) { return o.has_value() && *o == 503; };
+    const rs::pipeline p{
+        rs::telemetry{{.name = "orders", .listener = rec.listener(), .should_handle = unavailable},
+                      sim.clock()},
+        rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{0ms}, .should_handle = unavailable},
+                  sim.clock()}};
+    CHECK(sim.run(p.execute(value(503))) == 503);
+    CHECK(sim.run(p.execute(value(200))) == 200);
+    REQUIRE(rec.kinds() == std::vector{telemetry_kind::attempt, telemetry_kind::retry,
+                                       telemetry_kind::attempt, telemetry_kind::call, telemetry_kind::attempt,
+                                       telemetry_kind::call});
+    CHECK(rec.events[3].handled);
+    CHECK_FALSE(rec.events[3].error);
+    CHECK_FALSE(rec.events[5].handled);
+
+    // An outcome classifier of another type refuses the call before the action runs, as every policy's.
+    rec.events.clear();
+    int ran = 0;
+    const auto longer = [&ran]() -> rs::task<long> {
+        ++ran;
+        co_return 1L;
+    };
+    const rs::telemetry typed{{.name = "typed", .listener = rec.listener(), .should_handle = unavailable},
+                              sim.clock()};
+    const rs::outcome<long> refused = sim.run(typed.execute_outcome(longer));
+    REQUIRE(refused.has_failure());
+    CHECK(refused.error().is<std::invalid_argument>());
+    CHECK_THAT(std::string(refused.error().what()), Catch::Matchers::Contains("should_handle"));
+    CHECK(ran == 0);
+    CHECK(rec.events.empty());
+
+    // One that throws makes its exception the call's failure, reported as not handled.
+    const rs::telemetry throwing{
+        {.listener = rec.listener(),
+         .should_handle = [](const rs::failure&) -> bool { throw listener_error("classifier"); }},
+        sim.clock()};
+    scripted_action fails{sim.clock(), script<int>{.failures = 1, .latency = 10ms}};
+    const rs::outcome<int> out = sim.run(throwing.execute_outcome(fails));
+    REQUIRE(out.has_failure());
+    CHECK(out.error().is<listener_error>());
+    REQUIRE(rec.kinds() == std::vector{telemetry_kind::call});
+    CHECK(rec.events[0].error_is<listener_error>());
+    CHECK_FALSE(rec.events[0].handled);
 }
 
 TEST_CASE("telemetry: the pipeline's listener hears every stage inside it, then the call", "[telemetry]") {
@@ -496,11 +665,14 @@ TEST_CASE("telemetry: the pipeline's listener hears every stage inside it, then 
     CHECK(e[4].attempt == 2);
     CHECK(e[4].duration == 0ns);
     CHECK(e[4].error_is<rs::circuit_open_error>());
+    CHECK(e[1].handled);
+    CHECK_FALSE(e[4].handled); // an open circuit is not transient: the retry does not handle it
     CHECK(e[5].policy == "telemetry");
     CHECK(e[5].name == "checkout");
     CHECK(e[5].duration == 150ms);
     CHECK(e[5].at == 150ms);
     CHECK(e[5].error_is<rs::circuit_open_error>());
+    CHECK(e[5].handled); // the stage's default: a failure that is not a cancellation
     CHECK(down.calls() == 1);
 }
 

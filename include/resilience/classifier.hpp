@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file classifier.hpp
 /// `classifier`: the one predicate type that says which outcomes a policy handles (`should_handle`
-/// of `retry`, `circuit_breaker` and `fallback`), `verdict`, its answer, and `is_transient`.
+/// of `retry`, `circuit_breaker`, `hedge`, `fallback`, and of the `telemetry` stage, for its events),
+/// `verdict`, its answer, and `is_transient`.
 #pragma once
 
 #include "context.hpp"

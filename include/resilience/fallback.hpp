@@ -349,9 +349,13 @@ public:
             if (options_.on_fallback)
                 tell(result, ctx);
             // No clock here: the event's `at` is zero.
-            if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx))
-                (*l)(detail::event(telemetry_kind::fallback, "fallback", options_.name, ctx.attempt(), {},
-                                   result.has_failure() ? &original : nullptr));
+            if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx)) {
+                telemetry_event e =
+                    detail::event(telemetry_kind::fallback, "fallback", options_.name, ctx.attempt(), {},
+                                  result.has_failure() ? &original : nullptr);
+                e.handled = true; // only what the classifier handled reaches the substitute
+                (*l)(e);
+            }
             if (ctx.stop_requested()) // stopped since `leave` looked (by a callback, or another thread)
                 co_return std::move(result);
             if constexpr (std::is_void_v<R>) {

@@ -178,8 +178,13 @@ inline std::string describe_event(const telemetry_event& e) {
     case telemetry_kind::attempt:
     case telemetry_kind::call:
         text += e.kind == telemetry_kind::call ? std::string("call") : fmt::format("attempt {}", e.attempt);
-        text += e.error ? fmt::format(" failed after {}: {}", format_duration(e.duration), error)
-                        : fmt::format(" succeeded after {}", format_duration(e.duration));
+        // A value the classifier handled (a 503 retried) did not succeed, though nothing was thrown.
+        if (e.error)
+            text += fmt::format(" failed after {}: {}", format_duration(e.duration), error);
+        else if (e.handled)
+            text += fmt::format(" returned a handled value after {}", format_duration(e.duration));
+        else
+            text += fmt::format(" succeeded after {}", format_duration(e.duration));
         break;
     case telemetry_kind::retry:
         text += fmt::format("attempt {} {}, next in {}", e.attempt,

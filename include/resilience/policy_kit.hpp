@@ -124,8 +124,8 @@ inline listener listener_for(const telemetry_listener& own, const context& ctx) 
 
 /// An event of the usual shape. `policy` is a static string naming the kind of policy
 /// ("priority_shedder"); `name` is its `name` option (the event refers to it: it must live as long as
-/// the policy does); `attempt` is `ctx.attempt()`. Set the other fields (`reason`, `note`) on the
-/// returned value; `at` is stamped when it is reported.
+/// the policy does); `attempt` is `ctx.attempt()`. Set the other fields (`reason`, `note`, `handled`
+/// when your classifier judged the outcome) on the returned value; `at` is stamped when it is reported.
 inline telemetry_event event(telemetry_kind kind, std::string_view policy, std::string_view name, int attempt,
                              std::chrono::nanoseconds duration = {},
                              const failure* error = nullptr) noexcept {

@@ -20,19 +20,25 @@
 ///
 /// | series | type | labels | from |
 /// |---|---|---|---|
-/// | `resilience_call_duration_seconds` | histogram | policy, name, outcome | `call` events (a `telemetry` stage) |
-/// | `resilience_attempt_duration_seconds` | histogram | policy, name, outcome | `attempt` events (a retry) |
+/// | `resilience_call_duration_seconds` | histogram | policy, name, outcome, handled | `call` events (a `telemetry` stage) |
+/// | `resilience_attempt_duration_seconds` | histogram | policy, name, outcome, handled | `attempt` events (a retry) |
 /// | `resilience_events_total` | counter | policy, name, event | every other event: retry, hedge, timeout, fallback, rejection, state_change, queue_wait, backend_lost, backend_restored, cache_hit, cache_miss, stale_served |
 /// | `resilience_rejections_total` | counter | policy, name, reason | `rejection` events |
 /// | `resilience_circuit_transitions_total` | counter | policy, name, from, to | `state_change` events |
 /// | `resilience_queue_wait_seconds` | histogram | policy, name | `queue_wait` events |
-/// | `resilience_circuit_state` | gauge | name, state | a watched breaker: 1 for its state, 0 for the others |
-/// | `resilience_circuit_window_calls`, `_failures`, `_slow_calls` | gauge | name | a watched breaker's sample |
-/// | `resilience_circuit_consecutive_failures` | gauge | name | a watched breaker |
-/// | `resilience_bulkhead_in_flight`, `_queued`, `_limit` | gauge | name | a watched bulkhead |
+/// | `resilience_circuit_state` | gauge | policy, name, state | a watched breaker: 1 for its state, 0 for the others |
+/// | `resilience_circuit_window_calls`, `_failures`, `_slow_calls` | gauge | policy, name | a watched breaker's sample |
+/// | `resilience_circuit_consecutive_failures` | gauge | policy, name | a watched breaker |
+/// | `resilience_bulkhead_in_flight`, `_queued`, `_limit` | gauge | policy, name | a watched bulkhead |
 /// | `resilience_limiter_tokens`, `resilience_limiter_queued` | gauge | policy, name | a watched rate_limiter or sliding_window_limiter |
 ///
-/// `outcome` is `success` (a value) or `failure`; `reason` is the event's `rejection_reason`
+/// Every series carries `policy` (the policy kind: `retry`, `circuit_breaker`, `bulkhead`, ...) and
+/// `name` (its `name` option, or the name it is watched under). `outcome` is `success` (the attempt or
+/// call returned a value) or `failure` (it threw); `handled` is `true` when the policy's classifier
+/// handled that outcome (`telemetry_event::handled`; Polly's `attempt-handled`), so a 503 value that
+/// a retry retries is `outcome="success",handled="true"`, and a failure it gives up on at once is
+/// `outcome="failure",handled="false"`. For calls, the `telemetry` stage's own `should_handle` judges
+/// (by default, a failure other than a cancellation). `reason` is the event's `rejection_reason`
 /// (`budget_exhausted` for a retry budget's refusals). A histogram's `_count` is the number of calls,
 /// attempts or admitted waiters.
 ///
@@ -70,6 +76,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -138,7 +145,7 @@ inline metrics_options validate(metrics_options o) {
 /// updates. Made once, never changed, freed with the metrics.
 struct series {
     telemetry_kind kind{};
-    unsigned char sub = 0; // the outcome (0 success, 1 failure) or the rejection reason
+    unsigned char sub = 0; // the outcome (bit 0: failure, bit 1: handled) or the rejection reason
     std::string policy;
     std::string name;
     ::prometheus::Counter* events = nullptr;      // <prefix>_events_total
@@ -215,7 +222,7 @@ private:
         switch (e.kind) {
         case telemetry_kind::attempt:
         case telemetry_kind::call:
-            return e.error ? 1 : 0;
+            return static_cast<unsigned char>((e.error ? 1 : 0) | (e.handled ? 2 : 0));
         case telemetry_kind::rejection:
             return static_cast<unsigned char>(e.reason);
         case telemetry_kind::state_change: // four states: from in the high bits, to in the low
@@ -297,13 +304,19 @@ private:
             return l;
         };
         const auto& buckets = options_.duration_buckets;
-        const char* outcome = s.sub ? "failure" : "success";
+        // `outcome` says what the attempt or call did (returned or threw), `handled` what the
+        // classifier made of it: a 503 that a retry retries is a success that was handled.
+        auto ended = [&] {
+            ::prometheus::Labels l = with("outcome", (s.sub & 1) ? "failure" : "success");
+            l.emplace("handled", (s.sub & 2) ? "true" : "false");
+            return l;
+        };
         switch (s.kind) {
         case telemetry_kind::call:
-            s.durations = &calls_->Add(with("outcome", outcome), buckets);
+            s.durations = &calls_->Add(ended(), buckets);
             return;
         case telemetry_kind::attempt:
-            s.durations = &attempts_->Add(with("outcome", outcome), buckets);
+            s.durations = &attempts_->Add(ended(), buckets);
             return;
         case telemetry_kind::queue_wait:
             s.durations = &queue_waits_->Add(who, buckets);
@@ -385,12 +398,16 @@ public:
         return out.back();
     }
 
-    static void add_gauge(::prometheus::MetricFamily& f, ::prometheus::ClientMetric::Label a,
+    /// A sample of `f` labelled `policy`, `name` and `more`, which are sorted by name as the
+    /// registry's series' labels are, so that every series reads alike in the exposition.
+    static void add_gauge(::prometheus::MetricFamily& f, std::string_view policy, const std::string& name,
                           std::vector<::prometheus::ClientMetric::Label> more, double value) {
         ::prometheus::ClientMetric m;
-        m.label.push_back(std::move(a));
-        for (auto& l : more)
-            m.label.push_back(std::move(l));
+        m.label = std::move(more);
+        m.label.push_back({"policy", std::string(policy)});
+        m.label.push_back({"name", name});
+        std::sort(m.label.begin(), m.label.end(),
+                  [](const auto& a, const auto& b) { return a.name < b.name; });
         m.gauge.value = value;
         f.metric.push_back(std::move(m));
     }
@@ -459,8 +476,8 @@ public:
 
     [[nodiscard]] const metrics_options& options() const noexcept { return recorder_->options(); }
 
-    /// Watches a breaker under `name` (empty: its `name` option): `<prefix>_circuit_state{name,state}`,
-    /// 1 for the state it is in (`state()`) and 0 for the others, and its sample (`metrics()`).
+    /// Watches a breaker under `name` (empty: its `name` option):
+    /// `<prefix>_circuit_state{policy="circuit_breaker",name,state}`, 1 for the state it is in (`state()`) and 0 for the others, and its sample (`metrics()`).
     /// Keeps a copy of the handle. Throws `std::invalid_argument` when a breaker of that name is
     /// watched already.
     template <clock C>
@@ -475,11 +492,11 @@ public:
                                                "A watched circuit breaker's state: 1 for the one it is in");
                 for (circuit_state s : {circuit_state::closed, circuit_state::open, circuit_state::half_open,
                                         circuit_state::isolated})
-                    detail::watcher::add_gauge(state, {"name", name}, {{"state", to_string(s)}},
+                    detail::watcher::add_gauge(state, "circuit_breaker", name, {{"state", to_string(s)}},
                                                s == m.state ? 1.0 : 0.0);
                 auto one = [&](std::string_view suffix, std::string_view help, std::uint64_t v) {
-                    detail::watcher::add_gauge(st->gauge_family(out, suffix, help), {"name", name}, {},
-                                               static_cast<double>(v));
+                    detail::watcher::add_gauge(st->gauge_family(out, suffix, help), "circuit_breaker", name,
+                                               {}, static_cast<double>(v));
                 };
                 one("circuit_window_calls", "Calls in a watched breaker's sample now", m.calls);
                 one("circuit_window_failures", "Failures in a watched breaker's sample now", m.failures);
@@ -491,7 +508,7 @@ public:
     }
 
     /// Watches a bulkhead: `<prefix>_bulkhead_in_flight`, `_queued` and `_limit` (`in_flight()`,
-    /// `queued()`, `limit()`), labelled `name` (empty: its `name` option).
+    /// `queued()`, `limit()`), labelled `policy="bulkhead"` and `name` (empty: its `name` option).
     template <clock C>
     void watch(const bulkhead<C>& slots, std::string name = {}) {
         if (name.empty())
@@ -499,7 +516,7 @@ public:
         const detail::watcher* st = watcher_.get();
         watcher_->watch("bulkhead", name, [st, slots, name](std::vector<::prometheus::MetricFamily>& out) {
             auto one = [&](std::string_view suffix, std::string_view help, std::size_t v) {
-                detail::watcher::add_gauge(st->gauge_family(out, suffix, help), {"name", name}, {},
+                detail::watcher::add_gauge(st->gauge_family(out, suffix, help), "bulkhead", name, {},
                                            static_cast<double>(v));
             };
             one("bulkhead_in_flight", "Calls holding a slot of a watched bulkhead now", slots.in_flight());
@@ -529,11 +546,11 @@ private:
         watcher_->watch(
             policy, name, [st, policy, limiter, name](std::vector<::prometheus::MetricFamily>& out) {
                 detail::watcher::add_gauge(
-                    st->gauge_family(out, "limiter_tokens", "Tokens or permits free now"), {"policy", policy},
-                    {{"name", name}}, limiter.tokens());
+                    st->gauge_family(out, "limiter_tokens", "Tokens or permits free now"), policy, name, {},
+                    limiter.tokens());
                 detail::watcher::add_gauge(
                     st->gauge_family(out, "limiter_queued", "Calls waiting for a token or permit now"),
-                    {"policy", policy}, {{"name", name}}, static_cast<double>(limiter.queued()));
+                    policy, name, {}, static_cast<double>(limiter.queued()));
             });
     }
 

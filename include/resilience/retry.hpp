@@ -143,7 +143,8 @@ struct retry_options {
 /// Each attempt sees `ctx.with_attempt(n)` (n = 1, 2, ...). The success path calls no
 /// `std::function`, touches no type-erased object and allocates nothing; the backoff, the
 /// classifier and the callbacks are consulted only after an attempt failed (an outcome
-/// classifier, which judges values, is the one exception: it is asked about successes too).
+/// classifier, which judges values, is the one exception: it is asked about successes too). The
+/// classifier judges the last attempt as well, for its `attempt` event's `handled`.
 /// Decorrelated jitter needs the previous wait of the same call: the retry keeps it in the
 /// call's own frame, so one retry serves any number of concurrent calls.
 ///
@@ -212,11 +213,11 @@ public:
     /// A success that nobody needs to judge ends here; anything else goes on in `resume`.
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
-        if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]] {
-            if (!report_attempt(l, s.start, 1, result))
-                return step::proceed; // the listener threw: that ends the call
-        }
-        return options_.should_handle.plain_success(result) ? step::proceed : step::wait;
+        if (!options_.should_handle.plain_success(result))
+            return step::wait; // judged, then reported, in `resume`
+        if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]]
+            report_attempt(l, s.start, 1, false, result); // a listener that throws ends the call as well
+        return step::proceed;
     }
 
     /// The retry loop after the first attempt ended with `result`.
@@ -225,20 +226,34 @@ public:
         std::chrono::nanoseconds previous{};
         const detail::listener_ref listener = detail::listener_for(options_.telemetry, ctx);
         for (int attempt = 1;; ++attempt) {
+            typename C::time_point begun = s.start; // the first attempt's: `enter` read it for a listener
             if (attempt > 1) {
                 const context child = detail::context_access::derive_attempt(ctx, attempt);
-                const auto begun = listener ? clock_.now() : typename C::time_point{};
+                begun = listener ? clock_.now() : typename C::time_point{};
                 result = co_await next(child);
-                if (listener && !report_attempt(listener, begun, attempt, result))
+                if (options_.should_handle.plain_success(result)) {
+                    if (listener)
+                        report_attempt(listener, begun, attempt, false, result);
                     co_return std::move(result);
-                if (options_.should_handle.plain_success(result))
-                    co_return std::move(result);
+                }
             }
 
-            std::optional<std::chrono::nanoseconds> wait;
+            // Judged before the attempt is reported, so that its event says whether it was handled.
+            verdict v{};
             std::optional<failure> thrown; // by the classifier or a callback: it ends the call
             try {
-                wait = plan(result, attempt, ctx, s.start, previous);
+                v = judge(result, ctx);
+            } catch (...) {
+                thrown.emplace(failure::current());
+            }
+            if (listener && !report_attempt(listener, begun, attempt, v.handle, result))
+                co_return std::move(result); // the listener threw: that ends the call
+            if (thrown)
+                co_return outcome<R>{std::move(*thrown)};
+
+            std::optional<std::chrono::nanoseconds> wait;
+            try {
+                wait = plan(result, v, attempt, ctx, s.start, previous);
             } catch (...) {
                 thrown.emplace(failure::current());
             }
@@ -272,25 +287,31 @@ private:
     // Out of line, so that `leave` stays small enough to be inlined into the call's frame.
     template <class R>
     RESILIENCE_DETAIL_NOINLINE bool report_attempt(detail::listener_ref l, typename C::time_point begun,
-                                                   int attempt, outcome<R>& result) const noexcept {
-        return detail::report_ended(l, clock_, begun,
-                                    detail::event(telemetry_kind::attempt, "retry", name(), attempt), result);
+                                                   int attempt, bool handled,
+                                                   outcome<R>& result) const noexcept {
+        telemetry_event e = detail::event(telemetry_kind::attempt, "retry", name(), attempt);
+        e.handled = handled;
+        return detail::report_ended(l, clock_, begun, e, result);
     }
 
-    // The failure path: decides whether another attempt follows and after what wait (nullopt: the
-    // loop ends with `result`). Tells the callbacks.
+    // The classifier's verdict on an attempt's outcome, asked of every attempt, the last one too.
+    // Cancellation is the caller giving up, never the dependency failing: never handled, and the
+    // classifier is not even asked; nor about an attempt whose caller has stopped.
     template <class T>
-    std::optional<std::chrono::nanoseconds> plan(const outcome<T>& result, int attempt, const context& ctx,
-                                                 typename C::time_point start,
+    verdict judge(const outcome<T>& result, const context& ctx) const {
+        if (ctx.stop_requested() || (result.has_failure() && is_cancellation(result.error())))
+            return {};
+        return options_.should_handle.classify(result, &is_transient, &ctx);
+    }
+
+    // The failure path: decides whether another attempt follows `result`, which the classifier
+    // judged `v`, and after what wait (nullopt: the loop ends with `result`). Tells the callbacks.
+    template <class T>
+    std::optional<std::chrono::nanoseconds> plan(const outcome<T>& result, const verdict& v, int attempt,
+                                                 const context& ctx, typename C::time_point start,
                                                  std::chrono::nanoseconds previous) const {
-        if (ctx.stop_requested() || attempt >= options_.max_attempts)
-            return std::nullopt;
-        // Cancellation is the caller giving up, never the dependency failing: not retried,
-        // and the classifier is not even asked.
-        if (result.has_failure() && is_cancellation(result.error()))
-            return std::nullopt;
-        const verdict v = options_.should_handle.classify(result, &is_transient, &ctx);
-        if (!v.handle)
+        // The stop is looked at again: the classifier may have stopped the caller.
+        if (!v.handle || ctx.stop_requested() || attempt >= options_.max_attempts)
             return std::nullopt;
 
         const failure* error = result.has_failure() ? &result.error() : nullptr;
@@ -315,16 +336,19 @@ private:
                 options_.on_budget_exhausted(
                     retry_event{attempt, error, std::chrono::nanoseconds::zero(), value, options_.name}
                         .with_properties(ctx.properties()));
-            detail::emit(
-                options_.telemetry, ctx, clock_,
-                detail::event(telemetry_kind::rejection, "retry_budget", options_.name, attempt, {}, error));
+            telemetry_event refused =
+                detail::event(telemetry_kind::rejection, "retry_budget", options_.name, attempt, {}, error);
+            refused.handled = true;
+            detail::emit(options_.telemetry, ctx, clock_, refused);
             return std::nullopt;
         }
         if (options_.on_retry)
             options_.on_retry(
                 retry_event{attempt, error, delay, value, options_.name}.with_properties(ctx.properties()));
-        detail::emit(options_.telemetry, ctx, clock_,
-                     detail::event(telemetry_kind::retry, "retry", options_.name, attempt, delay, error));
+        telemetry_event retrying =
+            detail::event(telemetry_kind::retry, "retry", options_.name, attempt, delay, error);
+        retrying.handled = true;
+        detail::emit(options_.telemetry, ctx, clock_, retrying);
         return delay;
     }
 

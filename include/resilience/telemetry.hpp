@@ -4,6 +4,7 @@
 /// policy reports are in telemetry_event.hpp.
 #pragma once
 
+#include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
@@ -19,7 +20,8 @@ namespace resilience {
 
 /// The listener set once for a whole pipeline. Put first, it hands `listener` to every stage inside
 /// it through the call's context (one pointer, read only where a policy reports), and reports a
-/// `call` event when each call ends, with the call's length and outcome. A stage with a listener of
+/// `call` event when each call ends, with the call's length, its outcome and whether
+/// `should_handle` handles that outcome (`telemetry_event::handled`). A stage with a listener of
 /// its own (its options' `telemetry`) reports there instead. Stages outside it do not see it; an
 /// inner `telemetry` stage takes over for the stages inside it.
 struct telemetry_options {
@@ -27,6 +29,14 @@ struct telemetry_options {
     std::string name{};
     /// Hears every event of the stages inside; empty: the stage does nothing at all.
     telemetry_listener listener{};
+    /// Which outcomes of a call its `call` event marks `handled` (a failed call, for a dashboard):
+    /// give it the classifier of the retry or breaker inside, so that a 503 they handle counts as one
+    /// here too. Empty: a failure other than a cancellation, and an `expected_like` value holding an
+    /// error. Asked only when a listener is set, about an outcome that is not a plain value. An
+    /// outcome classifier works only with actions returning exactly its type (any other action fails
+    /// at once with `std::invalid_argument`, as with every policy); what it throws becomes the
+    /// call's failure.
+    classifier should_handle{};
 };
 
 /// See `telemetry_options`. A stateless value; `C` times the calls. The listener is referred to by
@@ -55,9 +65,14 @@ public:
     };
 
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*& inner, std::optional<outcome<R>>&) const {
+    step enter(call_state& s, const context& ctx, const context*& inner,
+               std::optional<outcome<R>>& result) const {
         if (!options_.listener)
             return step::proceed;
+        if (!options_.should_handle.template accepts<R>()) [[unlikely]] {
+            result.emplace(options_.should_handle.template mismatch<R>("telemetry", options_.name));
+            return step::done;
+        }
         s.start = detail::call_now(clock_, ctx);
         s.inner = detail::context_access::derive(ctx);
         detail::context_access::set_telemetry(s.inner, &options_.listener);
@@ -74,12 +89,30 @@ public:
                 telemetry_event{.kind = telemetry_kind::call,
                                 .policy = "telemetry",
                                 .name = options_.name,
-                                .attempt = ctx.attempt()},
+                                .attempt = ctx.attempt(),
+                                .handled = handled(ctx, result)},
                 result);
         return step::proceed;
     }
 
 private:
+    // Did `should_handle` handle the call's outcome? One that throws makes its exception the outcome,
+    // reported as not handled.
+    template <class R>
+    bool handled(const context& ctx, outcome<R>& result) const noexcept {
+        if (options_.should_handle.plain_success(result))
+            return false;
+        try {
+            return options_.should_handle
+                .classify(
+                    result, [](const failure& f) noexcept { return !is_cancellation(f); }, &ctx)
+                .handle;
+        } catch (...) {
+            result = outcome<R>{failure::current()};
+            return false;
+        }
+    }
+
     telemetry_options options_;
     C clock_;
 };

@@ -17,9 +17,10 @@
 /// What each policy reports, and when; `duration` and `error` mean what each kind says:
 ///
 /// - `attempt` (retry): an attempt ended, however it ended. `duration`: its length; `error`: its
-///   failure, null for a value.
+///   failure, null for a value; `handled`: the retry's classifier handled its outcome (whether or
+///   not another attempt follows; a cancellation, or an attempt its caller stopped, is not judged).
 /// - `retry` (retry): the next attempt is decided, before the wait. `duration`: the wait; `error`:
-///   the failure retried, null for a value the classifier handled.
+///   the failure retried, null for a value the classifier handled; `handled` is true.
 /// - `timeout` (timeout): an attempt ended after its deadline (the timeout waits for it).
 ///   `duration`: the timeout's length; `error`: the `timeout_error`, null for a value that came late.
 /// - `state_change` (circuit_breaker): `from` and `to`.
@@ -27,15 +28,18 @@
 ///   retry_budget,
 ///   through the retry or hedge it refused): a call, a retry or a hedge was refused. `duration`: the
 ///   time it waited in a queue first; `error`: the refusal (for a budget: the failure that asked for
-///   the retry or hedge, null for a delay or a handled value); `reason` for a bulkhead or a limiter.
+///   the retry or hedge, null for a delay or a handled value; `handled` is true when the classifier
+///   asked for it, false for a hedge's delay); `reason` for a bulkhead or a limiter.
 /// - `hedge` (hedge): an extra attempt starts; `attempt` is its number. `duration`: the delay that
-///   passed, zero when an outcome brought it forward; `error`: that outcome's failure.
+///   passed, zero when an outcome brought it forward; `error`: that outcome's failure; `handled`:
+///   an outcome the classifier handled brought it forward (false for the delay).
 /// - `queue_wait` (bulkhead, rate_limiter, sliding_window_limiter): a call that found no room was
 ///   admitted. `duration`: how long it waited.
 /// - `fallback` (fallback): the substitute is about to answer. `error`: the failure it answers, null
-///   for a value the classifier handled. A fallback has no clock: `at` is zero.
+///   for a value the classifier handled; `handled` is true. A fallback has no clock: `at` is zero.
 /// - `call` (telemetry): a call through the stage ended. `duration`: its length; `error`: its
-///   failure, null for a value.
+///   failure, null for a value; `handled`: the stage's `should_handle` handled its outcome (by
+///   default a failure other than a cancellation, or an `expected_like` value holding an error).
 /// - `backend_lost` (the limits shared through Redis, redis.hpp): the shared store stopped answering;
 ///   until it is back the policy does what `note` says ("fail_open", "fail_closed" or
 ///   "local_share"). `error`: the failure that showed it.
@@ -161,6 +165,10 @@ struct telemetry_event {
     std::chrono::nanoseconds duration{};
     /// The failure the event is about, or null.
     const failure* error = nullptr;
+    /// Whether the reporting policy's classifier (`should_handle`) handled the outcome the event is
+    /// about, a value as well as a failure: true for a 503 the retry retries, false for an attempt
+    /// that succeeded, and false where no classifier judged (see the file comment).
+    bool handled = false;
     /// For `state_change`: the state left and the state entered (see circuit_breaker.hpp).
     circuit_state from{};
     circuit_state to{};

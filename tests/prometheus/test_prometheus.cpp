@@ -112,45 +112,108 @@ TEST_CASE("prometheus: attempts, retries and the call around them, with exact co
     // 0-100 ms fails, wait 200; 300-400 fails, wait 400; 800-900 succeeds.
     CHECK(sim.run(p.execute(flaky)) == 42);
 
-    const auto failed = histogram(m, "resilience_attempt_duration_seconds",
-                                  {{"policy", "retry"}, {"name", "orders"}, {"outcome", "failure"}});
+    const auto failed =
+        histogram(m, "resilience_attempt_duration_seconds",
+                  {{"policy", "retry"}, {"name", "orders"}, {"outcome", "failure"}, {"handled", "true"}});
     REQUIRE(failed);
     CHECK(failed->sample_count == 2);
     CHECK(failed->sample_sum == Approx(0.2).epsilon(1e-12));
     CHECK(at_most(*failed, 0.05) == 0);
     CHECK(at_most(*failed, 0.25) == 2);
-    const auto succeeded = histogram(m, "resilience_attempt_duration_seconds",
-                                     {{"policy", "retry"}, {"name", "orders"}, {"outcome", "success"}});
+    const auto succeeded =
+        histogram(m, "resilience_attempt_duration_seconds",
+                  {{"policy", "retry"}, {"name", "orders"}, {"outcome", "success"}, {"handled", "false"}});
     REQUIRE(succeeded);
     CHECK(succeeded->sample_count == 1);
     CHECK(succeeded->sample_sum == Approx(0.1).epsilon(1e-12));
 
     CHECK(counter(m, "resilience_events_total",
                   {{"policy", "retry"}, {"name", "orders"}, {"event", "retry"}}) == 2);
-    const auto call = histogram(m, "resilience_call_duration_seconds",
-                                {{"policy", "telemetry"}, {"name", "orders"}, {"outcome", "success"}});
+    const auto call = histogram(
+        m, "resilience_call_duration_seconds",
+        {{"policy", "telemetry"}, {"name", "orders"}, {"outcome", "success"}, {"handled", "false"}});
     REQUIRE(call);
     CHECK(call->sample_count == 1);
     CHECK(call->sample_sum == Approx(0.9).epsilon(1e-12));
     CHECK(at_most(*call, 0.5) == 0);
     CHECK(at_most(*call, 1.0) == 1);
     // No failed call: its series is made the first time one fails.
-    CHECK_FALSE(histogram(m, "resilience_call_duration_seconds",
-                          {{"policy", "telemetry"}, {"name", "orders"}, {"outcome", "failure"}}));
+    CHECK_FALSE(histogram(
+        m, "resilience_call_duration_seconds",
+        {{"policy", "telemetry"}, {"name", "orders"}, {"outcome", "failure"}, {"handled", "true"}}));
 
     // A second, failing call through the same pipeline: three more failed attempts, two more retries.
     scripted_action down{sim.clock(), script<int>{.failures = 5, .latency = 10ms}};
     CHECK_THROWS_AS(sim.run(p.execute(down)), rs::testing::scripted_failure);
     CHECK(histogram(m, "resilience_attempt_duration_seconds",
-                    {{"policy", "retry"}, {"name", "orders"}, {"outcome", "failure"}})
+                    {{"policy", "retry"}, {"name", "orders"}, {"outcome", "failure"}, {"handled", "true"}})
               ->sample_count == 5);
     CHECK(counter(m, "resilience_events_total",
                   {{"policy", "retry"}, {"name", "orders"}, {"event", "retry"}}) == 4);
-    const auto failed_call = histogram(m, "resilience_call_duration_seconds",
-                                       {{"policy", "telemetry"}, {"name", "orders"}, {"outcome", "failure"}});
+    const auto failed_call =
+        histogram(m, "resilience_call_duration_seconds",
+                  {{"policy", "telemetry"}, {"name", "orders"}, {"outcome", "failure"}, {"handled", "true"}});
     REQUIRE(failed_call);
     CHECK(failed_call->sample_count == 1);
     CHECK(failed_call->sample_sum == Approx(0.63).epsilon(1e-12)); // 10 + 200 + 10 + 400 + 10 ms
+}
+
+TEST_CASE("prometheus: a value the classifier handled is a handled success, a thrown failure a handled one",
+          "[prometheus]") {
+    rs::testing::simulation sim;
+    rs::prometheus::metrics m;
+    // An HTTP-like status: 503 is retried though it is returned, not thrown; failures as by default.
+    const auto unavailable = [](const rs::outcome<int>& o) {
+        return o.has_failure() ? rs::is_transient(o.error()) : *o == 503;
+    };
+    const rs::pipeline p{
+        rs::telemetry{{.name = "api", .listener = m.listener(), .should_handle = unavailable}, sim.clock()},
+        rs::retry{{.name = "api", .max_attempts = 3, .backoff = exact_200ms, .should_handle = unavailable},
+                  sim.clock()}};
+    const auto attempts = [&](const char* outcome, const char* handled) {
+        const auto h =
+            histogram(m, "resilience_attempt_duration_seconds",
+                      {{"policy", "retry"}, {"name", "api"}, {"outcome", outcome}, {"handled", handled}});
+        return h ? h->sample_count : 0;
+    };
+    const auto calls = [&](const char* outcome, const char* handled) {
+        const auto h =
+            histogram(m, "resilience_call_duration_seconds",
+                      {{"policy", "telemetry"}, {"name", "api"}, {"outcome", outcome}, {"handled", handled}});
+        return h ? h->sample_count : 0;
+    };
+
+    // 503, then 200: the first attempt returned, and the retry handled what it returned.
+    int n = 0;
+    const auto unavailable_once = [&]() -> rs::task<int> {
+        co_await sim.sleep_for(10ms);
+        co_return ++n == 1 ? 503 : 200;
+    };
+    CHECK(sim.run(p.execute(unavailable_once)) == 200);
+    CHECK(attempts("success", "true") == 1);
+    CHECK(attempts("success", "false") == 1);
+    CHECK(attempts("failure", "true") == 0);
+    CHECK(counter(m, "resilience_events_total", {{"policy", "retry"}, {"name", "api"}, {"event", "retry"}}) ==
+          1);
+    CHECK(calls("success", "false") == 1);
+
+    // Thrown and handled (a transient failure), each of the three attempts, then the call.
+    scripted_action down{sim.clock(), script<int>{.failures = 3, .latency = 10ms}};
+    CHECK_THROWS_AS(sim.run(p.execute(down)), rs::testing::scripted_failure);
+    CHECK(attempts("failure", "true") == 3);
+    CHECK(calls("failure", "true") == 1);
+
+    // Thrown and not handled (a bug: not transient): no retry, and the series says so.
+    const auto bug = []() -> rs::task<int> { throw std::logic_error("bug"); };
+    CHECK_THROWS_AS(sim.run(p.execute(bug)), std::logic_error);
+    CHECK(attempts("failure", "false") == 1);
+    CHECK(calls("failure", "false") == 1);
+
+    // Always 503: every attempt handled, the last one too, and the call that returns it.
+    const auto always = []() -> rs::task<int> { co_return 503; };
+    CHECK(sim.run(p.execute(always)) == 503);
+    CHECK(attempts("success", "true") == 4);
+    CHECK(calls("success", "true") == 1);
 }
 
 TEST_CASE("prometheus: a watched bulkhead's gauges, its rejections by reason and its queue waits",
@@ -167,7 +230,7 @@ TEST_CASE("prometheus: a watched bulkhead's gauges, its rejections by reason and
     sim.spawn(call_into(slots, busy, b)); // queued, admitted at 1 s
     sim.spawn(call_into(slots, busy, c)); // no queue place
     sim.run_until(500ms);
-    const labels who{{"name", "slots"}};
+    const labels who{{"policy", "bulkhead"}, {"name", "slots"}};
     CHECK(gauge(m, "resilience_bulkhead_in_flight", who) == 1);
     CHECK(gauge(m, "resilience_bulkhead_queued", who) == 1);
     CHECK(gauge(m, "resilience_bulkhead_limit", who) == 1);
@@ -200,13 +263,15 @@ TEST_CASE("prometheus: a watched breaker's state gauge follows the clock, and it
         sim.clock()};
     m.watch(breaker);
     const auto state_is = [&](const char* s) {
-        return gauge(m, "resilience_circuit_state", {{"name", "db"}, {"state", s}});
+        return gauge(m, "resilience_circuit_state",
+                     {{"policy", "circuit_breaker"}, {"name", "db"}, {"state", s}});
     };
     CHECK(state_is("closed") == 1);
     CHECK(state_is("open") == 0);
     scripted_action down{sim.clock(), script<int>{.failures = 10, .latency = 10ms}};
     CHECK(sim.run(breaker.execute_outcome(down)).has_failure());
-    CHECK(gauge(m, "resilience_circuit_consecutive_failures", {{"name", "db"}}) == 1);
+    CHECK(gauge(m, "resilience_circuit_consecutive_failures",
+                {{"policy", "circuit_breaker"}, {"name", "db"}}) == 1);
     CHECK(sim.run(breaker.execute_outcome(down)).has_failure()); // opens
     CHECK(sim.run(breaker.execute_outcome(down)).error().is<rs::circuit_open_error>());
     CHECK(state_is("closed") == 0);
@@ -274,8 +339,9 @@ TEST_CASE(
                   {{"policy", "retry_budget"}, {"name", "api"}, {"reason", "budget_exhausted"}}) == 1);
     CHECK(counter(m, "resilience_events_total",
                   {{"policy", "fallback"}, {"name", "answer"}, {"event", "fallback"}}) == 1);
-    const auto attempt = histogram(m, "resilience_attempt_duration_seconds",
-                                   {{"policy", "retry"}, {"name", "api"}, {"outcome", "failure"}});
+    const auto attempt =
+        histogram(m, "resilience_attempt_duration_seconds",
+                  {{"policy", "retry"}, {"name", "api"}, {"outcome", "failure"}, {"handled", "true"}});
     REQUIRE(attempt);
     CHECK(attempt->sample_count == 1);
     CHECK(attempt->sample_sum == Approx(0.13).epsilon(1e-12)); // the hedge's attempt ends at 130 ms
@@ -370,7 +436,7 @@ TEST_CASE("prometheus: the success path allocates nothing once its series are ma
     CHECK(sum == 1'010);
     CHECK(allocations == 0);
     CHECK(histogram(m, "resilience_call_duration_seconds",
-                    {{"policy", "telemetry"}, {"name", "five"}, {"outcome", "success"}})
+                    {{"policy", "telemetry"}, {"name", "five"}, {"outcome", "success"}, {"handled", "false"}})
               ->sample_count == 1'010);
 }
 #endif
@@ -419,7 +485,8 @@ int free_port() {
     return ntohs(addr.sin_port);
 }
 
-// Some traffic: two calls through a retry (one retried once), a watched breaker, a watched bulkhead.
+// Some traffic: three calls through a retry (one retried after a failure, one after a 503 it
+// returned), a watched breaker, a watched bulkhead.
 struct traffic {
     rs::prometheus::metrics m;
     rs::circuit_breaker<> breaker{{.name = "db", .failure_threshold = 5}};
@@ -428,17 +495,22 @@ struct traffic {
     traffic() {
         m.watch(breaker);
         m.watch(slots);
-        const rs::pipeline p{rs::telemetry{{.name = "orders", .listener = m.listener()}},
-                             rs::retry{{.name = "orders", .backoff = rs::constant_backoff{1ms}}}, breaker,
-                             slots};
+        const auto unavailable = [](const rs::outcome<int>& o) {
+            return o.has_failure() ? rs::is_transient(o.error()) : *o == 503;
+        };
+        const rs::pipeline p{
+            rs::telemetry{{.name = "orders", .listener = m.listener()}},
+            rs::retry{{.name = "orders", .backoff = rs::constant_backoff{1ms}, .should_handle = unavailable}},
+            breaker, slots};
         int calls = 0;
         const auto action = [&calls]() -> rs::task<int> {
             if (++calls == 2)
                 throw std::runtime_error("once");
-            co_return 1;
+            co_return calls == 4 ? 503 : 1;
         };
-        rs::sync_wait(p.execute(action));
-        rs::sync_wait(p.execute(action));
+        rs::sync_wait(p.execute(action)); // 1
+        rs::sync_wait(p.execute(action)); // throws, then 1
+        rs::sync_wait(p.execute(action)); // 503, then 1
     }
 };
 
@@ -453,21 +525,90 @@ TEST_CASE("prometheus: the Exposer on a loopback port serves every series, scrap
     INFO(text);
     REQUIRE(text.rfind("HTTP/1.1 200", 0) == 0);
     CHECK(text.find("# TYPE resilience_events_total counter") != std::string::npos);
-    CHECK(text.find("resilience_events_total{event=\"retry\",name=\"orders\",policy=\"retry\"} 1") !=
+    CHECK(text.find("resilience_events_total{event=\"retry\",name=\"orders\",policy=\"retry\"} 2") !=
           std::string::npos);
-    CHECK(text.find("resilience_attempt_duration_seconds_count{name=\"orders\",outcome=\"success\","
-                    "policy=\"retry\"} 2") != std::string::npos);
-    CHECK(text.find("resilience_attempt_duration_seconds_count{name=\"orders\",outcome=\"failure\","
-                    "policy=\"retry\"} 1") != std::string::npos);
-    CHECK(text.find("resilience_call_duration_seconds_count{name=\"orders\",outcome=\"success\","
-                    "policy=\"telemetry\"} 2") != std::string::npos);
-    CHECK(text.find("resilience_call_duration_seconds_bucket{name=\"orders\",outcome=\"success\","
-                    "policy=\"telemetry\",le=\"+Inf\"} 2") != std::string::npos);
+    CHECK(text.find("resilience_attempt_duration_seconds_count{handled=\"false\",name=\"orders\","
+                    "outcome=\"success\",policy=\"retry\"} 3") != std::string::npos);
+    // The 503 the retry retried: returned, and handled.
+    CHECK(text.find("resilience_attempt_duration_seconds_count{handled=\"true\",name=\"orders\","
+                    "outcome=\"success\",policy=\"retry\"} 1") != std::string::npos);
+    CHECK(text.find("resilience_attempt_duration_seconds_count{handled=\"true\",name=\"orders\","
+                    "outcome=\"failure\",policy=\"retry\"} 1") != std::string::npos);
+    CHECK(text.find("resilience_call_duration_seconds_count{handled=\"false\",name=\"orders\","
+                    "outcome=\"success\",policy=\"telemetry\"} 3") != std::string::npos);
+    CHECK(text.find("resilience_call_duration_seconds_bucket{handled=\"false\",name=\"orders\","
+                    "outcome=\"success\",policy=\"telemetry\",le=\"+Inf\"} 3") != std::string::npos);
     CHECK(text.find("# TYPE resilience_circuit_state gauge") != std::string::npos);
-    CHECK(text.find("resilience_circuit_state{name=\"db\",state=\"closed\"} 1") != std::string::npos);
-    CHECK(text.find("resilience_circuit_state{name=\"db\",state=\"open\"} 0") != std::string::npos);
-    CHECK(text.find("resilience_bulkhead_limit{name=\"db\"} 3") != std::string::npos);
-    CHECK(text.find("resilience_bulkhead_in_flight{name=\"db\"} 0") != std::string::npos);
+    CHECK(text.find("resilience_circuit_state{name=\"db\",policy=\"circuit_breaker\",state=\"closed\"} 1") !=
+          std::string::npos);
+    CHECK(text.find("resilience_circuit_state{name=\"db\",policy=\"circuit_breaker\",state=\"open\"} 0") !=
+          std::string::npos);
+    CHECK(text.find("resilience_circuit_window_calls{name=\"db\",policy=\"circuit_breaker\"} ") !=
+          std::string::npos);
+    CHECK(text.find("resilience_bulkhead_limit{name=\"db\",policy=\"bulkhead\"} 3") != std::string::npos);
+    CHECK(text.find("resilience_bulkhead_in_flight{name=\"db\",policy=\"bulkhead\"} 0") != std::string::npos);
+    // Every sample of every series carries both policy and name.
+    std::size_t samples = 0;
+    for (std::size_t at = text.find("\r\n\r\n"), end; at != std::string::npos && at < text.size(); at = end) {
+        end = text.find('\n', at + 1);
+        const std::string line = text.substr(at + 1, end == std::string::npos ? end : end - at - 1);
+        if (line.empty() || line[0] == '#' || line.rfind("resilience_", 0) != 0)
+            continue;
+        ++samples;
+        INFO(line);
+        CHECK(line.find("policy=\"") != std::string::npos);
+        CHECK(line.find("name=\"") != std::string::npos);
+    }
+    CHECK(samples > 20);
+}
+
+// What `promtool check metrics` says of `text` (Debian's `prometheus` package ships promtool): its exit
+// status and output; nullopt when promtool is missing.
+std::optional<std::pair<int, std::string>> promtool_check(const std::string& text) {
+    const char* const promtool = "/usr/bin/promtool";
+    if (::access(promtool, X_OK) != 0)
+        return std::nullopt;
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("resilience-promtool-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string in = (dir / "metrics.txt").string(), out = (dir / "promtool.log").string();
+    std::ofstream(in) << text;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, in.c_str(), O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::string check = "check", metrics = "metrics";
+    char* argv[] = {const_cast<char*>(promtool), check.data(), metrics.data(), nullptr};
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, promtool, &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    int status = -1;
+    if (rc == 0)
+        ::waitpid(pid, &status, 0);
+    std::ifstream log(out);
+    std::string said{std::istreambuf_iterator<char>(log), {}};
+    std::filesystem::remove_all(dir);
+    return std::pair{rc == 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1, said};
+}
+
+TEST_CASE("prometheus: promtool finds nothing to say about the scraped exposition", "[prometheus]") {
+    traffic t;
+    prom::Exposer exposer{"127.0.0.1:0"};
+    t.m.expose(exposer);
+    const std::string response = http_get(exposer.GetListeningPorts().at(0), "/metrics");
+    const auto body_at = response.find("\r\n\r\n");
+    REQUIRE(body_at != std::string::npos);
+    const std::string body = response.substr(body_at + 4);
+    const auto checked = promtool_check(body);
+    if (!checked) {
+        WARN("skipped: /usr/bin/promtool is missing (Debian: apt-get install prometheus)");
+        return;
+    }
+    INFO(body);
+    INFO("promtool: " << checked->second);
+    CHECK(checked->first == 0);
+    CHECK(checked->second.empty());
 }
 
 // A child process, killed (SIGTERM, then SIGKILL) and reaped when it goes out of scope.
@@ -541,7 +682,7 @@ TEST_CASE("prometheus: a Prometheus server scrapes the Exposer and answers a que
                << "      - targets: ['127.0.0.1:" << target << "']\n";
     }
     const int web = free_port();
-    std::string answer, value;
+    std::string answer, value, handled_value, breaker_value, bulkhead_value;
     {
         child_process prometheus{{server, "--config.file=" + (dir / "prometheus.yml").string(),
                                   "--storage.tsdb.path=" + (dir / "data").string(),
@@ -558,6 +699,19 @@ TEST_CASE("prometheus: a Prometheus server scrapes the Exposer and answers a que
                 break;
             std::this_thread::sleep_for(250ms);
         }
+        // From the same scrape: the 503 the retry handled, and the watched gauges under their policy.
+        // resilience_attempt_duration_seconds_count{outcome="success",handled="true"}
+        handled_value =
+            first_value(http_get(web, "/api/v1/query?query=resilience_attempt_duration_seconds_count"
+                                      "%7Boutcome%3D%22success%22%2Chandled%3D%22true%22%7D"));
+        // resilience_circuit_state{policy="circuit_breaker",name="db",state="closed"}
+        breaker_value =
+            first_value(http_get(web, "/api/v1/query?query=resilience_circuit_state%7Bpolicy%3D%22"
+                                      "circuit_breaker%22%2Cname%3D%22db%22%2Cstate%3D%22closed%22%7D"));
+        // resilience_bulkhead_limit{policy="bulkhead",name="db"}
+        bulkhead_value = first_value(http_get(
+            web,
+            "/api/v1/query?query=resilience_bulkhead_limit%7Bpolicy%3D%22bulkhead%22%2Cname%3D%22db%22%7D"));
     }
     std::string log;
     {
@@ -569,7 +723,10 @@ TEST_CASE("prometheus: a Prometheus server scrapes the Exposer and answers a que
     INFO("server log: " << log.substr(log.size() > 4000 ? log.size() - 4000 : 0));
     CHECK(answer.find("\"status\":\"success\"") != std::string::npos);
     CHECK(answer.find("\"job\":\"resilience\"") != std::string::npos);
-    CHECK(value == "1");
+    CHECK(value == "2");
+    CHECK(handled_value == "1");
+    CHECK(breaker_value == "1");
+    CHECK(bulkhead_value == "3");
 }
 
 } // namespace test_prometheus

@@ -236,17 +236,21 @@ private:
             }
             if (o_.budget && !o_.budget->try_withdraw()) {
                 closed_ = true; // no token now: no more extra attempts in this call
-                emit(o_.telemetry, ctx_, clock_,
-                     event(telemetry_kind::rejection, "retry_budget", o_.name, n, {}, cause));
+                telemetry_event refused =
+                    event(telemetry_kind::rejection, "retry_budget", o_.name, n, {}, cause);
+                refused.handled = why == hedge_reason::failure;
+                emit(o_.telemetry, ctx_, clock_, refused);
                 return false;
             }
             if (o_.on_hedge)
                 o_.on_hedge(hedge_event{n, why, cause, o_.name}.with_properties(ctx_.properties()));
-            if (const detail::listener_ref l = listener_for(o_.telemetry, ctx_)) // asks `delay` only then
-                emit(l, clock_,
-                     event(telemetry_kind::hedge, "hedge", o_.name, n,
-                           why == hedge_reason::delay ? o_.delay(started_) : std::chrono::nanoseconds{},
-                           cause));
+            if (const detail::listener_ref l = listener_for(o_.telemetry, ctx_)) { // asks `delay` only then
+                telemetry_event e = event(
+                    telemetry_kind::hedge, "hedge", o_.name, n,
+                    why == hedge_reason::delay ? o_.delay(started_) : std::chrono::nanoseconds{}, cause);
+                e.handled = why == hedge_reason::failure;
+                emit(l, clock_, e);
+            }
             if (ctx_.stop_requested()) { // stopped by one of the two just above
                 cancel();
                 return false;
