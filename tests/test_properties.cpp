@@ -180,6 +180,7 @@ TEST_CASE("properties: for_each lists many keys in the order of their latest set
 TEST_CASE("properties: a key set again and again on one context keeps one value alive, once no copy holds "
           "the earlier ones",
           "[properties]") {
+    REQUIRE(counted::alive == 0);
     {
         rs::context ctx;
         ctx.set_property(tenant, "acme");

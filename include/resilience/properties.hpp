@@ -67,9 +67,9 @@ struct property_node {
             n = next;
         }
     }
-    /// Unlinks and destroys the earlier settings of `head`'s key that only `head` reaches: those above
-    /// the first node another list shares (a copy of the context, a call running with one), which
-    /// nothing can see any more. `head` is new, held by one context only.
+    /// Unlinks and destroys the earlier settings of `head`'s key that only `head` reaches: those before
+    /// the first node that something else holds too (a copy of the context, a call running with one).
+    /// Nothing can read them any more. `head` is new, held by one context only.
     static void drop_shadowed(property_node* head) noexcept {
         property_node* above = head;
         const property_node* n = head->next;
@@ -81,7 +81,7 @@ struct property_node {
                 n->destroy(n);
                 n = above->next;
             } else {
-                above = const_cast<property_node*>(n); // made non-const: every node is made by `new`
+                above = const_cast<property_node*>(n); // sound: every node is made non-const, by `new`
                 n = n->next;
             }
         }
