@@ -712,6 +712,186 @@ TEST_CASE("cache: options are validated at construction, naming the field and th
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Keys whose own operations throw
+
+namespace {
+
+// Which of a `touchy_key`'s operations throws.
+enum class key_fault { none, copy, hash, equality };
+
+// A key whose copy, hash or equality throws while its `fault` says so, as a key that allocates when
+// copied, or hashes something that can fail, may. Its moves never throw.
+struct touchy_key {
+    std::string name;
+    const key_fault* fault;
+    touchy_key(std::string n, const key_fault& f) : name(std::move(n)), fault(&f) {}
+    touchy_key(const touchy_key& o) : name(o.name), fault(o.fault) {
+        if (*fault == key_fault::copy)
+            throw std::runtime_error("key copy");
+    }
+    touchy_key(touchy_key&&) noexcept = default;
+    touchy_key& operator=(const touchy_key&) = delete;
+    touchy_key& operator=(touchy_key&&) = delete;
+    friend bool operator==(const touchy_key& a, const touchy_key& b) {
+        if (*a.fault == key_fault::equality)
+            throw std::runtime_error("key equality");
+        return a.name == b.name;
+    }
+};
+struct touchy_hash {
+    std::size_t operator()(const touchy_key& k) const {
+        if (*k.fault == key_fault::hash)
+            throw std::runtime_error("key hash");
+        return std::hash<std::string>{}(k.name);
+    }
+};
+using touchy_cache = rs::cache<touchy_key, int, rs::testing::virtual_clock, touchy_hash>;
+
+template <class A>
+rs::task<void> touchy_caller(simulation& sim, touchy_cache c, touchy_key key, A act, record& out) {
+    try {
+        out.value = co_await c.run(std::move(key), act);
+    } catch (...) {
+        out.error = std::current_exception();
+    }
+    out.at = sim.now();
+}
+template <class A>
+rs::task<void> touchy_policy_caller(simulation& sim, touchy_cache c, touchy_key key, A act, record& out) {
+    try {
+        out.value = co_await c.policy(std::move(key)).execute(act);
+    } catch (...) {
+        out.error = std::current_exception();
+    }
+    out.at = sim.now();
+}
+
+// Gets the stale value, which starts a background refresh, then breaks the key before the loop's next
+// turn, where that refresh runs: every operation of the key in the refresh throws.
+rs::task<void> stale_then_break(touchy_cache c, touchy_key key, source s, key_fault& fault, key_fault broken,
+                                std::optional<int>& got) {
+    got = co_await c.run(std::move(key), s);
+    fault = broken;
+}
+
+// After 100ms, breaks the key, then returns `value`: the refresh stores it with a key that throws.
+rs::task<int> breaking_call(simulation& sim, key_fault& fault, key_fault broken, int value) {
+    co_await sim.sleep_for(100ms);
+    fault = broken;
+    co_return value;
+}
+struct breaking_action {
+    simulation* sim;
+    key_fault* fault;
+    key_fault broken;
+    int value;
+    rs::task<int> operator()() const { return breaking_call(*sim, *fault, broken, value); }
+};
+
+// The background refresh of a stale entry, its key broken: a failed refresh, and nothing else.
+void background_refresh_with_broken_key(key_fault broken) {
+    simulation sim;
+    key_fault fault = key_fault::none;
+    std::vector<heard> events;
+    const touchy_cache c{{.ttl = 1s, .stale_while_revalidate = 10s, .telemetry = recorder(events)},
+                         sim.clock()};
+    source s{sim};
+    const touchy_key k{"k", fault};
+    CHECK(sim.run(c.run(k, s)) == 1); // stored at 100ms: stale from 1.1s to 11.1s
+    events.clear();
+    std::optional<int> stale;
+    sim.spawn(after(sim, 2s - sim.now(), stale_then_break(c, k, s, fault, broken, stale)));
+    CHECK_NOTHROW(sim.run_all()); // nothing escapes onto the loop (and nothing terminates)
+    fault = key_fault::none;
+    CHECK(stale == 1);
+    // A key that throws when copied or hashed fails the refresh before its call; one that throws when
+    // compared, when the call's value is stored.
+    CHECK(s.calls() == (broken == key_fault::equality ? 2 : 1));
+    CHECK(sim.now() == (broken == key_fault::equality ? 2100ms : 2s));
+    CHECK(c.in_flight() == 0);
+    CHECK(c.size() == 1);
+    REQUIRE(events.size() == 1); // the stale answer; the failed refresh reports nothing itself
+    CHECK((events[0].kind == rs::telemetry_kind::stale_served && events[0].note == "stale_while_revalidate"));
+
+    // The stale value keeps serving, and the next caller of the key starts a refresh that works.
+    events.clear();
+    const int made = s.calls();
+    record later, fresh;
+    sim.spawn(after(sim, 3s - sim.now(), touchy_caller(sim, c, k, s, later)));
+    sim.spawn(after(sim, 3200ms - sim.now(), touchy_caller(sim, c, k, s, fresh)));
+    sim.run_all();
+    CHECK((later.value == 1 && later.at == 3s));
+    CHECK((fresh.value == made + 1 && fresh.at == 3200ms)); // stored at 3.1s
+    CHECK(s.calls() == made + 1);
+    CHECK(c.in_flight() == 0);
+    REQUIRE(events.size() == 2);
+    CHECK((events[0].kind == rs::telemetry_kind::stale_served && events[0].note == "stale_while_revalidate"));
+    CHECK(events[1].kind == rs::telemetry_kind::cache_hit);
+}
+
+// A refresh in the foreground, by one caller and one that joined it, whose key breaks while it runs:
+// both get one answer (the key's exception, or the value if storing it needed nothing that threw), the
+// key is free again, and its next caller refreshes.
+template <class Caller>
+void foreground_refresh_with_broken_key(key_fault broken, Caller call) {
+    simulation sim;
+    key_fault fault = key_fault::none;
+    const touchy_cache c{{.ttl = 1s}, sim.clock()};
+    const touchy_key k{"k", fault};
+    record owner, joined, next;
+    sim.spawn(call(sim, c, k, breaking_action{&sim, &fault, broken, 7}, owner));
+    sim.spawn(after(sim, 50ms, call(sim, c, k, breaking_action{&sim, &fault, broken, 8}, joined)));
+    CHECK_NOTHROW(sim.run_all());
+    fault = key_fault::none;
+    CHECK(c.in_flight() == 0);
+    CHECK((owner.at == 100ms && joined.at == 100ms));
+    CHECK(owner.value == joined.value);
+    CHECK(owner.what() == joined.what());
+    if (broken == key_fault::equality) { // the table was empty: storing compared nothing
+        CHECK(owner.value == 7);
+    } else {
+        CHECK(owner.what() == (broken == key_fault::copy ? "key copy" : "key hash"));
+    }
+    sim.spawn(
+        after(sim, 2s - sim.now(), call(sim, c, k, breaking_action{&sim, &fault, key_fault::none, 9}, next)));
+    CHECK_NOTHROW(sim.run_all());
+    CHECK((next.value == 9 && next.at == 2100ms));
+    CHECK(c.in_flight() == 0);
+}
+
+} // namespace
+
+TEST_CASE("cache: a key whose copy throws fails the background refresh, and the stale value keeps serving",
+          "[cache][stale][key]") {
+    background_refresh_with_broken_key(key_fault::copy);
+}
+
+TEST_CASE("cache: a key whose hash throws fails the background refresh, and the stale value keeps serving",
+          "[cache][stale][key]") {
+    background_refresh_with_broken_key(key_fault::hash);
+}
+
+TEST_CASE("cache: a key whose equality throws fails the background refresh, and the stale value keeps "
+          "serving",
+          "[cache][stale][key]") {
+    background_refresh_with_broken_key(key_fault::equality);
+}
+
+TEST_CASE("cache: a key that breaks while its refresh runs in the foreground ends the refresh once for its "
+          "callers, through run and through the policy form",
+          "[cache][key]") {
+    const auto by_run = [](simulation& sim, const touchy_cache& c, const touchy_key& k, breaking_action a,
+                           record& out) { return touchy_caller(sim, c, k, a, out); };
+    const auto by_policy = [](simulation& sim, const touchy_cache& c, const touchy_key& k, breaking_action a,
+                              record& out) { return touchy_policy_caller(sim, c, k, a, out); };
+    for (const key_fault broken : {key_fault::copy, key_fault::hash, key_fault::equality}) {
+        INFO("fault " << static_cast<int>(broken));
+        foreground_refresh_with_broken_key(broken, by_run);
+        foreground_refresh_with_broken_key(broken, by_policy);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Lifetimes and teardown
 
 TEST_CASE("cache: a loop destroyed with a background refresh pending destroys it and wakes its waiters",

@@ -23,8 +23,10 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -108,6 +110,105 @@ TEST_CASE("properties: the values are destroyed with the last context holding th
         rs::context c;
         c = std::move(b);
         CHECK(counted::alive == 1);
+    }
+    CHECK(counted::alive == 0);
+}
+
+TEST_CASE("properties: a key set a million times on one context is read, listed and destroyed",
+          "[properties]") {
+    std::optional<rs::context> ctx{std::in_place};
+    ctx->set_property(tenant, "acme");
+    for (int i = 0; i < 1'000'000; ++i)
+        ctx->set_property(priority, i);
+    ctx->set_property(request_id, "r-1");
+    CHECK(*ctx->property(priority) == 999'999);
+    std::vector<std::string> names;
+    ctx->properties().for_each([&](std::string_view name, std::string_view) { names.emplace_back(name); });
+    CHECK(names == std::vector<std::string>{"tenant", "priority", "request_id"});
+    ctx.reset();
+}
+
+TEST_CASE("properties: a list a million long, kept by copies, is listed and destroyed without recursion",
+          "[properties]") {
+    // Each copy keeps what it had, so every setting stays in the list until the last context goes.
+    std::optional<rs::context> ctx{std::in_place};
+    for (int i = 0; i < 1'000'000; ++i) {
+        ctx = ctx->with_property(priority, i);
+        if (i == 500'000)
+            ctx = ctx->with_property(tenant, "acme");
+    }
+    CHECK(*ctx->property(priority) == 999'999);
+    CHECK(*ctx->property(tenant) == "acme");
+    std::vector<std::pair<std::string, std::string>> seen;
+    ctx->properties().for_each([&](std::string_view name, std::string_view text) {
+        seen.emplace_back(std::string(name), std::string(text));
+    });
+    CHECK(seen == std::vector<std::pair<std::string, std::string>>{{"tenant", "acme"}, {"priority", ""}});
+    ctx.reset();
+}
+
+namespace {
+// Twenty keys, more than `for_each` gathers on the stack; their values tell them apart.
+template <int I>
+inline constexpr rs::property_key<std::string> numbered{"n"};
+template <int... I>
+void set_numbered(rs::context& ctx, int plus, std::integer_sequence<int, I...>) {
+    (ctx.set_property(numbered<I>, std::to_string(I + plus)), ...);
+}
+template <int... I>
+void set_numbered_by_copies(rs::context& ctx, int plus, std::integer_sequence<int, I...>) {
+    ((ctx = ctx.with_property(numbered<I>, std::to_string(I + plus))), ...);
+}
+} // namespace
+
+TEST_CASE("properties: for_each lists many keys in the order of their latest settings, each once",
+          "[properties]") {
+    rs::context ctx;
+    set_numbered(ctx, 0, std::make_integer_sequence<int, 20>{});
+    ctx.set_property(request_id, "r-1");
+    set_numbered_by_copies(ctx, 100, std::make_integer_sequence<int, 10>{}); // the first ten again
+    ctx.set_property(numbered<15>, "115");
+    std::vector<std::string> texts;
+    ctx.properties().for_each([&](std::string_view, std::string_view text) { texts.emplace_back(text); });
+    CHECK(texts == std::vector<std::string>{"10",  "11",  "12",  "13",  "14",  "16",  "17",
+                                            "18",  "19",  "r-1", "100", "101", "102", "103",
+                                            "104", "105", "106", "107", "108", "109", "115"});
+    CHECK(*ctx.property(numbered<0>) == "100");
+    CHECK(*ctx.property(numbered<19>) == "19");
+}
+
+TEST_CASE("properties: a key set again and again on one context keeps one value alive, once no copy holds "
+          "the earlier ones",
+          "[properties]") {
+    REQUIRE(counted::alive == 0);
+    {
+        rs::context ctx;
+        ctx.set_property(tenant, "acme");
+        for (int i = 0; i < 1'000; ++i)
+            ctx.set_property(counted_key, counted{});
+        CHECK(counted::alive == 1);
+        CHECK(*ctx.property(tenant) == "acme");
+
+        // A copy keeps what it had; once it goes, the next setting drops every earlier one.
+        std::optional<rs::context> copy{ctx};
+        for (int i = 0; i < 1'000; ++i)
+            ctx.set_property(counted_key, counted{});
+        CHECK(counted::alive == 2); // the copy's, and the latest
+        copy.reset();
+        CHECK(counted::alive == 2); // the copy's is still in the list, shadowed
+        ctx.set_property(counted_key, counted{});
+        CHECK(counted::alive == 1);
+
+        // Behind a copy of a later setting, the earlier ones stay: that copy reaches them.
+        ctx.set_property(request_id, "r-1");
+        const rs::context later = ctx;
+        ctx.set_property(counted_key, counted{});
+        CHECK(counted::alive == 2);
+        CHECK(*ctx.property(tenant) == "acme");
+        CHECK(*ctx.property(request_id) == "r-1");
+        std::vector<std::string> names;
+        ctx.properties().for_each([&](std::string_view name, std::string_view) { names.emplace_back(name); });
+        CHECK(names == std::vector<std::string>{"tenant", "request_id", "counted"});
     }
     CHECK(counted::alive == 0);
 }

@@ -39,7 +39,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <unordered_set>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -114,7 +114,9 @@ struct cache_options {
 /// cache's state. The loop owns it: its `run()` returns only after the refresh has ended, and
 /// destroying the loop destroys the refresh, whose waiting callers are then woken with
 /// `cancelled_error` (as `single_flight` wakes them when its owner is torn down). Nobody stops it:
-/// it lasts as long as its action, so give the action a timeout. A caller outside any
+/// it lasts as long as its action, so give the action a timeout. A background refresh that fails, the
+/// key's own copy, hash or equality included, is a failed refresh: the stale value keeps answering,
+/// and nothing escapes onto the loop. A caller outside any
 /// `event_loop` (an Asio thread), and every caller through `policy(key)` (whose call, the rest of
 /// its pipeline, cannot outlive it), refreshes in the foreground instead: it makes the call and
 /// waits for it, while the other callers of the window get the stale value at once.
@@ -275,6 +277,9 @@ private:
     struct arrival {
         route how = route::answered;
         std::optional<outcome<T>> answer{};
+        // With `route::background`: the mark made for the refresh to start (`state::background`).
+        std::size_t mark_hash = 0;
+        const Key* marked = nullptr;
     };
 
     // The options live in immutable blocks (`config`), the one in force published through `current`
@@ -284,7 +289,7 @@ private:
     struct state {
         state(cache_options<T> o, C c, Hash hash, KeyEqual equal)
             : clock(std::move(c)), refreshes(single_flight_options{.name = o.name}, hash, equal),
-              table(o.max_entries, hash, equal), background(0, std::move(hash), std::move(equal)),
+              table(o.max_entries, hash, equal), key_hash(std::move(hash)), key_equal(std::move(equal)),
               current(new config(std::move(o))) {}
         state(const state&) = delete;
         state& operator=(const state&) = delete;
@@ -293,10 +298,15 @@ private:
         const C clock;
         const flights refreshes;
         mutable std::mutex mutex;
-        table_type table;                                     // guarded by mutex
-        std::unordered_set<Key, Hash, KeyEqual> background{}; // guarded: background refreshes not ended
-        std::uint64_t epoch = 0;                              // guarded: bumped by invalidate and clear
-        std::atomic<const config*> current;                   // written under mutex
+        table_type table; // guarded by mutex
+        const Hash key_hash;
+        const KeyEqual key_equal;
+        // Guarded: the keys of the background refreshes not ended, by their hashes, so that a refresh
+        // unmarks its key without running the key's hash or equality (which may throw, and the mark must
+        // go whatever happened).
+        std::unordered_multimap<std::size_t, Key> background{};
+        std::uint64_t epoch = 0;            // guarded: bumped by invalidate and clear
+        std::atomic<const config*> current; // written under mutex
 
         /// The block in force now: for a call starting, or for the handle's accessors.
         const config& config_now() const noexcept { return *current.load(std::memory_order_acquire); }
@@ -319,10 +329,20 @@ private:
             std::lock_guard lock(mutex);
             return epoch;
         }
-        void end_background(const Key& key) noexcept {
-            typename std::unordered_set<Key, Hash, KeyEqual>::node_type gone;
+        // Whether a background refresh of `key`, whose hash is `h`, has not ended. Under `mutex`.
+        bool marked(const Key& key, std::size_t h) const {
+            const auto [first, last] = background.equal_range(h);
+            return std::any_of(first, last, [&](const auto& m) { return key_equal(m.second, key); });
+        }
+        // Unmarks `key` (the one in `background`, found by its address), whose hash is `h`.
+        void end_background(std::size_t h, const Key* key) noexcept {
+            typename std::unordered_multimap<std::size_t, Key>::node_type gone; // destroyed unlocked
             std::lock_guard lock(mutex);
-            gone = background.extract(key);
+            auto [it, last] = background.equal_range(h);
+            while (it != last && &it->second != key)
+                ++it;
+            if (it != last)
+                gone = background.extract(it);
         }
         std::optional<failure> report(const config& cfg, detail::listener_ref l, telemetry_kind kind,
                                       int attempt, std::chrono::nanoseconds d, const failure* error,
@@ -363,9 +383,11 @@ private:
                     } else if (e->value &&
                                now < detail::add_saturating(e->expires, options.stale_while_revalidate)) {
                         what = found::stale_revalidate;
-                        if (!background.contains(key) && !refreshes.contains(key)) {
+                        const std::size_t h = key_hash(key);
+                        if (!marked(key, h) && !refreshes.contains(key)) {
                             if (may_background) {
-                                background.insert(key);
+                                a.marked = &background.emplace(h, key)->second;
+                                a.mark_hash = h;
                                 a.how = route::background;
                             } else {
                                 what = found::lead;
@@ -537,31 +559,38 @@ private:
     }
 
     // A background refresh's mark on its key (`state::background`), from its spawning to the end of
-    // its frame, whether it ran or its loop destroyed it unstarted: a parameter of its coroutine.
+    // its frame, whether it ran or its loop destroyed it unstarted: a parameter of its coroutine. The
+    // key it refreshes is the one in the mark.
     class background_mark {
     public:
-        background_mark(std::shared_ptr<state> st, Key key) : st_(std::move(st)), key_(std::move(key)) {}
-        background_mark(background_mark&& o) noexcept(std::is_nothrow_move_constructible_v<Key>)
-            : st_(std::move(o.st_)), key_(std::move(o.key_)) {}
+        background_mark(std::shared_ptr<state> st, std::size_t hash, const Key* key) noexcept
+            : st_(std::move(st)), hash_(hash), key_(key) {}
+        background_mark(background_mark&& o) noexcept : st_(std::move(o.st_)), hash_(o.hash_), key_(o.key_) {}
         background_mark& operator=(background_mark&&) = delete;
         ~background_mark() {
             if (st_)
-                st_->end_background(key_);
+                st_->end_background(hash_, key_);
         }
         state& held() const noexcept { return *st_; }
-        const Key& key() const noexcept { return key_; }
+        const Key& key() const noexcept { return *key_; }
 
     private:
         std::shared_ptr<state> st_;
-        Key key_;
+        std::size_t hash_;
+        const Key* key_;
     };
     // Finishes under `cfg`, the options of the caller that started it (kept while the mark holds
-    // the state).
+    // the state). Whatever fails, the key's own copy, hash or equality included, is a failed refresh,
+    // as its action's failure is: the callers that joined it get the failure, the stale value keeps
+    // answering, and nothing escapes onto the loop (whose `run` would throw it).
     template <class A>
     static task<void> background_refresh(background_mark mark, const config* cfg, A action) {
         state& st = mark.held();
-        (void)co_await st.refreshes.run_outcome(mark.key(),
-                                                refresh_action<A>{&st, cfg, &mark.key(), &action});
+        try {
+            (void)co_await st.refreshes.run_outcome(mark.key(),
+                                                    refresh_action<A>{&st, cfg, &mark.key(), &action});
+        } catch (...) {
+        }
     }
 
     template <class A>
@@ -581,17 +610,10 @@ private:
         const detail::listener_ref heard = state::own_listener(cfg);
         arrival a = st->arrive(cfg, key, st->clock.now(), heard, 1, loop != nullptr);
         if (a.how == route::background) {
-            std::optional<background_mark> mark;
+            background_mark mark{st, a.mark_hash, a.marked};
             try {
-                mark.emplace(st, key);
-            } catch (...) { // the key could not be copied: unmark it, a later caller tries again
-                st->end_background(key);
-            }
-            if (mark) {
-                try {
-                    loop->spawn(background_refresh(std::move(*mark), &cfg, std::move(action)));
-                } catch (...) { // no memory to start it: the mark is gone with it, a later caller tries again
-                }
+                loop->spawn(background_refresh(std::move(mark), &cfg, std::move(action)));
+            } catch (...) { // no memory to start it: the mark goes with it, a later caller tries again
             }
         }
         if (a.how != route::refresh)

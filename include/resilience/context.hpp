@@ -237,14 +237,18 @@ public:
     }
     /// Sets `key` to `value` on this context, for the calls started with it (and with its copies made
     /// afterwards): a property set again hides its earlier value. Allocates one node. Copies made
-    /// before keep what they had.
+    /// before keep what they had. An earlier value that only this context holds (no copy, no call
+    /// running with one) is destroyed: a pointer or view taken to it before is no longer valid.
     template <class T, class V>
     requires std::constructible_from<T, V&&>
     void set_property(const property_key<T>& key, V&& value) {
         if (!self_contained())
             *this = context(*this);
-        props_ = new detail::typed_property_node<T>(key, props_,
-                                                    std::forward<V>(value)); // takes over the reference
+        auto* const node =
+            new detail::typed_property_node<T>(key, props_,
+                                               std::forward<V>(value)); // takes over the reference
+        props_ = node;
+        detail::property_node::drop_shadowed(node);
     }
     /// A copy of this context with `key` set to `value`.
     template <class T, class V>

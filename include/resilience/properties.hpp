@@ -21,16 +21,20 @@
 /// `pipeline_of_five_properties`). Setting a property allocates one node, which the contexts of the call
 /// share: the context the caller made owns the list (copies of a context share it, with a reference count
 /// changed only when a context is copied), the contexts the policies derive for the attempts refer to it.
-/// A lookup walks the list, newest first: properties are meant to be a few.
+/// A lookup walks the list, newest first: properties are meant to be a few. A key set again on a context
+/// that alone holds its earlier setting replaces it, so setting one key over and over keeps one node.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <new>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace resilience {
 
@@ -54,12 +58,32 @@ struct property_node {
         if (n)
             n->refs.fetch_add(1, std::memory_order_relaxed);
     }
-    /// Drops a reference; the last one destroys the node and drops its reference on the next.
+    /// Drops a reference; the last one destroys the node and drops its reference on the next (in a
+    /// loop: a list may be long).
     static void release(const property_node* n) noexcept {
         while (n && n->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
             const property_node* next = n->next;
             n->destroy(n);
             n = next;
+        }
+    }
+    /// Unlinks and destroys the earlier settings of `head`'s key that only `head` reaches: those before
+    /// the first node that something else holds too (a copy of the context, a call running with one).
+    /// Nothing can read them any more. `head` is new, held by one context only.
+    static void drop_shadowed(property_node* head) noexcept {
+        property_node* above = head;
+        const property_node* n = head->next;
+        // A count of 1 is `above`'s reference; acquire: the thread that dropped another one is done with it.
+        while (n && n->refs.load(std::memory_order_acquire) == 1) {
+            if (n->key == head->key) {
+                above->next =
+                    std::exchange(const_cast<property_node*>(n)->next, nullptr); // its reference too
+                n->destroy(n);
+                n = above->next;
+            } else {
+                above = const_cast<property_node*>(n); // sound: every node is made non-const, by `new`
+                n = n->next;
+            }
         }
     }
 };
@@ -138,22 +162,51 @@ public:
     /// to `std::string_view` (a `std::string`, a string literal), empty otherwise. For logs and labels.
     template <class F>
     void for_each(F&& f) const {
-        visit(head_, f);
+        // The list is newest first: each key's first node is its latest setting. They are gathered
+        // (a few, on the stack), then reported backwards; no recursion, since a list may be long.
+        constexpr std::size_t few = 16;
+        const detail::property_node* latest[few];
+        std::size_t n = 0;
+        const detail::property_node* m = head_;
+        for (; m; m = m->next) {
+            if (std::any_of(latest, latest + n,
+                            [m](const detail::property_node* l) { return l->key == m->key; }))
+                continue; // set again later
+            if (n == few)
+                break;
+            latest[n++] = m;
+        }
+        if (m) {
+            for_each_of_many(f, latest, m);
+            return;
+        }
+        while (n > 0) {
+            --n;
+            f(latest[n]->name, latest[n]->text(latest[n]));
+        }
     }
 
 private:
     friend struct detail::properties_access;
     explicit properties_view(const detail::property_node* head) noexcept : head_(head) {}
-    // Oldest first: the list is newest first, and a few long.
-    template <class F>
-    void visit(const detail::property_node* n, F& f) const {
-        if (!n)
-            return;
-        visit(n->next, f);
-        for (const detail::property_node* m = head_; m != n; m = m->next)
-            if (m->key == n->key)
-                return; // set again later: reported there
-        f(n->name, n->text(n));
+    // `for_each` past its first `few` keys: `latest` (full) and the rest of the list from `m`.
+    template <class F, std::size_t few>
+    static void for_each_of_many(F& f, const detail::property_node* (&latest)[few],
+                                 const detail::property_node* m) {
+        std::vector<const detail::property_node*> all(latest, latest + few);
+        std::vector<const void*> keys; // sorted, of the nodes in `all`
+        keys.reserve(few);
+        for (const detail::property_node* l : latest)
+            keys.insert(std::lower_bound(keys.begin(), keys.end(), l->key, std::less<>{}), l->key);
+        for (; m; m = m->next) {
+            const auto at = std::lower_bound(keys.begin(), keys.end(), m->key, std::less<>{});
+            if (at != keys.end() && *at == m->key)
+                continue;
+            keys.insert(at, m->key);
+            all.push_back(m);
+        }
+        for (auto it = all.rbegin(); it != all.rend(); ++it)
+            f((*it)->name, (*it)->text(*it));
     }
     const detail::property_node* head_ = nullptr;
 };

@@ -216,10 +216,23 @@ private:
         w.attached = false;
         --c.attached;
     }
-    static void erase_if_current(state& st, const call& c) {
-        auto it = st.calls.find(c.key);
-        if (it != st.calls.end() && it->second.get() == &c)
-            st.calls.erase(it);
+    // Frees the key of `c`, if `c` still holds it. Finding it runs the key's hash and equality, which
+    // may throw; a call that stayed in the map would hold its key for good (its later callers would
+    // attach to a call that never ends), so it is then found by address instead.
+    static void erase_if_current(state& st, const call& c) noexcept {
+        try {
+            const auto it = st.calls.find(c.key);
+            if (it != st.calls.end() && it->second.get() == &c)
+                st.calls.erase(it);
+            return;
+        } catch (...) {
+        }
+        for (auto it = st.calls.begin(); it != st.calls.end(); ++it) {
+            if (it->second.get() == &c) {
+                st.calls.erase(it);
+                return;
+            }
+        }
     }
 
     // Hands the waiter back to its coroutine. Nothing may touch `w` after the exchange: once
