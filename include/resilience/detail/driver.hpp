@@ -21,6 +21,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -225,9 +226,26 @@ struct driver {
     template <class S>
     RESILIENCE_DETAIL_NOINLINE static void caller_stopped(const context& caller, outcome_type& result,
                                                           const S& stages) {
-        if (!caller.stop_requested() || is_cancellation(result.error()))
+        if (!caller.stop_requested() || !stands_for_a_stop(result.error()))
             return;
         result = outcome_type{failure::make(cancelled_error{outermost_name(stages)})};
+    }
+    // Every failure but a cancellation already, and a `std::logic_error`: a setup mistake (a
+    // classifier for another result type) or a bug is reported as it is, stopped or not.
+    static bool stands_for_a_stop(const failure& f) noexcept {
+        if (f.code() != errc{})
+            return f.code() != errc::cancelled; // the library's own: no rethrow needed
+        if (!f.has_exception())
+            return true;
+        try {
+            f.rethrow();
+        } catch (const cancelled_error&) {
+            return false;
+        } catch (const std::logic_error&) {
+            return false;
+        } catch (...) {
+        }
+        return true;
     }
 
     // The call's shared clock reading (`call_now`) holds only while the call runs without
