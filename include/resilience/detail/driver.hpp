@@ -222,6 +222,8 @@ struct driver {
     /// error of its own), nor with a failure from before the stop that a wait after it (a backoff)
     /// would have returned. Applied once, where the call ends, so that no policy has to; a stop from
     /// inside (a timeout's, a hedge's loser) does not reach the caller's token and changes nothing.
+    /// Policies still make sure nothing runs or stands in after the stop (no retry, no hedged
+    /// attempt, no substitute, no stale value): this only decides what the call ends with.
     /// Out of line: only a failed call gets here.
     template <class S>
     RESILIENCE_DETAIL_NOINLINE static void caller_stopped(const context& caller, outcome_type& result,
