@@ -202,8 +202,10 @@ TEST_CASE("caller stop: retry with a budget takes no token for a stopped call", 
     rs::retry r{{.max_attempts = 5, .backoff = rs::constant_backoff{1s, rs::jitter::none}, .budget = budget},
                 sim.clock()};
     const attempt act{sim, ending::custom};
+    const double before = budget.tokens();
     check_cancelled(stopped_call(sim, r, act));
     CHECK(act.calls() == 1);
+    CHECK(budget.tokens() >= before); // the call deposited, no retry withdrew
     check_rule([&](simulation& s) {
         return rs::retry{
             {.max_attempts = 5, .backoff = rs::constant_backoff{1s, rs::jitter::none}, .budget = budget},
