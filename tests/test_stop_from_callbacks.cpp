@@ -68,9 +68,10 @@ TEST_CASE("fallback: a caller's stop requested from should_handle or the listene
                          }}};
         result = sim.run(fb.execute_outcome(act, caller.get_token()));
     }
-    // "When the caller's own stop token is stopped, the outcome passes through whatever should_handle says"
+    // No substitute for a caller that stopped, and the call ends as a stopped call does (docs/core.md,
+    // "A call its caller stopped"): with cancelled_error, not the failure the substitute would have answered.
     REQUIRE(result->has_failure());
-    CHECK(result->error().is<rs::testing::scripted_failure>());
+    CHECK(result->error().is<rs::cancelled_error>());
     CHECK(substitutes == 0);
     CHECK(sim.now() == 10ms);
 }

@@ -107,6 +107,9 @@ private:
 };
 
 /// The caller asked to stop (through the stop token it passed in). Never retried, never a timeout.
+/// What a call its caller stopped ends with, unless an attempt returned a value all the same,
+/// whatever the stopped attempt threw (docs/core.md, "A call its caller stopped"). Its code
+/// compares equal to `std::errc::operation_canceled`.
 class cancelled_error : public error {
 public:
     cancelled_error() : error(errc::cancelled) {}

@@ -240,7 +240,8 @@ using substitute_result_t = typename substitute_result<S, R>::type;
 ///   The default declines cancellation (`is_cancellation`) and every value but an `expected_like`
 ///   one holding an error: a caller that gave up is not a failure to answer for.
 /// - Whatever `should_handle` says, a call whose caller's stop token is stopped is never answered:
-///   its outcome passes through, so cancelling a call never turns into a substitute.
+///   its outcome passes through (and the call ends with `cancelled_error`, see docs/core.md, "A call
+///   its caller stopped"), so cancelling a call never turns into a substitute.
 /// - `on_fallback` is told each time the substitute is about to answer, with what it replaces.
 /// - If the substitute, `should_handle` or `on_fallback` throws, that exception becomes the call's
 ///   failure: it replaces the outcome rather than suppressing it. Nothing escapes `execute_outcome`.

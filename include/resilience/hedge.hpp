@@ -184,8 +184,9 @@ class hedge_race;
 /// - If every attempt fails, the failure that came last is the call's failure, exactly as it was
 ///   (or the last value it handled: an outcome classifier's, or an `expected_like` error).
 /// - A stop requested by the caller stops every attempt (each attempt's token is linked to the
-///   caller's), starts no more, and ends the call as `cancelled_error` once they have finished.
-///   A caller already stopped is refused without running the action.
+///   caller's), starts no more, and, once they have finished, ends the call with the first value
+///   one of them returned all the same, or else `cancelled_error` (never with what a stopped
+///   attempt threw). A caller already stopped is refused without running the action.
 ///
 /// Each attempt sees `ctx.attempt()` = 1, 2, ... (send each to another replica) and a stop token of
 /// its own. Only hedge what is safe to run twice: reads, or writes an idempotency key makes safe.

@@ -7,6 +7,10 @@
 ///
 ///     co_await p.execute(action);                  // R, or rethrows the failure unchanged
 ///     co_await p.execute(action, stop_token);      // the caller's stop token reaches every attempt
+///
+/// A call its caller stopped ends with a value an attempt returned or with `cancelled_error`, never
+/// with what a stopped attempt threw (docs/core.md, "A call its caller stopped"); the driver applies
+/// that where the call ends (`driver::caller_stopped`), so no policy has to.
 ///     co_await p.execute(action, ctx);             // from inside another attempt
 ///     co_await p.execute_outcome(action);          // outcome<R>, never throws for the action's failure
 ///
@@ -122,7 +126,8 @@ struct probe_next {
 template <class Derived>
 class policy_base {
 public:
-    /// Runs `action` under this policy; returns its value or rethrows the final failure as it was.
+    /// Runs `action` under this policy; returns its value or rethrows the final failure as it was
+    /// (`cancelled_error` when the caller stopped the call and no attempt returned a value).
     /// Called on an lvalue, a handle to shared state is copied into the call, and any other policy
     /// must stay alive while the call may be resumed; called on an rvalue (a temporary,
     /// `std::move(p)`), the policy is moved into the call. See the file comment.

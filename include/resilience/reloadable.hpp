@@ -314,7 +314,7 @@ private:
             using drv = detail::driver<stage_tuple, detail::guarded<A>>;
             return drv::template drive<Throw>(pinned{snapshot{this->held().pin()}},
                                               detail::owned_action<A>{std::move(action)}, std::move(ctx),
-                                              typename drv::outermost{});
+                                              typename drv::whole_call{});
         }
     }
 };

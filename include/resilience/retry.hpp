@@ -135,9 +135,11 @@ struct retry_options {
 /// - the wait and `min_attempt_time` would carry the next attempt past the call's deadline (set by
 ///   a `timeout` around the retry, on a clock of the retry's clock type);
 /// - the caller asked to stop: at once, also in the middle of a backoff wait.
-/// Whatever ended it, the last outcome is what the call produces: the last failure exactly as it
-/// was (the same exception object), or the last value it handled (an outcome classifier's, or an
-/// `expected_like` value holding an error: returned with its error unchanged, nothing thrown).
+/// Whatever ended it but a caller's stop, the last outcome is what the call produces: the last
+/// failure exactly as it was (the same exception object), or the last value it handled (an outcome
+/// classifier's, or an `expected_like` value holding an error: returned with its error unchanged,
+/// nothing thrown). A call its caller stopped ends with the value its last attempt returned, or
+/// with `cancelled_error` (made where the call ends: docs/core.md, "A call its caller stopped").
 /// A stop requested before the first attempt yields `cancelled_error` without calling the action.
 ///
 /// Each attempt sees `ctx.with_attempt(n)` (n = 1, 2, ...). The success path calls no

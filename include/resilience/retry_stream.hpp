@@ -171,7 +171,10 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
         // Cancellation is the consumer giving up, never the source failing: not retried, and
         // the classifier is not even asked; neither is it once the budget is spent.
         const failure f{error};
-        if (stop.stop_requested() || attempt >= options.max_attempts ||
+        // A consumer that stopped gets cancelled_error, not what its stopped source threw.
+        if (stop.stop_requested() && !is_cancellation(f))
+            throw cancelled_error{options.name};
+        if (attempt >= options.max_attempts ||
             (yielded > 0 && options.partial == partial_stream::rethrow_mid_stream) || is_cancellation(f))
             std::rethrow_exception(error);
         const verdict v = options.should_handle.classify(
@@ -188,7 +191,7 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
         if (wait > std::chrono::nanoseconds::zero())
             co_await clock.sleep_until(add_saturating(clock.now(), wait), stop);
         if (stop.stop_requested()) // during the wait, or before a retry that needed none
-            std::rethrow_exception(error);
+            throw cancelled_error{options.name};
     }
 }
 
@@ -206,10 +209,11 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
 /// `stream_context` (attempt number, items delivered so far, the stop token).
 ///
 /// Cancellation: `stop` is the consumer's token, handed to every source. A stop during a backoff
-/// wait ends the wait at once and the stream with the failure that led to it; so does a stop found
-/// after a failure when no wait was needed. A stop before the first `next()` ends the stream with
-/// `cancelled_error` without calling the factory. While a source runs, stopping is its business:
-/// a `cancelled_error` it throws is passed on, never retried.
+/// wait ends the wait at once and the stream with `cancelled_error`; so does a stop found after a
+/// failure when no wait was needed, whatever the stopped source threw (an `operation_aborted`, an
+/// error of its own): never retried. A stop before the first `next()` ends the stream with
+/// `cancelled_error` without calling the factory. A `cancelled_error` a source throws is passed on
+/// as it is, never retried. Items delivered before the stop stay delivered.
 ///
 /// Options are validated here, at the call, before anything is enumerated (`std::invalid_argument`).
 ///

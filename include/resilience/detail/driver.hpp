@@ -21,6 +21,8 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -126,6 +128,10 @@ struct driver {
     /// Where a drive starts: stage 0 for a call (known when compiling, so the common path folds
     /// to straight-line code), or a stage known at run time for the stages inside a waiting one.
     using outermost = std::integral_constant<std::size_t, 0>;
+    /// Stage 0 too, for the drive of a whole call made by `execute` (not a stage's `run` inside
+    /// another call): where the rule for a call its caller stopped is applied, once (see
+    /// `caller_stopped`).
+    struct whole_call : outermost {};
     // A function rather than `j < from`, which g++ warns about when `from` is the constant 0.
     static constexpr bool outside(std::size_t j, std::size_t from, std::size_t end) noexcept {
         return j < from || j >= end;
@@ -202,6 +208,47 @@ struct driver {
 
     // Waiting for admission in this frame (detail/frame_admission.hpp).
     using admission = frame_admission<Stages, states, outcome_type>;
+
+    // The name a call's own `cancelled_error` carries: the outermost policy's.
+    template <class S>
+    static std::string outermost_name(const S& stages) {
+        if constexpr (size > 0 && requires { std::string{std::get<0>(stages).name()}; })
+            return std::string{std::get<0>(stages).name()};
+        else
+            return {};
+    }
+    /// A call its caller stopped ends with a value an attempt returned, or with `cancelled_error`:
+    /// never with what a stopped attempt threw when asked to stop (an Asio `operation_aborted`, an
+    /// error of its own), nor with a failure from before the stop that a wait after it (a backoff)
+    /// would have returned. Applied once, where the call ends, so that no policy has to; a stop from
+    /// inside (a timeout's, a hedge's loser) does not reach the caller's token and changes nothing.
+    /// Policies still make sure nothing runs or stands in after the stop (no retry, no hedged
+    /// attempt, no substitute, no stale value): this only decides what the call ends with.
+    /// Out of line: only a failed call gets here.
+    template <class S>
+    RESILIENCE_DETAIL_NOINLINE static void caller_stopped(const context& caller, outcome_type& result,
+                                                          const S& stages) {
+        if (!caller.stop_requested() || !stands_for_a_stop(result.error()))
+            return;
+        result = outcome_type{failure::make(cancelled_error{outermost_name(stages)})};
+    }
+    // Every failure but a cancellation already, and a `std::logic_error`: a setup mistake (a
+    // classifier for another result type) or a bug is reported as it is, stopped or not.
+    static bool stands_for_a_stop(const failure& f) noexcept {
+        if (f.code() != errc{})
+            return f.code() != errc::cancelled; // the library's own: no rethrow needed
+        if (!f.has_exception())
+            return true;
+        try {
+            f.rethrow();
+        } catch (const cancelled_error&) {
+            return false;
+        } catch (const std::logic_error&) {
+            return false;
+        } catch (...) {
+        }
+        return true;
+    }
 
     // The call's shared clock reading (`call_now`) holds only while the call runs without
     // suspending: it is dropped before a stage that may wait reads the time, and after every wait.
@@ -340,6 +387,10 @@ struct driver {
             co_await after_wait(home, cache);
             w = leave_all(w, std::size_t{from}, stages, st, at, *result, all_stages{});
         }
+        if constexpr (std::is_same_v<From, whole_call>) {
+            if (result->has_failure()) [[unlikely]]
+                caller_stopped(root, *result, stages);
+        }
         if constexpr (Throw)
             co_return std::move(*result).value();
         else
@@ -364,14 +415,14 @@ auto run_valid_action(Source source, A action, context ctx) {
     if constexpr (is_policy_ref<Source> && copied_into_calls<policy_type>)
         return drv::template drive<Throw>(policy_owned<policy_type>{source.get()},
                                           owned_action<A>{std::move(action)}, std::move(ctx),
-                                          typename drv::outermost{});
+                                          typename drv::whole_call{});
     else if constexpr (is_policy_ref<Source> && !keeps_stages<policy_type>)
         return drv::template drive<Throw>(stages_ref<stages>{stages_of(source.get())},
                                           owned_action<A>{std::move(action)}, std::move(ctx),
-                                          typename drv::outermost{});
+                                          typename drv::whole_call{});
     else
         return drv::template drive<Throw>(std::move(source), owned_action<A>{std::move(action)},
-                                          std::move(ctx), typename drv::outermost{});
+                                          std::move(ctx), typename drv::whole_call{});
 }
 
 template <bool Throw, class Source, class A>

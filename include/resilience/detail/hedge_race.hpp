@@ -81,10 +81,10 @@ public:
     }
 
     O finish() {
+        if (final_) // after the caller's stop, only a value an attempt returned
+            return std::move(*final_);
         if (cancelled_)
             return O{failure::make(cancelled_error{o_.name})};
-        if (final_)
-            return std::move(*final_);
         return std::move(*last_);
     }
 
@@ -95,10 +95,18 @@ private:
         O result = std::move(*p.result);
         destroy(p);
         --in_flight_;
-        if (ending_)
-            return; // decided already: a loser's outcome is dropped
+        if (ending_) {
+            // Decided already: a loser's outcome is dropped. After the caller's stop nothing won
+            // yet, and a value an attempt returns all the same is worth more than cancelled_error.
+            if (cancelled_ && !final_ && result.has_value())
+                final_.emplace(std::move(result));
+            return;
+        }
         if (ctx_.stop_requested()) {
-            cancel();
+            if (result.has_value())
+                end_with(std::move(result));
+            else
+                cancel();
             return;
         }
         if (o_.should_handle.plain_success(result)) {
