@@ -678,6 +678,21 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
     (void)redis::bulkhead{{.key = "k", .max_concurrent_calls = smax, .lease_duration = 10ms}, quick};
     (void)bulkhead(
         {.key = "k", .when_unavailable = redis::unavailable_policy::local_share, .local_share = 1.0});
+    // The local share stands in as a bulkhead of its own, whose limit has a largest value.
+    const auto local = [&](std::size_t calls, double share) {
+        return bulkhead({.key = "k",
+                         .max_concurrent_calls = calls,
+                         .when_unavailable = redis::unavailable_policy::local_share,
+                         .local_share = share});
+    };
+    constexpr std::size_t top = rs::bulkhead_options::max_limit;
+    const std::string at_most = std::to_string(top) + ", got ";
+    refused("max_concurrent_calls x local_share", at_most + std::to_string(smax), [&] { local(smax, 1.0); });
+    refused("max_concurrent_calls x local_share", at_most + "9223372036854775808", [&] { local(smax, 0.5); });
+    refused("max_concurrent_calls x local_share", at_most + std::to_string(top + 1),
+            [&] { local(top + 1, 1.0); });
+    (void)local(top, 1.0);
+    (void)local(smax, 0.2);
 }
 #endif
 
