@@ -389,6 +389,30 @@ TEST_CASE("pipeline: execute(f, std::ref(x)) hands f the caller's object itself,
 }
 
 namespace {
+// Takes a move-only argument by reference: every attempt gets the one the call keeps (by value it
+// is refused at compile time, tests/compile_fail/execute_argument_move_only.cpp).
+rs::task<int> read_owned(const std::unique_ptr<int>& p, const rs::context& ctx) {
+    if (ctx.attempt() < 3)
+        throw std::runtime_error("again");
+    co_return *p + ctx.attempt();
+}
+} // namespace
+
+TEST_CASE("pipeline: execute(f, args...) with a move-only argument: f taking it by reference, or a named "
+          "callable owning it passed with std::ref, sees it at every attempt",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()};
+    CHECK(sim.run(r.execute(read_owned, std::make_unique<int>(40))) == 43);
+    const auto owner = [p = std::make_unique<int>(50)](const rs::context& ctx) { return read_owned(p, ctx); };
+    CHECK(sim.run(r.execute(std::ref(owner))) == 53);
+    const auto shared = [](std::shared_ptr<int> p, const rs::context& ctx) -> rs::task<int> {
+        co_return *p + ctx.attempt();
+    };
+    CHECK(sim.run(r.execute(shared, std::make_shared<int>(60))) == 61);
+}
+
+namespace {
 // Returns a call made on temporary policies: the policies are moved into the call's frame.
 rs::task<int> call_on_temporaries(rs::testing::simulation& sim, int& calls) {
     return rs::pipeline{
