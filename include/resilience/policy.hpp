@@ -176,7 +176,7 @@ public:
                 ref(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
         else
-            return detail::refuse_bound_call<true, rules>();
+            return refused_bound_call<true, rules>();
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
@@ -188,7 +188,7 @@ public:
                 owned(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
         else
-            return detail::refuse_bound_call<true, rules>();
+            return refused_bound_call<true, rules>();
     }
 
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
@@ -226,7 +226,7 @@ public:
                 ref(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
         else
-            return detail::refuse_bound_call<false, rules>();
+            return refused_bound_call<false, rules>();
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
@@ -238,7 +238,7 @@ public:
                 owned(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
         else
-            return detail::refuse_bound_call<false, rules>();
+            return refused_bound_call<false, rules>();
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
@@ -271,6 +271,12 @@ private:
     const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
     detail::policy_ref<Derived> ref() const noexcept { return {&self()}; }
     detail::policy_owned<Derived> owned() { return {std::move(static_cast<Derived&>(*this))}; }
+
+    template <bool Throw, class Rules>
+    static auto refused_bound_call() {
+        detail::refuse_bound_call<Rules>();
+        return task<std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
+    }
 
     template <bool Throw, class Source, class F, class Tuple>
     static auto call_bound(Source source, F&& f, Tuple all) {

@@ -370,11 +370,11 @@ struct bound_rules_of {
 template <class F, class... Ts>
 using bound_rules_t = typename bound_rules_of<F, Ts...>::type;
 
-/// What `execute(f, args...)` returns instead of a call when it breaks one of the `Rules`: the
-/// `static_assert` naming the first rule broken is the only error, since the task's
+/// Names the first of the `Rules` that `execute(f, args...)` breaks, in a `static_assert`. The
+/// caller then returns a task of `invalid_action` instead of a call, so that this is the only error:
 /// `invalid_action` converts to whatever the caller's code expects.
-template <bool Throw, class Rules>
-auto refuse_bound_call() {
+template <class Rules>
+constexpr void refuse_bound_call() noexcept {
     static_assert(
         Rules::storable,
         "resilience: execute(f, args...) copies (or moves) the function and each argument into the "
@@ -394,7 +394,6 @@ auto refuse_bound_call() {
                       "resilience: execute(f, args...): f must be callable with (args..., rs::context "
                       "const&), (args..., std::stop_token) or (args...)");
     }
-    return task<std::conditional_t<Throw, invalid_action, outcome<invalid_action>>>{};
 }
 
 /// Splits `execute(f, args..., [token or context])`: the trailing stop token or context is the
