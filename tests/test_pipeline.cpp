@@ -600,8 +600,8 @@ TEST_CASE("pipeline: a retry around a bulkhead queues its next attempt for a slo
     auto flaky = rs::testing::scripted_action{
         sim.clock(), rs::testing::script<int>{.failures = 1, .latency = 50ms, .value = 7}};
     std::optional<rs::outcome<int>> first;
-    sim.spawn([](const auto& p, auto act, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
-        out.emplace(co_await p.execute_outcome(std::move(act)));
+    sim.spawn([](const auto& policy, auto act, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
+        out.emplace(co_await policy.execute_outcome(std::move(act)));
     }(p, flaky, first));
     call_log log;
     sim.spawn(timed(sim, p, log, {.id = 2, .arrive = 10ms, .hold = 100ms}));
@@ -625,14 +625,14 @@ TEST_CASE("pipeline: a timeout around a bulkhead ends a queued call at its deadl
     sim.spawn(timed(sim, bh, log, {.id = 1, .hold = 100ms}));               // holds the slot, no timeout
     sim.spawn(timed(sim, p, log, {.id = 2, .arrive = 10ms, .hold = 10ms})); // queued from 10 ms to 40 ms
     sim.spawn(timed(sim, p, log, {.id = 3, .arrive = 20ms, .hold = 10ms})); // queued from 20 ms to 50 ms
-    sim.spawn([](rs::testing::simulation& sim, const rs::bulkhead<rs::testing::virtual_clock>& bh,
+    sim.spawn([](rs::testing::simulation& s, const rs::bulkhead<rs::testing::virtual_clock>& b,
                  std::size_t& at_15, std::size_t& at_45, std::size_t& at_55) -> rs::task<void> {
-        co_await sim.sleep_for(15ms);
-        at_15 = bh.queued();
-        co_await sim.sleep_for(30ms);
-        at_45 = bh.queued();
-        co_await sim.sleep_for(10ms);
-        at_55 = bh.queued();
+        co_await s.sleep_for(15ms);
+        at_15 = b.queued();
+        co_await s.sleep_for(30ms);
+        at_45 = b.queued();
+        co_await s.sleep_for(10ms);
+        at_55 = b.queued();
     }(sim, bh, queued_at_15, queued_at_45, queued_at_55));
     sim.run_all();
     using ms = std::chrono::milliseconds;
