@@ -435,6 +435,19 @@ TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
     CHECK(told.error().as<rs::rate_limited_error>()->retry_after() > std::chrono::hours{24 * 365 * 100});
 }
 
+TEST_CASE("bad input: the largest share of the largest limiter limit is kept for the classes above, without "
+          "overflow",
+          "[bad_input][rate_limiter][sliding_window][regression]") {
+    rs::testing::simulation sim;
+    // All but one ten-billionth kept for class 1: a class 0 call's reserve, rounded with its tolerance,
+    // would be past 2^64 with a limit of 2^64 - 1 (UBSan: a conversion out of range).
+    const rs::priority_classes top_heavy{.classes = 2, .reserved = {0.0, 0.9999999999}};
+    behaves(sim, rs::rate_limiter{{.token_limit = smax, .tokens_per_second = 1, .priorities = top_heavy},
+                                  sim.clock()});
+    behaves(sim, rs::sliding_window_limiter{{.permit_limit = smax, .window = 1s, .priorities = top_heavy},
+                                            sim.clock()});
+}
+
 TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_window][regression]") {
     rs::testing::simulation sim;
     const auto make = [&](rs::sliding_window_limiter_options o) {
