@@ -159,10 +159,11 @@ private:
 /// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
 /// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is at
 ///   most `slot_mask`: the options are refused beyond it (`bulkhead_options::max_limit`), never
-///   clamped, and the algorithm keeps the limit within them. Slots taken may exceed the limit after it shrank: calls already admitted keep
-///   their slots. With priorities a call compares with its class's cap instead (`try_acquire_as`),
-///   still one comparison; while waiters of a lower class are held back by a reserve, a slot may
-///   be free with `waiting` set, and a call of a higher class takes it through the mutex.
+///   clamped, and the algorithm keeps the limit within them. Slots taken may exceed the limit
+///   after it shrank: calls already admitted keep their slots. With priorities a call compares
+///   with its class's cap instead (`try_acquire_as`), still one comparison; while waiters of a
+///   lower class are held back by a reserve, a slot may be free with `waiting` set, and a call of
+///   a higher class takes it through the mutex.
 ///
 /// `Options` is `bulkhead_options`: a parameter only so that this header needs no more than its
 /// declaration (bulkhead.hpp defines it, then includes this).
