@@ -96,7 +96,7 @@ struct thread_cpu_clock {
     using rep = duration::rep;
     using period = duration::period;
     using time_point = std::chrono::time_point<thread_cpu_clock>;
-    static constexpr bool is_steady = true;
+    [[maybe_unused]] static constexpr bool is_steady = true; // a clock's member, which nothing here reads
     static time_point now() noexcept {
         timespec ts{};
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -193,14 +193,14 @@ row raw_timers(std::size_t n) {
     const auto deadline = [&] { return loop.now() + 1s + std::chrono::nanoseconds(rng() % 1'000'000'000); };
     row r;
     {
-        counting_scope counting;
+        counting_scope scope;
         for (auto& t : nodes) {
             t.when = deadline();
             t.owner = &fired;
-            t.fire = [](rs::detail::timer_node* t) { ++*static_cast<std::size_t*>(t->owner); };
+            t.fire = [](rs::detail::timer_node* node) { ++*static_cast<std::size_t*>(node->owner); };
             rs::detail::loop_access::add_timer(loop, &t);
         }
-        r.allocated = counting.stop();
+        r.allocated = scope.stop();
     }
     r.bytes = static_cast<double>(r.allocated.bytes) / static_cast<double>(n);
     constexpr std::size_t churn = 1'000'000;
@@ -248,7 +248,7 @@ row parked_calls(std::size_t n, bool with_timeout) {
     sim.run([&]() -> rs::task<void> {
         co_await grow_run_queue(n);
         rs::event_loop& loop = *rs::event_loop::current();
-        counting_scope counting;
+        counting_scope scope;
         const auto t0 = clock_type::now();
         for (std::size_t i = 0; i < n; ++i) {
             if (with_timeout)
@@ -258,7 +258,7 @@ row parked_calls(std::size_t n, bool with_timeout) {
         }
         co_await yield_to_loop{}; // every call has started, armed its timer and parked
         const auto t1 = clock_type::now();
-        r.allocated = counting.stop();
+        r.allocated = scope.stop();
         expect(loop.timers() == (with_timeout ? n : 0), "timeout: some call has no timer");
         for (std::size_t i : order)
             std::exchange(spots[i].waiting, {}).resume();
@@ -297,13 +297,13 @@ row bulkhead_queue_of(std::size_t n, bool bounded) {
         loop.spawn(bulkhead.execute_outcome([&] { return park{&holder}; }));
         co_await grow_run_queue(n);
         expect(bulkhead.in_flight() == 1 && holder.waiting, "bulkhead: the holder does not hold the slot");
-        counting_scope counting;
+        counting_scope scope;
         const auto t0 = clock_type::now();
         for (std::size_t i = 0; i < n; ++i)
             loop.spawn(bulkhead.execute_outcome([] { return ready{}; }));
         co_await yield_to_loop{};
         t1 = clock_type::now();
-        r.allocated = counting.stop();
+        r.allocated = scope.stop();
         expect(bulkhead.queued() == n, "bulkhead: some call is not queued");
         r.first_ns = ns_between(t0, t1) / static_cast<double>(n);
         t1 = clock_type::now();
@@ -334,13 +334,13 @@ row limiter_queue(std::size_t n) {
         rs::event_loop& loop = *rs::event_loop::current();
         co_await limiter.take(); // the only token: the bucket is empty until 1 ns
         co_await grow_run_queue(n);
-        counting_scope counting;
+        counting_scope scope;
         const auto t0 = clock_type::now();
         for (std::size_t i = 0; i < n; ++i)
             loop.spawn(limiter.execute_outcome([] { return ready{}; }));
         co_await yield_to_loop{};
         t1 = clock_type::now();
-        r.allocated = counting.stop();
+        r.allocated = scope.stop();
         expect(limiter.queued() == n, "limiter: some call is not queued");
         r.first_ns = ns_between(t0, t1) / static_cast<double>(n);
     }());

@@ -810,11 +810,11 @@ inline std::vector<event> model_breaker(const breaker_setup& b, const std::vecto
             return false;
         const auto failures = std::count_if(held.begin(), held.end(), [](const auto& r) { return r.failed; });
         const auto slow = std::count_if(held.begin(), held.end(), [](const auto& r) { return r.slow; });
-        const double calls = static_cast<double>(held.size());
+        const double total = static_cast<double>(held.size());
         // The share as one division, as the documentation says.
-        if (w.failure_ratio && failures > 0 && static_cast<double>(failures) / calls >= *w.failure_ratio)
+        if (w.failure_ratio && failures > 0 && static_cast<double>(failures) / total >= *w.failure_ratio)
             return true;
-        return w.slow_call_ratio && slow > 0 && static_cast<double>(slow) / calls >= *w.slow_call_ratio;
+        return w.slow_call_ratio && slow > 0 && static_cast<double>(slow) / total >= *w.slow_call_ratio;
     };
     for (std::size_t i = 0; i < calls.size(); ++i) {
         const breaker_call& c = calls[i];

@@ -317,10 +317,10 @@ TEST_CASE("asio shutdown: a call destroyed with its io_context while it awaits a
     bool resumed = false;
     {
         net::io_context io;
-        auto waits_elsewhere = [](net::steady_timer& timer, bool& resumed) -> rs::task<void> {
+        auto waits_elsewhere = [](net::steady_timer& timer, bool& done) -> rs::task<void> {
             tracked in_frame;
             co_await timer.async_wait(rsa::use_task);
-            resumed = true;
+            done = true;
         };
         rsa::async_run(io.get_executor(), waits_elsewhere(due, resumed), net::detached);
         io.poll(); // the call starts and waits on the other context's timer

@@ -39,6 +39,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <variant>
 
 namespace test_bad_input {
 
@@ -316,7 +317,6 @@ TEST_CASE("bad input: bulkhead options", "[bad_input][bulkhead]") {
     refused("max_concurrent_calls", "0", [&] { make({.max_concurrent_calls = 0}); });
     for (nanoseconds v : {0ns, -1ns, nmin})
         refused("queue_timeout", std::to_string(v.count()), [&] { make({.queue_timeout = v}); });
-    behaves(sim, make({.max_concurrent_calls = smax}));
     behaves(sim, make({.max_concurrent_calls = 1, .queue_limit = smax, .queue_timeout = nmax}));
 
     // A full bulkhead with the longest queue timeout: the waiter gets the slot when it frees.
@@ -324,6 +324,80 @@ TEST_CASE("bad input: bulkhead options", "[bad_input][bulkhead]") {
     sim.spawn(one.execute([&sim] { return quick(sim); }));
     const auto r = sim.run(one.execute_outcome([&sim] { return quick(sim); }));
     CHECK(r.has_value());
+}
+
+// The largest limit a bulkhead's slot word holds: its two top bits are the `waiting` and `retired`
+// flags (detail/bulkhead_state.hpp).
+constexpr std::size_t largest_bulkhead_limit = (std::size_t{1} << 62) - 1;
+
+// `make()` must throw std::invalid_argument naming `field`, the largest value it accepts and `value`.
+template <class Make>
+void beyond_largest(const std::string& field, std::size_t value, Make make) {
+    INFO(field << " = " << value);
+    CHECK_THAT(resilience_tests::invalid_argument_message(make),
+               StartsWith("resilience::bulkhead: " + field + " must be at most " +
+                          std::to_string(largest_bulkhead_limit)) &&
+                   Contains("got " + std::to_string(value)));
+}
+
+TEST_CASE("bad input: a bulkhead limit beyond what its slot word holds is refused, at construction and at "
+          "reconfigure",
+          "[bad_input][bulkhead][regression]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::bulkhead_options o) { return rs::bulkhead{std::move(o), sim.clock()}; };
+    const rs::bulkhead running = make({.max_concurrent_calls = 4});
+    for (const std::size_t v : {largest_bulkhead_limit + 1, smax}) {
+        beyond_largest("max_concurrent_calls", v, [&] { make({.max_concurrent_calls = v}); });
+        beyond_largest("max_concurrent_calls", v, [&] { running.reconfigure({.max_concurrent_calls = v}); });
+        // Each bound of each algorithm, named even where another check would refuse the options too.
+        for (const bool reconfigured : {false, true}) {
+            const auto put = [&](std::size_t start, rs::adaptive_limit a) {
+                rs::bulkhead_options o{.max_concurrent_calls = start, .adapt = std::move(a)};
+                if (reconfigured)
+                    running.reconfigure(std::move(o));
+                else
+                    make(std::move(o));
+            };
+            beyond_largest("adapt.min", v, [&] { put(v, rs::aimd{.min = v, .max = v}); });
+            beyond_largest("adapt.min", v, [&] { put(25, rs::aimd{.min = v, .max = smax}); });
+            beyond_largest("adapt.max", v, [&] { put(25, rs::aimd{.min = 1, .max = v}); });
+            beyond_largest("adapt.min", v, [&] { put(25, rs::gradient{.min = v, .max = v}); });
+            beyond_largest("adapt.max", v, [&] { put(25, rs::gradient{.min = 1, .max = v}); });
+        }
+    }
+    // What was refused changed nothing.
+    CHECK(running.options().max_concurrent_calls == 4);
+    CHECK(running.limit() == 4);
+    CHECK(std::holds_alternative<std::monostate>(running.options().adapt));
+    behaves(sim, running);
+}
+
+TEST_CASE("bad input: the largest bulkhead limit is accepted and admits calls, fixed or adaptive",
+          "[bad_input][bulkhead]") {
+    rs::testing::simulation sim;
+    const auto make = [&](rs::bulkhead_options o) { return rs::bulkhead{std::move(o), sim.clock()}; };
+    constexpr std::size_t top = largest_bulkhead_limit;
+    CHECK(rs::bulkhead_options::max_limit == top);
+
+    const rs::bulkhead fixed = make({.max_concurrent_calls = top});
+    CHECK(fixed.limit() == top);
+    behaves(sim, fixed);
+
+    const rs::bulkhead aimd = make({.max_concurrent_calls = top, .adapt = rs::aimd{.min = top, .max = top}});
+    CHECK(aimd.limit() == top);
+    behaves(sim, aimd);
+    const rs::bulkhead gradient =
+        make({.max_concurrent_calls = top, .adapt = rs::gradient{.min = 1, .max = top, .short_samples = 1}});
+    CHECK(gradient.limit() == top);
+    behaves(sim, gradient);
+    CHECK(gradient.limit() == top); // a measurement with nothing held back lowers nothing
+
+    const rs::bulkhead later = make({.max_concurrent_calls = 1});
+    later.reconfigure({.max_concurrent_calls = top});
+    CHECK(later.limit() == top);
+    later.reconfigure({.max_concurrent_calls = top, .adapt = rs::aimd{.min = top, .max = top}});
+    CHECK(later.limit() == top);
+    behaves(sim, later);
 }
 
 TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
@@ -359,6 +433,19 @@ TEST_CASE("bad input: rate limiter options", "[bad_input][rate_limiter]") {
     const auto told = sim.run(slowest.take_outcome());
     REQUIRE(told.has_failure());
     CHECK(told.error().as<rs::rate_limited_error>()->retry_after() > std::chrono::hours{24 * 365 * 100});
+}
+
+TEST_CASE("bad input: the largest share of the largest limiter limit is kept for the classes above, without "
+          "overflow",
+          "[bad_input][rate_limiter][sliding_window][regression]") {
+    rs::testing::simulation sim;
+    // All but one ten-billionth kept for class 1: a class 0 call's reserve, rounded with its tolerance,
+    // would be past 2^64 with a limit of 2^64 - 1 (UBSan: a conversion out of range).
+    const rs::priority_classes top_heavy{.classes = 2, .reserved = {0.0, 0.9999999999}};
+    behaves(sim, rs::rate_limiter{{.token_limit = smax, .tokens_per_second = 1, .priorities = top_heavy},
+                                  sim.clock()});
+    behaves(sim, rs::sliding_window_limiter{{.permit_limit = smax, .window = 1s, .priorities = top_heavy},
+                                            sim.clock()});
 }
 
 TEST_CASE("bad input: sliding window limiter options", "[bad_input][sliding_window][regression]") {
@@ -604,6 +691,21 @@ TEST_CASE("bad input: redis connection, rate limiter and bulkhead options", "[ba
     (void)redis::bulkhead{{.key = "k", .max_concurrent_calls = smax, .lease_duration = 10ms}, quick};
     (void)bulkhead(
         {.key = "k", .when_unavailable = redis::unavailable_policy::local_share, .local_share = 1.0});
+    // The local share stands in as a bulkhead of its own, whose limit has a largest value.
+    const auto local = [&](std::size_t calls, double share) {
+        return bulkhead({.key = "k",
+                         .max_concurrent_calls = calls,
+                         .when_unavailable = redis::unavailable_policy::local_share,
+                         .local_share = share});
+    };
+    constexpr std::size_t top = rs::bulkhead_options::max_limit;
+    const std::string at_most = std::to_string(top) + ", got ";
+    refused("max_concurrent_calls x local_share", at_most + std::to_string(smax), [&] { local(smax, 1.0); });
+    refused("max_concurrent_calls x local_share", at_most + "9223372036854775808", [&] { local(smax, 0.5); });
+    refused("max_concurrent_calls x local_share", at_most + std::to_string(top + 1),
+            [&] { local(top + 1, 1.0); });
+    (void)local(top, 1.0);
+    (void)local(smax, 0.2);
 }
 #endif
 

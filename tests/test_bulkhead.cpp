@@ -135,16 +135,16 @@ TEST_CASE("bulkhead: when full with queue_limit = 0 a call is refused at once wi
         rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 7}};
     sim.spawn(bh.execute(act));
 
-    auto refused = [](rs::testing::simulation& sim, rs::bulkhead<vclock>& bh,
-                      rs::testing::scripted_action<int, vclock> act) -> rs::task<void> {
-        auto r = co_await bh.execute_outcome(act);
-        CHECK(sim.now() == 0ms);
+    auto refused = [](rs::testing::simulation& s, rs::bulkhead<vclock>& b,
+                      rs::testing::scripted_action<int, vclock> a) -> rs::task<void> {
+        auto r = co_await b.execute_outcome(a);
+        CHECK(s.now() == 0ms);
         REQUIRE(r.has_failure());
         CHECK(r.error().code() == rs::errc::bulkhead_rejected); // read without rethrowing
         CHECK(r.error().is<rs::bulkhead_rejected_error>());
-        CHECK(act.calls() == 1); // only the first call ran
-        CHECK_THROWS_AS(co_await bh.execute(act), rs::bulkhead_rejected_error);
-        CHECK(act.calls() == 1);
+        CHECK(a.calls() == 1); // only the first call ran
+        CHECK_THROWS_AS(co_await b.execute(a), rs::bulkhead_rejected_error);
+        CHECK(a.calls() == 1);
     };
     sim.spawn(refused(sim, bh, act));
     sim.run_all();
@@ -267,11 +267,11 @@ TEST_CASE("bulkhead: in_flight and queued count the calls holding and waiting fo
     for (int id = 1; id <= 5; ++id)
         sim.spawn(client(sim, bh, j, {.id = id, .arrive = id * 1ms, .hold = 100ms}));
     std::vector<std::pair<std::size_t, std::size_t>> seen;
-    auto observe = [](rs::testing::simulation& sim, rs::bulkhead<vclock>& bh,
-                      std::vector<std::pair<std::size_t, std::size_t>>& seen) -> rs::task<void> {
+    auto observe = [](rs::testing::simulation& s, rs::bulkhead<vclock>& b,
+                      std::vector<std::pair<std::size_t, std::size_t>>& out) -> rs::task<void> {
         for (nanoseconds at : {nanoseconds{0ms}, nanoseconds{10ms}, nanoseconds{150ms}, nanoseconds{250ms}}) {
-            co_await sim.sleep_for(at - sim.now());
-            seen.emplace_back(bh.in_flight(), bh.queued());
+            co_await s.sleep_for(at - s.now());
+            out.emplace_back(b.in_flight(), b.queued());
         }
     };
     sim.spawn(observe(sim, bh, seen));
@@ -311,11 +311,11 @@ TEST_CASE("bulkhead: copies are handles to one bulkhead", "[bulkhead]") {
     auto b = a;
     auto act = rs::testing::scripted_action{sim.clock(), rs::testing::script<int>{.latency = 100ms}};
     sim.spawn(a.execute(act));
-    auto second = [](rs::bulkhead<vclock> b,
-                     rs::testing::scripted_action<int, vclock> act) -> rs::task<void> {
-        auto r = co_await b.execute_outcome(act);
+    auto second = [](rs::bulkhead<vclock> copy,
+                     rs::testing::scripted_action<int, vclock> action) -> rs::task<void> {
+        auto r = co_await copy.execute_outcome(action);
         CHECK(r.has_failure());
-        CHECK(b.in_flight() == 1);
+        CHECK(copy.in_flight() == 1);
     };
     sim.spawn(second(b, act));
     sim.run_all();
@@ -718,13 +718,13 @@ TEST_CASE("bulkhead: a refusal says why: no_capacity, queue_full or queue_timeou
         sim.spawn(hold_or_refuse(sim, bh, seen, 2, 10ms, 0ms)); // queued, refused at 60 ms
         sim.spawn(hold_or_refuse(sim, bh, seen, 3, 20ms, 0ms)); // the queue is full
         std::size_t queued_at_59 = 99, queued_at_60 = 99;
-        auto observe = [](rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, std::size_t& before,
+        auto observe = [](rs::testing::simulation& s, rs::bulkhead<vclock>& b, std::size_t& before,
                           std::size_t& at) -> rs::task<void> {
-            co_await sim.sleep_for(59ms);
-            before = bh.queued();
-            co_await sim.sleep_for(1ms);
+            co_await s.sleep_for(59ms);
+            before = b.queued();
+            co_await s.sleep_for(1ms);
             co_await resilience_tests::yield_now{};
-            at = bh.queued();
+            at = b.queued();
         };
         sim.spawn(observe(sim, bh, queued_at_59, queued_at_60));
         sim.run_all();
@@ -775,11 +775,11 @@ TEST_CASE("bulkhead: a call made through a copy that is destroyed before the cal
     auto queued_through_copy = copy->execute_outcome(act);
     copy.reset(); // the handle object is gone; `keeper` keeps the state alive
     std::vector<int> got;
-    auto run = [](rs::task<int> t, std::vector<int>& got) -> rs::task<void> {
-        got.push_back(co_await std::move(t));
+    auto run = [](rs::task<int> t, std::vector<int>& out) -> rs::task<void> {
+        out.push_back(co_await std::move(t));
     };
-    auto run_outcome = [](rs::task<rs::outcome<int>> t, std::vector<int>& got) -> rs::task<void> {
-        got.push_back((co_await std::move(t)).value());
+    auto run_outcome = [](rs::task<rs::outcome<int>> t, std::vector<int>& out) -> rs::task<void> {
+        out.push_back((co_await std::move(t)).value());
     };
     sim.spawn(run(std::move(through_copy), got));
     sim.spawn(run_outcome(std::move(queued_through_copy), got));
@@ -947,8 +947,8 @@ TEST_CASE("bulkhead: on_rejected is told once per refusal with its reason, and n
             std::stop_source stop;
             sim.spawn(arrive_and_hold(sim, bh, ended, 1, 0ms, 100ms));
             sim.spawn(arrive_and_hold(sim, bh, ended, 2, 10ms, 10ms, stop.get_token()));
-            sim.spawn([](rs::testing::simulation& sim, std::stop_source& s) -> rs::task<void> {
-                co_await sim.sleep_for(30ms);
+            sim.spawn([](rs::testing::simulation& simulated, std::stop_source& s) -> rs::task<void> {
+                co_await simulated.sleep_for(30ms);
                 s.request_stop();
             }(sim, stop));
             sim.run_all();

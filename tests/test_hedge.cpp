@@ -127,7 +127,8 @@ private:
 };
 
 struct replica_error : std::runtime_error {
-    explicit replica_error(int id) : std::runtime_error("replica " + std::to_string(id)), id(id) {}
+    explicit replica_error(int replica)
+        : std::runtime_error("replica " + std::to_string(replica)), id(replica) {}
     int id;
 };
 

@@ -246,6 +246,23 @@ TEST_CASE("http: a Retry-After date is the wait from now, rounded up, and zero o
     CHECK(http::parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", system_clock::time_point{-90s}) == 90s);
 }
 
+TEST_CASE(
+    "http: a Retry-After date at most max_retry_after ahead is that wait, one a second further gives no "
+    "hint",
+    "[http][parse][regression]") {
+    // now_2025 plus 9223372036 s (max_retry_after, about 292 years) is Tue, 25 Sep 2317 11:47:16 GMT.
+    CHECK(http::parse_retry_after("Tue, 25 Sep 2317 11:47:16 GMT", now_2025) == http::max_retry_after);
+    CHECK(http::parse_retry_after("Tue Sep 25 11:47:16 2317", now_2025) == http::max_retry_after);
+    CHECK(http::parse_retry_after("Tue, 25 Sep 2317 11:47:16 GMT", now_2025 + 999ms) ==
+          http::max_retry_after);
+    CHECK_FALSE(http::parse_retry_after("Tue, 25 Sep 2317 11:47:17 GMT", now_2025));
+    CHECK_FALSE(http::parse_retry_after("Tue Sep 25 11:47:17 2317", now_2025));
+    CHECK_FALSE(http::parse_retry_after("Sat, 15 Jun 2318 12:00:00 GMT", now_2025)); // 293 years
+    CHECK_FALSE(http::parse_retry_after("Fri, 15 Jun 2525 12:00:00 GMT", now_2025)); // 500 years
+    // Seen a second later, the first is within reach again.
+    CHECK(http::parse_retry_after("Tue, 25 Sep 2317 11:47:17 GMT", now_2025 + 1s) == http::max_retry_after);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The classifier
 

@@ -389,6 +389,30 @@ TEST_CASE("pipeline: execute(f, std::ref(x)) hands f the caller's object itself,
 }
 
 namespace {
+// Takes a move-only argument by reference: every attempt gets the one the call keeps (by value it
+// is refused at compile time, tests/compile_fail/execute_argument_move_only.cpp).
+rs::task<int> read_owned(const std::unique_ptr<int>& p, const rs::context& ctx) {
+    if (ctx.attempt() < 3)
+        throw std::runtime_error("again");
+    co_return *p + ctx.attempt();
+}
+} // namespace
+
+TEST_CASE("pipeline: execute(f, args...) with a move-only argument: f taking it by reference, or a named "
+          "callable owning it passed with std::ref, sees it at every attempt",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()};
+    CHECK(sim.run(r.execute(read_owned, std::make_unique<int>(40))) == 43);
+    const auto owner = [p = std::make_unique<int>(50)](const rs::context& ctx) { return read_owned(p, ctx); };
+    CHECK(sim.run(r.execute(std::ref(owner))) == 53);
+    const auto shared = [](std::shared_ptr<int> p, const rs::context& ctx) -> rs::task<int> {
+        co_return *p + ctx.attempt();
+    };
+    CHECK(sim.run(r.execute(shared, std::make_shared<int>(60))) == 61);
+}
+
+namespace {
 // Returns a call made on temporary policies: the policies are moved into the call's frame.
 rs::task<int> call_on_temporaries(rs::testing::simulation& sim, int& calls) {
     return rs::pipeline{
@@ -576,8 +600,8 @@ TEST_CASE("pipeline: a retry around a bulkhead queues its next attempt for a slo
     auto flaky = rs::testing::scripted_action{
         sim.clock(), rs::testing::script<int>{.failures = 1, .latency = 50ms, .value = 7}};
     std::optional<rs::outcome<int>> first;
-    sim.spawn([](const auto& p, auto act, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
-        out.emplace(co_await p.execute_outcome(std::move(act)));
+    sim.spawn([](const auto& policy, auto act, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
+        out.emplace(co_await policy.execute_outcome(std::move(act)));
     }(p, flaky, first));
     call_log log;
     sim.spawn(timed(sim, p, log, {.id = 2, .arrive = 10ms, .hold = 100ms}));
@@ -601,14 +625,14 @@ TEST_CASE("pipeline: a timeout around a bulkhead ends a queued call at its deadl
     sim.spawn(timed(sim, bh, log, {.id = 1, .hold = 100ms}));               // holds the slot, no timeout
     sim.spawn(timed(sim, p, log, {.id = 2, .arrive = 10ms, .hold = 10ms})); // queued from 10 ms to 40 ms
     sim.spawn(timed(sim, p, log, {.id = 3, .arrive = 20ms, .hold = 10ms})); // queued from 20 ms to 50 ms
-    sim.spawn([](rs::testing::simulation& sim, const rs::bulkhead<rs::testing::virtual_clock>& bh,
+    sim.spawn([](rs::testing::simulation& s, const rs::bulkhead<rs::testing::virtual_clock>& b,
                  std::size_t& at_15, std::size_t& at_45, std::size_t& at_55) -> rs::task<void> {
-        co_await sim.sleep_for(15ms);
-        at_15 = bh.queued();
-        co_await sim.sleep_for(30ms);
-        at_45 = bh.queued();
-        co_await sim.sleep_for(10ms);
-        at_55 = bh.queued();
+        co_await s.sleep_for(15ms);
+        at_15 = b.queued();
+        co_await s.sleep_for(30ms);
+        at_45 = b.queued();
+        co_await s.sleep_for(10ms);
+        at_55 = b.queued();
     }(sim, bh, queued_at_15, queued_at_45, queued_at_55));
     sim.run_all();
     using ms = std::chrono::milliseconds;

@@ -477,10 +477,10 @@ TEST_CASE("priorities: a rate limiter's waiter given the turn loses it to a high
         co_return 2;
     };
     sim.spawn(client(sim, rl, j, {.id = 1, .cls = 0}));
-    sim.spawn([](rs::testing::simulation& sim, const rs::rate_limiter<rs::testing::virtual_clock>& rl,
+    sim.spawn([](rs::testing::simulation& s, const rs::rate_limiter<rs::testing::virtual_clock>& limiter,
                  decltype(calls_inside)& action) -> rs::task<void> {
-        co_await sim.sleep_for(10ms);
-        (void)co_await rl.execute_outcome(action, with_class(0));
+        co_await s.sleep_for(10ms);
+        (void)co_await limiter.execute_outcome(action, with_class(0));
     }(sim, rl, calls_inside));
     sim.spawn(client(sim, rl, j, {.id = 3, .arrive = 20ms, .cls = 0}));
     sim.run_all();
@@ -624,11 +624,11 @@ TEST_CASE("priorities: reconfigure puts priorities in force for the next admissi
                    {.id = 2, .arrive = 20ms, .cls = 0, .hold = 10ms},    // one taken: waits
                    {.id = 3, .arrive = 30ms, .cls = 1, .hold = 100ms}}); // passes it
         sim.spawn(
-            [](rs::testing::simulation& sim, rs::bulkhead<rs::testing::virtual_clock>& bh) -> rs::task<void> {
-                co_await sim.sleep_for(10ms);
-                bh.reconfigure({.max_concurrent_calls = 2,
-                                .queue_limit = 10,
-                                .priorities = {.classes = 2, .reserved = {0, 0.5}}});
+            [](rs::testing::simulation& s, rs::bulkhead<rs::testing::virtual_clock>& b) -> rs::task<void> {
+                co_await s.sleep_for(10ms);
+                b.reconfigure({.max_concurrent_calls = 2,
+                               .queue_limit = 10,
+                               .priorities = {.classes = 2, .reserved = {0, 0.5}}});
             }(sim, bh));
         sim.run_all();
         CHECK(j.started_at(3) == 30ms);
@@ -645,13 +645,13 @@ TEST_CASE("priorities: reconfigure puts priorities in force for the next admissi
                    {.id = 2, .arrive = 20ms, .cls = 0},   // 3.2 tokens: takes one
                    {.id = 3, .arrive = 20ms, .cls = 0},   // 2.2: waits for three
                    {.id = 4, .arrive = 50ms, .cls = 1}}); // 2.5: takes one, so three only at 200 ms
-        sim.spawn([](rs::testing::simulation& sim,
-                     rs::rate_limiter<rs::testing::virtual_clock>& rl) -> rs::task<void> {
-            co_await sim.sleep_for(10ms);
-            rl.reconfigure({.token_limit = 4,
-                            .tokens_per_second = 10,
-                            .queue_limit = 10,
-                            .priorities = {.classes = 2, .reserved = {0, 0.5}}});
+        sim.spawn([](rs::testing::simulation& s,
+                     rs::rate_limiter<rs::testing::virtual_clock>& limiter) -> rs::task<void> {
+            co_await s.sleep_for(10ms);
+            limiter.reconfigure({.token_limit = 4,
+                                 .tokens_per_second = 10,
+                                 .queue_limit = 10,
+                                 .priorities = {.classes = 2, .reserved = {0, 0.5}}});
         }(sim, rl));
         sim.run_all();
         CHECK(j.started_at(2) == 20ms);
@@ -965,11 +965,11 @@ std::vector<rm::event> run_ranked(rs::testing::simulation& sim, const Policy& po
             const rm::ns now = sim.now().count();
             if (r.has_value())
                 out.push_back({id, now, "value"});
-            else if (auto* e = r.error().template as<rs::bulkhead_rejected_error>())
-                out.push_back({id, now, "bulkhead_rejected", -1, rm::reason_name(e->reason())});
-            else if (auto* e = r.error().template as<rs::rate_limited_error>())
-                out.push_back(
-                    {id, now, "rate_limited", e->retry_after().count(), rm::reason_name(e->reason())});
+            else if (auto* full = r.error().template as<rs::bulkhead_rejected_error>())
+                out.push_back({id, now, "bulkhead_rejected", -1, rm::reason_name(full->reason())});
+            else if (auto* limited = r.error().template as<rs::rate_limited_error>())
+                out.push_back({id, now, "rate_limited", limited->retry_after().count(),
+                               rm::reason_name(limited->reason())});
             else if (rs::is_cancellation(r.error()))
                 out.push_back({id, now, "cancelled"});
             else

@@ -147,12 +147,12 @@ TEST_CASE(
     CHECK(j.admitted_at(2) == -1ns);
     CHECK(j.finished[3] == value_at(100ms));
 
-    auto probe = [](rs::rate_limiter<vclock>& rl) -> rs::task<void> {
+    auto probe = [](rs::rate_limiter<vclock>& limiter) -> rs::task<void> {
         auto action = []() -> rs::task<int> { co_return 1; };
-        auto r = co_await rl.execute_outcome(std::move(action));
+        auto r = co_await limiter.execute_outcome(std::move(action));
         REQUIRE(r.has_failure());
         CHECK(r.error().code() == rs::errc::rate_limited); // read without rethrowing
-        CHECK_THROWS_AS(co_await rl.execute(action), rs::rate_limited_error);
+        CHECK_THROWS_AS(co_await limiter.execute(action), rs::rate_limited_error);
     };
     sim.run(probe(rl));
 }
@@ -231,17 +231,17 @@ TEST_CASE("rate_limiter: a timeout around the limiter bounds the wait, and the w
     rs::pipeline bounded{rs::timeout{150ms, sim.clock()}, rl};
     journal j;
     sim.spawn(client(sim, rl, j, 1, 0ms));
-    auto impatient = [](rs::testing::simulation& sim,
+    auto impatient = [](rs::testing::simulation& s,
                         rs::pipeline<rs::timeout<vclock>, rs::rate_limiter<vclock>>& p,
-                        journal& j) -> rs::task<void> {
-        auto action = [&sim, &j]() -> rs::task<int> {
-            j.admitted.emplace_back(2, sim.now());
+                        journal& out) -> rs::task<void> {
+        auto action = [&s, &out]() -> rs::task<int> {
+            out.admitted.emplace_back(2, s.now());
             co_return 2;
         };
         auto r = co_await p.execute_outcome(std::move(action));
         REQUIRE(r.has_failure());
         CHECK(r.error().code() == rs::errc::timeout);
-        j.finished[2] = {sim.now(), "timeout"};
+        out.finished[2] = {s.now(), "timeout"};
     };
     sim.spawn(impatient(sim, bounded, j));
     sim.spawn(client(sim, rl, j, 3, 200ms));
@@ -257,13 +257,13 @@ TEST_CASE("rate_limiter: take spends a token by the same rules as a call", "[rat
                         sim.clock()};
     journal j;
     std::vector<nanoseconds> taken;
-    auto taker = [](rs::testing::simulation& sim, rs::rate_limiter<vclock>& rl,
-                    std::vector<nanoseconds>& taken) -> rs::task<void> {
-        co_await rl.take();
-        taken.push_back(sim.now());
-        co_await sim.sleep_for(10ms);
-        co_await rl.take(); // queued behind the call that arrived at 5 ms
-        taken.push_back(sim.now());
+    auto taker = [](rs::testing::simulation& s, rs::rate_limiter<vclock>& limiter,
+                    std::vector<nanoseconds>& out) -> rs::task<void> {
+        co_await limiter.take();
+        out.push_back(s.now());
+        co_await s.sleep_for(10ms);
+        co_await limiter.take(); // queued behind the call that arrived at 5 ms
+        out.push_back(s.now());
     };
     sim.spawn(taker(sim, rl, taken));
     sim.spawn(client(sim, rl, j, 1, 5ms));
@@ -614,10 +614,10 @@ TEST_CASE("rate_limiter: queue timeouts firing on each of two loops race tokens 
     constexpr std::size_t per_loop = 1000;
     resilience_tests::call_tally<rs::rate_limited_error> log{2 * per_loop};
     std::vector<std::stop_source> sources(per_loop);
-    auto client = [](rs::rate_limiter<>& rl, resilience_tests::call_tally<rs::rate_limited_error>& log,
+    auto client = [](rs::rate_limiter<>& limiter, resilience_tests::call_tally<rs::rate_limited_error>& tally,
                      std::size_t id, std::stop_token stop) -> rs::task<void> {
         auto action = []() -> rs::task<int> { co_return 1; };
-        log.record(id, co_await rl.execute_outcome(action, std::move(stop)));
+        tally.record(id, co_await limiter.execute_outcome(action, std::move(stop)));
     };
     rs::event_loop a, b;
     for (std::size_t i = 0; i < per_loop; ++i) {
@@ -680,20 +680,20 @@ TEST_CASE("rate_limiter: shared by loops on four threads, a bucket of N that bar
     shared_log log{total};
     std::atomic<std::size_t> admitted{0};
     std::stop_source stop_all;
-    auto client = [](rs::rate_limiter<>& rl, shared_log& log, std::atomic<std::size_t>& admitted,
+    auto client = [](rs::rate_limiter<>& limiter, shared_log& tally, std::atomic<std::size_t>& count,
                      std::size_t id, std::stop_token stop) -> rs::task<void> {
-        auto action = [&admitted]() -> rs::task<int> {
-            ++admitted;
+        auto action = [&count]() -> rs::task<int> {
+            ++count;
             co_return 1;
         };
-        log.record(id, co_await rl.execute_outcome(std::move(action), std::move(stop)));
+        tally.record(id, co_await limiter.execute_outcome(std::move(action), std::move(stop)));
     };
     // Stops every call once each has its token or waits for one: no token would ever come.
-    auto stopper = [](rs::rate_limiter<>& rl, std::atomic<std::size_t>& admitted,
-                      std::stop_source& stop_all) -> rs::task<void> {
-        while (admitted.load() + rl.queued() < total)
+    auto stopper = [](rs::rate_limiter<>& limiter, std::atomic<std::size_t>& count,
+                      std::stop_source& stop) -> rs::task<void> {
+        while (count.load() + limiter.queued() < total)
             co_await resilience_tests::yield_now{};
-        stop_all.request_stop();
+        stop.request_stop();
     };
     rs::event_loop l0, l1, l2, l3;
     rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
@@ -786,14 +786,14 @@ TEST_CASE("rate_limiter: a waiter is refused at exactly its queue_timeout, and t
     sim.spawn(noted_client(sim, rl, j, refused, 7, 200ms)); // head at 270: the 300 ms token
     sim.spawn(noted_client(sim, rl, j, refused, 8, 290ms)); // head at 300: the 400 ms token
     std::size_t queued_at_149 = 99, queued_at_150 = 99;
-    auto observe = [](rs::testing::simulation& sim, rs::rate_limiter<vclock>& rl, std::size_t& before,
+    auto observe = [](rs::testing::simulation& s, rs::rate_limiter<vclock>& limiter, std::size_t& before,
                       std::size_t& at) -> rs::task<void> {
-        co_await sim.sleep_for(149ms);
-        before = rl.queued();
-        co_await sim.sleep_for(1ms);
+        co_await s.sleep_for(149ms);
+        before = limiter.queued();
+        co_await s.sleep_for(1ms);
         for (int i = 0; i < 4; ++i)
             co_await resilience_tests::yield_now{};
-        at = rl.queued();
+        at = limiter.queued();
     };
     sim.spawn(observe(sim, rl, queued_at_149, queued_at_150));
     sim.run_all();
@@ -847,8 +847,8 @@ TEST_CASE(
     CHECK(refused[2] == refusal{rs::rejection_reason::queue_timeout, "window"});
     CHECK(j.finished[3] == value_at(1s));
 
-    auto r = sim.run([](rs::sliding_window_limiter<vclock>& sw) -> rs::task<rs::outcome<void>> {
-        co_return co_await sw.take_outcome();
+    auto r = sim.run([](rs::sliding_window_limiter<vclock>& limiter) -> rs::task<rs::outcome<void>> {
+        co_return co_await limiter.take_outcome();
     }(sw));
     REQUIRE(r.has_failure());
     CHECK(r.error().as<rs::rate_limited_error>()->reason() == rs::rejection_reason::queue_timeout);
@@ -938,14 +938,15 @@ TEST_CASE("rate_limiter: on_rejected is told once per refusal, before it is retu
         rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)},
                             sim.clock()};
         const rs::pipeline p{rl};
-        auto r = sim.run([](const rs::pipeline<rs::rate_limiter<vclock>>& p) -> rs::task<std::vector<bool>> {
-            std::vector<bool> ok;
-            for (int i = 0; i < 3; ++i) {
-                auto r = co_await p.execute_outcome([]() -> rs::task<int> { co_return 1; });
-                ok.push_back(r.has_value());
-            }
-            co_return ok;
-        }(p));
+        auto r =
+            sim.run([](const rs::pipeline<rs::rate_limiter<vclock>>& policy) -> rs::task<std::vector<bool>> {
+                std::vector<bool> ok;
+                for (int i = 0; i < 3; ++i) {
+                    auto one = co_await policy.execute_outcome([]() -> rs::task<int> { co_return 1; });
+                    ok.push_back(one.has_value());
+                }
+                co_return ok;
+            }(p));
         CHECK(r == std::vector<bool>{true, false, false});
         CHECK(log ==
               std::vector<told>{{"", why::no_capacity, 100ms, 0ms}, {"", why::no_capacity, 100ms, 0ms}});
@@ -953,9 +954,9 @@ TEST_CASE("rate_limiter: on_rejected is told once per refusal, before it is retu
     SECTION("not for take, which returns its refusal to its own caller") {
         rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .on_rejected = tell(sim, log)},
                             sim.clock()};
-        auto r = sim.run([](rs::rate_limiter<vclock>& rl) -> rs::task<rs::outcome<void>> {
-            co_await rl.take();
-            co_return co_await rl.take_outcome();
+        auto r = sim.run([](rs::rate_limiter<vclock>& limiter) -> rs::task<rs::outcome<void>> {
+            co_await limiter.take();
+            co_return co_await limiter.take_outcome();
         }(rl));
         CHECK(r.has_failure());
         CHECK(log.empty());
@@ -1079,11 +1080,11 @@ TEST_CASE("rate limiters: a call made through a copy that is destroyed before th
     auto waiting_call = copy->execute_outcome(action); // the waiting path: the 100 ms token
     copy.reset();
     std::vector<nanoseconds> got;
-    sim.spawn([](rs::task<nanoseconds> t, std::vector<nanoseconds>& got) -> rs::task<void> {
-        got.push_back(co_await std::move(t));
+    sim.spawn([](rs::task<nanoseconds> t, std::vector<nanoseconds>& out) -> rs::task<void> {
+        out.push_back(co_await std::move(t));
     }(std::move(now_call), got));
-    sim.spawn([](rs::task<rs::outcome<nanoseconds>> t, std::vector<nanoseconds>& got) -> rs::task<void> {
-        got.push_back((co_await std::move(t)).value());
+    sim.spawn([](rs::task<rs::outcome<nanoseconds>> t, std::vector<nanoseconds>& out) -> rs::task<void> {
+        out.push_back((co_await std::move(t)).value());
     }(std::move(waiting_call), got));
     sim.run_all();
     CHECK(got == std::vector<nanoseconds>{0ms, 100ms});

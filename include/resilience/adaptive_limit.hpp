@@ -45,9 +45,10 @@ namespace resilience {
 ///
 ///     .adapt = rs::aimd{.min = 5, .max = 100, .slow_call_duration = 1s}
 struct aimd {
-    /// The lowest the limit goes. At least 1.
+    /// The lowest the limit goes. At least 1, at most `bulkhead_options::max_limit`.
     std::size_t min = 1;
-    /// The highest the limit goes. At least `min`. 200 is Netflix concurrency-limits' default.
+    /// The highest the limit goes. At least `min`, at most `bulkhead_options::max_limit`. 200 is
+    /// Netflix concurrency-limits' default.
     std::size_t max = 200;
     /// A call lasting at least this long (from taking its slot to giving it back) counts as a
     /// failure, whatever it returned. Unset: only failures count. Positive when set.
@@ -87,9 +88,9 @@ struct aimd {
 ///
 ///     .adapt = rs::gradient{.min = 5, .max = 500}
 struct gradient {
-    /// The lowest the limit goes. At least 1.
+    /// The lowest the limit goes. At least 1, at most `bulkhead_options::max_limit`.
     std::size_t min = 1;
-    /// The highest the limit goes. At least `min`.
+    /// The highest the limit goes. At least `min`, at most `bulkhead_options::max_limit`.
     std::size_t max = 200;
     /// Calls per measurement: the limit is recomputed once every this many recorded calls. Positive.
     std::size_t short_samples = 10;

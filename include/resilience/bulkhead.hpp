@@ -24,18 +24,23 @@
 #include "task.hpp"
 #include "telemetry_event.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 namespace resilience {
 
@@ -47,9 +52,14 @@ namespace resilience {
 struct bulkhead_options {
     /// Carried by the errors it makes (`policy_name()`), by `rejection_event`s and by `name()`.
     std::string name{};
-    /// How many calls may run at once. Must be positive. 25 is resilience4j's default: a guess,
-    /// like any default here; size it to what the dependency can serve. With `adapt`, the
-    /// starting limit, within the algorithm's [`min`, `max`].
+    /// The largest limit a bulkhead holds, 2^62 - 1: the most `max_concurrent_calls`, `adapt.min`
+    /// and `adapt.max` may be. A limit shares one atomic word with two flags (see
+    /// detail/bulkhead_state.hpp), so that a slot costs one atomic operation.
+    static constexpr std::size_t max_limit = static_cast<std::size_t>(
+        std::min<std::uint64_t>((std::uint64_t{1} << 62) - 1, std::numeric_limits<std::size_t>::max()));
+    /// How many calls may run at once. Positive, at most `max_limit`. 25 is resilience4j's
+    /// default: a guess, like any default here; size it to what the dependency can serve. With
+    /// `adapt`, the starting limit, within the algorithm's [`min`, `max`].
     std::size_t max_concurrent_calls = 25;
     /// How many more calls may wait for a slot; beyond that a call is refused at once
     /// (`rejection_reason::queue_full`). The default 0 refuses as soon as every slot is busy
@@ -538,8 +548,28 @@ private:
                                std::move(refusal));
     }
 
+    static_assert(bulkhead_options::max_limit <= state::slot_mask, "every accepted limit fits the slot word");
+
     static bulkhead_options validate(bulkhead_options o) {
         const std::string label = detail::policy_label("bulkhead", o.name);
+        // Checked first, so that a value beyond the slot word is named as such even where a check
+        // below would refuse the options too; the algorithm's bounds before the starting limit
+        // they must hold.
+        const auto within_word = [&label](const char* field, std::size_t v) {
+            if (v > bulkhead_options::max_limit)
+                throw std::invalid_argument(label + ": " + field + " must be at most " +
+                                            std::to_string(bulkhead_options::max_limit) + ", got " +
+                                            std::to_string(v));
+        };
+        std::visit(
+            [&](const auto& a) {
+                if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) {
+                    within_word("adapt.min", a.min);
+                    within_word("adapt.max", a.max);
+                }
+            },
+            o.adapt);
+        within_word("max_concurrent_calls", o.max_concurrent_calls);
         if (o.max_concurrent_calls == 0)
             throw std::invalid_argument(label + ": max_concurrent_calls must be positive, got 0");
         if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())

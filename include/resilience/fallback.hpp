@@ -344,8 +344,8 @@ public:
             "resilience::fallback: the substitute's result must convert to the action's result type "
             "(for a void action: a callable returning void or an awaitable of void)");
 
-        const failure none;
-        const failure& original = result.has_failure() ? result.error() : none;
+        const failure no_failure;
+        const failure& original = result.has_failure() ? result.error() : no_failure;
         try {
             if (options_.on_fallback)
                 tell(result, ctx);

@@ -28,12 +28,13 @@ struct pipeline_element {
         "are the arguments of pipeline_element<Index, Type> shown with this error). A policy is what "
         "the library's policies are, or a class deriving from rs::policy_base with run() or "
         "enter()/leave(): see docs/pipeline.md");
-    static constexpr bool checked = true;
 };
-template <class... Ps, std::size_t... Is>
-constexpr bool pipeline_elements_checked(std::index_sequence<Is...>) {
-    return (pipeline_element<Is, Ps>::checked && ...);
-}
+/// Every element, checked: instantiating it runs each element's check. A complete class even when
+/// a check fails, so that the check's message is the only error.
+template <class Indices, class... Ps>
+struct pipeline_elements;
+template <std::size_t... Is, class... Ps>
+struct pipeline_elements<std::index_sequence<Is...>, Ps...> : pipeline_element<Is, Ps>... {};
 
 /// The stages of the policies, outermost first, nested pipelines flattened (see `stages_of`).
 template <class... Ps>
@@ -54,7 +55,7 @@ auto flatten_stages(const std::tuple<Ps...>& policies) noexcept {
 template <class... Ps>
 class pipeline : public policy_base<pipeline<Ps...>> {
     static_assert(sizeof...(Ps) > 0, "resilience::pipeline: a pipeline needs at least one policy");
-    static_assert(detail::pipeline_elements_checked<Ps...>(std::index_sequence_for<Ps...>{}));
+    static_assert(sizeof(detail::pipeline_elements<std::index_sequence_for<Ps...>, Ps...>) > 0);
 
 public:
     explicit pipeline(Ps... ps) : policies_(std::move(ps)...) { stages_.emplace(flatten(policies_)); }

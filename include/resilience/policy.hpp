@@ -175,21 +175,25 @@ public:
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute(F&& f, Arg&& arg, Args&&... args) const& {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        detail::check_bound_arguments<F, Arg, Args...>();
-        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+        using rules = detail::bound_rules_t<F, Arg, Args...>;
+        if constexpr (rules::valid)
             return call_bound<true>(
                 ref(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        else
+            return refused_bound_call<true, rules>();
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute(F&& f, Arg&& arg, Args&&... args) && {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        detail::check_bound_arguments<F, Arg, Args...>();
-        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+        using rules = detail::bound_rules_t<F, Arg, Args...>;
+        if constexpr (rules::valid)
             return call_bound<true>(
                 owned(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        else
+            return refused_bound_call<true, rules>();
     }
 
     /// Like `execute`, but reports the final failure as a value instead of throwing it.
@@ -221,21 +225,25 @@ public:
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute_outcome(F&& f, Arg&& arg, Args&&... args) const& {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        detail::check_bound_arguments<F, Arg, Args...>();
-        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+        using rules = detail::bound_rules_t<F, Arg, Args...>;
+        if constexpr (rules::valid)
             return call_bound<false>(
                 ref(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        else
+            return refused_bound_call<false, rules>();
     }
     template <class F, class Arg, class... Args>
     requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
     auto execute_outcome(F&& f, Arg&& arg, Args&&... args) && {
         detail::check_bound_temporaries<F, Arg, Args...>();
-        detail::check_bound_arguments<F, Arg, Args...>();
-        if constexpr (detail::bound_arguments_storable<F, Arg, Args...>)
+        using rules = detail::bound_rules_t<F, Arg, Args...>;
+        if constexpr (rules::valid)
             return call_bound<false>(
                 owned(), std::forward<F>(f),
                 std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
+        else
+            return refused_bound_call<false, rules>();
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
@@ -268,6 +276,12 @@ private:
     const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
     detail::policy_ref<Derived> ref() const noexcept { return {&self()}; }
     detail::policy_owned<Derived> owned() { return {std::move(static_cast<Derived&>(*this))}; }
+
+    template <bool Throw, class Rules>
+    static auto refused_bound_call() {
+        detail::refuse_bound_call<Rules>();
+        return task<std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
+    }
 
     template <bool Throw, class Source, class F, class Tuple>
     static auto call_bound(Source source, F&& f, Tuple all) {

@@ -151,8 +151,13 @@ public:
         if (share == 0 || limit == 0)
             return 0;
         const double exact = static_cast<double>(limit) * share;
-        const auto whole = static_cast<std::uint64_t>(std::floor(exact + exact * 1e-9));
-        return whole < limit ? whole : limit - 1;
+        const double whole = std::floor(exact + exact * 1e-9);
+        // Compared before it converts: with a limit near 2^64 the tolerance may carry it past what a
+        // std::uint64_t holds.
+        if (!(whole < static_cast<double>(limit)))
+            return limit - 1;
+        const auto kept = static_cast<std::uint64_t>(whole);
+        return kept < limit ? kept : limit - 1;
     }
 
 private:

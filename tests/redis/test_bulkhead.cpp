@@ -82,8 +82,8 @@ TEST_CASE("redis bulkhead: two replicas share the slots, and a slot comes back w
     std::vector<rs::task<int>> calls;
     calls.push_back(call(a, 300ms));
     calls.push_back(call(a, 300ms));
-    calls.push_back([](redis::bulkhead other, rs::asio::clock clock) -> rs::task<int> {
-        auto later = clock.sleep_for(100ms, {}); // both of a's calls hold their slots by now
+    calls.push_back([](redis::bulkhead other, rs::asio::clock b_clock) -> rs::task<int> {
+        auto later = b_clock.sleep_for(100ms, {}); // both of a's calls hold their slots by now
         co_await std::move(later);
         auto refused = call(other, 0ns);
         co_return co_await std::move(refused);

@@ -190,17 +190,6 @@ constexpr void check_bound_temporaries() noexcept {
 template <class... Ts>
 inline constexpr bool bound_arguments_storable = (std::is_constructible_v<std::decay_t<Ts>, Ts> && ...);
 
-template <class F, class... Args>
-constexpr void check_bound_arguments() noexcept {
-    static_assert(
-        bound_arguments_storable<F, Args...>,
-        "resilience: execute(f, args...) copies (or moves) the function and each argument into the "
-        "call, which may outlive the expression that made it (as std::bind and std::thread do); one "
-        "of them cannot be copied or moved (an io_context, a socket, a mutex?). Pass it by reference "
-        "with std::ref(x) or std::cref(x), and keep it alive until the call ends, or capture a "
-        "reference in a named lambda (docs/core.md#calling-a-function-with-arguments)");
-}
-
 /// What `next(ctx)` yields once awaited: `outcome<R>`.
 template <class Next>
 using next_outcome_t = await_result_t<std::invoke_result_t<Next&, const context&>>;
@@ -347,6 +336,65 @@ struct bound_action {
 template <class T>
 inline constexpr bool is_call_context_v = std::is_same_v<std::remove_cvref_t<T>, std::stop_token> ||
                                           std::is_same_v<std::remove_cvref_t<T>, context>;
+
+/// Whether an lvalue of `F` can be called with `Bound...` and then the attempt's context, its stop
+/// token, or nothing: the calls `bound_action` makes.
+template <class F, class... Bound>
+inline constexpr bool bound_invocable =
+    std::is_invocable_v<F&, Bound..., const context&> || std::is_invocable_v<F&, Bound..., std::stop_token> ||
+    std::is_invocable_v<F&, Bound...>;
+
+/// The rules of `execute(f, args...)` for `f` and the arguments bound to it (`Bound`, as passed),
+/// in the order they are checked.
+template <class F, class... Bound>
+struct bound_call_rules {
+    static constexpr bool storable = bound_arguments_storable<F, Bound...>;
+    // Every attempt passes the same kept copies again, so as lvalues.
+    static constexpr bool reusable = bound_invocable<std::decay_t<F>, std::decay_t<Bound>&...>;
+    // Callable with the copies moved in: the arguments are right but one cannot be passed twice.
+    static constexpr bool callable_once = bound_invocable<std::decay_t<F>, std::decay_t<Bound>&&...>;
+    static constexpr bool valid = storable && reusable;
+};
+
+/// `bound_call_rules` for `execute(f, ts...)`: a trailing stop token or context is the caller's,
+/// not bound to `f`.
+template <class F, class... Ts>
+struct bound_rules_of {
+    using all = std::tuple<Ts...>;
+    static constexpr std::size_t bound =
+        sizeof...(Ts) - (is_call_context_v<std::tuple_element_t<sizeof...(Ts) - 1, all>> ? 1 : 0);
+    template <std::size_t... Is>
+    static auto pick(std::index_sequence<Is...>) -> bound_call_rules<F, std::tuple_element_t<Is, all>...>;
+    using type = decltype(pick(std::make_index_sequence<bound>{}));
+};
+template <class F, class... Ts>
+using bound_rules_t = typename bound_rules_of<F, Ts...>::type;
+
+/// Names the first of the `Rules` that `execute(f, args...)` breaks, in a `static_assert`. The
+/// caller then returns a task of `invalid_action` instead of a call, so that this is the only error:
+/// `invalid_action` converts to whatever the caller's code expects.
+template <class Rules>
+constexpr void refuse_bound_call() noexcept {
+    static_assert(
+        Rules::storable,
+        "resilience: execute(f, args...) copies (or moves) the function and each argument into the "
+        "call, which may outlive the expression that made it (as std::bind and std::thread do); one "
+        "of them cannot be copied or moved (an io_context, a socket, a mutex?). Pass it by reference "
+        "with std::ref(x) or std::cref(x), and keep it alive until the call ends, or capture a "
+        "reference in a named lambda (docs/core.md#calling-a-function-with-arguments)");
+    if constexpr (Rules::storable) {
+        static_assert(
+            Rules::reusable || !Rules::callable_once,
+            "resilience: execute(f, args...) keeps one copy of each argument and passes that same copy "
+            "to f at every attempt (a retry calls f again), as an lvalue, so f cannot take a move-only "
+            "argument (a std::unique_ptr?) by value or by &&. Wrap it in a std::shared_ptr, take it by "
+            "const reference, or capture it in a named callable passed as std::ref(callable) "
+            "(docs/core.md#calling-a-function-with-arguments)");
+        static_assert(Rules::reusable || Rules::callable_once,
+                      "resilience: execute(f, args...): f must be callable with (args..., rs::context "
+                      "const&), (args..., std::stop_token) or (args...)");
+    }
+}
 
 /// Splits `execute(f, args..., [token or context])`: the trailing stop token or context is the
 /// caller's, everything before it is bound to `f`.

@@ -157,11 +157,13 @@ private:
 ///   to waiters in the same locked step. With priorities the queue is ordered by class (see
 ///   waiter_queue.hpp), so a waiter the front one's cap holds back is held back too.
 /// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
-/// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is
-///   below bit 63. Slots taken may exceed the limit after it shrank: calls already admitted keep
-///   their slots. With priorities a call compares with its class's cap instead (`try_acquire_as`),
-///   still one comparison; while waiters of a lower class are held back by a reserve, a slot may
-///   be free with `waiting` set, and a call of a higher class takes it through the mutex.
+/// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is at
+///   most `slot_mask`: the options are refused beyond it (`bulkhead_options::max_limit`), never
+///   clamped, and the algorithm keeps the limit within them. Slots taken may exceed the limit
+///   after it shrank: calls already admitted keep their slots. With priorities a call compares
+///   with its class's cap instead (`try_acquire_as`), still one comparison; while waiters of a
+///   lower class are held back by a reserve, a slot may be free with `waiting` set, and a call of
+///   a higher class takes it through the mutex.
 ///
 /// `Options` is `bulkhead_options`: a parameter only so that this header needs no more than its
 /// declaration (bulkhead.hpp defines it, then includes this).
@@ -170,8 +172,7 @@ struct bulkhead_state : shared_state {
     using config = bulkhead_config<Options>;
 
     bulkhead_state(Options o, C c)
-        : limit(clear_of_waiting(o.max_concurrent_calls)), clock(std::move(c)),
-          algorithm(o.adapt, o.max_concurrent_calls) {
+        : limit(o.max_concurrent_calls), clock(std::move(c)), algorithm(o.adapt, o.max_concurrent_calls) {
         auto first = std::make_unique<const config>(std::move(o));
         modes.store(modes_of(*first), std::memory_order_relaxed);
         current.store(first.get(), std::memory_order_relaxed);
@@ -226,10 +227,6 @@ struct bulkhead_state : shared_state {
     }
     /// The block in force now (for a call starting, or for the handle's accessors).
     const config& config_now() const noexcept { return *current.load(std::memory_order_acquire); }
-
-    static std::uint64_t clear_of_waiting(std::size_t n) noexcept {
-        return std::min<std::uint64_t>(n, slot_mask);
-    }
 
     [[nodiscard]] std::size_t in_flight() const noexcept {
         return static_cast<std::size_t>(word.load(std::memory_order_relaxed) & slot_mask);
@@ -334,7 +331,7 @@ struct bulkhead_state : shared_state {
                 const limit_sample sample{
                     .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch};
                 if (algorithm.record(sample)) {
-                    limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
+                    limit.store(algorithm.limit(), std::memory_order_relaxed);
                     epoch.store(algorithm.epoch(), std::memory_order_relaxed);
                 }
             }
@@ -464,10 +461,10 @@ struct bulkhead_state : shared_state {
             modes.fetch_or(modes_of(c), std::memory_order_relaxed); // before the block is seen
             current.store(&c, std::memory_order_release);
             if (algorithm.adaptive()) {
-                limit.store(clear_of_waiting(algorithm.limit()), std::memory_order_relaxed);
+                limit.store(algorithm.limit(), std::memory_order_relaxed);
                 epoch.store(algorithm.epoch(), std::memory_order_relaxed);
             } else {
-                limit.store(clear_of_waiting(c.options.max_concurrent_calls), std::memory_order_relaxed);
+                limit.store(c.options.max_concurrent_calls, std::memory_order_relaxed);
             }
             woken = grant_locked(nullptr);
             waiter_left_locked();

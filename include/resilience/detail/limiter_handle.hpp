@@ -58,12 +58,12 @@ struct limiter_shared : limiter_state<C, Meter> {
         this->limiter_state<C, Meter>::reconfigure(
             [&](Meter& m, std::chrono::nanoseconds now) {
                 kept.reserve(kept.size() + 1); // may throw: before any change
-                auto ranks =
+                auto next_ranks =
                     this->prepare_priorities_locked(in_force.priorities, limit_of(in_force)); // likewise
                 change(m, now); // may throw only before it changes anything
                 kept.push_back(std::move(next));
                 current.store(&in_force, std::memory_order_release);
-                this->publish_priorities_locked(std::move(ranks));
+                this->publish_priorities_locked(std::move(next_ranks));
             },
             in_force.queue_limit, in_force.queue_timeout);
     }

@@ -426,7 +426,7 @@ struct limiter_state : shared_state {
             typename C::time_point due{};
             waiter* next = nullptr;
             waiter_state st = waiter_state::turn;
-            head_alarm alarm{*this, token};
+            head_alarm turn_alarm{*this, token};
             waiter* refused = nullptr; // others whose deadline came, chained through `next`
             {
                 std::lock_guard lock(mutex);
@@ -476,7 +476,7 @@ struct limiter_state : shared_state {
                             }
                         }
                         if (st == waiter_state::turn)
-                            alarm.arm_locked();
+                            turn_alarm.arm_locked();
                     }
                 }
             }
@@ -491,7 +491,7 @@ struct limiter_state : shared_state {
                 co_return st;
             // Until the permit is due, the deadline, the caller's stop or a reconfiguration. If it
             // throws, serve_turn's turn_guard hands the turn on.
-            co_await clock.sleep_until(due, alarm.token());
+            co_await clock.sleep_until(due, turn_alarm.token());
         }
     }
 

@@ -130,9 +130,9 @@ public:
         struct final_awaiter {
             bool await_ready() const noexcept { return false; }
             std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) const noexcept {
-                race_inbox* inbox = h.promise().inbox;
-                if (std::coroutine_handle<> parent = inbox->deliver(&h.promise()))
-                    return parent;
+                race_inbox* box = h.promise().inbox;
+                if (std::coroutine_handle<> to_resume = box->deliver(&h.promise()))
+                    return to_resume;
                 return std::noop_coroutine();
             }
             void await_resume() const noexcept {}

@@ -53,7 +53,8 @@ struct bulkhead_options {
     /// What a call gets while Redis cannot be reached (see `unavailable_policy`).
     unavailable_policy when_unavailable = unavailable_policy::fail_closed;
     /// With `local_share`: the share of `max_concurrent_calls` this bulkhead allows on its own
-    /// meanwhile, in (0, 1]; at least one call. Otherwise ignored (0 or in (0, 1]).
+    /// meanwhile, in (0, 1]; at least one call, and at most `rs::bulkhead_options::max_limit` (the
+    /// local bulkhead's largest limit). Otherwise ignored (0 or in (0, 1]).
     double local_share = 0;
     /// Hears this bulkhead's `rejection`s, `backend_lost` and `backend_restored`. Empty: the
     /// listener of a `telemetry` stage around the call, if any.
@@ -93,6 +94,17 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(lease / 1000) + 1)
 return 1
 )lua";
 
+// The limit of the local bulkhead that stands in while Redis is unreachable: `share` (in (0, 1]) of
+// `calls`, rounded down, at least one. A share of 1 is `calls` exactly, which a double may not hold.
+inline std::size_t local_limit(std::size_t calls, double share) noexcept {
+    if (share >= 1.0)
+        return calls;
+    const double part = std::floor(static_cast<double>(calls) * share);
+    // Below `calls` as a double (at most 2^64), so it converts; rounding may still leave it above.
+    const std::size_t whole = part < static_cast<double>(calls) ? static_cast<std::size_t>(part) : calls;
+    return std::clamp<std::size_t>(whole, 1, calls);
+}
+
 struct redis_bulkhead_state {
     redis_bulkhead_state(bulkhead_options o, connection c, resilience::asio::clock k)
         : options(std::move(o)), conn(std::move(c)), clock(std::move(k)), lua(bulkhead_script),
@@ -101,9 +113,7 @@ struct redis_bulkhead_state {
             local.emplace(
                 ::resilience::bulkhead_options{
                     .name = options.name,
-                    .max_concurrent_calls = std::max<std::size_t>(
-                        1, static_cast<std::size_t>(std::floor(
-                               static_cast<double>(options.max_concurrent_calls) * options.local_share))),
+                    .max_concurrent_calls = local_limit(options.max_concurrent_calls, options.local_share),
                     .telemetry = options.telemetry},
                 clock);
         thread_random rng;
@@ -284,6 +294,14 @@ private:
         detail::validate_shared(o, who);
         if (o.max_concurrent_calls == 0)
             throw std::invalid_argument(who + "max_concurrent_calls must be positive, got 0");
+        if (o.when_unavailable == unavailable_policy::local_share &&
+            detail::local_limit(o.max_concurrent_calls, o.local_share) >
+                ::resilience::bulkhead_options::max_limit)
+            throw std::invalid_argument(
+                who +
+                "max_concurrent_calls x local_share (the limit while Redis is unreachable) must be at most " +
+                std::to_string(::resilience::bulkhead_options::max_limit) + ", got " +
+                std::to_string(detail::local_limit(o.max_concurrent_calls, o.local_share)));
         detail::check_duration(who, "lease_duration", o.lease_duration, std::chrono::milliseconds{10}, "10ms",
                                std::chrono::hours{24 * 365}, "a year");
         if (o.lease_duration / 3 < command_timeout) // command_timeout is at most a year: 3 x fits
