@@ -26,6 +26,7 @@
 #include <resilience/retry_stream.hpp>
 #include <resilience/single_flight.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 #include <resilience/when_all.hpp>
@@ -444,6 +445,43 @@ TEST_CASE("caller stop: any_policy and reloadable follow the rule", "[caller_sto
         return rs::reloadable{rs::retry{
             {.max_attempts = 5, .backoff = rs::constant_backoff{1s, rs::jitter::none}}, sim.clock()}};
     });
+}
+
+TEST_CASE("caller stop: a telemetry stage's call event reports the cancelled_error the call ends with, "
+          "not handled",
+          "[caller_stop]") {
+    for (const ending how : every_ending) {
+        INFO("the stopped attempt ends with: " << name_of(how));
+        simulation sim;
+        std::vector<rs::telemetry_event> calls;
+        std::vector<std::optional<rs::failure>> errors;
+        const rs::pipeline p{
+            rs::telemetry{{.name = "orders",
+                           .listener =
+                               [&](const rs::telemetry_event& e) {
+                                   if (e.kind != rs::telemetry_kind::call)
+                                       return;
+                                   calls.push_back(e);
+                                   errors.push_back(e.error ? std::optional<rs::failure>(*e.error)
+                                                            : std::nullopt);
+                               }},
+                          sim.clock()},
+            rs::retry{{.max_attempts = 5, .backoff = rs::constant_backoff{1s, rs::jitter::none}},
+                      sim.clock()}};
+        const rs::outcome<int> r = stopped_call(sim, p, attempt{sim, how});
+        REQUIRE(calls.size() == 1);
+        CHECK(calls[0].duration == 1s);
+        // Not a failure the dependency had: a dashboard of handled calls does not count it.
+        CHECK_FALSE(calls[0].handled);
+        if (how == ending::value) {
+            REQUIRE(r.has_value());
+            CHECK_FALSE(errors[0]);
+        } else {
+            check_cancelled(r);
+            REQUIRE(errors[0]);
+            CHECK(errors[0]->is<rs::cancelled_error>());
+        }
+    }
 }
 
 TEST_CASE("caller stop: the cancelled_error made for a stopped call names the outermost policy",

@@ -82,6 +82,9 @@ public:
 
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
+        if (options_.listener && ctx.stop_requested() && result.has_failure() &&
+            detail::stands_for_a_stop(result.error())) [[unlikely]]
+            return leave_stopped(s, ctx, result);
         if (options_.listener)
             detail::report_ended(
                 detail::listener_ref(&options_.listener, detail::context_access::properties(ctx)), clock_,
@@ -96,6 +99,30 @@ public:
     }
 
 private:
+    // A call stopped from outside this stage ends with `cancelled_error` (the driver makes it so where
+    // the call ends, after this stage has left: docs/core.md, "A call its caller stopped"), so that is
+    // what its event reports, not what the stopped attempt threw, and a caller's stop is not a failure
+    // the classifier handled. `result` passes on unchanged, unless the listener throws.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step leave_stopped(call_state& s, const context& ctx,
+                                                  outcome<R>& result) const noexcept {
+        try {
+            outcome<R> ended{failure::make(cancelled_error{options_.name})};
+            if (!detail::report_ended(
+                    detail::listener_ref(&options_.listener, detail::context_access::properties(ctx)), clock_,
+                    s.start,
+                    telemetry_event{.kind = telemetry_kind::call,
+                                    .policy = "telemetry",
+                                    .name = options_.name,
+                                    .attempt = ctx.attempt(),
+                                    .handled = false},
+                    ended))
+                result = std::move(ended); // the listener threw: that ends the call
+        } catch (...) { // no memory for the error: no event, and the call ends as it would unheard
+        }
+        return step::proceed;
+    }
+
     // Did `should_handle` handle the call's outcome? One that throws makes its exception the outcome,
     // reported as not handled.
     template <class R>

@@ -29,6 +29,25 @@
 
 namespace resilience::detail {
 
+/// Whether a call its caller stopped ends with `cancelled_error` in place of `f` (see
+/// `driver::caller_stopped`): every failure but a cancellation already, and a `std::logic_error`: a
+/// setup mistake (a classifier for another result type) or a bug is reported as it is, stopped or not.
+inline bool stands_for_a_stop(const failure& f) noexcept {
+    if (f.code() != errc{})
+        return f.code() != errc::cancelled; // the library's own: no rethrow needed
+    if (!f.has_exception())
+        return true;
+    try {
+        f.rethrow();
+    } catch (const cancelled_error&) {
+        return false;
+    } catch (const std::logic_error&) {
+        return false;
+    } catch (...) {
+    }
+    return true;
+}
+
 /// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
 /// every stage's `enter` inward, the innermost step, every `leave` outward. A stage that waits
 /// for admission through `frame_wait` waits in this frame; any other stage that must wait costs
@@ -231,23 +250,6 @@ struct driver {
         if (!caller.stop_requested() || !stands_for_a_stop(result.error()))
             return;
         result = outcome_type{failure::make(cancelled_error{outermost_name(stages)})};
-    }
-    // Every failure but a cancellation already, and a `std::logic_error`: a setup mistake (a
-    // classifier for another result type) or a bug is reported as it is, stopped or not.
-    static bool stands_for_a_stop(const failure& f) noexcept {
-        if (f.code() != errc{})
-            return f.code() != errc::cancelled; // the library's own: no rethrow needed
-        if (!f.has_exception())
-            return true;
-        try {
-            f.rethrow();
-        } catch (const cancelled_error&) {
-            return false;
-        } catch (const std::logic_error&) {
-            return false;
-        } catch (...) {
-        }
-        return true;
     }
 
     // The call's shared clock reading (`call_now`) holds only while the call runs without
