@@ -7,12 +7,12 @@
 ///
 ///     co_await p.execute(action);                  // R, or rethrows the failure unchanged
 ///     co_await p.execute(action, stop_token);      // the caller's stop token reaches every attempt
+///     co_await p.execute(action, ctx);             // from inside another attempt
+///     co_await p.execute_outcome(action);          // outcome<R>, never throws for the action's failure
 ///
 /// A call its caller stopped ends with a value an attempt returned or with `cancelled_error`, never
 /// with what a stopped attempt threw (docs/core.md, "A call its caller stopped"); the driver applies
 /// that where the call ends (`driver::caller_stopped`), so no policy has to.
-///     co_await p.execute(action, ctx);             // from inside another attempt
-///     co_await p.execute_outcome(action);          // outcome<R>, never throws for the action's failure
 ///
 /// The action is copied (an lvalue) or moved (an rvalue) into the call and kept alive until the
 /// call ends; on g++ before 13, a temporary closure that owns something with a destructor is
