@@ -10,6 +10,7 @@
 #include "../circuit_breaker.hpp" // the options and the state; includes this file back at its end
 #include "breaker_window.hpp"
 #include "inlining.hpp"
+#include "snapshot_cell.hpp"
 #include "ring.hpp"
 #include "shared_handle.hpp"
 #include "time.hpp"
@@ -30,12 +31,14 @@
 namespace resilience::detail {
 
 /// The options of a breaker with what the breaker derives from them: immutable once published (see
-/// `breaker_core::config`). A call reads the block in force when it is admitted and keeps using it,
-/// so it is never freed while the breaker lives: a reconfiguration keeps the block it replaces
-/// (`replaced`, owning), and the breaker frees the chain when it dies.
-struct breaker_config {
+/// `breaker_core::cell_`). A call that needs them after its admission pins the block it was admitted
+/// under, and a block replaced by a reconfiguration is freed once no call pins it. A call admitted
+/// under plain options (`plain`) pins nothing: it is judged under `plain_block()`, which says the
+/// same for everything such a call reads after its admission.
+struct breaker_config : pinnable {
     breaker_config(circuit_breaker_options o, std::uint64_t epoch)
         : options(std::move(o)), sample_epoch(epoch) {
+        plain = !options.sampling && options.should_handle.empty();
         if (!options.sampling)
             return;
         const breaker_sampling& w = *options.sampling;
@@ -44,32 +47,52 @@ struct breaker_config {
         slow_duration = w.slow_call_duration;
         slow_trips = w.slow_call_ratio.has_value();
     }
-    breaker_config(const breaker_config&) = delete;
-    breaker_config& operator=(const breaker_config&) = delete;
-    ~breaker_config() {
-        // Iteratively: a breaker reconfigured a million times has a chain a million long.
-        const breaker_config* next = replaced;
-        while (next) {
-            const breaker_config* const after = next->replaced;
-            const_cast<breaker_config*>(next)->replaced = nullptr;
-            delete next;
-            next = after;
-        }
-    }
 
     /// Does admitting a call need the time (to time it against a slow-call rule)?
     bool times_calls() const noexcept { return slow_duration.has_value(); }
+
+    /// What a plain call is judged under past its admission: the default classifier, no sample,
+    /// no slow-call rule, and a sample epoch no block has (so no sample counts it). Never freed.
+    static const breaker_config& plain_block() {
+        static const breaker_config b{circuit_breaker_options{.failure_threshold = 1},
+                                      std::numeric_limits<std::uint64_t>::max()};
+        return b;
+    }
 
     const circuit_breaker_options options;
     std::uint64_t minimum_throughput = 0;
     std::optional<std::chrono::nanoseconds> slow_duration;
     bool slow_trips = false;
+    /// No sample and the default classifier: a closed admission under these options needs nothing
+    /// of them later, so it pins nothing (the breaker's word says so, see `breaker_core::word_`).
+    bool plain = false;
     /// Which sample the calls admitted under this block belong to: a reconfiguration that starts a
     /// fresh sample gives the next number, one that keeps the sample keeps it.
     const std::uint64_t sample_epoch;
-    /// The block this one replaced (owned), kept for the calls admitted under it.
-    const breaker_config* replaced = nullptr;
 };
+
+/// Whether `a` and `b` are the same options, so that a reconfiguration from one to the other
+/// changes nothing. Callbacks compare by identity: two classifiers are the same when they share
+/// their callable (copies of one), and options with a `std::function` callback are never the same
+/// as any (two of them cannot be compared).
+inline bool same_breaker_options(const circuit_breaker_options& a, const circuit_breaker_options& b) noexcept {
+    if (a.on_state_change || b.on_state_change || a.on_rejected || b.on_rejected)
+        return false;
+    if (a.sampling.has_value() != b.sampling.has_value())
+        return false;
+    if (a.sampling) {
+        const breaker_sampling& x = *a.sampling;
+        const breaker_sampling& y = *b.sampling;
+        if (x.calls != y.calls || x.window != y.window || x.segments != y.segments ||
+            x.minimum_throughput != y.minimum_throughput || x.failure_ratio != y.failure_ratio ||
+            x.slow_call_duration != y.slow_call_duration || x.slow_call_ratio != y.slow_call_ratio)
+            return false;
+    }
+    return a.name == b.name && a.failure_threshold == b.failure_threshold &&
+           a.break_duration == b.break_duration && a.break_duration_growth == b.break_duration_growth &&
+           a.max_break_duration == b.max_break_duration && a.probes == b.probes &&
+           a.should_handle.same_as(b.should_handle) && a.telemetry.same_as(b.telemetry);
+}
 
 /// Whether options `a` and `b` sample alike: neither samples, or both keep the same window (the
 /// same `calls`, or the same `window` and `segments`) and mark the same calls slow. What a sample
@@ -100,9 +123,9 @@ inline bool same_sample(const circuit_breaker_options& a, const circuit_breaker_
 /// a closed admission at the instant the word said closed, a skipped success at the instant the
 /// run of failures was already zero (see `record`).
 ///
-/// The options live in an immutable `breaker_config`, published through `config_` (release store,
-/// acquire load) and replaced whole by `reconfigure`. A call loads it once, when it is admitted, and
-/// judges itself under it to the end (classification, slowness, its callbacks and names); what the
+/// The options live in an immutable `breaker_config`, published through `cell_` and replaced whole
+/// by `reconfigure`. A call takes it once, when it is admitted, and judges itself under it to the
+/// end (classification, slowness, its callbacks and names); what the
 /// breaker itself does next (the rules a result is recorded under, the length of a break, the
 /// probes half-open admits, who hears a change) follows the block in force when it does it, read
 /// under the lock.
@@ -129,31 +152,44 @@ public:
     };
 
     breaker_core(circuit_breaker_options o, C clock)
-        : config_(new breaker_config(std::move(o), 0)), clock_(std::move(clock)) {
-        try {
-            make_sample(*config_.load(std::memory_order_relaxed), count_window_, time_window_);
-        } catch (...) {
-            delete config_.load(std::memory_order_relaxed);
-            throw;
-        }
+        : clock_(std::move(clock)), cell_(std::make_unique<breaker_config>(std::move(o), 0)) {
+        make_sample(*cell_.locked(), count_window_, time_window_);
+        if (cell_.locked()->plain)
+            word_.store(pack(circuit_state::closed, 0) | plain_bit, std::memory_order_relaxed);
     }
     breaker_core(const breaker_core&) = delete;
     breaker_core& operator=(const breaker_core&) = delete;
-    ~breaker_core() { delete config_.load(std::memory_order_relaxed); } // and every block it replaced
 
-    /// The options in force: the newest block, which stays valid while the breaker lives.
-    const breaker_config* config() const noexcept { return config_.load(std::memory_order_acquire); }
-    const circuit_breaker_options& options() const noexcept { return config()->options; }
+    /// Pins the options in force, for a call admitted under them (or a reader of them).
+    pinned<breaker_config> pin() noexcept { return cell_.pin(); }
+    /// A copy of the options in force.
+    circuit_breaker_options options() const {
+        std::lock_guard lock(mutex_);
+        return cell_.locked()->options;
+    }
     const C& clock() const noexcept { return clock_; }
 
-    /// Does admitting a call under the options in force need the time (see `breaker_config`)?
-    bool times_calls() const noexcept { return config()->times_calls(); }
+    /// Admits a call into `a` when the breaker is closed under plain options at one load
+    /// (`breaker_config::plain`): the call is judged under `breaker_config::plain_block()` and pins
+    /// nothing. False changes nothing (the caller pins the options in force and goes on to
+    /// `admit_under`).
+    bool admit_plain(admission& a) const noexcept {
+        const std::uint64_t w = word_.load(std::memory_order_acquire);
+        if ((w & (plain_bit | state_mask)) != (plain_bit | static_cast<std::uint64_t>(circuit_state::closed)))
+            return false;
+        a.admitted = true;
+        a.generation = generation_of(w);
+        a.config = &breaker_config::plain_block();
+        return true;
+    }
 
     /// Admits or refuses a call. A closed breaker decides with one atomic load and no lock, and
     /// reads the clock only when a slow-call rule needs the call's start. `sink` hears the state
     /// changes this call makes or sees, unless the options have a listener.
-    ticket admit(detail::listener_ref sink = {}) { return admit_under(config(), sink); }
-    /// As `admit()`, the call judged under `cfg` (a block this breaker published: `config()`).
+    /// (For tests: the call is judged under the block in force, which must stay in force until
+    /// its result is recorded.)
+    ticket admit(detail::listener_ref sink = {}) { return admit_under(unpinned(), sink); }
+    /// As `admit()`, the call judged under `cfg` (a block of this breaker's the caller pinned).
     ticket admit_under(const breaker_config* cfg, detail::listener_ref sink = {}) {
         if (cfg->slow_duration)
             return admit_under(cfg, clock_.now(), sink);
@@ -178,7 +214,7 @@ public:
 
     /// As `admit()`, with `now` a reading of `clock()` the caller has just made: it is the call's
     /// start for slow-call rules and the time the break is judged at; the clock is not read again.
-    ticket admit(time_point now, detail::listener_ref sink = {}) { return admit_under(config(), now, sink); }
+    ticket admit(time_point now, detail::listener_ref sink = {}) { return admit_under(unpinned(), now, sink); }
     /// As `admit(now)`, the call judged under `cfg`.
     ticket admit_under(const breaker_config* cfg, time_point now, detail::listener_ref sink = {}) {
         const std::uint64_t w = word_.load(std::memory_order_acquire);
@@ -193,7 +229,7 @@ public:
     /// Precondition: `options().should_handle.accepts<R>()`. Judged under the options in force.
     template <class R>
     breaker_verdict judge(const outcome<R>& o) const {
-        return judge(*config(), o);
+        return judge(*pin(), o);
     }
     /// As `judge(o)`, under the options `cfg` (those the call was admitted under).
     template <class R>
@@ -244,7 +280,7 @@ public:
         std::lock_guard lock(mutex_);
         const time_point now = std::max(read, last_now_);
         circuit_metrics m;
-        m.name = config_.load(std::memory_order_relaxed)->options.name;
+        m.name = current_config().options.name;
         m.state = visible_state(now);
         detail::window_counts c;
         if (count_window_)
@@ -290,13 +326,16 @@ public:
     /// sample is kept when `o` samples as the options in force do (`same_sample`), and is otherwise
     /// replaced by a fresh one, which only calls admitted from now on enter. A half-open breaker that
     /// has already seen as many probes pass as `o.probes` asks closes now, and `on_state_change`
-    /// hears it (what that throws reaches the caller, after the change). The block replaced is kept
-    /// until the breaker dies. Throws `std::bad_alloc` before anything changed.
+    /// hears it (what that throws reaches the caller, after the change). The block replaced is freed
+    /// once no call pins it; options the same as those in force (`same_breaker_options`) change
+    /// nothing and make no block. Throws `std::bad_alloc` before anything changed.
     void reconfigure(circuit_breaker_options o) {
         bool closed = false;
         {
             std::lock_guard lock(mutex_);
-            const breaker_config* const old = config_.load(std::memory_order_relaxed);
+            const breaker_config* const old = cell_.locked();
+            if (same_breaker_options(old->options, o))
+                return;
             const bool keep = same_sample(old->options, o);
             auto fresh = std::make_unique<breaker_config>(std::move(o),
                                                           keep ? old->sample_epoch : old->sample_epoch + 1);
@@ -304,8 +343,12 @@ public:
             std::optional<time_window> times;
             if (!keep)
                 make_sample(*fresh, counts, times);
-            fresh->replaced = old;
-            config_.store(fresh.release(), std::memory_order_release);
+            const bool plain = fresh->plain;
+            cell_.replace(std::move(fresh)); // frees `old` if no call pins it: not read after this
+            // A closed admission reads the word alone, so the word says whether the block in force
+            // can be left unpinned; it changes with the block, under the lock.
+            const std::uint64_t w = word_.load(std::memory_order_relaxed);
+            word_.store(plain ? w | plain_bit : w & ~plain_bit, std::memory_order_release);
             if (!keep) {
                 count_window_ = std::move(counts);
                 time_window_ = std::move(times);
@@ -327,7 +370,7 @@ private:
     // A change of state, told to the callbacks of the options in force when it was made.
     struct change {
         circuit_state from{}, to{};
-        const breaker_config* config = nullptr;
+        pinned<breaker_config> config; // told to its callbacks, which may run after a reconfiguration
     };
 
     // The empty sample `cfg` asks for, if any.
@@ -342,19 +385,28 @@ private:
             times.emplace(*w.window / static_cast<std::int64_t>(w.segments), w.segments);
     }
     // Under the lock only: `config_` is written under it.
-    const breaker_config& current_config() const noexcept { return *config_.load(std::memory_order_relaxed); }
+    const breaker_config& current_config() const noexcept { return *cell_.locked(); }
+    // For `admit()` without a block: see there.
+    const breaker_config* unpinned() const {
+        std::lock_guard lock(mutex_);
+        return cell_.locked();
+    }
 
-    // The word holds the state in its low bits and the generation above them. The generation
-    // wraps after 2^62 changes, and tickets compare it as stored, wrapped too.
+    // The word holds the state in its low bits, then `plain_bit` (the block in force is plain: see
+    // `admit_plain`), and the generation above them. The generation wraps after 2^61 changes, and
+    // tickets compare it as stored, wrapped too.
     static constexpr unsigned state_bits = 2;
+    static constexpr std::uint64_t state_mask = (std::uint64_t{1} << state_bits) - 1;
+    static constexpr std::uint64_t plain_bit = std::uint64_t{1} << state_bits;
+    static constexpr unsigned generation_shift = state_bits + 1;
     static_assert(static_cast<unsigned>(circuit_state::isolated) < (1u << state_bits));
     static constexpr std::uint64_t pack(circuit_state s, std::uint64_t generation) noexcept {
-        return generation << state_bits | static_cast<std::uint64_t>(s);
+        return generation << generation_shift | static_cast<std::uint64_t>(s);
     }
     static constexpr circuit_state state_of(std::uint64_t w) noexcept {
-        return static_cast<circuit_state>(w & ((std::uint64_t{1} << state_bits) - 1));
+        return static_cast<circuit_state>(w & state_mask);
     }
-    static constexpr std::uint64_t generation_of(std::uint64_t w) noexcept { return w >> state_bits; }
+    static constexpr std::uint64_t generation_of(std::uint64_t w) noexcept { return w >> generation_shift; }
 
     // Under the lock only. Only the lock holder writes the word, so relaxed loads see its latest value.
     circuit_state current_state() const noexcept { return state_of(word_.load(std::memory_order_relaxed)); }
@@ -365,7 +417,8 @@ private:
     // its atomicity; release (free on x86, paired with the admission's acquire) keeps the word a
     // publication point, so a lock-free path that one day reads more sees what came before it.
     void publish(circuit_state s, std::uint64_t generation) noexcept {
-        word_.store(pack(s, generation), std::memory_order_release);
+        const std::uint64_t plain = word_.load(std::memory_order_relaxed) & plain_bit;
+        word_.store(pack(s, generation) | plain, std::memory_order_release);
     }
 
     static ticket closed_ticket(const breaker_config* cfg, std::uint64_t w, time_point start) noexcept {
@@ -606,7 +659,7 @@ private:
 
     // Every change is queued: a listener may be in the context of whichever call drains it.
     void transition(circuit_state to) {
-        changes_.push(change{current_state(), to, &current_config()});
+        changes_.push(change{current_state(), to, cell_.pin_locked()});
         publish(to, current_generation() + 1);
     }
 
@@ -625,20 +678,22 @@ private:
                 return;
             draining_ = true;
             while (!changes_.empty()) {
-                const change c = changes_.pop();
-                lock.unlock();
-                const circuit_breaker_options& o = c.config->options;
-                try {
-                    if (o.on_state_change)
-                        o.on_state_change(state_change_event{o.name, c.from, c.to});
-                } catch (...) {
-                    if (!thrown)
-                        thrown = std::current_exception();
-                }
-                const detail::listener_ref listener = o.telemetry ? sink.to(&o.telemetry) : sink;
-                auto f = detail::emit_caught(listener, clock_, detail::state_change(o.name, c.from, c.to));
-                if (f && !thrown)
-                    thrown = f->exception();
+                {
+                    const change c = changes_.pop();
+                    lock.unlock();
+                    const circuit_breaker_options& o = c.config->options;
+                    try {
+                        if (o.on_state_change)
+                            o.on_state_change(state_change_event{o.name, c.from, c.to});
+                    } catch (...) {
+                        if (!thrown)
+                            thrown = std::current_exception();
+                    }
+                    const detail::listener_ref listener = o.telemetry ? sink.to(&o.telemetry) : sink;
+                    auto f = detail::emit_caught(listener, clock_, detail::state_change(o.name, c.from, c.to));
+                    if (f && !thrown)
+                        thrown = f->exception();
+                } // the pin goes with the lock released: the block's callbacks may be freed with it
                 lock.lock();
             }
             draining_ = false;
@@ -648,15 +703,14 @@ private:
     }
 
     // Off the cache line of the count of holds (see `shared_state`): calls only read what follows.
-    // The options in force; written under the lock, read by calls without it (see `config()`).
-    alignas(64) std::atomic<const breaker_config*> config_;
-    C clock_;
-
     // Read without the lock, written under it.
-    std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
+    alignas(64) std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
     std::atomic<std::uint64_t> consecutive_failures_{0}; // the current run of recorded failures
 
-    std::mutex mutex_;
+    C clock_;
+    mutable std::mutex mutex_;
+    // The options in force; replaced under the lock, pinned by calls without it.
+    snapshot_cell<breaker_config> cell_;
     std::optional<detail::count_window> count_window_;
     std::optional<detail::time_window> time_window_;
     time_point last_now_ = time_point::min();
