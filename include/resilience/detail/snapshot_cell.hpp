@@ -48,6 +48,13 @@ public:
     }
     ~pinned() { reset(); }
 
+    /// Another pin on the same block (empty if this one is).
+    pinned share() const noexcept {
+        if (b_)
+            b_->pins_.fetch_add(1, std::memory_order_relaxed);
+        return pinned(b_);
+    }
+
     const B* get() const noexcept { return b_; }
     const B* operator->() const noexcept { return b_; }
     const B& operator*() const noexcept { return *b_; }
@@ -100,9 +107,8 @@ public:
         retire(current_.load(std::memory_order_relaxed));
     }
 
-    /// The block in force. Only under the owner's lock (nothing replaces or frees it while that is
-    /// held), or for a use that ends before the lock could be taken by a `replace`... that is: only
-    /// under the owner's lock.
+    /// The block in force, for use under the owner's lock only: nothing replaces it while that is
+    /// held.
     const B* locked() const noexcept { return current_.load(std::memory_order_relaxed); }
 
     /// Pins the block in force, under the owner's lock.
