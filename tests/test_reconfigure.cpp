@@ -586,12 +586,12 @@ TEST_CASE("reconfigure: a retry budget keeps its tokens, capped at a smaller cap
 TEST_CASE("reconfigure: bad retry budget options are refused, the old ones in force",
           "[reconfigure][retry_budget]") {
     rs::retry_budget budget{{.ratio = 0.5, .capacity = 2}};
-    const rs::retry_budget_options& before = budget.options();
+    const rs::retry_budget_options before = budget.options();
     CHECK(invalid_argument_message([&] { budget.reconfigure({.ratio = 0}); }) ==
           "resilience::retry_budget: ratio must be in (0, 1], got 0");
     CHECK(invalid_argument_message([&] { budget.reconfigure({.capacity = 2e9}); }) ==
           "resilience::retry_budget: capacity must be at most 1e9, got 2e+09");
-    CHECK(&budget.options() == &before);
+    CHECK((budget.options().ratio == before.ratio && budget.options().capacity == before.capacity));
     CHECK(budget.try_withdraw());
     CHECK(budget.try_withdraw());
     CHECK_FALSE(budget.try_withdraw());

@@ -185,18 +185,16 @@ public:
         std::lock_guard lock(this->held().mutex);
         return this->held().queue.size();
     }
-    /// The options in force now (the latest `reconfigure`'s, or the constructor's). The reference
-    /// stays valid as long as the bulkhead lives: replaced options are kept.
-    [[nodiscard]] const bulkhead_options& options() const noexcept {
-        return this->held().config_now().options;
-    }
-    [[nodiscard]] const std::string& name() const noexcept { return options().name; }
+    /// A copy of the options in force now (the latest `reconfigure`'s, or the constructor's).
+    [[nodiscard]] bulkhead_options options() const { return this->held().options(); }
+    [[nodiscard]] std::string name() const { return options().name; }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {
         state* held = nullptr;         // the bulkhead whose slot this call holds (a hold on it)
-        const config* cfg = nullptr;   // the options the call started under (set by `enter`)
+        detail::pinned<config> pin;    // `cfg`'s pin, when the call needs its options past `enter`
+        const config* cfg = nullptr;   // the options the call started under; null for a plain call
         typename state::ticket ticket; // with `adapt`: what the call's sample needs
         call_state() = default;
         call_state(const call_state&) = delete;
@@ -209,29 +207,23 @@ public:
 
     /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait` or in
     /// `run` (see `waits_in_frame`, and detail/bulkhead_state.hpp for why there are both).
-    /// The call's options are the block in force now, kept to its end.
+    /// The call's options are the block in force now, kept to its end; a call under options with
+    /// neither `adapt` nor `priorities` that takes a free slot needs none of them and pins none.
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         state& s = this->held();
-        const config* const cfg = s.current.load(std::memory_order_acquire);
-        c.cfg = cfg;
-        if (cfg->long_entry)
-            return enter_adaptive(c, ctx, result);
-        if (ctx.stop_requested()) [[unlikely]] {
-            detail::set_cancelled(result, cfg->options.name);
-            return step::done;
+        if (s.plain.load(std::memory_order_acquire) && !ctx.stop_requested() && s.try_acquire()) [[likely]] {
+            c.held = &s;
+            return step::proceed;
         }
-        if (!s.try_acquire())
-            return step::wait;
-        c.held = &s;
-        return step::proceed;
+        return enter_pinned(c, ctx, result);
     }
     /// Gives the slot back; with `adapt`, records the call's outcome first. A `should_handle` (or a
     /// clock) that throws makes its exception the call's result, once the slot is given back.
     template <class R>
     step leave(call_state& c, const context& ctx, outcome<R>& result) const {
         state* s = std::exchange(c.held, nullptr);
-        if (c.cfg->adaptive)
+        if (c.cfg && c.cfg->adaptive)
             finish_adaptive(*s, *c.cfg, c.ticket, ctx, result);
         else
             s->release();
@@ -354,7 +346,8 @@ public:
         using value_type = detail::next_value_t<Next>;
         const std::stop_token& token = ctx.stop_token();
         state& s = this->held();
-        const config& cfg = s.config_now(); // the call's options, to its end
+        const detail::pinned<config> pin = s.pin();
+        const config& cfg = *pin; // the call's options, to its end
         if (token.stop_requested() || (cfg.adaptive && !cfg.should_handle->template accepts<value_type>()))
             co_return refused_before_admission<value_type>(cfg);
         detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
@@ -443,6 +436,25 @@ private:
         if (cfg.adaptive && !cfg.should_handle->template accepts<R>())
             return cfg.should_handle->template mismatch<R>("bulkhead", cfg.options.name);
         return failure::make(cancelled_error{cfg.options.name});
+    }
+
+    // `enter` for every call but a plain one that found a free slot: pins the options in force.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& c, const context& ctx,
+                                                 std::optional<outcome<R>>& result) const {
+        state& s = this->held();
+        c.pin = s.pin();
+        const config* const cfg = c.cfg = c.pin.get();
+        if (cfg->long_entry)
+            return enter_adaptive(c, ctx, result);
+        if (ctx.stop_requested()) [[unlikely]] {
+            detail::set_cancelled(result, cfg->options.name);
+            return step::done;
+        }
+        if (!s.try_acquire())
+            return step::wait;
+        c.held = &s;
+        return step::proceed;
     }
 
     // `enter` with `adapt` or `priorities`: also checks the classifier's type and takes the call's

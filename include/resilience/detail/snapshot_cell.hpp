@@ -131,8 +131,15 @@ public:
         return pinned<B>(b);
     }
 
+    /// Makes room for the next `replace`, under the owner's lock, so that it cannot throw. Throws
+    /// only `std::bad_alloc`.
+    void reserve() {
+        std::lock_guard lock(list_mutex_);
+        pending_.reserve(pending_.size() + 1);
+    }
+
     /// Puts `next` in force, under the owner's lock. Throws only `std::bad_alloc` (a place in the
-    /// pending list), and then nothing changed.
+    /// pending list; never after `reserve`), and then nothing changed.
     void replace(std::unique_ptr<B> next) {
         std::lock_guard lock(list_mutex_);
         pending_.reserve(pending_.size() + 1);
