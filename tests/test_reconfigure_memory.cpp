@@ -20,8 +20,11 @@
 #include <resilience/sliding_window_limiter.hpp>
 #include <resilience/testing/simulation.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <stdexcept>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -261,6 +264,69 @@ TEST_CASE("reconfigure memory: calls in flight keep their options, which go when
                       r.reconfigure(rs::retry_options{.max_attempts = 3 + static_cast<int>(i % 2)}, sim.clock());
                   }) < allowed);
     }
+}
+
+TEST_CASE("reconfigure memory: four threads call while another reconfigures every kind, plain options and "
+          "options that pin alternating",
+          "[reconfigure][memory][concurrency]") {
+    // Run under ThreadSanitizer and AddressSanitizer: a call that reads a block freed under it, or a
+    // block freed twice, shows there. Every other call fails, so failure paths pin too.
+    const rs::classifier all = [](const rs::failure&) { return true; };
+    rs::circuit_breaker<> breaker{{.failure_threshold = 1'000'000}};
+    rs::bulkhead<> pool{{.max_concurrent_calls = 100}};
+    rs::rate_limiter<> bucket{{.token_limit = 1'000'000, .tokens_per_second = 1e9}};
+    rs::sliding_window_limiter<> window{{.permit_limit = 1'000'000, .window = 1s}};
+    rs::adaptive_throttle<> throttle{{.k = 1e9}};
+    rs::cache<int, int> cache{{.ttl = 1ns}};
+    rs::reloadable reloading{rs::retry<>{{.max_attempts = 1}}};
+    constexpr int threads = 4, calls = 2'000;
+    std::atomic<int> values{0};
+    std::atomic<bool> calling{true};
+    std::thread changer([&] {
+        for (int i = 0; calling.load(); ++i) {
+            const bool odd = i % 2 == 1;
+            if (odd)
+                breaker.reconfigure({.failure_threshold = 1'000'000, .should_handle = all});
+            else
+                breaker.reconfigure({.failure_threshold = 1'000'001});
+            if (odd)
+                pool.reconfigure({.max_concurrent_calls = 100, .adapt = rs::aimd{.min = 50, .max = 200}});
+            else
+                pool.reconfigure({.max_concurrent_calls = 101, .priorities = {.classes = 2}});
+            bucket.reconfigure({.token_limit = 1'000'000, .tokens_per_second = odd ? 1e9 : 2e9});
+            window.reconfigure({.permit_limit = odd ? 1'000'000u : 1'000'001u, .window = 1s});
+            throttle.reconfigure({.k = odd ? 1e9 : 2e9});
+            cache.reconfigure({.ttl = odd ? 1ns : 2ns});
+            reloading.reconfigure(rs::retry_options{.max_attempts = odd ? 1 : 2});
+            std::this_thread::yield();
+        }
+    });
+    std::vector<std::thread> callers;
+    for (int t = 0; t < threads; ++t)
+        callers.emplace_back([&, t] {
+            for (int i = 0; i < calls; ++i) {
+                const bool fail = i % 2 == 1;
+                const auto action = [fail]() -> rs::task<int> {
+                    if (fail)
+                        throw std::runtime_error("scripted failure");
+                    co_return 1;
+                };
+                values += rs::sync_wait(breaker.execute_outcome(action)).has_value();
+                values += rs::sync_wait(pool.execute_outcome(action)).has_value();
+                values += rs::sync_wait(bucket.execute_outcome(action)).has_value();
+                values += rs::sync_wait(window.execute_outcome(action)).has_value();
+                values += rs::sync_wait(throttle.execute_outcome(action)).has_value();
+                values += rs::sync_wait(cache.run_outcome(t, action)).has_value();
+                values += rs::sync_wait(reloading.execute_outcome(action)).has_value();
+                (void)breaker.options().name.size();
+                (void)cache.name().size();
+            }
+        });
+    for (auto& c : callers)
+        c.join();
+    calling = false;
+    changer.join();
+    CHECK(values.load() == threads * calls / 2 * 7);
 }
 
 } // namespace test_reconfigure_memory
