@@ -37,7 +37,8 @@
 #endif
 #endif
 #ifdef TEST_RECONFIGURE_MEMORY_SANITIZER
-#include <sanitizer/allocator_interface.h>
+// Declared here: g++ ships no <sanitizer/allocator_interface.h>, but both runtimes define it.
+extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #elif defined(__GLIBC__)
 #include <malloc.h>
 #endif

@@ -38,14 +38,16 @@ class reload_state;
 /// snapshot in it (see `reload_state`).
 template <class P>
 struct reload_block {
-    /// Set, with the count at zero, once the policy is destroyed: a pin that finds it backs off.
+    /// Set, with the count at zero, once the policy is being destroyed: a pin that finds it backs off.
     static constexpr std::uint64_t dead = std::uint64_t{1} << 63;
+    /// Set with `dead` once the policy is destroyed: a reload may build its snapshot in the block.
+    static constexpr std::uint64_t free = std::uint64_t{1} << 62;
 
     reload_block(P&& p, reload_state<P>& o) : owner(&o) {
         ::new (static_cast<void*>(&policy)) P(std::move(p));
     }
     /// An empty block, `dead`, for `reload_state::publish` to build a snapshot in.
-    explicit reload_block(reload_state<P>& o) noexcept : pins(dead), owner(&o) {}
+    explicit reload_block(reload_state<P>& o) noexcept : pins(dead | free), owner(&o) {}
     reload_block(const reload_block&) = delete;
     reload_block& operator=(const reload_block&) = delete;
     ~reload_block() {} // the policy is destroyed by `reload_state::unpin`, not here
@@ -120,6 +122,9 @@ public:
                                              std::memory_order_relaxed))
             return;
         b->policy.~P();
+        // Release: a reload that builds in the block sees the policy destroyed. Before the hold
+        // goes, which may delete the state and the block with it.
+        b->pins.fetch_or(block::free, std::memory_order_release);
         drop_hold(*this); // the retired snapshot's hold: the state may go now
     }
 
@@ -130,8 +135,8 @@ public:
         {
             std::lock_guard lock(mutex_);
             block* fresh = blocks_;
-            // A dead block (pins that come and go there only look and leave) is built in again.
-            while (fresh && !(fresh->pins.load(std::memory_order_acquire) & block::dead))
+            // A free block (pins that come and go there only look and leave) is built in again.
+            while (fresh && !(fresh->pins.load(std::memory_order_acquire) & block::free))
                 fresh = fresh->next;
             if (!fresh) {
                 fresh = new block(*this);
@@ -141,7 +146,7 @@ public:
             ::new (static_cast<void*>(&fresh->policy)) P(std::move(p)); // dead until revived below
             // Revived with the count of the current snapshot, and whatever passing pins hold now,
             // which each give back theirs. Release: a pin that finds it alive sees the policy built.
-            fresh->pins.fetch_sub(block::dead - 1, std::memory_order_acq_rel);
+            fresh->pins.fetch_sub((block::dead | block::free) - 1, std::memory_order_acq_rel);
             old = current_.exchange(fresh, std::memory_order_acq_rel);
         }
         add_hold(*this); // the retired snapshot holds the state until it dies

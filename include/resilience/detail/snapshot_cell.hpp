@@ -61,11 +61,16 @@ public:
     explicit operator bool() const noexcept { return b_ != nullptr; }
 
     void reset() noexcept {
-        if (const B* b = std::exchange(b_, nullptr)) {
-            // Acquire-release: the last pin frees the block after every other pinner's reads.
-            if (b->pins_.fetch_sub(1, std::memory_order_acq_rel) == (pinnable::retired | 1))
-                delete b;
-        }
+        if (const B* b = std::exchange(b_, nullptr))
+            unpin(b);
+    }
+    /// Gives up the pin without giving it back: the caller gives it back with `unpin`.
+    [[nodiscard]] const B* release() noexcept { return std::exchange(b_, nullptr); }
+    /// Gives back a pin taken with `release`.
+    static void unpin(const B* b) noexcept {
+        // Acquire-release: the last pin frees the block after every other pinner's reads.
+        if (b->pins_.fetch_sub(1, std::memory_order_acq_rel) == (pinnable::retired | 1))
+            delete b;
     }
 
 private:
