@@ -23,10 +23,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <stdexcept>
-#include <thread>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -125,8 +125,9 @@ TEST_CASE("reconfigure memory: 10^5 reconfigurations with no call in flight keep
 
     SECTION("circuit_breaker") {
         rs::circuit_breaker<vclock> b{{.failure_threshold = 5}, sim.clock()};
-        CHECK(growth([&](std::size_t i) { b.reconfigure({.failure_threshold = 5 + static_cast<int>(i % 2)}); }) <
-              allowed);
+        CHECK(growth([&](std::size_t i) {
+                  b.reconfigure({.failure_threshold = 5 + static_cast<int>(i % 2)});
+              }) < allowed);
     }
     SECTION("circuit_breaker with a sample") {
         rs::circuit_breaker<vclock> b{{}, sim.clock()};
@@ -157,12 +158,14 @@ TEST_CASE("reconfigure memory: 10^5 reconfigurations with no call in flight keep
     }
     SECTION("adaptive_throttle") {
         rs::adaptive_throttle<vclock> t{{}, sim.clock()};
-        CHECK(growth([&](std::size_t i) { t.reconfigure({.k = 2.0 + static_cast<double>(i % 2)}); }) < allowed);
+        CHECK(growth([&](std::size_t i) { t.reconfigure({.k = 2.0 + static_cast<double>(i % 2)}); }) <
+              allowed);
     }
     SECTION("retry_budget") {
         rs::retry_budget r{{}};
-        CHECK(growth([&](std::size_t i) { r.reconfigure({.ratio = 0.2 + 0.1 * static_cast<double>(i % 2)}); }) <
-              allowed);
+        CHECK(growth([&](std::size_t i) {
+                  r.reconfigure({.ratio = 0.2 + 0.1 * static_cast<double>(i % 2)});
+              }) < allowed);
     }
     SECTION("cache") {
         rs::cache<std::string, int, vclock> c{{.ttl = 1s}, sim.clock()};
@@ -179,8 +182,8 @@ TEST_CASE("reconfigure memory: 10^5 reconfigurations with no call in flight keep
         rs::registry<> policies;
         (void)policies.breaker("payments", {.failure_threshold = 5});
         CHECK(growth([&](std::size_t i) {
-                  policies.reconfigure("payments",
-                                       rs::circuit_breaker_options{.failure_threshold = 5 + static_cast<int>(i % 2)});
+                  policies.reconfigure("payments", rs::circuit_breaker_options{
+                                                       .failure_threshold = 5 + static_cast<int>(i % 2)});
               }) < allowed);
     }
 }
@@ -220,8 +223,9 @@ TEST_CASE("reconfigure memory: calls in flight keep their options, which go when
         rs::circuit_breaker<vclock> b{{}, sim.clock()};
         CHECK(growth_with_calls(
                   sim, [&](std::chrono::nanoseconds d) { sim.spawn(call_on(sim, b, d)); },
-                  [&](std::size_t i) { b.reconfigure({.break_duration = 5s + std::chrono::seconds{i % 2}}); }) <
-              allowed);
+                  [&](std::size_t i) {
+                      b.reconfigure({.break_duration = 5s + std::chrono::seconds{i % 2}});
+                  }) < allowed);
     }
     SECTION("bulkhead") {
         rs::bulkhead<vclock> h{{.max_concurrent_calls = 100}, sim.clock()};
@@ -242,14 +246,16 @@ TEST_CASE("reconfigure memory: calls in flight keep their options, which go when
         CHECK(growth_with_calls(
                   sim, [&](std::chrono::nanoseconds d) { sim.spawn(call_on(sim, l, d)); },
                   [&](std::size_t i) {
-                      l.reconfigure({.token_limit = 100, .tokens_per_second = 100.0 + static_cast<double>(i % 2)});
+                      l.reconfigure(
+                          {.token_limit = 100, .tokens_per_second = 100.0 + static_cast<double>(i % 2)});
                   }) < allowed);
     }
     SECTION("sliding_window_limiter") {
         rs::sliding_window_limiter<vclock> l{{.permit_limit = 100, .window = 1s}, sim.clock()};
         CHECK(growth_with_calls(
                   sim, [&](std::chrono::nanoseconds d) { sim.spawn(call_on(sim, l, d)); },
-                  [&](std::size_t i) { l.reconfigure({.permit_limit = 100 + i % 2, .window = 1s}); }) < allowed);
+                  [&](std::size_t i) { l.reconfigure({.permit_limit = 100 + i % 2, .window = 1s}); }) <
+              allowed);
     }
     SECTION("adaptive_throttle") {
         rs::adaptive_throttle<vclock> t{{}, sim.clock()};
@@ -262,7 +268,8 @@ TEST_CASE("reconfigure memory: calls in flight keep their options, which go when
         CHECK(growth_with_calls(
                   sim, [&](std::chrono::nanoseconds d) { sim.spawn(call_on(sim, r, d)); },
                   [&](std::size_t i) {
-                      r.reconfigure(rs::retry_options{.max_attempts = 3 + static_cast<int>(i % 2)}, sim.clock());
+                      r.reconfigure(rs::retry_options{.max_attempts = 3 + static_cast<int>(i % 2)},
+                                    sim.clock());
                   }) < allowed);
     }
 }

@@ -123,7 +123,8 @@ struct throttle_config : pinnable {
 /// Whether `a` and `b` are the same options: a reconfiguration from one to the other changes
 /// nothing. The classifier and the listener compare by identity (copies of one are the same);
 /// options with an `on_rejected` are never the same as any (it cannot be compared).
-inline bool same_throttle_options(const adaptive_throttle_options& a, const adaptive_throttle_options& b) noexcept {
+inline bool same_throttle_options(const adaptive_throttle_options& a,
+                                  const adaptive_throttle_options& b) noexcept {
     return !a.on_rejected && !b.on_rejected && a.name == b.name && a.k == b.k && a.window == b.window &&
            a.segments == b.segments && a.should_handle.same_as(b.should_handle) &&
            a.telemetry.same_as(b.telemetry);
@@ -320,7 +321,7 @@ private:
         std::uint64_t accepts = 0;  // the calls the dependency accepted
     };
 
-    snapshot_cell<throttle_config> cell_; // replaced under the lock, pinned by calls without it
+    snapshot_cell<throttle_config> cell_;        // replaced under the lock, pinned by calls without it
     std::atomic<std::uint64_t> window_epoch_{0}; // the block in force's, written under the lock
     C clock_;
     mutable std::mutex mutex_;

@@ -13,8 +13,8 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/config.hpp"
-#include "detail/snapshot_cell.hpp"
 #include "detail/shared_handle.hpp"
+#include "detail/snapshot_cell.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
@@ -236,8 +236,8 @@ public:
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
     struct call_state {
-        detail::pinned<config> options;  // the options the call was admitted under; none if plain
-        detail::breaker_call<C> call; // records "ignored" if the call never finishes
+        detail::pinned<config> options; // the options the call was admitted under; none if plain
+        detail::breaker_call<C> call;   // records "ignored" if the call never finishes
     };
 
     template <class R>

@@ -10,9 +10,9 @@
 #include "../circuit_breaker.hpp" // the options and the state; includes this file back at its end
 #include "breaker_window.hpp"
 #include "inlining.hpp"
-#include "snapshot_cell.hpp"
 #include "ring.hpp"
 #include "shared_handle.hpp"
+#include "snapshot_cell.hpp"
 #include "time.hpp"
 
 #include <algorithm>
@@ -75,7 +75,8 @@ struct breaker_config : pinnable {
 /// changes nothing. Callbacks compare by identity: two classifiers are the same when they share
 /// their callable (copies of one), and options with a `std::function` callback are never the same
 /// as any (two of them cannot be compared).
-inline bool same_breaker_options(const circuit_breaker_options& a, const circuit_breaker_options& b) noexcept {
+inline bool same_breaker_options(const circuit_breaker_options& a,
+                                 const circuit_breaker_options& b) noexcept {
     if (a.on_state_change || b.on_state_change || a.on_rejected || b.on_rejected)
         return false;
     if (a.sampling.has_value() != b.sampling.has_value())
@@ -214,7 +215,9 @@ public:
 
     /// As `admit()`, with `now` a reading of `clock()` the caller has just made: it is the call's
     /// start for slow-call rules and the time the break is judged at; the clock is not read again.
-    ticket admit(time_point now, detail::listener_ref sink = {}) { return admit_under(unpinned(), now, sink); }
+    ticket admit(time_point now, detail::listener_ref sink = {}) {
+        return admit_under(unpinned(), now, sink);
+    }
     /// As `admit(now)`, the call judged under `cfg`.
     ticket admit_under(const breaker_config* cfg, time_point now, detail::listener_ref sink = {}) {
         const std::uint64_t w = word_.load(std::memory_order_acquire);
@@ -690,7 +693,8 @@ private:
                             thrown = std::current_exception();
                     }
                     const detail::listener_ref listener = o.telemetry ? sink.to(&o.telemetry) : sink;
-                    auto f = detail::emit_caught(listener, clock_, detail::state_change(o.name, c.from, c.to));
+                    auto f =
+                        detail::emit_caught(listener, clock_, detail::state_change(o.name, c.from, c.to));
                     if (f && !thrown)
                         thrown = f->exception();
                 } // the pin goes with the lock released: the block's callbacks may be freed with it

@@ -123,12 +123,14 @@ struct bulkhead_config : pinnable {
         return adaptive ? other_bit : 0;
     }
     /// `inert`, from a `sample_word()`.
-    static bool inert(std::uint64_t word, std::chrono::nanoseconds latency, bool failed, bool limited) noexcept {
+    static bool inert(std::uint64_t word, std::chrono::nanoseconds latency, bool failed,
+                      bool limited) noexcept {
         if (!(word & aimd_bit))
             return false;
         const std::uint64_t slow = word & no_slow;
         return !failed && !limited &&
-               !(slow != no_slow && static_cast<std::uint64_t>(std::max<std::int64_t>(latency.count(), 0)) >= slow);
+               !(slow != no_slow &&
+                 static_cast<std::uint64_t>(std::max<std::int64_t>(latency.count(), 0)) >= slow);
     }
 
 private:
@@ -144,9 +146,10 @@ private:
 /// options with an `on_rejected` are never the same as any (it cannot be compared).
 template <class Options>
 bool same_bulkhead_options(const Options& a, const Options& b) noexcept {
-    if (a.on_rejected || b.on_rejected || a.name != b.name || a.max_concurrent_calls != b.max_concurrent_calls ||
-        a.queue_limit != b.queue_limit || a.queue_timeout != b.queue_timeout ||
-        a.priorities.classes != b.priorities.classes || a.priorities.reserved != b.priorities.reserved ||
+    if (a.on_rejected || b.on_rejected || a.name != b.name ||
+        a.max_concurrent_calls != b.max_concurrent_calls || a.queue_limit != b.queue_limit ||
+        a.queue_timeout != b.queue_timeout || a.priorities.classes != b.priorities.classes ||
+        a.priorities.reserved != b.priorities.reserved ||
         a.priorities.default_class != b.priorities.default_class || !a.telemetry.same_as(b.telemetry) ||
         a.adapt.index() != b.adapt.index())
         return false;
@@ -158,8 +161,9 @@ bool same_bulkhead_options(const Options& a, const Options& b) noexcept {
     if (const gradient* x = std::get_if<gradient>(&a.adapt)) {
         const gradient& y = std::get<gradient>(b.adapt);
         return x->min == y.min && x->max == y.max && x->short_samples == y.short_samples &&
-               x->long_samples == y.long_samples && x->tolerance == y.tolerance && x->smoothing == y.smoothing &&
-               x->headroom == y.headroom && x->should_handle.same_as(y.should_handle);
+               x->long_samples == y.long_samples && x->tolerance == y.tolerance &&
+               x->smoothing == y.smoothing && x->headroom == y.headroom &&
+               x->should_handle.same_as(y.should_handle);
     }
     return true;
 }
@@ -433,8 +437,7 @@ struct bulkhead_state : shared_state {
     waiter_state decide_locked(waiter& w) noexcept {
         if (!queue.any_from(w.rank) && take_locked(cap_locked(w.rank), false))
             return waiter_state::granted;
-        if (queue.size() >= cell.locked()->options.queue_limit &&
-            !queue.displaced_by(w.rank))
+        if (queue.size() >= cell.locked()->options.queue_limit && !queue.displaced_by(w.rank))
             return waiter_state::rejected;
         return waiter_state::idle;
     }

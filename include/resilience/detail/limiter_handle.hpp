@@ -14,8 +14,8 @@
 #include "../telemetry_event.hpp"
 #include "frame_allocator.hpp"
 #include "limiter_state.hpp"
-#include "snapshot_cell.hpp"
 #include "shared_handle.hpp"
+#include "snapshot_cell.hpp"
 #include "waiter_queue.hpp"
 
 #include <atomic>
@@ -46,8 +46,8 @@ template <class Options>
 bool same_limiter_options(const Options& a, const Options& b) noexcept {
     if (a.on_rejected || b.on_rejected || a.name != b.name || a.queue_limit != b.queue_limit ||
         a.queue_timeout != b.queue_timeout || a.priorities.classes != b.priorities.classes ||
-        a.priorities.reserved != b.priorities.reserved || a.priorities.default_class != b.priorities.default_class ||
-        !a.telemetry.same_as(b.telemetry))
+        a.priorities.reserved != b.priorities.reserved ||
+        a.priorities.default_class != b.priorities.default_class || !a.telemetry.same_as(b.telemetry))
         return false;
     if constexpr (requires { a.token_limit; })
         return a.token_limit == b.token_limit && a.tokens_per_second == b.tokens_per_second;
@@ -85,8 +85,8 @@ struct limiter_shared : limiter_state<C, Meter> {
             [&](Meter& m, std::chrono::nanoseconds now) {
                 auto ranks =
                     this->prepare_priorities_locked(in_force.priorities, limit_of(in_force)); // may throw
-                cell.reserve();  // likewise
-                change(m, now); // may throw only before it changes anything
+                cell.reserve();                                                               // likewise
+                change(m, now);                // may throw only before it changes anything
                 cell.replace(std::move(next)); // cannot throw now; `in_force` is the block in force
                 this->publish_priorities_locked(std::move(ranks));
             },
