@@ -33,38 +33,34 @@ namespace resilience::detail {
 /// The options of a breaker with what the breaker derives from them: immutable once published (see
 /// `breaker_core::cell_`). A call that needs them after its admission pins the block it was admitted
 /// under, and a block replaced by a reconfiguration is freed once no call pins it. A call admitted
-/// under plain options (`plain`) pins nothing: it is judged under `plain_block()`, which says the
-/// same for everything such a call reads after its admission.
+/// under plain options (`plain`) pins nothing: it is judged under `breaker_plain_block`, which says
+/// the same as its own options for everything such a call reads after its admission (its sample
+/// and the sample's epoch it takes along in its admission).
 struct breaker_config : pinnable {
     breaker_config(circuit_breaker_options o, std::uint64_t epoch)
         : options(std::move(o)), sample_epoch(epoch) {
-        plain = !options.sampling && options.should_handle.empty();
-        if (!options.sampling)
+        if (!options.sampling) {
+            plain = options.should_handle.empty();
             return;
+        }
         const breaker_sampling& w = *options.sampling;
         minimum_throughput =
             static_cast<std::uint64_t>(w.minimum_throughput.value_or(w.calls ? *w.calls : 20));
         slow_duration = w.slow_call_duration;
         slow_trips = w.slow_call_ratio.has_value();
+        plain = options.should_handle.empty() && !slow_duration;
     }
 
     /// Does admitting a call need the time (to time it against a slow-call rule)?
     bool times_calls() const noexcept { return slow_duration.has_value(); }
 
-    /// What a plain call is judged under past its admission: the default classifier, no sample,
-    /// no slow-call rule, and a sample epoch no block has (so no sample counts it). Never freed.
-    static const breaker_config& plain_block() {
-        static const breaker_config b{circuit_breaker_options{.failure_threshold = 1},
-                                      std::numeric_limits<std::uint64_t>::max()};
-        return b;
-    }
-
     const circuit_breaker_options options;
     std::uint64_t minimum_throughput = 0;
     std::optional<std::chrono::nanoseconds> slow_duration;
     bool slow_trips = false;
-    /// No sample and the default classifier: a closed admission under these options needs nothing
-    /// of them later, so it pins nothing (the breaker's word says so, see `breaker_core::word_`).
+    /// The default classifier and no slow-call rule: a closed admission under these options needs
+    /// nothing of them later but whether they sample and the sample's epoch, which it takes along,
+    /// so it pins nothing (see `breaker_core::admit_plain`).
     bool plain = false;
     /// Which sample the calls admitted under this block belong to: a reconfiguration that starts a
     /// fresh sample gives the next number, one that keeps the sample keeps it.
@@ -94,6 +90,11 @@ inline bool same_breaker_options(const circuit_breaker_options& a,
            a.max_break_duration == b.max_break_duration && a.probes == b.probes &&
            a.should_handle.same_as(b.should_handle) && a.telemetry.same_as(b.telemetry);
 }
+
+/// What a plain call is judged under past its admission: the default classifier and no slow-call
+/// rule. Never freed; read only for those two, which read as the defaults even before it is
+/// initialised (zero-initialised, an empty classifier and no duration).
+inline const breaker_config breaker_plain_block{circuit_breaker_options{.failure_threshold = 1}, 0};
 
 /// Whether options `a` and `b` sample alike: neither samples, or both keep the same window (the
 /// same `calls`, or the same `window` and `segments`) and mark the same calls slow. What a sample
@@ -144,6 +145,8 @@ public:
         std::uint64_t generation = 0;
         time_point start{};
         const breaker_config* config = nullptr; // the options the call was admitted under
+        bool sampled = false;                   // whether they sample, and under which epoch
+        std::uint64_t epoch = 0;
     };
     /// What `admit` decided.
     struct ticket : admission {
@@ -155,8 +158,7 @@ public:
     breaker_core(circuit_breaker_options o, C clock)
         : clock_(std::move(clock)), cell_(std::make_unique<breaker_config>(std::move(o), 0)) {
         make_sample(*cell_.locked(), count_window_, time_window_);
-        if (cell_.locked()->plain)
-            word_.store(pack(circuit_state::closed, 0) | plain_bit, std::memory_order_relaxed);
+        admit_word_.store(admit_word_of(*cell_.locked()), std::memory_order_relaxed);
     }
     breaker_core(const breaker_core&) = delete;
     breaker_core& operator=(const breaker_core&) = delete;
@@ -170,17 +172,23 @@ public:
     }
     const C& clock() const noexcept { return clock_; }
 
-    /// Admits a call into `a` when the breaker is closed under plain options at one load
-    /// (`breaker_config::plain`): the call is judged under `breaker_config::plain_block()` and pins
+    /// Admits a call into `a` when the options in force are plain (`breaker_config::plain`, read
+    /// with whether they sample and the sample's epoch in one load of `admit_word_`) and the breaker
+    /// is closed (one load of the word): the call is judged under `breaker_plain_block` and pins
     /// nothing. False changes nothing (the caller pins the options in force and goes on to
     /// `admit_under`).
     bool admit_plain(admission& a) const noexcept {
+        const std::uint64_t o = admit_word_.load(std::memory_order_acquire);
+        if (!(o & admit_plain_bit))
+            return false;
         const std::uint64_t w = word_.load(std::memory_order_acquire);
-        if ((w & (plain_bit | state_mask)) != (plain_bit | static_cast<std::uint64_t>(circuit_state::closed)))
+        if (state_of(w) != circuit_state::closed)
             return false;
         a.admitted = true;
         a.generation = generation_of(w);
-        a.config = &breaker_config::plain_block();
+        a.config = &breaker_plain_block;
+        a.sampled = (o & admit_sampled_bit) != 0;
+        a.epoch = o >> 2;
         return true;
     }
 
@@ -209,7 +217,7 @@ public:
             return false;
         a.admitted = true;
         a.generation = generation_of(w);
-        a.config = cfg;
+        judged_under(a, cfg);
         return true;
     }
 
@@ -265,7 +273,7 @@ public:
             // load, so coherence makes the load see a run and the success takes the lock to end it.
             // Relaxed is enough: nothing else is read on the strength of the value.
             // A call admitted with no sample is entered in none (see `record_closed`).
-            if (v == breaker_verdict::success && !t.config->options.sampling &&
+            if (v == breaker_verdict::success && !t.sampled &&
                 consecutive_failures_.load(std::memory_order_relaxed) == 0)
                 return;
         }
@@ -346,12 +354,10 @@ public:
             std::optional<time_window> times;
             if (!keep)
                 make_sample(*fresh, counts, times);
-            const bool plain = fresh->plain;
+            const std::uint64_t admits = admit_word_of(*fresh);
             cell_.replace(std::move(fresh)); // frees `old` if no call pins it: not read after this
-            // A closed admission reads the word alone, so the word says whether the block in force
-            // can be left unpinned; it changes with the block, under the lock.
-            const std::uint64_t w = word_.load(std::memory_order_relaxed);
-            word_.store(plain ? w | plain_bit : w & ~plain_bit, std::memory_order_release);
+            // A plain admission reads this word and not the block: it changes with the block.
+            admit_word_.store(admits, std::memory_order_release);
             if (!keep) {
                 count_window_ = std::move(counts);
                 time_window_ = std::move(times);
@@ -395,21 +401,32 @@ private:
         return cell_.locked();
     }
 
-    // The word holds the state in its low bits, then `plain_bit` (the block in force is plain: see
-    // `admit_plain`), and the generation above them. The generation wraps after 2^61 changes, and
-    // tickets compare it as stored, wrapped too.
+    // The word holds the state in its low bits and the generation above them. The generation
+    // wraps after 2^62 changes, and tickets compare it as stored, wrapped too.
     static constexpr unsigned state_bits = 2;
-    static constexpr std::uint64_t state_mask = (std::uint64_t{1} << state_bits) - 1;
-    static constexpr std::uint64_t plain_bit = std::uint64_t{1} << state_bits;
-    static constexpr unsigned generation_shift = state_bits + 1;
     static_assert(static_cast<unsigned>(circuit_state::isolated) < (1u << state_bits));
     static constexpr std::uint64_t pack(circuit_state s, std::uint64_t generation) noexcept {
-        return generation << generation_shift | static_cast<std::uint64_t>(s);
+        return generation << state_bits | static_cast<std::uint64_t>(s);
     }
     static constexpr circuit_state state_of(std::uint64_t w) noexcept {
-        return static_cast<circuit_state>(w & state_mask);
+        return static_cast<circuit_state>(w & ((std::uint64_t{1} << state_bits) - 1));
     }
-    static constexpr std::uint64_t generation_of(std::uint64_t w) noexcept { return w >> generation_shift; }
+    static constexpr std::uint64_t generation_of(std::uint64_t w) noexcept { return w >> state_bits; }
+
+    // `admit_word_`: what a plain admission needs of the block in force, in one word: `plain`,
+    // whether it samples, and its sample epoch above them.
+    static constexpr std::uint64_t admit_plain_bit = 1;
+    static constexpr std::uint64_t admit_sampled_bit = 2;
+    static std::uint64_t admit_word_of(const breaker_config& c) noexcept {
+        return c.sample_epoch << 2 | (c.options.sampling ? admit_sampled_bit : 0) |
+               (c.plain ? admit_plain_bit : 0);
+    }
+    // The call admitted into `a` is judged under `cfg`.
+    static void judged_under(admission& a, const breaker_config* cfg) noexcept {
+        a.config = cfg;
+        a.sampled = cfg->options.sampling.has_value();
+        a.epoch = cfg->sample_epoch;
+    }
 
     // Under the lock only. Only the lock holder writes the word, so relaxed loads see its latest value.
     circuit_state current_state() const noexcept { return state_of(word_.load(std::memory_order_relaxed)); }
@@ -420,13 +437,12 @@ private:
     // its atomicity; release (free on x86, paired with the admission's acquire) keeps the word a
     // publication point, so a lock-free path that one day reads more sees what came before it.
     void publish(circuit_state s, std::uint64_t generation) noexcept {
-        const std::uint64_t plain = word_.load(std::memory_order_relaxed) & plain_bit;
-        word_.store(pack(s, generation) | plain, std::memory_order_release);
+        word_.store(pack(s, generation), std::memory_order_release);
     }
 
     static ticket closed_ticket(const breaker_config* cfg, std::uint64_t w, time_point start) noexcept {
         ticket t;
-        t.config = cfg;
+        judged_under(t, cfg);
         t.admitted = true;
         t.generation = generation_of(w);
         t.start = start;
@@ -439,7 +455,7 @@ private:
     ticket admit_locked(const breaker_config* cfg, std::optional<time_point> read,
                         detail::listener_ref sink) {
         ticket t;
-        t.config = cfg;
+        judged_under(t, cfg);
         bool changed = false;
         for (;;) {
             std::unique_lock lock(mutex_);
@@ -507,8 +523,7 @@ private:
         // The clock is read only when the result may need it: a success of a call admitted with no
         // sampling (and so no slow-call rule) needs no time at all.
         const breaker_config& own = *t.config;
-        const bool needs_time = v == breaker_verdict::failure ||
-                                (v == breaker_verdict::success && own.options.sampling.has_value());
+        const bool needs_time = v == breaker_verdict::failure || (v == breaker_verdict::success && t.sampled);
         const time_point read = needs_time ? clock_.now() : time_point{};
         bool changed = false;
         {
@@ -522,7 +537,7 @@ private:
             if (t.probe)
                 changed = record_probe(v, slow, error, now);
             else
-                changed = record_closed(own, v, slow, error, now);
+                changed = record_closed(t, v, slow, error, now);
         }
         if (changed)
             notify(sink);
@@ -567,9 +582,10 @@ private:
         return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(d)};
     }
 
-    // `own`: the options the call was admitted under. The rules are those in force.
-    bool record_closed(const breaker_config& own, breaker_verdict v, bool slow,
-                       const std::exception_ptr& error, time_point now) {
+    // `own`: the call's admission (whether its options sampled, and which sample). The rules are
+    // those in force.
+    bool record_closed(const admission& own, breaker_verdict v, bool slow, const std::exception_ptr& error,
+                       time_point now) {
         if (v == breaker_verdict::ignored)
             return false;
         const breaker_config& cfg = current_config();
@@ -591,7 +607,7 @@ private:
         }
         // A sample holds only the calls admitted under it: one admitted before the sample was
         // replaced (or with none) was judged for another, and is left out.
-        if (!cfg.options.sampling || own.sample_epoch != cfg.sample_epoch)
+        if (!cfg.options.sampling || !own.sampled || own.epoch != cfg.sample_epoch)
             return false;
         detail::window_counts c;
         if (count_window_) {
@@ -709,6 +725,7 @@ private:
     // Off the cache line of the count of holds (see `shared_state`): calls only read what follows.
     // Read without the lock, written under it.
     alignas(64) std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
+    std::atomic<std::uint64_t> admit_word_{0};           // see `admit_word_of`; written under the lock
     std::atomic<std::uint64_t> consecutive_failures_{0}; // the current run of recorded failures
 
     C clock_;
