@@ -245,7 +245,7 @@ public:
         detail::breaker_core<C>& core = this->held();
         const detail::listener_ref sink(detail::context_access::telemetry(ctx),
                                         detail::context_access::properties(ctx));
-        // Closed under plain options: admitted at one load, judged under the plain block, and
+        // Closed under plain options: admitted at two loads, judged under the plain block, and
         // nothing pinned (see `breaker_config::plain`).
         if (typename detail::breaker_core<C>::admission a; !ctx.stop_requested() && core.admit_plain(a)) {
             s.call.start(core, a, sink);
