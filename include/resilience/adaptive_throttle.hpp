@@ -34,6 +34,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -155,6 +156,7 @@ public:
         : cell_(std::make_unique<throttle_config>(std::move(o), 0)), clock_(std::move(clock)),
           rng_(std::move(rng)) {
         const adaptive_throttle_options& first = cell_.locked()->options;
+        value_type_.store(first.should_handle.value_type(), std::memory_order_relaxed);
         width_ = first.window / static_cast<std::int64_t>(first.segments);
         ring_.resize(first.segments);
     }
@@ -163,6 +165,8 @@ public:
 
     /// Pins the options in force, for a call admitted under them.
     pinned<throttle_config> pin() noexcept { return cell_.pin(); }
+    /// The result type the classifier in force judges (`classifier::value_type`), or null.
+    const std::type_info* value_type() const noexcept { return value_type_.load(std::memory_order_acquire); }
     /// A copy of the options in force.
     adaptive_throttle_options options() const {
         std::lock_guard lock(mutex_);
@@ -188,8 +192,10 @@ public:
             ring.resize(fresh->options.segments);
         const adaptive_throttle_options& now = fresh->options;
         const std::uint64_t epoch = fresh->window_epoch;
+        const std::type_info* const judged = fresh->options.should_handle.value_type();
         cell_.replace(std::move(fresh)); // may free `old`, not read after this
         window_epoch_.store(epoch, std::memory_order_release);
+        value_type_.store(judged, std::memory_order_release);
         if (keep)
             return;
         ring_ = std::move(ring);
@@ -206,7 +212,14 @@ public:
     /// it, nothing when it is admitted. Draws only when the probability is above zero. The
     /// probability is judged with the `k` in force.
     std::optional<double> admit(time_point read) {
+        pinned<throttle_config> ignored;
+        return admit(read, ignored);
+    }
+    /// As `admit(read)`, pinning into `own` the options in force, which judged the call (taken
+    /// under the lock the admission takes anyway: no pin of its own to pay for).
+    std::optional<double> admit(time_point read, pinned<throttle_config>& own) {
         std::lock_guard lock(mutex_);
+        own = cell_.pin_locked();
         reach(since_epoch(read));
         const double k = cell_.locked()->options.k; // replaced under the lock
         const double p = throttle_probability(totals_.requests, totals_.accepts, k);
@@ -323,6 +336,7 @@ private:
 
     snapshot_cell<throttle_config> cell_;        // replaced under the lock, pinned by calls without it
     std::atomic<std::uint64_t> window_epoch_{0}; // the block in force's, written under the lock
+    std::atomic<const std::type_info*> value_type_{nullptr}; // likewise, its classifier's
     C clock_;
     mutable std::mutex mutex_;
     Random rng_;
@@ -398,21 +412,33 @@ public:
         detail::pinned<config> cfg; // the options the call was admitted under, to its end
     };
 
+    /// The call is judged under the options in force when it is admitted, which it pins in the
+    /// same locked step (a stop or a classifier of another type: pinned before, to say so).
     template <class R>
     step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         core_type& core = this->held();
-        s.cfg = core.pin();
-        const adaptive_throttle_options& o = s.cfg->options;
-        if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{o.name}));
-            return step::done;
-        }
-        if (!o.should_handle.template accepts<R>()) {
-            result.emplace(o.should_handle.template mismatch<R>("adaptive_throttle", o.name));
-            return step::done;
+        const std::type_info* const judged = core.value_type();
+        if (ctx.stop_requested() || (judged && *judged != typeid(R))) [[unlikely]] {
+            s.cfg = core.pin();
+            const adaptive_throttle_options& o = s.cfg->options;
+            if (ctx.stop_requested()) {
+                result.emplace(failure::make(cancelled_error{o.name}));
+                return step::done;
+            }
+            if (!o.should_handle.template accepts<R>()) {
+                result.emplace(o.should_handle.template mismatch<R>("adaptive_throttle", o.name));
+                return step::done;
+            }
         }
         try {
-            const std::optional<double> refused_with = core.admit(detail::call_now(core.clock(), ctx));
+            const std::optional<double> refused_with = core.admit(detail::call_now(core.clock(), ctx), s.cfg);
+            const adaptive_throttle_options& o = s.cfg->options;
+            // Reconfigured between the test above and the admission, to a classifier of another
+            // type: the request is counted, the call is not run.
+            if (!o.should_handle.template accepts<R>()) [[unlikely]] {
+                result.emplace(o.should_handle.template mismatch<R>("adaptive_throttle", o.name));
+                return step::done;
+            }
             if (!refused_with)
                 return step::proceed;
             if (o.on_rejected) // what it throws is the call's failure, below
