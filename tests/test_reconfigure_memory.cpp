@@ -204,6 +204,38 @@ TEST_CASE("reconfigure memory: a breaker reconfigured with the options in force 
     CHECK(sampled.options().should_handle.same_as(handle_all));
 }
 
+TEST_CASE("reconfigure memory: every kind reconfigured with the options in force makes nothing",
+          "[reconfigure][memory]") {
+    if (heap_in_use() < 0) {
+        WARN("no count of the heap on this platform");
+        return;
+    }
+    simulation sim;
+    const rs::telemetry_listener heard = [](const rs::telemetry_event&) {};
+    rs::bulkhead<vclock> h{{.name = "h", .max_concurrent_calls = 10, .adapt = rs::aimd{}, .telemetry = heard},
+                           sim.clock()};
+    CHECK(growth([&](std::size_t) {
+              h.reconfigure(
+                  {.name = "h", .max_concurrent_calls = 10, .adapt = rs::aimd{}, .telemetry = heard});
+          }) == 0);
+    rs::rate_limiter<vclock> l{{.token_limit = 10, .tokens_per_second = 100, .priorities = {.classes = 2}},
+                               sim.clock()};
+    CHECK(growth([&](std::size_t) {
+              l.reconfigure({.token_limit = 10, .tokens_per_second = 100, .priorities = {.classes = 2}});
+          }) == 0);
+    rs::sliding_window_limiter<vclock> w{{.permit_limit = 10, .window = 1s}, sim.clock()};
+    CHECK(growth([&](std::size_t) { w.reconfigure({.permit_limit = 10, .window = 1s}); }) == 0);
+    rs::adaptive_throttle<vclock> t{{.name = "t"}, sim.clock()};
+    CHECK(growth([&](std::size_t) { t.reconfigure({.name = "t"}); }) == 0);
+    rs::cache<std::string, int, vclock> c{{.name = "c", .ttl = 1s}, sim.clock()};
+    CHECK(growth([&](std::size_t) { c.reconfigure({.name = "c", .ttl = 1s}); }) == 0);
+    rs::registry<> policies;
+    (void)policies.bulkhead("db", {.max_concurrent_calls = 4});
+    CHECK(growth([&](std::size_t) {
+              policies.reconfigure("db", rs::bulkhead_options{.max_concurrent_calls = 4});
+          }) == 0);
+}
+
 TEST_CASE("reconfigure memory: calls in flight keep their options, which go when the calls end",
           "[reconfigure][memory]") {
     if (heap_in_use() < 0) {
