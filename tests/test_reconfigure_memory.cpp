@@ -156,6 +156,14 @@ TEST_CASE("reconfigure memory: 10^5 reconfigurations with no call in flight keep
         CHECK(growth([&](std::size_t i) { l.reconfigure({.permit_limit = 10 + i % 2, .window = 1s}); }) <
               allowed);
     }
+    SECTION("rate_limiter with priorities, between two settings") {
+        rs::rate_limiter<vclock> l{
+            {.token_limit = 10, .tokens_per_second = 100, .priorities = {.classes = 2}}, sim.clock()};
+        CHECK(growth([&](std::size_t i) {
+                  l.reconfigure(
+                      {.token_limit = 10 + i % 2, .tokens_per_second = 100, .priorities = {.classes = 2}});
+              }) < allowed);
+    }
     SECTION("adaptive_throttle") {
         rs::adaptive_throttle<vclock> t{{}, sim.clock()};
         CHECK(growth([&](std::size_t i) { t.reconfigure({.k = 2.0 + static_cast<double>(i % 2)}); }) <

@@ -135,8 +135,9 @@ public:
     /// Memory: the options replaced are freed once no call that waited under them is still
     /// running (a call that takes its token at once keeps none). Options the same as those in
     /// force (the same values, a listener copied from those in force, and no `on_rejected`, which
-    /// cannot be compared) change nothing and allocate nothing. With `priorities`, each change keeps
-    /// a small table of the classes' shares until the limiter goes.
+    /// cannot be compared) change nothing and allocate nothing. With `priorities`, each distinct
+    /// setting of them and `token_limit` keeps a small table of the classes' shares until the
+    /// limiter goes.
     ///
     ///     api.reconfigure({.token_limit = 20, .tokens_per_second = 10, .queue_limit = 100});
     void reconfigure(rate_limiter_options options) const {

@@ -126,8 +126,9 @@ public:
     /// running (a call that takes its permit at once keeps none). Options the same as those in
     /// force (the same values, a listener copied from those in force, and no `on_rejected`, which
     /// cannot be compared) change nothing and allocate nothing. A change of the grid replaces the
-    /// ring of counters (a `std::size_t` per segment, plus two); with `priorities`, each change
-    /// keeps a small table of the classes' shares until the limiter goes.
+    /// ring of counters (a `std::size_t` per segment, plus two); with `priorities`, each distinct
+    /// setting of them and `permit_limit` keeps a small table of the classes' shares until the
+    /// limiter goes.
     void reconfigure(sliding_window_limiter_options options) const {
         validate(options);
         const std::size_t limit = options.permit_limit, segments = options.segments;
