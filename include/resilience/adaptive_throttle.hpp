@@ -11,6 +11,7 @@
 #include "context.hpp"
 #include "detail/breaker_window.hpp"
 #include "detail/shared_handle.hpp"
+#include "detail/snapshot_cell.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -33,6 +34,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -108,28 +110,26 @@ inline double throttle_probability(std::uint64_t requests, std::uint64_t accepts
     return std::max(0.0, (r - k * static_cast<double>(accepts)) / (r + 1.0));
 }
 
-/// A throttle's options: immutable once published, kept until the throttle dies (`replaced` owns
-/// the block this one replaced), since a call in flight reads the block it was admitted under.
-struct throttle_config {
+/// A throttle's options: immutable once published. A call pins the block it was admitted under
+/// to its end; a block replaced by a reconfiguration is freed once no call pins it.
+struct throttle_config : pinnable {
     throttle_config(adaptive_throttle_options o, std::uint64_t epoch)
         : options(std::move(o)), window_epoch(epoch) {}
-    throttle_config(const throttle_config&) = delete;
-    throttle_config& operator=(const throttle_config&) = delete;
-    ~throttle_config() {
-        const throttle_config* next = replaced; // iteratively: the chain may be long
-        while (next) {
-            const throttle_config* const after = next->replaced;
-            const_cast<throttle_config*>(next)->replaced = nullptr;
-            delete next;
-            next = after;
-        }
-    }
     const adaptive_throttle_options options;
     /// Which window the calls admitted under this block are counted in: a reconfiguration that
     /// replaces the window gives the next number.
     const std::uint64_t window_epoch;
-    const throttle_config* replaced = nullptr;
 };
+
+/// Whether `a` and `b` are the same options: a reconfiguration from one to the other changes
+/// nothing. The classifier and the listener compare by identity (copies of one are the same);
+/// options with an `on_rejected` are never the same as any (it cannot be compared).
+inline bool same_throttle_options(const adaptive_throttle_options& a,
+                                  const adaptive_throttle_options& b) noexcept {
+    return !a.on_rejected && !b.on_rejected && a.name == b.name && a.k == b.k && a.window == b.window &&
+           a.segments == b.segments && a.should_handle.same_as(b.should_handle) &&
+           a.telemetry.same_as(b.telemetry);
+}
 
 /// The shared state of one throttle: one ring of `segments` pairs of counts (requests, accepts) with
 /// their totals, the random source and the newest segment reached (the head), under `mutex_`, which is
@@ -143,8 +143,8 @@ struct throttle_config {
 /// which is where the accept would have gone under the lock (the head cannot have moved in between
 /// without that holder adding them first). Only an accept in a later segment takes the lock.
 ///
-/// The options are an immutable `throttle_config` published through `config_` (release store, acquire
-/// load) and replaced whole by `reconfigure`; the window is replaced with them only when its shape
+/// The options are an immutable `throttle_config` published through `cell_`, pinned by each call, and
+/// replaced whole by `reconfigure`; the window is replaced with them only when its shape
 /// (`window`, `segments`) changes.
 template <class C, class Random>
 class throttle_core : public shared_state {
@@ -153,32 +153,37 @@ public:
     using config_block = throttle_config;
 
     throttle_core(adaptive_throttle_options o, C clock, Random rng)
-        : config_(new throttle_config(std::move(o), 0)), clock_(std::move(clock)), rng_(std::move(rng)) {
-        try {
-            const adaptive_throttle_options& first = config_.load(std::memory_order_relaxed)->options;
-            width_ = first.window / static_cast<std::int64_t>(first.segments);
-            ring_.resize(first.segments);
-        } catch (...) {
-            delete config_.load(std::memory_order_relaxed);
-            throw;
-        }
+        : cell_(std::make_unique<throttle_config>(std::move(o), 0)), clock_(std::move(clock)),
+          rng_(std::move(rng)) {
+        const adaptive_throttle_options& first = cell_.locked()->options;
+        value_type_.store(first.should_handle.value_type(), std::memory_order_relaxed);
+        width_ = first.window / static_cast<std::int64_t>(first.segments);
+        ring_.resize(first.segments);
     }
     throttle_core(const throttle_core&) = delete;
     throttle_core& operator=(const throttle_core&) = delete;
-    ~throttle_core() { delete config_.load(std::memory_order_relaxed); } // and every block it replaced
 
-    /// The options in force (the block stays valid while the throttle lives).
-    const throttle_config* config() const noexcept { return config_.load(std::memory_order_acquire); }
-    const adaptive_throttle_options& options() const noexcept { return config()->options; }
+    /// Pins the options in force, for a call admitted under them.
+    pinned<throttle_config> pin() noexcept { return cell_.pin(); }
+    /// The result type the classifier in force judges (`classifier::value_type`), or null.
+    const std::type_info* value_type() const noexcept { return value_type_.load(std::memory_order_acquire); }
+    /// A copy of the options in force.
+    adaptive_throttle_options options() const {
+        std::lock_guard lock(mutex_);
+        return cell_.locked()->options;
+    }
     const C& clock() const noexcept { return clock_; }
 
     /// Puts `o` (checked) in force. The counts are kept when `o` has the window and segments in
     /// force, and otherwise replaced by an empty window, which the accepts of calls admitted before
-    /// do not enter (their requests were counted in the window dropped). The block replaced is kept
-    /// until the throttle dies. Throws only `std::bad_alloc`, and then nothing changed.
+    /// do not enter (their requests were counted in the window dropped). The block replaced is freed
+    /// once no call pins it; options the same as those in force change nothing. Throws only
+    /// `std::bad_alloc`, and then nothing changed.
     void reconfigure(adaptive_throttle_options o) {
         std::lock_guard lock(mutex_);
-        const throttle_config* const old = config_.load(std::memory_order_relaxed);
+        const throttle_config* const old = cell_.locked();
+        if (same_throttle_options(old->options, o))
+            return;
         const bool keep = old->options.window == o.window && old->options.segments == o.segments;
         auto fresh =
             std::make_unique<throttle_config>(std::move(o), keep ? old->window_epoch : old->window_epoch + 1);
@@ -186,8 +191,11 @@ public:
         if (!keep)
             ring.resize(fresh->options.segments);
         const adaptive_throttle_options& now = fresh->options;
-        fresh->replaced = old;
-        config_.store(fresh.release(), std::memory_order_release);
+        const std::uint64_t epoch = fresh->window_epoch;
+        const std::type_info* const judged = fresh->options.should_handle.value_type();
+        cell_.replace(std::move(fresh)); // may free `old`, not read after this
+        window_epoch_.store(epoch, std::memory_order_release);
+        value_type_.store(judged, std::memory_order_release);
         if (keep)
             return;
         ring_ = std::move(ring);
@@ -204,9 +212,16 @@ public:
     /// it, nothing when it is admitted. Draws only when the probability is above zero. The
     /// probability is judged with the `k` in force.
     std::optional<double> admit(time_point read) {
+        pinned<throttle_config> ignored;
+        return admit(read, ignored);
+    }
+    /// As `admit(read)`, pinning into `own` the options in force, which judged the call (taken
+    /// under the lock the admission takes anyway: no pin of its own to pay for).
+    std::optional<double> admit(time_point read, pinned<throttle_config>& own) {
         std::lock_guard lock(mutex_);
+        own = cell_.pin_locked();
         reach(since_epoch(read));
-        const double k = config_.load(std::memory_order_relaxed)->options.k; // written under the lock
+        const double k = cell_.locked()->options.k; // replaced under the lock
         const double p = throttle_probability(totals_.requests, totals_.accepts, k);
         ++ring_[head_slot_].requests;
         ++totals_.requests;
@@ -219,7 +234,7 @@ public:
     /// in has been replaced since. An accept counted without the lock at the very moment of the
     /// replacement may land in the new window: a count off by one there, aged out with the window.
     void accept(const throttle_config& own, time_point read) {
-        if (config()->window_epoch != own.window_epoch) [[unlikely]]
+        if (window_epoch_.load(std::memory_order_acquire) != own.window_epoch) [[unlikely]]
             return;
         const std::chrono::nanoseconds now = since_epoch(read);
         // Acquire: the head that published this end was reached after every flush before it, so the
@@ -229,7 +244,7 @@ public:
             return;
         }
         std::lock_guard lock(mutex_);
-        if (config_.load(std::memory_order_relaxed)->window_epoch != own.window_epoch)
+        if (window_epoch_.load(std::memory_order_relaxed) != own.window_epoch)
             return; // replaced while this call was on its way here
         reach(now);
         ++ring_[head_slot_].accepts;
@@ -319,7 +334,9 @@ private:
         std::uint64_t accepts = 0;  // the calls the dependency accepted
     };
 
-    std::atomic<const throttle_config*> config_; // written under the lock, read by calls without it
+    snapshot_cell<throttle_config> cell_;        // replaced under the lock, pinned by calls without it
+    std::atomic<std::uint64_t> window_epoch_{0}; // the block in force's, written under the lock
+    std::atomic<const std::type_info*> value_type_{nullptr}; // likewise, its classifier's
     C clock_;
     mutable std::mutex mutex_;
     Random rng_;
@@ -392,24 +409,36 @@ public:
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
     struct call_state {
-        const config* cfg = nullptr; // the options the call was admitted under, to its end
+        detail::pinned<config> cfg; // the options the call was admitted under, to its end
     };
 
+    /// The call is judged under the options in force when it is admitted, which it pins in the
+    /// same locked step (a stop or a classifier of another type: pinned before, to say so).
     template <class R>
     step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         core_type& core = this->held();
-        s.cfg = core.config();
-        const adaptive_throttle_options& o = s.cfg->options;
-        if (ctx.stop_requested()) {
-            result.emplace(failure::make(cancelled_error{o.name}));
-            return step::done;
-        }
-        if (!o.should_handle.template accepts<R>()) {
-            result.emplace(o.should_handle.template mismatch<R>("adaptive_throttle", o.name));
-            return step::done;
+        const std::type_info* const judged = core.value_type();
+        if (ctx.stop_requested() || (judged && *judged != typeid(R))) [[unlikely]] {
+            s.cfg = core.pin();
+            const adaptive_throttle_options& o = s.cfg->options;
+            if (ctx.stop_requested()) {
+                result.emplace(failure::make(cancelled_error{o.name}));
+                return step::done;
+            }
+            if (!o.should_handle.template accepts<R>()) {
+                result.emplace(o.should_handle.template mismatch<R>("adaptive_throttle", o.name));
+                return step::done;
+            }
         }
         try {
-            const std::optional<double> refused_with = core.admit(detail::call_now(core.clock(), ctx));
+            const std::optional<double> refused_with = core.admit(detail::call_now(core.clock(), ctx), s.cfg);
+            const adaptive_throttle_options& o = s.cfg->options;
+            // Reconfigured between the test above and the admission, to a classifier of another
+            // type: the request is counted, the call is not run.
+            if (!o.should_handle.template accepts<R>()) [[unlikely]] {
+                result.emplace(o.should_handle.template mismatch<R>("adaptive_throttle", o.name));
+                return step::done;
+            }
             if (!refused_with)
                 return step::proceed;
             if (o.on_rejected) // what it throws is the call's failure, below
@@ -464,22 +493,20 @@ public:
     ///   calls admitted before the change are not counted in it (their requests were not).
     /// - The random source is kept.
     ///
-    /// Memory: the options replaced are kept until the throttle dies, since a call in flight may still
-    /// read them: 152 bytes on x86-64 (the options, 136 bytes, and a little more) plus what its name,
-    /// classifier and callbacks hold, per reconfiguration (and a new window of `segments` pairs of
-    /// counts when it starts one). Reconfiguration is for changes of configuration, not a control
-    /// loop run per call.
+    /// Memory: the options replaced are freed once no call admitted under them is still running.
+    /// Options the same as those in force (the same values, classifier and listener copies of those
+    /// in force, and no `on_rejected`, which cannot be compared) change nothing and allocate
+    /// nothing. A change of `window` or `segments` allocates the new window.
     void reconfigure(adaptive_throttle_options options) const {
         detail::validate_throttle_options(options);
         this->held().reconfigure(std::move(options));
     }
 
-    /// The options in force: the constructor's or the latest `reconfigure`'s. The reference stays
-    /// valid while any copy of the handle lives (replaced options are kept).
-    [[nodiscard]] const adaptive_throttle_options& options() const noexcept { return this->held().options(); }
+    /// A copy of the options in force: the constructor's or the latest `reconfigure`'s.
+    [[nodiscard]] adaptive_throttle_options options() const { return this->held().options(); }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock(); }
     /// The `name` option (empty when unnamed).
-    [[nodiscard]] const std::string& name() const noexcept { return this->held().options().name; }
+    [[nodiscard]] std::string name() const { return this->held().options().name; }
 
 private:
     typename core_type::snapshot counts() const { return this->held().counts(this->held().clock().now()); }

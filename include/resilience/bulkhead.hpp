@@ -172,11 +172,12 @@ public:
     ///   switching it off makes the limit `max_concurrent_calls`. A call admitted without `adapt`
     ///   records no sample, nor does one untimed under an algorithm that now needs its latency.
     ///
-    /// Every configuration is kept until the bulkhead's state goes, since calls in flight may read
-    /// it: one reconfiguration keeps one options block (`sizeof(bulkhead_options)` and what is
-    /// derived from it, a few hundred bytes, and a pointer to it) plus what its `name`, callbacks
-    /// and classifier hold. Reconfiguration is for changes of configuration, not a control loop
-    /// run per call (`adapt` is that loop).
+    /// Memory: the options replaced are freed once no call that needs them is still running (a
+    /// call that waits, or one under `adapt` or `priorities`, keeps those it started with; a call
+    /// that took a free slot under neither keeps none). Options the same as those in force (the
+    /// same values, classifier and listener copies of those in force, and no `on_rejected`, which
+    /// cannot be compared) change nothing and allocate nothing. Reconfiguration is for changes of
+    /// configuration, not a control loop run per call (`adapt` is that loop).
     ///
     ///     rs::bulkhead db{{.max_concurrent_calls = 8, .queue_limit = 32}};
     ///     db.reconfigure({.max_concurrent_calls = 4, .queue_limit = 32}); // the 8 running stay
@@ -195,54 +196,57 @@ public:
         std::lock_guard lock(this->held().mutex);
         return this->held().queue.size();
     }
-    /// The options in force now (the latest `reconfigure`'s, or the constructor's). The reference
-    /// stays valid as long as the bulkhead lives: replaced options are kept.
-    [[nodiscard]] const bulkhead_options& options() const noexcept {
-        return this->held().config_now().options;
-    }
-    [[nodiscard]] const std::string& name() const noexcept { return options().name; }
+    /// A copy of the options in force now (the latest `reconfigure`'s, or the constructor's).
+    [[nodiscard]] bulkhead_options options() const { return this->held().options(); }
+    [[nodiscard]] std::string name() const { return options().name; }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {
-        state* held = nullptr;         // the bulkhead whose slot this call holds (a hold on it)
-        const config* cfg = nullptr;   // the options the call started under (set by `enter`)
+        state* held = nullptr; // the bulkhead whose slot this call holds (a hold on it)
+        // The options the call started under, pinned (`detail::pinned::release`); null for a plain
+        // call. A raw pointer, so that the plain call's end stays one test and small enough to inline.
+        const config* cfg = nullptr;
         typename state::ticket ticket; // with `adapt`: what the call's sample needs
         call_state() = default;
         call_state(const call_state&) = delete;
         call_state& operator=(const call_state&) = delete;
         ~call_state() {
+            if (held || cfg) [[unlikely]]
+                abandon();
+        }
+
+    private:
+        // The call never finished (its loop was torn down), or it ended holding its options (a
+        // refusal after it pinned them). Out of line: the destructor stays small enough to inline.
+        RESILIENCE_DETAIL_NOINLINE void abandon() noexcept {
             if (held)
-                held->release(); // the call never finished (its loop was torn down)
+                std::exchange(held, nullptr)->release();
+            if (cfg)
+                detail::pinned<config>::unpin(std::exchange(cfg, nullptr));
         }
     };
 
     /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait` or in
     /// `run` (see `waits_in_frame`, and detail/bulkhead_state.hpp for why there are both).
-    /// The call's options are the block in force now, kept to its end.
+    /// The call's options are the block in force now, kept to its end; a call under options with
+    /// neither `adapt` nor `priorities` that takes a free slot needs none of them and pins none.
     template <class R>
     step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         state& s = this->held();
-        const config* const cfg = s.current.load(std::memory_order_acquire);
-        c.cfg = cfg;
-        if (cfg->long_entry)
-            return enter_adaptive(c, ctx, result);
-        if (ctx.stop_requested()) [[unlikely]] {
-            detail::set_cancelled(result, cfg->options.name);
-            return step::done;
+        if (s.plain.load(std::memory_order_acquire) && !ctx.stop_requested() && s.try_acquire()) [[likely]] {
+            c.held = &s;
+            return step::proceed;
         }
-        if (!s.try_acquire())
-            return step::wait;
-        c.held = &s;
-        return step::proceed;
+        return enter_pinned(c, ctx, result);
     }
     /// Gives the slot back; with `adapt`, records the call's outcome first. A `should_handle` (or a
     /// clock) that throws makes its exception the call's result, once the slot is given back.
     template <class R>
     step leave(call_state& c, const context& ctx, outcome<R>& result) const {
         state* s = std::exchange(c.held, nullptr);
-        if (c.cfg->adaptive)
-            finish_adaptive(*s, *c.cfg, c.ticket, ctx, result);
+        if (c.cfg) [[unlikely]]
+            leave_pinned(*s, c, ctx, result);
         else
             s->release();
         return step::proceed;
@@ -364,14 +368,15 @@ public:
         using value_type = detail::next_value_t<Next>;
         const std::stop_token& token = ctx.stop_token();
         state& s = this->held();
-        const config& cfg = s.config_now(); // the call's options, to its end
+        detail::pinned<config> pin = s.pin();
+        const config& cfg = *pin; // the call's options, to its end (`held` keeps them, below)
         if (token.stop_requested() || (cfg.adaptive && !cfg.should_handle->template accepts<value_type>()))
             co_return refused_before_admission<value_type>(cfg);
         detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
         detail::waiter node;
         node.rank = cfg.rank_of(ctx);
         call_state held; // the slot: given back by `leave`, or by its destructor if the call ends first
-        held.cfg = &cfg;
+        held.cfg = pin.release();
         std::optional<detail::next_outcome_t<Next>> ended; // before the action: a stop or a refusal
         if (cfg.priority.enabled() ? s.try_acquire_as(cfg.priority, ctx) : s.try_acquire()) {
             held.held = &s;
@@ -408,6 +413,19 @@ public:
     }
 
 private:
+    // `leave` for a call that pinned its options: records its sample (with `adapt`), gives the slot
+    // back, then the pin.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE static void leave_pinned(state& s, call_state& c, const context& ctx,
+                                                        outcome<R>& result) {
+        const config* const cfg = std::exchange(c.cfg, nullptr);
+        if (cfg->adaptive)
+            finish_adaptive(s, *cfg, c.ticket, ctx, result);
+        else
+            s.release();
+        detail::pinned<config>::unpin(cfg);
+    }
+
     // With `adapt`: judges the outcome, records it and gives the slot back.
     template <class R>
     RESILIENCE_DETAIL_NOINLINE static void finish_adaptive(state& s, const config& cfg,
@@ -453,6 +471,24 @@ private:
         if (cfg.adaptive && !cfg.should_handle->template accepts<R>())
             return cfg.should_handle->template mismatch<R>("bulkhead", cfg.options.name);
         return failure::make(cancelled_error{cfg.options.name});
+    }
+
+    // `enter` for every call but a plain one that found a free slot: pins the options in force.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& c, const context& ctx,
+                                                 std::optional<outcome<R>>& result) const {
+        state& s = this->held();
+        const config* const cfg = c.cfg = s.pin().release();
+        if (cfg->long_entry)
+            return enter_adaptive(c, ctx, result);
+        if (ctx.stop_requested()) [[unlikely]] {
+            detail::set_cancelled(result, cfg->options.name);
+            return step::done;
+        }
+        if (!s.try_acquire())
+            return step::wait;
+        c.held = &s;
+        return step::proceed;
     }
 
     // `enter` with `adapt` or `priorities`: also checks the classifier's type and takes the call's

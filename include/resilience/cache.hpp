@@ -176,12 +176,10 @@ public:
         : state_(std::make_shared<state>(detail::validated_cache_options<T>(std::move(options)),
                                          std::move(clock), std::move(hash), std::move(equal))) {}
 
-    /// The options in force: the constructor's or the latest `reconfigure`'s. The reference stays
-    /// valid while the cache's state lives (options replaced by `reconfigure` are kept), and keeps
-    /// showing the options it was taken from.
-    [[nodiscard]] const cache_options<T>& options() const noexcept { return state_->config_now().options; }
+    /// A copy of the options in force: the constructor's or the latest `reconfigure`'s.
+    [[nodiscard]] cache_options<T> options() const { return state_->pin()->options; }
     /// The name given in the options in force (empty by default).
-    [[nodiscard]] const std::string& name() const noexcept { return state_->config_now().options.name; }
+    [[nodiscard]] std::string name() const { return state_->pin()->options.name; }
 
     /// Puts `options` in force for the calls made from now on, through every copy of this handle
     /// and every `policy(key)` made from one. Checks `options` exactly as the constructor does
@@ -209,11 +207,10 @@ public:
     ///   A call through `policy(key)` that its `enter` sends on to `run` (to refresh) reads the
     ///   options again there, where it starts over: `enter` answered nothing.
     ///
-    /// Memory: the options replaced are kept until the cache's state goes (the last handle, call
-    /// and refresh), since a call in flight may still read them: each reconfiguration keeps 160
-    /// bytes on x86-64 (the options, 152, and a link) plus what its name, `should_handle`, `ttl_of`
-    /// and `telemetry` hold. Reconfiguration is for changes of configuration, not a control loop
-    /// run per call.
+    /// Memory: the options replaced are freed once no call or refresh that started under them is
+    /// still running. Options the same as those in force (the same values, classifier and listener
+    /// copies of those in force, and no `ttl_of`, which cannot be compared) change nothing and
+    /// allocate nothing.
     ///
     ///     quotes.reconfigure({.ttl = 30s, .stale_if_error = 10min, .max_entries = 500});
     void reconfigure(cache_options<T> options) const {
@@ -282,18 +279,17 @@ private:
         const Key* marked = nullptr;
     };
 
-    // The options live in immutable blocks (`config`), the one in force published through `current`
-    // (stored with release under `mutex`, loaded with acquire): a call loads it once, where it
-    // starts, and passes it on to everything it does, the refresh it makes included. What the
+    // The options live in immutable blocks (`config`), the one in force published through `cell`
+    // (replaced under `mutex`): a call pins it once, where it starts, and passes it on to everything
+    // it does, the refresh it makes included (a background refresh pins it too). What the
     // table itself does (how many entries it keeps) follows the options in force, under `mutex`.
     struct state {
         state(cache_options<T> o, C c, Hash hash, KeyEqual equal)
             : clock(std::move(c)), refreshes(single_flight_options{.name = o.name}, hash, equal),
               table(o.max_entries, hash, equal), key_hash(std::move(hash)), key_equal(std::move(equal)),
-              current(new config(std::move(o))) {}
+              cell(std::make_unique<config>(std::move(o))) {}
         state(const state&) = delete;
         state& operator=(const state&) = delete;
-        ~state() { delete current.load(std::memory_order_relaxed); } // and every block it replaced
 
         const C clock;
         const flights refreshes;
@@ -306,19 +302,23 @@ private:
         // go whatever happened).
         std::unordered_multimap<std::size_t, Key> background{};
         std::uint64_t epoch = 0;            // guarded: bumped by invalidate and clear
-        std::atomic<const config*> current; // written under mutex
+        detail::snapshot_cell<config> cell; // replaced under mutex
 
-        /// The block in force now: for a call starting, or for the handle's accessors.
-        const config& config_now() const noexcept { return *current.load(std::memory_order_acquire); }
+        /// Pins the block in force now: for a call starting, or for the handle's accessors.
+        detail::pinned<config> pin() noexcept { return cell.pin(); }
 
         // See `cache::reconfigure`. `o` is validated.
         void reconfigure(cache_options<T> o) {
+            {
+                std::lock_guard lock(mutex);
+                if (detail::same_cache_options(cell.locked()->options, o))
+                    return;
+            }
             auto fresh = std::make_unique<config>(std::move(o));
             std::vector<typename table_type::node_type> evicted; // destroyed once the lock is released
             std::lock_guard lock(mutex);
             table.limit(fresh->options.max_entries, evicted); // throws before changing anything
-            fresh->replaced = current.load(std::memory_order_relaxed);
-            current.store(fresh.release(), std::memory_order_release);
+            cell.replace(std::move(fresh));
         }
 
         static detail::listener_ref own_listener(const config& cfg) noexcept {
@@ -579,16 +579,16 @@ private:
         std::size_t hash_;
         const Key* key_;
     };
-    // Finishes under `cfg`, the options of the caller that started it (kept while the mark holds
-    // the state). Whatever fails, the key's own copy, hash or equality included, is a failed refresh,
-    // as its action's failure is: the callers that joined it get the failure, the stale value keeps
-    // answering, and nothing escapes onto the loop (whose `run` would throw it).
+    // Finishes under `cfg`, the options of the caller that started it, which it pins. Whatever
+    // fails, the key's own copy, hash or equality included, is a failed refresh, as its action's
+    // failure is: the callers that joined it get the failure, the stale value keeps answering, and
+    // nothing escapes onto the loop (whose `run` would throw it).
     template <class A>
-    static task<void> background_refresh(background_mark mark, const config* cfg, A action) {
+    static task<void> background_refresh(background_mark mark, detail::pinned<config> cfg, A action) {
         state& st = mark.held();
         try {
             (void)co_await st.refreshes.run_outcome(mark.key(),
-                                                    refresh_action<A>{&st, cfg, &mark.key(), &action});
+                                                    refresh_action<A>{&st, cfg.get(), &mark.key(), &action});
         } catch (...) {
         }
     }
@@ -602,8 +602,9 @@ private:
     template <class A>
     static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action,
                                              std::stop_token token) {
-        // The options this call runs under to its end, read once (see `reconfigure`).
-        const config& cfg = st->config_now();
+        // The options this call runs under to its end, pinned once (see `reconfigure`).
+        const detail::pinned<config> pin = st->pin();
+        const config& cfg = *pin;
         if (token.stop_requested())
             co_return failure::make(cancelled_error{cfg.options.name});
         event_loop* const loop = event_loop::current();
@@ -612,7 +613,7 @@ private:
         if (a.how == route::background) {
             background_mark mark{st, a.mark_hash, a.marked};
             try {
-                loop->spawn(background_refresh(std::move(mark), &cfg, std::move(action)));
+                loop->spawn(background_refresh(std::move(mark), pin.share(), std::move(action)));
             } catch (...) { // no memory to start it: the mark goes with it, a later caller tries again
             }
         }
@@ -656,7 +657,9 @@ public:
         static_assert(std::is_same_v<R, T>,
                       "resilience::cache::keyed_policy: the wrapped call must produce exactly T");
         state& st = *cache_.state_;
-        const config& cfg = st.config_now(); // read once; a call that waits reads it again in `run`
+        // Pinned for `enter` only: a call that waits pins the options again in `run`.
+        const detail::pinned<config> pin = st.pin();
+        const config& cfg = *pin;
         if (ctx.stop_requested())
             return kit::cancel(result, cfg.options.name);
         arrival a = st.arrive(cfg, key_, kit::call_now(st.clock, ctx),
@@ -677,7 +680,8 @@ public:
                       "resilience::cache::keyed_policy: the wrapped call must produce exactly T");
         const std::shared_ptr<state> st = cache_.state_;
         // The options this call runs under to its end (its `enter` answered nothing).
-        const config& cfg = st->config_now();
+        const detail::pinned<config> pin = st->pin();
+        const config& cfg = *pin;
         if (ctx.stop_requested())
             co_return failure::make(cancelled_error{cfg.options.name});
         const kit::listener heard = kit::listener_for(cfg.options.telemetry, ctx);

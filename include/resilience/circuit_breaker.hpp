@@ -14,6 +14,7 @@
 #include "context.hpp"
 #include "detail/config.hpp"
 #include "detail/shared_handle.hpp"
+#include "detail/snapshot_cell.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
@@ -235,26 +236,22 @@ public:
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
     static constexpr bool enter_never_waits = true;
     struct call_state {
-        detail::breaker_call<C> call; // records "ignored" if the call never finishes
+        detail::pinned<config> options; // the options the call was admitted under; none if plain
+        detail::breaker_call<C> call;   // records "ignored" if the call never finishes
     };
 
     template <class R>
     step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
         detail::breaker_core<C>& core = this->held();
-        // The options the call is judged under to its end, read once (see `reconfigure`).
-        const config* const cfg = core.config();
-        if (ctx.stop_requested() || !cfg->options.should_handle.template accepts<R>()) {
-            result.emplace(refused_before_admission<R>(cfg->options));
-            return step::done;
-        }
         const detail::listener_ref sink(detail::context_access::telemetry(ctx),
                                         detail::context_access::properties(ctx));
-        // Closed, with no call to time: admitted at one load, nothing else to decide.
-        if (typename detail::breaker_core<C>::admission a; !cfg->times_calls() && core.admit_closed(a, cfg)) {
+        // Closed under plain options: admitted at two loads, judged under the plain block, and
+        // nothing pinned (see `breaker_config::plain`).
+        if (typename detail::breaker_core<C>::admission a; !ctx.stop_requested() && core.admit_plain(a)) {
             s.call.start(core, a, sink);
             return step::proceed;
         }
-        return enter_other(s, ctx, result, sink, cfg);
+        return enter_pinned(s, ctx, result, sink);
     }
 
     /// Records the result. A classifier or `on_state_change` that throws replaces the result with
@@ -313,34 +310,43 @@ public:
     ///   breaker starts a fresh, empty sample, which only calls admitted from now on enter: the old
     ///   counts were taken over another window, or under another idea of slow.
     ///
-    /// Memory: the options replaced are kept until the breaker dies, since a call in flight may
-    /// still read them: each reconfiguration keeps 336 bytes on x86-64 (the options, 288 bytes, and
-    /// what the breaker derives from them) plus what its name, classifier and callbacks hold (and
-    /// allocates a new sample when it starts one). Reconfiguration is for changes of
-    /// configuration, not a control loop run per call.
+    /// Memory: the options replaced are freed once no call admitted under them is still running
+    /// (a call in flight keeps those it was admitted with). Options the same as those in force (the
+    /// same values, and classifier and listener copies of those in force, and no `on_state_change`
+    /// or `on_rejected`, which cannot be compared) change nothing and allocate nothing. A change
+    /// that starts a new sample allocates it.
     void reconfigure(circuit_breaker_options options) const {
         options = detail::with_default_trip(std::move(options));
         detail::validate_breaker_options(options);
         this->held().reconfigure(std::move(options));
     }
 
-    /// The options in force: as given to the constructor or the latest `reconfigure`, with Polly's
-    /// default `sampling` filled in when they set no trip condition. The reference stays valid while
-    /// any copy of the handle lives (options replaced by `reconfigure` are kept), and keeps showing
-    /// the options it was taken from.
-    [[nodiscard]] const circuit_breaker_options& options() const noexcept { return this->held().options(); }
+    /// A copy of the options in force: as given to the constructor or the latest `reconfigure`,
+    /// with Polly's default `sampling` filled in when they set no trip condition.
+    [[nodiscard]] circuit_breaker_options options() const { return this->held().options(); }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock(); }
     /// The `name` option (empty when unnamed).
-    [[nodiscard]] const std::string& name() const noexcept { return this->held().options().name; }
+    [[nodiscard]] std::string name() const { return this->held().options().name; }
 
 private:
-    // Every admission but a closed breaker's with no call to time: judged under the lock, or
-    // refused.
+    // Every admission but a closed breaker's under plain options: the call pins the options in
+    // force, which it is judged under to its end (see `reconfigure`).
     template <class R>
-    RESILIENCE_DETAIL_NOINLINE step enter_other(call_state& s, const context& ctx,
-                                                std::optional<outcome<R>>& result, detail::listener_ref sink,
-                                                const config* cfg) const {
+    RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& s, const context& ctx,
+                                                 std::optional<outcome<R>>& result,
+                                                 detail::listener_ref sink) const {
         detail::breaker_core<C>& core = this->held();
+        s.options = core.pin();
+        const config* const cfg = s.options.get();
+        if (ctx.stop_requested() || !cfg->options.should_handle.template accepts<R>()) {
+            result.emplace(refused_before_admission<R>(cfg->options));
+            return step::done;
+        }
+        // Closed, with no call to time: admitted at one load, nothing else to decide.
+        if (typename detail::breaker_core<C>::admission a; !cfg->times_calls() && core.admit_closed(a, cfg)) {
+            s.call.start(core, a, sink);
+            return step::proceed;
+        }
         try {
             // The call's shared clock reading serves a slow-call rule's start time.
             auto ticket = cfg->times_calls()

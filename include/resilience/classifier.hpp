@@ -323,6 +323,11 @@ public:
     [[nodiscard]] bool empty() const noexcept { return model_ == nullptr; }
     /// True when the classifier looks at returned values (an `outcome<T>` classifier).
     [[nodiscard]] bool sees_values() const noexcept { return value_type_ != nullptr; }
+    /// True when both are empty, or copies of one classifier (they share its callable). Two
+    /// classifiers built apart are never the same, even from equal callables.
+    [[nodiscard]] bool same_as(const classifier& o) const noexcept {
+        return model_ == o.model_ && value_type_ == o.value_type_;
+    }
     /// The `T` of an `outcome<T>` classifier, or null.
     [[nodiscard]] const std::type_info* value_type() const noexcept { return value_type_; }
     /// Can this classifier judge the outcomes of an action returning `R`?

@@ -132,10 +132,12 @@ public:
     /// - a smaller `queue_limit` turns no waiter away: newcomers are refused until the queue is
     ///   under it; a `queue_timeout` applies to callers queued after the change.
     ///
-    /// Every configuration is kept until the limiter's state goes, since calls in flight may read
-    /// it: one reconfiguration keeps a copy of the options (`sizeof(rate_limiter_options)`, under
-    /// 200 bytes, and a pointer to it) plus what its `name` and callbacks hold. Reconfiguration is
-    /// for changes of configuration, not a control loop run per call.
+    /// Memory: the options replaced are freed once no call that waited under them is still
+    /// running (a call that takes its token at once keeps none). Options the same as those in
+    /// force (the same values, a listener copied from those in force, and no `on_rejected`, which
+    /// cannot be compared) change nothing and allocate nothing. With `priorities`, each distinct
+    /// setting of them and `token_limit` keeps a small table of the classes' shares until the
+    /// limiter goes.
     ///
     ///     api.reconfigure({.token_limit = 20, .tokens_per_second = 10, .queue_limit = 100});
     void reconfigure(rate_limiter_options options) const {

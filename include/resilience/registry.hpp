@@ -347,7 +347,10 @@ public:
     /// entry was reconfigured, false when one was made. Bad options throw `std::invalid_argument`
     /// (naming the field and the value) and change nothing. An empty `name` option gets the registry
     /// name, as when the entry is made. Name the options' type when it is not plain from the
-    /// designators (`rs::bulkhead_options{}`).
+    /// designators (`rs::bulkhead_options{}`). Memory, as the handle's own `reconfigure`: the
+    /// options replaced are freed once no call needs them, and options the same as those in force
+    /// change nothing and allocate nothing, so a service may reconfigure from its settings on every
+    /// poll.
     ///
     ///     policies.reconfigure("payments", rs::circuit_breaker_options{.failure_threshold = 3});
     bool reconfigure(std::string_view name, circuit_breaker_options options) {

@@ -34,15 +34,20 @@ class reload_state;
 /// One snapshot of a `reloadable`'s policy, and the count of what pins it: one for being the current
 /// snapshot, one per call (or `snapshot` handle) running on it. The policy is destroyed by whoever
 /// brings that count to zero once the snapshot is no longer current; the block itself stays (a call
-/// starting may have read its address just before it was replaced) until the whole state goes.
+/// starting may have read its address just before it was replaced), and the next reload builds its
+/// snapshot in it (see `reload_state`).
 template <class P>
 struct reload_block {
-    /// Set, with the count at zero, once the policy is destroyed: a pin that finds it backs off.
+    /// Set, with the count at zero, once the policy is being destroyed: a pin that finds it backs off.
     static constexpr std::uint64_t dead = std::uint64_t{1} << 63;
+    /// Set with `dead` once the policy is destroyed: a reload may build its snapshot in the block.
+    static constexpr std::uint64_t free = std::uint64_t{1} << 62;
 
     reload_block(P&& p, reload_state<P>& o) : owner(&o) {
         ::new (static_cast<void*>(&policy)) P(std::move(p));
     }
+    /// An empty block, `dead`, for `reload_state::publish` to build a snapshot in.
+    explicit reload_block(reload_state<P>& o) noexcept : pins(dead | free), owner(&o) {}
     reload_block(const reload_block&) = delete;
     reload_block& operator=(const reload_block&) = delete;
     ~reload_block() {} // the policy is destroyed by `reload_state::unpin`, not here
@@ -62,7 +67,12 @@ struct reload_block {
 /// holds the state (one hold each) until it dies, and the current one is retired when the last
 /// handle goes, so a pin keeps alive everything it needs. A block is not freed when its policy dies,
 /// because a call may have loaded its address just before a reload and be about to pin it: that pin
-/// sees `dead` and loads the current one again. Blocks are freed with the state.
+/// sees `dead` and loads the current one again. Instead, a reload builds its snapshot in a dead
+/// block when there is one, so the blocks are as many as the snapshots that were ever alive at once
+/// (two, when no call runs across a reload), not one per reload; they are freed with the state.
+/// A pin that finds its block alive again under another snapshot sees that it is not the current
+/// one (the load after the pin), gives it back and starts over: a call runs on the snapshot that was
+/// current at its pin.
 template <class P>
 class reload_state : public shared_state {
 public:
@@ -86,11 +96,16 @@ public:
     block* pin() noexcept {
         for (;;) {
             block* const b = current_.load(std::memory_order_acquire);
-            // Relaxed: the policy was built before `b` was published (the acquire above), and it is
-            // destroyed only by the acquire-release that takes the count to zero, after this pin.
-            const std::uint64_t before = b->pins.fetch_add(1, std::memory_order_relaxed);
-            if (!(before & block::dead))
-                return b;
+            // Acquire: a block built again in place was revived by a release (`publish`), which this
+            // must see whole if it pins it. The policy is destroyed only by the acquire-release
+            // that takes the count to zero, after this pin.
+            const std::uint64_t before = b->pins.fetch_add(1, std::memory_order_acquire);
+            if (!(before & block::dead)) {
+                if (current_.load(std::memory_order_acquire) == b) [[likely]]
+                    return b;
+                unpin(b); // replaced since the load above, perhaps built again: start over
+                continue;
+            }
             b->pins.fetch_sub(1, std::memory_order_relaxed); // replaced and dead: load the current one
         }
     }
@@ -107,18 +122,31 @@ public:
                                              std::memory_order_relaxed))
             return;
         b->policy.~P();
+        // Release: a reload that builds in the block sees the policy destroyed. Before the hold
+        // goes, which may delete the state and the block with it.
+        b->pins.fetch_or(block::free, std::memory_order_release);
         drop_hold(*this); // the retired snapshot's hold: the state may go now
     }
 
     /// Makes `p` the current snapshot and retires the one it replaces. Throws only what allocating
     /// the block and moving `p` throw, and then nothing changed.
     void publish(P p) {
-        block* const fresh = new block(std::move(p), *this);
         block* old = nullptr;
         {
             std::lock_guard lock(mutex_);
-            fresh->next = blocks_;
-            blocks_ = fresh;
+            block* fresh = blocks_;
+            // A free block (pins that come and go there only look and leave) is built in again.
+            while (fresh && !(fresh->pins.load(std::memory_order_acquire) & block::free))
+                fresh = fresh->next;
+            if (!fresh) {
+                fresh = new block(*this);
+                fresh->next = blocks_;
+                blocks_ = fresh;
+            }
+            ::new (static_cast<void*>(&fresh->policy)) P(std::move(p)); // dead until revived below
+            // Revived with the count of the current snapshot, and whatever passing pins hold now,
+            // which each give back theirs. Release: a pin that finds it alive sees the policy built.
+            fresh->pins.fetch_sub((block::dead | block::free) - 1, std::memory_order_acq_rel);
             old = current_.exchange(fresh, std::memory_order_acq_rel);
         }
         add_hold(*this); // the retired snapshot holds the state until it dies
@@ -164,11 +192,12 @@ private:
 ///
 /// What it costs: a call pins its snapshot with one atomic increment and one decrement of the
 /// snapshot's count (the call through `P` is otherwise the same: one frame for the whole of `P`);
-/// as a stage of a pipeline, it adds a frame of its own. `reload` allocates one block holding the
-/// new `P` and takes a mutex. Each reload keeps `sizeof(P)` plus about 24 bytes until the last copy
-/// of the handle and the last call are gone (what the replaced `P` owns is freed with it): it is for
-/// changes of configuration, not a control loop run per call. Thread-safe: calls, `reload` and
-/// `current` may come from any thread.
+/// as a stage of a pipeline, it adds a frame of its own. `reload` takes a mutex and builds the new
+/// `P` in a block: one left by a snapshot that has died, or a new one. A replaced snapshot (what its
+/// `P` owns) is destroyed once its last call has ended; its block, `sizeof(P)` plus about 24 bytes,
+/// is kept for the next reload, so the blocks are as many as the snapshots ever alive at once (two
+/// when no call runs across a reload), freed when the last copy of the handle and the last call
+/// are gone. Thread-safe: calls, `reload` and `current` may come from any thread.
 ///
 ///     rs::circuit_breaker<> breaker{{.failure_threshold = 5}};
 ///     rs::reloadable policy{rs::pipeline{rs::retry{{.max_attempts = 3}}, breaker, rs::timeout{1s}}};

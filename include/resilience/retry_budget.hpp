@@ -46,39 +46,21 @@ struct retry_budget_options {
 ///
 /// Not a pipeline stage: hand it to the policies that retry (`retry_options::budget`).
 namespace detail {
-/// A budget's options with their fixed-point values: immutable once published, and kept until the
-/// budget dies (`replaced` owns the block this one replaced), so `options()` stays valid.
-struct retry_budget_config {
-    retry_budget_config(const retry_budget_options& o, std::int64_t ratio, std::int64_t capacity) noexcept
-        : options(o), ratio_units(ratio), capacity_units(capacity) {}
-    retry_budget_config(const retry_budget_config&) = delete;
-    retry_budget_config& operator=(const retry_budget_config&) = delete;
-    ~retry_budget_config() {
-        const retry_budget_config* next = replaced; // iteratively: the chain may be long
-        while (next) {
-            const retry_budget_config* const after = next->replaced;
-            const_cast<retry_budget_config*>(next)->replaced = nullptr;
-            delete next;
-            next = after;
-        }
-    }
-    const retry_budget_options options;
-    const std::int64_t ratio_units; // rounded down, so the bound above holds exactly
-    const std::int64_t capacity_units;
-    const retry_budget_config* replaced = nullptr;
-};
-
-/// What the copies of a `retry_budget` share. `config` is replaced whole by `reconfigure`, under
-/// `reconfiguring`; sequentially consistent, with the updates of `units`, so that a deposit racing with
-/// a reconfiguration that lowers the capacity cannot leave more than the new capacity (see
-/// `retry_budget::record_call`).
+/// What the copies of a `retry_budget` share. The options are scalars, kept in atomics (no block
+/// to keep or free): `ratio_units` and `capacity_units`, their fixed-point values, read by
+/// `record_call`, and `ratio` and `capacity` as given. A reconfiguration (under `reconfiguring`)
+/// stores them all, then bumps `version`; sequentially consistent, with the updates of `units`, so
+/// that a deposit racing with a reconfiguration that lowers the capacity cannot leave more than the
+/// new capacity (see `retry_budget::record_call`).
 struct retry_budget_state : shared_state {
-    explicit retry_budget_state(std::unique_ptr<retry_budget_config> c) noexcept
-        : units(c->capacity_units), config(c.release()) {}
-    ~retry_budget_state() { delete config.load(std::memory_order_relaxed); }
+    retry_budget_state(const retry_budget_options& o, std::int64_t ratio_u, std::int64_t capacity_u) noexcept
+        : units(capacity_u), ratio_units(ratio_u), capacity_units(capacity_u), ratio(o.ratio),
+          capacity(o.capacity) {}
     std::atomic<std::int64_t> units;
     std::atomic<std::uint64_t> calls{0}, granted{0}, denied{0};
-    std::atomic<const retry_budget_config*> config;
+    std::atomic<std::int64_t> ratio_units, capacity_units;
+    std::atomic<double> ratio, capacity;
+    std::atomic<std::uint64_t> version{0};
     std::mutex reconfiguring;
 };
 } // namespace detail
@@ -95,7 +77,7 @@ public:
     /// above `capacity` (the fixed-point count is exact; its conversion to `double` is kept at most
     /// `capacity`, which it could otherwise pass by a rounding).
     double tokens() const noexcept {
-        const double capacity = options().capacity;
+        const double capacity = budget().capacity.load(std::memory_order_relaxed);
         const double t =
             static_cast<double>(budget().units.load(std::memory_order_relaxed)) / units_per_token;
         return t < capacity ? t : capacity;
@@ -105,18 +87,19 @@ public:
     void record_call() const noexcept {
         state& s = budget();
         s.calls.fetch_add(1, std::memory_order_relaxed);
-        const detail::retry_budget_config* const c = s.config.load(std::memory_order_seq_cst);
+        const std::uint64_t version = s.version.load(std::memory_order_seq_cst);
+        const std::int64_t ratio = s.ratio_units.load(std::memory_order_seq_cst);
+        const std::int64_t capacity = s.capacity_units.load(std::memory_order_seq_cst);
         std::int64_t current = s.units.load(std::memory_order_relaxed);
         std::int64_t next;
         do {
-            next =
-                current + c->ratio_units < c->capacity_units ? current + c->ratio_units : c->capacity_units;
+            next = current + ratio < capacity ? current + ratio : capacity;
         } while (!s.units.compare_exchange_weak(current, next, std::memory_order_seq_cst,
                                                 std::memory_order_relaxed));
-        // Reconfigured meanwhile: the deposit was capped at the old capacity. Either this load sees the
-        // new options and caps again, or (all seq_cst) the deposit came before the reconfiguration's own
-        // capping, which saw it.
-        if (s.config.load(std::memory_order_seq_cst) != c) [[unlikely]]
+        // Reconfigured meanwhile (the two values may even come from two configurations): the deposit
+        // was capped at a capacity no longer in force. Either this load sees the new version and caps
+        // again, or (all seq_cst) the deposit came before the reconfiguration's own capping, which saw it.
+        if (s.version.load(std::memory_order_seq_cst) != version) [[unlikely]]
             cap(s);
     }
 
@@ -145,10 +128,12 @@ public:
         return budget().denied.load(std::memory_order_relaxed);
     } ///< retries refused
 
-    /// The options in force: the constructor's or the latest `reconfigure`'s. The reference stays
-    /// valid while any copy of the handle lives (replaced options are kept).
-    const retry_budget_options& options() const noexcept {
-        return budget().config.load(std::memory_order_acquire)->options;
+    /// A copy of the options in force: the constructor's or the latest `reconfigure`'s.
+    retry_budget_options options() const {
+        state& s = budget();
+        std::lock_guard lock(s.reconfiguring); // both from one configuration
+        return {.ratio = s.ratio.load(std::memory_order_relaxed),
+                .capacity = s.capacity.load(std::memory_order_relaxed)};
     }
 
     /// Puts new options in force for the operations that come after, on every copy of the budget.
@@ -161,17 +146,16 @@ public:
     /// applies from the next call recorded. So the bound of the class comment holds from the change
     /// on, with the tokens left at the change in place of `capacity`.
     ///
-    /// Memory: the options replaced are kept until the budget dies (`options()` hands out references
-    /// to them): 40 bytes per reconfiguration on x86-64. It is for changes of configuration, not a
-    /// control loop run per call.
+    /// Memory: none; the options are a few numbers held in place.
     void reconfigure(retry_budget_options options) const {
         check(options);
-        auto fresh = std::make_unique<detail::retry_budget_config>(options, units_in(options.ratio),
-                                                                   units_in(options.capacity));
         state& s = budget();
         std::lock_guard lock(s.reconfiguring);
-        fresh->replaced = s.config.load(std::memory_order_relaxed);
-        s.config.store(fresh.release(), std::memory_order_seq_cst);
+        s.ratio.store(options.ratio, std::memory_order_relaxed);
+        s.capacity.store(options.capacity, std::memory_order_relaxed);
+        s.ratio_units.store(units_in(options.ratio), std::memory_order_seq_cst);
+        s.capacity_units.store(units_in(options.capacity), std::memory_order_seq_cst);
+        s.version.fetch_add(1, std::memory_order_seq_cst);
         cap(s);
     }
 
@@ -185,15 +169,14 @@ private:
     // Checked first: the units are computed only from valid options.
     static state* make(const retry_budget_options& o) {
         check(o);
-        return handle::make_state(
-            std::make_unique<detail::retry_budget_config>(o, units_in(o.ratio), units_in(o.capacity)));
+        return handle::make_state(o, units_in(o.ratio), units_in(o.capacity));
     }
 
     // Brings the tokens down to the capacity in force, if they are above it.
     static void cap(state& s) noexcept {
         std::int64_t current = s.units.load(std::memory_order_seq_cst);
         for (;;) {
-            const std::int64_t capacity = s.config.load(std::memory_order_seq_cst)->capacity_units;
+            const std::int64_t capacity = s.capacity_units.load(std::memory_order_seq_cst);
             if (current <= capacity ||
                 s.units.compare_exchange_weak(current, capacity, std::memory_order_seq_cst,
                                               std::memory_order_seq_cst))

@@ -122,11 +122,13 @@ public:
     ///   refused until the queue is under it); a `queue_timeout` applies to callers queued after
     ///   the change.
     ///
-    /// Every configuration is kept until the limiter's state goes, since calls in flight may read
-    /// it: one reconfiguration keeps a copy of the options (`sizeof(sliding_window_limiter_options)`,
-    /// under 200 bytes, and a pointer to it) plus what its `name` and callbacks hold; one that
-    /// changes the grid also replaces the ring of counters (a `std::size_t` per segment, plus two).
-    /// Reconfiguration is for changes of configuration, not a control loop run per call.
+    /// Memory: the options replaced are freed once no call that waited under them is still
+    /// running (a call that takes its permit at once keeps none). Options the same as those in
+    /// force (the same values, a listener copied from those in force, and no `on_rejected`, which
+    /// cannot be compared) change nothing and allocate nothing. A change of the grid replaces the
+    /// ring of counters (a `std::size_t` per segment, plus two); with `priorities`, each distinct
+    /// setting of them and `permit_limit` keeps a small table of the classes' shares until the
+    /// limiter goes.
     void reconfigure(sliding_window_limiter_options options) const {
         validate(options);
         const std::size_t limit = options.permit_limit, segments = options.segments;

@@ -211,6 +211,10 @@ public:
 
     /// True when it was made from a callable.
     explicit operator bool() const noexcept { return call_ != nullptr; }
+    /// True when both are empty, or copies of one listener (they share its callable).
+    [[nodiscard]] bool same_as(const telemetry_listener& o) const noexcept {
+        return owner_ == o.owner_ && call_ == o.call_;
+    }
     /// Calls the callable; what it throws propagates. Precondition: not empty.
     void operator()(const telemetry_event& e) const { call_(owner_.get(), e); }
 

@@ -12,6 +12,7 @@
 #include "inlining.hpp"
 #include "ring.hpp"
 #include "shared_handle.hpp"
+#include "snapshot_cell.hpp"
 #include "time.hpp"
 
 #include <algorithm>
@@ -30,31 +31,24 @@
 namespace resilience::detail {
 
 /// The options of a breaker with what the breaker derives from them: immutable once published (see
-/// `breaker_core::config`). A call reads the block in force when it is admitted and keeps using it,
-/// so it is never freed while the breaker lives: a reconfiguration keeps the block it replaces
-/// (`replaced`, owning), and the breaker frees the chain when it dies.
-struct breaker_config {
+/// `breaker_core::cell_`). A call that needs them after its admission pins the block it was admitted
+/// under, and a block replaced by a reconfiguration is freed once no call pins it. A call admitted
+/// under plain options (`plain`) pins nothing: it is judged under `breaker_plain_block`, which says
+/// the same as its own options for everything such a call reads after its admission (its sample
+/// and the sample's epoch it takes along in its admission).
+struct breaker_config : pinnable {
     breaker_config(circuit_breaker_options o, std::uint64_t epoch)
         : options(std::move(o)), sample_epoch(epoch) {
-        if (!options.sampling)
+        if (!options.sampling) {
+            plain = options.should_handle.empty();
             return;
+        }
         const breaker_sampling& w = *options.sampling;
         minimum_throughput =
             static_cast<std::uint64_t>(w.minimum_throughput.value_or(w.calls ? *w.calls : 20));
         slow_duration = w.slow_call_duration;
         slow_trips = w.slow_call_ratio.has_value();
-    }
-    breaker_config(const breaker_config&) = delete;
-    breaker_config& operator=(const breaker_config&) = delete;
-    ~breaker_config() {
-        // Iteratively: a breaker reconfigured a million times has a chain a million long.
-        const breaker_config* next = replaced;
-        while (next) {
-            const breaker_config* const after = next->replaced;
-            const_cast<breaker_config*>(next)->replaced = nullptr;
-            delete next;
-            next = after;
-        }
+        plain = options.should_handle.empty() && !slow_duration;
     }
 
     /// Does admitting a call need the time (to time it against a slow-call rule)?
@@ -64,12 +58,43 @@ struct breaker_config {
     std::uint64_t minimum_throughput = 0;
     std::optional<std::chrono::nanoseconds> slow_duration;
     bool slow_trips = false;
+    /// The default classifier and no slow-call rule: a closed admission under these options needs
+    /// nothing of them later but whether they sample and the sample's epoch, which it takes along,
+    /// so it pins nothing (see `breaker_core::admit_plain`).
+    bool plain = false;
     /// Which sample the calls admitted under this block belong to: a reconfiguration that starts a
     /// fresh sample gives the next number, one that keeps the sample keeps it.
     const std::uint64_t sample_epoch;
-    /// The block this one replaced (owned), kept for the calls admitted under it.
-    const breaker_config* replaced = nullptr;
 };
+
+/// Whether `a` and `b` are the same options, so that a reconfiguration from one to the other
+/// changes nothing. Callbacks compare by identity: two classifiers are the same when they share
+/// their callable (copies of one), and options with a `std::function` callback are never the same
+/// as any (two of them cannot be compared).
+inline bool same_breaker_options(const circuit_breaker_options& a,
+                                 const circuit_breaker_options& b) noexcept {
+    if (a.on_state_change || b.on_state_change || a.on_rejected || b.on_rejected)
+        return false;
+    if (a.sampling.has_value() != b.sampling.has_value())
+        return false;
+    if (a.sampling) {
+        const breaker_sampling& x = *a.sampling;
+        const breaker_sampling& y = *b.sampling;
+        if (x.calls != y.calls || x.window != y.window || x.segments != y.segments ||
+            x.minimum_throughput != y.minimum_throughput || x.failure_ratio != y.failure_ratio ||
+            x.slow_call_duration != y.slow_call_duration || x.slow_call_ratio != y.slow_call_ratio)
+            return false;
+    }
+    return a.name == b.name && a.failure_threshold == b.failure_threshold &&
+           a.break_duration == b.break_duration && a.break_duration_growth == b.break_duration_growth &&
+           a.max_break_duration == b.max_break_duration && a.probes == b.probes &&
+           a.should_handle.same_as(b.should_handle) && a.telemetry.same_as(b.telemetry);
+}
+
+/// What a plain call is judged under past its admission: the default classifier and no slow-call
+/// rule. Never freed; read only for those two, which read as the defaults even before it is
+/// initialised (zero-initialised, an empty classifier and no duration).
+inline const breaker_config breaker_plain_block{circuit_breaker_options{.failure_threshold = 1}, 0};
 
 /// Whether options `a` and `b` sample alike: neither samples, or both keep the same window (the
 /// same `calls`, or the same `window` and `segments`) and mark the same calls slow. What a sample
@@ -100,9 +125,9 @@ inline bool same_sample(const circuit_breaker_options& a, const circuit_breaker_
 /// a closed admission at the instant the word said closed, a skipped success at the instant the
 /// run of failures was already zero (see `record`).
 ///
-/// The options live in an immutable `breaker_config`, published through `config_` (release store,
-/// acquire load) and replaced whole by `reconfigure`. A call loads it once, when it is admitted, and
-/// judges itself under it to the end (classification, slowness, its callbacks and names); what the
+/// The options live in an immutable `breaker_config`, published through `cell_` and replaced whole
+/// by `reconfigure`. A call takes it once, when it is admitted, and judges itself under it to the
+/// end (classification, slowness, its callbacks and names); what the
 /// breaker itself does next (the rules a result is recorded under, the length of a break, the
 /// probes half-open admits, who hears a change) follows the block in force when it does it, read
 /// under the lock.
@@ -120,6 +145,8 @@ public:
         std::uint64_t generation = 0;
         time_point start{};
         const breaker_config* config = nullptr; // the options the call was admitted under
+        bool sampled = false;                   // whether they sample, and under which epoch
+        std::uint64_t epoch = 0;
     };
     /// What `admit` decided.
     struct ticket : admission {
@@ -129,31 +156,49 @@ public:
     };
 
     breaker_core(circuit_breaker_options o, C clock)
-        : config_(new breaker_config(std::move(o), 0)), clock_(std::move(clock)) {
-        try {
-            make_sample(*config_.load(std::memory_order_relaxed), count_window_, time_window_);
-        } catch (...) {
-            delete config_.load(std::memory_order_relaxed);
-            throw;
-        }
+        : clock_(std::move(clock)), cell_(std::make_unique<breaker_config>(std::move(o), 0)) {
+        make_sample(*cell_.locked(), count_window_, time_window_);
+        admit_word_.store(admit_word_of(*cell_.locked()), std::memory_order_relaxed);
     }
     breaker_core(const breaker_core&) = delete;
     breaker_core& operator=(const breaker_core&) = delete;
-    ~breaker_core() { delete config_.load(std::memory_order_relaxed); } // and every block it replaced
 
-    /// The options in force: the newest block, which stays valid while the breaker lives.
-    const breaker_config* config() const noexcept { return config_.load(std::memory_order_acquire); }
-    const circuit_breaker_options& options() const noexcept { return config()->options; }
+    /// Pins the options in force, for a call admitted under them (or a reader of them).
+    pinned<breaker_config> pin() noexcept { return cell_.pin(); }
+    /// A copy of the options in force.
+    circuit_breaker_options options() const {
+        std::lock_guard lock(mutex_);
+        return cell_.locked()->options;
+    }
     const C& clock() const noexcept { return clock_; }
 
-    /// Does admitting a call under the options in force need the time (see `breaker_config`)?
-    bool times_calls() const noexcept { return config()->times_calls(); }
+    /// Admits a call into `a` when the options in force are plain (`breaker_config::plain`, read
+    /// with whether they sample and the sample's epoch in one load of `admit_word_`) and the breaker
+    /// is closed (one load of the word): the call is judged under `breaker_plain_block` and pins
+    /// nothing. False changes nothing (the caller pins the options in force and goes on to
+    /// `admit_under`).
+    bool admit_plain(admission& a) const noexcept {
+        const std::uint64_t o = admit_word_.load(std::memory_order_acquire);
+        if (!(o & admit_plain_bit))
+            return false;
+        const std::uint64_t w = word_.load(std::memory_order_acquire);
+        if (state_of(w) != circuit_state::closed)
+            return false;
+        a.admitted = true;
+        a.generation = generation_of(w);
+        a.config = &breaker_plain_block;
+        a.sampled = (o & admit_sampled_bit) != 0;
+        a.epoch = o >> 2;
+        return true;
+    }
 
     /// Admits or refuses a call. A closed breaker decides with one atomic load and no lock, and
     /// reads the clock only when a slow-call rule needs the call's start. `sink` hears the state
     /// changes this call makes or sees, unless the options have a listener.
-    ticket admit(detail::listener_ref sink = {}) { return admit_under(config(), sink); }
-    /// As `admit()`, the call judged under `cfg` (a block this breaker published: `config()`).
+    /// (For tests: the call is judged under the block in force, which must stay in force until
+    /// its result is recorded.)
+    ticket admit(detail::listener_ref sink = {}) { return admit_under(unpinned(), sink); }
+    /// As `admit()`, the call judged under `cfg` (a block of this breaker's the caller pinned).
     ticket admit_under(const breaker_config* cfg, detail::listener_ref sink = {}) {
         if (cfg->slow_duration)
             return admit_under(cfg, clock_.now(), sink);
@@ -172,13 +217,15 @@ public:
             return false;
         a.admitted = true;
         a.generation = generation_of(w);
-        a.config = cfg;
+        judged_under(a, cfg);
         return true;
     }
 
     /// As `admit()`, with `now` a reading of `clock()` the caller has just made: it is the call's
     /// start for slow-call rules and the time the break is judged at; the clock is not read again.
-    ticket admit(time_point now, detail::listener_ref sink = {}) { return admit_under(config(), now, sink); }
+    ticket admit(time_point now, detail::listener_ref sink = {}) {
+        return admit_under(unpinned(), now, sink);
+    }
     /// As `admit(now)`, the call judged under `cfg`.
     ticket admit_under(const breaker_config* cfg, time_point now, detail::listener_ref sink = {}) {
         const std::uint64_t w = word_.load(std::memory_order_acquire);
@@ -193,7 +240,7 @@ public:
     /// Precondition: `options().should_handle.accepts<R>()`. Judged under the options in force.
     template <class R>
     breaker_verdict judge(const outcome<R>& o) const {
-        return judge(*config(), o);
+        return judge(*pin(), o);
     }
     /// As `judge(o)`, under the options `cfg` (those the call was admitted under).
     template <class R>
@@ -226,7 +273,7 @@ public:
             // load, so coherence makes the load see a run and the success takes the lock to end it.
             // Relaxed is enough: nothing else is read on the strength of the value.
             // A call admitted with no sample is entered in none (see `record_closed`).
-            if (v == breaker_verdict::success && !t.config->options.sampling &&
+            if (v == breaker_verdict::success && !t.sampled &&
                 consecutive_failures_.load(std::memory_order_relaxed) == 0)
                 return;
         }
@@ -244,7 +291,7 @@ public:
         std::lock_guard lock(mutex_);
         const time_point now = std::max(read, last_now_);
         circuit_metrics m;
-        m.name = config_.load(std::memory_order_relaxed)->options.name;
+        m.name = current_config().options.name;
         m.state = visible_state(now);
         detail::window_counts c;
         if (count_window_)
@@ -290,13 +337,16 @@ public:
     /// sample is kept when `o` samples as the options in force do (`same_sample`), and is otherwise
     /// replaced by a fresh one, which only calls admitted from now on enter. A half-open breaker that
     /// has already seen as many probes pass as `o.probes` asks closes now, and `on_state_change`
-    /// hears it (what that throws reaches the caller, after the change). The block replaced is kept
-    /// until the breaker dies. Throws `std::bad_alloc` before anything changed.
+    /// hears it (what that throws reaches the caller, after the change). The block replaced is freed
+    /// once no call pins it; options the same as those in force (`same_breaker_options`) change
+    /// nothing and make no block. Throws `std::bad_alloc` before anything changed.
     void reconfigure(circuit_breaker_options o) {
         bool closed = false;
         {
             std::lock_guard lock(mutex_);
-            const breaker_config* const old = config_.load(std::memory_order_relaxed);
+            const breaker_config* const old = cell_.locked();
+            if (same_breaker_options(old->options, o))
+                return;
             const bool keep = same_sample(old->options, o);
             auto fresh = std::make_unique<breaker_config>(std::move(o),
                                                           keep ? old->sample_epoch : old->sample_epoch + 1);
@@ -304,8 +354,10 @@ public:
             std::optional<time_window> times;
             if (!keep)
                 make_sample(*fresh, counts, times);
-            fresh->replaced = old;
-            config_.store(fresh.release(), std::memory_order_release);
+            const std::uint64_t admits = admit_word_of(*fresh);
+            cell_.replace(std::move(fresh)); // frees `old` if no call pins it: not read after this
+            // A plain admission reads this word and not the block: it changes with the block.
+            admit_word_.store(admits, std::memory_order_release);
             if (!keep) {
                 count_window_ = std::move(counts);
                 time_window_ = std::move(times);
@@ -327,7 +379,7 @@ private:
     // A change of state, told to the callbacks of the options in force when it was made.
     struct change {
         circuit_state from{}, to{};
-        const breaker_config* config = nullptr;
+        pinned<breaker_config> config; // told to its callbacks, which may run after a reconfiguration
     };
 
     // The empty sample `cfg` asks for, if any.
@@ -342,7 +394,12 @@ private:
             times.emplace(*w.window / static_cast<std::int64_t>(w.segments), w.segments);
     }
     // Under the lock only: `config_` is written under it.
-    const breaker_config& current_config() const noexcept { return *config_.load(std::memory_order_relaxed); }
+    const breaker_config& current_config() const noexcept { return *cell_.locked(); }
+    // For `admit()` without a block: see there.
+    const breaker_config* unpinned() const {
+        std::lock_guard lock(mutex_);
+        return cell_.locked();
+    }
 
     // The word holds the state in its low bits and the generation above them. The generation
     // wraps after 2^62 changes, and tickets compare it as stored, wrapped too.
@@ -355,6 +412,21 @@ private:
         return static_cast<circuit_state>(w & ((std::uint64_t{1} << state_bits) - 1));
     }
     static constexpr std::uint64_t generation_of(std::uint64_t w) noexcept { return w >> state_bits; }
+
+    // `admit_word_`: what a plain admission needs of the block in force, in one word: `plain`,
+    // whether it samples, and its sample epoch above them.
+    static constexpr std::uint64_t admit_plain_bit = 1;
+    static constexpr std::uint64_t admit_sampled_bit = 2;
+    static std::uint64_t admit_word_of(const breaker_config& c) noexcept {
+        return c.sample_epoch << 2 | (c.options.sampling ? admit_sampled_bit : 0) |
+               (c.plain ? admit_plain_bit : 0);
+    }
+    // The call admitted into `a` is judged under `cfg`.
+    static void judged_under(admission& a, const breaker_config* cfg) noexcept {
+        a.config = cfg;
+        a.sampled = cfg->options.sampling.has_value();
+        a.epoch = cfg->sample_epoch;
+    }
 
     // Under the lock only. Only the lock holder writes the word, so relaxed loads see its latest value.
     circuit_state current_state() const noexcept { return state_of(word_.load(std::memory_order_relaxed)); }
@@ -370,7 +442,7 @@ private:
 
     static ticket closed_ticket(const breaker_config* cfg, std::uint64_t w, time_point start) noexcept {
         ticket t;
-        t.config = cfg;
+        judged_under(t, cfg);
         t.admitted = true;
         t.generation = generation_of(w);
         t.start = start;
@@ -383,7 +455,7 @@ private:
     ticket admit_locked(const breaker_config* cfg, std::optional<time_point> read,
                         detail::listener_ref sink) {
         ticket t;
-        t.config = cfg;
+        judged_under(t, cfg);
         bool changed = false;
         for (;;) {
             std::unique_lock lock(mutex_);
@@ -451,8 +523,7 @@ private:
         // The clock is read only when the result may need it: a success of a call admitted with no
         // sampling (and so no slow-call rule) needs no time at all.
         const breaker_config& own = *t.config;
-        const bool needs_time = v == breaker_verdict::failure ||
-                                (v == breaker_verdict::success && own.options.sampling.has_value());
+        const bool needs_time = v == breaker_verdict::failure || (v == breaker_verdict::success && t.sampled);
         const time_point read = needs_time ? clock_.now() : time_point{};
         bool changed = false;
         {
@@ -466,7 +537,7 @@ private:
             if (t.probe)
                 changed = record_probe(v, slow, error, now);
             else
-                changed = record_closed(own, v, slow, error, now);
+                changed = record_closed(t, v, slow, error, now);
         }
         if (changed)
             notify(sink);
@@ -511,9 +582,10 @@ private:
         return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(d)};
     }
 
-    // `own`: the options the call was admitted under. The rules are those in force.
-    bool record_closed(const breaker_config& own, breaker_verdict v, bool slow,
-                       const std::exception_ptr& error, time_point now) {
+    // `own`: the call's admission (whether its options sampled, and which sample). The rules are
+    // those in force.
+    bool record_closed(const admission& own, breaker_verdict v, bool slow, const std::exception_ptr& error,
+                       time_point now) {
         if (v == breaker_verdict::ignored)
             return false;
         const breaker_config& cfg = current_config();
@@ -535,7 +607,7 @@ private:
         }
         // A sample holds only the calls admitted under it: one admitted before the sample was
         // replaced (or with none) was judged for another, and is left out.
-        if (!cfg.options.sampling || own.sample_epoch != cfg.sample_epoch)
+        if (!cfg.options.sampling || !own.sampled || own.epoch != cfg.sample_epoch)
             return false;
         detail::window_counts c;
         if (count_window_) {
@@ -606,7 +678,7 @@ private:
 
     // Every change is queued: a listener may be in the context of whichever call drains it.
     void transition(circuit_state to) {
-        changes_.push(change{current_state(), to, &current_config()});
+        changes_.push(change{current_state(), to, cell_.pin_locked()});
         publish(to, current_generation() + 1);
     }
 
@@ -625,20 +697,23 @@ private:
                 return;
             draining_ = true;
             while (!changes_.empty()) {
-                const change c = changes_.pop();
-                lock.unlock();
-                const circuit_breaker_options& o = c.config->options;
-                try {
-                    if (o.on_state_change)
-                        o.on_state_change(state_change_event{o.name, c.from, c.to});
-                } catch (...) {
-                    if (!thrown)
-                        thrown = std::current_exception();
-                }
-                const detail::listener_ref listener = o.telemetry ? sink.to(&o.telemetry) : sink;
-                auto f = detail::emit_caught(listener, clock_, detail::state_change(o.name, c.from, c.to));
-                if (f && !thrown)
-                    thrown = f->exception();
+                {
+                    const change c = changes_.pop();
+                    lock.unlock();
+                    const circuit_breaker_options& o = c.config->options;
+                    try {
+                        if (o.on_state_change)
+                            o.on_state_change(state_change_event{o.name, c.from, c.to});
+                    } catch (...) {
+                        if (!thrown)
+                            thrown = std::current_exception();
+                    }
+                    const detail::listener_ref listener = o.telemetry ? sink.to(&o.telemetry) : sink;
+                    auto f =
+                        detail::emit_caught(listener, clock_, detail::state_change(o.name, c.from, c.to));
+                    if (f && !thrown)
+                        thrown = f->exception();
+                } // the pin goes with the lock released: the block's callbacks may be freed with it
                 lock.lock();
             }
             draining_ = false;
@@ -648,15 +723,15 @@ private:
     }
 
     // Off the cache line of the count of holds (see `shared_state`): calls only read what follows.
-    // The options in force; written under the lock, read by calls without it (see `config()`).
-    alignas(64) std::atomic<const breaker_config*> config_;
-    C clock_;
-
     // Read without the lock, written under it.
-    std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
+    alignas(64) std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
+    std::atomic<std::uint64_t> admit_word_{0};           // see `admit_word_of`; written under the lock
     std::atomic<std::uint64_t> consecutive_failures_{0}; // the current run of recorded failures
 
-    std::mutex mutex_;
+    C clock_;
+    mutable std::mutex mutex_;
+    // The options in force; replaced under the lock, pinned by calls without it.
+    snapshot_cell<breaker_config> cell_;
     std::optional<detail::count_window> count_window_;
     std::optional<detail::time_window> time_window_;
     time_point last_now_ = time_point::min();

@@ -32,6 +32,7 @@
 #include "../when_all.hpp"
 #include "inlining.hpp"
 #include "shared_handle.hpp"
+#include "snapshot_cell.hpp"
 #include "stop.hpp"
 #include "time.hpp"
 #include "waiter_queue.hpp"
@@ -75,16 +76,15 @@ bool timer_loop_here(const C& clock) noexcept {
 static_assert(max_priority_classes <= waiter_ranks, "each priority class needs a rank of the queue");
 
 /// One configuration of a bulkhead, as its calls see it: the options and what is derived from
-/// them, immutable. A call loads the block in force where it starts and keeps it to its end (see
-/// `bulkhead_state::current`), so it never sees a mix of two configurations.
+/// them, immutable. A call that needs it past its admission pins the block in force where it
+/// starts and keeps it to its end (see `bulkhead_state::cell`), so it never sees a mix of two
+/// configurations.
 template <class Options>
-struct bulkhead_config {
+struct bulkhead_config : pinnable {
     explicit bulkhead_config(Options o)
         : options(std::move(o)), should_handle(limit_classifier(options.adapt)),
           adaptive(should_handle != nullptr), times_calls(needs_latency(options.adapt)),
           priority(options.priorities) {}
-    bulkhead_config(const bulkhead_config&) = delete;
-    bulkhead_config& operator=(const bulkhead_config&) = delete;
 
     const Options options;
     const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
@@ -107,6 +107,32 @@ struct bulkhead_config {
         return false;
     }
 
+    /// `inert` in one word, for a call's end to read without pinning the block in force: 0 without
+    /// `adapt`; else `aimd_bit` for AIMD, with its `slow_call_duration` in nanoseconds below it
+    /// (`no_slow` when none), or `other_bit` for another algorithm.
+    static constexpr std::uint64_t aimd_bit = std::uint64_t{1} << 63;
+    static constexpr std::uint64_t other_bit = std::uint64_t{1} << 62;
+    static constexpr std::uint64_t no_slow = other_bit - 1;
+    std::uint64_t sample_word() const noexcept {
+        if (const aimd* a = std::get_if<aimd>(&options.adapt)) {
+            if (!a->slow_call_duration)
+                return aimd_bit | no_slow;
+            const auto ns = std::max<std::int64_t>(a->slow_call_duration->count(), 0);
+            return aimd_bit | std::min<std::uint64_t>(static_cast<std::uint64_t>(ns), no_slow - 1);
+        }
+        return adaptive ? other_bit : 0;
+    }
+    /// `inert`, from a `sample_word()`.
+    static bool inert(std::uint64_t word, std::chrono::nanoseconds latency, bool failed,
+                      bool limited) noexcept {
+        if (!(word & aimd_bit))
+            return false;
+        const std::uint64_t slow = word & no_slow;
+        return !failed && !limited &&
+               !(slow != no_slow &&
+                 static_cast<std::uint64_t>(std::max<std::int64_t>(latency.count(), 0)) >= slow);
+    }
+
 private:
     static bool needs_latency(const adaptive_limit& a) noexcept {
         if (const aimd* m = std::get_if<aimd>(&a))
@@ -114,6 +140,33 @@ private:
         return std::holds_alternative<gradient>(a);
     }
 };
+
+/// Whether options `a` and `b` (`bulkhead_options`) are the same: a reconfiguration from one to the
+/// other changes nothing. Classifiers and listeners compare by identity (copies of one are the same);
+/// options with an `on_rejected` are never the same as any (it cannot be compared).
+template <class Options>
+bool same_bulkhead_options(const Options& a, const Options& b) noexcept {
+    if (a.on_rejected || b.on_rejected || a.name != b.name ||
+        a.max_concurrent_calls != b.max_concurrent_calls || a.queue_limit != b.queue_limit ||
+        a.queue_timeout != b.queue_timeout || a.priorities.classes != b.priorities.classes ||
+        a.priorities.reserved != b.priorities.reserved ||
+        a.priorities.default_class != b.priorities.default_class || !a.telemetry.same_as(b.telemetry) ||
+        a.adapt.index() != b.adapt.index())
+        return false;
+    if (const aimd* x = std::get_if<aimd>(&a.adapt)) {
+        const aimd& y = std::get<aimd>(b.adapt);
+        return x->min == y.min && x->max == y.max && x->slow_call_duration == y.slow_call_duration &&
+               x->decrease == y.decrease && x->should_handle.same_as(y.should_handle);
+    }
+    if (const gradient* x = std::get_if<gradient>(&a.adapt)) {
+        const gradient& y = std::get<gradient>(b.adapt);
+        return x->min == y.min && x->max == y.max && x->short_samples == y.short_samples &&
+               x->long_samples == y.long_samples && x->tolerance == y.tolerance &&
+               x->smoothing == y.smoothing && x->headroom == y.headroom &&
+               x->should_handle.same_as(y.should_handle);
+    }
+    return true;
+}
 
 /// What the copies of a `bulkhead` share: its slots, the limit on them, and the queue of calls
 /// waiting for one.
@@ -136,12 +189,13 @@ private:
 /// held (by `adapt`, or by a reconfiguration).
 ///
 /// The options live in immutable blocks (`bulkhead_config`), the one in force published through
-/// `current`: a call loads it once where it starts (`bulkhead::enter`, or `run`) and uses that
-/// block to its end, for its name, callbacks, listener, queue timeout and classifier. A
-/// reconfiguration publishes a new block under `mutex` and keeps the old ones (`configs`) until
-/// the state goes, since calls in flight may still read them. What the state itself does (the
-/// limit, the queue limit a newcomer is refused at, the algorithm a sample goes to) follows the
-/// block in force when it does it.
+/// `cell`: a call that needs it past its admission pins it once where it starts (`bulkhead::enter`,
+/// or `run`) and uses that block to its end, for its name, callbacks, listener, queue timeout and
+/// classifier. A call of a bulkhead with neither `adapt` nor `priorities` that finds a free slot
+/// needs nothing of it (`plain`, read from one word), and pins nothing. A reconfiguration publishes
+/// a new block under `mutex`; the old one is freed once no call pins it. What the state itself does
+/// (the limit, the queue limit a newcomer is refused at, the algorithm a sample goes to) follows
+/// the block in force when it does it.
 ///
 /// Invariants:
 /// - Whenever `mutex` is free, `waiting` is set exactly when the queue is non-empty. It is raised
@@ -172,11 +226,12 @@ struct bulkhead_state : shared_state {
     using config = bulkhead_config<Options>;
 
     bulkhead_state(Options o, C c)
-        : limit(o.max_concurrent_calls), clock(std::move(c)), algorithm(o.adapt, o.max_concurrent_calls) {
-        auto first = std::make_unique<const config>(std::move(o));
-        modes.store(modes_of(*first), std::memory_order_relaxed);
-        current.store(first.get(), std::memory_order_relaxed);
-        configs.push_back(std::move(first));
+        : limit(o.max_concurrent_calls), clock(std::move(c)),
+          algorithm(o.adapt, o.max_concurrent_calls), cell(std::make_unique<config>(std::move(o))) {
+        const config& first = *cell.locked();
+        modes.store(modes_of(first), std::memory_order_relaxed);
+        plain.store(!first.long_entry, std::memory_order_relaxed);
+        sample_word.store(first.sample_word(), std::memory_order_relaxed);
     }
 
 #ifndef NDEBUG
@@ -210,23 +265,30 @@ struct bulkhead_state : shared_state {
     std::atomic<std::uint64_t> word{0};
     std::atomic<std::uint64_t> limit;    // written under `mutex`
     std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
-    /// The block in force: stored (release) under `mutex`, loaded (acquire) once by each call.
-    std::atomic<const config*> current{nullptr};
+    /// The block in force has neither `adapt` nor `priorities`: a call that takes a free slot
+    /// needs nothing of it (see `bulkhead::enter`). Stored under `mutex` with the block.
+    std::atomic<bool> plain{true};
     std::atomic<unsigned char> modes{0}; // raised under `mutex`, before the block that needs them is
     C clock;
     limit_algorithm algorithm; // guarded by `mutex`
-    std::mutex mutex;
+    mutable std::mutex mutex;
     waiter_queue queue;
     waiter* displaced_ = nullptr; // refused by `enqueue_locked`, to wake unlocked; guarded by `mutex`
-    std::vector<std::unique_ptr<const config>>
-        configs; // every block so far, `current` last; guarded by `mutex`
+    /// The block in force: replaced under `mutex`, pinned by the calls that need it.
+    snapshot_cell<config> cell;
+    std::atomic<std::uint64_t> sample_word{0}; // the block in force's `sample_word()`
 
     static unsigned char modes_of(const config& c) noexcept {
         return static_cast<unsigned char>((c.adaptive ? ever_adaptive : 0) |
                                           (c.options.queue_timeout ? ever_timed : 0));
     }
-    /// The block in force now (for a call starting, or for the handle's accessors).
-    const config& config_now() const noexcept { return *current.load(std::memory_order_acquire); }
+    /// Pins the block in force now, for a call starting.
+    pinned<config> pin() noexcept { return cell.pin(); }
+    /// A copy of the options in force.
+    Options options() const {
+        std::lock_guard lock(mutex);
+        return cell.locked()->options;
+    }
 
     [[nodiscard]] std::size_t in_flight() const noexcept {
         return static_cast<std::size_t>(word.load(std::memory_order_relaxed) & slot_mask);
@@ -318,8 +380,8 @@ struct bulkhead_state : shared_state {
         // A sample that cannot change anything (an AIMD success while nothing waits, or no
         // algorithm any more) takes no lock: it is recorded, as nothing, at the instant of these
         // loads.
-        const config& in_force = config_now();
-        if (!in_force.adaptive || in_force.inert(latency, failed, limited_now())) {
+        const std::uint64_t in_force = sample_word.load(std::memory_order_acquire);
+        if (in_force == 0 || config::inert(in_force, latency, failed, limited_now())) {
             release();
             return;
         }
@@ -373,8 +435,7 @@ struct bulkhead_state : shared_state {
     waiter_state decide_locked(waiter& w) noexcept {
         if (!queue.any_from(w.rank) && take_locked(cap_locked(w.rank), false))
             return waiter_state::granted;
-        if (queue.size() >= current.load(std::memory_order_relaxed)->options.queue_limit &&
-            !queue.displaced_by(w.rank))
+        if (queue.size() >= cell.locked()->options.queue_limit && !queue.displaced_by(w.rank))
             return waiter_state::rejected;
         return waiter_state::idle;
     }
@@ -385,7 +446,7 @@ struct bulkhead_state : shared_state {
     waiter_state enqueue_locked(waiter& w) noexcept {
         if (queue.empty() && take_locked(cap_locked(w.rank), true))
             return waiter_state::granted;
-        if (queue.size() >= current.load(std::memory_order_relaxed)->options.queue_limit) {
+        if (queue.size() >= cell.locked()->options.queue_limit) {
             if (waiter* out = queue.displaced_by(w.rank)) {
                 queue.erase(*out);
                 out->state = waiter_state::rejected;
@@ -408,7 +469,7 @@ struct bulkhead_state : shared_state {
     // what the classes above keep, by the block in force.
     std::uint64_t cap_locked(unsigned rank) const noexcept {
         const std::uint64_t l = limit.load(std::memory_order_relaxed);
-        return l - current.load(std::memory_order_relaxed)->priority.keep(rank, l);
+        return l - cell.locked()->priority.keep(rank, l);
     }
 
     // `mutex` held, nobody of the caller's class or above queued (`waiting` is clear when nobody
@@ -442,24 +503,34 @@ struct bulkhead_state : shared_state {
     rejection_reason reason_of(waiter_state refused) const noexcept {
         if (refused == waiter_state::expired)
             return rejection_reason::queue_timeout;
-        return config_now().options.queue_limit == 0 ? rejection_reason::no_capacity
-                                                     : rejection_reason::queue_full;
+        std::lock_guard lock(mutex);
+        return cell.locked()->options.queue_limit == 0 ? rejection_reason::no_capacity
+                                                       : rejection_reason::queue_full;
     }
 
-    /// Puts `o` (validated) in force; see `bulkhead::reconfigure` for what carries over. The new
-    /// block is kept, with the old ones, until the state goes. A limit that grew hands its new
-    /// slots to the oldest waiters at once; one that shrank admits nobody until the calls holding
-    /// slots are under it. Nothing changes if it throws (only allocation can).
+    /// Puts `o` (validated) in force; see `bulkhead::reconfigure` for what carries over. The block
+    /// replaced is freed once no call pins it; options the same as those in force change nothing.
+    /// A limit that grew hands its new slots to the oldest waiters at once; one that shrank admits
+    /// nobody until the calls holding slots are under it. Nothing changes if it throws (only
+    /// allocation can).
     void reconfigure(Options o) {
-        auto next = std::make_unique<const config>(std::move(o));
+        {
+            std::lock_guard lock(mutex);
+            if (same_bulkhead_options(cell.locked()->options, o))
+                return;
+        }
+        auto next = std::make_unique<config>(std::move(o));
         const config& c = *next;
         waiter* woken = nullptr;
         {
             std::lock_guard lock(mutex);
-            configs.push_back(std::move(next)); // the only step that can throw: before any change
+            // Raised before the block can be pinned (a bit raised for nothing only makes
+            // `waits_in_frame` take the longer way).
+            modes.fetch_or(modes_of(c), std::memory_order_relaxed);
+            cell.replace(std::move(next)); // the only step that can throw: before any other change
             algorithm.reconfigure(c.options.adapt, c.options.max_concurrent_calls);
-            modes.fetch_or(modes_of(c), std::memory_order_relaxed); // before the block is seen
-            current.store(&c, std::memory_order_release);
+            plain.store(!c.long_entry, std::memory_order_release);
+            sample_word.store(c.sample_word(), std::memory_order_release);
             if (algorithm.adaptive()) {
                 limit.store(algorithm.limit(), std::memory_order_relaxed);
                 epoch.store(algorithm.epoch(), std::memory_order_relaxed);

@@ -6,6 +6,8 @@
 /// remembering", and the options' validation.
 #pragma once
 
+#include "snapshot_cell.hpp"
+
 #include "../classifier.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
@@ -47,29 +49,25 @@ inline bool remembered_by_default(const failure& f) noexcept {
 }
 
 /// One configuration of a cache (`Options` is `cache_options<T>`), immutable once published: a call
-/// loads the block in force once, where it starts, and uses it to its end (and so does the refresh
-/// it makes), so it is never freed while the cache's state lives. A reconfiguration keeps the block
-/// it replaces (`replaced`, owning), and the state frees the chain when it goes.
+/// pins the block in force once, where it starts, and uses it to its end (and so does the refresh
+/// it makes); a block replaced by a reconfiguration is freed once no call pins it.
 template <class Options>
-struct cache_config {
+struct cache_config : pinnable {
     explicit cache_config(Options o) : options(std::move(o)) {}
-    cache_config(const cache_config&) = delete;
-    cache_config& operator=(const cache_config&) = delete;
-    ~cache_config() {
-        // Iteratively: a cache reconfigured a million times has a chain a million long.
-        const cache_config* next = replaced;
-        while (next) {
-            const cache_config* const after = next->replaced;
-            const_cast<cache_config*>(next)->replaced = nullptr;
-            delete next;
-            next = after;
-        }
-    }
 
     const Options options;
-    /// The block this one replaced (owned), kept for the calls and refreshes started under it.
-    const cache_config* replaced = nullptr;
 };
+
+/// Whether `a` and `b` (`cache_options<T>`) are the same options: a reconfiguration from one to
+/// the other changes nothing. The classifier and the listener compare by identity (copies of one
+/// are the same); options with a `ttl_of` are never the same as any (it cannot be compared).
+template <class Options>
+bool same_cache_options(const Options& a, const Options& b) noexcept {
+    return !a.ttl_of && !b.ttl_of && a.name == b.name && a.ttl == b.ttl &&
+           a.stale_while_revalidate == b.stale_while_revalidate && a.stale_if_error == b.stale_if_error &&
+           a.max_entries == b.max_entries && a.negative_ttl == b.negative_ttl &&
+           a.should_handle.same_as(b.should_handle) && a.telemetry.same_as(b.telemetry);
+}
 
 /// What a refresh hands every caller that waited for it (through its `single_flight`): the outcome
 /// of the call, and, when it failed while a stale value was still within its `stale_if_error`

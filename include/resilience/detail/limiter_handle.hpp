@@ -15,6 +15,7 @@
 #include "frame_allocator.hpp"
 #include "limiter_state.hpp"
 #include "shared_handle.hpp"
+#include "snapshot_cell.hpp"
 #include "waiter_queue.hpp"
 
 #include <atomic>
@@ -31,38 +32,62 @@
 
 namespace resilience::detail {
 
+/// One configuration of a limiter, immutable: pinned by the calls that need it past their start.
+template <class Options>
+struct limiter_options_block : pinnable {
+    explicit limiter_options_block(Options o) : options(std::move(o)) {}
+    const Options options;
+};
+
+/// Whether limiter options `a` and `b` are the same: a reconfiguration from one to the other
+/// changes nothing. Listeners compare by identity (copies of one are the same); options with an
+/// `on_rejected` are never the same as any (it cannot be compared).
+template <class Options>
+bool same_limiter_options(const Options& a, const Options& b) noexcept {
+    if (a.on_rejected || b.on_rejected || a.name != b.name || a.queue_limit != b.queue_limit ||
+        a.queue_timeout != b.queue_timeout || a.priorities.classes != b.priorities.classes ||
+        a.priorities.reserved != b.priorities.reserved ||
+        a.priorities.default_class != b.priorities.default_class || !a.telemetry.same_as(b.telemetry))
+        return false;
+    if constexpr (requires { a.token_limit; })
+        return a.token_limit == b.token_limit && a.tokens_per_second == b.tokens_per_second;
+    else
+        return a.permit_limit == b.permit_limit && a.window == b.window && a.segments == b.segments;
+}
+
 /// A limiter's shared state with its options: each configuration an immutable block, the one in
-/// force published through `current`. A call that waits loads it once, when it starts waiting,
-/// and uses it to its end (its name, `on_rejected`, listener); a call that takes its permit at
-/// once needs none. A reconfiguration keeps the old blocks (`kept`) until the state goes, since
-/// calls in flight may still read them.
+/// force published through `cell`. A call that waits pins it once, when it starts waiting, and
+/// uses it to its end (its name, `on_rejected`, listener); a call that takes its permit at once
+/// needs none and pins none. A block replaced by a reconfiguration is freed once no call pins it.
 template <clock C, class Meter, class Options>
 struct limiter_shared : limiter_state<C, Meter> {
+    using block = limiter_options_block<Options>;
+
     limiter_shared(Meter m, C c, Options o)
-        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout) {
+        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout),
+          cell(std::make_unique<block>(Options(o))) {
         this->publish_priorities_locked(this->prepare_priorities_locked(o.priorities, limit_of(o)));
-        auto first = std::make_unique<const Options>(std::move(o));
-        current.store(first.get(), std::memory_order_relaxed);
-        kept.push_back(std::move(first));
     }
 
-    /// The options in force now.
-    const Options& options_now() const noexcept { return *current.load(std::memory_order_acquire); }
+    /// Pins the options in force now.
+    pinned<block> pin() noexcept { return cell.pin(); }
 
     /// Puts `o` (validated) in force: `change(meter, now)` gives the meter its new parameters
-    /// (see `limiter_state::reconfigure`). Nothing changes if it throws.
+    /// (see `limiter_state::reconfigure`). Options the same as those in force change nothing.
+    /// Nothing changes if it throws.
     template <class Change>
     void reconfigure(Options o, Change change) {
-        auto next = std::make_unique<const Options>(std::move(o));
-        const Options& in_force = *next;
+        if (same_limiter_options(pin()->options, o))
+            return; // a reconfiguration racing this one is ordered after it
+        auto next = std::make_unique<block>(std::move(o));
+        const Options& in_force = next->options;
         this->limiter_state<C, Meter>::reconfigure(
             [&](Meter& m, std::chrono::nanoseconds now) {
-                kept.reserve(kept.size() + 1); // may throw: before any change
                 auto next_ranks =
-                    this->prepare_priorities_locked(in_force.priorities, limit_of(in_force)); // likewise
-                change(m, now); // may throw only before it changes anything
-                kept.push_back(std::move(next));
-                current.store(&in_force, std::memory_order_release);
+                    this->prepare_priorities_locked(in_force.priorities, limit_of(in_force)); // may throw
+                cell.reserve();                                                               // likewise
+                change(m, now);                // may throw only before it changes anything
+                cell.replace(std::move(next)); // cannot throw now; `in_force` is the block in force
                 this->publish_priorities_locked(std::move(next_ranks));
             },
             in_force.queue_limit, in_force.queue_timeout);
@@ -76,8 +101,7 @@ struct limiter_shared : limiter_state<C, Meter> {
             return o.permit_limit;
     }
 
-    std::atomic<const Options*> current{nullptr};     // stored (release) under the mutex
-    std::vector<std::unique_ptr<const Options>> kept; // every block so far; guarded by the mutex
+    snapshot_cell<block> cell; // replaced under the mutex
 };
 
 /// The public face shared by the limiters: the policy protocol, `take`, `queued`, `name`, `==`.
@@ -132,7 +156,7 @@ public:
     public:
         frame_wait(const limiter_handle& l, call_state&, const context& ctx,
                    std::optional<outcome<R>>& result)
-            : ctx_(ctx), result_(result), options_(&l.held().options_now()),
+            : ctx_(ctx), result_(result), pin_(l.held().pin()), options_(&pin_->options),
               queue_(l.held(), node_, ctx.stop_token()) {
             node_.rank = l.held().rank_of(ctx);
             add_hold(l.held(), true);
@@ -243,6 +267,7 @@ public:
 
         const context& ctx_;
         std::optional<outcome<R>>& result_;
+        pinned<typename shared::block> pin_;          // `options_`'s
         const Options* options_;                      // the call's: those in force when it started waiting
         typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
         waiter node_;
@@ -287,10 +312,9 @@ public:
 
     /// Calls (and `take`s) waiting now, the one watching the clock included.
     [[nodiscard]] std::size_t queued() const { return this->held().queued(); }
-    /// The options in force now (the latest `reconfigure`'s, or the constructor's). The reference
-    /// stays valid as long as the limiter lives: replaced options are kept.
-    [[nodiscard]] const Options& options() const noexcept { return this->held().options_now(); }
-    [[nodiscard]] const std::string& name() const noexcept { return options().name; }
+    /// A copy of the options in force now (the latest `reconfigure`'s, or the constructor's).
+    [[nodiscard]] Options options() const { return this->held().pin()->options; }
+    [[nodiscard]] std::string name() const { return this->held().pin()->options.name; }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
 
 protected:
@@ -315,7 +339,8 @@ private:
     }
     static task<outcome<void>> take_outcome_with(Derived self, std::stop_token token) {
         shared& s = self.held();
-        const Options& o = s.options_now(); // the take's, to its end
+        const pinned<typename shared::block> pin = s.pin();
+        const Options& o = pin->options; // the take's, to its end
         if (token.stop_requested())
             co_return failure::make(cancelled_error{o.name});
         const context as_default; // a take is of the default class

@@ -133,13 +133,17 @@ struct limiter_state : shared_state {
     std::chrono::nanoseconds latest{}; // the latest time a decision under the mutex used
     std::stop_source* alarm = nullptr; // the sleeping head's (see `head_alarm`); guarded by `mutex`
 
-    /// Priorities as admission uses them: the classes' table and the limit their shares are of.
+    /// Priorities as admission uses them: the classes' table and the limit their shares are of, and
+    /// the classes they were made from (to find the block again).
     struct priority_block {
         priority_table table;
         std::size_t limit;
+        priority_classes source;
     };
     /// The priorities in force, or null (off): stored (release) under `mutex`, loaded without it by
-    /// the fast path. Every block so far is kept (`rank_blocks`) until the state goes.
+    /// the fast path. Every block so far is kept (`rank_blocks`) until the state goes, one per
+    /// distinct setting: a reconfiguration back to priorities and a limit used before takes their
+    /// block again, so a limiter reconfigured between a few settings keeps a few blocks.
     std::atomic<const priority_block*> ranks{nullptr};
     std::vector<std::unique_ptr<const priority_block>> rank_blocks; // guarded by `mutex`
     deferred_wake deferred_; // left by `enqueue_locked` for `take_deferred_locked`; guarded by `mutex`
@@ -147,19 +151,27 @@ struct limiter_state : shared_state {
     /// The block for `p` (checked) with `limit` (the permits the shares are of), null when `p` is
     /// off; room is made for it in `rank_blocks`. `mutex` held, or before the state is shared. Only
     /// `std::bad_alloc` can throw, changing nothing; `publish_priorities_locked` then cannot.
-    std::unique_ptr<const priority_block> prepare_priorities_locked(const priority_classes& p,
-                                                                    std::size_t limit) {
+    struct prepared_priorities {
+        const priority_block* block = nullptr;        // null: off
+        std::unique_ptr<const priority_block> made{}; // set when `block` is new
+    };
+    prepared_priorities prepare_priorities_locked(const priority_classes& p, std::size_t limit) {
         if (p.classes == 0)
-            return nullptr;
-        auto b = std::make_unique<const priority_block>(priority_block{priority_table{p}, limit});
+            return {};
+        for (const auto& kept : rank_blocks)
+            if (kept->limit == limit && kept->source.classes == p.classes &&
+                kept->source.reserved == p.reserved && kept->source.default_class == p.default_class)
+                return {kept.get(), nullptr};
+        auto b = std::make_unique<const priority_block>(priority_block{priority_table{p}, limit, p});
         rank_blocks.reserve(rank_blocks.size() + 1);
-        return b;
+        const priority_block* const made = b.get();
+        return {made, std::move(b)};
     }
     /// Puts in force what `prepare_priorities_locked` made.
-    void publish_priorities_locked(std::unique_ptr<const priority_block> b) noexcept {
-        ranks.store(b.get(), std::memory_order_release);
-        if (b)
-            rank_blocks.push_back(std::move(b));
+    void publish_priorities_locked(prepared_priorities b) noexcept {
+        ranks.store(b.block, std::memory_order_release);
+        if (b.made)
+            rank_blocks.push_back(std::move(b.made));
     }
     /// How many permits a waiter of class `rank` must leave, by the priorities in force; `mutex` held.
     std::size_t keep_locked(unsigned rank) const noexcept {
