@@ -226,8 +226,8 @@ struct bulkhead_state : shared_state {
     using config = bulkhead_config<Options>;
 
     bulkhead_state(Options o, C c)
-        : limit(o.max_concurrent_calls), clock(std::move(c)),
-          algorithm(o.adapt, o.max_concurrent_calls), cell(std::make_unique<config>(std::move(o))) {
+        : limit(o.max_concurrent_calls), clock(std::move(c)), algorithm(o.adapt, o.max_concurrent_calls),
+          cell(std::make_unique<config>(std::move(o))) {
         const config& first = *cell.locked();
         modes.store(modes_of(first), std::memory_order_relaxed);
         plain.store(!first.long_entry, std::memory_order_relaxed);
