@@ -135,8 +135,9 @@ TEST_CASE("composition: one rs::classifier handles a returned 503 in all three: 
     CHECK(sim.now() == 2030ms);
     CHECK(breaker.state() == rs::circuit_state::open);
     CHECK(breaker.metrics().consecutive_failures == 3);
-    // Per attempt: the breaker and the retry (the retry is not asked after the last); the fallback once.
-    CHECK(asked == 3 + 2 + 1);
+    // Per attempt: the breaker and the retry (the last attempt too, so that its telemetry says it was
+    // handled); the fallback once.
+    CHECK(asked == 3 + 3 + 1);
 
     // A predicate that only looks at failures is accepted by all three as well.
     const auto server_error = [](const rs::failure& f) { return f.is<std::runtime_error>(); };
