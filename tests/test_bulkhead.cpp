@@ -539,7 +539,11 @@ TEST_CASE("bulkhead: queue timeouts firing on each of two loops race slots hande
     CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(2 * per_loop));
     CHECK(c.calls.failed == 0);
     REQUIRE(c.calls.completions.exactly_once() == 2 * per_loop);
-    CHECK(heard.rejections.load() == c.calls.refused.load()); // every refusal here is a queue timeout
+    // Every refusal here is a queue timeout, heard once. A call refused as its caller stops ends with
+    // cancelled_error all the same (a call its caller stopped ends with a value or cancelled_error), so
+    // a refusal heard may belong to a call counted as cancelled.
+    CHECK(heard.rejections.load() >= c.calls.refused.load());
+    CHECK(heard.rejections.load() <= c.calls.refused.load() + c.calls.cancelled.load());
     CHECK(heard.waits.load() <= c.calls.values.load());
     CHECK(bh.in_flight() == 0);
     CHECK(bh.queued() == 0);
