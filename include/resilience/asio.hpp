@@ -40,6 +40,14 @@
 #include <asio/post.hpp>
 #include <asio/query.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/system_context.hpp>
+#include <asio/system_executor.hpp>
+#include <asio/use_awaitable.hpp>
 
 namespace resilience::asio {
 /// The Asio this integration is built on: standalone Asio's namespace.
@@ -52,12 +60,24 @@ namespace net = ::asio;
 #define RESILIENCE_ASIO_FLAVOUR asio
 #define RESILIENCE_ASIO_FLAVOUR_NAME "asio"
 #define RESILIENCE_ASIO_NET asio
+#define RESILIENCE_ASIO_NET_NAME "asio"
+#if defined(ASIO_HAS_CO_AWAIT)
+#define RESILIENCE_ASIO_HAS_CO_AWAIT 1
+#else
+#define RESILIENCE_ASIO_HAS_CO_AWAIT 0
+#endif
+#define RESILIENCE_ASIO_HAS_DEFERRED 0
 // In this order: each body uses the ones before it.
 // clang-format off
 #include "asio/flavour/use_task.hpp"
+#include "asio/flavour/home.hpp"
 #include "asio/flavour/clock.hpp"
 #include "asio/flavour/async_run.hpp"
+#include "asio/flavour/execute.hpp"
 // clang-format on
 #undef RESILIENCE_ASIO_FLAVOUR
 #undef RESILIENCE_ASIO_NET
 #undef RESILIENCE_ASIO_FLAVOUR_NAME
+#undef RESILIENCE_ASIO_NET_NAME
+#undef RESILIENCE_ASIO_HAS_CO_AWAIT
+#undef RESILIENCE_ASIO_HAS_DEFERRED

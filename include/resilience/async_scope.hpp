@@ -251,7 +251,7 @@ public:
     bool await_ready() const noexcept { return state_->calls() == 0; }
     bool await_suspend(std::coroutine_handle<> h) {
         node_.handle = h;
-        node_.loop = event_loop::current();
+        node_.loop = detail::home_loop::current();
         return state_->wait(node_);
     }
     void await_resume() const noexcept {}

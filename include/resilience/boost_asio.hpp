@@ -32,6 +32,15 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/system_context.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/deferred.hpp>
 
 namespace resilience::boost_asio {
 /// The Asio this integration is built on: Boost.Asio's namespace.
@@ -44,12 +53,24 @@ namespace net = ::boost::asio;
 #define RESILIENCE_ASIO_FLAVOUR boost_asio
 #define RESILIENCE_ASIO_FLAVOUR_NAME "boost_asio"
 #define RESILIENCE_ASIO_NET boost::asio
+#define RESILIENCE_ASIO_NET_NAME "boost::asio"
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+#define RESILIENCE_ASIO_HAS_CO_AWAIT 1
+#else
+#define RESILIENCE_ASIO_HAS_CO_AWAIT 0
+#endif
+#define RESILIENCE_ASIO_HAS_DEFERRED 1
 // In this order: each body uses the ones before it.
 // clang-format off
 #include "asio/flavour/use_task.hpp"
+#include "asio/flavour/home.hpp"
 #include "asio/flavour/clock.hpp"
 #include "asio/flavour/async_run.hpp"
+#include "asio/flavour/execute.hpp"
 // clang-format on
 #undef RESILIENCE_ASIO_FLAVOUR
 #undef RESILIENCE_ASIO_NET
 #undef RESILIENCE_ASIO_FLAVOUR_NAME
+#undef RESILIENCE_ASIO_NET_NAME
+#undef RESILIENCE_ASIO_HAS_CO_AWAIT
+#undef RESILIENCE_ASIO_HAS_DEFERRED

@@ -26,16 +26,22 @@ namespace detail {
 
 /// Suspends the awaiting coroutine until `when` on `loop`'s clock, or until `token` is stopped,
 /// whichever comes first. Exactly one of the two resumes it, always on the loop's thread: a stop
-/// requested on another thread posts the wake-up instead of running the waiter there.
+/// requested on another thread posts the wake-up instead of running the waiter there. Made with a
+/// home that is not an event loop (an Asio call's), the same on that home's timers, `when` being
+/// time since `std::chrono::steady_clock`'s epoch.
 class sleep_awaiter {
 public:
     sleep_awaiter(event_loop* loop, std::chrono::nanoseconds when, std::stop_token token) noexcept
         : loop_(loop), token_(std::move(token)) {
         node_.when = when;
     }
+    sleep_awaiter(home_loop* foreign, std::chrono::nanoseconds when, std::stop_token token) noexcept
+        : foreign_(foreign), token_(std::move(token)) {
+        node_.when = when;
+    }
     sleep_awaiter(const sleep_awaiter&) = delete;
     sleep_awaiter& operator=(const sleep_awaiter&) = delete;
-    sleep_awaiter(sleep_awaiter&& o) noexcept : loop_(o.loop_), token_(std::move(o.token_)) {
+    sleep_awaiter(sleep_awaiter&& o) noexcept : loop_(o.loop_), foreign_(o.foreign_), token_(std::move(o.token_)) {
         node_.when = o.node_.when;
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
@@ -43,17 +49,22 @@ public:
     ~sleep_awaiter() {
         stop_.reset();
         if (node_.armed())
-            loop_access::remove_timer(*loop_, &node_);
+            remove_timer();
     }
 
     bool await_ready() const noexcept {
-        return token_.stop_requested() || (loop_ && node_.when <= loop_->now());
+        if (token_.stop_requested())
+            return true;
+        if (loop_)
+            return node_.when <= loop_->now();
+        return foreign_ && node_.when <= std::chrono::steady_clock::now().time_since_epoch();
     }
 
     void await_suspend(std::coroutine_handle<> h) {
-        if (!loop_)
+        if (!loop_ && !foreign_)
             throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
-                                   "sync_wait, event_loop::run or testing::simulation");
+                                   "sync_wait, event_loop::run or testing::simulation, or start the call "
+                                   "with rs::asio::execute / rs::boost_asio::execute");
         waiter_ = h;
         node_.owner = this;
         node_.fire = [](timer_node* n) {
@@ -61,7 +72,10 @@ public:
             if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
                 self->waiter_.resume();
         };
-        loop_access::add_timer(*loop_, &node_);
+        if (loop_)
+            loop_access::add_timer(*loop_, &node_);
+        else
+            foreign_->add_timer(&node_);
         if (token_.stop_possible())
             stop_.emplace(token_, on_stop{this});
     }
@@ -71,18 +85,30 @@ private:
     struct on_stop {
         sleep_awaiter* self;
         void operator()() const { // posting may allocate
-            if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
-                loop_access::post(*self->loop_, job{&sleep_awaiter::cancelled, self});
+            if (!self->claimed_.exchange(true, std::memory_order_acq_rel)) {
+                const job wake{&sleep_awaiter::cancelled, self};
+                if (self->loop_)
+                    loop_access::post(*self->loop_, wake);
+                else
+                    self->foreign_->post(wake);
+            }
         }
     };
     static void cancelled(void* p) {
         auto* self = static_cast<sleep_awaiter*>(p);
-        loop_access::remove_timer(*self->loop_, &self->node_);
+        self->remove_timer();
         self->waiter_.resume();
+    }
+    void remove_timer() noexcept {
+        if (loop_)
+            loop_access::remove_timer(*loop_, &node_);
+        else
+            foreign_->remove_timer(&node_);
     }
 
     timer_node node_;
-    event_loop* loop_;
+    event_loop* loop_ = nullptr;
+    home_loop* foreign_ = nullptr; // a home that is not an event loop, when `loop_` is null
     std::stop_token token_;
     std::coroutine_handle<> waiter_;
     std::atomic<bool> claimed_{false};
@@ -197,6 +223,9 @@ private:
 /// awaiting coroutine (`event_loop::current()`). Sleeping outside any loop, or inside a
 /// virtual-time loop, is a usage error reported as `std::logic_error`. Stateless and copyable.
 struct steady_clock {
+    /// Inside an Asio call there are no loop timers (`timer_loop()` is null): a policy then waits by
+    /// sleeping, on the call's executor (see `detail::loop_timer_clock`).
+    static constexpr bool timer_loop_may_be_null = true;
     using duration = std::chrono::steady_clock::duration;
     using time_point = std::chrono::steady_clock::time_point;
 
@@ -207,6 +236,9 @@ struct steady_clock {
             std::chrono::nanoseconds when;
             std::stop_token token;
             detail::sleep_awaiter operator co_await() && {
+                detail::home_loop* const home = detail::home_loop::current();
+                if (home && !home->is_event_loop()) // an Asio call's: its timers
+                    return detail::sleep_awaiter{home, when, std::move(token)};
                 event_loop* loop = event_loop::current();
                 if (loop && loop->is_virtual())
                     throw std::logic_error("resilience::steady_clock: sleeping on a virtual-time loop; "
@@ -220,9 +252,14 @@ struct steady_clock {
         return sleep_until(now() + d, std::move(token));
     }
 
-    /// The loop that timers of this clock run on: the calling thread's (see `detail::loop_timer_clock`).
+    /// The loop that timers of this clock run on: the calling thread's (see `detail::loop_timer_clock`);
+    /// null inside an Asio call, whose home has no loop timers (its sleeps are that home's timers).
     event_loop* timer_loop() const {
         event_loop* loop = event_loop::current();
+        if (!loop) {
+            if (detail::home_loop* home = detail::home_loop::current(); home && !home->is_event_loop())
+                return nullptr;
+        }
         if (!loop || loop->is_virtual())
             throw std::logic_error(
                 "resilience::steady_clock: timers need a real-time event loop on this thread "

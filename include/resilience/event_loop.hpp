@@ -28,16 +28,6 @@ namespace resilience {
 
 namespace detail {
 
-/// Work handed to a loop: a function and its argument, no allocation.
-struct job {
-    void (*fn)(void*) = nullptr;
-    void* arg = nullptr;
-    void operator()() const { fn(arg); }
-    static job resume(std::coroutine_handle<> h) noexcept {
-        return {[](void* a) { std::coroutine_handle<>::from_address(a).resume(); }, h.address()};
-    }
-};
-
 struct virtual_time_t {
     explicit virtual_time_t() = default;
 };
@@ -78,17 +68,20 @@ class event_loop : private detail::home_loop {
 public:
     // The wheel starts at the earliest time rather than read the clock (a loop made per call would pay
     // for it); the first turn with a timer armed brings it up to date.
-    event_loop() noexcept : home_loop(&post_resume_here), wheel_(std::chrono::nanoseconds::min()) {}
+    event_loop() noexcept : home_loop(&as_home), wheel_(std::chrono::nanoseconds::min()) {}
     explicit event_loop(detail::virtual_time_t) noexcept
-        : home_loop(&post_resume_here), virtual_(true), wheel_(std::chrono::nanoseconds{0}) {}
+        : home_loop(&as_home), virtual_(true), wheel_(std::chrono::nanoseconds{0}) {}
     event_loop(const event_loop&) = delete;
     event_loop& operator=(const event_loop&) = delete;
     /// Destroys every spawned coroutine that has not finished (suspended for good, or never
     /// started), with its whole chain of awaited tasks, as an I/O context destroys pending handlers.
     RESILIENCE_DECL ~event_loop();
 
-    /// The loop running on this thread, or null.
-    static event_loop* current() noexcept { return static_cast<event_loop*>(home_loop::current()); }
+    /// The loop running on this thread, or null (also while an Asio call's own code runs on it).
+    static event_loop* current() noexcept {
+        home_loop* const h = home_loop::current();
+        return h && h->is_event_loop() ? static_cast<event_loop*>(h) : nullptr;
+    }
 
     bool is_virtual() const noexcept { return virtual_; }
 
@@ -269,9 +262,8 @@ private:
     RESILIENCE_DECL void loop();
 
     // How a call made on this loop comes back to it (detail/home_loop.hpp).
-    static void post_resume_here(home_loop* loop, std::coroutine_handle<> h) {
-        static_cast<event_loop*>(loop)->post(h);
-    }
+    static void post_here(home_loop* loop, detail::job j) { static_cast<event_loop*>(loop)->post(j); }
+    static constexpr operations as_home{&post_here, nullptr, nullptr};
 
     bool virtual_ = false;
     std::chrono::nanoseconds vnow_{0};
@@ -301,6 +293,8 @@ struct loop_access {
     static void post(event_loop& loop, job j) { loop.post(j); }
     static void add_timer(event_loop& loop, timer_node* t) { loop.add_timer(t); }
     static void remove_timer(event_loop& loop, timer_node* t) noexcept { loop.remove_timer(t); }
+    /// The loop as the home of the calls made on it (detail/home_loop.hpp).
+    static home_loop* home(event_loop* loop) noexcept { return loop; }
 };
 } // namespace detail
 

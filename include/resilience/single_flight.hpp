@@ -185,7 +185,7 @@ private:
     // The part of an attached caller's awaiter that the owner and stop callbacks see.
     struct waiter {
         std::coroutine_handle<> handle;
-        event_loop* loop = nullptr;
+        detail::home_loop* loop = nullptr;
         std::shared_ptr<call> owner; // keeps the result readable until this caller has copied it
         waiter* prev = nullptr;
         waiter* next = nullptr;
@@ -239,11 +239,11 @@ private:
     // released, its frame may resume and end at any moment.
     static void release(waiter& w) { // posting may allocate
         const std::coroutine_handle<> h = w.handle;
-        event_loop* const loop = w.loop;
+        detail::home_loop* const loop = w.loop;
         if (w.phase.exchange(2, std::memory_order_acq_rel) != 1)
             return;
         if (loop)
-            loop->post(h);
+            loop->post_resume(h);
         else
             h.resume();
     }
@@ -376,7 +376,7 @@ private:
         bool await_ready() const noexcept { return false; }
         bool await_suspend(std::coroutine_handle<> h) {
             w_.handle = h;
-            w_.loop = event_loop::current();
+            w_.loop = detail::home_loop::current();
             {
                 std::lock_guard lock(st_.mutex);
                 auto it = st_.calls.find(key_);

@@ -33,8 +33,8 @@ class hedge_race {
 
 public:
     hedge_race(const hedge_options& o, const C& clock, const Next& next, const context& ctx) noexcept
-        : o_(o), clock_(clock), next_(next), ctx_(ctx), inbox_(event_loop::current()),
-          home_(event_loop::current()) {
+        : o_(o), clock_(clock), next_(next), ctx_(ctx), inbox_(home_loop::current()),
+          home_(home_loop::current()) {
         timer_event_.what = race_node::kind::timer;
     }
     hedge_race(const hedge_race&) = delete;
@@ -287,7 +287,7 @@ private:
             timers_resolved_ = true;
             if constexpr (loop_timer_clock<C>) {
                 event_loop* loop = clock_.timer_loop();
-                timers_ = loop && loop == home_ ? loop : nullptr;
+                timers_ = loop && loop_access::home(loop) == home_ ? loop : nullptr;
             }
         }
         if (timers_) {
@@ -361,7 +361,7 @@ private:
     const Next& next_;
     const context& ctx_;
     race_inbox inbox_;
-    event_loop* home_;
+    home_loop* home_;
     promise* children_ = nullptr;
 
     int started_ = 0;

@@ -1,41 +1,84 @@
 // SPDX-License-Identifier: MIT
 /// \file detail/home_loop.hpp
-/// `home_loop`: what a call needs of the event loop it was made on to return there (which loop
-/// runs on this thread, and how to resume a coroutine on it), so that the driver of a call does
-/// not include the loop itself.
+/// `home_loop`: where a call runs, resumes and sleeps (which home runs on this thread, how to resume
+/// a coroutine there, how to arm a timer there), so that the driver of a call and the policies do
+/// not include the loop itself. Two kinds: an `event_loop`, and the home an Asio call makes on a
+/// strand of its executor (asio/flavour/home.hpp).
 #pragma once
 
+#include "timer_wheel.hpp"
+
 #include <coroutine>
+#include <utility>
 
 namespace resilience::detail {
 
-/// The part of an event loop that a call sees. `event_loop` (event_loop.hpp) is made of one and
-/// sets `current()` while it runs; nothing else is.
+/// Work handed to a home: a function and its argument, no allocation.
+struct job {
+    void (*fn)(void*) = nullptr;
+    void* arg = nullptr;
+    void operator()() const { fn(arg); }
+    static job resume(std::coroutine_handle<> h) noexcept {
+        return {[](void* a) { std::coroutine_handle<>::from_address(a).resume(); }, h.address()};
+    }
+};
+
+/// The part of a home that a call sees. `event_loop` (event_loop.hpp) is made of one and sets
+/// `current()` while it runs; so does an Asio call's home while the call's own code runs (every
+/// resumption of the call goes through it). A home that is not an event loop (`is_event_loop()`
+/// false) arms its timers through `add_timer`, which the default clock's sleeps use.
 class home_loop {
 public:
     home_loop(const home_loop&) = delete;
     home_loop& operator=(const home_loop&) = delete;
 
-    /// The loop running on this thread, or null.
+    /// The home running on this thread, or null.
     static home_loop* current() noexcept { return current_; }
-    /// Resumes `h` on this loop's thread, after the work already queued (`event_loop::post`).
-    /// Thread-safe; may throw `std::bad_alloc`.
-    void post_resume(std::coroutine_handle<> h) { post_(this, h); }
+
+    /// Runs `j` on this home, after the work already queued. Thread-safe; may throw `std::bad_alloc`.
+    void post(job j) { ops_->post(this, j); }
+    /// Resumes `h` on this home, after the work already queued (`event_loop::post`).
+    void post_resume(std::coroutine_handle<> h) { post(job::resume(h)); }
+
+    bool is_event_loop() const noexcept { return ops_->add_timer == nullptr; }
+
+    /// A home that is not an event loop: arms `t`, which fires (`t->fire(t)`) on this home at
+    /// `t->when` (time since `std::chrono::steady_clock`'s epoch) unless removed first. Called on
+    /// this home only; `remove_timer` too, or once nothing else can touch the timer (teardown).
+    void add_timer(timer_node* t) { ops_->add_timer(this, t); }
+    void remove_timer(timer_node* t) noexcept { ops_->remove_timer(this, t); }
+
+    /// Makes `h` the current home of this thread until destroyed: what a home's own handlers do
+    /// around resuming a call.
+    class scope {
+    public:
+        explicit scope(home_loop* h) noexcept : previous_(std::exchange(current_, h)) {}
+        scope(const scope&) = delete;
+        scope& operator=(const scope&) = delete;
+        ~scope() { current_ = previous_; }
+
+    private:
+        home_loop* previous_;
+    };
 
 protected:
-    using post_function = void (*)(home_loop*, std::coroutine_handle<>);
-    explicit home_loop(post_function post) noexcept : post_(post) {}
+    struct operations {
+        void (*post)(home_loop*, job);
+        void (*add_timer)(home_loop*, timer_node*);              ///< null: an event loop
+        void (*remove_timer)(home_loop*, timer_node*) noexcept;
+    };
+    explicit home_loop(const operations* ops) noexcept : ops_(ops) {}
     ~home_loop() = default;
 
     static inline thread_local home_loop* current_ = nullptr;
 
 private:
-    post_function post_;
+    const operations* ops_;
 };
 
-/// Resumes the awaiting coroutine on `loop` (posted) when it is not the loop of this thread: a
-/// call returns to the loop it was made on, whatever thread its action or its wait ended on. A
-/// null `loop` (a call made outside any loop) goes on where it is.
+/// Resumes the awaiting coroutine on `loop` (posted) when it is not the home of this thread: a
+/// call returns to the home it was made on, whatever thread its action or its wait ended on. A
+/// null `loop` (a call made outside any home) goes on where it is.
 struct resume_on_loop {
     home_loop* loop;
     bool await_ready() const noexcept { return loop == nullptr || home_loop::current() == loop; }

@@ -575,7 +575,7 @@ struct limiter_state : shared_state {
             if (node.state != waiter_state::queued)
                 return false; // moved on meanwhile: look again at once
             node.handle = h;
-            node.loop = event_loop::current();
+            node.loop = home_loop::current();
             node.driving = false;
             return true;
         }

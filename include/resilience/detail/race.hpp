@@ -39,7 +39,7 @@ class race_inbox {
 public:
     /// `home`: the loop the parent runs on, or null when it runs on none (then it is resumed on
     /// whichever thread delivers).
-    explicit race_inbox(event_loop* home) noexcept : home_(home) {}
+    explicit race_inbox(home_loop* home) noexcept : home_(home) {}
     race_inbox(const race_inbox&) = delete;
     race_inbox& operator=(const race_inbox&) = delete;
 
@@ -47,7 +47,7 @@ public:
     /// was waiting and this is its loop; otherwise null (the parent runs later, or is running). After
     /// this returns neither `n` nor the inbox may be touched: the parent may already have gone on.
     [[nodiscard]] std::coroutine_handle<> deliver(race_node* n) noexcept {
-        event_loop* const home = home_; // read now: the inbox may be gone once `n` is in
+        home_loop* const home = home_; // read now: the inbox may be gone once `n` is in
         std::uintptr_t cur = word_.load(std::memory_order_relaxed);
         do {
             n->next_event = cur == waiting ? nullptr : reinterpret_cast<race_node*>(cur);
@@ -58,9 +58,9 @@ public:
         // The parent was asleep and this delivery took its mark: waking it is ours alone, and it
         // stays asleep (its frame in place) until we do.
         const std::coroutine_handle<> parent = waiter_;
-        if (home == nullptr || event_loop::current() == home)
+        if (home == nullptr || home_loop::current() == home)
             return parent;
-        loop_access::post(*home, job::resume(parent));
+        home->post_resume(parent);
         return {};
     }
 
@@ -102,7 +102,7 @@ private:
 
     std::atomic<std::uintptr_t> word_{0}; // 0, `waiting`, or the last node delivered
     std::coroutine_handle<> waiter_;
-    event_loop* home_;
+    home_loop* home_;
 };
 
 /// A child of a race: an attempt (its outcome in `result`) or a sleeper standing in for a timer on a

@@ -67,6 +67,8 @@ struct timer_node : timer_link {
     /// Set by the wheel: the slot the timer is linked into (level * 64 + digit), or -1 in the late
     /// FIFO, so that the cancel that empties a slot need not work out where the timer sits.
     int slot_index = -1;
+    /// What a home that is not an event loop keeps of the timer while armed (detail/home_loop.hpp).
+    void* home_data = nullptr;
     bool armed() const noexcept { return prev != nullptr; }
 };
 

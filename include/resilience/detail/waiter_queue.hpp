@@ -81,7 +81,7 @@ struct waiter {
     waiter* prev = nullptr;
     waiter* next = nullptr;
     std::coroutine_handle<> handle{};
-    event_loop* loop = nullptr; ///< the loop it suspended on; null: it is resumed inline
+    home_loop* loop = nullptr; ///< the home it suspended on; null: it is resumed inline
     waiter_state state = waiter_state::idle;
     /// Its place among the waiters: a higher rank is served first (priority.hpp's class), below
     /// `waiter_ranks`. Written before the node enters the queue and never after.
@@ -97,19 +97,19 @@ struct waiter {
     /// owner's mutex held (an inline resume may re-enter the owner), and touch the node no more:
     /// once posted, the waiter may already be running on another thread.
     void wake() const {
-        event_loop* l = loop;
+        home_loop* l = loop;
         std::coroutine_handle<> h = handle;
         if (l)
-            l->post(h);
+            l->post_resume(h);
         else
             h.resume();
     }
     /// Like `wake`, but never resumes inline (safe with a lock held): a waiter with no loop is
     /// resumed on the calling thread's loop if there is one, else inline after all.
     void wake_later() const {
-        event_loop* l = loop ? loop : event_loop::current();
+        home_loop* l = loop ? loop : home_loop::current();
         if (l)
-            l->post(handle);
+            l->post_resume(handle);
         else
             handle.resume();
     }
@@ -355,7 +355,7 @@ public:
 
     bool await_suspend(std::coroutine_handle<> h) {
         node_.handle = h;
-        node_.loop = event_loop::current();
+        node_.loop = home_loop::current();
         // Registered before taking the mutex: a token stopped meanwhile runs the callback right
         // here, which takes the mutex itself. It finds the node not yet queued and does nothing;
         // the check below then sees the stop.

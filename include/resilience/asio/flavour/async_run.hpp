@@ -125,6 +125,7 @@ private:
 /// name it before it runs, and frees itself when it ends.
 struct root_task {
     struct promise_type : call_node {
+        std::optional<call_home> home; ///< where the call runs (made when it starts, on its strand)
         root_task get_return_object() noexcept {
             return {std::coroutine_handle<promise_type>::from_promise(*this)};
         }
@@ -206,15 +207,19 @@ struct ready_awaitable {
     A&& operator()(std::stop_token) noexcept { return std::move(awaitable); }
 };
 
-// In the executor's context: makes the outermost coroutine, puts it on the context's registry, and
-// runs it until it first waits.
+// On the call's strand: makes the outermost coroutine, puts it on the context's registry, and runs
+// it, its home current, until it first waits.
 template <class Make, class Handler>
-void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, bool clear_slot) {
+void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, call_strand strand,
+           bool clear_slot) {
     call_registry& registry = call_registry::of(io);
     root_task task =
         run_and_complete(std::move(make), std::move(token), std::move(handler), std::move(io), clear_slot);
-    task.handle.promise().frame = task.handle.address();
-    registry.add(&task.handle.promise());
+    auto& promise = task.handle.promise();
+    promise.frame = task.handle.address();
+    promise.home.emplace(std::move(strand));
+    registry.add(&promise);
+    resilience::detail::home_loop::scope here(&*promise.home);
     task.handle.resume();
 }
 
@@ -227,8 +232,10 @@ void launch(const net::any_io_executor& ex, Make make, Handler handler, std::sto
     const bool connect = stop.stop_possible();
     if (connect)
         net::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
-    net::post(ex, [ex, m = std::move(make), t = std::move(token), h = std::move(handler), connect]() mutable {
-        start(std::move(m), std::move(t), std::move(h), ex, connect);
+    call_strand strand = net::make_strand(ex);
+    net::post(strand, [ex, strand, m = std::move(make), t = std::move(token), h = std::move(handler),
+                       connect]() mutable {
+        start(std::move(m), std::move(t), std::move(h), ex, std::move(strand), connect);
     });
 }
 

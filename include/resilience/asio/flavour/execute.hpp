@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: MIT
+/// \file asio/flavour/execute.hpp
+/// `execute(executor, policy, action, token)` and `execute(policy, action, token)`: one call through a
+/// policy as an Asio asynchronous operation, whose action may return an Asio awaitable.
+///
+/// A body of the Asio integration, written once for both Asio flavours: <resilience/asio.hpp> and
+/// <resilience/boost_asio.hpp> include it with RESILIENCE_ASIO_FLAVOUR (the namespace it goes in,
+/// under resilience::) and RESILIENCE_ASIO_NET (the Asio it is built on, unqualified) defined, and Asio's headers
+/// already included. No include guard: it is included once per flavour.
+
+#if !defined(RESILIENCE_ASIO_FLAVOUR) || !defined(RESILIENCE_ASIO_NET) ||                                    \
+    !defined(RESILIENCE_ASIO_FLAVOUR_NAME)
+#error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
+#endif
+
+#include "../../concepts.hpp"
+#include "../../context.hpp"
+#include "../../detail/action.hpp"
+
+#include <concepts>
+#include <coroutine>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+namespace resilience::RESILIENCE_ASIO_FLAVOUR {
+
+namespace detail {
+
+template <class T>
+struct net_awaitable_traits {
+    static constexpr bool is_net_awaitable = false;
+};
+#if RESILIENCE_ASIO_HAS_CO_AWAIT
+template <class T, class E>
+struct net_awaitable_traits<net::awaitable<T, E>> {
+    static constexpr bool is_net_awaitable = true;
+    using value_type = T;
+    using executor_type = E;
+};
+#endif
+
+/// An Asio awaitable of some Asio (this flavour's or the other's): it names a value and an executor type.
+template <class T>
+concept some_asio_awaitable = requires {
+    typename T::value_type;
+    typename T::executor_type;
+};
+
+/// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
+/// of its own (`co_spawn`) on the call's strand; the attempt's stop token, when stopped, emits a
+/// `terminal` cancellation to it on that strand, so the Asio operation it waits for ends at once. The
+/// attempt never outlives the call: the stop reaches it, and the policy waits for it to end.
+template <class T, class Awaitable>
+class attempt_awaiter {
+    struct link {
+        attempt_awaiter* self = nullptr; // null once the awaiter is gone (its call destroyed)
+        bool done = false;               // the coroutine ended: nothing more to emit (on the strand)
+        net::cancellation_signal signal;
+    };
+    using stored = std::conditional_t<std::is_void_v<T>, char, T>;
+
+public:
+    attempt_awaiter(Awaitable aw, call_strand strand, std::stop_token token)
+        : awaitable_(std::move(aw)), strand_(std::move(strand)), token_(std::move(token)) {}
+    attempt_awaiter(attempt_awaiter&&) = default;
+    attempt_awaiter& operator=(attempt_awaiter&&) = delete;
+    ~attempt_awaiter() {
+        stop_.reset();
+        if (link_)
+            link_->self = nullptr; // destroyed with its call (io_context teardown): nobody to resume
+    }
+
+    bool await_ready() const noexcept { return false; }
+
+    void await_suspend(std::coroutine_handle<> h) {
+        waiter_ = h;
+        home_ = call_home::current();
+        link_ = std::make_shared<link>();
+        link_->self = this;
+        net::co_spawn(strand_, std::move(awaitable_),
+                      net::bind_cancellation_slot(link_->signal.slot(),
+                                                  net::bind_executor(strand_, completion{link_})));
+        // co_spawn never completes inside its initiating function: the awaiter is suspended by now.
+        if (token_.stop_possible())
+            stop_.emplace(token_, on_stop{link_, strand_});
+    }
+
+    T await_resume() {
+        stop_.reset();
+        if (error_)
+            std::rethrow_exception(error_);
+        if constexpr (!std::is_void_v<T>)
+            return std::move(*value_);
+    }
+
+private:
+    struct on_stop {
+        std::shared_ptr<link> l;
+        call_strand strand;
+        void operator()() const {
+            // Any thread: the emission goes to the strand the coroutine and its completion run on.
+            net::post(strand, [l = l] {
+                if (!l->done)
+                    l->signal.emit(net::cancellation_type::terminal);
+            });
+        }
+    };
+
+    struct completion {
+        std::shared_ptr<link> l;
+        void finish() {
+            l->done = true;
+            attempt_awaiter* const self = l->self;
+            if (!self)
+                return;
+            resilience::detail::home_loop::scope here(self->home_);
+            self->waiter_.resume(); // `self` may be gone after this
+        }
+        void operator()(std::exception_ptr e)
+        requires std::is_void_v<T>
+        {
+            if (l->self)
+                l->self->error_ = std::move(e);
+            finish();
+        }
+        template <class V>
+        void operator()(std::exception_ptr e, V&& v)
+        requires(!std::is_void_v<T>)
+        {
+            if (attempt_awaiter* const self = l->self) {
+                if (e)
+                    self->error_ = std::move(e);
+                else
+                    self->value_.emplace(std::forward<V>(v));
+            }
+            finish();
+        }
+    };
+
+    Awaitable awaitable_;
+    call_strand strand_;
+    std::stop_token token_;
+    std::coroutine_handle<> waiter_;
+    call_home* home_ = nullptr;
+    std::shared_ptr<link> link_;
+    std::exception_ptr error_;
+    std::optional<stored> value_;
+    std::optional<std::stop_callback<on_stop>> stop_;
+};
+
+/// What an action returned, checked: an Asio awaitable of this flavour, or a resilience awaitable.
+template <class R>
+constexpr void check_attempt() noexcept {
+    if constexpr (!net_awaitable_traits<R>::is_net_awaitable && !resilience::awaitable<R>) {
+        static_assert(!some_asio_awaitable<R>,
+                      "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns an awaitable of "
+                      "another Asio; accepted: an awaitable of this flavour's Asio (" RESILIENCE_ASIO_FLAVOUR_NAME
+                      " is " RESILIENCE_ASIO_NET_NAME "::awaitable<T>) or rs::task<T>");
+        static_assert(some_asio_awaitable<R>,
+                      "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns a plain value, not "
+                      "something to await; accepted: " RESILIENCE_ASIO_NET_NAME
+                      "::awaitable<T> (a coroutine of that Asio) or rs::task<T>");
+    }
+}
+
+/// The action as the policy sees it: each call of it (one per attempt) calls the user's action, and
+/// an Asio awaitable it returns runs on the call's strand.
+template <class F>
+class asio_action {
+public:
+    asio_action(F f, call_strand strand) : f_(std::move(f)), strand_(std::move(strand)) {}
+
+    auto operator()(const context& ctx) {
+        using R = decltype(resilience::detail::invoke_action(f_, ctx));
+        if constexpr (net_awaitable_traits<R>::is_net_awaitable) {
+            return attempt_awaiter<typename net_awaitable_traits<R>::value_type, R>{
+                resilience::detail::invoke_action(f_, ctx), strand_, ctx.stop_token()};
+        } else {
+            check_attempt<R>();
+            return resilience::detail::invoke_action(f_, ctx);
+        }
+    }
+
+private:
+    F f_;
+    call_strand strand_;
+};
+
+template <class F>
+using user_result_t = decltype(resilience::detail::invoke_action(std::declval<F&>(),
+                                                                 std::declval<const context&>()));
+
+/// The value the call completes with.
+template <class P, class F>
+using execute_result_t = await_result_t<decltype(std::declval<P&>().execute(
+    std::declval<asio_action<F>>(), std::declval<std::stop_token>()))>;
+
+/// Starts the call (in `async_run`'s frame, on the call's strand, its home current): the policy's
+/// call with the wrapped action. Holds the policy for the call: a copy of an rvalue, or a reference.
+template <class P, class F>
+class execute_make {
+public:
+    execute_make(P policy, F f) : policy_(std::forward<P>(policy)), f_(std::move(f)) {}
+    execute_make(execute_make&&) = default;
+    execute_make& operator=(execute_make&&) = delete;
+
+    auto operator()(std::stop_token token) {
+        call_home* const home = call_home::current();
+        return policy().execute(asio_action<F>{std::move(f_), home->strand()}, std::move(token));
+    }
+
+private:
+    auto& policy() noexcept {
+        if constexpr (std::is_lvalue_reference_v<P>)
+            return policy_.get();
+        else
+            return policy_;
+    }
+    std::conditional_t<std::is_lvalue_reference_v<P>, std::reference_wrapper<std::remove_reference_t<P>>,
+                       std::remove_cvref_t<P>>
+        policy_;
+    F f_;
+};
+
+template <class T>
+inline constexpr bool makes_something_to_await = false;
+template <>
+inline constexpr bool makes_something_to_await<use_task_t> = true;
+template <>
+inline constexpr bool makes_something_to_await<use_task_with_stop_t> = true;
+#if RESILIENCE_ASIO_HAS_CO_AWAIT
+template <class E>
+inline constexpr bool makes_something_to_await<net::use_awaitable_t<E>> = true;
+#endif
+#if RESILIENCE_ASIO_HAS_DEFERRED
+template <>
+inline constexpr bool makes_something_to_await<net::deferred_t> = true;
+#endif
+
+/// Whether `E` runs its work on the system context (`system_executor`, `use_future`'s): no place for a call.
+template <class E>
+constexpr bool runs_on_system_context() noexcept {
+    if constexpr (requires { net::query(std::declval<const E&>(), net::execution::context); })
+        return std::is_same_v<std::remove_cvref_t<decltype(net::query(std::declval<const E&>(),
+                                                                      net::execution::context))>,
+                              net::system_context>;
+    else
+        return false;
+}
+
+struct no_associated_executor {};
+
+template <class Policy, class Action, class Token>
+constexpr void check_execute() noexcept {
+    if constexpr (makes_something_to_await<std::decay_t<Token>>)
+        resilience::detail::check_action_temporary<Action>();
+}
+
+} // namespace detail
+
+/// One call through `policy` as an Asio asynchronous operation, completing `token` with
+/// `(std::exception_ptr, T)` (`(std::exception_ptr)` for `void`), as `co_spawn` does: with
+/// `use_awaitable` a failure is rethrown in the awaiting coroutine; `deferred`, `use_future`, a
+/// callback, `as_tuple`, `redirect_error` and `use_task` work too. `T` must be default constructible.
+///
+/// `action` (called once per attempt, with `(rs::context const&)`, `(std::stop_token)` or `()`) returns
+/// `awaitable<T>` of this Asio, or `rs::task<T>`. Attempts and the policies' sleeps run on a strand
+/// of `executor`; a policy on the default clock sleeps on that executor's timers. An attempt a policy
+/// stops (a timeout, a hedge's loser, the call's own stop) gets a `terminal` cancellation. The
+/// handler runs on its associated executor (by default `executor`), never inside this function.
+/// Cancellation on the token's slot (`terminal` or `partial`) stops the call, which then completes
+/// with `rs::cancelled_error`. `policy`: an lvalue is used in place (it must outlive the call, as
+/// for `execute`); an rvalue is moved into the call. docs/asio.md.
+///
+///     auto body = co_await rs::boost_asio::execute(ex, policy, fetch, boost::asio::use_awaitable);
+template <class Executor, class Policy, class Action,
+          class CompletionToken = net::default_completion_token_t<net::any_io_executor>>
+requires(net::execution::executor<Executor> || net::is_executor<Executor>::value)
+auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token = {}) {
+    using action_type = std::decay_t<Action>;
+    detail::check_execute<Policy, Action, CompletionToken>();
+    using R = detail::execute_result_t<Policy, action_type>;
+    using signature = typename detail::completion_signature<R>::type;
+    net::any_io_executor ex(executor);
+    return net::async_initiate<CompletionToken, signature>(
+        [ex = std::move(ex)](auto handler, detail::execute_make<Policy, action_type> make) {
+            std::stop_source stop{std::nostopstate};
+            if (net::get_associated_cancellation_slot(handler).is_connected())
+                stop = std::stop_source{};
+            detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
+        },
+        token, detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
+                                                         action_type(std::forward<Action>(action))});
+}
+
+/// The same on an execution context's executor (`io_context&`).
+template <class ExecutionContext, class Policy, class Action,
+          class CompletionToken = net::default_completion_token_t<net::any_io_executor>>
+requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
+auto execute(ExecutionContext& context, Policy&& policy, Action&& action, CompletionToken&& token = {}) {
+    return execute(context.get_executor(), std::forward<Policy>(policy), std::forward<Action>(action),
+                   std::forward<CompletionToken>(token));
+}
+
+/// The same, on the executor associated with the completion handler when the operation is initiated:
+/// with `use_awaitable`, the awaiting coroutine's (`deferred` then awaited works the same way). A
+/// handler without an executor of its own (a plain callback, `use_future`) is refused at compile time.
+///
+///     auto body = co_await rs::boost_asio::execute(policy, fetch, boost::asio::use_awaitable);
+template <class Policy, class Action, class CompletionToken>
+requires(!net::execution::executor<std::decay_t<Policy>> && !net::is_executor<std::decay_t<Policy>>::value &&
+         !std::is_convertible_v<Policy&, net::execution_context&>)
+auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
+    using action_type = std::decay_t<Action>;
+    detail::check_execute<Policy, Action, CompletionToken>();
+    using R = detail::execute_result_t<Policy, action_type>;
+    using signature = typename detail::completion_signature<R>::type;
+    return net::async_initiate<CompletionToken, signature>(
+        [](auto handler, detail::execute_make<Policy, action_type> make) {
+            using handler_executor = net::associated_executor_t<decltype(handler), detail::no_associated_executor>;
+            static_assert(!std::is_same_v<handler_executor, detail::no_associated_executor> &&
+                              !detail::runs_on_system_context<handler_executor>(),
+                          "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute(policy, action, token): this "
+                          "token's handler has no executor of its own to run the call on; pass an "
+                          "executor: execute(executor, policy, action, token)");
+            net::any_io_executor ex(net::get_associated_executor(handler));
+            std::stop_source stop{std::nostopstate};
+            if (net::get_associated_cancellation_slot(handler).is_connected())
+                stop = std::stop_source{};
+            detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
+        },
+        token, detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
+                                                         action_type(std::forward<Action>(action))});
+}
+
+} // namespace resilience::RESILIENCE_ASIO_FLAVOUR

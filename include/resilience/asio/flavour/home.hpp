@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: MIT
+/// \file asio/flavour/home.hpp
+/// `call_home`: where a call started from Asio code runs, resumes and sleeps: a strand of the call's
+/// executor, made the thread's current home (detail/home_loop.hpp) whenever the call's own code runs.
+///
+/// A body of the Asio integration, written once for both Asio flavours: <resilience/asio.hpp> and
+/// <resilience/boost_asio.hpp> include it with RESILIENCE_ASIO_FLAVOUR (the namespace it goes in,
+/// under resilience::) and RESILIENCE_ASIO_NET (the Asio it is built on, unqualified) defined, and Asio's headers
+/// already included. No include guard: it is included once per flavour.
+
+#if !defined(RESILIENCE_ASIO_FLAVOUR) || !defined(RESILIENCE_ASIO_NET) ||                                    \
+    !defined(RESILIENCE_ASIO_FLAVOUR_NAME)
+#error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
+#endif
+
+#include "../../detail/home_loop.hpp"
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+namespace resilience::RESILIENCE_ASIO_FLAVOUR::detail {
+
+/// The executor a call's own code runs on: a strand of the executor it was started with, so that the
+/// call's bookkeeping is serialised even on an io_context run by several threads.
+using call_strand = net::strand<net::any_io_executor>;
+
+/// The home of one call started from Asio code (`execute`, `async_run`, `spawn`). It lives in the
+/// call's outermost frame. Everything it runs (posted work, the default clock's sleeps, the call's
+/// resumption after a wait that ended elsewhere) runs on the strand, with this home current, so a
+/// policy on the default clock sleeps on a timer of the call's executor and a queued waiter granted
+/// by another thread resumes here.
+class call_home final : public resilience::detail::home_loop {
+public:
+    explicit call_home(call_strand strand) noexcept : home_loop(&operations_), strand_(std::move(strand)) {}
+
+    const call_strand& strand() const noexcept { return strand_; }
+
+    /// The home of the call whose code runs on this thread, or null.
+    static call_home* current() noexcept {
+        home_loop* const h = home_loop::current();
+        return h && !h->is_event_loop() ? static_cast<call_home*>(h) : nullptr;
+    }
+
+private:
+    using timer_node = resilience::detail::timer_node;
+
+    static void post_job(home_loop* h, resilience::detail::job j) {
+        auto* self = static_cast<call_home*>(h);
+        // The home is alive when the job runs: what is posted resumes the call, which waits for it.
+        net::post(self->strand_, [self, j] {
+            home_loop::scope here(self);
+            j();
+        });
+    }
+
+    // One armed timer: an Asio timer on the strand, owned by its wait's handler (so an io_context
+    // that shuts down with it pending frees it). `node` is null once the timer fired or was removed.
+    struct armed_timer {
+        armed_timer(const call_strand& s, std::chrono::nanoseconds when, timer_node* n, call_home* h)
+            : timer(s, std::chrono::steady_clock::time_point(
+                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(when))),
+              node(n), home(h) {}
+        armed_timer(const armed_timer&) = delete;
+        armed_timer& operator=(const armed_timer&) = delete;
+        ~armed_timer() { detach(); }
+        void detach() noexcept {
+            if (node) {
+                node->home_data = nullptr;
+                node->prev = nullptr;
+                node = nullptr;
+            }
+        }
+        net::steady_timer timer;
+        timer_node* node;
+        call_home* home;
+    };
+
+    static void add_timer(home_loop* h, timer_node* t) {
+        auto* self = static_cast<call_home*>(h);
+        auto armed = std::make_unique<armed_timer>(self->strand_, t->when, t, self);
+        armed_timer& a = *armed;
+        t->home_data = &a;
+        t->prev = t; // armed (see `timer_node::armed`)
+        a.timer.async_wait(net::bind_executor(self->strand_, [owned = std::move(armed)](const auto&) {
+            timer_node* const n = owned->node;
+            if (!n)
+                return; // removed: its sleeper went on without it
+            owned->detach();
+            home_loop::scope here(owned->home);
+            n->fire(n);
+        }));
+    }
+
+    static void remove_timer(home_loop*, timer_node* t) noexcept {
+        auto* a = static_cast<armed_timer*>(t->home_data);
+        if (!a)
+            return;
+        a->detach();
+        try {
+            a->timer.cancel(); // its handler runs soon, finds nothing to fire, and frees it
+        } catch (...) {
+        }
+    }
+
+    static constexpr operations operations_{&post_job, &add_timer, &remove_timer};
+
+    call_strand strand_;
+};
+
+} // namespace resilience::RESILIENCE_ASIO_FLAVOUR::detail

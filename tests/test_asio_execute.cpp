@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: MIT
+// rs::asio::execute / rs::boost_asio::execute: a call through a policy as an Asio asynchronous
+// operation with awaitable actions, on the default clock (the policies sleep on the call's executor).
+// Real timers kept short; nothing asserts how long anything took beyond "not before the deadline".
+#include "catch.hpp"
+
+#include "asio_flavour.hpp"
+#include <resilience/resilience.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace test_asio_execute {
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+
+#if RESILIENCE_TEST_HAS_CO_AWAIT
+
+struct flaky_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// An action that fails `failures` times, then answers 7, each attempt after an Asio timer of `delay`.
+struct flaky {
+    int failures;
+    std::chrono::milliseconds delay{0};
+    std::shared_ptr<int> calls = std::make_shared<int>(0);
+    net::awaitable<int> operator()() const {
+        const int n = ++*calls;
+        if (delay > 0ms) {
+            net::steady_timer t{co_await net::this_coro::executor, delay};
+            co_await t.async_wait(net::use_awaitable);
+        }
+        if (n <= failures)
+            throw flaky_error("attempt " + std::to_string(n));
+        co_return 7;
+    }
+};
+
+TEST_CASE("asio execute: an awaitable action retried on the default clock, awaited with use_awaitable",
+          "[asio][execute]") {
+    net::io_context io;
+    rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{5ms, rs::jitter::none}}},
+                        rs::timeout{1s}};
+    flaky action{2};
+    int got = 0;
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> { got = co_await rsa::execute(policy, action, net::use_awaitable); },
+        net::detached);
+    const auto started = std::chrono::steady_clock::now();
+    io.run_for(10s);
+    CHECK(got == 7);
+    CHECK(*action.calls == 3);
+    CHECK(std::chrono::steady_clock::now() - started >= 10ms); // two backoffs, slept on Asio timers
+}
+
+TEST_CASE("asio execute: a failure is rethrown in the awaiting coroutine, a callback gets it as "
+          "exception_ptr",
+          "[asio][execute]") {
+    net::io_context io;
+    rs::retry policy{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}};
+    bool caught = false;
+    const flaky always{5};
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+            try {
+                (void)co_await rsa::execute(policy, always, net::use_awaitable);
+            } catch (const flaky_error&) {
+                caught = true;
+            }
+        },
+        net::detached);
+    std::exception_ptr error;
+    int value = -1;
+    rsa::execute(io.get_executor(), policy, flaky{5}, [&](std::exception_ptr e, int v) {
+        error = e;
+        value = v;
+    });
+    io.run_for(10s);
+    CHECK(caught);
+    REQUIRE(error);
+    CHECK_THROWS_AS(std::rethrow_exception(error), flaky_error);
+    CHECK(value == 0);
+}
+
+TEST_CASE("asio execute: the handler never runs inside the initiating call", "[asio][execute]") {
+    net::io_context io;
+    rs::retry policy{{.max_attempts = 1}};
+    bool returned = false, ran_after_return = false;
+    rsa::execute(io.get_executor(), policy, flaky{0}, [&](std::exception_ptr, int) { ran_after_return = returned; });
+    returned = true;
+    io.run_for(10s);
+    CHECK(ran_after_return);
+}
+
+TEST_CASE("asio execute: a timeout cancels the attempt's Asio operation with terminal cancellation",
+          "[asio][execute]") {
+    net::io_context io;
+    rs::timeout policy{20ms};
+    bool aborted = false;
+    auto slow = [&]() -> net::awaitable<int> {
+        net::steady_timer t{co_await net::this_coro::executor, 1h};
+        try {
+            co_await t.async_wait(net::use_awaitable);
+        } catch (const net_system_error& e) {
+            aborted = e.code() == net::error::operation_aborted;
+            throw;
+        }
+        co_return 1;
+    };
+    bool timed_out = false;
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+            try {
+                (void)co_await rsa::execute(policy, slow, net::use_awaitable);
+            } catch (const rs::timeout_error&) {
+                timed_out = true;
+            }
+        },
+        net::detached);
+    io.run_for(10s);
+    CHECK(timed_out);
+    CHECK(aborted);
+    CHECK(io.stopped()); // nothing left behind: run returned once the work was done
+}
+
+TEST_CASE("asio execute: use_future, with an executor", "[asio][execute]") {
+    net::io_context io;
+    rs::retry policy{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}};
+    std::future<int> f = rsa::execute(io.get_executor(), policy, flaky{1}, net::use_future);
+    io.run_for(10s);
+    CHECK(f.get() == 7);
+}
+
+TEST_CASE("asio execute: an rs::task action works too", "[asio][execute]") {
+    net::io_context io;
+    rs::retry policy{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}};
+    int calls = 0;
+    auto action = [&]() -> rs::task<int> {
+        if (++calls < 2)
+            throw flaky_error("first");
+        co_return 3;
+    };
+    int value = 0;
+    rsa::execute(io, policy, action, [&](std::exception_ptr, int v) { value = v; });
+    io.run_for(10s);
+    CHECK(value == 3);
+    CHECK(calls == 2);
+}
+
+#endif
+
+} // namespace test_asio_execute
