@@ -47,8 +47,9 @@ struct flaky {
 TEST_CASE("asio execute: an awaitable action retried on the default clock, awaited with use_awaitable",
           "[asio][execute]") {
     net::io_context io;
-    rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{5ms, rs::jitter::none}}},
-                        rs::timeout{1s}};
+    rs::pipeline policy{
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{5ms, rs::jitter::none}}},
+        rs::timeout{1s}};
     flaky action{2};
     int got = 0;
     net::co_spawn(
@@ -96,7 +97,8 @@ TEST_CASE("asio execute: the handler never runs inside the initiating call", "[a
     net::io_context io;
     rs::retry policy{{.max_attempts = 1}};
     bool returned = false, ran_after_return = false;
-    rsa::execute(io.get_executor(), policy, flaky{0}, [&](std::exception_ptr, int) { ran_after_return = returned; });
+    rsa::execute(io.get_executor(), policy, flaky{0},
+                 [&](std::exception_ptr, int) { ran_after_return = returned; });
     returned = true;
     io.run_for(10s);
     CHECK(ran_after_return);

@@ -32,8 +32,12 @@
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/execution/context.hpp>
 #include <asio/execution_context.hpp>
 #include <asio/executor_work_guard.hpp>
@@ -41,10 +45,6 @@
 #include <asio/query.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/awaitable.hpp>
 #include <asio/system_context.hpp>
 #include <asio/system_executor.hpp>
 #include <asio/use_awaitable.hpp>

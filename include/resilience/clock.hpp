@@ -41,7 +41,8 @@ public:
     }
     sleep_awaiter(const sleep_awaiter&) = delete;
     sleep_awaiter& operator=(const sleep_awaiter&) = delete;
-    sleep_awaiter(sleep_awaiter&& o) noexcept : loop_(o.loop_), foreign_(o.foreign_), token_(std::move(o.token_)) {
+    sleep_awaiter(sleep_awaiter&& o) noexcept
+        : loop_(o.loop_), foreign_(o.foreign_), token_(std::move(o.token_)) {
         node_.when = o.node_.when;
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is

@@ -157,10 +157,11 @@ private:
 template <class R>
 constexpr void check_attempt() noexcept {
     if constexpr (!net_awaitable_traits<R>::is_net_awaitable && !resilience::awaitable<R>) {
-        static_assert(!some_asio_awaitable<R>,
-                      "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns an awaitable of "
-                      "another Asio; accepted: an awaitable of this flavour's Asio (" RESILIENCE_ASIO_FLAVOUR_NAME
-                      " is " RESILIENCE_ASIO_NET_NAME "::awaitable<T>) or rs::task<T>");
+        static_assert(
+            !some_asio_awaitable<R>,
+            "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns an awaitable of "
+            "another Asio; accepted: an awaitable of this flavour's Asio (" RESILIENCE_ASIO_FLAVOUR_NAME
+            " is " RESILIENCE_ASIO_NET_NAME "::awaitable<T>) or rs::task<T>");
         static_assert(some_asio_awaitable<R>,
                       "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns a plain value, not "
                       "something to await; accepted: " RESILIENCE_ASIO_NET_NAME
@@ -192,8 +193,8 @@ private:
 };
 
 template <class F>
-using user_result_t = decltype(resilience::detail::invoke_action(std::declval<F&>(),
-                                                                 std::declval<const context&>()));
+using user_result_t =
+    decltype(resilience::detail::invoke_action(std::declval<F&>(), std::declval<const context&>()));
 
 /// The value the call completes with.
 template <class P, class F>
@@ -246,9 +247,9 @@ inline constexpr bool makes_something_to_await<net::deferred_t> = true;
 template <class E>
 constexpr bool runs_on_system_context() noexcept {
     if constexpr (requires { net::query(std::declval<const E&>(), net::execution::context); })
-        return std::is_same_v<std::remove_cvref_t<decltype(net::query(std::declval<const E&>(),
-                                                                      net::execution::context))>,
-                              net::system_context>;
+        return std::is_same_v<
+            std::remove_cvref_t<decltype(net::query(std::declval<const E&>(), net::execution::context))>,
+            net::system_context>;
     else
         return false;
 }
@@ -294,8 +295,9 @@ auto execute(const Executor& executor, Policy&& policy, Action&& action, Complet
                 stop = std::stop_source{};
             detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
         },
-        token, detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
-                                                         action_type(std::forward<Action>(action))});
+        token,
+        detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
+                                                  action_type(std::forward<Action>(action))});
 }
 
 /// The same on an execution context's executor (`io_context&`).
@@ -322,7 +324,8 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
     using signature = typename detail::completion_signature<R>::type;
     return net::async_initiate<CompletionToken, signature>(
         [](auto handler, detail::execute_make<Policy, action_type> make) {
-            using handler_executor = net::associated_executor_t<decltype(handler), detail::no_associated_executor>;
+            using handler_executor =
+                net::associated_executor_t<decltype(handler), detail::no_associated_executor>;
             static_assert(!std::is_same_v<handler_executor, detail::no_associated_executor> &&
                               !detail::runs_on_system_context<handler_executor>(),
                           "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute(policy, action, token): this "
@@ -334,8 +337,9 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
                 stop = std::stop_source{};
             detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
         },
-        token, detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
-                                                         action_type(std::forward<Action>(action))});
+        token,
+        detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
+                                                  action_type(std::forward<Action>(action))});
 }
 
 } // namespace resilience::RESILIENCE_ASIO_FLAVOUR
