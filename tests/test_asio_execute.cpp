@@ -7,6 +7,7 @@
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -158,6 +159,27 @@ TEST_CASE("asio execute: an rs::task action works too", "[asio][execute]") {
     io.run_for(10s);
     CHECK(value == 3);
     CHECK(calls == 2);
+}
+
+TEST_CASE("asio execute: any_policy, reloadable and a registry's handle are policies here too",
+          "[asio][execute]") {
+    net::io_context io;
+    rs::registry<> policies;
+    auto breaker = policies.breaker("execute-breaker");
+    rs::any_policy<int> erased{rs::pipeline{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}},
+                                            rs::timeout{1s}}};
+    rs::reloadable<rs::retry<>> reloaded{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}}};
+    const flaky once{1}, twice{2}, never{0};
+    std::vector<int> got;
+    auto keep = [&](std::exception_ptr e, int v) { got.push_back(e ? -1 : v); };
+    rsa::execute(io, erased, once, keep);
+    rsa::execute(io, reloaded, twice, keep);
+    rsa::execute(io, breaker, never, keep);
+    io.run_for(10s);
+    CHECK(got.size() == 3);
+    CHECK(std::count(got.begin(), got.end(), 7) == 3);
+    CHECK(*once.calls == 2);
+    CHECK(*twice.calls == 3);
 }
 
 #endif
