@@ -51,6 +51,7 @@ concept some_asio_awaitable = requires {
     typename T::executor_type;
 };
 
+#if RESILIENCE_ASIO_HAS_CO_AWAIT
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
 /// of its own (`co_spawn`) on the call's strand; the attempt's stop token, when stopped, emits a
 /// `terminal` cancellation to it on that strand, so the Asio operation it waits for ends at once. The
@@ -153,6 +154,8 @@ private:
     std::optional<std::stop_callback<on_stop>> stop_;
 };
 
+#endif
+
 /// What an action returned, checked: an Asio awaitable of this flavour, or a resilience awaitable.
 template <class R>
 constexpr void check_attempt() noexcept {
@@ -178,10 +181,13 @@ public:
 
     auto operator()(const context& ctx) {
         using R = decltype(resilience::detail::invoke_action(f_, ctx));
+#if RESILIENCE_ASIO_HAS_CO_AWAIT
         if constexpr (net_awaitable_traits<R>::is_net_awaitable) {
             return attempt_awaiter<typename net_awaitable_traits<R>::value_type, R>{
                 resilience::detail::invoke_action(f_, ctx), strand_, ctx.stop_token()};
-        } else {
+        } else
+#endif
+        {
             check_attempt<R>();
             return resilience::detail::invoke_action(f_, ctx);
         }
