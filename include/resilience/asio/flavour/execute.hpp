@@ -285,10 +285,9 @@ constexpr void check_execute() noexcept {
 /// for `execute`); an rvalue is moved into the call. docs/asio.md.
 ///
 ///     auto body = co_await rs::boost_asio::execute(ex, policy, fetch, boost::asio::use_awaitable);
-template <class Executor, class Policy, class Action,
-          class CompletionToken = net::default_completion_token_t<net::any_io_executor>>
+template <class Executor, class Policy, class Action, class CompletionToken>
 requires(net::execution::executor<Executor> || net::is_executor<Executor>::value)
-auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token = {}) {
+auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
     using R = detail::execute_result_t<Policy, action_type>;
@@ -307,10 +306,9 @@ auto execute(const Executor& executor, Policy&& policy, Action&& action, Complet
 }
 
 /// The same on an execution context's executor (`io_context&`).
-template <class ExecutionContext, class Policy, class Action,
-          class CompletionToken = net::default_completion_token_t<net::any_io_executor>>
+template <class ExecutionContext, class Policy, class Action, class CompletionToken>
 requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-auto execute(ExecutionContext& context, Policy&& policy, Action&& action, CompletionToken&& token = {}) {
+auto execute(ExecutionContext& context, Policy&& policy, Action&& action, CompletionToken&& token) {
     return execute(context.get_executor(), std::forward<Policy>(policy), std::forward<Action>(action),
                    std::forward<CompletionToken>(token));
 }
