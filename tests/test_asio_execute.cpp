@@ -162,14 +162,39 @@ TEST_CASE("asio execute: use_future, with an executor", "[asio][execute]") {
     CHECK(f.get() == 7);
 }
 
+TEST_CASE("asio execute: the same policy serves one io_context after another, and an event loop",
+          "[asio][execute]") {
+    rs::pipeline policy{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}},
+                        rs::timeout{1s}};
+    const flaky once{1};
+    for (int round = 0; round < 2; ++round) {
+        net::io_context io;
+        int value = 0;
+        rsa::execute(io, policy, once, [&](std::exception_ptr, int v) { value = v; });
+        io.run_for(10s);
+        CHECK(value == 7);
+        *once.calls = 0;
+    }
+    // The default clock sleeps on the loop when the call runs there (rs::task action).
+    int attempts = 0;
+    auto task_action = [&]() -> rs::task<int> {
+        if (++attempts < 2)
+            throw flaky_error("first");
+        co_return 5;
+    };
+    CHECK(rs::sync_wait(policy.execute(task_action)) == 5);
+    CHECK(attempts == 2);
+}
+
 TEST_CASE("asio execute: any_policy, reloadable and a registry's handle are policies here too",
           "[asio][execute]") {
     net::io_context io;
     rs::registry<> policies;
     auto breaker = policies.breaker("execute-breaker");
-    rs::any_policy<int> erased{rs::pipeline{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}},
-                                            rs::timeout{1s}}};
-    rs::reloadable<rs::retry<>> reloaded{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}}};
+    rs::any_policy<int> erased{
+        rs::pipeline{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}}, rs::timeout{1s}}};
+    rs::reloadable<rs::retry<>> reloaded{
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}}};
     const flaky once{1}, twice{2}, never{0};
     std::vector<int> got;
     auto keep = [&](std::exception_ptr e, int v) { got.push_back(e ? -1 : v); };

@@ -268,6 +268,14 @@ constexpr void check_execute() noexcept {
         resilience::detail::check_action_temporary<Action>();
 }
 
+template <class R>
+constexpr void check_result() noexcept {
+    static_assert(std::is_void_v<R> || std::is_default_constructible_v<R>,
+                  "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the call's value type must be default "
+                  "constructible: the completion signature void(std::exception_ptr, T) carries a value on "
+                  "failure too, as co_spawn's does (return std::optional<T> from the action otherwise)");
+}
+
 } // namespace detail
 
 /// One call through `policy` as an Asio asynchronous operation, completing `token` with
@@ -291,6 +299,7 @@ auto execute(const Executor& executor, Policy&& policy, Action&& action, Complet
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
     using R = detail::execute_result_t<Policy, action_type>;
+    detail::check_result<R>();
     using signature = typename detail::completion_signature<R>::type;
     net::any_io_executor ex(executor);
     return net::async_initiate<CompletionToken, signature>(
@@ -325,6 +334,7 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
     using R = detail::execute_result_t<Policy, action_type>;
+    detail::check_result<R>();
     using signature = typename detail::completion_signature<R>::type;
     return net::async_initiate<CompletionToken, signature>(
         [](auto handler, detail::execute_make<Policy, action_type> make) {
