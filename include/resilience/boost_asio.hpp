@@ -1,21 +1,21 @@
 // SPDX-License-Identifier: MIT
 /// \file boost_asio.hpp
 /// Optional Asio integration on Boost.Asio (Boost 1.81 or later): what <resilience/asio.hpp> gives on
-/// standalone Asio, in the namespace `resilience::boost_asio` and on `boost::asio`'s types, so Beast's
-/// streams and any Boost.Asio object can be awaited from a resilience coroutine. One implementation
-/// serves both (resilience/asio/flavour/), and a program may include both headers.
+/// standalone Asio, in the namespace `resilience::boost_asio` and on `boost::asio`'s types. One
+/// implementation serves both (resilience/asio/flavour/), and a program may include both headers.
+/// A Beast client keeps its style: its own awaitable is the action, called once per attempt, and the
+/// policies, built without a clock, sleep on timers of the call's executor.
 ///
-///     boost::asio::io_context io;
-///     rs::boost_asio::clock clock{io.get_executor()};
-///     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
+///     namespace net = boost::asio;
+///     rs::pipeline policy{rs::retry{{.max_attempts = 3}}, rs::timeout{2s}};
 ///
-///     auto fetch = [&](std::stop_token st) -> rs::task<std::size_t> {
-///         auto [ec, n] = co_await stream.async_read_some(boost::asio::buffer(buf), rs::boost_asio::use_task(st));
-///         if (ec) throw boost::system::system_error(ec);
-///         co_return n;
+///     auto fetch = [&]() -> net::awaitable<response> {
+///         tcp::socket socket{co_await net::this_coro::executor};   // the call's strand
+///         co_await socket.async_connect(server, net::use_awaitable);
+///         ...                                                      // Beast's async_write, async_read
+///         co_return reply;
 ///     };
-///     rs::boost_asio::async_run(io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch, st); },
-///                               [](std::exception_ptr e, std::size_t n) { ... });
+///     response reply = co_await rs::boost_asio::execute(policy, fetch, net::use_awaitable);
 ///
 /// docs/asio.md describes both flavours; the CMake target is resilience::boost_asio.
 #pragma once
