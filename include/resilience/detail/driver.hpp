@@ -48,6 +48,23 @@ inline bool stands_for_a_stop(const failure& f) noexcept {
     return true;
 }
 
+/// The message of the `std::logic_error` refusing a call that has nowhere to sleep (see
+/// `driver::nowhere_to_sleep`): which policy may sleep, why, and the ways to give the call
+/// somewhere to sleep.
+inline std::string nowhere_to_sleep_message(const sleeper& found, const std::string& name) {
+    std::string m = "resilience::";
+    m += found.kind;
+    if (!name.empty())
+        m += " (" + name + ")";
+    m += " may sleep on the default clock (";
+    m += found.why;
+    m += "), and this call has nowhere to sleep: no event loop runs on this thread and the call was not "
+         "started by rs::boost_asio::execute or rs::asio::execute. Run it under rs::sync_wait or an "
+         "rs::event_loop, start it with rs::boost_asio::execute (rs::asio::execute), or give the policy "
+         "a clock (rs::boost_asio::clock{executor})";
+    return m;
+}
+
 /// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
 /// every stage's `enter` inward, the innermost step, every `leave` outward. A stage that waits
 /// for admission through `frame_wait` waits in this frame; any other stage that must wait costs
@@ -252,6 +269,24 @@ struct driver {
         result = outcome_type{failure::make(cancelled_error{outermost_name(stages)})};
     }
 
+    /// A call with nowhere to sleep (no event loop runs on this thread, and nothing that started
+    /// it, such as `rs::boost_asio::execute`, gave it a home) is refused before its first stage
+    /// enters when one of its stages may sleep on the default clock: otherwise it would serve the
+    /// happy path and fail with "a sleep needs an event loop" only when a retry first backs off or
+    /// a timer first arms, during the incident the policy was meant to absorb. True when refused,
+    /// with the `std::logic_error` naming the fix in `result`. Out of line: only a call without a
+    /// home gets here.
+    template <class S>
+    RESILIENCE_DETAIL_NOINLINE static bool nowhere_to_sleep(const S& stages,
+                                                            std::optional<outcome_type>& result) {
+        std::string name;
+        const sleeper found = first_default_clock_sleeper(stages, &name);
+        if (!found)
+            return false;
+        result.emplace(failure::make(std::logic_error(nowhere_to_sleep_message(found, name))));
+        return true;
+    }
+
     // The call's shared clock reading (`call_now`) holds only while the call runs without
     // suspending: it is dropped before a stage that may wait reads the time, and after every wait.
     static void drop_reading(time_cache& cache) noexcept { cache.clear(); }
@@ -346,7 +381,18 @@ struct driver {
         at[from] = &root;
         std::optional<outcome_type> result;
         std::size_t k = size;
-        step s = enter_all(from, stages, st, at, result, k, all_stages{});
+        step s;
+        if constexpr (std::is_same_v<From, whole_call>) {
+            // `home` first: a call made on a loop (the common case) pays one test of a register.
+            if (home == nullptr && nowhere_to_sleep(stages, result)) [[unlikely]] {
+                s = step::done;
+                k = 0; // no stage entered, so none leaves
+            } else {
+                s = enter_all(from, stages, st, at, result, k, all_stages{});
+            }
+        } else {
+            s = enter_all(from, stages, st, at, result, k, all_stages{});
+        }
         if constexpr (admission::any_waits_in_frame) {
             // A stage that waits for admission here: once admitted, the call goes on inward from
             // the stage after it, still in this frame.
