@@ -48,23 +48,6 @@ inline bool stands_for_a_stop(const failure& f) noexcept {
     return true;
 }
 
-/// The message of the `std::logic_error` refusing a call that has nowhere to sleep (see
-/// `driver::nowhere_to_sleep`): which policy may sleep, why, and the ways to give the call
-/// somewhere to sleep.
-inline std::string nowhere_to_sleep_message(const sleeper& found, const std::string& name) {
-    std::string m = "resilience::";
-    m += found.kind;
-    if (!name.empty())
-        m += " (" + name + ")";
-    m += " may sleep on the default clock (";
-    m += found.why;
-    m += "), and this call has nowhere to sleep: no event loop runs on this thread and the call was not "
-         "started by rs::boost_asio::execute or rs::asio::execute. Run it under rs::sync_wait or an "
-         "rs::event_loop, start it with rs::boost_asio::execute (rs::asio::execute), or give the policy "
-         "a clock (rs::boost_asio::clock{executor})";
-    return m;
-}
-
 /// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
 /// every stage's `enter` inward, the innermost step, every `leave` outward. A stage that waits
 /// for admission through `frame_wait` waits in this frame; any other stage that must wait costs
