@@ -363,19 +363,17 @@ struct driver {
         const context* at[size + 1];
         at[from] = &root;
         std::optional<outcome_type> result;
-        std::size_t k = size;
-        step s;
         if constexpr (std::is_same_v<From, whole_call>) {
             // `home` first: a call made on a loop (the common case) pays one test of a register.
             if (home == nullptr && nowhere_to_sleep(stages, result)) [[unlikely]] {
-                s = step::done;
-                k = 0; // no stage entered, so none leaves
-            } else {
-                s = enter_all(from, stages, st, at, result, k, all_stages{});
+                if constexpr (Throw) // no stage entered, so none leaves
+                    co_return std::move(*result).value();
+                else
+                    co_return std::move(*result);
             }
-        } else {
-            s = enter_all(from, stages, st, at, result, k, all_stages{});
         }
+        std::size_t k = size;
+        step s = enter_all(from, stages, st, at, result, k, all_stages{});
         if constexpr (admission::any_waits_in_frame) {
             // A stage that waits for admission here: once admitted, the call goes on inward from
             // the stage after it, still in this frame.
