@@ -256,18 +256,16 @@ struct driver {
     /// it, such as `rs::boost_asio::execute`, gave it a home) is refused before its first stage
     /// enters when one of its stages may sleep on the default clock: otherwise it would serve the
     /// happy path and fail with "a sleep needs an event loop" only when a retry first backs off or
-    /// a timer first arms, during the incident the policy was meant to absorb. True when refused,
-    /// with the `std::logic_error` naming the fix in `result`. Out of line: only a call without a
-    /// home gets here.
+    /// a timer first arms, during the incident the policy was meant to absorb.
+    /// The `std::logic_error` naming the fix when refused; nothing otherwise. Out of line: only a
+    /// call without a home gets here.
     template <class S>
-    RESILIENCE_DETAIL_NOINLINE static bool nowhere_to_sleep(const S& stages,
-                                                            std::optional<outcome_type>& result) {
+    RESILIENCE_DETAIL_NOINLINE static std::optional<failure> nowhere_to_sleep(const S& stages) {
         std::string name;
         const sleeper found = first_default_clock_sleeper(stages, &name);
         if (!found)
-            return false;
-        result.emplace(failure::make(std::logic_error(nowhere_to_sleep_message(found, name))));
-        return true;
+            return std::nullopt;
+        return failure::make(std::logic_error(nowhere_to_sleep_message(found, name)));
     }
 
     // The call's shared clock reading (`call_now`) holds only while the call runs without
@@ -356,6 +354,19 @@ struct driver {
         decltype(auto) stages = stages_from(source);
         time_cache cache;
         home_loop* const home = home_loop::current(); // where the call returns (null: outside any loop)
+        if constexpr (std::is_same_v<From, whole_call>) {
+            // `home` first, and before anything else of the call is made: a call made on a loop (the
+            // common case) pays one test of a register.
+            if (home == nullptr) [[unlikely]] {
+                if (std::optional<failure> refused = nowhere_to_sleep(stages)) {
+                    outcome_type r{std::move(*refused)};
+                    if constexpr (Throw)
+                        co_return std::move(r).value();
+                    else
+                        co_return r;
+                }
+            }
+        }
         context& root = ctx;
         context_access::attach(root, &cache);
         auto leaf = holder.leaf();
@@ -363,15 +374,6 @@ struct driver {
         const context* at[size + 1];
         at[from] = &root;
         std::optional<outcome_type> result;
-        if constexpr (std::is_same_v<From, whole_call>) {
-            // `home` first: a call made on a loop (the common case) pays one test of a register.
-            if (home == nullptr && nowhere_to_sleep(stages, result)) [[unlikely]] {
-                if constexpr (Throw) // no stage entered, so none leaves
-                    co_return std::move(*result).value();
-                else
-                    co_return std::move(*result);
-            }
-        }
         std::size_t k = size;
         step s = enter_all(from, stages, st, at, result, k, all_stages{});
         if constexpr (admission::any_waits_in_frame) {
