@@ -149,7 +149,7 @@ struct driver {
     using outermost = std::integral_constant<std::size_t, 0>;
     /// Stage 0 too, for the drive of a whole call made by `execute` (not a stage's `run` inside
     /// another call): where the rule for a call its caller stopped is applied, once (see
-    /// `caller_stopped`).
+    /// `caller_stopped`), and where a call with nowhere to sleep is refused (`nowhere_to_sleep`).
     struct whole_call : outermost {};
     // A function rather than `j < from`, which g++ warns about when `from` is the constant 0.
     static constexpr bool outside(std::size_t j, std::size_t from, std::size_t end) noexcept {
