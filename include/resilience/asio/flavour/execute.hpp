@@ -16,6 +16,7 @@
 #include "../../concepts.hpp"
 #include "../../context.hpp"
 #include "../../detail/action.hpp"
+#include "../../policy.hpp"
 
 #include <concepts>
 #include <coroutine>
@@ -51,6 +52,7 @@ concept some_asio_awaitable = requires {
     typename T::executor_type;
 };
 
+#if RESILIENCE_ASIO_HAS_CO_AWAIT // co_spawn of an awaitable: only where this Asio has awaitables
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
 /// of its own (`co_spawn`) on the call's strand; the attempt's stop token, when stopped, emits a
 /// `terminal` cancellation to it on that strand, so the Asio operation it waits for ends at once. The
@@ -153,6 +155,8 @@ private:
     std::optional<std::stop_callback<on_stop>> stop_;
 };
 
+#endif
+
 /// What an action returned, checked: an Asio awaitable of this flavour, or a resilience awaitable.
 template <class R>
 constexpr void check_attempt() noexcept {
@@ -177,10 +181,13 @@ public:
 
     auto operator()(const context& ctx) {
         using R = decltype(resilience::detail::invoke_action(f_, ctx));
+#if RESILIENCE_ASIO_HAS_CO_AWAIT
         if constexpr (net_awaitable_traits<R>::is_net_awaitable) {
             return attempt_awaiter<typename net_awaitable_traits<R>::value_type, R>{
                 resilience::detail::invoke_action(f_, ctx), strand_, ctx.stop_token()};
-        } else {
+        } else
+#endif
+        {
             check_attempt<R>();
             return resilience::detail::invoke_action(f_, ctx);
         }
@@ -255,6 +262,12 @@ constexpr bool runs_on_system_context() noexcept {
 
 struct no_associated_executor {};
 
+/// What the first argument of `execute` names when it is an executor. A handle with `execute(f)` and
+/// `==` (a bulkhead, a circuit breaker, a limiter, `any_policy`) looks like an Asio executor to
+/// Asio's own concept, and is a policy.
+template <class E>
+concept call_executor = !resilience::policy<E> && (net::execution::executor<E> || net::is_executor<E>::value);
+
 template <class Policy, class Action, class Token>
 constexpr void check_execute() noexcept {
     if constexpr (makes_something_to_await<std::decay_t<Token>>)
@@ -280,7 +293,7 @@ constexpr void check_execute() noexcept {
 ///     auto body = co_await rs::boost_asio::execute(ex, policy, fetch, boost::asio::use_awaitable);
 template <class Executor, class Policy, class Action,
           class CompletionToken = net::default_completion_token_t<net::any_io_executor>>
-requires(net::execution::executor<Executor> || net::is_executor<Executor>::value)
+requires detail::call_executor<Executor>
 auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token = {}) {
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
@@ -313,7 +326,7 @@ auto execute(ExecutionContext& context, Policy&& policy, Action&& action, Comple
 ///
 ///     auto body = co_await rs::boost_asio::execute(policy, fetch, boost::asio::use_awaitable);
 template <class Policy, class Action, class CompletionToken>
-requires(!net::execution::executor<std::decay_t<Policy>> && !net::is_executor<std::decay_t<Policy>>::value &&
+requires(!detail::call_executor<std::decay_t<Policy>> &&
          !std::is_convertible_v<Policy&, net::execution_context&>)
 auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
