@@ -172,6 +172,16 @@ constexpr void check_attempt() noexcept {
     }
 }
 
+/// What an action refused by `check_attempt` returns to the policy instead, so that the policy's code
+/// compiles around it and the assertion is the one error the user reads (not the core's "returns a
+/// plain value" for another Asio's awaitable). Never run: the program does not compile.
+template <class T>
+struct refused_attempt {
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    T await_resume() const { std::terminate(); }
+};
+
 /// The action as the policy sees it: each call of it (one per attempt) calls the user's action, and
 /// an Asio awaitable it returns runs on the call's strand.
 template <class F>
@@ -187,9 +197,14 @@ public:
                 resilience::detail::invoke_action(f_, ctx), strand_, ctx.stop_token()};
         } else
 #endif
-        {
-            check_attempt<R>();
+        if constexpr (resilience::awaitable<R>) {
             return resilience::detail::invoke_action(f_, ctx);
+        } else {
+            check_attempt<R>();
+            if constexpr (some_asio_awaitable<R>)
+                return refused_attempt<typename R::value_type>{};
+            else
+                return refused_attempt<R>{};
         }
     }
 
@@ -261,6 +276,15 @@ constexpr bool runs_on_system_context() noexcept {
 }
 
 struct no_associated_executor {};
+
+/// `use_future`: its handler's executor runs on the system context, though its `execution::context`
+/// query names only an `execution_context`, so the token itself is recognised.
+template <class T>
+inline constexpr bool is_use_future = false;
+#if RESILIENCE_ASIO_HAS_USE_FUTURE
+template <class A>
+inline constexpr bool is_use_future<net::use_future_t<A>> = true;
+#endif
 
 /// What the first argument of `execute` names when it is an executor. A handle with `execute(f)` and
 /// `==` (a bulkhead, a circuit breaker, a limiter, `any_policy`) looks like an Asio executor to
@@ -337,7 +361,8 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
         [](auto handler, detail::execute_make<Policy, action_type> make) {
             using handler_executor = net::associated_executor_t<decltype(handler), detail::no_associated_executor>;
             static_assert(!std::is_same_v<handler_executor, detail::no_associated_executor> &&
-                              !detail::runs_on_system_context<handler_executor>(),
+                              !detail::runs_on_system_context<handler_executor>() &&
+                              !detail::is_use_future<std::decay_t<CompletionToken>>,
                           "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute(policy, action, token): this "
                           "token's handler has no executor of its own to run the call on; pass an "
                           "executor: execute(executor, policy, action, token)");
