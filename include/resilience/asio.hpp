@@ -47,6 +47,7 @@
 #include <asio/system_context.hpp>
 #include <asio/system_executor.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 
 namespace resilience::asio {
 /// The Asio this integration is built on: standalone Asio's namespace.
@@ -66,6 +67,11 @@ namespace net = ::asio;
 #define RESILIENCE_ASIO_HAS_CO_AWAIT 0
 #endif
 #define RESILIENCE_ASIO_HAS_DEFERRED 0
+#if defined(ASIO_HAS_STD_FUTURE_CLASS)
+#define RESILIENCE_ASIO_HAS_USE_FUTURE 1
+#else
+#define RESILIENCE_ASIO_HAS_USE_FUTURE 0
+#endif
 // In this order: each body uses the ones before it.
 // clang-format off
 #include "asio/flavour/use_task.hpp"
@@ -80,3 +86,4 @@ namespace net = ::asio;
 #undef RESILIENCE_ASIO_NET_NAME
 #undef RESILIENCE_ASIO_HAS_CO_AWAIT
 #undef RESILIENCE_ASIO_HAS_DEFERRED
+#undef RESILIENCE_ASIO_HAS_USE_FUTURE

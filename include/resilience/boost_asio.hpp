@@ -41,6 +41,7 @@
 #include <boost/asio/system_context.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 
 namespace resilience::boost_asio {
 /// The Asio this integration is built on: Boost.Asio's namespace.
@@ -60,6 +61,11 @@ namespace net = ::boost::asio;
 #define RESILIENCE_ASIO_HAS_CO_AWAIT 0
 #endif
 #define RESILIENCE_ASIO_HAS_DEFERRED 1
+#if defined(BOOST_ASIO_HAS_STD_FUTURE_CLASS)
+#define RESILIENCE_ASIO_HAS_USE_FUTURE 1
+#else
+#define RESILIENCE_ASIO_HAS_USE_FUTURE 0
+#endif
 // In this order: each body uses the ones before it.
 // clang-format off
 #include "asio/flavour/use_task.hpp"
@@ -74,3 +80,4 @@ namespace net = ::boost::asio;
 #undef RESILIENCE_ASIO_NET_NAME
 #undef RESILIENCE_ASIO_HAS_CO_AWAIT
 #undef RESILIENCE_ASIO_HAS_DEFERRED
+#undef RESILIENCE_ASIO_HAS_USE_FUTURE

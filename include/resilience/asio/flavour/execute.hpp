@@ -16,6 +16,7 @@
 #include "../../concepts.hpp"
 #include "../../context.hpp"
 #include "../../detail/action.hpp"
+#include "../../policy.hpp"
 
 #include <concepts>
 #include <coroutine>
@@ -51,7 +52,7 @@ concept some_asio_awaitable = requires {
     typename T::executor_type;
 };
 
-#if RESILIENCE_ASIO_HAS_CO_AWAIT
+#if RESILIENCE_ASIO_HAS_CO_AWAIT // co_spawn of an awaitable: only where this Asio has awaitables
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
 /// of its own (`co_spawn`) on the call's strand; the attempt's stop token, when stopped, emits a
 /// `terminal` cancellation to it on that strand, so the Asio operation it waits for ends at once. The
@@ -172,6 +173,16 @@ constexpr void check_attempt() noexcept {
     }
 }
 
+/// What an action refused by `check_attempt` returns to the policy instead, so that the policy's code
+/// compiles around it and the assertion is the one error the user reads (not the core's "returns a
+/// plain value" for another Asio's awaitable). Never run: the program does not compile.
+template <class T>
+struct refused_attempt {
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    T await_resume() const { std::terminate(); }
+};
+
 /// The action as the policy sees it: each call of it (one per attempt) calls the user's action, and
 /// an Asio awaitable it returns runs on the call's strand.
 template <class F>
@@ -187,9 +198,14 @@ public:
                 resilience::detail::invoke_action(f_, ctx), strand_, ctx.stop_token()};
         } else
 #endif
-        {
-            check_attempt<R>();
+            if constexpr (resilience::awaitable<R>) {
             return resilience::detail::invoke_action(f_, ctx);
+        } else {
+            check_attempt<R>();
+            if constexpr (some_asio_awaitable<R>)
+                return refused_attempt<typename R::value_type>{};
+            else
+                return refused_attempt<R>{};
         }
     }
 
@@ -262,6 +278,21 @@ constexpr bool runs_on_system_context() noexcept {
 
 struct no_associated_executor {};
 
+/// `use_future`: its handler's executor runs on the system context, though its `execution::context`
+/// query names only an `execution_context`, so the token itself is recognised.
+template <class T>
+inline constexpr bool is_use_future = false;
+#if RESILIENCE_ASIO_HAS_USE_FUTURE
+template <class A>
+inline constexpr bool is_use_future<net::use_future_t<A>> = true;
+#endif
+
+/// What the first argument of `execute` names when it is an executor. A handle with `execute(f)` and
+/// `==` (a bulkhead, a circuit breaker, a limiter, `any_policy`) looks like an Asio executor to
+/// Asio's own concept, and is a policy.
+template <class E>
+concept call_executor = !resilience::policy<E> && (net::execution::executor<E> || net::is_executor<E>::value);
+
 template <class Policy, class Action, class Token>
 constexpr void check_execute() noexcept {
     if constexpr (makes_something_to_await<std::decay_t<Token>>)
@@ -294,7 +325,7 @@ constexpr void check_result() noexcept {
 ///
 ///     auto body = co_await rs::boost_asio::execute(ex, policy, fetch, boost::asio::use_awaitable);
 template <class Executor, class Policy, class Action, class CompletionToken>
-requires(net::execution::executor<Executor> || net::is_executor<Executor>::value)
+requires detail::call_executor<Executor>
 auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
@@ -328,7 +359,7 @@ auto execute(ExecutionContext& context, Policy&& policy, Action&& action, Comple
 ///
 ///     auto body = co_await rs::boost_asio::execute(policy, fetch, boost::asio::use_awaitable);
 template <class Policy, class Action, class CompletionToken>
-requires(!net::execution::executor<std::decay_t<Policy>> && !net::is_executor<std::decay_t<Policy>>::value &&
+requires(!detail::call_executor<std::decay_t<Policy>> &&
          !std::is_convertible_v<Policy&, net::execution_context&>)
 auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
@@ -341,7 +372,8 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
             using handler_executor =
                 net::associated_executor_t<decltype(handler), detail::no_associated_executor>;
             static_assert(!std::is_same_v<handler_executor, detail::no_associated_executor> &&
-                              !detail::runs_on_system_context<handler_executor>(),
+                              !detail::runs_on_system_context<handler_executor>() &&
+                              !detail::is_use_future<std::decay_t<CompletionToken>>,
                           "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute(policy, action, token): this "
                           "token's handler has no executor of its own to run the call on; pass an "
                           "executor: execute(executor, policy, action, token)");
