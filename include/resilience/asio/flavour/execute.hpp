@@ -312,7 +312,7 @@ constexpr void check_result() noexcept {
 /// One call through `policy` as an Asio asynchronous operation, completing `token` with
 /// `(std::exception_ptr, T)` (`(std::exception_ptr)` for `void`), as `co_spawn` does: with
 /// `use_awaitable` a failure is rethrown in the awaiting coroutine; `deferred`, `use_future`, a
-/// callback, `as_tuple`, `redirect_error` and `use_task` work too. `T` must be default constructible.
+/// callback, `as_tuple` and `use_task` work too (`redirect_error` redirects nothing, as with `co_spawn`). `T` must be default constructible.
 ///
 /// `action` (called once per attempt, with `(rs::context const&)`, `(std::stop_token)` or `()`) returns
 /// `awaitable<T>` of this Asio, or `rs::task<T>`. Attempts and the policies' sleeps run on a strand
