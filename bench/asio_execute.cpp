@@ -6,9 +6,12 @@
 // io_context on this thread, in interleaved rounds (the order alternating), and the ratio is that of the
 // least time per call of each side over the rounds. See bench/README.md ("Asio calls").
 //
-//     bench_asio_execute [--rounds=11] [--calls=100000] [--only=execute|co_spawn]
+//     bench_asio_execute [--rounds=11] [--calls=100000] [--only=execute|co_spawn] [--concurrency-hint=1]
 //
-// `--only` runs one side, for a profiler (perf record, callgrind).
+// `--only` runs one side, for a profiler (perf record, callgrind). The io_context is made with concurrency
+// hint 1 (one thread runs it, as in Beast's examples) unless told otherwise: with another hint (-1, the
+// default of `io_context()`) a call cannot know that no other thread runs the context, and serialises
+// itself on a strand of its own.
 #include <resilience/boost_asio.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
@@ -58,6 +61,7 @@ struct options {
     int rounds = 11;
     long calls = 100'000;
     std::string only;
+    int hint = 1;
 };
 
 long sink = 0;
@@ -120,6 +124,8 @@ options parse(int argc, char** argv) {
             opt.calls = std::atol(argv[i] + 8);
         else if (a.starts_with("--only="))
             opt.only = std::string(a.substr(7));
+        else if (a.starts_with("--concurrency-hint="))
+            opt.hint = std::atoi(argv[i] + 19);
         else {
             fmt::print(stderr, "usage: {} [--rounds=11] [--calls=100000] [--only=execute|co_spawn]\n",
                        argv[0]);
@@ -139,13 +145,14 @@ int main(int argc, char** argv) {
     const options opt = parse(argc, argv);
     side bare{.name = "co_spawn_use_awaitable", .ns = {}};
     side exec{.name = "execute_retry_timeout", .ns = {}};
-    net::io_context io{1};
+    net::io_context io{opt.hint};
     net::co_spawn(io, measure(opt, bare, exec), [](std::exception_ptr e) {
         if (e)
             std::rethrow_exception(e);
     });
     io.run();
-    fmt::print("{} rounds of {} calls, interleaved; ns per call\n", opt.rounds, opt.calls);
+    fmt::print("{} rounds of {} calls, interleaved, io_context{{{}}}; ns per call\n", opt.rounds, opt.calls,
+               opt.hint);
     fmt::print("{:<28} {:>10} {:>10} {:>12}  rounds\n", "row", "least", "median", "allocs/call");
     for (const side* s : {&bare, &exec}) {
         if (s->ns.empty())

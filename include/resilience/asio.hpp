@@ -36,6 +36,7 @@
 #include <asio/cancellation_type.hpp>
 #include <asio/execution/context.hpp>
 #include <asio/execution_context.hpp>
+#include <asio/io_context.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 #include <asio/query.hpp>

@@ -210,14 +210,14 @@ struct ready_awaitable {
 // On the call's strand: makes the outermost coroutine, puts it on the context's registry, and runs
 // it, its home current, until it first waits.
 template <class Make, class Handler>
-void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, call_strand strand,
+void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, call_executor where,
            bool clear_slot) {
     call_registry& registry = call_registry::of(io);
     root_task task =
         run_and_complete(std::move(make), std::move(token), std::move(handler), std::move(io), clear_slot);
     auto& promise = task.handle.promise();
     promise.frame = task.handle.address();
-    promise.home.emplace(std::move(strand));
+    promise.home.emplace(std::move(where));
     registry.add(&promise);
     resilience::detail::home_loop::scope here(&*promise.home);
     task.handle.resume();
@@ -232,10 +232,12 @@ void launch(const net::any_io_executor& ex, Make make, Handler handler, std::sto
     const bool connect = stop.stop_possible();
     if (connect)
         net::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
-    call_strand strand = net::make_strand(ex);
-    net::post(strand, [ex, strand, m = std::move(make), t = std::move(token), h = std::move(handler),
-                       connect]() mutable {
-        start(std::move(m), std::move(t), std::move(h), ex, std::move(strand), connect);
+    call_executor where(ex);
+    where.visit([&](const auto& serial) {
+        net::post(serial, [ex, where, m = std::move(make), t = std::move(token), h = std::move(handler),
+                           connect]() mutable {
+            start(std::move(m), std::move(t), std::move(h), ex, std::move(where), connect);
+        });
     });
 }
 

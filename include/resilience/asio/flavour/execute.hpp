@@ -52,21 +52,22 @@ concept some_asio_awaitable = requires {
 };
 
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
-/// of its own (`co_spawn`) on the call's strand; the attempt's stop token, when stopped, emits a
-/// `terminal` cancellation to it on that strand, so the Asio operation it waits for ends at once. The
-/// attempt never outlives the call: the stop reaches it, and the policy waits for it to end.
+/// of its own (`co_spawn`) on the call's executor, and completes on the call's serialising executor
+/// (`call_executor`); the attempt's stop token, when stopped, emits a `terminal` cancellation to it from
+/// there (`co_spawn` carries it over to the attempt's executor), so the Asio operation it waits for ends
+/// at once. The attempt never outlives the call: the stop reaches it, and the policy waits for it to end.
 template <class T, class Awaitable>
 class attempt_awaiter {
     struct link {
         attempt_awaiter* self = nullptr; // null once the awaiter is gone (its call destroyed)
-        bool done = false;               // the coroutine ended: nothing more to emit (on the strand)
+        bool done = false;               // the coroutine ended: nothing more to emit (serialised)
         net::cancellation_signal signal;
     };
     using stored = std::conditional_t<std::is_void_v<T>, char, T>;
 
 public:
-    attempt_awaiter(Awaitable aw, call_strand strand, std::stop_token token)
-        : awaitable_(std::move(aw)), strand_(std::move(strand)), token_(std::move(token)) {}
+    attempt_awaiter(Awaitable aw, const call_executor& where, std::stop_token token)
+        : awaitable_(std::move(aw)), where_(&where), token_(std::move(token)) {}
     attempt_awaiter(attempt_awaiter&&) = default;
     attempt_awaiter& operator=(attempt_awaiter&&) = delete;
     ~attempt_awaiter() {
@@ -82,12 +83,14 @@ public:
         home_ = call_home::current();
         link_ = std::make_shared<link>();
         link_->self = this;
-        net::co_spawn(strand_, std::move(awaitable_),
-                      net::bind_cancellation_slot(link_->signal.slot(),
-                                                  net::bind_executor(strand_, completion{link_})));
+        where_->visit([&](const auto& serial) {
+            net::co_spawn(where_->io(), std::move(awaitable_),
+                          net::bind_cancellation_slot(link_->signal.slot(),
+                                                      net::bind_executor(serial, completion{link_})));
+        });
         // co_spawn never completes inside its initiating function: the awaiter is suspended by now.
         if (token_.stop_possible())
-            stop_.emplace(token_, on_stop{link_, strand_});
+            stop_.emplace(token_, on_stop{link_, where_});
     }
 
     T await_resume() {
@@ -101,12 +104,15 @@ public:
 private:
     struct on_stop {
         std::shared_ptr<link> l;
-        call_strand strand;
+        const call_executor* where; // the call's: outlives the awaiter, which outlives this
         void operator()() const {
-            // Any thread: the emission goes to the strand the coroutine and its completion run on.
-            net::post(strand, [l = l] {
-                if (!l->done)
-                    l->signal.emit(net::cancellation_type::terminal);
+            // Any thread: the emission goes to where the completion runs (co_spawn takes it on to
+            // the attempt's executor).
+            where->visit([&](const auto& serial) {
+                net::post(serial, [l = l] {
+                    if (!l->done)
+                        l->signal.emit(net::cancellation_type::terminal);
+                });
             });
         }
     };
@@ -143,7 +149,7 @@ private:
     };
 
     Awaitable awaitable_;
-    call_strand strand_;
+    const call_executor* where_;
     std::stop_token token_;
     std::coroutine_handle<> waiter_;
     call_home* home_ = nullptr;
@@ -157,10 +163,11 @@ private:
 template <class R>
 constexpr void check_attempt() noexcept {
     if constexpr (!net_awaitable_traits<R>::is_net_awaitable && !resilience::awaitable<R>) {
-        static_assert(!some_asio_awaitable<R>,
-                      "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns an awaitable of "
-                      "another Asio; accepted: an awaitable of this flavour's Asio (" RESILIENCE_ASIO_FLAVOUR_NAME
-                      " is " RESILIENCE_ASIO_NET_NAME "::awaitable<T>) or rs::task<T>");
+        static_assert(
+            !some_asio_awaitable<R>,
+            "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns an awaitable of "
+            "another Asio; accepted: an awaitable of this flavour's Asio (" RESILIENCE_ASIO_FLAVOUR_NAME
+            " is " RESILIENCE_ASIO_NET_NAME "::awaitable<T>) or rs::task<T>");
         static_assert(some_asio_awaitable<R>,
                       "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the action returns a plain value, not "
                       "something to await; accepted: " RESILIENCE_ASIO_NET_NAME
@@ -169,17 +176,17 @@ constexpr void check_attempt() noexcept {
 }
 
 /// The action as the policy sees it: each call of it (one per attempt) calls the user's action, and
-/// an Asio awaitable it returns runs on the call's strand.
+/// an Asio awaitable it returns runs on the call's executor.
 template <class F>
 class asio_action {
 public:
-    asio_action(F f, call_strand strand) : f_(std::move(f)), strand_(std::move(strand)) {}
+    asio_action(F f, const call_executor& where) : f_(std::move(f)), where_(&where) {}
 
     auto operator()(const context& ctx) {
         using R = decltype(resilience::detail::invoke_action(f_, ctx));
         if constexpr (net_awaitable_traits<R>::is_net_awaitable) {
             return attempt_awaiter<typename net_awaitable_traits<R>::value_type, R>{
-                resilience::detail::invoke_action(f_, ctx), strand_, ctx.stop_token()};
+                resilience::detail::invoke_action(f_, ctx), *where_, ctx.stop_token()};
         } else {
             check_attempt<R>();
             return resilience::detail::invoke_action(f_, ctx);
@@ -188,12 +195,12 @@ public:
 
 private:
     F f_;
-    call_strand strand_;
+    const call_executor* where_; // the call's home's: outlives the call's policy frames
 };
 
 template <class F>
-using user_result_t = decltype(resilience::detail::invoke_action(std::declval<F&>(),
-                                                                 std::declval<const context&>()));
+using user_result_t =
+    decltype(resilience::detail::invoke_action(std::declval<F&>(), std::declval<const context&>()));
 
 /// The value the call completes with.
 template <class P, class F>
@@ -211,7 +218,7 @@ public:
 
     auto operator()(std::stop_token token) {
         call_home* const home = call_home::current();
-        return policy().execute(asio_action<F>{std::move(f_), home->strand()}, std::move(token));
+        return policy().execute(asio_action<F>{std::move(f_), home->where()}, std::move(token));
     }
 
 private:
@@ -246,9 +253,9 @@ inline constexpr bool makes_something_to_await<net::deferred_t> = true;
 template <class E>
 constexpr bool runs_on_system_context() noexcept {
     if constexpr (requires { net::query(std::declval<const E&>(), net::execution::context); })
-        return std::is_same_v<std::remove_cvref_t<decltype(net::query(std::declval<const E&>(),
-                                                                      net::execution::context))>,
-                              net::system_context>;
+        return std::is_same_v<
+            std::remove_cvref_t<decltype(net::query(std::declval<const E&>(), net::execution::context))>,
+            net::system_context>;
     else
         return false;
 }
@@ -294,8 +301,9 @@ auto execute(const Executor& executor, Policy&& policy, Action&& action, Complet
                 stop = std::stop_source{};
             detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
         },
-        token, detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
-                                                         action_type(std::forward<Action>(action))});
+        token,
+        detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
+                                                  action_type(std::forward<Action>(action))});
 }
 
 /// The same on an execution context's executor (`io_context&`).
@@ -322,7 +330,8 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
     using signature = typename detail::completion_signature<R>::type;
     return net::async_initiate<CompletionToken, signature>(
         [](auto handler, detail::execute_make<Policy, action_type> make) {
-            using handler_executor = net::associated_executor_t<decltype(handler), detail::no_associated_executor>;
+            using handler_executor =
+                net::associated_executor_t<decltype(handler), detail::no_associated_executor>;
             static_assert(!std::is_same_v<handler_executor, detail::no_associated_executor> &&
                               !detail::runs_on_system_context<handler_executor>(),
                           "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute(policy, action, token): this "
@@ -334,8 +343,9 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
                 stop = std::stop_source{};
             detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
         },
-        token, detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
-                                                         action_type(std::forward<Action>(action))});
+        token,
+        detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
+                                                  action_type(std::forward<Action>(action))});
 }
 
 } // namespace resilience::RESILIENCE_ASIO_FLAVOUR
