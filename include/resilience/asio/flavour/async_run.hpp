@@ -141,6 +141,21 @@ struct root_task {
     std::coroutine_handle<promise_type> handle;
 };
 
+/// Calls being started inside their initiating function on this thread (see `launch`): one that
+/// completes meanwhile posts its handler.
+inline thread_local int starting_inline = 0;
+
+/// The promise of the running `root_task`, read without suspending.
+struct this_promise {
+    root_task::promise_type* p = nullptr;
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<root_task::promise_type> h) noexcept {
+        p = &h.promise();
+        return false;
+    }
+    root_task::promise_type* await_resume() const noexcept { return p; }
+};
+
 /// Installed in the cancellation slot of an `async_run` handler (callable form): an Asio
 /// cancellation request stops the call. Runs where the slot's signal is emitted.
 struct stop_on_cancel {
@@ -155,9 +170,11 @@ struct stop_on_cancel {
     }
 };
 
-// Makes the awaitable with `make(token)` and runs it, then posts the completion to the handler's
-// associated executor, outside this coroutine: an exception thrown by the handler comes out of that
-// executor's run(), as with any Asio handler. `make` lives in this frame until the end, so a coroutine
+// Makes the awaitable with `make(token)` and runs it, then completes on the handler's associated
+// executor: dispatched when the call ends in one of its own handlers (on its serialising executor, its
+// home current), as co_spawn completes, else posted (never inside the initiating function, nor inside
+// whatever requested a stop). An exception thrown by the handler comes out of that executor's run(),
+// as with any Asio handler. `make` lives in this frame until the end, so a coroutine
 // lambda's captures stay valid; what it throws is the operation's failure. Work is held on the I/O
 // executor and on the handler's executor until the handler has run, so neither io_context runs out of
 // work while the awaitable waits on something outside Asio. The slot this operation filled is cleared
@@ -181,9 +198,24 @@ root_task run_and_complete(Make make, std::stop_token token, Handler handler, ne
     } catch (...) {
         error = std::current_exception();
     }
+    root_task::promise_type* const self = co_await this_promise{};
+    const bool in_own_handler = starting_inline == 0 && self->home && call_home::current() == &*self->home;
+    const auto deliver = [&](auto complete) {
+        if (!in_own_handler) {
+            net::post(handler_ex, std::move(complete));
+            return;
+        }
+        resilience::detail::home_loop::scope outside(nullptr); // the handler's code is not the call's
+        try {
+            net::dispatch(handler_ex, std::move(complete));
+        } catch (...) {
+            // Out of the handler's executor's run(), as a posted handler's would be, not into this frame.
+            net::post(handler_ex, [e = std::current_exception()] { std::rethrow_exception(e); });
+        }
+    };
     if constexpr (std::is_void_v<R>) {
-        net::post(handler_ex, [h = std::move(handler), error, clear_slot, w1 = std::move(io_work),
-                               w2 = std::move(handler_work)]() mutable {
+        deliver([h = std::move(handler), error, clear_slot, w1 = std::move(io_work),
+                 w2 = std::move(handler_work)]() mutable {
             if (clear_slot)
                 net::get_associated_cancellation_slot(h).clear();
             std::move(h)(error);
@@ -191,8 +223,8 @@ root_task run_and_complete(Make make, std::stop_token token, Handler handler, ne
     } else {
         if (!value)
             value.emplace(); // the handler signature needs a value even on failure
-        net::post(handler_ex, [h = std::move(handler), error, v = std::move(*value), clear_slot,
-                               w1 = std::move(io_work), w2 = std::move(handler_work)]() mutable {
+        deliver([h = std::move(handler), error, v = std::move(*value), clear_slot, w1 = std::move(io_work),
+                 w2 = std::move(handler_work)]() mutable {
             if (clear_slot)
                 net::get_associated_cancellation_slot(h).clear();
             std::move(h)(error, std::move(v));
@@ -225,7 +257,10 @@ void start(Make make, std::stop_token token, Handler handler, net::any_io_execut
 
 // The initiation: the slot connected when there is a stop source to stop, and the start posted to
 // the executor. Until it runs, the posted function owns `make` (and the awaitable in it) and the
-// handler: destroyed unrun, it destroys them.
+// handler: destroyed unrun, it destroys them. When the call's serialising executor is the one running
+// this thread (a coroutine's `co_await execute(...)` on an io_context with concurrency hint 1, or on
+// a strand), the call starts here instead, until it first waits: its handler is then posted if it
+// ends before this returns.
 template <class Make, class Handler>
 void launch(const net::any_io_executor& ex, Make make, Handler handler, std::stop_source stop) {
     std::stop_token token = stop.get_token();
@@ -233,6 +268,16 @@ void launch(const net::any_io_executor& ex, Make make, Handler handler, std::sto
     if (connect)
         net::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
     call_executor where(ex);
+    if (where.made_here()) {
+        struct count {
+            count() noexcept { ++starting_inline; }
+            ~count() { --starting_inline; }
+            count(const count&) = delete;
+            count& operator=(const count&) = delete;
+        } starting;
+        start(std::move(make), std::move(token), std::move(handler), ex, std::move(where), connect);
+        return;
+    }
     where.visit([&](const auto& serial) {
         net::post(serial, [ex, where, m = std::move(make), t = std::move(token), h = std::move(handler),
                            connect]() mutable {

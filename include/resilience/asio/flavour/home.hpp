@@ -23,40 +23,53 @@
 
 namespace resilience::RESILIENCE_ASIO_FLAVOUR::detail {
 
-/// Whether `ex` runs one handler at a time: a strand, or an io_context made with concurrency hint 1
-/// (the user's promise that one thread runs it; Asio drops some of its own locking for it), whose
-/// executor then serialises a call as a strand would, without a strand's allocation and handoffs.
-inline bool runs_one_at_a_time(const net::any_io_executor& ex) noexcept {
+/// Whether `ex` runs one handler at a time (`serial`): a strand, or an io_context made with concurrency
+/// hint 1 (the user's promise that one thread runs it; Asio drops some of its own locking for it),
+/// whose executor then serialises a call as a strand would, without a strand's allocation and
+/// handoffs; and whether it is running on this thread now (`here`).
+struct executor_traits {
+    bool serial = false;
+    bool here = false;
+};
+inline executor_traits traits_of(const net::any_io_executor& ex) noexcept {
     using io_executor = net::io_context::executor_type;
     using tracked_io_executor = std::decay_t<decltype(net::prefer(std::declval<io_executor>(),
                                                                   net::execution::outstanding_work.tracked))>;
-    const net::io_context* io = nullptr;
+    const auto io_context_traits = [](const auto& e) {
+        auto& impl = net::use_service<net::detail::io_context_impl>(e.context());
+        return executor_traits{impl.concurrency_hint() == 1, e.running_in_this_thread()};
+    };
     if (const auto* e = ex.target<io_executor>())
-        io = &e->context();
-    else if (const auto* t = ex.target<tracked_io_executor>())
-        io = &t->context();
-    if (io)
-        return net::use_service<net::detail::io_context_impl>(const_cast<net::io_context&>(*io))
-                   .concurrency_hint() == 1;
-    return ex.target<net::strand<io_executor>>() != nullptr ||
-           ex.target<net::strand<net::any_io_executor>>() != nullptr;
+        return io_context_traits(*e);
+    if (const auto* e = ex.target<tracked_io_executor>())
+        return io_context_traits(*e);
+    if (const auto* s = ex.target<net::strand<io_executor>>())
+        return {true, s->running_in_this_thread()};
+    if (const auto* s = ex.target<net::strand<net::any_io_executor>>())
+        return {true, s->running_in_this_thread()};
+    return {};
 }
 
 /// Where a call's own code runs: an executor that runs one thing at a time, so that the call's
 /// bookkeeping is serialised even on an io_context run by several threads. That is the executor the
-/// call was started with when it already does (`runs_one_at_a_time`), else a strand of it, kept as its
+/// call was started with when it already does (`traits_of`), else a strand of it, kept as its
 /// own type: wrapped in an `any_io_executor` a strand does not fit the small buffer, and every
 /// `post`, binding and work guard of it would allocate. Attempts run on `io()` (as Asio runs any
 /// coroutine there); their completions and everything of the call's own come back through `visit`.
 class call_executor {
 public:
     explicit call_executor(const net::any_io_executor& ex) : io_(ex) {
-        if (!runs_one_at_a_time(ex))
+        const executor_traits t = traits_of(ex);
+        if (!t.serial)
             strand_.emplace(net::make_strand(ex));
+        here_ = t.serial && t.here;
     }
 
     /// The executor the call was started with.
     const net::any_io_executor& io() const noexcept { return io_; }
+
+    /// Made on this thread while the serialising executor ran on it: the call may start at once.
+    bool made_here() const noexcept { return here_; }
 
     /// `f(e)`, with `e` the serialising executor (the strand, or `io()` itself).
     template <class F>
@@ -69,13 +82,14 @@ public:
 private:
     net::any_io_executor io_;
     std::optional<net::strand<net::any_io_executor>> strand_;
+    bool here_ = false;
 };
 
 /// The home of one call started from Asio code (`execute`, `async_run`, `spawn`). It lives in the
 /// call's outermost frame. Everything it runs (posted work, the default clock's sleeps, the call's
-/// resumption after a wait that ended elsewhere) runs on the strand, with this home current, so a
-/// policy on the default clock sleeps on a timer of the call's executor and a queued waiter granted
-/// by another thread resumes here.
+/// resumption after a wait that ended elsewhere) runs on its serialising executor (`call_executor`),
+/// with this home current, so a policy on the default clock sleeps on a timer of the call's executor
+/// and a queued waiter granted by another thread resumes here.
 class call_home final : public resilience::detail::home_loop {
 public:
     explicit call_home(call_executor where) noexcept : home_loop(&operations_), where_(std::move(where)) {}
