@@ -16,13 +16,17 @@
 #include "../../async_scope.hpp"
 #include "../../concepts.hpp"
 #include "../../detail/stop.hpp"
+#include "../../detail/timer_wheel.hpp"
 #include "../../task.hpp"
 
+#include <chrono>
 #include <concepts>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
@@ -67,6 +71,7 @@ public:
 
     void add(call_node* n) noexcept {
         std::lock_guard lock(mutex_);
+        ++live_;
         n->registry = this;
         n->prev = nullptr;
         n->next = head_;
@@ -85,6 +90,8 @@ public:
             head_ = n->next;
         if (n->next)
             n->next->prev = n->prev;
+        if (--live_ == 0)
+            idle();
     }
 
     /// Calls on the list now (tests and diagnostics).
@@ -96,7 +103,118 @@ public:
         return count;
     }
 
+    // ---- the timers of the calls on this context (a call's home arms them: call_home::add_timer) ----
+    //
+    // One wheel (detail/timer_wheel.hpp) for every call, under the registry's mutex, and one Asio timer
+    // that waits for its earliest deadline. Arming a deadline later than the one the Asio timer waits
+    // for, and disarming any, touch only the wheel: a call whose timeout does not fire costs no Asio
+    // timer operation, no allocation and no system call. The Asio timer may then wake for nothing; it
+    // waits on for what is left. It is cancelled once no call is left on the context and the wheel is
+    // empty, so that a context whose calls have all ended runs out of work. A timer due is fired on
+    // its call's serialising executor, posted there with a record that its call's disarming (on that
+    // executor too) cancels.
+
+    /// Arms `t` to fire on `home` at `t->when` (time since `std::chrono::steady_clock`'s epoch).
+    void add_timer(call_home* home, const net::any_io_executor& io, resilience::detail::timer_node* t) {
+        std::lock_guard lock(mutex_);
+        t->home_data = home;
+        wheel_.insert(t);
+        if (t->when < waiting_for_) {
+            try {
+                wait_for(t->when, io);
+            } catch (...) {
+                wheel_.erase(t);
+                t->home_data = nullptr;
+                throw;
+            }
+        }
+    }
+
+    /// Disarms `t` (on its home's serialising executor, or at teardown).
+    void remove_timer(resilience::detail::timer_node* t) noexcept {
+        std::lock_guard lock(mutex_);
+        if (t->slot_index == in_flight) {
+            static_cast<firing*>(t->home_data)->node = nullptr; // its posted fire finds nothing to do
+            t->home_data = nullptr;
+            t->prev = nullptr;
+            return;
+        }
+        wheel_.erase(t);
+        t->home_data = nullptr;
+    }
+
 private:
+    static constexpr int in_flight = -2; // a node's `slot_index` once popped and posted to its home
+
+    // A due timer on its way to its home; freed with the posted function that carries it.
+    struct firing {
+        resilience::detail::timer_node* node;
+        call_home* home;
+        firing(resilience::detail::timer_node* n, call_home* h) noexcept : node(n), home(h) {}
+        firing(const firing&) = delete;
+        firing& operator=(const firing&) = delete;
+        ~firing() {
+            if (node) { // never run (the context shut down): the node is no longer armed
+                node->home_data = nullptr;
+                node->prev = nullptr;
+            }
+        }
+    };
+
+    // Under the lock: the Asio timer waits for `when` from now on.
+    void wait_for(std::chrono::nanoseconds when, const net::any_io_executor& io) {
+        if (!timer_)
+            timer_.emplace(io);
+        timer_->expires_at(std::chrono::steady_clock::time_point(
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(when)));
+        const std::uint64_t generation = ++generation_;
+        timer_->async_wait([this, generation](const auto&) { expired(generation); });
+        waiting_for_ = when;
+    }
+
+    // The Asio timer's wait ended (at its time, or cancelled by a later `wait_for` or by `idle`).
+    void expired(std::uint64_t generation) {
+        std::lock_guard lock(mutex_);
+        if (generation != generation_)
+            return; // superseded
+        waiting_for_ = std::chrono::nanoseconds::max();
+        const auto now = std::chrono::steady_clock::now().time_since_epoch();
+        while (resilience::detail::timer_node* n = wheel_.pop_due(now)) {
+            auto* home = static_cast<call_home*>(n->home_data);
+            // Still armed (for its owner's destructor) until it has fired on its home.
+            n->prev = n;
+            n->slot_index = in_flight;
+            auto record = std::make_unique<firing>(n, home);
+            n->home_data = record.get();
+            home->where().visit([&](const auto& serial) {
+                net::post(serial, [r = std::move(record)] {
+                    resilience::detail::timer_node* const node = r->node;
+                    if (!node)
+                        return; // disarmed meanwhile
+                    r->node = nullptr;
+                    node->home_data = nullptr;
+                    node->prev = nullptr;
+                    resilience::detail::home_loop::scope here(r->home);
+                    node->fire(node);
+                });
+            });
+        }
+        if (!wheel_.empty())
+            wait_for(wheel_.wake_at(), timer_->get_executor());
+    }
+
+    // Under the lock: no call left; the Asio timer stops waiting, so the context can run out of work.
+    void idle() noexcept {
+        if (waiting_for_ == std::chrono::nanoseconds::max() || !wheel_.empty())
+            return;
+        ++generation_;
+        waiting_for_ = std::chrono::nanoseconds::max();
+        try {
+            timer_->cancel();
+        } catch (...) {
+        }
+    }
+
     void shutdown() override {
         // One at a time, the lock released while a frame goes: its destruction may end or start
         // others, which take the lock.
@@ -106,7 +224,7 @@ private:
                 std::lock_guard lock(mutex_);
                 n = head_;
                 if (!n)
-                    return;
+                    break;
                 head_ = n->next;
                 if (head_)
                     head_->prev = nullptr;
@@ -115,11 +233,30 @@ private:
             }
             std::coroutine_handle<>::from_address(n->frame).destroy();
         }
+        // Every call is gone, and their timers with them. The Asio timer goes now, while its service
+        // (shut down, its pending wait dropped) still exists: it may be destroyed before this one.
+        std::lock_guard lock(mutex_);
+        timer_.reset();
+        waiting_for_ = std::chrono::nanoseconds::max();
     }
 
     mutable std::mutex mutex_;
     call_node* head_ = nullptr;
+    std::size_t live_ = 0; // calls on the list
+    resilience::detail::timer_wheel wheel_{std::chrono::steady_clock::now().time_since_epoch()};
+    std::optional<net::steady_timer> timer_;                                 // made on the first timer armed
+    std::chrono::nanoseconds waiting_for_ = std::chrono::nanoseconds::max(); // max: not waiting
+    std::uint64_t generation_ = 0; // of the Asio timer's current wait
 };
+
+inline void call_home::add_timer(home_loop* h, timer_node* t) {
+    auto* self = static_cast<call_home*>(h);
+    self->registry_->add_timer(self, self->where_.io(), t);
+}
+
+inline void call_home::remove_timer(home_loop* h, timer_node* t) noexcept {
+    static_cast<call_home*>(h)->registry_->remove_timer(t);
+}
 
 /// The outermost coroutine of an `async_run` operation. It starts suspended, so the registry can
 /// name it before it runs, and frees itself when it ends.
@@ -250,6 +387,7 @@ void start(Make make, std::stop_token token, Handler handler, net::any_io_execut
     auto& promise = task.handle.promise();
     promise.frame = task.handle.address();
     promise.home.emplace(std::move(where));
+    promise.home->attach(&registry);
     registry.add(&promise);
     resilience::detail::home_loop::scope here(&*promise.home);
     task.handle.resume();

@@ -85,6 +85,8 @@ private:
     bool here_ = false;
 };
 
+class call_registry;
+
 /// The home of one call started from Asio code (`execute`, `async_run`, `spawn`). It lives in the
 /// call's outermost frame. Everything it runs (posted work, the default clock's sleeps, the call's
 /// resumption after a wait that ended elsewhere) runs on its serialising executor (`call_executor`),
@@ -95,6 +97,9 @@ public:
     explicit call_home(call_executor where) noexcept : home_loop(&operations_), where_(std::move(where)) {}
 
     const call_executor& where() const noexcept { return where_; }
+
+    /// The registry of the call's context, which keeps its timers: set when the call starts.
+    void attach(call_registry* r) noexcept { registry_ = r; }
 
     /// The home of the call whose code runs on this thread, or null.
     static call_home* current() noexcept {
@@ -116,60 +121,15 @@ private:
         });
     }
 
-    // One armed timer: an Asio timer on the strand, owned by its wait's handler (so an io_context
-    // that shuts down with it pending frees it). `node` is null once the timer fired or was removed.
-    struct armed_timer {
-        armed_timer(const net::any_io_executor& s, std::chrono::nanoseconds when, timer_node* n, call_home* h)
-            : timer(s, std::chrono::steady_clock::time_point(
-                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(when))),
-              node(n), home(h) {}
-        armed_timer(const armed_timer&) = delete;
-        armed_timer& operator=(const armed_timer&) = delete;
-        ~armed_timer() { detach(); }
-        void detach() noexcept {
-            if (node) {
-                node->home_data = nullptr;
-                node->prev = nullptr;
-                node = nullptr;
-            }
-        }
-        net::steady_timer timer;
-        timer_node* node;
-        call_home* home;
-    };
-
-    static void add_timer(home_loop* h, timer_node* t) {
-        auto* self = static_cast<call_home*>(h);
-        auto armed = std::make_unique<armed_timer>(self->where_.io(), t->when, t, self);
-        armed_timer& a = *armed;
-        t->home_data = &a;
-        t->prev = t; // armed (see `timer_node::armed`)
-        self->where_.visit([&](const auto& serial) {
-            a.timer.async_wait(net::bind_executor(serial, [owned = std::move(armed)](const auto&) {
-                timer_node* const n = owned->node;
-                if (!n)
-                    return; // removed: its sleeper went on without it
-                owned->detach();
-                home_loop::scope here(owned->home);
-                n->fire(n);
-            }));
-        });
-    }
-
-    static void remove_timer(home_loop*, timer_node* t) noexcept {
-        auto* a = static_cast<armed_timer*>(t->home_data);
-        if (!a)
-            return;
-        a->detach();
-        try {
-            a->timer.cancel(); // its handler runs soon, finds nothing to fire, and frees it
-        } catch (...) {
-        }
-    }
+    // The timers of every call on an execution context are in one wheel with one Asio timer, kept by
+    // the context's `call_registry` (async_run.hpp, where these two are defined).
+    static void add_timer(home_loop* h, timer_node* t);
+    static void remove_timer(home_loop* h, timer_node* t) noexcept;
 
     static constexpr operations operations_{&post_job, &add_timer, &remove_timer};
 
     call_executor where_;
+    call_registry* registry_ = nullptr;
 };
 
 } // namespace resilience::RESILIENCE_ASIO_FLAVOUR::detail
