@@ -16,9 +16,11 @@
 #include "../../concepts.hpp"
 #include "../../context.hpp"
 #include "../../detail/action.hpp"
+#include "../../detail/frame_allocator.hpp"
 
 #include <concepts>
 #include <coroutine>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -51,6 +53,25 @@ concept some_asio_awaitable = requires {
     typename T::executor_type;
 };
 
+/// Allocates from the thread's frame cache (detail/frame_allocator.hpp): an attempt's shared link.
+template <class T>
+struct frame_cache_allocator {
+    using value_type = T;
+    frame_cache_allocator() noexcept = default;
+    template <class U>
+    frame_cache_allocator(const frame_cache_allocator<U>&) noexcept {}
+    T* allocate(std::size_t n) {
+        return static_cast<T*>(resilience::detail::frame_cache::allocate(n * sizeof(T)));
+    }
+    void deallocate(T* p, std::size_t n) noexcept {
+        resilience::detail::frame_cache::deallocate(p, n * sizeof(T));
+    }
+    template <class U>
+    bool operator==(const frame_cache_allocator<U>&) const noexcept {
+        return true;
+    }
+};
+
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
 /// of its own (`co_spawn`) on the call's executor, and completes on the call's serialising executor
 /// (`call_executor`); the attempt's stop token, when stopped, emits a `terminal` cancellation to it from
@@ -81,13 +102,17 @@ public:
     void await_suspend(std::coroutine_handle<> h) {
         waiter_ = h;
         home_ = call_home::current();
-        link_ = std::make_shared<link>();
+        link_ = std::allocate_shared<link>(frame_cache_allocator<link>{});
         link_->self = this;
-        where_->visit([&](const auto& serial) {
+        // Without a strand of the call's own, the completion runs where co_spawn runs it by default:
+        // on `io()`, which serialises the call.
+        if (const auto* strand = where_->strand())
             net::co_spawn(where_->io(), std::move(awaitable_),
                           net::bind_cancellation_slot(link_->signal.slot(),
-                                                      net::bind_executor(serial, completion{link_})));
-        });
+                                                      net::bind_executor(*strand, completion{link_})));
+        else
+            net::co_spawn(where_->io(), std::move(awaitable_),
+                          net::bind_cancellation_slot(link_->signal.slot(), completion{link_}));
         // co_spawn never completes inside its initiating function: the awaiter is suspended by now.
         if (token_.stop_possible())
             stop_.emplace(token_, on_stop{link_, where_});

@@ -68,6 +68,9 @@ public:
     /// The executor the call was started with.
     const net::any_io_executor& io() const noexcept { return io_; }
 
+    /// The strand the call made, or null when `io()` serialises the call itself.
+    const net::strand<net::any_io_executor>* strand() const noexcept { return strand_ ? &*strand_ : nullptr; }
+
     /// Made on this thread while the serialising executor ran on it: the call may start at once.
     bool made_here() const noexcept { return here_; }
 
