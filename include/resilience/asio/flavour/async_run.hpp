@@ -322,7 +322,14 @@ root_task run_and_complete(Make make, std::stop_token token, Handler handler, ne
     using R = await_result_t<std::invoke_result_t<Make&, std::stop_token>>;
     auto io_work = net::make_work_guard(io);
     auto handler_ex = net::get_associated_executor(handler, io);
-    auto handler_work = net::make_work_guard(handler_ex);
+    // Work on the handler's executor too, unless it is the I/O executor (the usual case), held already.
+    std::optional<decltype(net::make_work_guard(handler_ex))> handler_work;
+    if constexpr (std::is_same_v<decltype(handler_ex), net::any_io_executor>) {
+        if (!(handler_ex == io))
+            handler_work.emplace(handler_ex);
+    } else {
+        handler_work.emplace(handler_ex);
+    }
     std::exception_ptr error;
     std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value;
     try {
