@@ -19,6 +19,7 @@
 #include "../../detail/timer_wheel.hpp"
 #include "../../task.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <coroutine>
@@ -64,10 +65,25 @@ public:
 
     explicit call_registry(net::execution_context& context) : service(context) {}
 
-    /// The registry of `executor`'s execution context, made on first use.
+    /// The registry of `executor`'s execution context, made on first use. The last one found on this
+    /// thread is remembered (a service lookup locks the context's registry of services), for as long as
+    /// no registry anywhere has been destroyed: a context at the same address later is another one.
     static call_registry& of(const net::any_io_executor& executor) {
-        return net::use_service<call_registry>(net::query(executor, net::execution::context));
+        net::execution_context& context = net::query(executor, net::execution::context);
+        thread_local struct {
+            net::execution_context* context;
+            call_registry* registry;
+            std::uint64_t epoch;
+        } last{};
+        const std::uint64_t epoch = destroyed_.load(std::memory_order_acquire);
+        if (last.context == &context && last.epoch == epoch)
+            return *last.registry;
+        call_registry& r = net::use_service<call_registry>(context);
+        last = {&context, &r, epoch};
+        return r;
     }
+
+    ~call_registry() override { destroyed_.fetch_add(1, std::memory_order_acq_rel); }
 
     void add(call_node* n) noexcept {
         std::lock_guard lock(mutex_);
@@ -239,6 +255,8 @@ private:
         timer_.reset();
         waiting_for_ = std::chrono::nanoseconds::max();
     }
+
+    static inline std::atomic<std::uint64_t> destroyed_{0}; // registries destroyed, ever
 
     mutable std::mutex mutex_;
     call_node* head_ = nullptr;
