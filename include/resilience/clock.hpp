@@ -191,7 +191,7 @@ public:
     /// Disarms without suspending when it can (on the loop's thread, or once a cross-thread
     /// cancel won): true when done. False: `co_await disarm()` finishes it on the loop.
     bool try_disarm_here() noexcept {
-        if (loop_ ? event_loop::current() == loop_ : home_loop::current() == foreign_) {
+        if (home_loop::current() == (loop_ ? loop_access::home(loop_) : foreign_)) {
             // Where the timer fires (the loop's thread, the home's serialised executor): it is not
             // between its two steps right now.
             if (state_.load(std::memory_order_relaxed) == armed) {
