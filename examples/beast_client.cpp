@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // A Beast HTTP client calling a flaky Beast server on loopback, first bare, then through a pipeline
-// (retry with the HTTP classifier, circuit breaker, bulkhead, hedge, timeout per attempt), on
-// Boost.Asio: <resilience/boost_asio.hpp> awaits Beast's operations, <resilience/beast.hpp> lets the
-// HTTP classifier read Beast's responses. Prints p50/p90/p99 and the share of successful calls for
+// (retry with the HTTP classifier, circuit breaker, bulkhead, hedge, timeout per attempt), all of it
+// written as Boost.Asio coroutines (net::awaitable, use_awaitable): <resilience/boost_asio.hpp> makes a
+// call through the pipeline an Asio operation (rs::boost_asio::execute) whose action is the client's own
+// awaitable, and <resilience/beast.hpp> lets the HTTP classifier read Beast's responses. Prints p50/p90/p99 and the share of successful calls for
 // each run, and exits non-zero unless the pipeline answered more calls and cut the tail.
 //
 // The server answers each request, by a seeded draw: 200 after 2 ms (78%), 503 (8%), 200 after 400 ms
@@ -14,14 +15,20 @@
 #include <resilience/boost_asio.hpp>
 #include <resilience/resilience.hpp>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <boost/system/system_error.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -29,7 +36,6 @@
 #include <cstddef>
 #include <exception>
 #include <random>
-#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -42,11 +48,6 @@ using response = http::response<http::string_body>;
 
 namespace {
 
-void throw_if(boost::system::error_code ec) {
-    if (ec)
-        throw boost::system::system_error(ec);
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // The flaky server: one coroutine per connection, on its own io_context and thread.
 
@@ -54,18 +55,16 @@ enum class behaviour { fast, unavailable, slow, stall, drop };
 
 class flaky_server {
 public:
-    explicit flaky_server(net::io_context& io)
-        : io_(io), acceptor_(io, {net::ip::make_address("127.0.0.1"), 0}) {}
+    explicit flaky_server(net::io_context& io) : acceptor_(io, {net::ip::make_address("127.0.0.1"), 0}) {}
 
     tcp::endpoint endpoint() const { return acceptor_.local_endpoint(); }
 
-    rs::task<void> accept_loop() {
+    net::awaitable<void> accept_loop() {
         for (;;) {
-            auto [ec, socket] = co_await acceptor_.async_accept(rs::boost_asio::use_task);
+            auto [ec, socket] = co_await acceptor_.async_accept(net::as_tuple(net::use_awaitable));
             if (ec)
                 co_return; // the acceptor was closed
-            rs::boost_asio::async_run(io_.get_executor(), session(std::move(socket), draw()),
-                                      [](std::exception_ptr) {});
+            net::co_spawn(acceptor_.get_executor(), session(std::move(socket), draw()), net::detached);
         }
     }
 
@@ -83,44 +82,42 @@ private:
         return behaviour::drop;
     }
 
-    rs::task<void> session(tcp::socket socket, behaviour b) {
+    static net::awaitable<void> session(tcp::socket socket, behaviour b) {
         boost::beast::flat_buffer buffer;
         http::request<http::empty_body> request;
-        auto [read_ec, read_n] = co_await http::async_read(socket, buffer, request, rs::boost_asio::use_task);
+        auto [read_ec, read_n] =
+            co_await http::async_read(socket, buffer, request, net::as_tuple(net::use_awaitable));
         if (read_ec || b == behaviour::drop)
             co_return; // the socket closes unanswered
-        const rs::boost_asio::clock clock{io_.get_executor()};
-        const auto wait = b == behaviour::slow ? 400ms : b == behaviour::stall ? 3s : 2ms;
-        co_await clock.sleep_for(wait, {});
+        net::steady_timer wait{socket.get_executor(), b == behaviour::slow    ? 400ms
+                                                      : b == behaviour::stall ? 3s
+                                                                              : 2ms};
+        co_await wait.async_wait(net::as_tuple(net::use_awaitable));
         response reply{b == behaviour::unavailable ? http::status::service_unavailable : http::status::ok,
                        request.version()};
         reply.body() = b == behaviour::unavailable ? "try again" : "42.17";
         reply.prepare_payload();
-        auto [write_ec, write_n] = co_await http::async_write(socket, reply, rs::boost_asio::use_task);
-        (void)write_ec;
+        co_await http::async_write(socket, reply, net::as_tuple(net::use_awaitable));
     }
 
-    net::io_context& io_;
     tcp::acceptor acceptor_;
     std::mt19937 random_{2026};
 };
 
 // ---------------------------------------------------------------------------------------------------------
-// The client: one connection per attempt. The stop token reaches every operation, so a timeout or a
-// losing hedge ends its connection at once.
+// The client: plain Beast over Boost.Asio coroutines, one connection per call. Nothing in it knows of
+// the policies: when one stops an attempt (its timeout, a losing hedge), the operation it waits for
+// ends at once with operation_aborted, which use_awaitable throws.
 
-rs::task<response> get_quote(net::any_io_executor ex, tcp::endpoint server, std::stop_token st) {
-    tcp::socket socket{ex};
-    auto [connect_ec] = co_await socket.async_connect(server, rs::boost_asio::use_task(st));
-    throw_if(connect_ec);
+net::awaitable<response> get_quote(tcp::endpoint server) {
+    tcp::socket socket{co_await net::this_coro::executor};
+    co_await socket.async_connect(server, net::use_awaitable);
     http::request<http::empty_body> request{http::verb::get, "/quote/ACME", 11};
     request.set(http::field::host, "127.0.0.1");
-    auto [write_ec, write_n] = co_await http::async_write(socket, request, rs::boost_asio::use_task(st));
-    throw_if(write_ec);
+    co_await http::async_write(socket, request, net::use_awaitable);
     boost::beast::flat_buffer buffer;
     response reply;
-    auto [read_ec, read_n] = co_await http::async_read(socket, buffer, reply, rs::boost_asio::use_task(st));
-    throw_if(read_ec);
+    co_await http::async_read(socket, buffer, reply, net::use_awaitable);
     co_return reply;
 }
 
@@ -129,16 +126,16 @@ struct sample {
     bool ok;
 };
 
-// `workers` loops of `calls_each` calls, each call made by `call(stop_token)`.
+// `workers` coroutines of `calls_each` calls each, every call awaiting `call()`.
 template <class Call>
 std::vector<sample> run(net::io_context& io, Call call, int workers, int calls_each) {
     std::vector<sample> samples;
-    auto worker = [&]() -> rs::task<void> {
+    auto worker = [&]() -> net::awaitable<void> {
         for (int i = 0; i < calls_each; ++i) {
             const auto start = std::chrono::steady_clock::now();
             bool ok = false;
             try {
-                const response reply = co_await call(std::stop_token{});
+                const response reply = co_await call();
                 ok = reply.result() == http::status::ok;
             } catch (const std::exception&) {
                 ok = false;
@@ -147,7 +144,7 @@ std::vector<sample> run(net::io_context& io, Call call, int workers, int calls_e
         }
     };
     for (int w = 0; w < workers; ++w)
-        rs::boost_asio::async_run(io.get_executor(), worker(), [](std::exception_ptr e) {
+        net::co_spawn(io, worker(), [](std::exception_ptr e) {
             if (e)
                 std::rethrow_exception(e);
         });
@@ -188,46 +185,40 @@ int main() {
     net::io_context server_io;
     flaky_server server{server_io};
     const tcp::endpoint endpoint = server.endpoint();
-    rs::boost_asio::async_run(server_io.get_executor(), server.accept_loop(), [](std::exception_ptr) {});
+    net::co_spawn(server_io, server.accept_loop(), net::detached);
     std::thread server_thread{[&] { server_io.run(); }};
 
     net::io_context io;
-    const net::any_io_executor ex = io.get_executor();
     constexpr int workers = 16;
     constexpr int calls_each = 12;
 
     // Bare: one attempt, however long it takes.
     const summary bare = summarise(run(
-        io, [&](std::stop_token st) { return get_quote(ex, endpoint, st); }, workers, calls_each));
+        io, [&] { return get_quote(endpoint); }, workers, calls_each));
 
-    // Through the policies, every one of them on the Asio clock, outermost first.
-    const rs::boost_asio::clock clock{ex};
+    // Through the policies, outermost first. None is given a clock: in a call made by execute they
+    // sleep (backoff, hedge delay, timeout) on timers of the call's executor.
     const auto transient = rs::http::response_classifier<response>{};
     rs::circuit_breaker breaker{
         {.name = "quotes",
          .sampling = rs::breaker_sampling{.calls = 50, .minimum_throughput = 20, .failure_ratio = 0.5},
          .break_duration = 1s,
-         .should_handle = transient},
-        clock};
+         .should_handle = transient}};
     rs::pipeline policy{
         rs::retry{{.max_attempts = 3,
                    .backoff =
                        rs::exponential_backoff{
                            .initial = 20ms, .factor = 2.0, .max = 200ms, .jitter = rs::jitter::equal},
-                   .should_handle = transient},
-                  clock},
+                   .should_handle = transient}},
         breaker,
-        rs::bulkhead{{.max_concurrent_calls = 32}, clock},
-        rs::hedge{{.max_attempts = 2, .delay = 60ms, .should_handle = transient}, clock},
-        rs::timeout{150ms, clock}, // per hedged attempt
+        rs::bulkhead{{.max_concurrent_calls = 32}},
+        rs::hedge{{.max_attempts = 2, .delay = 60ms, .should_handle = transient}},
+        rs::timeout{150ms}, // per hedged attempt
     };
+    // Each attempt calls get_quote again: a new connection per attempt.
+    auto fetch = [&] { return get_quote(endpoint); };
     const summary guarded = summarise(run(
-        io,
-        [&](std::stop_token st) {
-            return policy.execute([&](std::stop_token attempt) { return get_quote(ex, endpoint, attempt); },
-                                  st);
-        },
-        workers, calls_each));
+        io, [&] { return rs::boost_asio::execute(policy, fetch, net::use_awaitable); }, workers, calls_each));
 
     fmt::print("{} calls, {} at a time, against a server that is slow, stalls, fails and drops:\n",
                workers * calls_each, workers);

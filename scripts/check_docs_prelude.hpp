@@ -30,6 +30,16 @@
 #include <resilience/asio.hpp>
 #include <resilience/redis.hpp>
 #endif
+#ifdef DOC_CHECK_BOOST_ASIO
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <resilience/beast.hpp>
+#include <resilience/boost_asio.hpp>
+
+#include <future>
+#endif
 
 // Test assertions as the pages write them (Catch2's), reduced to their expression.
 #define REQUIRE(...) static_cast<void>(__VA_ARGS__)
@@ -268,6 +278,28 @@ void drained();
 namespace ctx_redis {
 extern rs::redis::connection redis;
 } // namespace ctx_redis
+#endif
+
+#ifdef DOC_CHECK_BOOST_ASIO
+// docs/asio.md: the Beast client of examples/beast_client.cpp, and the page's service.
+namespace ctx_boost_asio {
+namespace net = boost::asio;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using response = http::response<http::string_body>;
+extern net::io_context io;
+extern tcp::endpoint server;
+net::awaitable<response> get_quote(tcp::endpoint server);
+extern std::function<net::awaitable<response>()> fetch;
+extern rs::pipeline<rs::retry<>, rs::timeout<>> policy;
+struct quote_service {
+    net::io_context io;
+    rs::bulkhead<> slots;
+    rs::pipeline<rs::retry<>, rs::bulkhead<>, rs::timeout<>> policy;
+};
+extern quote_service svc;
+void drained();
+} // namespace ctx_boost_asio
 #endif
 
 } // namespace doc_prelude

@@ -1,18 +1,23 @@
 // SPDX-License-Identifier: MIT
-// The examples of docs/asio.md, compiled and run against a quote server on a loopback TCP socket. Each
-// example's code is copied from the page unchanged, except for durations; when you change one, change
-// the other. The page's `fetch_quote` stands in the first case as the page has it; the later cases call
-// the same steps as `fetch_quote_from`. Those marked g++ only in the page are built where Asio declares
-// net::awaitable.
+// The examples of docs/asio.md, compiled and run against a quote server on a loopback TCP socket, on both
+// Asio flavours. Each example's code is copied from the page unchanged, except for durations and the
+// flavour's names (`rsa::` for the page's `rs::boost_asio::`, `net_system_error` for
+// `boost::system::system_error`); when you change one, change the other. The page's Beast `response` is
+// a quote here (`double`), and its `get_quote` reads one from a plain socket. The awaitable examples are
+// built where Asio declares net::awaitable (Boost.Asio with g++ and clang; standalone Asio 1.22 with g++).
 #include "catch.hpp"
 
 #include "asio_flavour.hpp"
+#if defined(RESILIENCE_TEST_HAS_CO_AWAIT) && !defined(RESILIENCE_TEST_BOOST_ASIO)
+#include <asio/experimental/as_tuple.hpp>
+#endif
 #include <resilience/async_scope.hpp>
 #include <resilience/resilience.hpp>
 
 #include <array>
 #include <chrono>
 #include <exception>
+#include <future>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -62,229 +67,202 @@ private:
     std::vector<std::shared_ptr<tcp::socket>> held_;
 };
 
-struct outcome_log {
-    explicit outcome_log(test_server& s) : server(&s) {}
-    std::optional<double> quote;
-    std::exception_ptr error;
-    test_server* server;
-    void show(double q) {
-        quote = q;
-        server->stop();
-    }
-    void report(std::exception_ptr e) {
-        error = e;
-        server->stop();
-    }
-};
+#if defined(RESILIENCE_TEST_HAS_CO_AWAIT)
+#if !defined(RESILIENCE_TEST_BOOST_ASIO)
+// Standalone Asio 1.22 has as_tuple in experimental only (the page's Boost 1.81 has net::as_tuple).
+namespace as_tuple_home = net::experimental;
+#else
+namespace as_tuple_home = net;
+#endif
 
-// The page's `fetch_quote` (the first case below has its text): one attempt, on a connection of its own
-// to `server` (as it is when the attempt starts), the attempt's token reaching each operation. The
+using response = double; // the page's Beast response
+
+// The page's get_quote, on a plain socket: one connection per call, reading the quote it is sent. The
 // read's error code is written to `*read_ec` when one is given.
-rs::task<double> fetch_quote_from(net::io_context& io, const tcp::endpoint& server, std::stop_token st,
-                                  net_error_code* read_ec = nullptr) {
-    tcp::socket socket{io};
-    auto [connect_ec] = co_await socket.async_connect(server, rsa::use_task(st));
-    if (connect_ec)
-        throw net_system_error(connect_ec);
+net::awaitable<response> get_quote(tcp::endpoint server, net_error_code* read_ec = nullptr) {
+    tcp::socket socket{co_await net::this_coro::executor};
+    co_await socket.async_connect(server, net::use_awaitable);
     std::array<char, 64> buf{};
-    auto [ec, n] = co_await socket.async_read_some(net::buffer(buf), rsa::use_task(st));
+    auto [ec, n] =
+        co_await socket.async_read_some(net::buffer(buf), as_tuple_home::as_tuple(net::use_awaitable));
     if (read_ec)
         *read_ec = ec;
     if (ec)
         throw net_system_error(ec);
     co_return std::stod(std::string(buf.data(), n));
 }
+#endif
 
 } // namespace
 
-TEST_CASE("docs/asio.md: a call from Asio code, g++ and clang", "[asio][docs]") {
-    net::io_context io;
-    test_server server{io, true};
-    outcome_log log{server};
-    auto show = [&](double q) { log.show(q); };
-    auto report = [&](std::exception_ptr e) { log.report(e); };
-    tcp::endpoint quote_server = server.endpoint();
-
-    // ---- from the page ----
-    rsa::clock clock{io.get_executor()};
-    rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
-
-    // One attempt, on a connection of its own. The attempt's token reaches each operation: when the
-    // timeout stops the attempt, the pending connect or read ends at once with operation_aborted.
-    auto fetch_quote = [&](std::stop_token st) -> rs::task<double> {
-        tcp::socket socket{io};
-        auto [connect_ec] = co_await socket.async_connect(quote_server, rsa::use_task(st));
-        if (connect_ec)
-            throw net_system_error(connect_ec);
-        std::array<char, 64> buf{};
-        auto [read_ec, n] = co_await socket.async_read_some(net::buffer(buf), rsa::use_task(st));
-        if (read_ec)
-            throw net_system_error(read_ec);
-        co_return std::stod(std::string(buf.data(), n));
-    };
-
-    rsa::async_run(
-        io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
-        [&](std::exception_ptr error, double quote) {
-            if (error)
-                report(error);
-            else
-                show(quote);
-        });
-    // ---- end ----
-    io.run_for(10s);
-    REQUIRE(log.quote);
-    CHECK(*log.quote == 101.5);
-}
-
-TEST_CASE("docs/asio.md: a posted cancel that shares the per-attempt socket", "[asio][docs]") {
-    net::io_context io;
-    test_server server{io, false};
-    tcp::endpoint quote_server = server.endpoint();
-    rsa::clock clock{io.get_executor()};
-    rs::timeout limit{20ms, clock};
-    net_error_code read_ec;
-    auto attempt = [&](std::stop_token st) -> rs::task<void> {
-        // ---- from the page ----
-        auto socket = std::make_shared<tcp::socket>(io);
-        std::stop_callback on_stop{st, [socket] {
-                                       net::post(socket->get_executor(),
-                                                 [socket] { socket->cancel(); }); // keeps the socket alive
-                                   }};
-        // ---- end ----
-        auto [connect_ec] = co_await socket->async_connect(quote_server, rsa::use_task);
-        if (connect_ec)
-            throw net_system_error(connect_ec);
-        std::array<char, 64> buf{};
-        auto [ec, n] = co_await socket->async_read_some(net::buffer(buf), rsa::use_task);
-        (void)n;
-        read_ec = ec;
-    };
-    bool done = false;
-    rsa::async_run(io.get_executor(), limit.execute(attempt), [&](std::exception_ptr) {
-        done = true;
-        server.stop();
-    });
-    io.run_for(10s);
-    CHECK(done);
-    CHECK(read_ec == net::error::operation_aborted);
-}
-
-TEST_CASE("docs/asio.md: cancel_after's stand-in on Asio 1.22, g++ and clang", "[asio][docs]") {
-    net::io_context io;
-    test_server server{io, false}; // never answers: the deadline comes first
-    outcome_log log{server};
-    auto show = [&](double q) { log.show(q); };
-    auto report = [&](std::exception_ptr e) { log.report(e); };
-    tcp::endpoint quote_server = server.endpoint();
-    rsa::clock clock{io.get_executor()};
-    rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{1h, clock}};
-    net_error_code read_ec;
-    auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(io, quote_server, st, &read_ec); };
-
-    // ---- from the page (500ms there) ----
-    net::cancellation_signal cancel;
-    net::steady_timer deadline{io, 20ms};
-    deadline.async_wait([&](net_error_code ec) {
-        if (!ec)
-            cancel.emit(net::cancellation_type::terminal);
-    });
-    rsa::async_run(
-        io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
-        net::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr error, double quote) {
-            deadline.cancel();
-            error ? report(error) : show(quote);
-        }));
-    // ---- end ----
-    io.run_for(10s);
-    CHECK(log.error != nullptr);
-    CHECK_FALSE(log.quote);
-    CHECK(read_ec == net::error::operation_aborted);
-}
-
 #if defined(RESILIENCE_TEST_HAS_CO_AWAIT)
-TEST_CASE("docs/asio.md: from an net::awaitable, and racing a deadline with ||, g++ only", "[asio][docs]") {
-    using namespace net::experimental::awaitable_operators;
+TEST_CASE("docs/asio.md: the call with each token, its policies given no clock", "[asio][docs]") {
     net::io_context io;
-    test_server answering{io, true}, silent{io, false};
-    tcp::endpoint quote_server = answering.endpoint();
-    rsa::clock clock{io.get_executor()};
-    rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
-    auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(io, quote_server, st); };
-    std::optional<double> shown;
-    auto show = [&](double q) {
-        shown = q;
-        io.stop(); // the servers still accept: end this run here
-    };
-    std::size_t winner = 99;
-
-    // ---- from the page ----
+    test_server quotes{io, true};
+    const tcp::endpoint server = quotes.endpoint();
+    rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}},
+                        rs::timeout{2s}};
+    auto fetch = [&] { return get_quote(server); };
+    std::vector<response> shown;
+    std::exception_ptr reported;
+    auto show = [&](response r) { shown.push_back(r); };
+    auto report = [&](std::exception_ptr e) { reported = e; };
+    std::optional<std::future<response>> future;
     net::co_spawn(
         io,
         [&]() -> net::awaitable<void> {
-            double quote = co_await rsa::async_run(
-                io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch_quote, st); },
-                net::use_awaitable);
-            show(quote);
+            // ---- from the page ----
+            // In a coroutine: on its executor, a failure rethrown here.
+            response a = co_await rsa::execute(policy, fetch, net::use_awaitable);
+            // The failure as a value instead.
+            auto [error, b] =
+                co_await rsa::execute(policy, fetch, as_tuple_home::as_tuple(net::use_awaitable));
+            // From a callback or a thread outside the io_context: name the executor.
+            rsa::execute(io, policy, fetch,
+                         [&](std::exception_ptr e, response r) { e ? report(e) : show(r); });
+            std::future<response> f = rsa::execute(io.get_executor(), policy, fetch, net::use_future);
+            // ---- end ----
+            show(a);
+            CHECK_FALSE(error);
+            show(b);
+            future = std::move(f);
         },
         net::detached);
-    // ---- end ----
     io.run_for(10s);
-    REQUIRE(shown);
-    CHECK(*shown == 101.5);
+    CHECK_FALSE(reported);
+    CHECK(shown == std::vector<response>{101.5, 101.5, 101.5});
+    REQUIRE(future);
+    CHECK(future->get() == 101.5);
+}
 
-    io.restart();
-    quote_server = silent.endpoint();
+TEST_CASE("docs/asio.md: a deadline raced with ||, the call stopped and ended", "[asio][docs]") {
+    using namespace net::experimental::awaitable_operators;
+    net::io_context io;
+    test_server silent{io, false};
+    const tcp::endpoint server = silent.endpoint();
+    rs::pipeline policy{rs::retry{{.max_attempts = 3}}, rs::timeout{1h}};
+    net_error_code read_ec;
+    auto fetch = [&] { return get_quote(server, &read_ec); };
+    std::size_t winner = 99;
     net::co_spawn(
         io,
         [&]() -> net::awaitable<void> {
             // ---- from the page (500ms there) ----
-            auto call = [&](std::stop_token st) { return policy.execute(fetch_quote, st); };
-            net::steady_timer deadline{io, 20ms};
-            auto first = co_await (rsa::async_run(io.get_executor(), call, net::use_awaitable) ||
+            net::steady_timer deadline{co_await net::this_coro::executor, 20ms};
+            auto first = co_await (rsa::execute(policy, fetch, net::use_awaitable) ||
                                    deadline.async_wait(net::use_awaitable));
             // ---- end ----
             winner = first.index();
-            answering.stop();
             silent.stop();
         },
         net::detached);
     io.run_for(10s);
     CHECK(winner == 1);
+    CHECK(read_ec == net::error::operation_aborted);
+    CHECK(io.stopped()); // the call left nothing behind
+}
+
+TEST_CASE("docs/asio.md: a cancellation bound to the handler's slot ends the call with cancelled_error",
+          "[asio][docs]") {
+    net::io_context io;
+    test_server silent{io, false};
+    const tcp::endpoint server = silent.endpoint();
+    rs::pipeline policy{rs::retry{{.max_attempts = 3}}, rs::timeout{1h}};
+    net_error_code read_ec;
+    auto fetch = [&] { return get_quote(server, &read_ec); };
+    std::exception_ptr reported;
+    bool shown = false;
+    auto report = [&](std::exception_ptr e) {
+        reported = e;
+        silent.stop();
+    };
+    auto show = [&](response) { shown = true; };
+    // ---- from the page ----
+    net::cancellation_signal cancel;
+    rsa::execute(io, policy, fetch,
+                 net::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, response r) {
+                     e ? report(e) : show(r); // rs::cancelled_error once cancelled
+                 }));
+    // ---- end ----
+    net::steady_timer later{io, 20ms};
+    later.async_wait([&](net_error_code) {
+        // ---- from the page ----
+        cancel.emit(net::cancellation_type::terminal);
+        // ---- end ----
+    });
+    io.run_for(10s);
+    CHECK_FALSE(shown);
+    REQUIRE(reported);
+    CHECK_THROWS_AS(std::rethrow_exception(reported), rs::cancelled_error);
+    CHECK(read_ec == net::error::operation_aborted);
 }
 #endif
 
 namespace {
-// The page's service (section "Shutting down").
+// The page's service (section "Lifetime and teardown"), on the default clock.
+// ---- from the page ----
 struct quote_service {
-    net::io_context io; // first: the clock needs it; destroyed last
-    rsa::clock clock{io.get_executor()};
-    rs::bulkhead<rsa::clock> slots{{.max_concurrent_calls = 8, .queue_limit = 100}, clock};
-    rs::pipeline<rs::retry<rsa::clock>, rs::bulkhead<rsa::clock>, rs::timeout<rsa::clock>> policy{
-        rs::retry{{.max_attempts = 3}, clock}, slots, rs::timeout{2s, clock}};
+    net::io_context io;
+    rs::bulkhead<> slots{{.max_concurrent_calls = 8, .queue_limit = 100}};
+    rs::pipeline<rs::retry<>, rs::bulkhead<>, rs::timeout<>> policy{rs::retry{{.max_attempts = 3}}, slots,
+                                                                    rs::timeout{2s}};
 };
+// ---- end ----
 } // namespace
+
+#if defined(RESILIENCE_TEST_HAS_CO_AWAIT)
+TEST_CASE("docs/asio.md: the service destroyed with calls in flight, its policies first", "[asio][docs]") {
+    std::optional<quote_service> svc{std::in_place};
+    std::optional<test_server> silent{std::in_place, svc->io, false};
+    const tcp::endpoint server = silent->endpoint();
+    auto fetch = [&] { return get_quote(server); };
+    int completed = 0;
+    for (int i = 0; i < 5; ++i)
+        rsa::execute(svc->io, svc->policy, fetch, [&](std::exception_ptr, response) { ++completed; });
+    while (svc->slots.in_flight() < 5)
+        REQUIRE(svc->io.run_one_for(10s) == 1);
+    svc->io.poll();
+    silent.reset();
+    svc.reset(); // the pipeline and the bulkhead go first, then the io_context destroys the calls
+    CHECK(completed == 0);
+}
+#endif
 
 TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and clang", "[asio][docs]") {
     quote_service svc;
-    test_server server{svc.io, false}; // holds every connection open, unanswered
-    tcp::endpoint quote_server = server.endpoint();
-    int shown = 0, reported = 0;
+    test_server silent{svc.io, false}; // holds every connection open, unanswered
+    const tcp::endpoint server = silent.endpoint();
+    int reported = 0;
     bool was_drained = false;
-    auto show = [&](double) { ++shown; };
-    auto report = [&](std::exception_ptr) { ++reported; };
+    auto report = [&](std::exception_ptr e) {
+        CHECK_THROWS_AS(std::rethrow_exception(e), rs::cancelled_error);
+        ++reported;
+    };
     auto drained = [&] {
         was_drained = true;
-        server.stop();
+        silent.stop();
     };
-    auto fetch_quote = [&](std::stop_token st) { return fetch_quote_from(svc.io, quote_server, st); };
 
     // ---- from the page ----
+    // An attempt as an rs::task: the attempt's token cancels its pending operations.
+    auto fetch_quote = [&](std::stop_token attempt) -> rs::task<double> {
+        tcp::socket socket{svc.io};
+        auto [connect_ec] = co_await socket.async_connect(server, rsa::use_task(attempt));
+        if (connect_ec)
+            throw net_system_error(connect_ec);
+        std::array<char, 64> buf{};
+        auto [read_ec, n] = co_await socket.async_read_some(net::buffer(buf), rsa::use_task(attempt));
+        if (read_ec)
+            throw net_system_error(read_ec);
+        co_return std::stod(std::string(buf.data(), n));
+    };
     rs::async_scope scope;
     auto serve = [&](std::stop_token st) { return svc.policy.execute(fetch_quote, st); };
     for (int i = 0; i < 5; ++i)
-        rsa::spawn(scope, svc.io.get_executor(), serve,
-                   [&](std::exception_ptr error, double quote) { error ? report(error) : show(quote); });
+        rsa::spawn(scope, svc.io.get_executor(), serve, [&](std::exception_ptr error, double) {
+            if (error)
+                report(error); // rs::cancelled_error for the calls the drain stopped
+        });
     // ---- end ----
     while (svc.slots.in_flight() < 5)
         REQUIRE(svc.io.run_one_for(10s) == 1);
@@ -297,7 +275,6 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
     // ---- end ----
     CHECK(was_drained);
     CHECK(reported == 5);
-    CHECK(shown == 0);
     CHECK(scope.size() == 0);
     CHECK(svc.slots.in_flight() == 0);
 }

@@ -7,6 +7,7 @@
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -21,11 +22,28 @@ namespace test_asio_execute {
 namespace rs = resilience;
 using namespace std::chrono_literals;
 
-#if RESILIENCE_TEST_HAS_CO_AWAIT
-
 struct flaky_error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
+
+// Without Asio awaitables too (standalone Asio 1.22 with clang): an rs::task action.
+TEST_CASE("asio execute: an rs::task action works too", "[asio][execute]") {
+    net::io_context io;
+    rs::retry policy{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}};
+    int calls = 0;
+    auto action = [&]() -> rs::task<int> {
+        if (++calls < 2)
+            throw flaky_error("first");
+        co_return 3;
+    };
+    int value = 0;
+    rsa::execute(io, policy, action, [&](std::exception_ptr, int v) { value = v; });
+    io.run_for(10s);
+    CHECK(value == 3);
+    CHECK(calls == 2);
+}
+
+#if RESILIENCE_TEST_HAS_CO_AWAIT
 
 // An action that fails `failures` times, then answers 7, each attempt after an Asio timer of `delay`.
 struct flaky {
@@ -47,8 +65,9 @@ struct flaky {
 TEST_CASE("asio execute: an awaitable action retried on the default clock, awaited with use_awaitable",
           "[asio][execute]") {
     net::io_context io;
-    rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{5ms, rs::jitter::none}}},
-                        rs::timeout{1s}};
+    rs::pipeline policy{
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{5ms, rs::jitter::none}}},
+        rs::timeout{1s}};
     flaky action{2};
     int got = 0;
     net::co_spawn(
@@ -96,7 +115,8 @@ TEST_CASE("asio execute: the handler never runs inside the initiating call", "[a
     net::io_context io;
     rs::retry policy{{.max_attempts = 1}};
     bool returned = false, ran_after_return = false;
-    rsa::execute(io.get_executor(), policy, flaky{0}, [&](std::exception_ptr, int) { ran_after_return = returned; });
+    rsa::execute(io.get_executor(), policy, flaky{0},
+                 [&](std::exception_ptr, int) { ran_after_return = returned; });
     returned = true;
     io.run_for(10s);
     CHECK(ran_after_return);
@@ -142,20 +162,50 @@ TEST_CASE("asio execute: use_future, with an executor", "[asio][execute]") {
     CHECK(f.get() == 7);
 }
 
-TEST_CASE("asio execute: an rs::task action works too", "[asio][execute]") {
-    net::io_context io;
-    rs::retry policy{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}};
-    int calls = 0;
-    auto action = [&]() -> rs::task<int> {
-        if (++calls < 2)
+TEST_CASE("asio execute: the same policy serves one io_context after another, and an event loop",
+          "[asio][execute]") {
+    rs::pipeline policy{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}},
+                        rs::timeout{1s}};
+    const flaky once{1};
+    for (int round = 0; round < 2; ++round) {
+        net::io_context io;
+        int value = 0;
+        rsa::execute(io, policy, once, [&](std::exception_ptr, int v) { value = v; });
+        io.run_for(10s);
+        CHECK(value == 7);
+        *once.calls = 0;
+    }
+    // The default clock sleeps on the loop when the call runs there (rs::task action).
+    int attempts = 0;
+    auto task_action = [&]() -> rs::task<int> {
+        if (++attempts < 2)
             throw flaky_error("first");
-        co_return 3;
+        co_return 5;
     };
-    int value = 0;
-    rsa::execute(io, policy, action, [&](std::exception_ptr, int v) { value = v; });
+    CHECK(rs::sync_wait(policy.execute(task_action)) == 5);
+    CHECK(attempts == 2);
+}
+
+TEST_CASE("asio execute: any_policy, reloadable and a registry's handle are policies here too",
+          "[asio][execute]") {
+    net::io_context io;
+    rs::registry<> policies;
+    auto breaker = policies.breaker("execute-breaker");
+    rs::any_policy<int> erased{
+        rs::pipeline{rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1ms}}}, rs::timeout{1s}}};
+    rs::reloadable<rs::retry<>> reloaded{
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}}};
+    const flaky once{1}, twice{2}, never{0};
+    std::vector<int> got;
+    auto keep = [&](std::exception_ptr e, int v) { got.push_back(e ? -1 : v); };
+    rsa::execute(io, erased, once, keep);
+    rsa::execute(io, reloaded, twice, keep);
+    rsa::execute(io, breaker, never, keep);
     io.run_for(10s);
-    CHECK(value == 3);
-    CHECK(calls == 2);
+    CHECK(got.size() == 3);
+    CHECK(std::count(got.begin(), got.end(), 7) == 3);
+    CHECK(*once.calls == 2);
+    CHECK(*twice.calls == 3);
 }
 
 #endif

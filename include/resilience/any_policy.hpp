@@ -72,6 +72,7 @@ template <class T>
 struct any_policy_concept : shared_state {
     virtual ~any_policy_concept() = default;
     virtual task<outcome<T>> run(erased_next<T> next, const context& ctx) const = 0;
+    virtual sleeper may_sleep_on_default_clock() const noexcept = 0;
 };
 } // namespace detail
 
@@ -104,6 +105,11 @@ public:
         co_return co_await this->held().run(detail::erased_next<T>{next}, ctx);
     }
 
+    /// What the held policy answers (see `detail::default_clock_sleeper`).
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        return this->held().may_sleep_on_default_clock();
+    }
+
     // Copies that hold the same policy are equal (`==`, and `std::hash`: from `detail::shared_handle`).
 
 private:
@@ -117,6 +123,9 @@ private:
                 return policy.run(std::move(next), ctx);
             else
                 return as_task(policy.run(std::move(next), ctx));
+        }
+        detail::sleeper may_sleep_on_default_clock() const noexcept override {
+            return detail::default_clock_sleeper(policy);
         }
         template <class Awaitable>
         static task<outcome<T>> as_task(Awaitable a) {

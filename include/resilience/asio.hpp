@@ -1,30 +1,29 @@
 // SPDX-License-Identifier: MIT
 /// \file asio.hpp
 /// Optional Asio integration, on standalone Asio 1.22 or later (<resilience/boost_asio.hpp> is the same
-/// on Boost.Asio): a clock whose sleeps are Asio timers,
-/// `async_run`, which runs a resilience awaitable as an Asio asynchronous operation, and `use_task`,
-/// the completion token that lets a resilience coroutine await an Asio operation.
+/// on Boost.Asio). A call through a policy is an Asio asynchronous operation, `execute`, whose action
+/// is an `asio::awaitable` (or an `rs::task`) called once per attempt; policies built without a clock
+/// sleep on timers of the call's executor, so no clock is named:
 ///
-///     asio::io_context io;
-///     rs::asio::clock clock{io.get_executor()};
-///     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
+///     rs::pipeline policy{rs::retry{{.max_attempts = 3}}, rs::timeout{2s}};
 ///
-///     // an action: its stop token reaches the read as Asio per-operation cancellation
-///     auto fetch = [&](std::stop_token st) -> rs::task<std::size_t> {
-///         auto [ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
-///         if (ec) throw std::system_error(ec);
-///         co_return n;
+///     auto fetch = [&]() -> asio::awaitable<std::size_t> {
+///         // a timeout or a losing hedge cancels the read (terminal): use_awaitable throws operation_aborted
+///         co_return co_await socket.async_read_some(asio::buffer(buf), asio::use_awaitable);
 ///     };
-///     // from Asio code, with any completion token; Asio cancellation of the operation stops the call
-///     rs::asio::async_run(io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch, st); },
-///                         [](std::exception_ptr e, std::size_t n) { ... });
+///     // in an asio::awaitable: the call runs on the coroutine's executor, a failure is rethrown here
+///     std::size_t n = co_await rs::asio::execute(policy, fetch, asio::use_awaitable);
+///     // any completion token, given the executor: a callback, use_future, ...
+///     rs::asio::execute(io.get_executor(), policy, fetch, [](std::exception_ptr e, std::size_t n) { ... });
 ///
-/// Policies that run on Asio threads must be given this clock: the default `steady_clock` sleeps on
-/// the library's own `event_loop`, which Asio threads do not run.
+/// Asio cancellation of the operation (`||`, bind_cancellation_slot) stops the call. Also here:
+/// `use_task`, the completion token with which an `rs::task` awaits an Asio operation; `async_run`,
+/// which runs a resilience awaitable as an Asio operation; `spawn`, which starts one in an
+/// `rs::async_scope` for a graceful drain; and `clock`, whose sleeps are timers of a given executor.
+/// With clang and libstdc++, Asio 1.22 declares no `asio::awaitable` (Boost.Asio does).
 ///
-/// The io_context owns the calls started on it with `async_run` and destroys them, wherever they wait,
-/// when it shuts down; `rs::asio::spawn` starts a call in an `rs::async_scope`, for a graceful drain
-/// before that (docs/asio.md).
+/// The io_context owns the calls started on it and destroys them, wherever they wait, when it shuts
+/// down (docs/asio.md).
 #pragma once
 
 // Standalone Asio: its headers need ASIO_STANDALONE (the target resilience::asio defines it).
@@ -32,8 +31,12 @@
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/execution/context.hpp>
 #include <asio/execution_context.hpp>
 #include <asio/io_context.hpp>
@@ -43,10 +46,6 @@
 #include <asio/query.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/awaitable.hpp>
 #include <asio/system_context.hpp>
 #include <asio/system_executor.hpp>
 #include <asio/use_awaitable.hpp>

@@ -327,7 +327,28 @@ struct backoff_model {
     virtual ~backoff_model() = default;
     virtual std::chrono::nanoseconds delay(int attempt, random_ref rng, const failure& f,
                                            std::chrono::nanoseconds previous) const = 0;
+    virtual bool may_wait() const noexcept = 0;
 };
+
+// Whether a schedule may give a wait longer than zero: false only for the library's schedules
+// whose every delay is zero; a schedule of the user's may give anything.
+template <class S>
+bool schedule_may_wait(const S&) noexcept {
+    return true;
+}
+inline bool schedule_may_wait(const constant_backoff& s) noexcept {
+    return s.interval > std::chrono::nanoseconds::zero();
+}
+inline bool schedule_may_wait(const linear_backoff& s) noexcept {
+    return s.max > std::chrono::nanoseconds::zero() &&
+           (s.initial > std::chrono::nanoseconds::zero() || s.step > std::chrono::nanoseconds::zero());
+}
+inline bool schedule_may_wait(const list_backoff& s) noexcept {
+    for (const std::chrono::nanoseconds d : s.delays)
+        if (d > std::chrono::nanoseconds::zero())
+            return true;
+    return false;
+}
 
 template <class S>
 struct backoff_impl final : backoff_model {
@@ -343,6 +364,7 @@ struct backoff_impl final : backoff_model {
         else
             return to_delay(schedule(attempt));
     }
+    bool may_wait() const noexcept override { return schedule_may_wait(schedule); }
     S schedule;
 };
 
@@ -400,6 +422,11 @@ public:
             return exponential_backoff{}.delay(attempt, ref, previous);
         return model_->delay(attempt, ref, f, previous);
     }
+
+    /// False when every wait it gives is zero (`constant_backoff{}`, a `list_backoff` of zeros, a
+    /// `linear_backoff` with no `initial` nor `step`): a retry with it never sleeps. A schedule of
+    /// your own may give any wait, so it answers true.
+    [[nodiscard]] bool may_wait() const noexcept { return !model_ || model_->may_wait(); }
 
 private:
     std::shared_ptr<const detail::backoff_model> model_;

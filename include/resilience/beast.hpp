@@ -2,12 +2,11 @@
 /// \file beast.hpp
 /// Optional Beast integration: `rs::http::response_traits` for Beast's `http::response<Body, Fields>`,
 /// so `rs::http::response_classifier` reads a Beast response's status and Retry-After field with no
-/// code of the user's. With <resilience/boost_asio.hpp>, a Beast client awaits its stream's
-/// operations from a resilience coroutine (examples/beast_client.cpp does all of it).
+/// code of the user's. With <resilience/boost_asio.hpp>, a Beast client's own awaitable is the action
+/// of `rs::boost_asio::execute` (examples/beast_client.cpp does all of it).
 ///
 ///     rs::retry r{{.max_attempts = 4,
-///                  .should_handle = rs::http::response_classifier<beast::http::response<beast::http::string_body>>{}},
-///                 clock};
+///                  .should_handle = rs::http::response_classifier<beast::http::response<beast::http::string_body>>{}}};
 ///
 /// Needs Boost's headers (CMake target resilience::beast).
 #pragma once

@@ -1,21 +1,21 @@
 // SPDX-License-Identifier: MIT
 /// \file boost_asio.hpp
 /// Optional Asio integration on Boost.Asio (Boost 1.81 or later): what <resilience/asio.hpp> gives on
-/// standalone Asio, in the namespace `resilience::boost_asio` and on `boost::asio`'s types, so Beast's
-/// streams and any Boost.Asio object can be awaited from a resilience coroutine. One implementation
-/// serves both (resilience/asio/flavour/), and a program may include both headers.
+/// standalone Asio, in the namespace `resilience::boost_asio` and on `boost::asio`'s types. One
+/// implementation serves both (resilience/asio/flavour/), and a program may include both headers.
+/// A Beast client keeps its style: its own awaitable is the action, called once per attempt, and the
+/// policies, built without a clock, sleep on timers of the call's executor.
 ///
-///     boost::asio::io_context io;
-///     rs::boost_asio::clock clock{io.get_executor()};
-///     rs::pipeline policy{rs::retry{{.max_attempts = 3}, clock}, rs::timeout{2s, clock}};
+///     namespace net = boost::asio;
+///     rs::pipeline policy{rs::retry{{.max_attempts = 3}}, rs::timeout{2s}};
 ///
-///     auto fetch = [&](std::stop_token st) -> rs::task<std::size_t> {
-///         auto [ec, n] = co_await stream.async_read_some(boost::asio::buffer(buf), rs::boost_asio::use_task(st));
-///         if (ec) throw boost::system::system_error(ec);
-///         co_return n;
+///     auto fetch = [&]() -> net::awaitable<response> {
+///         tcp::socket socket{co_await net::this_coro::executor};   // the call's strand
+///         co_await socket.async_connect(server, net::use_awaitable);
+///         ...                                                      // Beast's async_write, async_read
+///         co_return reply;
 ///     };
-///     rs::boost_asio::async_run(io.get_executor(), [&](std::stop_token st) { return policy.execute(fetch, st); },
-///                               [](std::exception_ptr e, std::size_t n) { ... });
+///     response reply = co_await rs::boost_asio::execute(policy, fetch, net::use_awaitable);
 ///
 /// docs/asio.md describes both flavours; the CMake target is resilience::boost_asio.
 #pragma once
@@ -24,8 +24,13 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
@@ -35,14 +40,9 @@
 #include <boost/asio/query.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/awaitable.hpp>
 #include <boost/asio/system_context.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/deferred.hpp>
 
 namespace resilience::boost_asio {
 /// The Asio this integration is built on: Boost.Asio's namespace.

@@ -13,6 +13,7 @@
 #include "context.hpp"
 #include "detail/bulkhead_state.hpp"
 #include "detail/config.hpp"
+#include "detail/default_clock.hpp"
 #include "detail/frame_allocator.hpp"
 #include "detail/shared_handle.hpp"
 #include "detail/time.hpp"
@@ -200,6 +201,18 @@ public:
     [[nodiscard]] bulkhead_options options() const { return this->held().options(); }
     [[nodiscard]] std::string name() const { return options().name; }
     [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
+
+    /// Whether a call through this bulkhead may sleep on the default clock: under the options in
+    /// force, a call may wait in the queue with a `queue_timeout`, a timer of that clock (a queue
+    /// without one waits for a slot, not for the clock; see `detail::default_clock_sleeper`).
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        if (!detail::is_default_clock(this->held().clock))
+            return {};
+        const detail::pinned<config> in_force = this->held().pin();
+        if (in_force->options.queue_limit == 0 || !in_force->options.queue_timeout)
+            return {};
+        return {"bulkhead", "its queue_timeout"};
+    }
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {

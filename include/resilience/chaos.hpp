@@ -23,6 +23,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/default_clock.hpp"
 #include "detail/label.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
@@ -305,6 +306,15 @@ public:
 
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {};
+
+    /// Whether a call through it may sleep on the default clock: it is on, at a rate above 0, with
+    /// a delay above 0 (see `::resilience::detail::default_clock_sleeper`).
+    [[nodiscard]] ::resilience::detail::sleeper may_sleep_on_default_clock() const noexcept {
+        if (!::resilience::detail::is_default_clock(clock_) || options_.injection_rate <= 0.0 ||
+            delay_ <= std::chrono::nanoseconds::zero() || !options_.enabled.enabled())
+            return {};
+        return {"chaos::latency", "its delay"};
+    }
 
     /// Off (or at rate 0): straight on. On: the decision is drawn in `run`, which may wait.
     template <class R>

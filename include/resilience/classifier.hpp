@@ -238,7 +238,15 @@ struct classifier_model {
     virtual verdict classify_failure(const failure& f, const context* ctx) const = 0;
     /// `o` points to an `outcome<T>` of the classifier's own `T` (checked by the caller).
     virtual verdict classify_outcome(const void* o, const context* ctx) const = 0;
+    /// True when the callable answers a `verdict`, which may set a retry's wait.
+    virtual bool answers_verdicts() const noexcept = 0;
 };
+
+template <class F, class P>
+inline constexpr bool answers_verdict =
+    std::same_as<std::remove_cvref_t<decltype(invoke_classifier(std::declval<const F&>(),
+                                                                std::declval<const P&>(), nullptr))>,
+                 verdict>;
 
 template <class F>
 struct failure_classifier_impl final : classifier_model {
@@ -247,6 +255,7 @@ struct failure_classifier_impl final : classifier_model {
         return to_verdict(invoke_classifier(fn, f, ctx));
     }
     verdict classify_outcome(const void*, const context*) const override { return {}; }
+    bool answers_verdicts() const noexcept override { return answers_verdict<F, failure>; }
     F fn;
 };
 
@@ -259,6 +268,7 @@ struct outcome_classifier_impl final : classifier_model {
     verdict classify_outcome(const void* o, const context* ctx) const override {
         return to_verdict(invoke_classifier(fn, *static_cast<const outcome<T>*>(o), ctx));
     }
+    bool answers_verdicts() const noexcept override { return answers_verdict<F, outcome<T>>; }
     F fn;
 };
 
@@ -328,6 +338,9 @@ public:
     [[nodiscard]] bool same_as(const classifier& o) const noexcept {
         return model_ == o.model_ && value_type_ == o.value_type_;
     }
+    /// True when the callable answers a `verdict` (rather than `bool`), whose `delay` may set a
+    /// retry's wait whatever its backoff.
+    [[nodiscard]] bool may_set_delay() const noexcept { return model_ && model_->answers_verdicts(); }
     /// The `T` of an `outcome<T>` classifier, or null.
     [[nodiscard]] const std::type_info* value_type() const noexcept { return value_type_; }
     /// Can this classifier judge the outcomes of an action returning `R`?

@@ -245,9 +245,11 @@ private:
 
 } // namespace detail
 
-/// The default clock: `std::chrono::steady_clock` time, sleeping on the event loop that runs the
-/// awaiting coroutine (`event_loop::current()`). Sleeping outside any loop, or inside a
-/// virtual-time loop, is a usage error reported as `std::logic_error`. Stateless and copyable.
+/// The default clock: `std::chrono::steady_clock` time, sleeping where the call runs: on the event loop
+/// that runs the awaiting coroutine (`event_loop::current()`), or, in a call started from Asio code
+/// (`rs::asio::execute`, `async_run`, `spawn`, and the Boost.Asio ones), on timers of that call's
+/// executor. Sleeping outside both, or inside a virtual-time loop, is a usage error reported as
+/// `std::logic_error`. Stateless and copyable.
 struct steady_clock {
     /// Inside an Asio call there are no loop timers (`timer_loop()` is null): a policy then waits by
     /// sleeping, on the call's executor (see `detail::loop_timer_clock`).

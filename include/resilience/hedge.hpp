@@ -8,6 +8,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
+#include "detail/default_clock.hpp"
 #include "detail/race.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
@@ -226,6 +227,19 @@ public:
     [[nodiscard]] const C& clock() const noexcept { return clock_; }
     /// The `name` option (empty when unnamed).
     [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
+
+    /// Whether a call through this hedge may sleep on the default clock: a second attempt may
+    /// follow a delay longer than zero and not "never" (a schedule may give any delay; see
+    /// `detail::default_clock_sleeper`).
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        if (!detail::is_default_clock(clock_) || options_.max_attempts < 2)
+            return {};
+        const hedge_delay& d = options_.delay;
+        if (!d.is_schedule() && (d.duration() <= std::chrono::nanoseconds::zero() ||
+                                 d.duration() == std::chrono::nanoseconds::max()))
+            return {};
+        return {"hedge", "its delay"};
+    }
 
     // ---- the policy protocol (see policy.hpp) ----
     // Racing attempts need frames of their own, so a hedge that may hedge always waits (`run`);

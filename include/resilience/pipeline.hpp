@@ -92,6 +92,12 @@ public:
     /// the pipeline is: a call refers to them rather than making its own.
     const auto& stages() const noexcept { return *stages_; }
 
+    /// The first of its policies, outermost first, that may sleep on the default clock (see
+    /// `detail::default_clock_sleeper`); a call through the pipeline asks its stages directly.
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        return detail::first_default_clock_sleeper(stages());
+    }
+
     /// The I-th policy, outermost first.
     template <std::size_t I>
     const auto& get() const noexcept {

@@ -267,6 +267,13 @@ public:
     /// A pin on the current snapshot, to read it (`current()->options()`, `current()->get<0>()`).
     [[nodiscard]] snapshot current() const noexcept { return snapshot{this->held().pin()}; }
 
+    /// What the current snapshot answers (see `detail::default_clock_sleeper`); a call through
+    /// the reloadable asks the stages of the snapshot it pinned.
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        const snapshot now = current();
+        return detail::default_clock_sleeper(now.get());
+    }
+
     // ---- calls: each pins the current snapshot and runs `P`'s stages in one frame ----
     using policy_base<reloadable>::execute;
     using policy_base<reloadable>::execute_outcome;

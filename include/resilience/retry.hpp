@@ -9,6 +9,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/config.hpp"
+#include "detail/default_clock.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -186,6 +187,18 @@ public:
     [[nodiscard]] const C& clock() const noexcept { return clock_; }
     /// The `name` option (empty when unnamed).
     [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
+
+    /// Whether a call through this retry may sleep on the default clock: a second attempt may
+    /// follow a wait longer than zero (a backoff that can give one, or a classifier answering
+    /// `verdict`s, whose `delay` sets the wait), under `max_delay` above zero (see
+    /// `detail::default_clock_sleeper`).
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        if (!detail::is_default_clock(clock_) || options_.max_attempts < 2 ||
+            options_.max_delay <= std::chrono::nanoseconds::zero() ||
+            !(options_.backoff.may_wait() || options_.should_handle.may_set_delay()))
+            return {};
+        return {"retry", "its backoff"};
+    }
 
     // ---- the policy protocol (see policy.hpp) ----
     static constexpr bool enter_never_waits = true;

@@ -9,6 +9,9 @@
 #include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"
+#include "detail/default_clock.hpp"
+#include "detail/home_loop.hpp"
+#include "detail/stages.hpp"
 #include "detail/time.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
@@ -151,6 +154,12 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
                                     std::stop_token stop, Random rng) {
     if (stop.stop_requested())
         throw cancelled_error{options.name};
+    // As a call through a retry (detail/driver.hpp, `nowhere_to_sleep`): a stream that may back off
+    // on the default clock with nowhere to sleep is refused before its first source, not at its
+    // first backoff.
+    if (home_loop::current() == nullptr && is_default_clock(clock) && options.max_attempts > 1 &&
+        (options.backoff.may_wait() || options.should_handle.may_set_delay()))
+        throw std::logic_error(nowhere_to_sleep_message({"retry_stream", "its backoff"}, options.name));
     std::size_t yielded = 0;
     std::chrono::nanoseconds previous{};
     for (int attempt = 1;; ++attempt) {

@@ -7,6 +7,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "detail/config.hpp"
+#include "detail/default_clock.hpp"
 #include "detail/label.hpp"
 #include "detail/stop.hpp"
 #include "detail/time.hpp"
@@ -218,6 +219,13 @@ public:
     /// The `name` option (empty when unnamed).
     [[nodiscard]] const std::string& name() const noexcept { return options_.name; }
     [[nodiscard]] const C& clock() const noexcept { return clock_; }
+
+    /// On the default clock, every call arms a timer there (see `detail::default_clock_sleeper`).
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        if (!detail::is_default_clock(clock_))
+            return {};
+        return {"timeout", "its timer"};
+    }
 
     // ---- the policy protocol (see policy.hpp) ----
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own

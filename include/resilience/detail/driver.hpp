@@ -149,7 +149,7 @@ struct driver {
     using outermost = std::integral_constant<std::size_t, 0>;
     /// Stage 0 too, for the drive of a whole call made by `execute` (not a stage's `run` inside
     /// another call): where the rule for a call its caller stopped is applied, once (see
-    /// `caller_stopped`).
+    /// `caller_stopped`), and where a call with nowhere to sleep is refused (`nowhere_to_sleep`).
     struct whole_call : outermost {};
     // A function rather than `j < from`, which g++ warns about when `from` is the constant 0.
     static constexpr bool outside(std::size_t j, std::size_t from, std::size_t end) noexcept {
@@ -252,6 +252,22 @@ struct driver {
         result = outcome_type{failure::make(cancelled_error{outermost_name(stages)})};
     }
 
+    /// A call with nowhere to sleep (no event loop runs on this thread, and nothing that started
+    /// it, such as `rs::boost_asio::execute`, gave it a home) is refused before its first stage
+    /// enters when one of its stages may sleep on the default clock: otherwise it would serve the
+    /// happy path and fail with "a sleep needs an event loop" only when a retry first backs off or
+    /// a timer first arms, during the incident the policy was meant to absorb.
+    /// The `std::logic_error` naming the fix when refused; nothing otherwise. Out of line: only a
+    /// call without a home gets here.
+    template <class S>
+    RESILIENCE_DETAIL_NOINLINE static std::optional<failure> nowhere_to_sleep(const S& stages) {
+        std::string name;
+        const sleeper found = first_default_clock_sleeper(stages, &name);
+        if (!found)
+            return std::nullopt;
+        return failure::make(std::logic_error(nowhere_to_sleep_message(found, name)));
+    }
+
     // The call's shared clock reading (`call_now`) holds only while the call runs without
     // suspending: it is dropped before a stage that may wait reads the time, and after every wait.
     static void drop_reading(time_cache& cache) noexcept { cache.clear(); }
@@ -338,6 +354,19 @@ struct driver {
         decltype(auto) stages = stages_from(source);
         time_cache cache;
         home_loop* const home = home_loop::current(); // where the call returns (null: outside any loop)
+        if constexpr (std::is_same_v<From, whole_call>) {
+            // `home` first, and before anything else of the call is made: a call made on a loop (the
+            // common case) pays one test of a register.
+            if (home == nullptr) [[unlikely]] {
+                if (std::optional<failure> refused = nowhere_to_sleep(stages)) {
+                    outcome_type r{std::move(*refused)};
+                    if constexpr (Throw)
+                        co_return std::move(r).value();
+                    else
+                        co_return r;
+                }
+            }
+        }
         context& root = ctx;
         context_access::attach(root, &cache);
         auto leaf = holder.leaf();

@@ -64,7 +64,7 @@ public:
 protected:
     struct operations {
         void (*post)(home_loop*, job);
-        void (*add_timer)(home_loop*, timer_node*);              ///< null: an event loop
+        void (*add_timer)(home_loop*, timer_node*); ///< null: an event loop
         void (*remove_timer)(home_loop*, timer_node*) noexcept;
     };
     explicit home_loop(const operations* ops) noexcept : ops_(ops) {}

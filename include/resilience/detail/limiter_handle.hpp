@@ -12,6 +12,7 @@
 #include "../priority.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
+#include "default_clock.hpp"
 #include "frame_allocator.hpp"
 #include "limiter_state.hpp"
 #include "shared_handle.hpp"
@@ -113,6 +114,18 @@ class limiter_handle : public policy_base<Derived>,
     using handle = shared_handle<Derived, limiter_shared<C, Meter, Options>>;
 
 public:
+    /// Whether a call through this limiter may sleep on the default clock: under the options in
+    /// force, a call that finds no permit may queue, and the head of the queue sleeps on the clock
+    /// until its permit is due (see `default_clock_sleeper`).
+    [[nodiscard]] sleeper may_sleep_on_default_clock() const noexcept {
+        if (!is_default_clock(this->held().clock) || this->held().pin()->options.queue_limit == 0)
+            return {};
+        if constexpr (requires(const Options& o) { o.token_limit; })
+            return {"rate_limiter", "its queue"};
+        else
+            return {"sliding_window_limiter", "its queue"};
+    }
+
     // ---- the policy protocol (see policy.hpp) ----
     struct call_state {};
 

@@ -7,7 +7,9 @@
 
 #include "shared_handle.hpp"
 
+#include <concepts>
 #include <cstddef>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -58,6 +60,69 @@ template <class Stages>
 struct stages_ref {
     Stages stages;
 };
+
+/// Writes `p.name()` to `*out` when `p` has a name and `out` is not null.
+template <class P>
+void name_of(const P& p, std::string* out) {
+    if constexpr (requires { std::string{p.name()}; })
+        if (out)
+            *out = std::string{p.name()};
+}
+
+/// What a policy answers when asked whether a call through it may sleep on the default clock
+/// (`rs::steady_clock`, which sleeps on the event loop running the call, see
+/// `default_clock_sleeper`): nothing (`kind` null), or the policy's kind ("retry") and what sleeps
+/// ("its backoff"), for the message that refuses a call with nowhere to sleep.
+struct sleeper {
+    const char* kind = nullptr;
+    const char* why = nullptr;
+    explicit operator bool() const noexcept { return kind != nullptr; }
+};
+
+/// Whether a call through `p` may sleep on the default clock, from the options in force now: what
+/// `p.may_sleep_on_default_clock()` answers (a policy of the library whose clock is the default one
+/// and whose options allow a sleep; a wrapper asks what it holds). A policy without that member
+/// never sleeps there as far as the library can tell (a user's own), so it answers nothing.
+template <class P>
+sleeper default_clock_sleeper(const P& p) noexcept {
+    if constexpr (requires {
+                      { p.may_sleep_on_default_clock() } -> std::same_as<sleeper>;
+                  })
+        return p.may_sleep_on_default_clock();
+    else
+        return {};
+}
+/// The first of `stages` (a tuple of policies) that may sleep on the default clock, and its `name()`
+/// when it has one.
+template <class Stages, std::size_t... Js>
+sleeper first_default_clock_sleeper(const Stages& stages, std::string* name, std::index_sequence<Js...>) {
+    sleeper found;
+    (void)((found = default_clock_sleeper(std::get<Js>(stages)),
+            found && (name_of(std::get<Js>(stages), name), true)) ||
+           ...);
+    return found;
+}
+template <class Stages>
+sleeper first_default_clock_sleeper(const Stages& stages, std::string* name = nullptr) {
+    return first_default_clock_sleeper(stages, name, std::make_index_sequence<std::tuple_size_v<Stages>>{});
+}
+
+/// The message of the `std::logic_error` refusing a call that has nowhere to sleep (see
+/// `driver::nowhere_to_sleep`): which policy may sleep, why, and the ways to give the call
+/// somewhere to sleep.
+inline std::string nowhere_to_sleep_message(const sleeper& found, const std::string& name) {
+    std::string m = "resilience::";
+    m += found.kind;
+    if (!name.empty())
+        m += " (" + name + ")";
+    m += " may sleep on the default clock (";
+    m += found.why;
+    m += "), and this call has nowhere to sleep: no event loop runs on this thread and the call was not "
+         "started by rs::boost_asio::execute or rs::asio::execute. Run it under rs::sync_wait or an "
+         "rs::event_loop, start it with rs::boost_asio::execute (rs::asio::execute), or give the policy "
+         "a clock (rs::boost_asio::clock{executor})";
+    return m;
+}
 
 /// Calls `f(std::integral_constant<std::size_t, k>{})` for a stage index `k` known at run time:
 /// a fold over the indices, so each `f` is instantiated once, with no chain of instantiations.

@@ -72,6 +72,7 @@ struct frame_cache_allocator {
     }
 };
 
+#if RESILIENCE_ASIO_HAS_CO_AWAIT
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
 /// of its own (`co_spawn`) on the call's executor, and completes on the call's serialising executor
 /// (`call_executor`); the attempt's stop token, when stopped, emits a `terminal` cancellation to it from
@@ -184,6 +185,8 @@ private:
     std::optional<std::stop_callback<on_stop>> stop_;
 };
 
+#endif
+
 /// What an action returned, checked: an Asio awaitable of this flavour, or a resilience awaitable.
 template <class R>
 constexpr void check_attempt() noexcept {
@@ -209,10 +212,13 @@ public:
 
     auto operator()(const context& ctx) {
         using R = decltype(resilience::detail::invoke_action(f_, ctx));
+#if RESILIENCE_ASIO_HAS_CO_AWAIT
         if constexpr (net_awaitable_traits<R>::is_net_awaitable) {
             return attempt_awaiter<typename net_awaitable_traits<R>::value_type, R>{
                 resilience::detail::invoke_action(f_, ctx), *where_, ctx.stop_token()};
-        } else {
+        } else
+#endif
+        {
             check_attempt<R>();
             return resilience::detail::invoke_action(f_, ctx);
         }
@@ -293,6 +299,14 @@ constexpr void check_execute() noexcept {
         resilience::detail::check_action_temporary<Action>();
 }
 
+template <class R>
+constexpr void check_result() noexcept {
+    static_assert(std::is_void_v<R> || std::is_default_constructible_v<R>,
+                  "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute: the call's value type must be default "
+                  "constructible: the completion signature void(std::exception_ptr, T) carries a value on "
+                  "failure too, as co_spawn's does (return std::optional<T> from the action otherwise)");
+}
+
 } // namespace detail
 
 /// One call through `policy` as an Asio asynchronous operation, completing `token` with
@@ -310,13 +324,13 @@ constexpr void check_execute() noexcept {
 /// for `execute`); an rvalue is moved into the call. docs/asio.md.
 ///
 ///     auto body = co_await rs::boost_asio::execute(ex, policy, fetch, boost::asio::use_awaitable);
-template <class Executor, class Policy, class Action,
-          class CompletionToken = net::default_completion_token_t<net::any_io_executor>>
+template <class Executor, class Policy, class Action, class CompletionToken>
 requires(net::execution::executor<Executor> || net::is_executor<Executor>::value)
-auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token = {}) {
+auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
     using R = detail::execute_result_t<Policy, action_type>;
+    detail::check_result<R>();
     using signature = typename detail::completion_signature<R>::type;
     net::any_io_executor ex(executor);
     return net::async_initiate<CompletionToken, signature>(
@@ -332,10 +346,9 @@ auto execute(const Executor& executor, Policy&& policy, Action&& action, Complet
 }
 
 /// The same on an execution context's executor (`io_context&`).
-template <class ExecutionContext, class Policy, class Action,
-          class CompletionToken = net::default_completion_token_t<net::any_io_executor>>
+template <class ExecutionContext, class Policy, class Action, class CompletionToken>
 requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
-auto execute(ExecutionContext& context, Policy&& policy, Action&& action, CompletionToken&& token = {}) {
+auto execute(ExecutionContext& context, Policy&& policy, Action&& action, CompletionToken&& token) {
     return execute(context.get_executor(), std::forward<Policy>(policy), std::forward<Action>(action),
                    std::forward<CompletionToken>(token));
 }
@@ -352,6 +365,7 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
     using R = detail::execute_result_t<Policy, action_type>;
+    detail::check_result<R>();
     using signature = typename detail::completion_signature<R>::type;
     return net::async_initiate<CompletionToken, signature>(
         [](auto handler, detail::execute_make<Policy, action_type> make) {
