@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <thread>
+#include <type_traits>
 
 #if defined(__linux__)
 #include <time.h> // clock_gettime, CLOCK_MONOTONIC_COARSE
@@ -145,26 +146,20 @@ public:
         if (!loop) // a clock without loop timers reached here: report it rather than crash
             throw std::logic_error("resilience: a deadline timer needs an event loop, and the clock's "
                                    "timer_loop() returned null (a clock without loop timers)");
-        node_.when = when;
-        node_.owner = this;
-        node_.fire = [](timer_node* n) {
-            auto* self = static_cast<deadline_timer*>(n->owner);
-            int expected = armed;
-            if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel))
-                return;
-            std::stop_source stop = self->target_->expire(); // shares the stop state: outlives the owner
-            self->state_.store(fired, std::memory_order_release);
-            if (stop.stop_possible())
-                stop.request_stop(); // from here on, `self` may be gone
-        };
-        loop_access::add_timer(*loop_, &node_);
+        arm(when);
+    }
+    /// The same on the timers of a home that is not an event loop (an Asio call's), `when` being
+    /// time since `std::chrono::steady_clock`'s epoch.
+    deadline_timer(home_loop* foreign, std::chrono::nanoseconds when, lazy_stop& target)
+        : foreign_(foreign), target_(&target) {
+        arm(when);
     }
     deadline_timer(const deadline_timer&) = delete;
     deadline_timer& operator=(const deadline_timer&) = delete;
     ~deadline_timer() {
         // Only reached armed when the owning coroutine is destroyed without finishing (loop teardown).
         if (node_.armed())
-            loop_access::remove_timer(*loop_, &node_);
+            remove_timer();
     }
 
     /// True once the deadline passed and the stop was requested. Read after `disarm()`.
@@ -177,13 +172,16 @@ public:
             bool await_ready() noexcept { return self->try_disarm_here(); }
             void await_suspend(std::coroutine_handle<> h) {
                 self->waiter_ = h;
-                loop_access::post(*self->loop_, job{[](void* p) {
-                                                        auto* t = static_cast<deadline_timer*>(p);
-                                                        loop_access::remove_timer(
-                                                            *t->loop_, &t->node_); // no-op unless still armed
-                                                        t->waiter_.resume();
-                                                    },
-                                                    self});
+                const job j{[](void* p) {
+                                auto* t = static_cast<deadline_timer*>(p);
+                                t->remove_timer(); // no-op unless still armed
+                                t->waiter_.resume();
+                            },
+                            self};
+                if (self->loop_)
+                    loop_access::post(*self->loop_, j);
+                else
+                    self->foreign_->post(j);
             }
             void await_resume() const noexcept {}
         };
@@ -193,11 +191,12 @@ public:
     /// Disarms without suspending when it can (on the loop's thread, or once a cross-thread
     /// cancel won): true when done. False: `co_await disarm()` finishes it on the loop.
     bool try_disarm_here() noexcept {
-        if (event_loop::current() == loop_) {
-            // Same thread as the timer: it is not between its two steps right now.
+        if (home_loop::current() == (loop_ ? loop_access::home(loop_) : foreign_)) {
+            // Where the timer fires (the loop's thread, the home's serialised executor): it is not
+            // between its two steps right now.
             if (state_.load(std::memory_order_relaxed) == armed) {
                 state_.store(cancelled, std::memory_order_relaxed);
-                loop_access::remove_timer(*loop_, &node_);
+                remove_timer();
             }
             return true;
         }
@@ -211,8 +210,34 @@ public:
 private:
     enum : int { armed, firing, fired, cancelled };
 
+    void arm(std::chrono::nanoseconds when) {
+        node_.when = when;
+        node_.owner = this;
+        node_.fire = [](timer_node* n) {
+            auto* self = static_cast<deadline_timer*>(n->owner);
+            int expected = armed;
+            if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel))
+                return;
+            std::stop_source stop = self->target_->expire(); // shares the stop state: outlives the owner
+            self->state_.store(fired, std::memory_order_release);
+            if (stop.stop_possible())
+                stop.request_stop(); // from here on, `self` may be gone
+        };
+        if (loop_)
+            loop_access::add_timer(*loop_, &node_);
+        else
+            foreign_->add_timer(&node_);
+    }
+    void remove_timer() noexcept {
+        if (loop_)
+            loop_access::remove_timer(*loop_, &node_);
+        else
+            foreign_->remove_timer(&node_);
+    }
+
     timer_node node_;
-    event_loop* loop_;
+    event_loop* loop_ = nullptr;
+    home_loop* foreign_ = nullptr; // a home that is not an event loop, when `loop_` is null
     lazy_stop* target_;
     std::atomic<int> state_{armed};
     std::coroutine_handle<> waiter_;
@@ -270,6 +295,21 @@ struct steady_clock {
         return loop;
     }
 };
+
+namespace detail {
+/// The home whose timers a policy on clock `C` arms when `C` has no loop timers here: inside an Asio
+/// call, `steady_clock`'s (its time is the home's); null otherwise (the policy then waits beside
+/// the call by sleeping on the clock).
+template <class C>
+home_loop* foreign_timer_home(const C&) noexcept {
+    if constexpr (std::is_same_v<C, steady_clock>) {
+        home_loop* const h = home_loop::current();
+        return h && !h->is_event_loop() ? h : nullptr;
+    } else {
+        return nullptr;
+    }
+}
+} // namespace detail
 
 static_assert(clock<steady_clock>);
 

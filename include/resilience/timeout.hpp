@@ -250,14 +250,23 @@ public:
                 return step::done;
             }
             event_loop* const loop = clock_.timer_loop();
-            if (!loop)
-                return step::wait; // no loop timers after all: `run` watches beside the call
+            detail::home_loop* foreign = nullptr;
+            if (!loop) {
+                // No loop timers after all: the timers of the call's home (an Asio call's), or
+                // else `run` watches beside the call.
+                foreign = detail::foreign_timer_home(clock_);
+                if (!foreign)
+                    return step::wait;
+            }
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(detail::call_now(clock_, ctx), options_.timeout).time_since_epoch());
             s.stop.emplace(&ctx);
             detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline,
                                                  detail::reading_key(clock_));
-            s.timer.emplace(loop, deadline, *s.stop);
+            if (loop)
+                s.timer.emplace(loop, deadline, *s.stop);
+            else
+                s.timer.emplace(foreign, deadline, *s.stop);
             inner = &s.inner;
             return step::proceed;
         }
@@ -285,7 +294,7 @@ public:
             return run_beside(std::move(next), ctx);
         else if constexpr (!detail::timer_loop_may_be_null<C>)
             return policy_base<timeout>::run(std::move(next), ctx);
-        else if (clock_.timer_loop())
+        else if (clock_.timer_loop() || detail::foreign_timer_home(clock_))
             return policy_base<timeout>::run(std::move(next), ctx);
         else
             return run_beside(std::move(next), ctx);

@@ -16,13 +16,18 @@
 #include "../../async_scope.hpp"
 #include "../../concepts.hpp"
 #include "../../detail/stop.hpp"
+#include "../../detail/timer_wheel.hpp"
 #include "../../task.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <concepts>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
@@ -60,13 +65,29 @@ public:
 
     explicit call_registry(net::execution_context& context) : service(context) {}
 
-    /// The registry of `executor`'s execution context, made on first use.
+    /// The registry of `executor`'s execution context, made on first use. The last one found on this
+    /// thread is remembered (a service lookup locks the context's registry of services), for as long as
+    /// no registry anywhere has been destroyed: a context at the same address later is another one.
     static call_registry& of(const net::any_io_executor& executor) {
-        return net::use_service<call_registry>(net::query(executor, net::execution::context));
+        net::execution_context& context = net::query(executor, net::execution::context);
+        thread_local struct {
+            net::execution_context* context;
+            call_registry* registry;
+            std::uint64_t epoch;
+        } last{};
+        const std::uint64_t epoch = destroyed_.load(std::memory_order_acquire);
+        if (last.context == &context && last.epoch == epoch)
+            return *last.registry;
+        call_registry& r = net::use_service<call_registry>(context);
+        last = {&context, &r, epoch};
+        return r;
     }
+
+    ~call_registry() override { destroyed_.fetch_add(1, std::memory_order_acq_rel); }
 
     void add(call_node* n) noexcept {
         std::lock_guard lock(mutex_);
+        ++live_;
         n->registry = this;
         n->prev = nullptr;
         n->next = head_;
@@ -85,6 +106,8 @@ public:
             head_ = n->next;
         if (n->next)
             n->next->prev = n->prev;
+        if (--live_ == 0)
+            idle();
     }
 
     /// Calls on the list now (tests and diagnostics).
@@ -96,7 +119,118 @@ public:
         return count;
     }
 
+    // ---- the timers of the calls on this context (a call's home arms them: call_home::add_timer) ----
+    //
+    // One wheel (detail/timer_wheel.hpp) for every call, under the registry's mutex, and one Asio timer
+    // that waits for its earliest deadline. Arming a deadline later than the one the Asio timer waits
+    // for, and disarming any, touch only the wheel: a call whose timeout does not fire costs no Asio
+    // timer operation, no allocation and no system call. The Asio timer may then wake for nothing; it
+    // waits on for what is left. It is cancelled once no call is left on the context and the wheel is
+    // empty, so that a context whose calls have all ended runs out of work. A timer due is fired on
+    // its call's serialising executor, posted there with a record that its call's disarming (on that
+    // executor too) cancels.
+
+    /// Arms `t` to fire on `home` at `t->when` (time since `std::chrono::steady_clock`'s epoch).
+    void add_timer(call_home* home, const net::any_io_executor& io, resilience::detail::timer_node* t) {
+        std::lock_guard lock(mutex_);
+        t->home_data = home;
+        wheel_.insert(t);
+        if (t->when < waiting_for_) {
+            try {
+                wait_for(t->when, io);
+            } catch (...) {
+                wheel_.erase(t);
+                t->home_data = nullptr;
+                throw;
+            }
+        }
+    }
+
+    /// Disarms `t` (on its home's serialising executor, or at teardown).
+    void remove_timer(resilience::detail::timer_node* t) noexcept {
+        std::lock_guard lock(mutex_);
+        if (t->slot_index == in_flight) {
+            static_cast<firing*>(t->home_data)->node = nullptr; // its posted fire finds nothing to do
+            t->home_data = nullptr;
+            t->prev = nullptr;
+            return;
+        }
+        wheel_.erase(t);
+        t->home_data = nullptr;
+    }
+
 private:
+    static constexpr int in_flight = -2; // a node's `slot_index` once popped and posted to its home
+
+    // A due timer on its way to its home; freed with the posted function that carries it.
+    struct firing {
+        resilience::detail::timer_node* node;
+        call_home* home;
+        firing(resilience::detail::timer_node* n, call_home* h) noexcept : node(n), home(h) {}
+        firing(const firing&) = delete;
+        firing& operator=(const firing&) = delete;
+        ~firing() {
+            if (node) { // never run (the context shut down): the node is no longer armed
+                node->home_data = nullptr;
+                node->prev = nullptr;
+            }
+        }
+    };
+
+    // Under the lock: the Asio timer waits for `when` from now on.
+    void wait_for(std::chrono::nanoseconds when, const net::any_io_executor& io) {
+        if (!timer_)
+            timer_.emplace(io);
+        timer_->expires_at(std::chrono::steady_clock::time_point(
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(when)));
+        const std::uint64_t generation = ++generation_;
+        timer_->async_wait([this, generation](const auto&) { expired(generation); });
+        waiting_for_ = when;
+    }
+
+    // The Asio timer's wait ended (at its time, or cancelled by a later `wait_for` or by `idle`).
+    void expired(std::uint64_t generation) {
+        std::lock_guard lock(mutex_);
+        if (generation != generation_)
+            return; // superseded
+        waiting_for_ = std::chrono::nanoseconds::max();
+        const auto now = std::chrono::steady_clock::now().time_since_epoch();
+        while (resilience::detail::timer_node* n = wheel_.pop_due(now)) {
+            auto* home = static_cast<call_home*>(n->home_data);
+            // Still armed (for its owner's destructor) until it has fired on its home.
+            n->prev = n;
+            n->slot_index = in_flight;
+            auto record = std::make_unique<firing>(n, home);
+            n->home_data = record.get();
+            home->where().visit([&](const auto& serial) {
+                net::post(serial, [r = std::move(record)] {
+                    resilience::detail::timer_node* const node = r->node;
+                    if (!node)
+                        return; // disarmed meanwhile
+                    r->node = nullptr;
+                    node->home_data = nullptr;
+                    node->prev = nullptr;
+                    resilience::detail::home_loop::scope here(r->home);
+                    node->fire(node);
+                });
+            });
+        }
+        if (!wheel_.empty())
+            wait_for(wheel_.wake_at(), timer_->get_executor());
+    }
+
+    // Under the lock: no call left; the Asio timer stops waiting, so the context can run out of work.
+    void idle() noexcept {
+        if (waiting_for_ == std::chrono::nanoseconds::max() || !wheel_.empty())
+            return;
+        ++generation_;
+        waiting_for_ = std::chrono::nanoseconds::max();
+        try {
+            timer_->cancel();
+        } catch (...) {
+        }
+    }
+
     void shutdown() override {
         // One at a time, the lock released while a frame goes: its destruction may end or start
         // others, which take the lock.
@@ -106,7 +240,7 @@ private:
                 std::lock_guard lock(mutex_);
                 n = head_;
                 if (!n)
-                    return;
+                    break;
                 head_ = n->next;
                 if (head_)
                     head_->prev = nullptr;
@@ -115,11 +249,32 @@ private:
             }
             std::coroutine_handle<>::from_address(n->frame).destroy();
         }
+        // Every call is gone, and their timers with them. The Asio timer goes now, while its service
+        // (shut down, its pending wait dropped) still exists: it may be destroyed before this one.
+        std::lock_guard lock(mutex_);
+        timer_.reset();
+        waiting_for_ = std::chrono::nanoseconds::max();
     }
+
+    static inline std::atomic<std::uint64_t> destroyed_{0}; // registries destroyed, ever
 
     mutable std::mutex mutex_;
     call_node* head_ = nullptr;
+    std::size_t live_ = 0; // calls on the list
+    resilience::detail::timer_wheel wheel_{std::chrono::steady_clock::now().time_since_epoch()};
+    std::optional<net::steady_timer> timer_;                                 // made on the first timer armed
+    std::chrono::nanoseconds waiting_for_ = std::chrono::nanoseconds::max(); // max: not waiting
+    std::uint64_t generation_ = 0; // of the Asio timer's current wait
 };
+
+inline void call_home::add_timer(home_loop* h, timer_node* t) {
+    auto* self = static_cast<call_home*>(h);
+    self->registry_->add_timer(self, self->where_.io(), t);
+}
+
+inline void call_home::remove_timer(home_loop* h, timer_node* t) noexcept {
+    static_cast<call_home*>(h)->registry_->remove_timer(t);
+}
 
 /// The outermost coroutine of an `async_run` operation. It starts suspended, so the registry can
 /// name it before it runs, and frees itself when it ends.
@@ -141,6 +296,21 @@ struct root_task {
     std::coroutine_handle<promise_type> handle;
 };
 
+/// Calls being started inside their initiating function on this thread (see `launch`): one that
+/// completes meanwhile posts its handler.
+inline thread_local int starting_inline = 0;
+
+/// The promise of the running `root_task`, read without suspending.
+struct this_promise {
+    root_task::promise_type* p = nullptr;
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<root_task::promise_type> h) noexcept {
+        p = &h.promise();
+        return false;
+    }
+    root_task::promise_type* await_resume() const noexcept { return p; }
+};
+
 /// Installed in the cancellation slot of an `async_run` handler (callable form): an Asio
 /// cancellation request stops the call. Runs where the slot's signal is emitted.
 struct stop_on_cancel {
@@ -155,9 +325,11 @@ struct stop_on_cancel {
     }
 };
 
-// Makes the awaitable with `make(token)` and runs it, then posts the completion to the handler's
-// associated executor, outside this coroutine: an exception thrown by the handler comes out of that
-// executor's run(), as with any Asio handler. `make` lives in this frame until the end, so a coroutine
+// Makes the awaitable with `make(token)` and runs it, then completes on the handler's associated
+// executor: dispatched when the call ends in one of its own handlers (on its serialising executor, its
+// home current), as co_spawn completes, else posted (never inside the initiating function, nor inside
+// whatever requested a stop). An exception thrown by the handler comes out of that executor's run(),
+// as with any Asio handler. `make` lives in this frame until the end, so a coroutine
 // lambda's captures stay valid; what it throws is the operation's failure. Work is held on the I/O
 // executor and on the handler's executor until the handler has run, so neither io_context runs out of
 // work while the awaitable waits on something outside Asio. The slot this operation filled is cleared
@@ -168,7 +340,14 @@ root_task run_and_complete(Make make, std::stop_token token, Handler handler, ne
     using R = await_result_t<std::invoke_result_t<Make&, std::stop_token>>;
     auto io_work = net::make_work_guard(io);
     auto handler_ex = net::get_associated_executor(handler, io);
-    auto handler_work = net::make_work_guard(handler_ex);
+    // Work on the handler's executor too, unless it is the I/O executor (the usual case), held already.
+    std::optional<decltype(net::make_work_guard(handler_ex))> handler_work;
+    if constexpr (std::is_same_v<decltype(handler_ex), net::any_io_executor>) {
+        if (!(handler_ex == io))
+            handler_work.emplace(handler_ex);
+    } else {
+        handler_work.emplace(handler_ex);
+    }
     std::exception_ptr error;
     std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value;
     try {
@@ -181,9 +360,24 @@ root_task run_and_complete(Make make, std::stop_token token, Handler handler, ne
     } catch (...) {
         error = std::current_exception();
     }
+    root_task::promise_type* const self = co_await this_promise{};
+    const bool in_own_handler = starting_inline == 0 && self->home && call_home::current() == &*self->home;
+    const auto deliver = [&](auto complete) {
+        if (!in_own_handler) {
+            net::post(handler_ex, std::move(complete));
+            return;
+        }
+        resilience::detail::home_loop::scope outside(nullptr); // the handler's code is not the call's
+        try {
+            net::dispatch(handler_ex, std::move(complete));
+        } catch (...) {
+            // Out of the handler's executor's run(), as a posted handler's would be, not into this frame.
+            net::post(handler_ex, [e = std::current_exception()] { std::rethrow_exception(e); });
+        }
+    };
     if constexpr (std::is_void_v<R>) {
-        net::post(handler_ex, [h = std::move(handler), error, clear_slot, w1 = std::move(io_work),
-                               w2 = std::move(handler_work)]() mutable {
+        deliver([h = std::move(handler), error, clear_slot, w1 = std::move(io_work),
+                 w2 = std::move(handler_work)]() mutable {
             if (clear_slot)
                 net::get_associated_cancellation_slot(h).clear();
             std::move(h)(error);
@@ -191,8 +385,8 @@ root_task run_and_complete(Make make, std::stop_token token, Handler handler, ne
     } else {
         if (!value)
             value.emplace(); // the handler signature needs a value even on failure
-        net::post(handler_ex, [h = std::move(handler), error, v = std::move(*value), clear_slot,
-                               w1 = std::move(io_work), w2 = std::move(handler_work)]() mutable {
+        deliver([h = std::move(handler), error, v = std::move(*value), clear_slot, w1 = std::move(io_work),
+                 w2 = std::move(handler_work)]() mutable {
             if (clear_slot)
                 net::get_associated_cancellation_slot(h).clear();
             std::move(h)(error, std::move(v));
@@ -210,14 +404,15 @@ struct ready_awaitable {
 // On the call's strand: makes the outermost coroutine, puts it on the context's registry, and runs
 // it, its home current, until it first waits.
 template <class Make, class Handler>
-void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, call_strand strand,
+void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, call_executor where,
            bool clear_slot) {
     call_registry& registry = call_registry::of(io);
     root_task task =
         run_and_complete(std::move(make), std::move(token), std::move(handler), std::move(io), clear_slot);
     auto& promise = task.handle.promise();
     promise.frame = task.handle.address();
-    promise.home.emplace(std::move(strand));
+    promise.home.emplace(std::move(where));
+    promise.home->attach(&registry);
     registry.add(&promise);
     resilience::detail::home_loop::scope here(&*promise.home);
     task.handle.resume();
@@ -225,17 +420,32 @@ void start(Make make, std::stop_token token, Handler handler, net::any_io_execut
 
 // The initiation: the slot connected when there is a stop source to stop, and the start posted to
 // the executor. Until it runs, the posted function owns `make` (and the awaitable in it) and the
-// handler: destroyed unrun, it destroys them.
+// handler: destroyed unrun, it destroys them. When the call's serialising executor is the one running
+// this thread (a coroutine's `co_await execute(...)` on an io_context with concurrency hint 1, or on
+// a strand), the call starts here instead, until it first waits: its handler is then posted if it
+// ends before this returns.
 template <class Make, class Handler>
 void launch(const net::any_io_executor& ex, Make make, Handler handler, std::stop_source stop) {
     std::stop_token token = stop.get_token();
     const bool connect = stop.stop_possible();
     if (connect)
         net::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
-    call_strand strand = net::make_strand(ex);
-    net::post(strand, [ex, strand, m = std::move(make), t = std::move(token), h = std::move(handler),
-                       connect]() mutable {
-        start(std::move(m), std::move(t), std::move(h), ex, std::move(strand), connect);
+    call_executor where(ex);
+    if (where.made_here()) {
+        struct count {
+            count() noexcept { ++starting_inline; }
+            ~count() { --starting_inline; }
+            count(const count&) = delete;
+            count& operator=(const count&) = delete;
+        } starting;
+        start(std::move(make), std::move(token), std::move(handler), ex, std::move(where), connect);
+        return;
+    }
+    where.visit([&](const auto& serial) {
+        net::post(serial, [ex, where, m = std::move(make), t = std::move(token), h = std::move(handler),
+                           connect]() mutable {
+            start(std::move(m), std::move(t), std::move(h), ex, std::move(where), connect);
+        });
     });
 }
 

@@ -16,10 +16,12 @@
 #include "../../concepts.hpp"
 #include "../../context.hpp"
 #include "../../detail/action.hpp"
+#include "../../detail/frame_allocator.hpp"
 #include "../../policy.hpp"
 
 #include <concepts>
 #include <coroutine>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -52,23 +54,43 @@ concept some_asio_awaitable = requires {
     typename T::executor_type;
 };
 
+/// Allocates from the thread's frame cache (detail/frame_allocator.hpp): an attempt's shared link.
+template <class T>
+struct frame_cache_allocator {
+    using value_type = T;
+    frame_cache_allocator() noexcept = default;
+    template <class U>
+    frame_cache_allocator(const frame_cache_allocator<U>&) noexcept {}
+    T* allocate(std::size_t n) {
+        return static_cast<T*>(resilience::detail::frame_cache::allocate(n * sizeof(T)));
+    }
+    void deallocate(T* p, std::size_t n) noexcept {
+        resilience::detail::frame_cache::deallocate(p, n * sizeof(T));
+    }
+    template <class U>
+    bool operator==(const frame_cache_allocator<U>&) const noexcept {
+        return true;
+    }
+};
+
 #if RESILIENCE_ASIO_HAS_CO_AWAIT // co_spawn of an awaitable: only where this Asio has awaitables
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
-/// of its own (`co_spawn`) on the call's strand; the attempt's stop token, when stopped, emits a
-/// `terminal` cancellation to it on that strand, so the Asio operation it waits for ends at once. The
-/// attempt never outlives the call: the stop reaches it, and the policy waits for it to end.
+/// of its own (`co_spawn`) on the call's executor, and completes on the call's serialising executor
+/// (`call_executor`); the attempt's stop token, when stopped, emits a `terminal` cancellation to it from
+/// there (`co_spawn` carries it over to the attempt's executor), so the Asio operation it waits for ends
+/// at once. The attempt never outlives the call: the stop reaches it, and the policy waits for it to end.
 template <class T, class Awaitable>
 class attempt_awaiter {
     struct link {
         attempt_awaiter* self = nullptr; // null once the awaiter is gone (its call destroyed)
-        bool done = false;               // the coroutine ended: nothing more to emit (on the strand)
+        bool done = false;               // the coroutine ended: nothing more to emit (serialised)
         net::cancellation_signal signal;
     };
     using stored = std::conditional_t<std::is_void_v<T>, char, T>;
 
 public:
-    attempt_awaiter(Awaitable aw, call_strand strand, std::stop_token token)
-        : awaitable_(std::move(aw)), strand_(std::move(strand)), token_(std::move(token)) {}
+    attempt_awaiter(Awaitable aw, const call_executor& where, std::stop_token token)
+        : awaitable_(std::move(aw)), where_(&where), token_(std::move(token)) {}
     attempt_awaiter(attempt_awaiter&&) = default;
     attempt_awaiter& operator=(attempt_awaiter&&) = delete;
     ~attempt_awaiter() {
@@ -82,14 +104,20 @@ public:
     void await_suspend(std::coroutine_handle<> h) {
         waiter_ = h;
         home_ = call_home::current();
-        link_ = std::make_shared<link>();
+        link_ = std::allocate_shared<link>(frame_cache_allocator<link>{});
         link_->self = this;
-        net::co_spawn(strand_, std::move(awaitable_),
-                      net::bind_cancellation_slot(link_->signal.slot(),
-                                                  net::bind_executor(strand_, completion{link_})));
+        // Without a strand of the call's own, the completion runs where co_spawn runs it by default:
+        // on `io()`, which serialises the call.
+        if (const auto* strand = where_->strand())
+            net::co_spawn(where_->io(), std::move(awaitable_),
+                          net::bind_cancellation_slot(link_->signal.slot(),
+                                                      net::bind_executor(*strand, completion{link_})));
+        else
+            net::co_spawn(where_->io(), std::move(awaitable_),
+                          net::bind_cancellation_slot(link_->signal.slot(), completion{link_}));
         // co_spawn never completes inside its initiating function: the awaiter is suspended by now.
         if (token_.stop_possible())
-            stop_.emplace(token_, on_stop{link_, strand_});
+            stop_.emplace(token_, on_stop{link_, where_});
     }
 
     T await_resume() {
@@ -103,12 +131,15 @@ public:
 private:
     struct on_stop {
         std::shared_ptr<link> l;
-        call_strand strand;
+        const call_executor* where; // the call's: outlives the awaiter, which outlives this
         void operator()() const {
-            // Any thread: the emission goes to the strand the coroutine and its completion run on.
-            net::post(strand, [l = l] {
-                if (!l->done)
-                    l->signal.emit(net::cancellation_type::terminal);
+            // Any thread: the emission goes to where the completion runs (co_spawn takes it on to
+            // the attempt's executor).
+            where->visit([&](const auto& serial) {
+                net::post(serial, [l = l] {
+                    if (!l->done)
+                        l->signal.emit(net::cancellation_type::terminal);
+                });
             });
         }
     };
@@ -145,7 +176,7 @@ private:
     };
 
     Awaitable awaitable_;
-    call_strand strand_;
+    const call_executor* where_;
     std::stop_token token_;
     std::coroutine_handle<> waiter_;
     call_home* home_ = nullptr;
@@ -184,18 +215,18 @@ struct refused_attempt {
 };
 
 /// The action as the policy sees it: each call of it (one per attempt) calls the user's action, and
-/// an Asio awaitable it returns runs on the call's strand.
+/// an Asio awaitable it returns runs on the call's executor.
 template <class F>
 class asio_action {
 public:
-    asio_action(F f, call_strand strand) : f_(std::move(f)), strand_(std::move(strand)) {}
+    asio_action(F f, const call_executor& where) : f_(std::move(f)), where_(&where) {}
 
     auto operator()(const context& ctx) {
         using R = decltype(resilience::detail::invoke_action(f_, ctx));
 #if RESILIENCE_ASIO_HAS_CO_AWAIT
         if constexpr (net_awaitable_traits<R>::is_net_awaitable) {
             return attempt_awaiter<typename net_awaitable_traits<R>::value_type, R>{
-                resilience::detail::invoke_action(f_, ctx), strand_, ctx.stop_token()};
+                resilience::detail::invoke_action(f_, ctx), *where_, ctx.stop_token()};
         } else
 #endif
             if constexpr (resilience::awaitable<R>) {
@@ -211,7 +242,7 @@ public:
 
 private:
     F f_;
-    call_strand strand_;
+    const call_executor* where_; // the call's home's: outlives the call's policy frames
 };
 
 template <class F>
@@ -234,7 +265,7 @@ public:
 
     auto operator()(std::stop_token token) {
         call_home* const home = call_home::current();
-        return policy().execute(asio_action<F>{std::move(f_), home->strand()}, std::move(token));
+        return policy().execute(asio_action<F>{std::move(f_), home->where()}, std::move(token));
     }
 
 private:
@@ -291,7 +322,8 @@ inline constexpr bool is_use_future<net::use_future_t<A>> = true;
 /// `==` (a bulkhead, a circuit breaker, a limiter, `any_policy`) looks like an Asio executor to
 /// Asio's own concept, and is a policy.
 template <class E>
-concept call_executor = !resilience::policy<E> && (net::execution::executor<E> || net::is_executor<E>::value);
+concept executor_argument =
+    !resilience::policy<E> && (net::execution::executor<E> || net::is_executor<E>::value);
 
 template <class Policy, class Action, class Token>
 constexpr void check_execute() noexcept {
@@ -325,7 +357,7 @@ constexpr void check_result() noexcept {
 ///
 ///     auto body = co_await rs::boost_asio::execute(ex, policy, fetch, boost::asio::use_awaitable);
 template <class Executor, class Policy, class Action, class CompletionToken>
-requires detail::call_executor<Executor>
+requires detail::executor_argument<Executor>
 auto execute(const Executor& executor, Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
     detail::check_execute<Policy, Action, CompletionToken>();
@@ -359,7 +391,7 @@ auto execute(ExecutionContext& context, Policy&& policy, Action&& action, Comple
 ///
 ///     auto body = co_await rs::boost_asio::execute(policy, fetch, boost::asio::use_awaitable);
 template <class Policy, class Action, class CompletionToken>
-requires(!detail::call_executor<std::decay_t<Policy>> &&
+requires(!detail::executor_argument<std::decay_t<Policy>> &&
          !std::is_convertible_v<Policy&, net::execution_context&>)
 auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
     using action_type = std::decay_t<Action>;
