@@ -85,6 +85,18 @@ public:
 
     ~call_registry() override { destroyed_.fetch_add(1, std::memory_order_acq_rel); }
 
+    /// A strand for a call on this context that must make its own serial order: one of a few, made
+    /// once and shared by turns. A strand only orders handlers, so calls sharing one stay independent
+    /// (and a call costs no strand of its own: its allocation was the largest cost of a call).
+    net::strand<net::any_io_executor> strand_for(const net::any_io_executor& ex) {
+        const std::size_t i = next_strand_.fetch_add(1, std::memory_order_relaxed) % strand_count;
+        std::lock_guard lock(mutex_);
+        if (!strands_[i])
+            strands_[i].emplace(net::make_strand(
+                net::any_io_executor(net::prefer(ex, net::execution::outstanding_work.untracked))));
+        return *strands_[i];
+    }
+
     void add(call_node* n) noexcept {
         std::lock_guard lock(mutex_);
         ++live_;
@@ -254,6 +266,8 @@ private:
         std::lock_guard lock(mutex_);
         timer_.reset();
         waiting_for_ = std::chrono::nanoseconds::max();
+        for (auto& s : strands_) // their service too may be destroyed before this one
+            s.reset();
     }
 
     static inline std::atomic<std::uint64_t> destroyed_{0}; // registries destroyed, ever
@@ -261,11 +275,23 @@ private:
     mutable std::mutex mutex_;
     call_node* head_ = nullptr;
     std::size_t live_ = 0; // calls on the list
+    // The strands calls take turns on (`strand_for`), made on first use; untracked (the calls count
+    // their own work).
+    static constexpr std::size_t strand_count = 32;
+    std::optional<net::strand<net::any_io_executor>> strands_[strand_count];
+    std::atomic<std::size_t> next_strand_{0};
     resilience::detail::timer_wheel wheel_{std::chrono::steady_clock::now().time_since_epoch()};
     std::optional<net::steady_timer> timer_;                                 // made on the first timer armed
     std::chrono::nanoseconds waiting_for_ = std::chrono::nanoseconds::max(); // max: not waiting
     std::uint64_t generation_ = 0; // of the Asio timer's current wait
 };
+
+inline call_executor::call_executor(const net::any_io_executor& ex) : io_(ex) {
+    const executor_traits t = traits_of(ex);
+    if (!t.serial)
+        strand_.emplace(call_registry::of(ex).strand_for(ex));
+    here_ = t.serial && t.here;
+}
 
 inline void call_home::add_timer(home_loop* h, timer_node* t) {
     auto* self = static_cast<call_home*>(h);

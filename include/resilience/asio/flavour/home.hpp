@@ -58,12 +58,7 @@ inline executor_traits traits_of(const net::any_io_executor& ex) noexcept {
 /// coroutine there); their completions and everything of the call's own come back through `visit`.
 class call_executor {
 public:
-    explicit call_executor(const net::any_io_executor& ex) : io_(ex) {
-        const executor_traits t = traits_of(ex);
-        if (!t.serial)
-            strand_.emplace(net::make_strand(ex));
-        here_ = t.serial && t.here;
-    }
+    explicit call_executor(const net::any_io_executor& ex);
 
     /// The executor the call was started with.
     const net::any_io_executor& io() const noexcept { return io_; }
