@@ -323,6 +323,34 @@ TEST_CASE("asio review: a homeless call granted by an Asio call then queued agai
     CHECK(b == 5);
 }
 
+// The same through single_flight: a homeless follower released inline by an Asio owner.
+TEST_CASE("asio review: a homeless single_flight follower released by an Asio owner then queued is not "
+          "resumed on the ended call's home",
+          "[asio][review]") {
+    net::io_context io;
+    rs::single_flight<int, int> flights;
+    const rs::bulkhead second{{.max_concurrent_calls = 1, .queue_limit = 4}};
+    int a = 0, d = 0;
+    rsa::execute(
+        io, second, [] { return after(30ms, 4); }, [&](std::exception_ptr, int v) { d = v; });
+    rsa::execute(
+        io, flights.policy(1), [] { return after(5ms, 3); }, [&](std::exception_ptr, int v) { a = v; });
+    io.run_for(2ms);
+    REQUIRE(flights.in_flight() == 1);
+    REQUIRE(second.in_flight() == 1);
+    std::optional<int> b;
+    auto follower = [&]() -> rs::task<int> {
+        const int shared = co_await flights.run(1, []() -> rs::task<int> { co_return 0; });
+        co_return shared + co_await second.execute([]() -> rs::task<int> { co_return 2; });
+    };
+    start_here(follower(), b);
+    CHECK_FALSE(b);
+    io.run_for(10s);
+    CHECK(a == 3);
+    CHECK(d == 4);
+    CHECK(b == 5);
+}
+
 #if defined(RESILIENCE_TEST_BOOST_ASIO)
 TEST_CASE("asio review: calls lost by awaitable_operators' || on io_context run by 4 threads are "
           "stopped from the threads of the io_context",
