@@ -245,7 +245,7 @@ private:
         if (loop)
             loop->post_resume(h);
         else
-            h.resume();
+            detail::resume_homeless(h);
     }
 
     // The shared call is over (the owner has written `result`, or its frame is being destroyed):

@@ -76,6 +76,29 @@ private:
     const operations* ops_;
 };
 
+/// Resumes `h`, a coroutine of a call made outside any home, on this thread. Under an event loop it
+/// goes on on that loop, as such a call always has. Under the home of an Asio call it runs with no
+/// home: that home ends with its call, so nothing this coroutine queues for later may name it.
+inline void resume_homeless(std::coroutine_handle<> h) {
+    home_loop* const here = home_loop::current();
+    if (here && !here->is_event_loop()) {
+        home_loop::scope none(nullptr);
+        h.resume();
+    } else {
+        h.resume();
+    }
+}
+
+/// Work that resumes `h`, a coroutine of a call made outside any home, with no home: what a home
+/// that is not an event loop runs for it (the job must not read that home, whose call may be gone).
+inline job resume_without_home(std::coroutine_handle<> h) noexcept {
+    return {[](void* a) {
+                home_loop::scope none(nullptr);
+                std::coroutine_handle<>::from_address(a).resume();
+            },
+            h.address()};
+}
+
 /// Resumes the awaiting coroutine on `loop` (posted) when it is not the home of this thread: a
 /// call returns to the home it was made on, whatever thread its action or its wait ended on. A
 /// null `loop` (a call made outside any home) goes on where it is.

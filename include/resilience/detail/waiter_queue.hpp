@@ -102,14 +102,15 @@ struct waiter {
         if (l)
             l->post_resume(h);
         else
-            h.resume();
+            resume_homeless(h);
     }
     /// Like `wake`, but never resumes inline (safe with a lock held): a waiter with no loop is
     /// resumed on the calling thread's loop if there is one, else inline after all.
     void wake_later() const {
-        home_loop* l = loop ? loop : home_loop::current();
-        if (l)
-            l->post_resume(handle);
+        if (loop)
+            loop->post_resume(handle);
+        else if (home_loop* const here = home_loop::current())
+            here->post(here->is_event_loop() ? job::resume(handle) : resume_without_home(handle));
         else
             handle.resume();
     }
