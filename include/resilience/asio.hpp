@@ -37,11 +37,11 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/execution/context.hpp>
 #include <asio/execution_context.hpp>
-#include <asio/io_context.hpp>
 #include <asio/executor_work_guard.hpp>
-#include <asio/dispatch.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/query.hpp>
 #include <asio/steady_timer.hpp>

@@ -31,11 +31,11 @@
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/execution_context.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/steady_timer.hpp>
