@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,37 @@ namespace test_asio_timers {
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
+
+// Without Asio awaitables too (standalone Asio 1.22 with clang): an rs::task action.
+TEST_CASE("asio timers: an rs::task action's backoffs sleep on the context's timers, and an unfired "
+          "deadline leaves nothing armed",
+          "[asio][execute][timers]") {
+    net::io_context io{GENERATE(1, -1)};
+    rs::pipeline policy{
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{5ms, rs::jitter::none}}},
+        rs::timeout{1h}};
+    int attempts = 0;
+    auto action = [&]() -> rs::task<int> {
+        if (++attempts < 3)
+            throw std::runtime_error("not yet");
+        co_return 9;
+    };
+    int got = 0;
+    std::exception_ptr error;
+    rsa::execute(io, policy, action, [&](std::exception_ptr e, int v) {
+        error = e;
+        got = v;
+    });
+    const auto started = std::chrono::steady_clock::now();
+    io.run_for(30s);
+    const auto took = std::chrono::steady_clock::now() - started;
+    CHECK_FALSE(error);
+    CHECK(got == 9);
+    CHECK(attempts == 3);
+    CHECK(io.stopped()); // run returned: the hour-long deadline's Asio timer was cancelled
+    CHECK(took >= 10ms); // two backoffs of 5 ms, slept on Asio timers
+    CHECK(took < 20s);
+}
 
 #if RESILIENCE_TEST_HAS_CO_AWAIT
 
