@@ -475,6 +475,17 @@ void launch(const net::any_io_executor& ex, Make make, Handler handler, std::sto
     });
 }
 
+// `launch`, with a stop source to stop when the handler's cancellation slot is connected (a
+// cancellation emitted there requests stop on the call's token), and none otherwise. The initiation
+// of every stoppable call: `async_run` of a maker, and both forms of `execute`.
+template <class Make, class Handler>
+void launch_stoppable(const net::any_io_executor& ex, Make make, Handler handler) {
+    std::stop_source stop{std::nostopstate};
+    if (net::get_associated_cancellation_slot(handler).is_connected())
+        stop = std::stop_source{};
+    launch(ex, std::move(make), std::move(handler), std::move(stop));
+}
+
 template <class R>
 struct completion_signature {
     using type = void(std::exception_ptr, R);
@@ -522,10 +533,7 @@ auto async_run(net::any_io_executor executor, F make, CompletionToken&& token) {
         await_result_t<std::invoke_result_t<F&, std::stop_token>>>::type;
     return net::async_initiate<CompletionToken, signature>(
         [ex = std::move(executor)](auto handler, F f) {
-            std::stop_source stop{std::nostopstate};
-            if (net::get_associated_cancellation_slot(handler).is_connected())
-                stop = std::stop_source{};
-            detail::launch(ex, std::move(f), std::move(handler), std::move(stop));
+            detail::launch_stoppable(ex, std::move(f), std::move(handler));
         },
         token, std::move(make));
 }

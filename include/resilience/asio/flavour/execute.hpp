@@ -367,10 +367,7 @@ auto execute(const Executor& executor, Policy&& policy, Action&& action, Complet
     net::any_io_executor ex(executor);
     return net::async_initiate<CompletionToken, signature>(
         [ex = std::move(ex)](auto handler, detail::execute_make<Policy, action_type> make) {
-            std::stop_source stop{std::nostopstate};
-            if (net::get_associated_cancellation_slot(handler).is_connected())
-                stop = std::stop_source{};
-            detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
+            detail::launch_stoppable(ex, std::move(make), std::move(handler));
         },
         token,
         detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),
@@ -409,11 +406,8 @@ auto execute(Policy&& policy, Action&& action, CompletionToken&& token) {
                           "rs::" RESILIENCE_ASIO_FLAVOUR_NAME "::execute(policy, action, token): this "
                           "token's handler has no executor of its own to run the call on; pass an "
                           "executor: execute(executor, policy, action, token)");
-            net::any_io_executor ex(net::get_associated_executor(handler));
-            std::stop_source stop{std::nostopstate};
-            if (net::get_associated_cancellation_slot(handler).is_connected())
-                stop = std::stop_source{};
-            detail::launch(ex, std::move(make), std::move(handler), std::move(stop));
+            const net::any_io_executor ex(net::get_associated_executor(handler));
+            detail::launch_stoppable(ex, std::move(make), std::move(handler));
         },
         token,
         detail::execute_make<Policy, action_type>{std::forward<Policy>(policy),

@@ -27,6 +27,12 @@ namespace resilience::RESILIENCE_ASIO_FLAVOUR::detail {
 /// hint 1 (the user's promise that one thread runs it; Asio drops some of its own locking for it),
 /// whose executor then serialises a call as a strand would, without a strand's allocation and
 /// handoffs; and whether it is running on this thread now (`here`).
+///
+/// The concurrency hint is read through `net::detail::io_context_impl`, the one internal of Asio the
+/// library uses (the scheduler on POSIX, the IOCP context on Windows: both keep the hint, in
+/// standalone Asio 1.22 and later and Boost 1.81 and later). It is read here and nowhere else: an Asio
+/// without it needs only this function changed, and an io_context then gets a strand, as any executor
+/// that is not known to be serial does.
 struct executor_traits {
     bool serial = false;
     bool here = false;
