@@ -21,6 +21,8 @@
 
 #include <fmt/format.h>
 
+#include "replace_new.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -169,31 +171,6 @@ int main(int argc, char** argv) {
     return sink == 0; // never: keeps the sums
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t n) {
+RESILIENCE_BENCH_REPLACE_NEW([](std::size_t) noexcept {
     allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(n ? n : 1))
-        return p;
-    throw std::bad_alloc{};
-}
-void* operator new[](std::size_t n) {
-    return ::operator new(n);
-}
-void operator delete(void* p) noexcept {
-    std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-    std::free(p);
-}
-void operator delete[](void* p) noexcept {
-    std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-    std::free(p);
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+})

@@ -6,6 +6,8 @@
 #include <resilience/event_loop.hpp>
 #include <resilience/task.hpp>
 
+#include "replace_new.hpp"
+
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -148,29 +150,9 @@ private:
         bench::exceptions.fetch_add(1, std::memory_order_relaxed);                                           \
         return real(exception);                                                                              \
     }                                                                                                        \
-    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmismatched-new-delete\"") void*       \
-    operator new(std::size_t n) {                                                                            \
-        bench::allocations.fetch_add(1, std::memory_order_relaxed);                                          \
-        if (void* p = std::malloc(n ? n : 1))                                                                \
-            return p;                                                                                        \
-        throw std::bad_alloc{};                                                                              \
-    }                                                                                                        \
-    void* operator new[](std::size_t n) {                                                                    \
-        return ::operator new(n);                                                                            \
-    }                                                                                                        \
-    void operator delete(void* p) noexcept {                                                                 \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    void operator delete(void* p, std::size_t) noexcept {                                                    \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    void operator delete[](void* p) noexcept {                                                               \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    void operator delete[](void* p, std::size_t) noexcept {                                                  \
-        std::free(p);                                                                                        \
-    }                                                                                                        \
-    _Pragma("GCC diagnostic pop") int main(int argc, char** argv) {                                          \
+    RESILIENCE_BENCH_REPLACE_NEW(                                                                            \
+        [](std::size_t) noexcept { bench::allocations.fetch_add(1, std::memory_order_relaxed); })            \
+    int main(int argc, char** argv) {                                                                        \
         benchmark::Initialize(&argc, argv);                                                                  \
         if (benchmark::ReportUnrecognizedArguments(argc, argv))                                              \
             return 1;                                                                                        \

@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "replace_new.hpp"
+
 #include <malloc.h>
 
 #include <algorithm>
@@ -411,31 +413,10 @@ void report(const scenario& sc, const std::vector<std::size_t>& sizes) {
 } // namespace
 
 // Counts the bytes the measuring thread asks for; everything else is the ordinary heap.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t n) {
+RESILIENCE_BENCH_REPLACE_NEW([](std::size_t n) noexcept {
     if (counting)
         note_allocation(n);
-    if (void* p = std::malloc(n ? n : 1))
-        return p;
-    throw std::bad_alloc{};
-}
-void* operator new[](std::size_t n) {
-    return ::operator new(n);
-}
-void operator delete(void* p) noexcept {
-    std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-    std::free(p);
-}
-void operator delete[](void* p) noexcept {
-    std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-    std::free(p);
-}
-#pragma GCC diagnostic pop
+})
 
 /// `bench_scaling [largest N]`: sizes 10^3, 10^4, ... up to the largest (default 10^6).
 int main(int argc, char** argv) {

@@ -174,6 +174,33 @@ inline std::chrono::nanoseconds instant_of(const instant_log& log, int id) {
 // ---------------------------------------------------------------------------------------------------------
 // Real event loops on threads
 
+/// Whether `e` holds an exception of type `E` (or derived from it); false for a null `e`.
+template <class E>
+bool holds(const std::exception_ptr& e) {
+    if (!e)
+        return false;
+    try {
+        std::rethrow_exception(e);
+    } catch (const E&) {
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
+/// The type of a coroutine that starts at once and is never awaited: it drives a call by hand on the
+/// thread that starts it, with no event loop or other home there, as a call resumed on a thread the
+/// library does not know would be. It ends itself (final_suspend does not suspend).
+struct started_here {
+    struct promise_type {
+        started_here get_return_object() noexcept { return {}; }
+        std::suspend_never initial_suspend() noexcept { return {}; }
+        std::suspend_never final_suspend() noexcept { return {}; }
+        void return_void() noexcept {}
+        void unhandled_exception() noexcept { std::terminate(); }
+    };
+};
+
 /// Suspends and resumes later on the same event loop: lets everything else queued there run first.
 struct yield_now {
     bool await_ready() const noexcept { return false; }

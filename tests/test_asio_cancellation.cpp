@@ -39,16 +39,7 @@ struct socket_pair {
     }
 };
 
-template <class E>
-bool holds(const std::exception_ptr& e) {
-    try {
-        std::rethrow_exception(e);
-    } catch (const E&) {
-        return true;
-    } catch (...) {
-        return false;
-    }
-}
+using resilience_tests::holds;
 
 } // namespace
 

@@ -6,6 +6,7 @@
 // with calls in flight, and a completed call leaving nothing armed. Real timers kept short; nothing
 // asserts how long anything took beyond "not before the deadline" and "long before a 1h timer".
 #include "catch.hpp"
+#include "support.hpp"
 
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
@@ -39,18 +40,7 @@ struct flaky_error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-template <class E>
-bool holds(const std::exception_ptr& e) {
-    if (!e)
-        return false;
-    try {
-        std::rethrow_exception(e);
-    } catch (const E&) {
-        return true;
-    } catch (...) {
-        return false;
-    }
-}
+using resilience_tests::holds;
 
 // Runs `io` until it runs out of work (10s at most): true when it did, that is when nothing is left
 // armed or counted on it.

@@ -2,6 +2,7 @@
 // Review of the Asio-native calls (issue 36): shared handles on an io_context run by several threads,
 // policies that sleep on the call's executor, teardown with calls in flight.
 #include "catch.hpp"
+#include "support.hpp"
 
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
@@ -73,17 +74,7 @@ TEST_CASE("asio review: shared retry, timeout and bulkhead on io_context run by 
     CHECK(failed == 0);
 }
 
-// A coroutine started at once and never awaited: drives a call by hand, on a thread with no home.
-struct detached {
-    struct promise_type {
-        detached get_return_object() noexcept { return {}; }
-        std::suspend_never initial_suspend() noexcept { return {}; }
-        std::suspend_never final_suspend() noexcept { return {}; }
-        void return_void() noexcept {}
-        void unhandled_exception() noexcept { std::terminate(); }
-    };
-};
-detached start_here(rs::task<int> call, std::optional<int>& out) {
+resilience_tests::started_here start_here(rs::task<int> call, std::optional<int>& out) {
     out.emplace(co_await std::move(call));
 }
 

@@ -3,6 +3,7 @@
 // gave it a home) and may sleep there is refused when it starts, before its first attempt, with a
 // std::logic_error naming the fix: never only once a retry first backs off or a timer first arms.
 #include "catch.hpp"
+#include "support.hpp"
 
 #include <resilience/any_clock.hpp>
 #include <resilience/any_policy.hpp>
@@ -39,18 +40,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A coroutine started at once and never awaited: it drives a call by hand, on a thread with no
-// event loop, as a call resumed on a thread the library does not know would be.
-struct detached {
-    struct promise_type {
-        detached get_return_object() noexcept { return {}; }
-        std::suspend_never initial_suspend() noexcept { return {}; }
-        std::suspend_never final_suspend() noexcept { return {}; }
-        void return_void() noexcept {}
-        void unhandled_exception() noexcept { std::terminate(); }
-    };
-};
-
 template <class T>
 struct ended {
     bool done = false;
@@ -59,7 +48,7 @@ struct ended {
 };
 
 template <class T>
-detached start_here(rs::task<T> call, ended<T>& out) {
+resilience_tests::started_here start_here(rs::task<T> call, ended<T>& out) {
     try {
         out.value.emplace(co_await std::move(call));
     } catch (...) {
