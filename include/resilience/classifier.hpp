@@ -56,14 +56,15 @@ inline bool is_transient(const failure& f) noexcept {
         return false;
     if (f.code() != errc{})
         return true; // the library's other failures (timeout, rejections) are transient: no rethrow needed
+    // By code, not by type: the policies' own errors are declared in their folders, above this layer.
+    const auto refused_on_purpose = [](std::error_code c) {
+        return c == errc::cancelled || c == errc::circuit_open || c == errc::circuit_isolated ||
+               c == errc::throttled;
+    };
     try {
         f.rethrow();
-    } catch (const cancelled_error&) {
-        return false;
-    } catch (const circuit_open_error&) {
-        return false; // circuit_isolated_error too
-    } catch (const throttled_error&) {
-        return false;
+    } catch (const error& e) {
+        return !refused_on_purpose(e.code());
     } catch (const std::logic_error&) {
         return false;
     } catch (...) {
