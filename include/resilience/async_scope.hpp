@@ -10,6 +10,10 @@
 ///     co_await scope.join();     // resumes when the last call has ended
 ///
 /// On Asio, `rs::asio::spawn(scope, executor, make, token)` (in `asio.hpp`) starts a call the same way.
+///
+/// Locking: `scope_state::mutex_` guards the count of calls (`calls_`) and the queue of joiners
+/// (`joiners_`); every function takes it itself, so none is named `_locked`. `refs_` is an atomic, and the
+/// stop source is thread-safe itself.
 #pragma once
 
 #include "concepts.hpp"

@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 /// \file event_loop.hpp
 /// `event_loop`: the embedded single-threaded runtime (timers and posted work), real or virtual time.
+///
+/// Locking: `event_loop::mutex_` guards the work posted from other threads (`remote_`), the list of
+/// calls started with `spawn` (`spawned_`, each `drive_node`'s links and `orphaned`) and the first
+/// failure of one (`failed_`), since a spawned call may end on another thread; `wake_` waits on it.
+/// Everything else belongs to the thread running the loop. `outstanding_` and `remote_pending_` are atomics, read
+/// without it (a hint, confirmed under it). No function is called with it held, so none is named `_locked`.
 #pragma once
 
 #include "concepts.hpp"
@@ -254,6 +260,8 @@ private:
     }
 
     RESILIENCE_DECL void take_remote();
+    // Rethrows, once, the first failure of a spawned call, if there was one.
+    RESILIENCE_DECL void rethrow_failure();
 
     // Fires every timer due at `now` (those armed meanwhile included), in the wheel's order; says
     // whether there was any.

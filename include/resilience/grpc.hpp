@@ -13,6 +13,11 @@
 ///     if (r.ok()) use(r.response);
 ///
 /// Never included by <resilience/resilience.hpp>. Docs: docs/grpc.md.
+///
+/// Locking: each `unary_state`'s `mutex` is held by the RPC's completion from its change of `phase` until
+/// its post to the waiter's loop is made, and by the waiter's destructor for its own change of `phase`, so
+/// that a waiter torn down with its loop never meets a completion halfway; `phase` is an atomic, read
+/// without it. No function is called with it held, so none is named `_locked`.
 #pragma once
 
 #include "classifier.hpp"

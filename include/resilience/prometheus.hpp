@@ -58,6 +58,11 @@
 ///     rs::prometheus::metrics m;
 ///     rs::retry r{{.telemetry = m.listener()}};   // OK: the listener shares m's state
 ///     exposer.RegisterCollectable(m.registry());  // misses the watched gauges: use m.expose(exposer)
+///
+/// Locking: `recorder::make_mutex_` guards the series made so far (`made_`) and the making of one;
+/// `table_` holds atomics, read without it (a series once published there never changes).
+/// `watcher::watch_mutex_` guards `watched_`. Every function takes the mutex it needs itself, so none is
+/// named `_locked`.
 #pragma once
 
 #include "bulkhead.hpp"

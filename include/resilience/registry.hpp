@@ -3,6 +3,12 @@
 /// `registry`: the shared handles of named breakers, bulkheads, limiters and retry budgets, made on
 /// first use, with a snapshot of their state; `keyed_registry`: one handle per key (host, tenant),
 /// keeping a bounded number of idle ones.
+///
+/// Locking: `keyed_registry::mutex_` guards its entries (`entries_`, `index_`, `evictions_`);
+/// `registry::mutex_` guards the entries of every kind (the maps in `slots_`; `slot_of` only finds a kind's
+/// slot, and what it returns is read and changed with the mutex held). A member function whose name ends in
+/// `_locked` is called with its class's mutex held and never takes it; every other one takes it itself.
+/// A policy's reconfiguration runs without the lock (it may run user code that looks something up here).
 #pragma once
 
 #include "bulkhead.hpp"

@@ -3,6 +3,11 @@
 /// `reloadable<P>`: a policy or pipeline held by value (retry, timeout, hedge, fallback, chaos, a
 /// whole `pipeline`) that can be replaced while calls run through it: new calls run on the new one,
 /// calls in flight finish on the one they started on, which is destroyed after the last of them.
+///
+/// Locking: `reload_state::mutex_` serialises reloads: it guards the list of blocks (`blocks_`) and
+/// the building of a policy in one. `current_` and each block's `pins` are atomics, read and changed
+/// without it by the calls that pin a snapshot. No function is called with it held, so none is named
+/// `_locked`.
 #pragma once
 
 #include "concepts.hpp"

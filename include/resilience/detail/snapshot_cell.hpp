@@ -2,6 +2,11 @@
 /// \file detail/snapshot_cell.hpp
 /// `snapshot_cell<B>`: the options block in force for a shared state, replaced whole by a
 /// reconfiguration, and each replaced block freed once no call pins it any more.
+///
+/// Locking: `list_mutex_` guards the blocks replaced but not yet retired (`pending_`); `sweep_locked` is
+/// called with it held. `pin_locked` is the exception the name announces: it is called with the OWNER's
+/// mutex held (the one its `replace` is called under), which keeps `current_` from changing. `current_`,
+/// `admitting_` and `pending_flag_` are atomics, read without either lock.
 #pragma once
 
 #include <atomic>

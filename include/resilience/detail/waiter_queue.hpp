@@ -39,6 +39,11 @@
 /// A node that is `driving` (a limiter's head, or a head that lost its turn and has not yet noticed)
 /// runs or sleeps in a coroutine of its own that checks the node's state under `mutex` before it
 /// waits: whoever moves it on leaves it alone (or stops its sleep), instead of waking it.
+///
+/// Locking: the queue has no mutex of its own. Its owner's `mutex` guards the queue and every queued
+/// node's `prev`, `next` and `state`; the owner's functions that the queue calls (`decide_locked`,
+/// `enqueue_locked`, `waiter_left_locked`, `take_deferred_locked`) are called with it held, as their names
+/// say, and never take it.
 #pragma once
 
 #include "../event_loop.hpp"

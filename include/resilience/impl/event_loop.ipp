@@ -39,8 +39,7 @@ RESILIENCE_DECL event_loop::~event_loop() {
 RESILIENCE_DECL void event_loop::run() {
     const current_scope running_here{*this};
     loop();
-    if (auto e = std::exchange(failed_, nullptr))
-        std::rethrow_exception(e);
+    rethrow_failure();
 }
 
 RESILIENCE_DECL void event_loop::run_until(std::chrono::nanoseconds t) {
@@ -66,7 +65,16 @@ RESILIENCE_DECL void event_loop::run_until(std::chrono::nanoseconds t) {
     }
     if (t > vnow_)
         vnow_ = t;
-    if (auto e = std::exchange(failed_, nullptr))
+    rethrow_failure();
+}
+
+RESILIENCE_DECL void event_loop::rethrow_failure() {
+    std::exception_ptr e;
+    {
+        std::lock_guard lock(mutex_); // set by a spawned call, which may have ended on another thread
+        e = std::exchange(failed_, nullptr);
+    }
+    if (e)
         std::rethrow_exception(e);
 }
 

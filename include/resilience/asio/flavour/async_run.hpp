@@ -7,6 +7,12 @@
 /// <resilience/boost_asio.hpp> include it with RESILIENCE_ASIO_FLAVOUR (the namespace it goes in,
 /// under resilience::) and RESILIENCE_ASIO_NET (the Asio it is built on, unqualified) defined, and Asio's headers
 /// already included. No include guard: it is included once per flavour.
+///
+/// Locking: `call_registry::mutex_` guards the list of calls (`head_`, `live_`, each `call_node`'s `prev`,
+/// `next` and `orphaned`), the strands made so far (`strands_`), the timer wheel (`wheel_`, and each armed
+/// `timer_node`'s links and `home_data`), `timer_`, `waiting_for_` and `generation_`. A member function whose
+/// name ends in `_locked` is called with it held and never takes it; every other one takes it itself.
+/// `next_strand_` and `destroyed_` are atomics, read and written without it.
 
 #if !defined(RESILIENCE_ASIO_FLAVOUR) || !defined(RESILIENCE_ASIO_NET) ||                                    \
     !defined(RESILIENCE_ASIO_FLAVOUR_NAME)
@@ -119,7 +125,7 @@ public:
         if (n->next)
             n->next->prev = n->prev;
         if (--live_ == 0)
-            idle();
+            idle_locked();
     }
 
     /// Calls on the list now (tests and diagnostics).
@@ -149,7 +155,7 @@ public:
         wheel_.insert(t);
         if (t->when < waiting_for_) {
             try {
-                wait_for(t->when, io);
+                wait_for_locked(t->when, io);
             } catch (...) {
                 wheel_.erase(t);
                 t->home_data = nullptr;
@@ -190,7 +196,7 @@ private:
     };
 
     // Under the lock: the Asio timer waits for `when` from now on.
-    void wait_for(std::chrono::nanoseconds when, const net::any_io_executor& io) {
+    void wait_for_locked(std::chrono::nanoseconds when, const net::any_io_executor& io) {
         if (!timer_)
             timer_.emplace(io);
         timer_->expires_at(std::chrono::steady_clock::time_point(
@@ -200,7 +206,7 @@ private:
         waiting_for_ = when;
     }
 
-    // The Asio timer's wait ended (at its time, or cancelled by a later `wait_for` or by `idle`).
+    // The Asio timer's wait ended (at its time, or cancelled by a later `wait_for_locked` or by `idle_locked`).
     void expired(std::uint64_t generation) {
         std::lock_guard lock(mutex_);
         if (generation != generation_)
@@ -228,11 +234,11 @@ private:
             });
         }
         if (!wheel_.empty())
-            wait_for(wheel_.wake_at(), timer_->get_executor());
+            wait_for_locked(wheel_.wake_at(), timer_->get_executor());
     }
 
     // Under the lock: no call left; the Asio timer stops waiting, so the context can run out of work.
-    void idle() noexcept {
+    void idle_locked() noexcept {
         if (waiting_for_ == std::chrono::nanoseconds::max() || !wheel_.empty())
             return;
         ++generation_;
