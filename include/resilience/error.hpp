@@ -3,10 +3,13 @@
 /// The library's error codes, their category, and the exception types policies throw.
 #pragma once
 
+#include "detail/error_category.hpp"
 #include "properties.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <exception>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -28,50 +31,28 @@ enum class errc {
     throttled,         ///< an adaptive throttle refused the call locally, without sending it
 };
 
-namespace detail {
-class error_category_impl final : public std::error_category {
-public:
-    const char* name() const noexcept override { return "resilience"; }
-    std::string message(int value) const override {
-        switch (static_cast<errc>(value)) {
-        case errc::timeout:
-            return "timed out";
-        case errc::cancelled:
-            return "cancelled";
-        case errc::circuit_open:
-            return "circuit open";
-        case errc::bulkhead_rejected:
-            return "bulkhead rejected the call";
-        case errc::rate_limited:
-            return "rate limited";
-        case errc::budget_exhausted:
-            return "retry budget exhausted";
-        case errc::circuit_isolated:
-            return "circuit isolated";
-        case errc::throttled:
-            return "throttled";
-        }
-        return "unknown resilience error";
-    }
-    // Code written against the standard conditions (`ec == std::errc::timed_out`) should recognise
-    // ours without knowing this library; the comparison asks the code's category first.
-    bool equivalent(int value, const std::error_condition& condition) const noexcept override {
-        switch (static_cast<errc>(value)) {
-        case errc::timeout:
-            return condition == std::errc::timed_out || default_error_condition(value) == condition;
-        case errc::cancelled:
-            return condition == std::errc::operation_canceled || default_error_condition(value) == condition;
-        default:
-            return default_error_condition(value) == condition;
-        }
+template <>
+struct detail::errc_text<errc> {
+    static constexpr const char* name = "resilience";
+    static constexpr const char* messages[] = {
+        // by value, from 1
+        "timed out",        "cancelled",
+        "circuit open",     "bulkhead rejected the call",
+        "rate limited",     "retry budget exhausted",
+        "circuit isolated", "throttled",
+    };
+    static_assert(std::size(messages) == static_cast<std::size_t>(errc::throttled), "a message per errc");
+    static constexpr const char* unknown = "unknown resilience error";
+    static std::errc standard(errc e) noexcept {
+        return e == errc::timeout     ? std::errc::timed_out
+               : e == errc::cancelled ? std::errc::operation_canceled
+                                      : std::errc{};
     }
 };
-} // namespace detail
 
-/// The category of `errc`; one object for the whole program (an inline variable).
+/// The category of `errc`; one object for the whole program.
 inline const std::error_category& error_category() noexcept {
-    static const detail::error_category_impl category;
-    return category;
+    return detail::category_of<errc>();
 }
 
 inline std::error_code make_error_code(errc e) noexcept {

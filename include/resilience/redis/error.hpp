@@ -3,6 +3,10 @@
 /// `redis::error` and `redis::errc`: why a Redis command failed without a reply.
 #pragma once
 
+#include "../detail/error_category.hpp"
+
+#include <cstddef>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <type_traits>
@@ -18,32 +22,25 @@ enum class errc {
     server,          ///< the server answered with an error reply (its text is `what()`)
 };
 
-namespace detail {
-class error_category_impl final : public std::error_category {
-public:
-    const char* name() const noexcept override { return "resilience.redis"; }
-    std::string message(int value) const override {
-        switch (static_cast<errc>(value)) {
-        case errc::unavailable:
-            return "redis unavailable";
-        case errc::connection_lost:
-            return "redis connection lost";
-        case errc::timeout:
-            return "redis command timed out";
-        case errc::protocol:
-            return "redis protocol error";
-        case errc::server:
-            return "redis error reply";
-        }
-        return "unknown redis error";
-    }
+} // namespace resilience::redis
+
+template <>
+struct resilience::detail::errc_text<resilience::redis::errc> {
+    static constexpr const char* name = "resilience.redis";
+    static constexpr const char* messages[] = {
+        "redis unavailable",    "redis connection lost", "redis command timed out",
+        "redis protocol error", "redis error reply",
+    };
+    static_assert(std::size(messages) == static_cast<std::size_t>(resilience::redis::errc::server));
+    static constexpr const char* unknown = "unknown redis error";
+    static std::errc standard(resilience::redis::errc) noexcept { return std::errc{}; }
 };
-} // namespace detail
+
+namespace resilience::redis {
 
 /// The category of `redis::errc`; one object for the whole program.
 inline const std::error_category& error_category() noexcept {
-    static const detail::error_category_impl category;
-    return category;
+    return resilience::detail::category_of<errc>();
 }
 inline std::error_code make_error_code(errc e) noexcept {
     return {static_cast<int>(e), error_category()};
