@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "include" / "resilience"
 # takes a whole folder).
 LAYERS = [
     (1, "core", [
-        "concepts.hpp", "random.hpp", "error.hpp", "outcome.hpp", "task.hpp", "async_generator.hpp",
+        "concepts.hpp", "random.hpp", "version.hpp", "error.hpp", "outcome.hpp", "task.hpp", "async_generator.hpp",
         "when_all.hpp", "event_loop.hpp", "context.hpp", "properties.hpp", "clock.hpp", "any_clock.hpp", "async_scope.hpp",
         "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
         "detail/stop.hpp", "detail/time.hpp", "detail/timer_wheel.hpp", "detail/waiter_queue.hpp",

@@ -42,4 +42,5 @@
 #include "telemetry.hpp"
 #include "telemetry_event.hpp"
 #include "timeout.hpp"
+#include "version.hpp"
 #include "when_all.hpp"
