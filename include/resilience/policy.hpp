@@ -126,124 +126,47 @@ struct probe_next {
 template <class Derived>
 class policy_base {
 public:
-    /// Runs `action` under this policy; returns its value or rethrows the final failure as it was
-    /// (`cancelled_error` when the caller stopped the call and no attempt returned a value).
+    /// Runs `f` under this policy; returns its value or rethrows the final failure as it was
+    /// (`cancelled_error` when the caller stopped the call and no attempt returned a value). One entry,
+    /// in three spellings:
+    ///
+    ///     co_await p.execute(action);              // action(ctx), action(stop_token) or action()
+    ///     co_await p.execute(action, token_or_ctx); // the caller's stop token, or the context of the
+    ///                                               // attempt this call runs in, reaches every attempt
+    ///     co_await p.execute(f, args...);           // f(args..., ctx | stop_token | nothing) with copies
+    ///                                               // of args kept for the call; a trailing stop token
+    ///                                               // or context is the caller's, as above
+    ///
     /// Called on an lvalue, a handle to shared state is copied into the call, and any other policy
     /// must stay alive while the call may be resumed; called on an rvalue (a temporary,
     /// `std::move(p)`), the policy is moved into the call. See the file comment.
     ///
-    /// The action is copied (an lvalue) or moved (an rvalue) into the call, which keeps it until it
-    /// ends. On g++ before 13, a temporary closure or aggregate that owns something with a
-    /// destructor does not compile (g++ destroys it twice inside `co_await`; see
-    /// `execute(f, args...)` below and RESILIENCE_ALLOW_CLOSURE_CAPTURES):
+    /// The action (or `f` and `args`) is copied (an lvalue) or moved (an rvalue) into the call, which
+    /// keeps it until it ends. On g++ before 13, a temporary closure or aggregate that owns something
+    /// with a destructor does not compile: g++ destroys it twice inside `co_await` (see
+    /// RESILIENCE_ALLOW_CLOSURE_CAPTURES). The bound form is the one safe on every compiler for an
+    /// action that needs data:
     ///
     ///     co_await r.execute([&](std::stop_token st) { return fetch(host, st); });   // OK: captures a reference
+    ///     co_await r.execute(fetch, host);                                           // OK everywhere: fetch(host, st)
     ///     co_await r.execute([host](std::stop_token st) { return fetch(host, st); }); // g++ 12: does not compile
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) const& {
-        detail::check_action_temporary<A>();
-        return detail::run_action<true>(ref(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
+    template <class F, class... Args>
+    auto execute(F&& f, Args&&... args) const& {
+        return start<true>(ref(), std::forward<F>(f), std::forward<Args>(args)...);
     }
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) const& {
-        detail::check_action_temporary<A>();
-        return detail::run_action<true>(ref(), std::decay_t<A>(std::forward<A>(action)),
-                                        context{std::move(token)});
-    }
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) && {
-        detail::check_action_temporary<A>();
-        return detail::run_action<true>(owned(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
-    }
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) && {
-        detail::check_action_temporary<A>();
-        return detail::run_action<true>(owned(), std::decay_t<A>(std::forward<A>(action)),
-                                        context{std::move(token)});
+    template <class F, class... Args>
+    auto execute(F&& f, Args&&... args) && {
+        return start<true>(owned(), std::forward<F>(f), std::forward<Args>(args)...);
     }
 
-    /// The form that is safe on every compiler for an action that needs data: `f` is called as
-    /// `f(args..., ctx_or_token)` (or `f(args...)`), with copies of `args` kept for the whole call.
-    /// A trailing `std::stop_token` or `context` is the caller's, as in the forms above. Prefer it
-    /// to a lambda that captures by value, written inside `co_await`: g++ 12 destroys such a lambda
-    /// twice (a double free), so on g++ before 13 `execute` refuses it at compile time.
-    ///
-    ///     co_return co_await r.execute(fetch, host);            // OK everywhere: fetch(host, st)
-    ///     co_return co_await r.execute([host](std::stop_token st) { return fetch(host, st); });
-    ///                                                          // double free on g++ 12: refused
-    template <class F, class Arg, class... Args>
-    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
-    auto execute(F&& f, Arg&& arg, Args&&... args) const& {
-        detail::check_bound_temporaries<F, Arg, Args...>();
-        using rules = detail::bound_rules_t<F, Arg, Args...>;
-        if constexpr (rules::valid)
-            return call_bound<true>(
-                ref(), std::forward<F>(f),
-                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
-        else
-            return refused_bound_call<true, rules>();
+    /// Like `execute`, but reports the final failure as a value (`outcome<R>`) instead of throwing it.
+    template <class F, class... Args>
+    auto execute_outcome(F&& f, Args&&... args) const& {
+        return start<false>(ref(), std::forward<F>(f), std::forward<Args>(args)...);
     }
-    template <class F, class Arg, class... Args>
-    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
-    auto execute(F&& f, Arg&& arg, Args&&... args) && {
-        detail::check_bound_temporaries<F, Arg, Args...>();
-        using rules = detail::bound_rules_t<F, Arg, Args...>;
-        if constexpr (rules::valid)
-            return call_bound<true>(
-                owned(), std::forward<F>(f),
-                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
-        else
-            return refused_bound_call<true, rules>();
-    }
-
-    /// Like `execute`, but reports the final failure as a value instead of throwing it.
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) const& {
-        detail::check_action_temporary<A>();
-        return detail::run_action<false>(ref(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
-    }
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>>
-    execute_outcome(A&& action, std::stop_token token = {}) const& {
-        detail::check_action_temporary<A>();
-        return detail::run_action<false>(ref(), std::decay_t<A>(std::forward<A>(action)),
-                                         context{std::move(token)});
-    }
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) && {
-        detail::check_action_temporary<A>();
-        return detail::run_action<false>(owned(), std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
-    }
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action,
-                                                                             std::stop_token token = {}) && {
-        detail::check_action_temporary<A>();
-        return detail::run_action<false>(owned(), std::decay_t<A>(std::forward<A>(action)),
-                                         context{std::move(token)});
-    }
-    template <class F, class Arg, class... Args>
-    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
-    auto execute_outcome(F&& f, Arg&& arg, Args&&... args) const& {
-        detail::check_bound_temporaries<F, Arg, Args...>();
-        using rules = detail::bound_rules_t<F, Arg, Args...>;
-        if constexpr (rules::valid)
-            return call_bound<false>(
-                ref(), std::forward<F>(f),
-                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
-        else
-            return refused_bound_call<false, rules>();
-    }
-    template <class F, class Arg, class... Args>
-    requires(!(sizeof...(Args) == 0 && detail::is_call_context_v<Arg>))
-    auto execute_outcome(F&& f, Arg&& arg, Args&&... args) && {
-        detail::check_bound_temporaries<F, Arg, Args...>();
-        using rules = detail::bound_rules_t<F, Arg, Args...>;
-        if constexpr (rules::valid)
-            return call_bound<false>(
-                owned(), std::forward<F>(f),
-                std::forward_as_tuple(std::forward<Arg>(arg), std::forward<Args>(args)...));
-        else
-            return refused_bound_call<false, rules>();
+    template <class F, class... Args>
+    auto execute_outcome(F&& f, Args&&... args) && {
+        return start<false>(owned(), std::forward<F>(f), std::forward<Args>(args)...);
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
@@ -277,28 +200,53 @@ private:
     detail::policy_ref<Derived> ref() const noexcept { return {&self()}; }
     detail::policy_owned<Derived> owned() { return {std::move(static_cast<Derived&>(*this))}; }
 
-    template <bool Throw, class Rules>
-    static auto refused_bound_call() {
-        detail::refuse_bound_call<Rules>();
-        return task<std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
+    // Every call comes in here: `f` alone, or with the caller's stop token or context, is the action;
+    // with arguments, `f` and copies of them make one (`bound_action`). The action and its context
+    // then go to `Derived::launch`: `policy_base`'s own below, unless the policy has one of its own
+    // (a `reloadable` pins its snapshot there).
+    template <bool Throw, class Source, class F, class... Args>
+    static auto start(Source source, F&& f, Args&&... args) {
+        if constexpr (sizeof...(Args) == 0 ||
+                      (sizeof...(Args) == 1 && (detail::is_call_context_v<Args> && ...))) {
+            detail::check_action_temporary<F>();
+            return Derived::template launch<Throw>(std::move(source), std::decay_t<F>(std::forward<F>(f)),
+                                                   context{std::forward<Args>(args)...});
+        } else {
+            detail::check_bound_temporaries<F, Args...>();
+            using rules = detail::bound_rules_t<F, Args...>;
+            if constexpr (!rules::valid) {
+                detail::refuse_bound_call<rules>();
+                return task<
+                    std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
+            } else {
+                auto all = std::forward_as_tuple(std::forward<Args>(args)...);
+                constexpr std::size_t n = sizeof...(Args);
+                using last = std::tuple_element_t<n - 1, decltype(all)>;
+                if constexpr (detail::is_call_context_v<last>) {
+                    context ctx{std::get<n - 1>(all)};
+                    return Derived::template launch<Throw>(
+                        std::move(source),
+                        detail::bind_action(std::forward<F>(f), std::move(all),
+                                            std::make_index_sequence<n - 1>{}),
+                        std::move(ctx));
+                } else {
+                    return Derived::template launch<Throw>(std::move(source),
+                                                           detail::bind_action(std::forward<F>(f),
+                                                                               std::move(all),
+                                                                               std::make_index_sequence<n>{}),
+                                                           context{});
+                }
+            }
+        }
     }
 
-    template <bool Throw, class Source, class F, class Tuple>
-    static auto call_bound(Source source, F&& f, Tuple all) {
-        constexpr std::size_t n = std::tuple_size_v<Tuple>;
-        using last = std::tuple_element_t<n - 1, Tuple>;
-        if constexpr (detail::is_call_context_v<last>) {
-            context ctx{std::get<n - 1>(all)};
-            return detail::run_action<Throw>(
-                std::move(source),
-                detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n - 1>{}),
-                std::move(ctx));
-        } else {
-            return detail::run_action<Throw>(
-                std::move(source),
-                detail::bind_action(std::forward<F>(f), std::move(all), std::make_index_sequence<n>{}),
-                context{});
-        }
+protected:
+    /// Runs `action` in `ctx` under the policy `source` holds (by reference or owned): the driver,
+    /// in one frame for the whole call. A policy that must do something first (pin a snapshot)
+    /// hides it with a `launch` of its own.
+    template <bool Throw, class Source, class A>
+    static auto launch(Source source, A action, context ctx) {
+        return detail::run_action<Throw>(std::move(source), std::move(action), std::move(ctx));
     }
 };
 

@@ -279,54 +279,8 @@ public:
         return detail::default_clock_sleeper(now.get());
     }
 
-    // ---- calls: each pins the current snapshot and runs `P`'s stages in one frame ----
-    using policy_base<reloadable>::execute;
-    using policy_base<reloadable>::execute_outcome;
-
-    /// As `policy_base::execute`: runs `action` under the current snapshot, which the call keeps.
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) const& {
-        detail::check_action_temporary<A>();
-        return call<true>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
-    }
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) const& {
-        detail::check_action_temporary<A>();
-        return call<true>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
-    }
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, context ctx) && {
-        detail::check_action_temporary<A>();
-        return call<true>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
-    }
-    template <class A>
-    task<detail::checked_result_t<std::decay_t<A>>> execute(A&& action, std::stop_token token = {}) && {
-        detail::check_action_temporary<A>();
-        return call<true>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
-    }
-    /// As `policy_base::execute_outcome`: the final failure as a value.
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) const& {
-        detail::check_action_temporary<A>();
-        return call<false>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
-    }
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>>
-    execute_outcome(A&& action, std::stop_token token = {}) const& {
-        detail::check_action_temporary<A>();
-        return call<false>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
-    }
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action, context ctx) && {
-        detail::check_action_temporary<A>();
-        return call<false>(std::decay_t<A>(std::forward<A>(action)), std::move(ctx));
-    }
-    template <class A>
-    task<outcome<detail::checked_result_t<std::decay_t<A>>>> execute_outcome(A&& action,
-                                                                             std::stop_token token = {}) && {
-        detail::check_action_temporary<A>();
-        return call<false>(std::decay_t<A>(std::forward<A>(action)), context{std::move(token)});
-    }
+    // ---- calls: `policy_base`'s `execute` and `execute_outcome`, which come to `launch` below;
+    // each pins the current snapshot and runs `P`'s stages in one frame ----
 
     /// As a stage of a pipeline: runs `next` under the snapshot current now, which this pass keeps.
     template <class Next>
@@ -338,6 +292,12 @@ public:
     }
 
 private:
+    friend class policy_base<reloadable>;
+    template <bool Throw, class Source, class A>
+    static auto launch(Source source, A action, context ctx) {
+        return source.get().template call<Throw>(std::move(action), std::move(ctx));
+    }
+
     // What a call's frame holds of the reloadable: the pin, and `P`'s stages (in the pinned snapshot,
     // whose address does not change), where the driver looks for them.
     struct pinned {
