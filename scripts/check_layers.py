@@ -34,7 +34,7 @@ LAYERS = [
         "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",
         "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
         "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
-        "cache.hpp", "detail/cache_state.hpp",
+        "cache.hpp", "adaptive_throttle/", "cache/",
         "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/breaker_call.hpp", "detail/breaker_options.hpp", "detail/bulkhead_state.hpp", "detail/hedge_race.hpp", "detail/http_date.hpp",
         "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
         "detail/window_counter.hpp",
@@ -55,6 +55,13 @@ POLICY_PARTS = {
     ("bulkhead.hpp", "adaptive_limit.hpp"),
     ("cache.hpp", "single_flight.hpp"),  # a cache's refreshes are single flights
 }
+
+
+def policy_of(rel):
+    """The policy a policies-layer file belongs to, as its public header: a folder's files and the
+    forwarding header at the folder's name are one policy ("cache/state.hpp" -> "cache.hpp")."""
+    top = rel.split("/")[0]
+    return top if top.endswith(".hpp") else top + ".hpp"
 
 
 def layer_of(rel):
@@ -88,8 +95,12 @@ def main():
             if theirs[0] > mine[0]:
                 problems.append(f"include/resilience/{rel} ({mine[1]}) includes {dep_rel} ({theirs[1]})")
             elif (mine[1] == theirs[1] == "policies" and not dep_rel.startswith("detail/")
-                  and not rel.startswith("detail/") and rel != dep_rel and (rel, dep_rel) not in POLICY_PARTS):
+                  and not rel.startswith("detail/") and policy_of(rel) != policy_of(dep_rel)
+                  and (policy_of(rel), policy_of(dep_rel)) not in POLICY_PARTS):
                 problems.append(f"include/resilience/{rel} (a policy) includes another policy, {dep_rel}")
+            elif "/" in rel and mine[1] == "policies" and dep_rel in (
+                    policy_of(rel), policy_of(rel)[:-4] + "/" + policy_of(rel)):
+                problems.append(f"include/resilience/{rel} includes its own policy's header back, {dep_rel}")
     for p in problems:
         print(p)
     if problems:

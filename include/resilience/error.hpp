@@ -207,23 +207,6 @@ private:
     rejection_reason reason_;
 };
 
-/// An adaptive throttle refused the call locally, without sending it: the dependency has been
-/// refusing so much of what it was sent that this call would likely have been refused too.
-/// `probability()` is the rejection probability the call was refused with (in (0, 1)). No
-/// `retry_after`: the refusal is a draw, not a wait, and `is_transient` says no (a retry at once
-/// would only draw again against the same odds, and add to the requests that raise them).
-class throttled_error : public error {
-public:
-    explicit throttled_error(std::string policy_name = {}, double probability = 0.0)
-        : error(errc::throttled, std::move(policy_name)), probability_(probability) {}
-    double probability() const noexcept { return probability_; }
-    /// Always `rejection_reason::throttled`.
-    rejection_reason reason() const noexcept { return rejection_reason::throttled; }
-
-private:
-    double probability_;
-};
-
 /// What a policy tells its `on_rejected` callback when it refuses a call, before the refusal is
 /// returned. Refers to the policy's name: valid only during the callback.
 class rejection_event {
