@@ -23,7 +23,7 @@ LAYERS = [
         "when_all.hpp", "event_loop.hpp", "context.hpp", "properties.hpp", "clock.hpp", "any_clock.hpp", "async_scope.hpp",
         "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
         "detail/stop.hpp", "detail/time.hpp", "detail/timer_wheel.hpp", "detail/waiter_queue.hpp",
-        "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/race.hpp", "detail/home_loop.hpp", "detail/default_clock.hpp", "detail/config.hpp", "testing/",
+        "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/segment_grid.hpp", "detail/race.hpp", "detail/home_loop.hpp", "detail/default_clock.hpp", "detail/config.hpp", "testing/",
     ]),
     (2, "protocol", [
         "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp", "priority.hpp",

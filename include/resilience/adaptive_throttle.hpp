@@ -9,7 +9,7 @@
 #include "clock.hpp"
 #include "concepts.hpp"
 #include "context.hpp"
-#include "detail/breaker_window.hpp"
+#include "detail/segment_grid.hpp"
 #include "detail/shared_handle.hpp"
 #include "detail/snapshot_cell.hpp"
 #include "detail/time.hpp"
