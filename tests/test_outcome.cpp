@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
 
+#include <resilience/circuit_breaker/errors.hpp>
 #include <resilience/error.hpp>
 #include <resilience/outcome.hpp>
 

@@ -8,6 +8,7 @@
 /// detail/breaker_options.hpp. Those are included at the end of this file.
 #pragma once
 
+#include "circuit_breaker/errors.hpp"
 #include "classifier.hpp"
 #include "clock.hpp"
 #include "concepts.hpp"

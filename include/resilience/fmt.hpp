@@ -12,6 +12,7 @@
 #pragma once
 
 #include "circuit_breaker.hpp"
+#include "circuit_breaker/errors.hpp"
 #include "error.hpp"
 #include "hedge.hpp"
 #include "outcome.hpp"
