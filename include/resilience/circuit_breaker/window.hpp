@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/breaker_window.hpp
+/// \file circuit_breaker/window.hpp
 /// The samples a circuit breaker judges its ratios over: the last N calls, or the calls of the last D of
-/// time (`breaker_sampling`). The segment grid is the core's (segment_grid.hpp), shared with the adaptive
-/// throttle.
+/// time (`breaker_sampling`). The segment grid is the core's (detail/segment_grid.hpp), shared with the
+/// adaptive throttle.
 #pragma once
 
-#include "segment_grid.hpp"
+#include "../detail/segment_grid.hpp"
 
 #include <chrono>
 #include <cstddef>

@@ -1,19 +1,23 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/breaker_state.hpp
+/// \file circuit_breaker/state.hpp
 /// `breaker_core`: the state the copies of a `circuit_breaker` share, and its state machine
 /// (admission in each state, half-open probes, recording results, telling of changes). One
 /// algorithm, kept whole (about 670 lines): its locking rules and its reconfiguration (which options
 /// block each step reads) hold across every member, and splitting it would scatter them. The window
-/// and the per-call part are already apart (breaker_window.hpp, breaker_call.hpp).
+/// and the per-call part are already apart (window.hpp, call.hpp).
 #pragma once
 
-#include "../circuit_breaker.hpp" // the options and the state; includes this file back at its end
-#include "breaker_window.hpp"
-#include "inlining.hpp"
-#include "ring.hpp"
-#include "shared_handle.hpp"
-#include "snapshot_cell.hpp"
-#include "time.hpp"
+#include "../classifier.hpp"
+#include "../context.hpp"
+#include "../detail/inlining.hpp"
+#include "../detail/ring.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/snapshot_cell.hpp"
+#include "../detail/time.hpp"
+#include "../outcome.hpp"
+#include "../telemetry_event.hpp"
+#include "options.hpp"
+#include "window.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +33,9 @@
 #include <utility>
 
 namespace resilience::detail {
+
+/// How a finished call is recorded.
+enum class breaker_verdict : std::uint8_t { success, failure, ignored };
 
 /// The options of a breaker with what the breaker derives from them: immutable once published (see
 /// `breaker_core::cell_`). A call that needs them after its admission pins the block it was admitted
