@@ -267,7 +267,7 @@ private:
         std::optional<failure> thrown;
         if (!(result.has_failure() && ctx.stop_requested())) {
             try {
-                v = detail::breaker_core<C>::judge(s.call.config(), result, &ctx);
+                v = detail::verdict_of(s.call.config(), result, &ctx);
                 if (v == detail::breaker_verdict::failure && result.has_failure())
                     cause = result.error().exception();
             } catch (...) {
