@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The definitions of <resilience/circuit_breaker/options.hpp> that do not depend on a user's type: included by
-// the header (header-only), or compiled once into resilience::compiled (detail/config.hpp).
+// The definitions of <resilience/circuit_breaker/options.hpp> that do not depend on a user's type:
+// included by the header (header-only), or compiled once into resilience::compiled (detail/config.hpp).
 #pragma once
 
 #include "options.hpp"
