@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""Checks that every header under include/resilience includes only headers of its own layer or below.
+"""Checks the include structure of include/resilience:
 
-The layers are drawn in docs/architecture.md; this table is their definition, and a header missing from
-it is an error, so a new header is placed in a layer when it is added. Run from anywhere:
+- every header includes only headers of its own layer or below (the layers are drawn in
+  docs/architecture.md; this table is their definition, and a header missing from it is an error, so
+  a new header is placed in a layer when it is added);
+- a policy includes no other policy (except the parts of one design in POLICY_PARTS), and then only
+  that policy's faces (its policy header, options.hpp, errors.hpp), never its internals;
+- inside a policy's folder nothing includes the folder's policy header or its forwarding header back;
+- no header is over MAX_LINES lines.
+
+A forwarding header is a top-level file whose code is one include of a file in a folder: that folder
+is a policy's, and that file its policy header. Run from anywhere:
 
     python3 scripts/check_layers.py
 
-Exit status 0 when every include goes down or sideways, 1 with one line per offending include otherwise.
+Exit status 0 when all holds, 1 with one line per problem otherwise.
 """
 
 import pathlib
@@ -20,24 +28,33 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "include" / "resilience"
 LAYERS = [
     (1, "core", [
         "concepts.hpp", "random.hpp", "version.hpp", "error.hpp", "outcome.hpp", "task.hpp", "async_generator.hpp",
-        "when_all.hpp", "event_loop.hpp", "context.hpp", "properties.hpp", "clock.hpp", "any_clock.hpp", "async_scope.hpp",
+        "when_all.hpp", "event_loop.hpp", "context.hpp", "properties.hpp", "clock.hpp", "any_clock.hpp",
+        "async_scope.hpp", "testing/",
         "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
         "detail/stop.hpp", "detail/time.hpp", "detail/timer_wheel.hpp", "detail/waiter_queue.hpp",
-        "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/race.hpp", "detail/home_loop.hpp", "detail/default_clock.hpp", "detail/config.hpp", "detail/error_category.hpp", "testing/",
+        "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/segment_grid.hpp", "detail/race.hpp",
+        "detail/home_loop.hpp", "detail/default_clock.hpp", "detail/config.hpp", "detail/error_category.hpp",
     ]),
     (2, "protocol", [
         "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp", "priority.hpp",
         "detail/label.hpp", "detail/action.hpp", "detail/driver.hpp", "detail/protocol.hpp",
         "detail/stages.hpp", "detail/frame_admission.hpp",
     ]),
+    # A stateful policy is a folder with a forwarding header beside it; the others are one file each.
     (3, "policies", [
-        "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",
-        "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
-        "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
-        "cache.hpp", "adaptive_throttle/", "cache/",
-        "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/breaker_call.hpp", "detail/breaker_options.hpp", "detail/bulkhead_state.hpp", "detail/hedge_race.hpp", "detail/http_date.hpp",
-        "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
-        "detail/window_counter.hpp",
+        "retry.hpp", "retry_stream.hpp", "timeout.hpp", "fallback.hpp", "chaos.hpp", "http.hpp",
+        "detail/http_date.hpp",
+        "circuit_breaker.hpp", "circuit_breaker/",
+        "bulkhead.hpp", "adaptive_limit.hpp", "bulkhead/",
+        "rate_limiter.hpp", "sliding_window_limiter.hpp", "limiter/",
+        "adaptive_throttle.hpp", "adaptive_throttle/",
+        "cache.hpp", "cache/",
+        "hedge.hpp", "hedge/",
+        "retry_budget.hpp", "retry_budget/",
+        "single_flight.hpp", "single_flight/",
+        # until their folders are merged
+        "detail/bulkhead_state.hpp", "detail/hedge_race.hpp", "detail/limiter_state.hpp",
+        "detail/limiter_handle.hpp", "detail/token_bucket.hpp", "detail/window_counter.hpp",
     ]),
     (4, "composition", [
         "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",
@@ -48,20 +65,21 @@ LAYERS = [
 ]
 
 
-# Policies are independent of one another, except these parts of one design (docs/architecture.md).
+# Policies are independent of one another, except these parts of one design (docs/architecture.md),
+# named by their unit: a policy folder's name, or a one-file policy's stem.
 POLICY_PARTS = {
-    ("retry.hpp", "retry_budget.hpp"),
-    ("hedge.hpp", "retry_budget.hpp"),
-    ("bulkhead.hpp", "adaptive_limit.hpp"),
-    ("cache.hpp", "single_flight.hpp"),  # a cache's refreshes are single flights
+    ("retry", "retry_budget"),
+    ("hedge", "retry_budget"),
+    ("cache", "single_flight"),  # a cache's refreshes are single flights
 }
 
+# What a policy folder shows other policies: its policy headers (those its forwarding headers name),
+# its options and its errors. Everything else in the folder is its own business.
+FOLDER_FACES = {"options.hpp", "errors.hpp"}
 
-def policy_of(rel):
-    """The policy a policies-layer file belongs to, as its public header: a folder's files and the
-    forwarding header at the folder's name are one policy ("cache/state.hpp" -> "cache.hpp")."""
-    top = rel.split("/")[0]
-    return top if top.endswith(".hpp") else top + ".hpp"
+MAX_LINES = 650
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def layer_of(rel):
@@ -74,39 +92,92 @@ def layer_of(rel):
     return best
 
 
+def includes_of(path):
+    """The headers under include/resilience that `path` includes, as paths relative to it."""
+    found = []
+    for target in INCLUDE.findall(path.read_text()):
+        try:
+            found.append((path.parent / target).resolve().relative_to(ROOT).as_posix())
+        except ValueError:
+            pass
+    return found
+
+
+def forwarding_target(path):
+    """For a forwarding header (a top-level file whose code is one include of a file in a folder), that
+    file; else None."""
+    if "/" in path.relative_to(ROOT).as_posix():
+        return None
+    code = [line for line in path.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("//") and line.strip() != "#pragma once"]
+    if len(code) != 1:
+        return None
+    targets = includes_of(path)
+    return targets[0] if len(targets) == 1 and "/" in targets[0] else None
+
+
+def unit_of(rel, folders):
+    """The policy a file belongs to: its folder's name, a forwarding header's folder, or a one-file
+    policy's stem; None for detail/ and other shared files."""
+    head = rel.split("/", 1)[0]
+    if "/" in rel:
+        return head if head in folders else None
+    return folders.get(rel, rel[:-len(".hpp")])
+
+
 def main():
-    include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
     problems = []
-    for path in sorted(ROOT.rglob("*.hpp")):
+    headers = sorted(ROOT.rglob("*.hpp"))
+    # Forwarding headers, their folders, and each folder's policy headers.
+    forwards = {}
+    for path in headers:
+        target = forwarding_target(path)
+        if target:
+            forwards[path.relative_to(ROOT).as_posix()] = target
+    folder_of_forward = {rel: target.split("/", 1)[0] for rel, target in forwards.items()}
+    folders = set(folder_of_forward.values())
+    policy_headers = set(forwards.values())
+    for path in headers:
         rel = path.relative_to(ROOT).as_posix()
+        lines = path.read_text().count("\n")
+        if lines > MAX_LINES:
+            problems.append(f"include/resilience/{rel}: {lines} lines, over {MAX_LINES}: split it along a seam")
         mine = layer_of(rel)
         if mine is None:
             problems.append(f"include/resilience/{rel}: in no layer (add it to scripts/check_layers.py)")
             continue
-        for target in include.findall(path.read_text()):
-            dep = (path.parent / target).resolve()
-            try:
-                dep_rel = dep.relative_to(ROOT).as_posix()
-            except ValueError:
-                continue
+        my_unit = unit_of(rel, {**{f: f for f in folders}, **folder_of_forward}) if mine[1] == "policies" else None
+        for dep_rel in includes_of(path):
             theirs = layer_of(dep_rel)
             if theirs is None:
                 continue  # reported on its own line
             if theirs[0] > mine[0]:
                 problems.append(f"include/resilience/{rel} ({mine[1]}) includes {dep_rel} ({theirs[1]})")
-            elif (mine[1] == theirs[1] == "policies" and not dep_rel.startswith("detail/")
-                  and not rel.startswith("detail/") and policy_of(rel) != policy_of(dep_rel)
-                  and (policy_of(rel), policy_of(dep_rel)) not in POLICY_PARTS):
-                problems.append(f"include/resilience/{rel} (a policy) includes another policy, {dep_rel}")
-            elif "/" in rel and mine[1] == "policies" and dep_rel in (
-                    policy_of(rel), policy_of(rel)[:-4] + "/" + policy_of(rel)):
-                problems.append(f"include/resilience/{rel} includes its own policy's header back, {dep_rel}")
+                continue
+            if not (mine[1] == theirs[1] == "policies"):
+                continue
+            their_unit = unit_of(dep_rel, {**{f: f for f in folders}, **folder_of_forward})
+            if my_unit is None or their_unit is None:
+                continue  # shared policy machinery in detail/
+            if my_unit == their_unit:
+                # Inside a policy the includes run up to its policy header and its forwarding header,
+                # never back down from them.
+                if dep_rel in forwards and rel not in forwards:
+                    problems.append(f"include/resilience/{rel} includes its own forwarding header {dep_rel} back")
+                elif dep_rel in policy_headers and rel not in forwards:
+                    problems.append(f"include/resilience/{rel} includes its own policy header {dep_rel} back")
+                continue
+            if (my_unit, their_unit) not in POLICY_PARTS:
+                problems.append(f"include/resilience/{rel} (policy {my_unit}) includes another policy, {dep_rel}")
+            elif "/" in dep_rel and dep_rel not in policy_headers and dep_rel.split("/")[-1] not in FOLDER_FACES:
+                problems.append(f"include/resilience/{rel} includes {dep_rel}, an internal of policy {their_unit}")
     for p in problems:
         print(p)
     if problems:
         print(f"check_layers: {len(problems)} problem(s); the layers are in docs/architecture.md")
         return 1
-    print("check_layers: every include goes down or sideways")
+    print("check_layers: every include goes down or sideways, no policy includes itself back, "
+          f"no header is over {MAX_LINES} lines")
     return 0
 
 

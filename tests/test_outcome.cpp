@@ -2,6 +2,7 @@
 #include "catch.hpp"
 
 #include <resilience/adaptive_throttle/errors.hpp>
+#include <resilience/circuit_breaker/errors.hpp>
 #include <resilience/error.hpp>
 #include <resilience/outcome.hpp>
 

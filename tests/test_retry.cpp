@@ -4,6 +4,7 @@
 #include "support.hpp"
 
 #include <resilience/backoff.hpp>
+#include <resilience/circuit_breaker/errors.hpp>
 #include <resilience/error.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>

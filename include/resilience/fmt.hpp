@@ -13,6 +13,7 @@
 
 #include "adaptive_throttle/errors.hpp"
 #include "circuit_breaker.hpp"
+#include "circuit_breaker/errors.hpp"
 #include "error.hpp"
 #include "hedge.hpp"
 #include "outcome.hpp"

@@ -92,7 +92,7 @@
 namespace resilience {
 
 // Declared opaque here (a scoped enum's underlying type is int unless it says otherwise), defined
-// in circuit_breaker.hpp: events carry a breaker's states without every policy including it.
+// in circuit_breaker/options.hpp: events carry a breaker's states without every policy including it.
 enum class circuit_state;
 
 /// What happened (see the table in the file comment).

@@ -15,7 +15,7 @@
 
 #include "options.hpp"
 
-#include "../detail/breaker_window.hpp"
+#include "../detail/segment_grid.hpp"
 #include "../detail/shared_handle.hpp"
 #include "../detail/snapshot_cell.hpp"
 #include "../random.hpp"

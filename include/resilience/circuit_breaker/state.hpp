@@ -1,24 +1,38 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/breaker_state.hpp
+/// \file circuit_breaker/state.hpp
 /// `breaker_core`: the state the copies of a `circuit_breaker` share, and its state machine
-/// (admission in each state, half-open probes, recording results, telling of changes). One
-/// algorithm, kept whole (about 670 lines): its locking rules and its reconfiguration (which options
-/// block each step reads) hold across every member, and splitting it would scatter them. The window
-/// and the per-call part are already apart (breaker_window.hpp, breaker_call.hpp).
+/// (admission in each state, half-open probes, recording results, telling of changes). The options
+/// block it publishes, and what follows from a block alone (the verdict on an outcome, the length of a
+/// break, the sample it asks for), are in config_block.hpp; the samples in window.hpp; one call's hold
+/// on the state in call.hpp.
+///
+/// Locking: `breaker_core::mutex_` guards the options in force (`cell_`: replaced under it, while a
+/// call pins a block without it, by the cell's own count), the samples (`count_window_`,
+/// `time_window_`), `last_now_`, `open_until_`, `cause_`, `last_failure_`, `consecutive_opens_`,
+/// `probes_taken_`, `probes_passed_`, the queue of changes (`changes_`) and `draining_`, and every write
+/// of the atomics `word_`, `admit_word_` and `consecutive_failures_`, which the lock-free paths read
+/// without it. It is held only to admit a call, to record a result or to change the state, never across
+/// user code (the clock, `should_handle`, `on_state_change`, listeners). A member whose name ends in
+/// `_locked` is called with `mutex_` held and never takes it; every other member that touches what it
+/// guards takes it itself (the constructor, before the state is shared, needs none).
 #pragma once
 
-#include "../circuit_breaker.hpp" // the options and the state; includes this file back at its end
-#include "breaker_window.hpp"
-#include "inlining.hpp"
-#include "ring.hpp"
-#include "shared_handle.hpp"
-#include "snapshot_cell.hpp"
-#include "time.hpp"
+#include "../classifier.hpp"
+#include "../context.hpp"
+#include "../detail/inlining.hpp"
+#include "../detail/ring.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/snapshot_cell.hpp"
+#include "../detail/time.hpp"
+#include "../outcome.hpp"
+#include "../telemetry_event.hpp"
+#include "config_block.hpp"
+#include "options.hpp"
+#include "window.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -30,89 +44,8 @@
 
 namespace resilience::detail {
 
-/// The options of a breaker with what the breaker derives from them: immutable once published (see
-/// `breaker_core::cell_`). A call that needs them after its admission pins the block it was admitted
-/// under, and a block replaced by a reconfiguration is freed once no call pins it. A call admitted
-/// under plain options (`plain`) pins nothing: it is judged under `breaker_plain_block`, which says
-/// the same as its own options for everything such a call reads after its admission (its sample
-/// and the sample's epoch it takes along in its admission).
-struct breaker_config : pinnable {
-    breaker_config(circuit_breaker_options o, std::uint64_t epoch)
-        : options(std::move(o)), sample_epoch(epoch) {
-        if (!options.sampling) {
-            plain = options.should_handle.empty();
-            return;
-        }
-        const breaker_sampling& w = *options.sampling;
-        minimum_throughput =
-            static_cast<std::uint64_t>(w.minimum_throughput.value_or(w.calls ? *w.calls : 20));
-        slow_duration = w.slow_call_duration;
-        slow_trips = w.slow_call_ratio.has_value();
-        plain = options.should_handle.empty() && !slow_duration;
-    }
-
-    /// Does admitting a call need the time (to time it against a slow-call rule)?
-    bool times_calls() const noexcept { return slow_duration.has_value(); }
-
-    const circuit_breaker_options options;
-    std::uint64_t minimum_throughput = 0;
-    std::optional<std::chrono::nanoseconds> slow_duration;
-    bool slow_trips = false;
-    /// The default classifier and no slow-call rule: a closed admission under these options needs
-    /// nothing of them later but whether they sample and the sample's epoch, which it takes along,
-    /// so it pins nothing (see `breaker_core::admit_plain`).
-    bool plain = false;
-    /// Which sample the calls admitted under this block belong to: a reconfiguration that starts a
-    /// fresh sample gives the next number, one that keeps the sample keeps it.
-    const std::uint64_t sample_epoch;
-};
-
-/// Whether `a` and `b` are the same options, so that a reconfiguration from one to the other
-/// changes nothing. Callbacks compare by identity: two classifiers are the same when they share
-/// their callable (copies of one), and options with a `std::function` callback are never the same
-/// as any (two of them cannot be compared).
-inline bool same_breaker_options(const circuit_breaker_options& a,
-                                 const circuit_breaker_options& b) noexcept {
-    if (a.on_state_change || b.on_state_change || a.on_rejected || b.on_rejected)
-        return false;
-    if (a.sampling.has_value() != b.sampling.has_value())
-        return false;
-    if (a.sampling) {
-        const breaker_sampling& x = *a.sampling;
-        const breaker_sampling& y = *b.sampling;
-        if (x.calls != y.calls || x.window != y.window || x.segments != y.segments ||
-            x.minimum_throughput != y.minimum_throughput || x.failure_ratio != y.failure_ratio ||
-            x.slow_call_duration != y.slow_call_duration || x.slow_call_ratio != y.slow_call_ratio)
-            return false;
-    }
-    return a.name == b.name && a.failure_threshold == b.failure_threshold &&
-           a.break_duration == b.break_duration && a.break_duration_growth == b.break_duration_growth &&
-           a.max_break_duration == b.max_break_duration && a.probes == b.probes &&
-           a.should_handle.same_as(b.should_handle) && a.telemetry.same_as(b.telemetry);
-}
-
-/// What a plain call is judged under past its admission: the default classifier and no slow-call
-/// rule. Never freed; read only for those two, which read as the defaults even before it is
-/// initialised (zero-initialised, an empty classifier and no duration).
-inline const breaker_config breaker_plain_block{circuit_breaker_options{.failure_threshold = 1}, 0};
-
-/// Whether options `a` and `b` sample alike: neither samples, or both keep the same window (the
-/// same `calls`, or the same `window` and `segments`) and mark the same calls slow. What a sample
-/// holds means the same under both, so a reconfiguration from one to the other keeps it; the ratios
-/// and `minimum_throughput` only judge it.
-inline bool same_sample(const circuit_breaker_options& a, const circuit_breaker_options& b) noexcept {
-    if (!a.sampling || !b.sampling)
-        return !a.sampling && !b.sampling;
-    const breaker_sampling& x = *a.sampling;
-    const breaker_sampling& y = *b.sampling;
-    if (x.calls != y.calls || x.window != y.window || x.slow_call_duration != y.slow_call_duration)
-        return false;
-    return !x.window || x.segments == y.segments;
-}
-
-/// The shared state of one breaker. Every change is made under `mutex_`, which is held only to
-/// admit a call and to record its result, never across user code: the clock, `should_handle` and
-/// `on_state_change` are called with it released (`on_rejected` is the policy's, not the state's).
+/// The shared state of one breaker, under `mutex_` (see "Locking" at the top of the file;
+/// `on_rejected` is the policy's, not the state's).
 ///
 /// Each change of state bumps the generation; a call remembers the generation that admitted it,
 /// and its result is dropped when the generation has moved on, so a call that started before
@@ -205,7 +138,7 @@ public:
         const std::uint64_t w = word_.load(std::memory_order_acquire);
         if (state_of(w) == circuit_state::closed)
             return closed_ticket(cfg, w, time_point{});
-        return admit_locked(cfg, std::nullopt, sink);
+        return admit_not_closed(cfg, std::nullopt, sink);
     }
 
     /// The closed state's part of `admit()` for a call under `cfg` with no slow-call rule
@@ -231,28 +164,14 @@ public:
         const std::uint64_t w = word_.load(std::memory_order_acquire);
         if (state_of(w) == circuit_state::closed)
             return closed_ticket(cfg, w, now);
-        return admit_locked(cfg, now, sink);
+        return admit_not_closed(cfg, now, sink);
     }
 
-    /// How the outcome `o` of an admitted call is recorded: a value is a success unless
-    /// `should_handle` handles it (then a failure); a failure is a failure when it handles it,
-    /// else ignored. Calls the user's classifier, with no lock held; what it throws propagates.
-    /// Precondition: `options().should_handle.accepts<R>()`. Judged under the options in force.
+    /// How the outcome `o` of an admitted call is recorded (`verdict_of`), judged under the options
+    /// in force. Precondition: `options().should_handle.accepts<R>()`.
     template <class R>
     breaker_verdict judge(const outcome<R>& o) const {
-        return judge(*pin(), o);
-    }
-    /// As `judge(o)`, under the options `cfg` (those the call was admitted under).
-    template <class R>
-    static breaker_verdict judge(const breaker_config& cfg, const outcome<R>& o,
-                                 const context* ctx = nullptr) {
-        const bool handled = cfg.options.should_handle
-                                 .classify(
-                                     o, [](const failure& f) noexcept { return !is_cancellation(f); }, ctx)
-                                 .handle;
-        if (o.has_value())
-            return handled ? breaker_verdict::failure : breaker_verdict::success;
-        return handled ? breaker_verdict::failure : breaker_verdict::ignored;
+        return verdict_of(*pin(), o);
     }
 
     /// Records the result of the call `t` admitted. A closed-state result that would change nothing
@@ -272,18 +191,18 @@ public:
             // it; a failure recorded before this call (happens-before) wrote the counter before this
             // load, so coherence makes the load see a run and the success takes the lock to end it.
             // Relaxed is enough: nothing else is read on the strength of the value.
-            // A call admitted with no sample is entered in none (see `record_closed`).
+            // A call admitted with no sample is entered in none (see `record_closed_locked`).
             if (v == breaker_verdict::success && !t.sampled &&
                 consecutive_failures_.load(std::memory_order_relaxed) == 0)
                 return;
         }
-        record_locked(t, v, error, sink);
+        record_in_full(t, v, error, sink);
     }
 
     circuit_state state() {
         const time_point read = clock_.now();
         std::lock_guard lock(mutex_);
-        return visible_state(std::max(read, last_now_));
+        return visible_state_locked(std::max(read, last_now_));
     }
 
     circuit_metrics metrics() {
@@ -291,8 +210,8 @@ public:
         std::lock_guard lock(mutex_);
         const time_point now = std::max(read, last_now_);
         circuit_metrics m;
-        m.name = current_config().options.name;
-        m.state = visible_state(now);
+        m.name = current_config_locked().options.name;
+        m.state = visible_state_locked(now);
         detail::window_counts c;
         if (count_window_)
             c = count_window_->counts();
@@ -309,10 +228,10 @@ public:
     void isolate() {
         {
             std::lock_guard lock(mutex_);
-            if (current_state() == circuit_state::isolated)
+            if (current_state_locked() == circuit_state::isolated)
                 return;
             cause_ = nullptr;
-            transition(circuit_state::isolated);
+            transition_locked(circuit_state::isolated);
         }
         notify();
     }
@@ -321,12 +240,12 @@ public:
         bool changed = false;
         {
             std::lock_guard lock(mutex_);
-            changed = current_state() != circuit_state::closed;
-            clear();
+            changed = current_state_locked() != circuit_state::closed;
+            clear_locked();
             if (changed)
-                transition(circuit_state::closed);
+                transition_locked(circuit_state::closed);
             else // calls in flight belong to the sample just cleared
-                publish(circuit_state::closed, current_generation() + 1);
+                publish_locked(circuit_state::closed, current_generation_locked() + 1);
         }
         if (changed)
             notify();
@@ -364,10 +283,10 @@ public:
             }
             // Fewer probes than have passed already: half-open would admit no more, and none in
             // flight would close it. It has passed the test the new options set.
-            if (current_state() == circuit_state::half_open &&
-                probes_passed_ >= current_config().options.probes) {
-                clear();
-                transition(circuit_state::closed);
+            if (current_state_locked() == circuit_state::half_open &&
+                probes_passed_ >= current_config_locked().options.probes) {
+                clear_locked();
+                transition_locked(circuit_state::closed);
                 closed = true;
             }
         }
@@ -382,19 +301,8 @@ private:
         pinned<breaker_config> config; // told to its callbacks, which may run after a reconfiguration
     };
 
-    // The empty sample `cfg` asks for, if any.
-    static void make_sample(const breaker_config& cfg, std::optional<count_window>& counts,
-                            std::optional<time_window>& times) {
-        if (!cfg.options.sampling)
-            return;
-        const breaker_sampling& w = *cfg.options.sampling;
-        if (w.calls)
-            counts.emplace(static_cast<std::size_t>(*w.calls));
-        else
-            times.emplace(*w.window / static_cast<std::int64_t>(w.segments), w.segments);
-    }
-    // Under the lock only: `config_` is written under it.
-    const breaker_config& current_config() const noexcept { return *cell_.locked(); }
+    // `cell_` is replaced under the lock.
+    const breaker_config& current_config_locked() const noexcept { return *cell_.locked(); }
     // For `admit()` without a block: see there.
     const breaker_config* unpinned() const {
         std::lock_guard lock(mutex_);
@@ -429,14 +337,16 @@ private:
     }
 
     // Under the lock only. Only the lock holder writes the word, so relaxed loads see its latest value.
-    circuit_state current_state() const noexcept { return state_of(word_.load(std::memory_order_relaxed)); }
-    std::uint64_t current_generation() const noexcept {
+    circuit_state current_state_locked() const noexcept {
+        return state_of(word_.load(std::memory_order_relaxed));
+    }
+    std::uint64_t current_generation_locked() const noexcept {
         return generation_of(word_.load(std::memory_order_relaxed));
     }
     // Under the lock only. The lock-free paths read nothing but the word, so they need no more than
     // its atomicity; release (free on x86, paired with the admission's acquire) keeps the word a
     // publication point, so a lock-free path that one day reads more sees what came before it.
-    void publish(circuit_state s, std::uint64_t generation) noexcept {
+    void publish_locked(circuit_state s, std::uint64_t generation) noexcept {
         word_.store(pack(s, generation), std::memory_order_release);
     }
 
@@ -449,24 +359,24 @@ private:
         return t;
     }
 
-    // Any state but a closed one seen by the lock-free load. `read` is the caller's clock reading,
-    // if it made one. `cfg`: the options the call is judged under; the breaker's own decisions (how
-    // many probes) follow those in force.
-    ticket admit_locked(const breaker_config* cfg, std::optional<time_point> read,
-                        detail::listener_ref sink) {
+    // Any state but a closed one seen by the lock-free load: takes the lock. `read` is the caller's
+    // clock reading, if it made one. `cfg`: the options the call is judged under; the breaker's own
+    // decisions (how many probes) follow those in force.
+    ticket admit_not_closed(const breaker_config* cfg, std::optional<time_point> read,
+                            detail::listener_ref sink) {
         ticket t;
         judged_under(t, cfg);
         bool changed = false;
         for (;;) {
             std::unique_lock lock(mutex_);
-            const circuit_state s = current_state();
+            const circuit_state s = current_state_locked();
             // Only open needs the time; the clock is read with the lock dropped.
             if (s != circuit_state::closed && s != circuit_state::isolated && !read) {
                 lock.unlock();
                 read = clock_.now();
                 continue;
             }
-            const time_point now = read ? monotonic(*read) : time_point{};
+            const time_point now = read ? monotonic_locked(*read) : time_point{};
             switch (s) {
             case circuit_state::closed: // closed since the lock-free load
                 t.admitted = true;
@@ -477,13 +387,13 @@ private:
                     t.cause = cause_;
                     return t;
                 }
-                transition(circuit_state::half_open);
+                transition_locked(circuit_state::half_open);
                 probes_taken_ = 0;
                 probes_passed_ = 0;
                 changed = true;
                 [[fallthrough]];
             case circuit_state::half_open:
-                if (probes_taken_ < current_config().options.probes) {
+                if (probes_taken_ < current_config_locked().options.probes) {
                     ++probes_taken_;
                     t.admitted = true;
                     t.probe = true;
@@ -491,7 +401,7 @@ private:
                     // A slot frees when a probe ends, which nobody can foresee; a zero wait would
                     // make callers that honour it spin. A failed probe keeps the circuit shut for
                     // at least the break just served, so that is the wait worth suggesting.
-                    t.retry_after = break_for(current_config(), consecutive_opens_);
+                    t.retry_after = break_for(current_config_locked(), consecutive_opens_);
                     t.cause = cause_;
                 }
                 break;
@@ -500,7 +410,7 @@ private:
                 t.retry_after = std::chrono::nanoseconds::max();
                 break;
             }
-            t.generation = current_generation();
+            t.generation = current_generation_locked();
             t.start = now;
             break;
         }
@@ -516,10 +426,11 @@ private:
         return t;
     }
 
-    // Out of line: `record`'s lock-free checks stay small enough to be inlined into a call's frame.
-    RESILIENCE_DETAIL_NOINLINE void record_locked(const admission& t, breaker_verdict v,
-                                                  const std::exception_ptr& error,
-                                                  detail::listener_ref sink) {
+    // Takes the lock. Out of line: `record`'s lock-free checks stay small enough to be inlined into a
+    // call's frame.
+    RESILIENCE_DETAIL_NOINLINE void record_in_full(const admission& t, breaker_verdict v,
+                                                   const std::exception_ptr& error,
+                                                   detail::listener_ref sink) {
         // The clock is read only when the result may need it: a success of a call admitted with no
         // sampling (and so no slow-call rule) needs no time at all.
         const breaker_config& own = *t.config;
@@ -528,16 +439,16 @@ private:
         bool changed = false;
         {
             std::lock_guard lock(mutex_);
-            if (t.generation != current_generation())
+            if (t.generation != current_generation_locked())
                 return;
-            const time_point now = needs_time ? monotonic(read) : time_point{};
+            const time_point now = needs_time ? monotonic_locked(read) : time_point{};
             // Slow by the call's own options; what that does, by those in force.
             const bool slow =
                 needs_time && own.slow_duration && to_nanoseconds(now - t.start) >= *own.slow_duration;
             if (t.probe)
-                changed = record_probe(v, slow, error, now);
+                changed = record_probe_locked(v, slow, error, now);
             else
-                changed = record_closed(t, v, slow, error, now);
+                changed = record_closed_locked(t, v, slow, error, now);
         }
         if (changed)
             notify(sink);
@@ -555,40 +466,26 @@ private:
     }
     // Threads read the clock before taking the lock, so a late reader may bring an earlier time:
     // time inside the breaker never goes back.
-    time_point monotonic(time_point read) noexcept {
+    time_point monotonic_locked(time_point read) noexcept {
         if (read > last_now_)
             last_now_ = read;
         return last_now_;
     }
 
-    circuit_state visible_state(time_point now) const noexcept {
-        const circuit_state s = current_state();
+    circuit_state visible_state_locked(time_point now) const noexcept {
+        const circuit_state s = current_state_locked();
         if (s == circuit_state::open && now >= open_until_)
             return circuit_state::half_open;
         return s;
     }
 
-    // The `opens`-th consecutive break under the options `cfg`.
-    static std::chrono::nanoseconds break_for(const breaker_config& cfg, std::uint64_t opens) noexcept {
-        const circuit_breaker_options& o = cfg.options;
-        const std::chrono::nanoseconds cap = o.max_break_duration.value_or(std::chrono::nanoseconds::max());
-        const double growth = o.break_duration_growth;
-        if (opens <= 1 || growth == 1.0)
-            return std::min(o.break_duration, cap);
-        const long double d = static_cast<long double>(o.break_duration.count()) *
-                              std::pow(static_cast<long double>(growth), static_cast<long double>(opens - 1));
-        if (!(d < static_cast<long double>(cap.count())))
-            return cap; // also catches infinity
-        return std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(d)};
-    }
-
     // `own`: the call's admission (whether its options sampled, and which sample). The rules are
     // those in force.
-    bool record_closed(const admission& own, breaker_verdict v, bool slow, const std::exception_ptr& error,
-                       time_point now) {
+    bool record_closed_locked(const admission& own, breaker_verdict v, bool slow,
+                              const std::exception_ptr& error, time_point now) {
         if (v == breaker_verdict::ignored)
             return false;
-        const breaker_config& cfg = current_config();
+        const breaker_config& cfg = current_config_locked();
         const bool failed = v == breaker_verdict::failure;
         // Plain load and store rather than a read-modify-write: only the lock holder writes the run.
         const std::uint64_t run = consecutive_failures_.load(std::memory_order_relaxed);
@@ -602,7 +499,7 @@ private:
         }
         if (cfg.options.failure_threshold && failed &&
             run + 1 >= static_cast<std::uint64_t>(*cfg.options.failure_threshold)) {
-            open(now, error);
+            open_locked(now, error);
             return true;
         }
         // A sample holds only the calls admitted under it: one admitted before the sample was
@@ -625,47 +522,47 @@ private:
         // (3/10 rounds to the same double as 0.3), where `failures >= rate * calls` would not.
         if (w.failure_ratio && c.failures > 0 &&
             static_cast<double>(c.failures) / calls >= *w.failure_ratio) {
-            open(now, last_failure_);
+            open_locked(now, last_failure_);
             return true;
         }
         if (w.slow_call_ratio && c.slow > 0 && static_cast<double>(c.slow) / calls >= *w.slow_call_ratio) {
-            open(now, nullptr); // slowness alone: no failure to report
+            open_locked(now, nullptr); // slowness alone: no failure to report
             return true;
         }
         return false;
     }
 
-    bool record_probe(breaker_verdict v, bool slow, const std::exception_ptr& error, time_point now) {
+    bool record_probe_locked(breaker_verdict v, bool slow, const std::exception_ptr& error, time_point now) {
         switch (v) {
         case breaker_verdict::ignored:
             --probes_taken_; // the slot goes to the next caller
             return false;
         case breaker_verdict::failure:
-            open(now, error);
+            open_locked(now, error);
             return true;
         case breaker_verdict::success:
-            if (slow && current_config().slow_trips) {
-                open(now, nullptr);
+            if (slow && current_config_locked().slow_trips) {
+                open_locked(now, nullptr);
                 return true;
             }
-            if (++probes_passed_ < current_config().options.probes)
+            if (++probes_passed_ < current_config_locked().options.probes)
                 return false;
-            clear();
-            transition(circuit_state::closed);
+            clear_locked();
+            transition_locked(circuit_state::closed);
             return true;
         }
         return false;
     }
 
-    void open(time_point now, std::exception_ptr cause) {
+    void open_locked(time_point now, std::exception_ptr cause) {
         if (consecutive_opens_ != std::numeric_limits<std::uint64_t>::max())
             ++consecutive_opens_;
-        open_until_ = add_saturating(now, break_for(current_config(), consecutive_opens_));
+        open_until_ = add_saturating(now, break_for(current_config_locked(), consecutive_opens_));
         cause_ = std::move(cause);
-        transition(circuit_state::open);
+        transition_locked(circuit_state::open);
     }
 
-    void clear() noexcept {
+    void clear_locked() noexcept {
         if (count_window_)
             count_window_->clear();
         if (time_window_)
@@ -677,9 +574,9 @@ private:
     }
 
     // Every change is queued: a listener may be in the context of whichever call drains it.
-    void transition(circuit_state to) {
-        changes_.push(change{current_state(), to, cell_.pin_locked()});
-        publish(to, current_generation() + 1);
+    void transition_locked(circuit_state to) {
+        changes_.push(change{current_state_locked(), to, cell_.pin_locked()});
+        publish_locked(to, current_generation_locked() + 1);
     }
 
     // Runs the callback for queued changes, outside the lock. One thread drains at a time, so the
@@ -723,13 +620,15 @@ private:
     }
 
     // Off the cache line of the count of holds (see `shared_state`): calls only read what follows.
-    // Read without the lock, written under it.
+    // The three atomics are written under `mutex_` and read without it, each where its comment says.
+    // The state and the generation: read without the lock by `admit_plain`, `admit_closed`, `admit_under`.
     alignas(64) std::atomic<std::uint64_t> word_{pack(circuit_state::closed, 0)};
-    std::atomic<std::uint64_t> admit_word_{0};           // see `admit_word_of`; written under the lock
-    std::atomic<std::uint64_t> consecutive_failures_{0}; // the current run of recorded failures
+    std::atomic<std::uint64_t> admit_word_{0}; // see `admit_word_of`; read without the lock by `admit_plain`
+    // The current run of recorded failures; read without the lock by `record`.
+    std::atomic<std::uint64_t> consecutive_failures_{0};
 
     C clock_;
-    mutable std::mutex mutex_;
+    mutable std::mutex mutex_; // guards the members below and the writes above (see "Locking")
     // The options in force; replaced under the lock, pinned by calls without it.
     snapshot_cell<breaker_config> cell_;
     std::optional<detail::count_window> count_window_;

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/breaker_window.hpp
+/// \file circuit_breaker/window.hpp
 /// The samples a circuit breaker judges its ratios over: the last N calls, or the calls of the last D of
-/// time (`breaker_sampling`). The segment grid is shared with the adaptive throttle.
+/// time (`breaker_sampling`). The segment grid is the core's (detail/segment_grid.hpp), shared with the
+/// adaptive throttle.
 #pragma once
+
+#include "../detail/segment_grid.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -10,20 +13,6 @@
 #include <vector>
 
 namespace resilience::detail {
-
-/// The segment of width `width` that holds the instant `t` (nanoseconds since the clock's epoch):
-/// `floor(t / width)`, for clocks whose epoch lies in the future too.
-inline std::int64_t segment_of(std::chrono::nanoseconds t, std::chrono::nanoseconds width) noexcept {
-    std::int64_t q = t.count() / width.count();
-    if (t.count() % width.count() < 0)
-        --q;
-    return q;
-}
-/// Where segment `k` lives in a ring of `n` places.
-inline std::size_t ring_slot(std::int64_t k, std::size_t n) noexcept {
-    const auto m = static_cast<std::int64_t>(n);
-    return static_cast<std::size_t>(((k % m) + m) % m);
-}
 
 /// What a window holds at one instant.
 struct window_counts {

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/breaker_call.hpp
+/// \file circuit_breaker/call.hpp
 /// `breaker_call`: one call's hold on a `circuit_breaker`, from its admission to its recorded result.
 #pragma once
 
-#include "../circuit_breaker.hpp" // includes this file back at its end
-#include "breaker_state.hpp"
-#include "shared_handle.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../telemetry_event.hpp" // listener_ref
+#include "state.hpp"
 
 #include <exception>
 #include <utility>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The definitions of <resilience/detail/breaker_options.hpp> that do not depend on a user's type: included by the
-// header (header-only), or compiled once into resilience::compiled (detail/config.hpp).
+// The definitions of <resilience/circuit_breaker/options.hpp> that do not depend on a user's type:
+// included by the header (header-only), or compiled once into resilience::compiled (detail/config.hpp).
 #pragma once
 
-#include "../detail/breaker_options.hpp"
+#include "options.hpp"
 
 namespace resilience::detail {
 
