@@ -14,9 +14,9 @@
 // both ends are malloc and free.
 #define RESILIENCE_BENCH_REPLACE_NEW(note)                                                                   \
     _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmismatched-new-delete\"") void*       \
-    operator new(std::size_t n) {                                                                            \
-        note(n);                                                                                             \
-        if (void* p = std::malloc(n ? n : 1))                                                                \
+    operator new(std::size_t requested) {                                                                    \
+        note(requested);                                                                                     \
+        if (void* p = std::malloc(requested ? requested : 1))                                                \
             return p;                                                                                        \
         throw std::bad_alloc{};                                                                              \
     }                                                                                                        \
