@@ -34,7 +34,7 @@ LAYERS = [
         "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",
         "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
         "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
-        "cache.hpp", "detail/cache_state.hpp",
+        "cache.hpp", "detail/cache_state.hpp", "retry_budget/",
         "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/breaker_call.hpp", "detail/breaker_options.hpp", "detail/bulkhead_state.hpp", "detail/hedge_race.hpp", "detail/http_date.hpp",
         "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
         "detail/window_counter.hpp",
@@ -67,6 +67,12 @@ def layer_of(rel):
     return best
 
 
+def policy_of(rel):
+    """The policy a policy-layer header belongs to: its folder ("circuit_breaker/state.hpp"), or the name of
+    its header at the top ("circuit_breaker.hpp", a folder's forwarding header)."""
+    return rel.split("/")[0].removesuffix(".hpp")
+
+
 def main():
     include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
     problems = []
@@ -88,8 +94,12 @@ def main():
             if theirs[0] > mine[0]:
                 problems.append(f"include/resilience/{rel} ({mine[1]}) includes {dep_rel} ({theirs[1]})")
             elif (mine[1] == theirs[1] == "policies" and not dep_rel.startswith("detail/")
-                  and not rel.startswith("detail/") and rel != dep_rel and (rel, dep_rel) not in POLICY_PARTS):
+                  and not rel.startswith("detail/") and policy_of(rel) != policy_of(dep_rel)
+                  and (rel, dep_rel) not in POLICY_PARTS):
                 problems.append(f"include/resilience/{rel} (a policy) includes another policy, {dep_rel}")
+            elif ("/" in rel and mine[1] == "policies" and policy_of(rel) == policy_of(dep_rel)
+                  and dep_rel in (f"{policy_of(rel)}.hpp", f"{policy_of(rel)}/{policy_of(rel)}.hpp")):
+                problems.append(f"include/resilience/{rel} includes its own policy's header back, {dep_rel}")
     for p in problems:
         print(p)
     if problems:
