@@ -34,8 +34,8 @@ LAYERS = [
         "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",
         "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
         "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
-        "cache.hpp", "detail/cache_state.hpp", "retry_budget/",
-        "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/breaker_call.hpp", "detail/breaker_options.hpp", "detail/bulkhead_state.hpp", "detail/hedge_race.hpp", "detail/http_date.hpp",
+        "cache.hpp", "detail/cache_state.hpp", "hedge/", "retry_budget/",
+        "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/breaker_call.hpp", "detail/breaker_options.hpp", "detail/bulkhead_state.hpp", "detail/http_date.hpp",
         "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
         "detail/window_counter.hpp",
     ]),
@@ -51,7 +51,7 @@ LAYERS = [
 # Policies are independent of one another, except these parts of one design (docs/architecture.md).
 POLICY_PARTS = {
     ("retry.hpp", "retry_budget.hpp"),
-    ("hedge.hpp", "retry_budget.hpp"),
+    ("hedge/options.hpp", "retry_budget.hpp"),
     ("bulkhead.hpp", "adaptive_limit.hpp"),
     ("cache.hpp", "single_flight.hpp"),  # a cache's refreshes are single flights
 }
