@@ -34,7 +34,7 @@ LAYERS = [
         "retry.hpp", "retry_budget.hpp", "retry_stream.hpp", "timeout.hpp", "circuit_breaker.hpp",
         "bulkhead.hpp", "adaptive_limit.hpp", "rate_limiter.hpp", "sliding_window_limiter.hpp",
         "adaptive_throttle.hpp", "hedge.hpp", "fallback.hpp", "single_flight.hpp", "chaos.hpp", "http.hpp",
-        "cache.hpp", "detail/cache_state.hpp", "hedge/", "retry_budget/",
+        "cache.hpp", "detail/cache_state.hpp", "hedge/", "retry_budget/", "single_flight/",
         "detail/breaker_window.hpp", "detail/breaker_state.hpp", "detail/breaker_call.hpp", "detail/breaker_options.hpp", "detail/bulkhead_state.hpp", "detail/http_date.hpp",
         "detail/limiter_state.hpp", "detail/limiter_handle.hpp", "detail/token_bucket.hpp",
         "detail/window_counter.hpp",
