@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: MIT
 /// \file single_flight/single_flight.hpp
 /// `single_flight`: concurrent calls with the same key share one call of the action and its result.
+///
+/// Locking: the one mutex is `single_flight_state::mutex` (single_flight/state.hpp, which says what
+/// it guards and which functions run with it held); `in_flight()` and `contains()` take it
+/// themselves.
 #pragma once
 
 #include "../context.hpp"
-#include "../detail/stop.hpp"
 #include "../error.hpp"
-#include "../event_loop.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../task.hpp"
+#include "options.hpp"
+#include "state.hpp"
 
-#include <atomic>
-#include <coroutine>
 #include <cstddef>
 #include <exception>
 #include <functional>
@@ -22,16 +24,9 @@
 #include <stop_token>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 
 namespace resilience {
-
-/// Options of a `single_flight`. Nothing to tune: a shared call lasts as long as its action.
-struct single_flight_options {
-    /// Carried by the errors it makes (`policy_name()`) and by `name()`.
-    std::string name{};
-};
 
 /// Collapses concurrent calls that share a key into one call of the action, whose result (value or
 /// failure) every caller receives: a failure is the same exception object for all of them. Nothing
@@ -82,9 +77,8 @@ class single_flight {
     static_assert(std::is_void_v<T> || std::is_copy_constructible_v<T>,
                   "resilience::single_flight: T must be copyable: every caller receives its own copy");
 
-    struct call;
-    struct state;
-    struct waiter;
+    using state = detail::single_flight_state<Key, T, Hash, KeyEqual>;
+    using entry = typename state::entry;
 
 public:
     class keyed_policy;
@@ -161,298 +155,6 @@ private:
         // guarded_call turns whatever the action throws into a failure, so the call always settles.
         co_return joined.finish(converted(co_await detail::guarded_call<A>{&action, ctx}));
     }
-
-    // One shared call. `stop` and `key` are set once; `result` is written by the owner before it
-    // settles and only read after; everything else is guarded by state::mutex.
-    struct call {
-        explicit call(const Key& k) : key(k) {}
-        const Key key;
-        std::stop_source stop;
-        waiter* head = nullptr;   // attached callers (an intrusive list of their awaiters)
-        std::size_t attached = 0; // callers that have not stopped, the owner included
-        bool owner_attached = true;
-        std::optional<outcome<T>> result; // empty once settled: the owner's frame was destroyed
-    };
-
-    struct state {
-        state(single_flight_options o, Hash hash, KeyEqual equal)
-            : options(std::move(o)), calls(0, std::move(hash), std::move(equal)) {}
-        const single_flight_options options;
-        std::mutex mutex;
-        std::unordered_map<Key, std::shared_ptr<call>, Hash, KeyEqual> calls;
-    };
-
-    // The part of an attached caller's awaiter that the owner and stop callbacks see.
-    struct waiter {
-        std::coroutine_handle<> handle;
-        detail::home_loop* loop = nullptr;
-        std::shared_ptr<call> owner; // keeps the result readable until this caller has copied it
-        waiter* prev = nullptr;
-        waiter* next = nullptr;
-        bool attached = false;  // guarded by state::mutex
-        bool cancelled = false; // guarded by state::mutex; read after release
-        // Whoever releases the waiter while its await_suspend is still running must not resume it
-        // (await_suspend then declines to suspend): 0 registering, 1 suspended, 2 released.
-        std::atomic<int> phase{0};
-    };
-
-    static void link(call& c, waiter& w) noexcept {
-        w.prev = nullptr;
-        w.next = c.head;
-        if (c.head)
-            c.head->prev = &w;
-        c.head = &w;
-        w.attached = true;
-        ++c.attached;
-    }
-    static void unlink(call& c, waiter& w) noexcept {
-        if (w.prev)
-            w.prev->next = w.next;
-        else
-            c.head = w.next;
-        if (w.next)
-            w.next->prev = w.prev;
-        w.prev = w.next = nullptr;
-        w.attached = false;
-        --c.attached;
-    }
-    // Frees the key of `c`, if `c` still holds it. Finding it runs the key's hash and equality, which
-    // may throw; a call that stayed in the map would hold its key for good (its later callers would
-    // attach to a call that never ends), so it is then found by address instead.
-    static void erase_if_current(state& st, const call& c) noexcept {
-        try {
-            const auto it = st.calls.find(c.key);
-            if (it != st.calls.end() && it->second.get() == &c)
-                st.calls.erase(it);
-            return;
-        } catch (...) {
-        }
-        for (auto it = st.calls.begin(); it != st.calls.end(); ++it) {
-            if (it->second.get() == &c) {
-                st.calls.erase(it);
-                return;
-            }
-        }
-    }
-
-    // Hands the waiter back to its coroutine. Nothing may touch `w` after the exchange: once
-    // released, its frame may resume and end at any moment.
-    static void release(waiter& w) { // posting may allocate
-        const std::coroutine_handle<> h = w.handle;
-        detail::home_loop* const loop = w.loop;
-        if (w.phase.exchange(2, std::memory_order_acq_rel) != 1)
-            return;
-        if (loop)
-            loop->post_resume(h);
-        else
-            detail::resume_homeless(h);
-    }
-
-    // The shared call is over (the owner has written `result`, or its frame is being destroyed):
-    // free the key and release every attached caller. Says whether the owner had stopped, and
-    // whether anybody else will read `result`.
-    struct settled {
-        bool owner_stopped;
-        bool shared;
-    };
-    static settled settle(state& st, call& c) {
-        waiter* list = nullptr;
-        bool owner_stopped = false;
-        {
-            std::lock_guard lock(st.mutex);
-            erase_if_current(st, c);
-            list = std::exchange(c.head, nullptr);
-            for (waiter* w = list; w; w = w->next)
-                w->attached = false;
-            c.attached = 0;
-            owner_stopped = !std::exchange(c.owner_attached, false);
-        }
-        const settled s{owner_stopped, list != nullptr};
-        while (list) {
-            waiter* next = list->next;
-            release(*list);
-            list = next;
-        }
-        return s;
-    }
-
-    // One caller has just been detached (stopped, or its frame destroyed); the last one to go stops
-    // the shared call and frees the key, so nobody attaches to a call being abandoned. Call under
-    // st.mutex; the caller requests the stop once the lock is released, when this says so.
-    static bool last_detached_locked(state& st, call& c) noexcept {
-        if (c.attached != 0)
-            return false;
-        erase_if_current(st, c);
-        return true;
-    }
-
-    // The owner's stop: it stays to run the call, but no longer counts as waiting for it.
-    static void owner_stops(state& st, call& c) noexcept {
-        bool last = false;
-        {
-            std::lock_guard lock(st.mutex);
-            if (!c.owner_attached)
-                return; // settled already
-            c.owner_attached = false;
-            --c.attached;
-            last = last_detached_locked(st, c);
-        }
-        // The request may end the shared call, and the owner's frame that holds `c`, inline.
-        if (last)
-            detail::request_stop_held(c.stop);
-    }
-
-    // An attached caller's stop: it leaves at once.
-    static void waiter_stops(state& st, waiter& w) {
-        std::shared_ptr<call> c;
-        bool last = false;
-        {
-            std::lock_guard lock(st.mutex);
-            if (!w.attached)
-                return; // settled already: the owner releases it
-            c = w.owner;
-            unlink(*c, w);
-            w.cancelled = true;
-            last = last_detached_locked(st, *c);
-        }
-        if (last)
-            detail::request_stop_held(c->stop);
-        release(w);
-    }
-
-    // An attached caller's frame destroyed while suspended: detach it without waking it.
-    static void abandon(state& st, waiter& w) noexcept {
-        std::shared_ptr<call> c;
-        bool last = false;
-        {
-            std::lock_guard lock(st.mutex);
-            if (!w.attached)
-                return;
-            c = w.owner;
-            unlink(*c, w);
-            last = last_detached_locked(st, *c);
-        }
-        if (last)
-            detail::request_stop_held(c->stop);
-    }
-
-    class entry;
-    struct on_stop {
-        entry* e;
-        void operator()() const { e->stopped(); }
-    };
-
-    // One caller's place in a call: owning it or attached to it. `co_await` attaches to the
-    // key's call (completing with its outcome, or cancelled_error when `token` is stopped first),
-    // or, when there is none, makes this caller the owner and completes at once with nothing: the
-    // caller then runs the call and hands its result to `finish`. An owner whose call is stopped
-    // already (every caller stopped while it joined: from a key function, or another thread)
-    // completes with cancelled_error, the call settled and never started.
-    class entry {
-    public:
-        entry(state& st, const Key& key, std::stop_token token) noexcept
-            : st_(st), key_(key), token_(std::move(token)) {}
-        entry(const entry&) = delete;
-        entry& operator=(const entry&) = delete;
-
-        // An owner's frame destroyed before its call ended (its event loop torn down): the key is
-        // freed and the attached callers are woken, finding no result. An attached caller's frame
-        // destroyed while it waits: it detaches without being woken.
-        ~entry() {
-            if (owns_) {
-                if (finished_)
-                    return;
-                stop_cb_.reset();
-                settle(st_, *w_.owner);
-                detail::request_stop_held(w_.owner->stop); // for anything the call handed its token to
-                return;
-            }
-            if (!suspended_)
-                return;
-            stop_cb_.reset();
-            abandon(st_, w_);
-        }
-
-        bool await_ready() const noexcept { return false; }
-        bool await_suspend(std::coroutine_handle<> h) {
-            w_.handle = h;
-            w_.loop = detail::home_loop::current();
-            {
-                std::lock_guard lock(st_.mutex);
-                auto it = st_.calls.find(key_);
-                if (it == st_.calls.end()) {
-                    it = st_.calls.emplace(key_, std::make_shared<call>(key_)).first;
-                    owns_ = true;
-                    ++it->second->attached;
-                    w_.owner = it->second;
-                } else {
-                    w_.owner = it->second;
-                    link(*w_.owner, w_);
-                }
-            }
-            // Registered here for both roles: a token stopped meanwhile fires at once, which for an
-            // attached caller releases it before it suspends (then it does not suspend).
-            if (token_.stop_possible())
-                stop_cb_.emplace(token_, on_stop{this});
-            if (owns_)
-                return false;
-            suspended_ = true; // before the exchange: once suspended, another thread may resume it
-            const bool suspends = w_.phase.exchange(1, std::memory_order_acq_rel) != 2;
-            if (!suspends)
-                suspended_ = false;
-            return suspends;
-        }
-        std::optional<outcome<T>> await_resume() {
-            if (owns_) {
-                if (call_token().stop_requested())
-                    return finish(failure::make(cancelled_error{st_.options.name}));
-                return std::nullopt;
-            }
-            suspended_ = false;
-            stop_cb_.reset(); // waits for a callback running on another thread, so `w_` outlives it
-            if (w_.cancelled || !w_.owner->result)
-                return outcome<T>(failure::make(cancelled_error{st_.options.name}));
-            return *w_.owner->result;
-        }
-
-        /// The owner's: the token to run the shared call with.
-        std::stop_token call_token() const noexcept { return w_.owner->stop.get_token(); }
-
-        /// The owner's: the shared call ended with `result`. Releases the attached callers and
-        /// returns what the owner itself gets.
-        outcome<T> finish(outcome<T> result) {
-            stop_cb_.reset(); // waits for a callback running on another thread
-            call& c = *w_.owner;
-            // Written before settling, which publishes it to the callers it releases; nobody
-            // writes it afterwards, so they copy it alongside the owner.
-            c.result.emplace(std::move(result));
-            const settled s = settle(st_, c);
-            finished_ = true;
-            if (s.owner_stopped)
-                return failure::make(cancelled_error{st_.options.name});
-            if (!s.shared)
-                return std::move(*c.result);
-            return *c.result;
-        }
-
-        /// The caller's token was stopped (from `on_stop`, on whichever thread stopped it).
-        void stopped() {
-            if (owns_)
-                owner_stops(st_, *w_.owner);
-            else
-                waiter_stops(st_, w_);
-        }
-
-    private:
-        state& st_;
-        const Key& key_;
-        std::stop_token token_;
-        waiter w_{};
-        std::optional<std::stop_callback<on_stop>> stop_cb_{};
-        bool owns_ = false; // set before the stop callback is registered, never changed after
-        bool suspended_ = false;
-        bool finished_ = false;
-    };
 
     // The action may produce anything convertible to T; the callers share a T.
     template <class R>
