@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/hedge_race.hpp
-/// `hedge_race`: one hedged call, its attempts racing and the decisions between them; the machinery
-/// behind `hedge` (hedge.hpp).
+/// \file hedge/race.hpp
+/// `detail::hedge_race`: one hedged call, its attempts racing and the decisions between them; the
+/// machinery behind `hedge` (hedge/hedge.hpp).
 #pragma once
 
-#include "../hedge.hpp" // includes this file back at its end
-#include "race.hpp"
+#include "../clock.hpp"
+#include "../context.hpp"
+#include "../detail/race.hpp"
+#include "../detail/time.hpp"
+#include "../error.hpp"
+#include "../event_loop.hpp"
+#include "../outcome.hpp"
+#include "../telemetry_event.hpp"
+#include "options.hpp"
 
 #include <chrono>
 #include <concepts>
