@@ -49,7 +49,8 @@ namespace resilience {
 /// - Attached callers are resumed on their own event loop (through `post`), whichever thread the
 ///   shared call ended on; one outside any loop is resumed inline.
 /// - Thread-safe: callers on different threads and loops share one call per key. No lock is held
-///   while user code runs.
+///   while the action or a callback runs; the key's `Hash`, `KeyEqual` and copy constructor do run
+///   under the lock (they find and keep the key), so they must not call back into this single_flight.
 ///
 /// Lifetimes. The action lives in the owner's frame and is awaited there, and the owner returns
 /// only after the shared call has ended, so the action may reference the caller's locals exactly
