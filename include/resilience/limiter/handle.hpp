@@ -1,23 +1,23 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/limiter_handle.hpp
+/// \file limiter/handle.hpp
 /// `limiter_handle`: the public face shared by `rate_limiter` and `sliding_window_limiter` (the policy
 /// protocol, `take`, `queued`, `name`, `reconfigure`), over a `limiter_state` with its options.
 #pragma once
 
 #include "../clock.hpp"
 #include "../context.hpp"
+#include "../detail/default_clock.hpp"
+#include "../detail/frame_allocator.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/snapshot_cell.hpp"
+#include "../detail/waiter_queue.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../priority.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
-#include "default_clock.hpp"
-#include "frame_allocator.hpp"
-#include "limiter_state.hpp"
-#include "shared_handle.hpp"
-#include "snapshot_cell.hpp"
-#include "waiter_queue.hpp"
+#include "state.hpp"
 
 #include <atomic>
 #include <chrono>

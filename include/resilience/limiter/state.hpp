@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/limiter_state.hpp
+/// \file limiter/state.hpp
 /// `limiter_state`: the first-come-first-served queue of the rate limiters, driven by a meter that
 /// counts the permits (`token_bucket`, `window_counter`).
 #pragma once
 
 #include "../clock.hpp"
 #include "../context.hpp"
+#include "../detail/inlining.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/stop.hpp"
+#include "../detail/time.hpp"
+#include "../detail/waiter_queue.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
 #include "../task.hpp"
-#include "inlining.hpp"
-#include "shared_handle.hpp"
-#include "stop.hpp"
-#include "time.hpp"
-#include "waiter_queue.hpp"
 
 #include <algorithm>
 #include <atomic>
