@@ -2,6 +2,7 @@
 #include "catch.hpp"
 
 #include <resilience/error.hpp>
+#include <resilience/limiter/errors.hpp>
 #include <resilience/outcome.hpp>
 
 #include <stdexcept>

@@ -213,19 +213,6 @@ private:
     rejection_reason reason_;
 };
 
-/// A rate limiter refused the call; `retry_after()` is when a token will be there for it, and
-/// `reason()` why it was refused.
-class rate_limited_error : public retry_after_error {
-public:
-    rate_limited_error(std::string policy_name, std::chrono::nanoseconds retry_after,
-                       rejection_reason reason = rejection_reason::no_capacity)
-        : retry_after_error(errc::rate_limited, std::move(policy_name), retry_after), reason_(reason) {}
-    rejection_reason reason() const noexcept { return reason_; }
-
-private:
-    rejection_reason reason_;
-};
-
 /// An adaptive throttle refused the call locally, without sending it: the dependency has been
 /// refusing so much of what it was sent that this call would likely have been refused too.
 /// `probability()` is the rejection probability the call was refused with (in (0, 1)). No

@@ -14,6 +14,7 @@
 #include "circuit_breaker.hpp"
 #include "error.hpp"
 #include "hedge.hpp"
+#include "limiter/errors.hpp"
 #include "outcome.hpp"
 #include "telemetry.hpp"
 

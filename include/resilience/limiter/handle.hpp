@@ -17,6 +17,7 @@
 #include "../priority.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
+#include "errors.hpp"
 #include "state.hpp"
 
 #include <atomic>
@@ -409,15 +410,5 @@ private:
                 .reason = why};
     }
 };
-
-/// Checks the queue options both limiters share (`priorities` included); `who` starts the message.
-template <class Options>
-void validate_queue_options(const Options& o, const std::string& who) {
-    if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
-        throw std::invalid_argument(who + "queue_timeout must be positive, got " +
-                                    std::to_string(o.queue_timeout->count()) + "ns");
-    if constexpr (requires { o.priorities; }) // the limits shared through Redis have none
-        priority_table::validate(o.priorities, who);
-}
 
 } // namespace resilience::detail

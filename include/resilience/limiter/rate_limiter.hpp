@@ -3,71 +3,19 @@
 /// `rate_limiter`: a token bucket refilled lazily from the clock, with a first-come-first-served queue.
 #pragma once
 
-#include "../classifier.hpp"
 #include "../clock.hpp"
-#include "../concepts.hpp"
 #include "../detail/config.hpp"
-#include "../error.hpp"
-#include "../priority.hpp"
-#include "../telemetry_event.hpp"
+#include "errors.hpp"
 #include "handle.hpp"
+#include "options.hpp"
 #include "token_bucket.hpp"
 
 #include <chrono>
-#include <cmath>
 #include <cstddef>
-#include <functional>
-#include <optional>
-#include <stdexcept>
-#include <string>
+#include <string_view>
 #include <utility>
 
 namespace resilience {
-
-/// How a `rate_limiter` admits calls. `token_limit` and `tokens_per_second` have no usable default;
-/// the constructor checks every field (`std::invalid_argument` naming the limiter, the field and the
-/// value).
-///
-/// A user callback (`on_rejected`) that throws ends the call with its exception as the call's
-/// failure instead of the refusal (the listener then hears nothing); `execute_outcome` returns it,
-/// `execute` throws it.
-struct rate_limiter_options {
-    /// Carried by the errors it makes (`policy_name()`), by `rejection_event`s and by `name()`.
-    std::string name{};
-    /// The burst after idle: how many tokens the bucket holds. It starts full. Must be positive.
-    /// No default, as for the rate: only the user knows what the dependency allows.
-    std::size_t token_limit = 0;
-    /// The sustained rate: tokens added per second, lazily, as time passes. Finite and at least
-    /// `min_tokens_per_second`. No default: a guessed rate would either throttle a dependency that
-    /// could take more or let through more than it can take, silently; so a limiter made without
-    /// one throws.
-    double tokens_per_second = 0;
-    /// The slowest rate accepted: a token every 31.7 years. The bucket counts in nanoseconds per
-    /// token; a slower rate is refused (`std::invalid_argument`) rather than rounded, since its
-    /// interval would not fit the times the limiter computes (a rate of 1e-300 would make it
-    /// infinite, and the bucket would admit everything).
-    static constexpr double min_tokens_per_second = 1e-9;
-    /// How many calls may wait for a token; beyond that a call is refused at once
-    /// (`rejection_reason::queue_full`). The default 0 refuses as soon as the bucket is empty
-    /// (`no_capacity`); `rs::unbounded_queue` never refuses for want of a queue place.
-    std::size_t queue_limit = 0;
-    /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
-    /// that instant; a token due at that very instant is still taken. Empty (the default): as
-    /// long as it takes. Must be positive when set.
-    std::optional<std::chrono::nanoseconds> queue_timeout{};
-    /// Priority classes (priority.hpp): the share of `token_limit` reserved for each class, and the queue
-    /// served highest class first, a full queue giving up its lowest class's last waiter to a
-    /// newcomer of a higher class. A call's class is its `rs::priority` property; `take` is of the
-    /// `default_class`. Empty (the default): every call alike, in arrival order, at no cost.
-    priority_classes priorities{};
-    /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
-    /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
-    /// Runs on the caller's coroutine, without any lock held; must not block.
-    std::function<void(const rejection_event&)> on_rejected{};
-    /// Hears this limiter's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
-    /// stage around the call, if any (see telemetry.hpp).
-    telemetry_listener telemetry{};
-};
 
 /// Limits how often calls start: a token bucket of `token_limit` tokens (full at first) refilled
 /// at `tokens_per_second`. Each admitted call spends exactly one token before it starts.
@@ -141,7 +89,7 @@ public:
     ///
     ///     api.reconfigure({.token_limit = 20, .tokens_per_second = 10, .queue_limit = 100});
     void reconfigure(rate_limiter_options options) const {
-        validate(options);
+        detail::validate_rate_limiter_options(options);
         const std::size_t capacity = options.token_limit;
         const double rate = options.tokens_per_second;
         this->reconfigure_with(std::move(options),
@@ -152,20 +100,8 @@ public:
 
 private:
     static detail::token_bucket meter_of(const rate_limiter_options& o) {
-        validate(o);
+        detail::validate_rate_limiter_options(o);
         return detail::token_bucket{o.token_limit, o.tokens_per_second};
-    }
-    static void validate(const rate_limiter_options& o) {
-        const std::string who = detail::policy_label("rate_limiter", o.name) + ": ";
-        if (o.token_limit == 0)
-            throw std::invalid_argument(who + "token_limit must be positive, got 0");
-        if (!std::isfinite(o.tokens_per_second) || !(o.tokens_per_second > 0))
-            throw std::invalid_argument(who + "tokens_per_second must be finite and positive, got " +
-                                        detail::format_number(o.tokens_per_second));
-        if (o.tokens_per_second < rate_limiter_options::min_tokens_per_second)
-            throw std::invalid_argument(who + "tokens_per_second must be at least 1e-9 (a token every " +
-                                        "31.7 years), got " + detail::format_number(o.tokens_per_second));
-        detail::validate_queue_options(o, who);
     }
 };
 

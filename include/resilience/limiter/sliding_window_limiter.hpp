@@ -3,63 +3,18 @@
 /// `sliding_window_limiter`: at most N calls in any window-long span, counted per segment.
 #pragma once
 
-#include "../classifier.hpp"
 #include "../clock.hpp"
-#include "../concepts.hpp"
-#include "../error.hpp"
-#include "../priority.hpp"
-#include "../telemetry_event.hpp"
+#include "errors.hpp"
 #include "handle.hpp"
+#include "options.hpp"
 #include "window_counter.hpp"
 
 #include <chrono>
 #include <cstddef>
-#include <cstdint>
-#include <functional>
-#include <optional>
-#include <stdexcept>
-#include <string>
+#include <string_view>
 #include <utility>
 
 namespace resilience {
-
-/// How a `sliding_window_limiter` admits calls. `permit_limit` and `window` have no usable default;
-/// the constructor checks every field (`std::invalid_argument` naming the limiter, the field and the
-/// value). A throwing `on_rejected` ends the call as for `rate_limiter_options`.
-struct sliding_window_limiter_options {
-    /// Carried by the errors it makes (`policy_name()`), by `rejection_event`s and by `name()`.
-    std::string name{};
-    /// How many calls any window-long span may admit. Must be positive. No default, as for the
-    /// window: only the user knows what the dependency allows, and a guess would silently either
-    /// throttle it or overload it; so a limiter made without them throws.
-    std::size_t permit_limit = 0;
-    /// The span. Must be positive.
-    std::chrono::nanoseconds window{};
-    /// How finely the window slides: permits come back in steps of `window / segments`. Positive
-    /// and at most `window` in nanoseconds and `max_segments`.
-    std::size_t segments = 10;
-    /// The most `segments` accepted: one counter each is kept, so the bound caps the memory.
-    static constexpr std::size_t max_segments = 1'000'000;
-    /// How many calls may wait for a permit; beyond that a call is refused at once
-    /// (`rejection_reason::queue_full`). The default 0 refuses as soon as no permit is free
-    /// (`no_capacity`); `rs::unbounded_queue` never refuses for want of a queue place.
-    std::size_t queue_limit = 0;
-    /// How long a call may wait in the queue before it is refused (`queue_timeout`), at exactly
-    /// that instant. Empty (the default): as long as it takes. Must be positive when set.
-    std::optional<std::chrono::nanoseconds> queue_timeout{};
-    /// Priority classes (priority.hpp): the share of `permit_limit` reserved for each class, and the queue
-    /// served highest class first, a full queue giving up its lowest class's last waiter to a
-    /// newcomer of a higher class. A call's class is its `rs::priority` property; `take` is of the
-    /// `default_class`. Empty (the default): every call alike, in arrival order, at no cost.
-    priority_classes priorities{};
-    /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
-    /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
-    /// Runs on the caller's coroutine, without any lock held; must not block.
-    std::function<void(const rejection_event&)> on_rejected{};
-    /// Hears this limiter's `rejection`s and `queue_wait`s. Empty: the listener of a `telemetry`
-    /// stage around the call, if any (see telemetry.hpp).
-    telemetry_listener telemetry{};
-};
 
 /// Limits calls to `permit_limit` in any `window`, with the interface of `rate_limiter` (waiting
 /// in arrival order, `queue_limit`, `queue_timeout`, `priorities`, `take`,
@@ -130,7 +85,7 @@ public:
     /// setting of them and `permit_limit` keeps a small table of the classes' shares until the
     /// limiter goes.
     void reconfigure(sliding_window_limiter_options options) const {
-        validate(options);
+        detail::validate_sliding_window_limiter_options(options);
         const std::size_t limit = options.permit_limit, segments = options.segments;
         const std::chrono::nanoseconds window = options.window;
         this->reconfigure_with(std::move(options),
@@ -141,27 +96,8 @@ public:
 
 private:
     static detail::window_counter meter_of(const sliding_window_limiter_options& o) {
-        validate(o);
+        detail::validate_sliding_window_limiter_options(o);
         return detail::window_counter{o.permit_limit, o.window, o.segments};
-    }
-    static void validate(const sliding_window_limiter_options& o) {
-        const std::string who = detail::policy_label("sliding_window_limiter", o.name) + ": ";
-        if (o.permit_limit == 0)
-            throw std::invalid_argument(who + "permit_limit must be positive, got 0");
-        if (o.window <= std::chrono::nanoseconds::zero())
-            throw std::invalid_argument(who + "window must be positive, got " +
-                                        std::to_string(o.window.count()) + "ns");
-        if (o.segments == 0)
-            throw std::invalid_argument(who + "segments must be positive, got 0");
-        if (o.segments > sliding_window_limiter_options::max_segments)
-            throw std::invalid_argument(who + "segments must be at most " +
-                                        std::to_string(sliding_window_limiter_options::max_segments) +
-                                        ", got " + std::to_string(o.segments));
-        if (o.segments > static_cast<std::uint64_t>(o.window.count()))
-            throw std::invalid_argument(who + "segments must be at most the window in nanoseconds (" +
-                                        std::to_string(o.window.count()) + "), got " +
-                                        std::to_string(o.segments));
-        detail::validate_queue_options(o, who);
     }
 };
 
