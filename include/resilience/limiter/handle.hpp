@@ -2,6 +2,11 @@
 /// \file limiter/handle.hpp
 /// `limiter_handle`: the public face shared by `rate_limiter` and `sliding_window_limiter` (the policy
 /// protocol, `take`, `queued`, `name`, `reconfigure`), over a `limiter_state` with its options.
+///
+/// Locking: no mutex of its own; the functions of `limiter_state` it calls take `limiter_state::mutex`
+/// (state.hpp), and `limiter_shared::reconfigure`'s change runs with it held. `limiter_shared::cell` is
+/// replaced only with that mutex held and pinned without it (a `snapshot_cell`); `ranks` and
+/// `queue_limit` are read here without it, as state.hpp says where they are declared.
 #pragma once
 
 #include "../clock.hpp"
