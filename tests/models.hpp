@@ -243,7 +243,7 @@ struct limiter_call {
 /// The bucket's instants are doubles, as the documentation of the bucket keeps them: whole
 /// nanoseconds stay exact (below 2^53), and the arithmetic of a reconfiguration, which may leave a
 /// fraction of a token, is the one the documentation states. A due time is rounded up to a whole
-/// nanosecond; a full bucket keeps less than a nanosecond of overflow (token_bucket.hpp).
+/// nanosecond; a full bucket keeps less than a nanosecond of overflow (limiter/token_bucket.hpp).
 struct token_bucket_meter {
     double capacity, interval, empty_at;
     token_bucket_meter(ns tokens, ns interval_ns)

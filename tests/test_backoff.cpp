@@ -4,6 +4,7 @@
 
 #include <resilience/backoff.hpp>
 #include <resilience/error.hpp>
+#include <resilience/limiter/errors.hpp>
 #include <resilience/outcome.hpp>
 #include <resilience/random.hpp>
 

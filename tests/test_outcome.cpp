@@ -4,6 +4,7 @@
 #include <resilience/adaptive_throttle/errors.hpp>
 #include <resilience/circuit_breaker/errors.hpp>
 #include <resilience/error.hpp>
+#include <resilience/limiter/errors.hpp>
 #include <resilience/outcome.hpp>
 
 #include <stdexcept>

@@ -7,6 +7,7 @@
 #include <resilience/circuit_breaker/errors.hpp>
 #include <resilience/error.hpp>
 #include <resilience/event_loop.hpp>
+#include <resilience/limiter/errors.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_budget.hpp>

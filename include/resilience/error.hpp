@@ -155,19 +155,6 @@ private:
     rejection_reason reason_;
 };
 
-/// A rate limiter refused the call; `retry_after()` is when a token will be there for it, and
-/// `reason()` why it was refused.
-class rate_limited_error : public retry_after_error {
-public:
-    rate_limited_error(std::string policy_name, std::chrono::nanoseconds retry_after,
-                       rejection_reason reason = rejection_reason::no_capacity)
-        : retry_after_error(errc::rate_limited, std::move(policy_name), retry_after), reason_(reason) {}
-    rejection_reason reason() const noexcept { return reason_; }
-
-private:
-    rejection_reason reason_;
-};
-
 /// What a policy tells its `on_rejected` callback when it refuses a call, before the refusal is
 /// returned. Refers to the policy's name: valid only during the callback.
 class rejection_event {

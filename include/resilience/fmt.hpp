@@ -16,6 +16,7 @@
 #include "circuit_breaker/errors.hpp"
 #include "error.hpp"
 #include "hedge.hpp"
+#include "limiter/errors.hpp"
 #include "outcome.hpp"
 #include "telemetry.hpp"
 

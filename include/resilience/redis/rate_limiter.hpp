@@ -9,6 +9,8 @@
 #include "../detail/label.hpp"
 #include "../detail/time.hpp"
 #include "../error.hpp"
+#include "../limiter/errors.hpp"
+#include "../limiter/options.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../rate_limiter.hpp"

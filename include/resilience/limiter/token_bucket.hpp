@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/token_bucket.hpp
-/// `token_bucket`: the meter of `rate_limiter`, a `lock_free_meter` (see limiter_state.hpp).
+/// \file limiter/token_bucket.hpp
+/// `token_bucket`: the meter of `rate_limiter`, a `lock_free_meter` (see state.hpp).
 #pragma once
 
 #include <algorithm>

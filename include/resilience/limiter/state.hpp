@@ -1,19 +1,28 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/limiter_state.hpp
+/// \file limiter/state.hpp
 /// `limiter_state`: the first-come-first-served queue of the rate limiters, driven by a meter that
 /// counts the permits (`token_bucket`, `window_counter`).
+///
+/// Locking: `limiter_state::mutex` guards the queue (`queue`, `deferred_`, `alarm`), `queue_timeout`,
+/// `latest`, the priorities' blocks (`rank_blocks`), and the meter while the mutex side holds it (from a
+/// `meter_lease`, made and ended with the mutex held, to the end of the last wait); `queue_limit` and
+/// `ranks` are atomics written only under it. A member function whose name ends in `_locked` is called
+/// with `mutex` held and never takes it (the waiter queue's protocol, `decide_locked` and the rest, is
+/// called so by `queue_awaiter` and `stop_waiter`); every other function that touches a guarded member
+/// takes it itself. Read without it, as said where each is declared: `ranks` (the fast path),
+/// `queue_limit` (a refusal's reason), and a `lock_free_meter`'s own word (`try_take_shared`).
 #pragma once
 
 #include "../clock.hpp"
 #include "../context.hpp"
+#include "../detail/inlining.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/stop.hpp"
+#include "../detail/time.hpp"
+#include "../detail/waiter_queue.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
 #include "../task.hpp"
-#include "inlining.hpp"
-#include "shared_handle.hpp"
-#include "stop.hpp"
-#include "time.hpp"
-#include "waiter_queue.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -99,7 +108,7 @@ concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
 /// ahead of a waiter, and the mutex side always sees a state nobody else changes.
 ///
 /// With priorities (`ranks`, priority.hpp) the queue is ordered by class (see waiter_queue.hpp), and
-/// a caller of class k takes a permit only while `keep(k)` more stay (`take_keeping`); its due time
+/// a caller of class k takes a permit only while `keep(k)` more stay (`take_keeping_locked`); its due time
 /// is the meter's `available_at(now, ahead + keep)`. The turn stays with the front waiter: a newcomer
 /// of a higher class queued in front of the head takes the turn from it, and the old head, woken
 /// through its alarm, parks (`park`) until the turn comes back to it, its caller stops, or it is
@@ -122,15 +131,15 @@ struct limiter_state : shared_state {
     ~limiter_state() { assert(queue.empty()); } // a waiting call holds the limiter
 #endif
 
-    Meter meter;
+    Meter meter; // guarded by `mutex` while held (`meter_lease`); a lock-free one is taken without it
     C clock;
     const typename C::time_point origin;
-    std::atomic<std::size_t> queue_limit;                  // written under `mutex`
+    std::atomic<std::size_t> queue_limit; // written under `mutex`; read without it (relaxed) by refusals
     std::optional<std::chrono::nanoseconds> queue_timeout; // guarded by `mutex`
     std::mutex mutex;
     waiter_queue queue;
 
-    std::chrono::nanoseconds latest{}; // the latest time a decision under the mutex used
+    std::chrono::nanoseconds latest{}; // the latest time a decision used; guarded by `mutex`
     std::stop_source* alarm = nullptr; // the sleeping head's (see `head_alarm`); guarded by `mutex`
 
     /// Priorities as admission uses them: the classes' table and the limit their shares are of, and
@@ -179,7 +188,7 @@ struct limiter_state : shared_state {
         return b ? static_cast<std::size_t>(b->table.keep(rank, b->limit)) : 0;
     }
     /// `mutex` held, meter held: a permit at `now` for a caller that must leave `keep` more.
-    bool take_keeping(std::chrono::nanoseconds now, std::size_t keep) {
+    bool take_keeping_locked(std::chrono::nanoseconds now, std::size_t keep) {
         if (keep == 0)
             return meter.try_take(now);
         return !(meter.available_at(now, keep) > static_cast<double>(now.count())) && meter.try_take(now);
@@ -227,7 +236,7 @@ struct limiter_state : shared_state {
         meter_lease lease{*this};
         const auto now = elapsed_locked();
         const std::size_t keep = keep_locked(w.rank);
-        if (!queue.any_from(w.rank) && take_keeping(now, keep))
+        if (!queue.any_from(w.rank) && take_keeping_locked(now, keep))
             return waiter_state::granted;
         if (queue.size() >= queue_limit.load(std::memory_order_relaxed) && !queue.displaced_by(w.rank)) {
             w.retry_after = ceil_ns(meter.available_at(now, queue.count_from(w.rank) + keep)) - now;
@@ -462,7 +471,7 @@ struct limiter_state : shared_state {
                 } else {
                     const auto now = elapsed_locked();
                     const std::size_t keep = keep_locked(node.rank);
-                    if (take_keeping(now, keep)) {
+                    if (take_keeping_locked(now, keep)) {
                         next = queue.leave_turn(node, waiter_state::granted);
                         st = waiter_state::granted;
                     } else {
@@ -518,7 +527,8 @@ struct limiter_state : shared_state {
         std::lock_guard lock(mutex);
         meter_lease lease{*this};
         // A reading made before the lock may be older than one a decision already used.
-        return !queue.any_from(rank) && take_keeping(std::max(since_origin(now), latest), keep_locked(rank));
+        return !queue.any_from(rank) &&
+               take_keeping_locked(std::max(since_origin(now), latest), keep_locked(rank));
     }
 
     // `mutex` held, by the head `head` at `now`: refuses (`expired`) the waiters behind it whose

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/window_counter.hpp
-/// `window_counter`: the meter of `sliding_window_limiter` (see limiter_state.hpp).
+/// \file limiter/window_counter.hpp
+/// `window_counter`: the meter of `sliding_window_limiter` (see state.hpp).
 #pragma once
 
 #include <algorithm>

@@ -1,23 +1,29 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/limiter_handle.hpp
+/// \file limiter/handle.hpp
 /// `limiter_handle`: the public face shared by `rate_limiter` and `sliding_window_limiter` (the policy
 /// protocol, `take`, `queued`, `name`, `reconfigure`), over a `limiter_state` with its options.
+///
+/// Locking: no mutex of its own; the functions of `limiter_state` it calls take `limiter_state::mutex`
+/// (state.hpp), and `limiter_shared::reconfigure`'s change runs with it held. `limiter_shared::cell` is
+/// replaced only with that mutex held and pinned without it (a `snapshot_cell`); `ranks` and
+/// `queue_limit` are read here without it, as state.hpp says where they are declared.
 #pragma once
 
 #include "../clock.hpp"
 #include "../context.hpp"
+#include "../detail/default_clock.hpp"
+#include "../detail/frame_allocator.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/snapshot_cell.hpp"
+#include "../detail/waiter_queue.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../priority.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
-#include "default_clock.hpp"
-#include "frame_allocator.hpp"
-#include "limiter_state.hpp"
-#include "shared_handle.hpp"
-#include "snapshot_cell.hpp"
-#include "waiter_queue.hpp"
+#include "errors.hpp"
+#include "state.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -409,15 +415,5 @@ private:
                 .reason = why};
     }
 };
-
-/// Checks the queue options both limiters share (`priorities` included); `who` starts the message.
-template <class Options>
-void validate_queue_options(const Options& o, const std::string& who) {
-    if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
-        throw std::invalid_argument(who + "queue_timeout must be positive, got " +
-                                    std::to_string(o.queue_timeout->count()) + "ns");
-    if constexpr (requires { o.priorities; }) // the limits shared through Redis have none
-        priority_table::validate(o.priorities, who);
-}
 
 } // namespace resilience::detail
