@@ -200,19 +200,6 @@ public:
                              nullptr) {}
 };
 
-/// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out;
-/// `reason()` says which.
-class bulkhead_rejected_error : public error {
-public:
-    explicit bulkhead_rejected_error(std::string policy_name = {},
-                                     rejection_reason reason = rejection_reason::no_capacity)
-        : error(errc::bulkhead_rejected, std::move(policy_name)), reason_(reason) {}
-    rejection_reason reason() const noexcept { return reason_; }
-
-private:
-    rejection_reason reason_;
-};
-
 /// A rate limiter refused the call; `retry_after()` is when a token will be there for it, and
 /// `reason()` why it was refused.
 class rate_limited_error : public retry_after_error {

@@ -11,6 +11,7 @@
 ///     fmt::print("{}\n", event);  // [1.2s] retry(payments) retry: attempt 1 failed, next in 200ms: boom
 #pragma once
 
+#include "bulkhead/errors.hpp"
 #include "circuit_breaker.hpp"
 #include "error.hpp"
 #include "hedge.hpp"
