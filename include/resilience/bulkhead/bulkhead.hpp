@@ -5,9 +5,9 @@
 /// manages (`adapt`). Its options are in bulkhead/options.hpp, its refusal in bulkhead/errors.hpp;
 /// the slots, the queue and the ways a call waits are in bulkhead/state.hpp.
 ///
-/// Locking: no mutex of its own. `queued()` and `run` (the decision before a bounded wait) take
-/// the state's `mutex` themselves, and call only its `_locked` functions while they hold it; the
-/// rest of a call goes through `bulkhead_state`, which locks for itself (bulkhead/state.hpp).
+/// Locking: no mutex of its own. `queued()` (which reads the queue) and `run` (which decides with
+/// `decide_locked` before a bounded wait) take the state's `mutex` themselves, for that step only;
+/// the rest of a call goes through `bulkhead_state`, which locks for itself (bulkhead/state.hpp).
 #pragma once
 
 #include "../classifier.hpp"
