@@ -6,7 +6,8 @@
   a new header is placed in a layer when it is added);
 - a policy includes no other policy (except the parts of one design in POLICY_PARTS), and then only
   that policy's faces (its policy header, options.hpp, errors.hpp), never its internals;
-- inside a policy's folder nothing includes the folder's policy header or its forwarding header back;
+- inside a policy's folder nothing includes a forwarding header of that policy back, and no header
+  reaches itself through its includes (a circle);
 - no header is over MAX_LINES lines.
 
 A forwarding header is a top-level file whose code is one include of a file in a folder: that folder
@@ -125,6 +126,28 @@ def unit_of(rel, folders):
     return folders.get(rel, rel[:-len(".hpp")])
 
 
+def circles(headers):
+    """One line for each header that reaches itself through its includes (a header that includes what
+    includes it back compiles only through #pragma once, in one order)."""
+    graph = {p.relative_to(ROOT).as_posix(): includes_of(p) for p in headers}
+    found, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in graph.get(node, []):
+            if state.get(nxt) == "open":
+                cycle = path[path.index(nxt):] + [nxt]
+                found.append("include circle: " + " -> ".join(cycle))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
 def main():
     problems = []
     headers = sorted(ROOT.rglob("*.hpp"))
@@ -160,17 +183,16 @@ def main():
             if my_unit is None or their_unit is None:
                 continue  # shared policy machinery in detail/
             if my_unit == their_unit:
-                # Inside a policy the includes run up to its policy header and its forwarding header,
-                # never back down from them.
+                # Inside a policy nothing includes the headers at the old paths back; the folder's own
+                # order is checked below, with every other include, for circles.
                 if dep_rel in forwards and rel not in forwards:
                     problems.append(f"include/resilience/{rel} includes its own forwarding header {dep_rel} back")
-                elif dep_rel in policy_headers and rel not in forwards:
-                    problems.append(f"include/resilience/{rel} includes its own policy header {dep_rel} back")
                 continue
             if (my_unit, their_unit) not in POLICY_PARTS:
                 problems.append(f"include/resilience/{rel} (policy {my_unit}) includes another policy, {dep_rel}")
             elif "/" in dep_rel and dep_rel not in policy_headers and dep_rel.split("/")[-1] not in FOLDER_FACES:
                 problems.append(f"include/resilience/{rel} includes {dep_rel}, an internal of policy {their_unit}")
+    problems += circles(headers)
     for p in problems:
         print(p)
     if problems:

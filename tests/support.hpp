@@ -5,6 +5,7 @@
 
 #include "catch.hpp"
 
+#include <resilience/bulkhead/errors.hpp>
 #include <resilience/error.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/outcome.hpp>

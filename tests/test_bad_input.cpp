@@ -327,7 +327,7 @@ TEST_CASE("bad input: bulkhead options", "[bad_input][bulkhead]") {
 }
 
 // The largest limit a bulkhead's slot word holds: its two top bits are the `waiting` and `retired`
-// flags (detail/bulkhead_state.hpp).
+// flags (bulkhead/state.hpp).
 constexpr std::size_t largest_bulkhead_limit = (std::size_t{1} << 62) - 1;
 
 // `make()` must throw std::invalid_argument naming `field`, the largest value it accepts and `value`.

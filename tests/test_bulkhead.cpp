@@ -847,7 +847,7 @@ TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down bef
 namespace {
 
 // steady time from a simulation without its loop timers: a bulkhead's queue_timeout on it is
-// bounded by a watchdog that sleeps beside the queued call (the wait of detail/bulkhead_state.hpp's
+// bounded by a watchdog that sleeps beside the queued call (the wait of bulkhead/state.hpp's
 // third way).
 struct loopless_vclock {
     vclock inner;
@@ -881,7 +881,7 @@ rs::task<void> arrive_and_hold(rs::testing::simulation& sim, const B& bh, ending
     ended[id] = {sim.now(), how == "failure" ? r.error().what() : how};
 }
 
-// The three ways a bulkhead makes a call wait (see detail/bulkhead_state.hpp), each given the same
+// The three ways a bulkhead makes a call wait (see bulkhead/state.hpp), each given the same
 // options but `adapt` and the clock: in the pipeline's frame, in `run` (`adapt`), and in `run` with a
 // watchdog (a clock without loop timers).
 enum class wait_way { frame, run, watchdog };

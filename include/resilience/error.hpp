@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file error.hpp
-/// The library's error codes, their category, and the exception types policies throw.
+/// The library's error codes (`errc`, for every policy), their category, `rejection_reason`, and the
+/// core's exceptions: `error`, the base of all the library's own, `timeout_error`, `cancelled_error`
+/// and `retry_after_error`. A policy's own exceptions are in its folder's `errors.hpp`.
 #pragma once
 
 #include "detail/error_category.hpp"
@@ -141,19 +143,6 @@ constexpr const char* to_string(rejection_reason r) noexcept {
     }
     return "unknown";
 }
-
-/// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out;
-/// `reason()` says which.
-class bulkhead_rejected_error : public error {
-public:
-    explicit bulkhead_rejected_error(std::string policy_name = {},
-                                     rejection_reason reason = rejection_reason::no_capacity)
-        : error(errc::bulkhead_rejected, std::move(policy_name)), reason_(reason) {}
-    rejection_reason reason() const noexcept { return reason_; }
-
-private:
-    rejection_reason reason_;
-};
 
 /// What a policy tells its `on_rejected` callback when it refuses a call, before the refusal is
 /// returned. Refers to the policy's name: valid only during the callback.

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "adaptive_throttle/errors.hpp"
+#include "bulkhead/errors.hpp"
 #include "circuit_breaker.hpp"
 #include "circuit_breaker/errors.hpp"
 #include "error.hpp"

@@ -6,6 +6,7 @@
 
 #include "../asio.hpp"
 #include "../bulkhead.hpp"
+#include "../bulkhead/errors.hpp"
 #include "../context.hpp"
 #include "../detail/label.hpp"
 #include "../detail/stop.hpp"

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The definitions of <resilience/adaptive_limit.hpp> that do not depend on a user's type: included by the
-// header (header-only), or compiled once into resilience::compiled (detail/config.hpp).
+// The definitions of <resilience/bulkhead/adaptive_limit.hpp> that do not depend on a user's type:
+// included by the header (header-only), or compiled once into resilience::compiled (detail/config.hpp).
 #pragma once
 
-#include "../adaptive_limit.hpp"
+#include "adaptive_limit.hpp"
 
 namespace resilience::detail {
 

@@ -1,7 +1,21 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/bulkhead_state.hpp
+/// \file bulkhead/state.hpp
 /// What the copies of a `bulkhead` share (`bulkhead_state`): the slots, the limit on them with its
-/// adaptive algorithm, and the queue of calls waiting for a slot.
+/// adaptive algorithm, and the queue of calls waiting for a slot. The options block each call
+/// pins is bulkhead/config.hpp's; the algorithm is bulkhead/adaptive_limit.hpp's.
+///
+/// Locking: `bulkhead_state::mutex` guards `queue` (and its waiters' links and states, see
+/// detail/waiter_queue.hpp), `algorithm`, `displaced_` and the replacement of `cell`'s block (read
+/// as `cell.locked()` under it). It is the only lock that writes `limit`, `epoch`, `plain`, `modes`
+/// and `sample_word`, and that raises or lowers the `waiting` bit of `word`: those are atomics, read
+/// without it by the calls' fast paths (and the slot count below the bits changes by atomic steps
+/// without it while `waiting` is clear), as each says where it is declared. A function whose name
+/// ends in `_locked` is called with `mutex` held and never takes it (`decide_locked`,
+/// `enqueue_locked`, `take_deferred_locked`, `waiter_left_locked`, `cap_locked`, `take_locked`,
+/// `limited_locked`, `release_locked`, `grant_locked`); every other function that touches what it
+/// guards takes it itself (`options`, `finish`, `release_to_waiter`, `expire`, `reason_of`,
+/// `reconfigure`; the queue's awaiter, detail/waiter_queue.hpp). The constructor and the
+/// destructor touch them unlocked: no other thread can reach the state then.
 ///
 /// How a call gets a slot. It first tries `try_acquire` (in `bulkhead::enter`): with a slot free
 /// and nobody queued, one compare-and-swap, no lock, no allocation, no wait. A call that finds no
@@ -23,19 +37,22 @@
 /// and the telemetry listener).
 #pragma once
 
-#include "../adaptive_limit.hpp"
 #include "../clock.hpp"
+#include "../context.hpp"
+#include "../detail/inlining.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/snapshot_cell.hpp"
+#include "../detail/stop.hpp"
+#include "../detail/time.hpp"
+#include "../detail/waiter_queue.hpp"
 #include "../error.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
 #include "../task.hpp"
 #include "../when_all.hpp"
-#include "inlining.hpp"
-#include "shared_handle.hpp"
-#include "snapshot_cell.hpp"
-#include "stop.hpp"
-#include "time.hpp"
-#include "waiter_queue.hpp"
+#include "adaptive_limit.hpp"
+#include "config.hpp"
+#include "options.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -51,11 +68,7 @@
 #include <variant>
 #include <vector>
 
-namespace resilience {
-
-struct bulkhead_options;
-
-namespace detail {
+namespace resilience::detail {
 
 /// Whether `clock`'s timers are those of the loop this thread runs: a queued call's timer then
 /// fires where the call resumes. False for a clock without loop timers, or outside a loop.
@@ -74,99 +87,6 @@ bool timer_loop_here(const C& clock) noexcept {
 }
 
 static_assert(max_priority_classes <= waiter_ranks, "each priority class needs a rank of the queue");
-
-/// One configuration of a bulkhead, as its calls see it: the options and what is derived from
-/// them, immutable. A call that needs it past its admission pins the block in force where it
-/// starts and keeps it to its end (see `bulkhead_state::cell`), so it never sees a mix of two
-/// configurations.
-template <class Options>
-struct bulkhead_config : pinnable {
-    explicit bulkhead_config(Options o)
-        : options(std::move(o)), should_handle(limit_classifier(options.adapt)),
-          adaptive(should_handle != nullptr), times_calls(needs_latency(options.adapt)),
-          priority(options.priorities) {}
-
-    const Options options;
-    const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
-    const bool adaptive;
-    const bool times_calls;        // the algorithm needs each call's latency: its admission reads the clock
-    const priority_table priority; // `options.priorities`, as admission uses it
-    /// `adapt` or `priorities`: `bulkhead::enter` takes the longer way (one test on its fast path).
-    const bool long_entry = adaptive || priority.enabled();
-
-    /// The rank a call started with `ctx` waits at: its class with priorities, else 0.
-    unsigned char rank_of(const context& ctx) const noexcept {
-        return priority.enabled() ? static_cast<unsigned char>(priority.class_of(ctx)) : 0;
-    }
-
-    /// True when a sample like this changes nothing, whatever the algorithm's state: an AIMD quick
-    /// success while nothing waits. Lets a call's end skip the lock.
-    bool inert(std::chrono::nanoseconds latency, bool failed, bool limited) const noexcept {
-        if (const aimd* a = std::get_if<aimd>(&options.adapt))
-            return !failed && !limited && !(a->slow_call_duration && latency >= *a->slow_call_duration);
-        return false;
-    }
-
-    /// `inert` in one word, for a call's end to read without pinning the block in force: 0 without
-    /// `adapt`; else `aimd_bit` for AIMD, with its `slow_call_duration` in nanoseconds below it
-    /// (`no_slow` when none), or `other_bit` for another algorithm.
-    static constexpr std::uint64_t aimd_bit = std::uint64_t{1} << 63;
-    static constexpr std::uint64_t other_bit = std::uint64_t{1} << 62;
-    static constexpr std::uint64_t no_slow = other_bit - 1;
-    std::uint64_t sample_word() const noexcept {
-        if (const aimd* a = std::get_if<aimd>(&options.adapt)) {
-            if (!a->slow_call_duration)
-                return aimd_bit | no_slow;
-            const auto ns = std::max<std::int64_t>(a->slow_call_duration->count(), 0);
-            return aimd_bit | std::min<std::uint64_t>(static_cast<std::uint64_t>(ns), no_slow - 1);
-        }
-        return adaptive ? other_bit : 0;
-    }
-    /// `inert`, from a `sample_word()`.
-    static bool inert(std::uint64_t word, std::chrono::nanoseconds latency, bool failed,
-                      bool limited) noexcept {
-        if (!(word & aimd_bit))
-            return false;
-        const std::uint64_t slow = word & no_slow;
-        return !failed && !limited &&
-               !(slow != no_slow &&
-                 static_cast<std::uint64_t>(std::max<std::int64_t>(latency.count(), 0)) >= slow);
-    }
-
-private:
-    static bool needs_latency(const adaptive_limit& a) noexcept {
-        if (const aimd* m = std::get_if<aimd>(&a))
-            return m->slow_call_duration.has_value();
-        return std::holds_alternative<gradient>(a);
-    }
-};
-
-/// Whether options `a` and `b` (`bulkhead_options`) are the same: a reconfiguration from one to the
-/// other changes nothing. Classifiers and listeners compare by identity (copies of one are the same);
-/// options with an `on_rejected` are never the same as any (it cannot be compared).
-template <class Options>
-bool same_bulkhead_options(const Options& a, const Options& b) noexcept {
-    if (a.on_rejected || b.on_rejected || a.name != b.name ||
-        a.max_concurrent_calls != b.max_concurrent_calls || a.queue_limit != b.queue_limit ||
-        a.queue_timeout != b.queue_timeout || a.priorities.classes != b.priorities.classes ||
-        a.priorities.reserved != b.priorities.reserved ||
-        a.priorities.default_class != b.priorities.default_class || !a.telemetry.same_as(b.telemetry) ||
-        a.adapt.index() != b.adapt.index())
-        return false;
-    if (const aimd* x = std::get_if<aimd>(&a.adapt)) {
-        const aimd& y = std::get<aimd>(b.adapt);
-        return x->min == y.min && x->max == y.max && x->slow_call_duration == y.slow_call_duration &&
-               x->decrease == y.decrease && x->should_handle.same_as(y.should_handle);
-    }
-    if (const gradient* x = std::get_if<gradient>(&a.adapt)) {
-        const gradient& y = std::get<gradient>(b.adapt);
-        return x->min == y.min && x->max == y.max && x->short_samples == y.short_samples &&
-               x->long_samples == y.long_samples && x->tolerance == y.tolerance &&
-               x->smoothing == y.smoothing && x->headroom == y.headroom &&
-               x->should_handle.same_as(y.should_handle);
-    }
-    return true;
-}
 
 /// What the copies of a `bulkhead` share: its slots, the limit on them, and the queue of calls
 /// waiting for one.
@@ -209,7 +129,7 @@ bool same_bulkhead_options(const Options& a, const Options& b) noexcept {
 ///   when that keeps the count within the front waiter's cap (after a shrink, or when the slot is
 ///   kept for a higher class, it just gives it back), and a limit that grows hands the new slots
 ///   to waiters in the same locked step. With priorities the queue is ordered by class (see
-///   waiter_queue.hpp), so a waiter the front one's cap holds back is held back too.
+///   detail/waiter_queue.hpp), so a waiter the front one's cap holds back is held back too.
 /// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
 /// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is at
 ///   most `slot_mask`: the options are refused beyond it (`bulkhead_options::max_limit`), never
@@ -218,14 +138,11 @@ bool same_bulkhead_options(const Options& a, const Options& b) noexcept {
 ///   with its class's cap instead (`try_acquire_as`), still one comparison; while waiters of a
 ///   lower class are held back by a reserve, a slot may be free with `waiting` set, and a call of
 ///   a higher class takes it through the mutex.
-///
-/// `Options` is `bulkhead_options`: a parameter only so that this header needs no more than its
-/// declaration (bulkhead.hpp defines it, then includes this).
-template <clock C, class Options = bulkhead_options>
+template <clock C>
 struct bulkhead_state : shared_state {
-    using config = bulkhead_config<Options>;
+    using config = bulkhead_config;
 
-    bulkhead_state(Options o, C c)
+    bulkhead_state(bulkhead_options o, C c)
         : limit(o.max_concurrent_calls), clock(std::move(c)), algorithm(o.adapt, o.max_concurrent_calls),
           cell(std::make_unique<config>(std::move(o))) {
         const config& first = *cell.locked();
@@ -262,21 +179,27 @@ struct bulkhead_state : shared_state {
     static constexpr unsigned char ever_timed = 2;    // some block had a `queue_timeout`
 
     // First: on the cache line of the state's count of holds (see `shared_state`).
+    // The slot word: the slot count changes without the lock while `waiting` is clear; `waiting`
+    // is raised and lowered under `mutex` only. Read without the lock by the fast paths.
     std::atomic<std::uint64_t> word{0};
-    std::atomic<std::uint64_t> limit;    // written under `mutex`
-    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, for admissions without the lock
+    std::atomic<std::uint64_t> limit;    // written under `mutex`; read without it (relaxed)
+    std::atomic<std::uint64_t> epoch{0}; // `algorithm.epoch()`, written under `mutex`; read without it
     /// The block in force has neither `adapt` nor `priorities`: a call that takes a free slot
-    /// needs nothing of it (see `bulkhead::enter`). Stored under `mutex` with the block.
+    /// needs nothing of it (see `bulkhead::enter`). Stored under `mutex` with the block; read
+    /// without it.
     std::atomic<bool> plain{true};
-    std::atomic<unsigned char> modes{0}; // raised under `mutex`, before the block that needs them is
+    // Raised under `mutex`, before the block that needs them is published; read without it.
+    std::atomic<unsigned char> modes{0};
     C clock;
     limit_algorithm algorithm; // guarded by `mutex`
     mutable std::mutex mutex;
-    waiter_queue queue;
+    waiter_queue queue;           // guarded by `mutex`
     waiter* displaced_ = nullptr; // refused by `enqueue_locked`, to wake unlocked; guarded by `mutex`
-    /// The block in force: replaced under `mutex`, pinned by the calls that need it.
+    /// The block in force: replaced under `mutex` (and read there as `cell.locked()`), pinned
+    /// without it by the calls that need it (detail/snapshot_cell.hpp).
     snapshot_cell<config> cell;
-    std::atomic<std::uint64_t> sample_word{0}; // the block in force's `sample_word()`
+    // The block in force's `sample_word()`: stored under `mutex`, read without it by a call's end.
+    std::atomic<std::uint64_t> sample_word{0};
 
     static unsigned char modes_of(const config& c) noexcept {
         return static_cast<unsigned char>((c.adaptive ? ever_adaptive : 0) |
@@ -285,7 +208,7 @@ struct bulkhead_state : shared_state {
     /// Pins the block in force now, for a call starting.
     pinned<config> pin() noexcept { return cell.pin(); }
     /// A copy of the options in force.
-    Options options() const {
+    bulkhead_options options() const {
         std::lock_guard lock(mutex);
         return cell.locked()->options;
     }
@@ -425,7 +348,7 @@ struct bulkhead_state : shared_state {
         wake_chain(woken);
     }
 
-    // ---- the waiter_queue protocol; `mutex` held, except for take_back_grant ----
+    // ---- the waiter_queue protocol: the `_locked` ones with `mutex` held, take_back_grant without ----
     /// A waiter destroyed after its slot was handed to it and before it resumed (its event loop
     /// torn down): the slot goes back.
     void take_back_grant() { release(); }
@@ -513,7 +436,7 @@ struct bulkhead_state : shared_state {
     /// A limit that grew hands its new slots to the oldest waiters at once; one that shrank admits
     /// nobody until the calls holding slots are under it. Nothing changes if it throws (only
     /// allocation can).
-    void reconfigure(Options o) {
+    void reconfigure(bulkhead_options o) {
         {
             std::lock_guard lock(mutex);
             if (same_bulkhead_options(cell.locked()->options, o))
@@ -640,6 +563,4 @@ private:
     }
 };
 
-} // namespace detail
-
-} // namespace resilience
+} // namespace resilience::detail

@@ -1,0 +1,610 @@
+// SPDX-License-Identifier: MIT
+/// \file bulkhead/bulkhead.hpp
+/// `bulkhead`: a cap on how many calls run at once, with a bounded first-come-first-served queue
+/// (by class first, with priorities), and optionally a cap that moves with what the dependency
+/// manages (`adapt`). Its options are in bulkhead/options.hpp, its refusal in bulkhead/errors.hpp;
+/// the slots, the queue and the ways a call waits are in bulkhead/state.hpp.
+///
+/// Locking: no mutex of its own. `queued()` (which reads the queue) and `run` (which decides with
+/// `decide_locked` before a bounded wait) take the state's `mutex` themselves, for that step only;
+/// the rest of a call goes through `bulkhead_state`, which locks for itself (bulkhead/state.hpp).
+#pragma once
+
+#include "../classifier.hpp"
+#include "../clock.hpp"
+#include "../concepts.hpp"
+#include "../context.hpp"
+#include "../detail/config.hpp"
+#include "../detail/default_clock.hpp"
+#include "../detail/frame_allocator.hpp"
+#include "../detail/shared_handle.hpp"
+#include "../detail/time.hpp"
+#include "../detail/waiter_queue.hpp"
+#include "../error.hpp"
+#include "../outcome.hpp"
+#include "../policy.hpp"
+#include "../priority.hpp"
+#include "../task.hpp"
+#include "../telemetry_event.hpp"
+#include "adaptive_limit.hpp"
+#include "errors.hpp"
+#include "options.hpp"
+#include "state.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace resilience {
+
+/// Bounds how many calls run at once, so one slow dependency cannot take every connection,
+/// socket or worker the process has.
+/// - At most `max_concurrent_calls` calls hold a slot. A call holds its slot from admission until the
+///   rest of the pipeline returns, however it ends: value, failure, exception or cancellation.
+/// - When every slot is busy, up to `queue_limit` calls wait, served strictly in arrival order: a
+///   freed slot is handed straight to the oldest waiter, so a call arriving while anyone waits
+///   queues behind it even if it arrives at the very instant a slot frees (no barging).
+/// - A call with no slot and no queue place, or whose wait outlasts `queue_timeout` (refused at
+///   exactly that instant), fails with `bulkhead_rejected_error`, returned as a value through the
+///   pipeline: `execute_outcome` reports it without an exception, and the action never runs. Its
+///   `reason()` says which: `no_capacity` (`queue_limit` 0), `queue_full` or `queue_timeout`.
+/// - A waiter whose caller stops (its stop token) leaves the queue at that instant, takes no slot,
+///   and fails with `cancelled_error`; so does a call whose token is stopped before it starts, or
+///   by the time a slot handed to it is picked up (the slot goes straight on to the next waiter).
+/// - With `adapt` (`rs::aimd` or `rs::gradient`), the limit moves within the algorithm's
+///   [`min`, `max`] with the outcomes and latencies of the calls that held a slot; `limit()` reads
+///   it. A smaller limit never cancels a call already admitted: it admits nobody until fewer than
+///   the new limit hold a slot. A larger one hands its new slots to the oldest waiters at once.
+///   The limit grows only while it is what holds calls back (someone queued, or every slot taken).
+/// - With `priorities`, a call of a class takes a slot only while the shares reserved by the
+///   classes above it stay free, waiters are served highest class first (in arrival order within
+///   a class, never passing one of their own class or above), and a newcomer of a higher class
+///   displaces the lowest class's last waiter from a full queue (`queue_full`); see priority.hpp.
+///   "Arrival order" above is then within a class.
+///
+/// A copyable handle: copies share one bulkhead (one set of slots), which is thread-safe; event
+/// loops on several threads may share it, and each waiter is resumed on the loop it waited on.
+/// While nobody waits, a call takes and gives back its slot with one atomic operation each,
+/// without a lock.
+/// A call also loads the options in force once, where it starts (one acquire load: `reconfigure`).
+/// Without `adapt` the limit is read with one relaxed atomic load and nothing else changes; with
+/// it, a call's end takes the lock when its sample may move the limit (an AIMD success while
+/// slots are free does not).
+/// Constructing one starts no timer. The state lives as long as any copy or any call that uses it
+/// (docs/core.md, "Lifetimes"): a call holding a slot or waiting for one keeps it alive, for no
+/// more than the atomic operation that takes the slot. `C` is used for `queue_timeout` (its
+/// sleeps run on the waiter's loop) and to time calls for `adapt` (a slow-call duration, latency);
+/// copies share one clock object, which must be usable from every thread that calls through the
+/// bulkhead.
+///
+///     rs::bulkhead db{{.max_concurrent_calls = 8, .queue_limit = 32, .queue_timeout = 200ms}};
+///     auto rows = co_await db.execute(query);          // throws bulkhead_rejected_error when full
+///     auto r = co_await db.execute_outcome(query);     // or reports it without throwing
+template <clock C = steady_clock>
+class bulkhead : public policy_base<bulkhead<C>>,
+                 public detail::shared_handle<bulkhead<C>, detail::bulkhead_state<C>> {
+    using state = detail::bulkhead_state<C>;
+    using config = typename state::config;
+    using handle = detail::shared_handle<bulkhead<C>, state>;
+
+public:
+    /// The default options: 25 calls at once, none queued.
+    bulkhead()
+    requires std::default_initializable<C>
+        : bulkhead(bulkhead_options{}) {}
+    explicit bulkhead(bulkhead_options options, C clock = C{})
+        : handle(handle::make_state(validate(std::move(options)), std::move(clock))) {}
+
+    /// Puts `options` in force for every copy, while calls run. They are checked as the
+    /// constructor checks them: invalid ones throw `std::invalid_argument` (naming the field and
+    /// the value) and the options in force stay. Thread-safe against calls and other
+    /// reconfigurations.
+    ///
+    /// New calls see the new options at once. A call already started (holding a slot, or queued
+    /// for one) finishes under the options it started with: its name, `on_rejected`, listener,
+    /// `queue_timeout` and, with `adapt`, its `should_handle`. What the bulkhead itself does from
+    /// now on follows the new ones; what carries over:
+    /// - the slots: calls holding one keep it, and calls queued stay queued, in their order;
+    /// - a smaller `max_concurrent_calls` evicts nobody: nobody new is admitted until fewer calls
+    ///   than the new limit hold a slot; a larger one hands its new slots to the oldest waiters at
+    ///   once;
+    /// - a smaller `queue_limit` turns no queued caller away: newcomers are refused until the
+    ///   queue is under it;
+    /// - a `queue_timeout` applies to callers queued after the change; those queued before keep
+    ///   their deadline;
+    /// - `adapt`: with the same algorithm as before (AIMD and AIMD, gradient and gradient), its
+    ///   state carries over: the current limit (the gradient's estimate, its baseline and the
+    ///   measurement being filled, AIMD's count towards its next increase and its epoch), clamped
+    ///   into the new [`min`, `max`]; the new parameters judge the next samples, including those
+    ///   of calls admitted before. `max_concurrent_calls` (the starting limit, still checked to
+    ///   lie within the bounds) does not reset it. Another algorithm starts afresh from the current
+    ///   limit clamped into its bounds (the old one's counts mean nothing to it; calls admitted
+    ///   before no longer move an AIMD); switching `adapt` on starts from `max_concurrent_calls`,
+    ///   switching it off makes the limit `max_concurrent_calls`. A call admitted without `adapt`
+    ///   records no sample, nor does one untimed under an algorithm that now needs its latency.
+    ///
+    /// Memory: the options replaced are freed once no call that needs them is still running (a
+    /// call that waits, or one under `adapt` or `priorities`, keeps those it started with; a call
+    /// that took a free slot under neither keeps none). Options the same as those in force (the
+    /// same values, classifier and listener copies of those in force, and no `on_rejected`, which
+    /// cannot be compared) change nothing and allocate nothing. Reconfiguration is for changes of
+    /// configuration, not a control loop run per call (`adapt` is that loop).
+    ///
+    ///     rs::bulkhead db{{.max_concurrent_calls = 8, .queue_limit = 32}};
+    ///     db.reconfigure({.max_concurrent_calls = 4, .queue_limit = 32}); // the 8 running stay
+    void reconfigure(bulkhead_options options) const {
+        this->held().reconfigure(validate(std::move(options)));
+    }
+
+    /// Calls holding a slot now (including one just handed to a waiter not yet resumed). May
+    /// exceed `limit()` for a while after the limit shrank.
+    [[nodiscard]] std::size_t in_flight() const noexcept { return this->held().in_flight(); }
+    /// How many calls may hold a slot now: `max_concurrent_calls`, or with `adapt` wherever the
+    /// algorithm has moved it.
+    [[nodiscard]] std::size_t limit() const noexcept { return this->held().current_limit(); }
+    /// Calls waiting for a slot now.
+    [[nodiscard]] std::size_t queued() const {
+        std::lock_guard lock(this->held().mutex);
+        return this->held().queue.size();
+    }
+    /// A copy of the options in force now (the latest `reconfigure`'s, or the constructor's).
+    [[nodiscard]] bulkhead_options options() const { return this->held().options(); }
+    [[nodiscard]] std::string name() const { return options().name; }
+    [[nodiscard]] const C& clock() const noexcept { return this->held().clock; }
+
+    /// Whether a call through this bulkhead may sleep on the default clock: under the options in
+    /// force, a call may wait in the queue with a `queue_timeout`, a timer of that clock (a queue
+    /// without one waits for a slot, not for the clock; see `detail::default_clock_sleeper`).
+    [[nodiscard]] detail::sleeper may_sleep_on_default_clock() const noexcept {
+        if (!detail::is_default_clock(this->held().clock))
+            return {};
+        const detail::pinned<config> in_force = this->held().pin();
+        if (in_force->options.queue_limit == 0 || !in_force->options.queue_timeout)
+            return {};
+        return {"bulkhead", "its queue_timeout"};
+    }
+
+    // ---- the policy protocol (see policy.hpp) ----
+    struct call_state {
+        state* held = nullptr; // the bulkhead whose slot this call holds (a hold on it)
+        // The options the call started under, pinned (`detail::pinned::release`); null for a plain
+        // call. A raw pointer, so that the plain call's end stays one test and small enough to inline.
+        const config* cfg = nullptr;
+        typename state::ticket ticket; // with `adapt`: what the call's sample needs
+        call_state() = default;
+        call_state(const call_state&) = delete;
+        call_state& operator=(const call_state&) = delete;
+        ~call_state() {
+            if (held || cfg) [[unlikely]]
+                abandon();
+        }
+
+    private:
+        // The call never finished (its loop was torn down), or it ended holding its options (a
+        // refusal after it pinned them). Out of line: the destructor stays small enough to inline.
+        RESILIENCE_DETAIL_NOINLINE void abandon() noexcept {
+            if (held)
+                std::exchange(held, nullptr)->release();
+            if (cfg)
+                detail::pinned<config>::unpin(std::exchange(cfg, nullptr));
+        }
+    };
+
+    /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait` or in
+    /// `run` (see `waits_in_frame`, and bulkhead/state.hpp for why there are both).
+    /// The call's options are the block in force now, kept to its end; a call under options with
+    /// neither `adapt` nor `priorities` that takes a free slot needs none of them and pins none.
+    template <class R>
+    step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+        state& s = this->held();
+        if (s.plain.load(std::memory_order_acquire) && !ctx.stop_requested() && s.try_acquire()) [[likely]] {
+            c.held = &s;
+            return step::proceed;
+        }
+        return enter_pinned(c, ctx, result);
+    }
+    /// Gives the slot back; with `adapt`, records the call's outcome first. A `should_handle` (or a
+    /// clock) that throws makes its exception the call's result, once the slot is given back.
+    template <class R>
+    step leave(call_state& c, const context& ctx, outcome<R>& result) const {
+        state* s = std::exchange(c.held, nullptr);
+        if (c.cfg) [[unlikely]]
+            leave_pinned(*s, c, ctx, result);
+        else
+            s->release();
+        return step::proceed;
+    }
+
+    /// Whether a call that found no free slot waits for one in the pipeline's frame (`frame_wait`):
+    /// a bulkhead without `adapt` does, and with a `queue_timeout` when its clock arms timers on
+    /// the loop the call runs on (`steady_clock`, a simulation's clock); the others wait in `run`.
+    /// Decided by what any configuration so far had (`adapt`, a `queue_timeout`), so that it holds
+    /// for the block the call loaded in `enter`, whatever a reconfiguration published since.
+    bool waits_in_frame(const context&) const noexcept {
+        const state& s = this->held();
+        const unsigned char m = s.modes.load(std::memory_order_relaxed);
+        return (m & state::ever_adaptive) == 0 &&
+               ((m & state::ever_timed) == 0 || detail::timer_loop_here(s.clock));
+    }
+    /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
+    /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
+    /// in `result`. With a `queue_timeout` a timer on the loop withdraws the call at its deadline,
+    /// and with a telemetry listener the wait is timed: both are kept in a block of their own from
+    /// the frame cache, taken only then. Not movable: the queue's node is inside it. Holds the
+    /// bulkhead while it lives (taken at construction, given back at the end of its destructor: no
+    /// member of its own), so a call destroyed while it waits leaves the queue of a live one.
+    template <class R>
+    class frame_wait {
+    public:
+        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
+            : call_(c), ctx_(ctx), result_(result), queue_(b.held(), node_, ctx.stop_token()) {
+            node_.rank = c.cfg->rank_of(ctx);
+            detail::add_hold(b.held(), true);
+        }
+        frame_wait(const frame_wait&) = delete;
+        frame_wait& operator=(const frame_wait&) = delete;
+        ~frame_wait() {
+            state& s = owner();
+            let_go();
+            queue_.leave(); // what its destructor would do, while the bulkhead is still held
+            detail::drop_hold(s, true);
+        }
+
+        bool await_ready() {
+            state& s = owner();
+            const bulkhead_options& o = call_.cfg->options; // the call's own, from `enter`
+            if (detail::listener_for(o.telemetry, ctx_))
+                extra().queued_at = s.clock.now(); // as `run`: from the moment the call found no slot
+            if (queue_.await_ready())
+                return true;
+            if (o.queue_timeout)
+                arm(*o.queue_timeout); // only a call that must wait pays for the timer
+            return false;
+        }
+        bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
+        step await_resume() {
+            disarm();
+            const detail::listener_ref listener =
+                extra_ ? detail::listener_for(call_.cfg->options.telemetry, ctx_) : nullptr;
+            return settle(owner(), *call_.cfg, ctx_, queue_.await_resume(), listener,
+                          listener ? &extra_->queued_at : nullptr, call_, result_);
+        }
+
+    private:
+        // What only some waits need: the timer of a queue timeout and the loop it is armed on, and
+        // for a listener the time the call found no slot.
+        struct extras {
+            detail::timer_node timer;
+            event_loop* loop = nullptr; // null: no timer armed
+            typename C::time_point queued_at{};
+        };
+
+        state& owner() const noexcept { return queue_.owner(); }
+        extras& extra() {
+            if (!extra_)
+                extra_ = ::new (detail::frame_cache::allocate(sizeof(extras))) extras{};
+            return *extra_;
+        }
+
+        // The deadline: the clock's time now plus the queue timeout, on the loop the call runs
+        // on (checked by `waits_in_frame`), where the timer fires and the call resumes.
+        void arm(std::chrono::nanoseconds timeout) {
+            state& s = owner();
+            const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                detail::add_saturating(s.clock.now(), timeout).time_since_epoch());
+            extras& x = extra();
+            x.timer.when = deadline;
+            x.timer.owner = this;
+            x.timer.fire = [](detail::timer_node* n) {
+                auto* self = static_cast<frame_wait*>(n->owner);
+                self->owner().expire(self->node_); // nothing if the node left the queue already
+            };
+            event_loop* const here = event_loop::current();
+            detail::loop_access::add_timer(*here, &x.timer);
+            x.loop = here;
+        }
+        // On the timer's loop: the call resumes there, and its frame is destroyed there.
+        void disarm() noexcept {
+            if (extra_ && extra_->loop && extra_->timer.armed())
+                detail::loop_access::remove_timer(*extra_->loop, &extra_->timer);
+        }
+        void let_go() noexcept {
+            disarm();
+            if (extra_) {
+                std::destroy_at(extra_);
+                detail::frame_cache::deallocate(std::exchange(extra_, nullptr), sizeof(extras));
+            }
+        }
+
+        call_state& call_;
+        const context& ctx_;
+        std::optional<outcome<R>>& result_;
+        extras* extra_ = nullptr; // with a queue timeout or a listener, while the call waits
+        detail::waiter node_;
+        detail::queue_awaiter<bulkhead::state> queue_; // after the node it queues
+    };
+
+    /// The waiting form: queues for a slot, then runs `next` holding it.
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
+        using detail::waiter_state;
+        using value_type = detail::next_value_t<Next>;
+        const std::stop_token& token = ctx.stop_token();
+        state& s = this->held();
+        detail::pinned<config> pin = s.pin();
+        const config& cfg = *pin; // the call's options, to its end (`held` keeps them, below)
+        if (token.stop_requested() || (cfg.adaptive && !cfg.should_handle->template accepts<value_type>()))
+            co_return refused_before_admission<value_type>(cfg);
+        detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
+        detail::waiter node;
+        node.rank = cfg.rank_of(ctx);
+        call_state held; // the slot: given back by `leave`, or by its destructor if the call ends first
+        held.cfg = pin.release();
+        std::optional<detail::next_outcome_t<Next>> ended; // before the action: a stop or a refusal
+        if (cfg.priority.enabled() ? s.try_acquire_as(cfg.priority, ctx) : s.try_acquire()) {
+            held.held = &s;
+        } else {
+            waiting.take(s);
+            const detail::listener_ref listener = detail::listener_for(cfg.options.telemetry, ctx);
+            std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
+            if (listener)
+                queued_at = s.clock.now();
+            waiter_state admitted;
+            if (!cfg.options.queue_timeout) {
+                admitted = co_await detail::queue_awaiter<state>{s, node, token};
+            } else {
+                // Decided under the lock first: only a call that must wait pays for the timer that
+                // bounds the wait.
+                {
+                    std::lock_guard lock(s.mutex);
+                    admitted = s.decide_locked(node);
+                }
+                if (admitted == waiter_state::idle)
+                    admitted = co_await s.wait_bounded(node, token, *cfg.options.queue_timeout);
+            }
+            if (settle(s, cfg, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, ended) ==
+                step::done)
+                co_return std::move(*ended);
+        }
+        if (token.stop_requested())
+            co_return failure::make(cancelled_error{cfg.options.name});
+        if (cfg.adaptive && !admit(held, ctx, ended))
+            co_return std::move(*ended);
+        detail::next_outcome_t<Next> result = co_await next(ctx);
+        leave(held, ctx, result);
+        co_return result;
+    }
+
+private:
+    // `leave` for a call that pinned its options: records its sample (with `adapt`), gives the slot
+    // back, then the pin.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE static void leave_pinned(state& s, call_state& c, const context& ctx,
+                                                        outcome<R>& result) {
+        const config* const cfg = std::exchange(c.cfg, nullptr);
+        if (cfg->adaptive)
+            finish_adaptive(s, *cfg, c.ticket, ctx, result);
+        else
+            s.release();
+        detail::pinned<config>::unpin(cfg);
+    }
+
+    // With `adapt`: judges the outcome, records it and gives the slot back.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE static void finish_adaptive(state& s, const config& cfg,
+                                                           const typename state::ticket& t,
+                                                           const context& ctx, outcome<R>& result) {
+        detail::limit_verdict v = detail::limit_verdict::ignored;
+        std::optional<failure> thrown;
+        try {
+            v = detail::judge_limit(*cfg.should_handle, result, ctx.stop_requested(), &ctx);
+        } catch (...) {
+            thrown.emplace(failure::current());
+        }
+        try {
+            s.finish(t, v);
+        } catch (...) {
+            if (!thrown)
+                thrown.emplace(failure::current());
+        }
+        if (thrown)
+            result = outcome<R>{std::move(*thrown)};
+    }
+
+    // Takes the ticket of a call that has just taken its slot. A clock that throws gives the slot
+    // back and makes its exception the call's result (false).
+    template <class R>
+    bool admit(call_state& c, const context& ctx, std::optional<outcome<R>>& result) const {
+        state& s = *c.held;
+        try {
+            c.ticket = s.admitted(*c.cfg, [&] { return detail::call_now(s.clock, ctx); });
+            return true;
+        } catch (...) {
+            std::exchange(c.held, nullptr)->release();
+            result.emplace(failure::current());
+            return false;
+        }
+    }
+
+    // A stopped caller, or an outcome classifier for another result type: refused before any slot.
+    template <class R>
+    // The classifier's type is asked first: it does not change, while a stop may arrive between
+    // two checks.
+    static failure refused_before_admission(const config& cfg) {
+        if (cfg.adaptive && !cfg.should_handle->template accepts<R>())
+            return cfg.should_handle->template mismatch<R>("bulkhead", cfg.options.name);
+        return failure::make(cancelled_error{cfg.options.name});
+    }
+
+    // `enter` for every call but a plain one that found a free slot: pins the options in force.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& c, const context& ctx,
+                                                 std::optional<outcome<R>>& result) const {
+        state& s = this->held();
+        const config* const cfg = c.cfg = s.pin().release();
+        if (cfg->long_entry)
+            return enter_adaptive(c, ctx, result);
+        if (ctx.stop_requested()) [[unlikely]] {
+            detail::set_cancelled(result, cfg->options.name);
+            return step::done;
+        }
+        if (!s.try_acquire())
+            return step::wait;
+        c.held = &s;
+        return step::proceed;
+    }
+
+    // `enter` with `adapt` or `priorities`: also checks the classifier's type and takes the call's
+    // ticket (`adapt`), and admits the call by its class (`priorities`).
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE step enter_adaptive(call_state& c, const context& ctx,
+                                                   std::optional<outcome<R>>& result) const {
+        state& s = this->held();
+        const bool adaptive = c.cfg->adaptive;
+        if ((adaptive && !c.cfg->should_handle->template accepts<R>()) || ctx.stop_requested()) [[unlikely]] {
+            result.emplace(refused_before_admission<R>(*c.cfg));
+            return step::done;
+        }
+        if (c.cfg->priority.enabled() ? !s.try_acquire_as(c.cfg->priority, ctx) : !s.try_acquire())
+            return step::wait;
+        c.held = &s;
+        if (!adaptive)
+            return step::proceed;
+        return admit(c, ctx, result) ? step::proceed : step::done;
+    }
+
+    // An event about a call that waited since `*since` (if it waited at all: `since` may be null).
+    static telemetry_event waited_on(const state& s, const config& cfg, const context& ctx,
+                                     const typename C::time_point* since, telemetry_kind k,
+                                     rejection_reason why) {
+        return {.kind = k,
+                .policy = "bulkhead",
+                .name = cfg.options.name,
+                .attempt = ctx.attempt(),
+                .duration = since ? detail::saturating_nanoseconds(s.clock.now() - *since)
+                                  : std::chrono::nanoseconds{},
+                .reason = why};
+    }
+
+    // What a wait for a slot yields; every wait ends here (see bulkhead/state.hpp). Granted
+    // and not stopped: the call holds the slot (`c.held`) and proceeds. Otherwise `result` says why:
+    // a stop, or a refusal. `since`: when the call found no slot, for the listener (null without one).
+    template <class R>
+    static step settle(state& s, const config& cfg, const context& ctx, detail::waiter_state admitted,
+                       detail::listener_ref listener, const typename C::time_point* since, call_state& c,
+                       std::optional<outcome<R>>& result) {
+        if (admitted == detail::waiter_state::granted) {
+            if (!ctx.stop_requested()) {
+                // Held from here: given back by `leave`, or by the call state's destructor (also when
+                // the clock throws while the event below is made).
+                c.held = &s;
+                if (listener) {
+                    if (std::optional<failure> thrown =
+                            detail::emit_caught(listener, s.clock,
+                                                waited_on(s, cfg, ctx, since, telemetry_kind::queue_wait,
+                                                          rejection_reason::no_capacity))) {
+                        std::exchange(c.held, nullptr)->release();
+                        result.emplace(std::move(*thrown));
+                        return step::done;
+                    }
+                    if (ctx.stop_requested()) { // stopped by the listener: runs nothing
+                        std::exchange(c.held, nullptr)->release();
+                        detail::set_cancelled(result, cfg.options.name);
+                        return step::done;
+                    }
+                }
+                return step::proceed;
+            }
+            s.release(); // the slot goes straight on to the next waiter
+            admitted = detail::waiter_state::stopped;
+        }
+        if (admitted == detail::waiter_state::stopped)
+            detail::set_cancelled(result, cfg.options.name);
+        else
+            result.emplace(refuse(s, cfg, ctx, listener, since, s.reason_of(admitted)));
+        return step::done;
+    }
+
+    // A refusal: told to `on_rejected`, then to the listener; what either throws is the call's
+    // result instead.
+    RESILIENCE_DETAIL_NOINLINE static failure refuse(const state& s, const config& cfg, const context& ctx,
+                                                     detail::listener_ref listener,
+                                                     const typename C::time_point* since,
+                                                     rejection_reason why) {
+        if (cfg.options.on_rejected) {
+            try {
+                cfg.options.on_rejected(
+                    rejection_event{cfg.options.name, why}.with_properties(ctx.properties()));
+            } catch (...) {
+                return failure::current();
+            }
+        }
+        failure refusal = failure::make(bulkhead_rejected_error{cfg.options.name, why});
+        if (!listener)
+            return refusal;
+        return detail::refused(listener, s.clock,
+                               waited_on(s, cfg, ctx, since, telemetry_kind::rejection, why),
+                               std::move(refusal));
+    }
+
+    static_assert(bulkhead_options::max_limit <= state::slot_mask, "every accepted limit fits the slot word");
+
+    static bulkhead_options validate(bulkhead_options o) {
+        const std::string label = detail::policy_label("bulkhead", o.name);
+        // Checked first, so that a value beyond the slot word is named as such even where a check
+        // below would refuse the options too; the algorithm's bounds before the starting limit
+        // they must hold.
+        const auto within_word = [&label](const char* field, std::size_t v) {
+            if (v > bulkhead_options::max_limit)
+                throw std::invalid_argument(label + ": " + field + " must be at most " +
+                                            std::to_string(bulkhead_options::max_limit) + ", got " +
+                                            std::to_string(v));
+        };
+        std::visit(
+            [&](const auto& a) {
+                if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) {
+                    within_word("adapt.min", a.min);
+                    within_word("adapt.max", a.max);
+                }
+            },
+            o.adapt);
+        within_word("max_concurrent_calls", o.max_concurrent_calls);
+        if (o.max_concurrent_calls == 0)
+            throw std::invalid_argument(label + ": max_concurrent_calls must be positive, got 0");
+        if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
+            throw std::invalid_argument(label + ": queue_timeout must be positive, got " +
+                                        std::to_string(o.queue_timeout->count()) + "ns");
+        detail::validate_adaptive_limit(o.adapt, o.max_concurrent_calls, label);
+        detail::priority_table::validate(o.priorities, label + ": ");
+        return o;
+    }
+};
+
+bulkhead(bulkhead_options) -> bulkhead<steady_clock>;
+template <clock C>
+bulkhead(bulkhead_options, C) -> bulkhead<C>;
+
+} // namespace resilience
+
+// The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
+// user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
+#if RESILIENCE_EXTERN_TEMPLATES
+namespace resilience {
+RESILIENCE_INSTANTIATE class bulkhead<steady_clock>;
+RESILIENCE_INSTANTIATE struct detail::bulkhead_state<steady_clock>;
+} // namespace resilience
+#endif
