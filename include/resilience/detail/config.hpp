@@ -4,7 +4,8 @@
 /// mode").
 ///
 /// Header-only (the default), every definition is in the headers: the functions that do not depend on
-/// the user's types are `inline` and their bodies come from `impl/*.ipp`, included by their header.
+/// the user's types are `inline` and their bodies come from `.ipp` files (`impl/` for the core, a policy's
+/// folder for its own), included by their header.
 ///
 /// With `RESILIENCE_SEPARATE_COMPILATION` defined (linking `resilience::compiled` defines it), those
 /// bodies and the policies on `steady_clock` are compiled once, into the library, by
@@ -14,10 +15,10 @@
 #pragma once
 
 #if defined(RESILIENCE_SEPARATE_COMPILATION)
-/// How a function that is defined in an `impl/*.ipp` file is declared: `inline` header-only, nothing
+/// How a function that is defined in an `.ipp` file is declared: `inline` header-only, nothing
 /// in the compiled mode (one definition, in the library).
 #define RESILIENCE_DECL
-/// Whether a header includes its `impl/*.ipp` definitions: header-only, and in the library's own
+/// Whether a header includes its `.ipp` definitions: header-only, and in the library's own
 /// source; not in a user's file in the compiled mode.
 #if defined(RESILIENCE_COMPILING_LIBRARY)
 #define RESILIENCE_INCLUDE_DEFINITIONS 1
