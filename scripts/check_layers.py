@@ -53,9 +53,6 @@ LAYERS = [
         "hedge.hpp", "hedge/",
         "retry_budget.hpp", "retry_budget/",
         "single_flight.hpp", "single_flight/",
-        # until their folders are merged
-        "detail/bulkhead_state.hpp", "detail/hedge_race.hpp", "detail/limiter_state.hpp",
-        "detail/limiter_handle.hpp", "detail/token_bucket.hpp", "detail/window_counter.hpp",
     ]),
     (4, "composition", [
         "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",
