@@ -8,7 +8,8 @@
   that policy's faces (its policy header, options.hpp, errors.hpp), never its internals;
 - inside a policy's folder nothing includes a forwarding header of that policy back, and no header
   reaches itself through its includes (a circle);
-- no header is over MAX_LINES lines.
+- no header is over MAX_LINES lines;
+- every header with a mutex says, in a `/// Locking:` paragraph, what the mutex guards.
 
 A forwarding header is a top-level file whose code is one include of a file in a folder: that folder
 is a policy's, and that file its policy header. Run from anywhere:
@@ -159,7 +160,11 @@ def main():
     policy_headers = set(forwards.values())
     for path in headers:
         rel = path.relative_to(ROOT).as_posix()
-        lines = path.read_text().count("\n")
+        text = path.read_text()
+        lines = text.count("\n")
+        if re.search(r"std::(shared_)?mutex\b", text) and "/// Locking:" not in text:
+            problems.append(f"include/resilience/{rel}: has a mutex and no '/// Locking:' paragraph under its file "
+                            "comment (what each mutex guards; _locked functions are called holding it)")
         if lines > MAX_LINES:
             problems.append(f"include/resilience/{rel}: {lines} lines, over {MAX_LINES}: split it along a seam")
         mine = layer_of(rel)
