@@ -151,21 +151,21 @@ public:
     ///     co_await r.execute(fetch, host);                                           // OK everywhere: fetch(host, st)
     ///     co_await r.execute([host](std::stop_token st) { return fetch(host, st); }); // g++ 12: does not compile
     template <class F, class... Args>
-    auto execute(F&& f, Args&&... args) const& {
+    detail::entry_task_t<true, F, Args...> execute(F&& f, Args&&... args) const& {
         return start<true>(ref(), std::forward<F>(f), std::forward<Args>(args)...);
     }
     template <class F, class... Args>
-    auto execute(F&& f, Args&&... args) && {
+    detail::entry_task_t<true, F, Args...> execute(F&& f, Args&&... args) && {
         return start<true>(owned(), std::forward<F>(f), std::forward<Args>(args)...);
     }
 
     /// Like `execute`, but reports the final failure as a value (`outcome<R>`) instead of throwing it.
     template <class F, class... Args>
-    auto execute_outcome(F&& f, Args&&... args) const& {
+    detail::entry_task_t<false, F, Args...> execute_outcome(F&& f, Args&&... args) const& {
         return start<false>(ref(), std::forward<F>(f), std::forward<Args>(args)...);
     }
     template <class F, class... Args>
-    auto execute_outcome(F&& f, Args&&... args) && {
+    detail::entry_task_t<false, F, Args...> execute_outcome(F&& f, Args&&... args) && {
         return start<false>(owned(), std::forward<F>(f), std::forward<Args>(args)...);
     }
 

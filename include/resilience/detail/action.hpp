@@ -8,6 +8,7 @@
 #include "../concepts.hpp"
 #include "../context.hpp"
 #include "../outcome.hpp"
+#include "../task.hpp"
 #include "inline_start.hpp"
 
 #include <coroutine>
@@ -369,6 +370,33 @@ struct bound_rules_of {
 };
 template <class F, class... Ts>
 using bound_rules_t = typename bound_rules_of<F, Ts...>::type;
+
+/// The action `execute(f, args...)` runs: `f` itself when there are no arguments or only the caller's
+/// stop token or context; else `f` bound to copies of the arguments before a trailing stop token or
+/// context (`bound_action`), or `invalid_action` when they break a rule of `bound_call_rules`.
+template <class F, class... Ts>
+struct entry_action {
+    using type = std::decay_t<F>;
+};
+template <class F, class T, class... Ts>
+requires(!(sizeof...(Ts) == 0 && is_call_context_v<T>))
+struct entry_action<F, T, Ts...> {
+    using all = std::tuple<T, Ts...>;
+    static constexpr std::size_t bound = bound_rules_of<F, T, Ts...>::bound;
+    template <std::size_t... Is>
+    static auto pick(std::index_sequence<Is...>)
+        -> bound_action<std::decay_t<F>, std::decay_t<std::tuple_element_t<Is, all>>...>;
+    using type = std::conditional_t<bound_rules_t<F, T, Ts...>::valid,
+                                    decltype(pick(std::make_index_sequence<bound>{})), invalid_action>;
+};
+
+/// What `execute(f, args...)` (`Throw`) or `execute_outcome(f, args...)` returns, named without
+/// instantiating the call, so that checking the `policy` concept against a probe action compiles
+/// nothing of a policy's body.
+template <bool Throw, class F, class... Ts>
+using entry_task_t =
+    task<std::conditional_t<Throw, checked_result_t<typename entry_action<F, Ts...>::type>,
+                            outcome<checked_result_t<typename entry_action<F, Ts...>::type>>>>;
 
 /// Names the first of the `Rules` that `execute(f, args...)` breaks, in a `static_assert`. The
 /// caller then returns a task of `invalid_action` instead of a call, so that this is the only error:
