@@ -138,7 +138,7 @@ BENCHMARK(pipeline_of_five_telemetry);
 void pipeline_of_five_caller_token(benchmark::State& state) {
     const rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
                          roomy_bulkhead(), roomy_limiter()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
         benchmark::DoNotOptimize(co_await p.execute(action, caller.get_token()));
     });
@@ -184,7 +184,7 @@ void pipeline_of_five_token_taken(benchmark::State& state) {
                          roomy_bulkhead(), roomy_limiter()};
     bench::run_on_loop(state, [&](benchmark::State*) -> rs::task<void> {
         benchmark::DoNotOptimize(
-            co_await p.execute([](std::stop_token) { return bench::ready_dependency(); }));
+            co_await p.execute([](resilience::stop_token) { return bench::ready_dependency(); }));
     });
 }
 BENCHMARK(pipeline_of_five_token_taken);
@@ -365,7 +365,7 @@ BENCHMARK(rejected_by_empty_limiter);
 
 void rejected_by_full_bulkhead(benchmark::State& state) {
     rs::bulkhead full{{.max_concurrent_calls = 1}};
-    std::stop_source release;
+    resilience::stop_source release;
     auto hold_the_slot = [&]() -> rs::task<int> {
         co_await rs::steady_clock{}.sleep_for(std::chrono::hours(1), release.get_token());
         co_return 0;

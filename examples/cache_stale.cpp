@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;
@@ -25,7 +25,7 @@ class quote_dependency {
 public:
     explicit quote_dependency(rs::testing::simulation& sim) : sim_(&sim) {}
 
-    rs::task<int> price(std::stop_token stop) {
+    rs::task<int> price(resilience::stop_token stop) {
         ++calls_;
         const bool down = sim_->now() >= 60s && sim_->now() < 180s;
         co_await sim_->sleep_for(down ? std::chrono::nanoseconds(1h) : std::chrono::nanoseconds(50ms), stop);
@@ -74,8 +74,8 @@ int main() {
     // call (the dependency, the timeout): a refresh in the background runs after the request that
     // started it has returned.
     const rs::timeout bounded{2s, sim.clock()};
-    const auto fetch = [&bounded, &dependency](std::stop_token st) {
-        return bounded.execute([&dependency](std::stop_token s) { return dependency.price(s); }, st);
+    const auto fetch = [&bounded, &dependency](resilience::stop_token st) {
+        return bounded.execute([&dependency](resilience::stop_token s) { return dependency.price(s); }, st);
     };
 
     int requests = 0, errors = 0, total_on_error = 0, total_revalidating = 0;

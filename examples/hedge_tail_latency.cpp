@@ -14,7 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <vector>
 
 namespace rs = resilience;
@@ -32,7 +32,7 @@ class backend {
 public:
     backend(rs::testing::simulation& sim, std::uint64_t seed) : sim_(&sim), rng_(seed) {}
 
-    rs::task<int> call(std::stop_token stop) {
+    rs::task<int> call(resilience::stop_token stop) {
         ++calls_;
         const nanoseconds latency =
             uniform() < stall_ratio ? stall : 20ms + nanoseconds(static_cast<std::int64_t>(uniform() * 10e6));
@@ -73,7 +73,7 @@ summary measure(MakePolicy make) {
     const auto policy = make(sim.clock());
     std::vector<nanoseconds> latencies;
     latencies.reserve(requests);
-    auto fetch = [&](std::stop_token stop) { return service.call(stop); };
+    auto fetch = [&](resilience::stop_token stop) { return service.call(stop); };
     sim.run([&]() -> rs::task<void> {
         for (int i = 0; i < requests; ++i) {
             const nanoseconds start = sim.now();

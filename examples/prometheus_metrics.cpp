@@ -18,7 +18,7 @@
 
 #include <chrono>
 #include <iostream>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 
@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 int main(int argc, char** argv) {
     rs::testing::simulation sim; // virtual time: the calls below take no real time
     int calls = 0;
-    auto dependency = [&](std::stop_token stop) -> rs::task<int> {
+    auto dependency = [&](resilience::stop_token stop) -> rs::task<int> {
         const bool hang = ++calls % 5 == 0;
         co_await sim.sleep_for(hang ? std::chrono::nanoseconds(1h) : std::chrono::nanoseconds(20ms), stop);
         if (stop.stop_requested())

@@ -10,7 +10,7 @@
 
 #include <chrono>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;
@@ -29,7 +29,7 @@ std::string at() {
 // 40 ms of "network" and listens to its stop token, as a real client should.
 class price_service {
 public:
-    rs::task<double> quote(std::string symbol, std::stop_token stop) {
+    rs::task<double> quote(std::string symbol, resilience::stop_token stop) {
         const int call = ++calls_;
         const auto latency = call == 2 ? std::chrono::milliseconds(2s) : 40ms;
         co_await rs::steady_clock{}.sleep_for(latency, stop);

@@ -37,7 +37,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

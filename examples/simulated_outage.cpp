@@ -10,7 +10,7 @@
 
 #include <chrono>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
@@ -24,7 +24,7 @@ class flaky_dependency {
 public:
     explicit flaky_dependency(rs::testing::simulation& sim) : sim_(&sim) {}
 
-    rs::task<int> call(std::stop_token stop) {
+    rs::task<int> call(resilience::stop_token stop) {
         ++calls_;
         const bool down = sim_->now() >= 60s && sim_->now() < 180s;
         co_await sim_->sleep_for(down ? std::chrono::nanoseconds(1h) : std::chrono::nanoseconds(50ms), stop);
@@ -68,7 +68,7 @@ int main() {
     auto client = [&]() -> rs::task<void> {
         while (sim.now() < 10min) { // one request every 5 s, for ten minutes
             auto result =
-                co_await policy.execute_outcome([&](std::stop_token st) { return dependency.call(st); });
+                co_await policy.execute_outcome([&](resilience::stop_token st) { return dependency.call(st); });
             if (result)
                 ++ok;
             else if (result.error().code() == rs::errc::circuit_open)

@@ -42,7 +42,7 @@ struct remote_table {
     rs::testing::simulation* sim;
     int connections = 0;
 
-    rs::async_generator<int> read_from(int first_row, std::stop_token stop) {
+    rs::async_generator<int> read_from(int first_row, resilience::stop_token stop) {
         const int n = ++connections;
         fmt::print("{:>9.1f} ms  connection {} opens at row {}\n", ms(sim->now()), n, first_row);
         if (n == 1) {

@@ -22,7 +22,7 @@
 #include <chrono>
 #include <cstddef>
 #include <iterator>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -39,7 +39,7 @@ constexpr int seconds = 10;
 class dependency {
 public:
     explicit dependency(rs::testing::simulation& sim) : sim_(&sim) {}
-    rs::task<int> call(std::stop_token stop) const {
+    rs::task<int> call(resilience::stop_token stop) const {
         const bool down = sim_->now() >= outage_start && sim_->now() < outage_end;
         co_await sim_->sleep_for(down ? std::chrono::nanoseconds(1h) : std::chrono::nanoseconds(20ms), stop);
         if (stop.stop_requested())
@@ -115,7 +115,7 @@ int main() {
             rs::context ctx;
             ctx.set_property(request_id, fmt::format("client{}-{}", id, n));
             // The listener sees how it ended, and which request it was.
-            (void)co_await policy.execute_outcome([&](std::stop_token st) { return service.call(st); }, ctx);
+            (void)co_await policy.execute_outcome([&](resilience::stop_token st) { return service.call(st); }, ctx);
             co_await sim.sleep_for(100ms);
         }
     };

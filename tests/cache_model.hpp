@@ -31,7 +31,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -327,9 +327,9 @@ struct planned_action {
     std::vector<int>* invocations;
     int key;
 
-    rs::task<int> operator()(std::stop_token stop) const { return call(*this, std::move(stop)); }
+    rs::task<int> operator()(resilience::stop_token stop) const { return call(*this, std::move(stop)); }
 
-    static rs::task<int> call(planned_action self, std::stop_token stop) {
+    static rs::task<int> call(planned_action self, resilience::stop_token stop) {
         const int k = (*self.invocations)[static_cast<std::size_t>(self.key)]++;
         const cache_step step =
             (*self.plans)[static_cast<std::size_t>(self.key)][static_cast<std::size_t>(k)];
@@ -383,7 +383,7 @@ std::vector<event> run_cache(rs::testing::simulation& sim, const Cache& cache, c
     std::vector<int> invocations(plans.size(), 0);
     std::vector<event> out = run_calls(
         sim, calls,
-        [&](std::vector<event>& trace, int id, const cache_call& c, std::stop_token stop) -> rs::task<void> {
+        [&](std::vector<event>& trace, int id, const cache_call& c, resilience::stop_token stop) -> rs::task<void> {
             const planned_action action{&sim, &plans, &invocations, c.key};
             rs::outcome<int> result = rs::failure::make(std::logic_error("not called"));
             switch (r) {

@@ -9,24 +9,24 @@
 
 #include <cstdio>
 #include <cstring>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;
 
 namespace {
 
-rs::task<std::size_t> use(std::string key, std::stop_token) {
+rs::task<std::size_t> use(std::string key, resilience::stop_token) {
     co_return key.size();
 }
 
 rs::task<std::size_t> capture(const rs::retry<>& r, std::string key) {
-    co_return co_await r.execute([key](std::stop_token st) { return use(key, st); });
+    co_return co_await r.execute([key](resilience::stop_token st) { return use(key, st); });
 }
 
 rs::task<std::size_t> coroutine(const rs::retry<>& r, std::string key) {
     co_return co_await r.execute(
-        [key](std::stop_token st) -> rs::task<std::size_t> { co_return co_await use(key, st); });
+        [key](resilience::stop_token st) -> rs::task<std::size_t> { co_return co_await use(key, st); });
 }
 
 } // namespace

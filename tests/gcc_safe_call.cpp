@@ -10,7 +10,7 @@
 
 #include <cstdio>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;
@@ -20,7 +20,7 @@ namespace {
 
 int failures_left = 0;
 
-rs::task<std::size_t> fetch(std::string host, std::stop_token) {
+rs::task<std::size_t> fetch(std::string host, resilience::stop_token) {
     if (failures_left > 0) {
         --failures_left;
         throw std::runtime_error("flaky " + host);
@@ -32,7 +32,7 @@ rs::task<std::size_t> through_retry(const rs::retry<>& r, std::string host) {
     co_return co_await r.execute(fetch, host);
 }
 
-rs::task<std::size_t> through_pipeline(const auto& p, std::string host, std::stop_token caller) {
+rs::task<std::size_t> through_pipeline(const auto& p, std::string host, resilience::stop_token caller) {
     co_return co_await p.execute(fetch, host, caller);
 }
 
@@ -43,26 +43,26 @@ rs::task<rs::outcome<std::size_t>> outcome_form(const auto& p, std::string host)
 // The coroutine-lambda spelling of the safe form: the data is a parameter, not a capture.
 rs::task<std::size_t> coroutine_lambda_with_arguments(const rs::retry<>& r, std::string host) {
     co_return co_await r.execute(
-        [](std::string h, std::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(h, st); },
+        [](std::string h, resilience::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(h, st); },
         host);
 }
 
 // Captures by reference: trivially destructible, so the second destruction does nothing.
 rs::task<std::size_t> reference_capture(const rs::retry<>& r, std::string host) {
-    co_return co_await r.execute([&](std::stop_token st) { return fetch(host, st); });
+    co_return co_await r.execute([&](resilience::stop_token st) { return fetch(host, st); });
 }
 rs::task<std::size_t> reference_capture_coroutine(const rs::retry<>& r, std::string host) {
     co_return co_await r.execute(
-        [&](std::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(host, st); });
+        [&](resilience::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(host, st); });
 }
 
 // A named lambda that owns a copy, passed as an lvalue: execute copies it with its constructor.
 rs::task<std::size_t> named_capture(const rs::retry<>& r, std::string host) {
-    const auto action = [host](std::stop_token st) { return fetch(host, st); };
+    const auto action = [host](resilience::stop_token st) { return fetch(host, st); };
     co_return co_await r.execute(action);
 }
 rs::task<std::size_t> named_capture_coroutine(const rs::retry<>& r, std::string host) {
-    const auto action = [host](std::stop_token st) -> rs::task<std::size_t> {
+    const auto action = [host](resilience::stop_token st) -> rs::task<std::size_t> {
         co_return co_await fetch(host, st);
     };
     co_return (co_await r.execute_outcome(action)).value();

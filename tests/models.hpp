@@ -42,7 +42,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -176,10 +176,10 @@ std::vector<event> run_calls(rs::testing::simulation& sim, const std::vector<Cal
                              const std::vector<timed_action>& actions = {}) {
     std::vector<event> out;
     if constexpr (requires(const Call& c) { c.arrive; }) {
-        std::vector<std::stop_source> stops(calls.size());
+        std::vector<resilience::stop_source> stops(calls.size());
         const auto client = [&](std::size_t i) -> rs::task<void> {
             co_await sim.sleep_for(std::chrono::nanoseconds{calls[i].arrive});
-            const std::stop_token stop = stops[i].get_token();
+            const resilience::stop_token stop = stops[i].get_token();
             co_await step(out, static_cast<int>(i), calls[i], stop);
         };
         const auto stopper = [&](std::size_t i) -> rs::task<void> {
@@ -200,7 +200,7 @@ std::vector<event> run_calls(rs::testing::simulation& sim, const std::vector<Cal
         sim.run_all();
     } else {
         sim.run([&]() -> rs::task<void> {
-            const std::stop_token never;
+            const resilience::stop_token never;
             for (std::size_t i = 0; i < calls.size(); ++i) {
                 if (calls[i].gap > 0)
                     co_await sim.sleep_for(std::chrono::nanoseconds{calls[i].gap});
@@ -543,7 +543,7 @@ std::vector<event> run_limiter(rs::testing::simulation& sim, const Limiter& limi
                                const std::vector<timed_action>& changes = {}) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const limiter_call&, std::stop_token stop) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const limiter_call&, resilience::stop_token stop) -> rs::task<void> {
             auto action = [&out, &sim, id]() -> rs::task<void> {
                 out.push_back({id, sim.now().count(), "admitted"});
                 co_return;
@@ -695,7 +695,7 @@ std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bu
                                 const std::vector<timed_action>& changes = {}) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const bulkhead_call& c, std::stop_token stop) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const bulkhead_call& c, resilience::stop_token stop) -> rs::task<void> {
             auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted"});
                 co_await sim.sleep_for(std::chrono::nanoseconds{hold}); // ignores stop: it holds its slot
@@ -864,7 +864,7 @@ std::vector<event> run_breaker(rs::testing::simulation& sim, const Breaker& brea
                                const std::vector<breaker_call>& calls) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const breaker_call& c, std::stop_token) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const breaker_call& c, resilience::stop_token) -> rs::task<void> {
             auto action = [&out, &sim, &breaker, id, c]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted", -1, state_name(breaker.state())});
                 if (c.latency > 0)
@@ -937,15 +937,15 @@ std::vector<event> run_retry_timeout(rs::testing::simulation& sim, const Policy&
     };
     const std::vector<only_call> one(1);
     return run_calls(sim, one,
-                     [&](std::vector<event>& out, int, const only_call&, std::stop_token) -> rs::task<void> {
+                     [&](std::vector<event>& out, int, const only_call&, resilience::stop_token) -> rs::task<void> {
                          int attempt = 0;
-                         auto action = [&](std::stop_token st) -> rs::task<int> {
+                         auto action = [&](resilience::stop_token st) -> rs::task<int> {
                              const attempt_plan& p = plan[static_cast<std::size_t>(attempt) % plan.size()];
                              ++attempt;
                              out.push_back({attempt, sim.now().count(), "attempt"});
                              // Named, not a temporary of the co_await expression (g++ 12 destroys those
                              // twice).
-                             const std::stop_token listened = p.ignores_stop ? std::stop_token{} : st;
+                             const resilience::stop_token listened = p.ignores_stop ? resilience::stop_token{} : st;
                              co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, listened);
                              if (!p.ignores_stop && st.stop_requested())
                                  throw rs::cancelled_error{};
@@ -1030,7 +1030,7 @@ std::vector<event> run_throttle(rs::testing::simulation& sim, const Throttle& th
                                 const std::vector<throttle_call>& calls) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const throttle_call& c, std::stop_token) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const throttle_call& c, resilience::stop_token) -> rs::task<void> {
             const double before = throttle.probability();
             auto action = [&out, &sim, id, c, before]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted", -1, probability_text(before)});

@@ -22,7 +22,7 @@
 #include <latch>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <utility>
@@ -95,7 +95,7 @@ private:
 /// stop request then finishes the whole call, timeout included, before request_stop() returns.
 class resumed_by_stop {
 public:
-    explicit resumed_by_stop(std::stop_token token) : token_(std::move(token)) {}
+    explicit resumed_by_stop(resilience::stop_token token) : token_(std::move(token)) {}
     bool await_ready() const noexcept { return token_.stop_requested(); }
     void await_suspend(std::coroutine_handle<> h) { callback_.emplace(token_, resume{h}); }
     void await_resume() const { throw resilience::cancelled_error{}; }
@@ -105,15 +105,15 @@ private:
         std::coroutine_handle<> h;
         void operator()() const noexcept { h.resume(); }
     };
-    std::stop_token token_;
-    std::optional<std::stop_callback<resume>> callback_;
+    resilience::stop_token token_;
+    std::optional<resilience::stop_callback<resume>> callback_;
 };
 
 /// An action that ends inside the stop request of its token: it waits with `resumed_by_stop`, having
 /// registered another callback on the token first. The state's callbacks run newest first, so the
 /// call ends, frames and all, while the stop state still has that callback to go through.
-inline resilience::task<int> ends_inside_its_stop(std::stop_token token) {
-    std::stop_callback beside{token, [] {}};
+inline resilience::task<int> ends_inside_its_stop(resilience::stop_token token) {
+    resilience::stop_callback beside{token, [] {}};
     co_await resumed_by_stop{token};
     co_return 1;
 }
@@ -122,7 +122,7 @@ inline resilience::task<int> ends_inside_its_stop(std::stop_token token) {
 // Simulations
 
 /// Requests a stop on `src` at the virtual instant `at`.
-inline resilience::task<void> stop_at(resilience::testing::simulation& sim, std::stop_source& src,
+inline resilience::task<void> stop_at(resilience::testing::simulation& sim, resilience::stop_source& src,
                                       std::chrono::nanoseconds at) {
     co_await sim.sleep_for(at - sim.now());
     src.request_stop();
@@ -130,7 +130,7 @@ inline resilience::task<void> stop_at(resilience::testing::simulation& sim, std:
 
 /// Requests a stop on `src` at the virtual instant `at`, and writes down `policy.queued()` right after.
 template <class Policy>
-resilience::task<void> stop_at(resilience::testing::simulation& sim, std::stop_source& src,
+resilience::task<void> stop_at(resilience::testing::simulation& sim, resilience::stop_source& src,
                                std::chrono::nanoseconds at, const Policy& policy, std::size_t& queued_after) {
     co_await sim.sleep_for(at - sim.now());
     src.request_stop();
@@ -145,7 +145,7 @@ struct shifted_clock {
     static constexpr duration shift = std::chrono::hours{1};
     resilience::testing::virtual_clock inner;
     time_point now() const { return time_point{inner.now().time_since_epoch() - shift}; }
-    auto sleep_until(time_point tp, std::stop_token st) const {
+    auto sleep_until(time_point tp, resilience::stop_token st) const {
         // A sleep "forever" (the latest time point) stays the latest one instead of overflowing.
         const duration at =
             tp.time_since_epoch() > duration::max() - shift ? duration::max() : tp.time_since_epoch() + shift;
@@ -210,7 +210,7 @@ struct yield_now {
 };
 
 /// Requests a stop on `src` after letting the current loop run `yields` rounds.
-inline resilience::task<void> stop_after_yields(std::stop_source& src, int yields) {
+inline resilience::task<void> stop_after_yields(resilience::stop_source& src, int yields) {
     for (int i = 0; i < yields; ++i)
         co_await yield_now{};
     src.request_stop();

@@ -27,7 +27,7 @@
 #include <coroutine>
 #include <functional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -223,7 +223,7 @@ TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "
         // The caller stops at 1 s. An action that ignores it finishes at 2 s with its value: the
         // policy waits for it (nothing outlives the call).
         {
-            std::stop_source caller;
+            resilience::stop_source caller;
             const auto start = sim.now();
             auto [r, ignored] = sim.run(rs::when_all(p.execute_outcome(
                                                          [&]() -> rs::task<int> {
@@ -240,11 +240,11 @@ TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "
         }
         // One that would never finish but honours its token ends when the caller stops.
         {
-            std::stop_source caller;
+            resilience::stop_source caller;
             const auto start = sim.now();
             auto [r, ignored] =
                 sim.run(rs::when_all(p.execute_outcome(
-                                         [&](std::stop_token st) -> rs::task<int> {
+                                         [&](resilience::stop_token st) -> rs::task<int> {
                                              co_await sim.sleep_for(std::chrono::hours{24 * 365}, st);
                                              if (st.stop_requested())
                                                  throw rs::cancelled_error{};
@@ -259,7 +259,7 @@ TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "
     // Under a timeout, the deadline is what stops it.
     rs::timeout limit{1s, sim.clock()};
     const auto start = sim.now();
-    const auto r = sim.run(limit.execute_outcome([&](std::stop_token st) -> rs::task<int> {
+    const auto r = sim.run(limit.execute_outcome([&](resilience::stop_token st) -> rs::task<int> {
         co_await sim.sleep_for(std::chrono::hours{24 * 365}, st);
         throw rs::cancelled_error{};
     }));
@@ -293,7 +293,7 @@ struct plain_clock {
     using duration = rs::steady_clock::duration;
     using time_point = rs::steady_clock::time_point;
     time_point now() const noexcept { return rs::steady_clock{}.now(); }
-    auto sleep_until(time_point tp, std::stop_token st) const {
+    auto sleep_until(time_point tp, resilience::stop_token st) const {
         return rs::steady_clock{}.sleep_until(tp, std::move(st));
     }
 };

@@ -23,7 +23,7 @@
 #include <optional>
 #include <queue>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <utility>
 #include <variant>
@@ -123,14 +123,14 @@ struct scripted_call {
     nanoseconds arrive{};
     nanoseconds hold{};
     bool fail = false;
-    std::stop_token stop{};
+    resilience::stop_token stop{};
 };
 
 rs::task<void> scripted(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh,
                         std::map<int, call_record>& log, scripted_call c) {
     if (c.arrive > sim.now())
         co_await sim.sleep_for(c.arrive - sim.now());
-    auto action = [&sim, &log, c](std::stop_token st) -> rs::task<int> {
+    auto action = [&sim, &log, c](resilience::stop_token st) -> rs::task<int> {
         log[c.id].started = sim.now();
         co_await sim.sleep_for(c.hold, st);
         if (st.stop_requested())
@@ -422,7 +422,7 @@ TEST_CASE("aimd: which failures count: should_handle, by default every failure b
     }
     SECTION("a caller's stop, and the cancellation it brings, never count") {
         rs::bulkhead bh{{.max_concurrent_calls = 10, .adapt = rs::aimd{}}, sim.clock()};
-        std::stop_source src;
+        resilience::stop_source src;
         sim.spawn(scripted(sim, bh, log, {.id = 1, .hold = 100ms, .stop = src.get_token()}));
         sim.spawn(resilience_tests::stop_at(sim, src, 10ms));
         sim.run_all();
@@ -489,7 +489,7 @@ TEST_CASE("aimd: which failures count: should_handle, by default every failure b
         CHECK_FALSE(ran);
         CHECK(bh.in_flight() == 0);
         // A caller that has stopped too still learns of the setup mistake, not of a cancellation.
-        std::stop_source stopped;
+        resilience::stop_source stopped;
         stopped.request_stop();
         auto r_stopped = sim.run(bh.execute_outcome(other, stopped.get_token()));
         REQUIRE(r_stopped.has_failure());

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -376,7 +376,7 @@ TEST_CASE("adaptive_throttle: cancellation is not a refusal by the dependency", 
     const rs::classifier everything = [](const rs::failure&) { return true; };
     rs::adaptive_throttle t{{}, sim.clock(), rs::seeded_random{9}};
     rs::adaptive_throttle strict{{.should_handle = everything}, sim.clock(), rs::seeded_random{9}};
-    const auto slow = [&sim](std::stop_token st) -> rs::task<int> {
+    const auto slow = [&sim](resilience::stop_token st) -> rs::task<int> {
         co_await sim.sleep_for(1s, st);
         if (st.stop_requested())
             throw rs::cancelled_error{};
@@ -385,7 +385,7 @@ TEST_CASE("adaptive_throttle: cancellation is not a refusal by the dependency", 
 
     SECTION("the caller stops the call: an accept, whatever should_handle says") {
         for (const auto* throttle : {&t, &strict}) {
-            std::stop_source stop;
+            resilience::stop_source stop;
             sim.spawn(resilience_tests::stop_at(sim, stop, sim.now() + 500ms));
             const auto r = sim.run(throttle->execute_outcome(slow, stop.get_token()));
             REQUIRE(r.has_failure());
@@ -406,7 +406,7 @@ TEST_CASE("adaptive_throttle: cancellation is not a refusal by the dependency", 
         CHECK(strict.accepts() == 0);
     }
     SECTION("a call stopped before it arrives is not counted and not sent") {
-        std::stop_source stop;
+        resilience::stop_source stop;
         stop.request_stop();
         int ran = 0;
         const auto r = sim.run(t.execute_outcome(succeed_now(&ran), stop.get_token()));

@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <vector>
 
 namespace test_any_clock {
@@ -50,7 +50,7 @@ struct loopless_clock {
     using duration = nanoseconds;
     using time_point = rs::testing::virtual_clock::time_point;
     time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, std::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, resilience::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
 };
 static_assert(rs::clock<loopless_clock> && !rs::detail::loop_timer_clock<loopless_clock>);
 
@@ -62,7 +62,7 @@ struct millisecond_clock {
     time_point now() const {
         return time_point{std::chrono::floor<duration>(inner.now().time_since_epoch())};
     }
-    auto sleep_until(time_point tp, std::stop_token st) const {
+    auto sleep_until(time_point tp, resilience::stop_token st) const {
         return inner.sleep_until(rs::testing::virtual_clock::time_point{tp.time_since_epoch()},
                                  std::move(st));
     }
@@ -90,17 +90,17 @@ struct indirect_clock {
     using duration = nanoseconds;
     using time_point = rs::testing::virtual_clock::time_point;
     struct sleep {
-        sleep(rs::testing::virtual_clock c, time_point tp, std::stop_token st)
+        sleep(rs::testing::virtual_clock c, time_point tp, resilience::stop_token st)
             : clock(c), when(tp), token(std::move(st)) {}
         rs::testing::virtual_clock clock;
         time_point when;
-        std::stop_token token;
+        resilience::stop_token token;
         bool_awaiter operator co_await() && {
             return bool_awaiter{clock.sleep_until(when, std::move(token))};
         }
     };
     time_point now() const { return inner.now(); }
-    sleep sleep_until(time_point tp, std::stop_token st) const { return sleep{inner, tp, std::move(st)}; }
+    sleep sleep_until(time_point tp, resilience::stop_token st) const { return sleep{inner, tp, std::move(st)}; }
     rs::event_loop* timer_loop() const { return inner.timer_loop(); }
 };
 
@@ -121,7 +121,7 @@ struct bulky_clock {
         std::array<std::byte, 512> padding{};
     };
     time_point now() const { return inner.now(); }
-    sleep sleep_until(time_point tp, std::stop_token st) const {
+    sleep sleep_until(time_point tp, resilience::stop_token st) const {
         return sleep{inner.sleep_until(tp, std::move(st))};
     }
 };
@@ -202,9 +202,9 @@ TEST_CASE("any_clock: sleeps end at the held clock's instants, or at once when s
     rs::testing::simulation sim;
     const rs::any_clock clock = sim.clock();
     std::vector<nanoseconds> woke;
-    std::stop_source stop;
+    resilience::stop_source stop;
     // Parameters, not captures: a spawned coroutine outlives the lambda that made it.
-    sim.spawn([](rs::testing::simulation& s, std::stop_source& source) -> rs::task<void> {
+    sim.spawn([](rs::testing::simulation& s, resilience::stop_source& source) -> rs::task<void> {
         co_await s.sleep_for(700ms);
         source.request_stop();
     }(sim, stop));
@@ -373,7 +373,7 @@ TEST_CASE("any_clock: over steady_clock, reads monotonic steady time and sleeps 
 
     // A timeout over it keeps the loop timer: the deadline stops a call that listens.
     const rs::timeout limit{20ms, clock};
-    const auto outcome = rs::sync_wait(limit.execute_outcome([](std::stop_token st) -> rs::task<int> {
+    const auto outcome = rs::sync_wait(limit.execute_outcome([](resilience::stop_token st) -> rs::task<int> {
         co_await rs::steady_clock{}.sleep_for(1h, st);
         if (st.stop_requested())
             throw rs::cancelled_error{};
@@ -431,7 +431,7 @@ TEST_CASE("coarse_steady_clock: steady_clock's epoch, readings that never run ah
 
     // Policies run over it as over steady_clock: a timeout still stops a call that listens.
     const rs::timeout limit{20ms, coarse};
-    const auto outcome = rs::sync_wait(limit.execute_outcome([](std::stop_token st) -> rs::task<int> {
+    const auto outcome = rs::sync_wait(limit.execute_outcome([](resilience::stop_token st) -> rs::task<int> {
         co_await rs::steady_clock{}.sleep_for(1h, st);
         if (st.stop_requested())
             throw rs::cancelled_error{};

@@ -24,7 +24,7 @@ class quote_client {
 public:
     explicit quote_client(rs::any_policy<int> policy) : policy_(std::move(policy)) {}
     rs::task<int> quote(simulation& sim, int failures_first, int& calls) const {
-        return policy_.execute([&sim, &calls, failures_first](std::stop_token st) -> rs::task<int> {
+        return policy_.execute([&sim, &calls, failures_first](resilience::stop_token st) -> rs::task<int> {
             ++calls;
             co_await sim.sleep_for(10ms, st);
             if (calls <= failures_first)

@@ -10,7 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <thread>
 
 namespace test_asio {
@@ -23,7 +23,7 @@ static_assert(rs::clock<rsa::clock>);
 TEST_CASE("asio: a sleep on the Asio clock resumes in the io_context and ends early when stopped", "[asio]") {
     net::io_context io;
     rsa::clock clock{io.get_executor()};
-    std::stop_source stop;
+    resilience::stop_source stop;
     bool woke = false;
     std::thread::id io_thread, resumed_on;
     auto sleeper = [&]() -> rs::task<void> {
@@ -73,7 +73,7 @@ TEST_CASE("asio: a pipeline on the Asio clock recovers from a stalled and a fail
     rs::pipeline policy{rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1ms}}, clock},
                         rs::timeout{20ms, clock}};
     int calls = 0;
-    auto dependency = [&](std::stop_token st) -> rs::task<int> {
+    auto dependency = [&](resilience::stop_token st) -> rs::task<int> {
         ++calls;
         if (calls == 1) { // stalls until the timeout stops it
             co_await clock.sleep_for(1h, st);
@@ -97,7 +97,7 @@ TEST_CASE("asio: with use_awaitable a failure is rethrown in the Asio coroutine"
     net::io_context io;
     rsa::clock clock{io.get_executor()};
     rs::timeout limit{5ms, clock};
-    auto stalls = [&](std::stop_token st) -> rs::task<void> {
+    auto stalls = [&](resilience::stop_token st) -> rs::task<void> {
         co_await clock.sleep_for(1h, st);
         throw rs::cancelled_error{};
     };
@@ -138,7 +138,7 @@ TEST_CASE("asio: sleeps on a two-thread io_context all end when stopped from a t
     net::io_context io;
     auto guard = net::make_work_guard(io);
     rsa::clock clock{io.get_executor()};
-    std::stop_source stop;
+    resilience::stop_source stop;
     std::atomic<int> woke{0};
     constexpr int sleepers = 200;
     auto sleeper = [&]() -> rs::task<void> {
@@ -172,7 +172,7 @@ TEST_CASE("asio: an exception thrown by the completion handler comes out of io_c
 TEST_CASE("asio: run() keeps going while the awaitable waits on something outside Asio",
           "[asio][concurrency]") {
     rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 8}};
-    std::stop_source release;
+    resilience::stop_source release;
     std::atomic<bool> holding{false};
     // Another part of the program, on its own event loop, holds the only slot until told to let go.
     std::thread other([&] {

@@ -16,7 +16,7 @@
 #include <latch>
 #include <memory>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -52,7 +52,7 @@ TEST_CASE("asio: a timeout ends a pending use_task(st) read with operation_abort
     rsa::clock clock{io.get_executor()};
     rs::timeout limit{20ms, clock};
     net_error_code read_ec;
-    auto reads = [&](std::stop_token st) -> rs::task<std::size_t> {
+    auto reads = [&](resilience::stop_token st) -> rs::task<std::size_t> {
         std::array<char, 16> buf{};
         auto [ec, n] = co_await pair.client.async_read_some(net::buffer(buf), rsa::use_task(st));
         read_ec = ec;
@@ -88,7 +88,7 @@ TEST_CASE("asio: a timeout ends a pending use_task(st) read with operation_abort
 TEST_CASE("asio: a stop requested from another thread ends a pending read", "[asio][cancellation]") {
     net::io_context io;
     socket_pair pair{io};
-    std::stop_source stop;
+    resilience::stop_source stop;
     net_error_code read_ec;
     bool resumed = false;
     auto reads = [&]() -> rs::task<void> {
@@ -112,7 +112,7 @@ TEST_CASE("asio: an operation started with a token already stopped is cancelled 
           "[asio][cancellation]") {
     net::io_context io;
     net::steady_timer timer{io, std::chrono::steady_clock::now() + 1h};
-    std::stop_source stop;
+    resilience::stop_source stop;
     stop.request_stop();
     net_error_code wait_ec;
     auto waits = [&]() -> rs::task<void> {
@@ -128,7 +128,7 @@ TEST_CASE("asio: a stop after the operation completed reaches nothing", "[asio][
     // The attempt's socket is gone by the time its token is stopped: an emission now would reach a
     // destroyed socket (AddressSanitizer would say so).
     net::io_context io;
-    std::stop_source stop;
+    resilience::stop_source stop;
     std::size_t got = 0;
     auto reads = [&]() -> rs::task<void> {
         auto pair = std::make_unique<socket_pair>(io);
@@ -153,7 +153,7 @@ TEST_CASE("asio: a retry with a timeout per attempt cancels each stalled read un
                         rs::timeout{20ms, clock}};
     int attempts = 0;
     std::vector<net_error_code> seen;
-    auto attempt = [&](std::stop_token st) -> rs::task<std::string> {
+    auto attempt = [&](resilience::stop_token st) -> rs::task<std::string> {
         ++attempts;
         socket_pair pair{io}; // a connection of this attempt's own
         if (attempts == 3)
@@ -187,7 +187,7 @@ TEST_CASE("asio: pending reads on a two-thread io_context all end when stopped f
     std::vector<std::unique_ptr<socket_pair>> pairs;
     for (int i = 0; i < readers; ++i)
         pairs.push_back(std::make_unique<socket_pair>(io));
-    std::stop_source stop;
+    resilience::stop_source stop;
     std::atomic<int> aborted{0}, finished{0};
     auto reads = [&](stream& s) -> rs::task<void> {
         std::array<char, 16> buf{};
@@ -221,7 +221,7 @@ TEST_CASE("asio: cancelling an async_run operation through its slot stops the po
     int attempts = 0;
     net_error_code read_ec;
     bool token_stopped = false;
-    auto reads = [&](std::stop_token st) -> rs::task<std::size_t> {
+    auto reads = [&](resilience::stop_token st) -> rs::task<std::size_t> {
         ++attempts;
         net::post(io, [&] { cancel.emit(net::cancellation_type::terminal); }); // runs once we wait
         std::array<char, 16> buf{};
@@ -235,7 +235,7 @@ TEST_CASE("asio: cancelling an async_run operation through its slot stops the po
     std::exception_ptr error;
     bool completed = false;
     rsa::async_run(
-        io.get_executor(), [&](std::stop_token st) { return retry.execute(reads, st); },
+        io.get_executor(), [&](resilience::stop_token st) { return retry.execute(reads, st); },
         net::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, std::size_t) {
             error = e;
             completed = true;
@@ -251,9 +251,9 @@ TEST_CASE("asio: cancelling an async_run operation through its slot stops the po
 TEST_CASE("asio: async_run ignores a request for total cancellation only", "[asio][cancellation]") {
     net::io_context io;
     net::cancellation_signal cancel;
-    std::stop_token seen;
+    resilience::stop_token seen;
     net::steady_timer gate{io, std::chrono::steady_clock::now() + 1h};
-    auto waits = [&](std::stop_token st) -> rs::task<int> {
+    auto waits = [&](resilience::stop_token st) -> rs::task<int> {
         seen = st;
         auto [ec] = co_await gate.async_wait(rsa::use_task(st));
         co_return ec ? 1 : 0;
@@ -279,7 +279,7 @@ TEST_CASE("asio: without a connected slot the callable form passes a token that 
     int result = 0;
     rsa::async_run(
         io.get_executor(),
-        [&](std::stop_token st) -> rs::task<int> {
+        [&](resilience::stop_token st) -> rs::task<int> {
             possible = st.stop_possible();
             co_return 7;
         },
@@ -296,7 +296,7 @@ TEST_CASE("asio: async_run keeps a coroutine lambda given as make alive until th
     std::string seen;
     rsa::async_run(
         io.get_executor(),
-        [&gate, &seen, owned = std::string(40, 'x')](std::stop_token st) -> rs::task<void> {
+        [&gate, &seen, owned = std::string(40, 'x')](resilience::stop_token st) -> rs::task<void> {
             co_await gate.async_wait(rsa::use_task(st));
             seen = owned; // a capture, read after the coroutine first suspended
         },
@@ -309,7 +309,7 @@ TEST_CASE("asio: what make throws is the operation's failure", "[asio][cancellat
     net::io_context io;
     std::exception_ptr error;
     rsa::async_run(
-        io.get_executor(), [](std::stop_token) -> rs::task<int> { throw std::runtime_error("no call"); },
+        io.get_executor(), [](resilience::stop_token) -> rs::task<int> { throw std::runtime_error("no call"); },
         [&](std::exception_ptr e, int) { error = e; });
     io.run_for(10s);
     REQUIRE(error != nullptr);
@@ -337,7 +337,7 @@ struct make_held_until_cleared {
         if (live)
             cleared->wait();
     }
-    rs::task<int> operator()(std::stop_token st) {
+    rs::task<int> operator()(resilience::stop_token st) {
         net::post(*io, [c = cancel, e = emitting] { // runs once the action waits
             e->store(true);
             e->notify_one();
@@ -384,7 +384,7 @@ TEST_CASE("asio: the losing side of an Asio || stops the policy call and its pen
     rsa::clock clock{io.get_executor()};
     rs::timeout limit{1h, clock};
     net_error_code read_ec;
-    auto reads = [&](std::stop_token st) -> rs::task<std::size_t> {
+    auto reads = [&](resilience::stop_token st) -> rs::task<std::size_t> {
         std::array<char, 16> buf{};
         auto [ec, n] = co_await pair.client.async_read_some(net::buffer(buf), rsa::use_task(st));
         read_ec = ec;
@@ -399,7 +399,7 @@ TEST_CASE("asio: the losing side of an Asio || stops the policy call and its pen
             net::steady_timer deadline{io, 10ms};
             auto r =
                 co_await (rsa::async_run(
-                              io.get_executor(), [&](std::stop_token st) { return limit.execute(reads, st); },
+                              io.get_executor(), [&](resilience::stop_token st) { return limit.execute(reads, st); },
                               net::use_awaitable) ||
                           deadline.async_wait(net::use_awaitable));
             winner = r.index();

@@ -20,7 +20,7 @@
 #include <future>
 #include <memory>
 #include <optional>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -245,7 +245,7 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
 
     // ---- from the page ----
     // An attempt as an rs::task: the attempt's token cancels its pending operations.
-    auto fetch_quote = [&](std::stop_token attempt) -> rs::task<double> {
+    auto fetch_quote = [&](resilience::stop_token attempt) -> rs::task<double> {
         tcp::socket socket{svc.io};
         auto [connect_ec] = co_await socket.async_connect(server, rsa::use_task(attempt));
         if (connect_ec)
@@ -257,7 +257,7 @@ TEST_CASE("docs/asio.md: shutting down, a drain through an async_scope, g++ and 
         co_return std::stod(std::string(buf.data(), n));
     };
     rs::async_scope scope;
-    auto serve = [&](std::stop_token st) { return svc.policy.execute(fetch_quote, st); };
+    auto serve = [&](resilience::stop_token st) { return svc.policy.execute(fetch_quote, st); };
     for (int i = 0; i < 5; ++i)
         rsa::spawn(scope, svc.io.get_executor(), serve, [&](std::exception_ptr error, double) {
             if (error)

@@ -12,7 +12,7 @@
 #include <chrono>
 #include <future>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>

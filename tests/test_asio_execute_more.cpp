@@ -23,7 +23,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -71,7 +71,7 @@ TEST_CASE("asio execute more: rs::task actions need no Asio coroutines: a callba
         via_task = co_await rsa::execute(io.get_executor(), policy, action, rsa::use_task);
     };
     rsa::async_run(
-        io.get_executor(), [&](std::stop_token) { return outer(); },
+        io.get_executor(), [&](resilience::stop_token) { return outer(); },
         [](std::exception_ptr e) { CHECK_FALSE(e); });
     CHECK(runs_dry(io));
     CHECK(value == 12);
@@ -546,7 +546,7 @@ TEST_CASE("asio execute more: a rate limiter that queues waits for its tokens on
 struct task_flaky {
     int failures;
     std::shared_ptr<int> calls = std::make_shared<int>(0);
-    rs::task<int> operator()(std::stop_token) const {
+    rs::task<int> operator()(resilience::stop_token) const {
         if (++*calls <= failures)
             throw flaky_error("attempt");
         co_return 11;
@@ -565,13 +565,13 @@ TEST_CASE("asio execute more: async_run and spawn calls sleep on the default clo
     int run_value = 0, spawn_value = 0;
     const auto started = steady_clock::now();
     rsa::async_run(
-        io.get_executor(), [&](std::stop_token st) { return policy.execute(run_action, st); },
+        io.get_executor(), [&](resilience::stop_token st) { return policy.execute(run_action, st); },
         [&](std::exception_ptr e, int v) {
             CHECK_FALSE(e);
             run_value = v;
         });
     rsa::spawn(
-        scope, io.get_executor(), [&](std::stop_token st) { return policy.execute(spawn_action, st); },
+        scope, io.get_executor(), [&](resilience::stop_token st) { return policy.execute(spawn_action, st); },
         [&](std::exception_ptr e, int v) {
             CHECK_FALSE(e);
             spawn_value = v;
@@ -589,9 +589,9 @@ TEST_CASE("asio execute more: async_run and spawn calls sleep on the default clo
     io.restart();
     rsa::async_run(
         io.get_executor(),
-        [&](std::stop_token st) {
+        [&](resilience::stop_token st) {
             return limit.execute(
-                [](std::stop_token attempt) -> rs::task<int> {
+                [](resilience::stop_token attempt) -> rs::task<int> {
                     co_await rs::steady_clock{}.sleep_for(1h, attempt);
                     if (attempt.stop_requested()) // a value returned anyway would be the answer
                         throw rs::cancelled_error{};

@@ -17,7 +17,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -239,7 +239,7 @@ TEST_CASE("asio: use_task in a coroutine driven by rs::sync_wait, with the io_co
     auto work = net::make_work_guard(io);
     std::thread runner([&] { io.run(); });
     net::steady_timer timer{io, 1ms};
-    std::stop_source never;
+    resilience::stop_source never;
     auto waits = [&]() -> rs::task<net_error_code> {
         auto [ec] = co_await timer.async_wait(rsa::use_task(never.get_token()));
         co_return ec;

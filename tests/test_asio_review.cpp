@@ -199,7 +199,7 @@ TEST_CASE("asio review: a retry of 100 attempts with a callback bound to an unco
     std::atomic<int> attempts{0};
     rsa::execute(
         io, policy,
-        [&](std::stop_token st) -> net::awaitable<int> {
+        [&](resilience::stop_token st) -> net::awaitable<int> {
             ++attempts;
             (void)st;
             co_await after(1ms, 0);

@@ -21,7 +21,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -73,7 +73,7 @@ struct service {
     int completed = 0; // completion handlers called
 
     // An attempt: connects to the listener and reads what never comes.
-    rs::task<int> read_forever(std::stop_token st) {
+    rs::task<int> read_forever(resilience::stop_token st) {
         tracked owned;
         tcp::socket socket{io};
         auto [connect_ec] =
@@ -95,9 +95,9 @@ struct service {
 
     // A call through the pipeline for `where`, as a function of the call's stop token.
     auto call(place where) {
-        return [this, where](std::stop_token st) -> rs::task<int> {
+        return [this, where](resilience::stop_token st) -> rs::task<int> {
             tracked owned; // in the caller's frame, above the policies'
-            auto attempt = [this](std::stop_token a) { return read_forever(a); };
+            auto attempt = [this](resilience::stop_token a) { return read_forever(a); };
             int v = 0;
             try {
                 switch (where) {

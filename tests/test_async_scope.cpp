@@ -12,7 +12,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -95,7 +95,7 @@ TEST_CASE("async_scope: request_stop ends calls wherever they wait, and join res
     tally t;
     // Each call records how and when it ended; the failures of stopped calls are expected here.
     auto spawn = [&](auto run) {
-        scope.spawn(sim.loop(), [&t, &sim, run](std::stop_token st) -> rs::task<void> {
+        scope.spawn(sim.loop(), [&t, &sim, run](resilience::stop_token st) -> rs::task<void> {
             tracked owned;
             try {
                 co_await run(st);
@@ -111,24 +111,24 @@ TEST_CASE("async_scope: request_stop ends calls wherever they wait, and join res
         throw std::runtime_error("503");
         co_return 0;
     };
-    auto slow = [&sim](std::stop_token st) -> rs::task<int> {
+    auto slow = [&sim](resilience::stop_token st) -> rs::task<int> {
         co_await sim.sleep_for(2h, st);
         if (st.stop_requested())
             throw rs::cancelled_error{};
         co_return 1;
     };
     // A retry's backoff sleep.
-    spawn([&](std::stop_token st) { return backing_off.execute(fails, st); });
+    spawn([&](resilience::stop_token st) { return backing_off.execute(fails, st); });
     // A hedge's delay (the first attempt is slow and stoppable).
-    spawn([&](std::stop_token st) { return hedging.execute(slow, st); });
+    spawn([&](resilience::stop_token st) { return hedging.execute(slow, st); });
     // A bulkhead slot's holder, and three calls in its queue.
     for (int i = 0; i < 4; ++i)
-        spawn([&](std::stop_token st) { return slots.execute(slow, st); });
+        spawn([&](resilience::stop_token st) { return slots.execute(slow, st); });
     // A rate limiter's only token spent, and two calls in its queue.
     for (int i = 0; i < 3; ++i)
-        spawn([&](std::stop_token st) { return tokens.execute(slow, st); });
+        spawn([&](resilience::stop_token st) { return tokens.execute(slow, st); });
     // A timeout's deadline over a slow attempt.
-    spawn([&](std::stop_token st) { return long_wait.execute(slow, st); });
+    spawn([&](resilience::stop_token st) { return long_wait.execute(slow, st); });
 
     std::optional<nanoseconds> joined;
     auto drain = [&]() -> rs::task<void> {
@@ -158,7 +158,7 @@ TEST_CASE("async_scope: a call spawned after request_stop starts with its token 
     rs::async_scope scope;
     scope.request_stop();
     bool saw_stop = false;
-    scope.spawn(sim.loop(), [&](std::stop_token st) -> rs::task<void> {
+    scope.spawn(sim.loop(), [&](resilience::stop_token st) -> rs::task<void> {
         saw_stop = st.stop_requested();
         co_return;
     });
@@ -174,7 +174,7 @@ TEST_CASE("async_scope: destroying the scope first stops its calls, which end on
     {
         rs::async_scope scope;
         for (int i = 0; i < 3; ++i)
-            scope.spawn(sim.loop(), [&](std::stop_token st) -> rs::task<void> {
+            scope.spawn(sim.loop(), [&](resilience::stop_token st) -> rs::task<void> {
                 tracked owned;
                 co_await sim.sleep_for(1h, st);
                 ++ended;
@@ -199,7 +199,7 @@ TEST_CASE("async_scope: a loop destroyed with calls unfinished takes them out of
     rs::bulkhead slots{{.max_concurrent_calls = 1, .queue_limit = 10}, sim.clock()};
     {
         for (int i = 0; i < 3; ++i)
-            scope.spawn(sim.loop(), [&](std::stop_token st) -> rs::task<void> {
+            scope.spawn(sim.loop(), [&](resilience::stop_token st) -> rs::task<void> {
                 co_await slots.execute(
                     [&]() -> rs::task<void> {
                         tracked owned;
@@ -208,11 +208,11 @@ TEST_CASE("async_scope: a loop destroyed with calls unfinished takes them out of
                     st);
             });
         // Not started yet, and destroyed unstarted with the loop.
-        scope.spawn(sim.loop(), [](std::stop_token) -> rs::task<void> { co_return; });
+        scope.spawn(sim.loop(), [](resilience::stop_token) -> rs::task<void> { co_return; });
         sim.run_for(1s);
         CHECK(tracked::live == 1);
         CHECK(scope.size() == 3);
-        scope.spawn(sim.loop(), [](std::stop_token) -> rs::task<void> { co_return; });
+        scope.spawn(sim.loop(), [](resilience::stop_token) -> rs::task<void> { co_return; });
         CHECK(scope.size() == 4);
         sim_holder.reset();
     }
@@ -226,7 +226,7 @@ TEST_CASE("async_scope: a joiner destroyed while it waits leaves the scope's que
     other.emplace();
     bool joined = false;
     rs::testing::simulation sim;
-    scope.spawn(sim.loop(), [&](std::stop_token st) -> rs::task<void> { co_await sim.sleep_for(1h, st); });
+    scope.spawn(sim.loop(), [&](resilience::stop_token st) -> rs::task<void> { co_await sim.sleep_for(1h, st); });
     auto joiner = [&]() -> rs::task<void> {
         co_await scope.join();
         joined = true;
@@ -248,7 +248,7 @@ TEST_CASE("async_scope: nest counts an awaitable from its making, started or not
         CHECK(scope.size() == 1);
     }
     CHECK(scope.size() == 0);
-    auto nested = scope.nest([](std::stop_token) -> rs::task<int> { co_return 7; });
+    auto nested = scope.nest([](resilience::stop_token) -> rs::task<int> { co_return 7; });
     CHECK(scope.size() == 1);
     CHECK(sim.run(std::move(nested)) == 7);
     CHECK(scope.size() == 0);
@@ -257,7 +257,7 @@ TEST_CASE("async_scope: nest counts an awaitable from its making, started or not
 TEST_CASE("async_scope: a spawned call's failure comes out of the loop's run", "[async_scope]") {
     rs::testing::simulation sim;
     rs::async_scope scope;
-    scope.spawn(sim.loop(), [](std::stop_token) -> rs::task<void> {
+    scope.spawn(sim.loop(), [](resilience::stop_token) -> rs::task<void> {
         throw std::runtime_error("boom");
         co_return;
     });

@@ -22,7 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -60,7 +60,7 @@ struct call_spec {
     nanoseconds arrive{};
     nanoseconds hold{};
     bool fail = false;
-    std::stop_token stop{};
+    resilience::stop_token stop{};
 };
 
 // Arrives at `arrive`, runs an action holding its slot for `hold` (listening to its stop token),
@@ -71,7 +71,7 @@ rs::task<void> client(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, jo
     // Named, then passed as an lvalue (copied): g++ 12 destroys a lambda written as a temporary
     // inside a co_await expression twice, which a capture with a destructor does not survive, and
     // execute refuses any rvalue of such a lambda there (docs/core.md#compiler-notes).
-    auto action = [&sim, &j, c](std::stop_token st) -> rs::task<int> {
+    auto action = [&sim, &j, c](resilience::stop_token st) -> rs::task<int> {
         j.started.emplace_back(c.id, sim.now());
         j.peak = std::max(j.peak, ++j.running);
         struct leave {
@@ -94,7 +94,7 @@ rs::task<void> client(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, jo
 // it, and call 2's caller stops at `stop`. Runs that, and returns the queue length right after the stop.
 std::size_t stop_first_waiter(rs::testing::simulation& sim, rs::bulkhead<vclock>& bh, journal& j,
                               nanoseconds stop) {
-    std::stop_source src;
+    resilience::stop_source src;
     std::size_t queued_after_stop = 99;
     sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms}));
     sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms, .stop = src.get_token()}));
@@ -250,7 +250,7 @@ TEST_CASE("bulkhead: the slot is released when the running call is cancelled", "
     rs::testing::simulation sim;
     rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 5}, sim.clock()};
     journal j;
-    std::stop_source src;
+    resilience::stop_source src;
     sim.spawn(client(sim, bh, j, {.id = 1, .hold = 100ms, .stop = src.get_token()}));
     sim.spawn(client(sim, bh, j, {.id = 2, .arrive = 10ms, .hold = 10ms}));
     sim.spawn(stop_at(sim, src, 40ms));
@@ -445,7 +445,7 @@ struct shared_counts {
 
 // An action counted in `c` while it runs, yielding to its loop `yields` times (0: it ends at once,
 // and its slot is given back before its loop runs anything else).
-rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id, std::stop_token stop,
+rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id, resilience::stop_token stop,
                                int yields = 2) {
     auto action = [&bh, &c, yields]() -> rs::task<int> {
         raise_to(c.peak, ++c.running);
@@ -480,11 +480,11 @@ TEST_CASE("bulkhead: shared by loops on two threads, never more than max_concurr
     constexpr std::size_t per_loop = 2000;
     rs::bulkhead bh{v.options};
     shared_counts c{2 * per_loop};
-    std::vector<std::stop_source> sources(per_loop);
+    std::vector<resilience::stop_source> sources(per_loop);
     rs::event_loop a, b;
     for (std::size_t i = 0; i < per_loop; ++i) {
         const bool stopped = v.stops && i % 5 == 0;
-        a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : std::stop_token{}));
+        a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : resilience::stop_token{}));
         b.spawn(threaded_client(bh, c, per_loop + i, {}));
         if (stopped) // the other loop stops some of this loop's calls at unpredictable moments
             b.spawn(resilience_tests::stop_after_yields(sources[i], 1));
@@ -521,12 +521,12 @@ TEST_CASE("bulkhead: queue timeouts firing on each of two loops race slots hande
                      .telemetry = heard.listener()}};
     constexpr std::size_t per_loop = 2000;
     shared_counts c{2 * per_loop};
-    std::vector<std::stop_source> sources(per_loop);
+    std::vector<resilience::stop_source> sources(per_loop);
     rs::event_loop a, b;
     for (std::size_t i = 0; i < per_loop; ++i) {
         const bool stopped = i % 5 == 0;
         const int yields = static_cast<int>(i % 3);
-        a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : std::stop_token{}, yields));
+        a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : resilience::stop_token{}, yields));
         b.spawn(threaded_client(bh, c, per_loop + i, {}, yields));
         if (stopped)
             b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 4)));
@@ -854,7 +854,7 @@ struct loopless_vclock {
     using duration = vclock::duration;
     using time_point = vclock::time_point;
     time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, std::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, resilience::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
 };
 static_assert(rs::clock<loopless_vclock> && !rs::detail::loop_timer_clock<loopless_vclock>);
 
@@ -869,10 +869,10 @@ using endings = std::map<int, std::pair<nanoseconds, std::string>>;
 
 template <class B>
 rs::task<void> arrive_and_hold(rs::testing::simulation& sim, const B& bh, endings& ended, int id,
-                               nanoseconds arrive, nanoseconds hold, std::stop_token stop = {}) {
+                               nanoseconds arrive, nanoseconds hold, resilience::stop_token stop = {}) {
     if (arrive > sim.now())
         co_await sim.sleep_for(arrive - sim.now());
-    auto action = [&sim, hold](std::stop_token st) -> rs::task<int> {
+    auto action = [&sim, hold](resilience::stop_token st) -> rs::task<int> {
         co_await sim.sleep_for(hold, st);
         co_return 1;
     };
@@ -948,10 +948,10 @@ TEST_CASE("bulkhead: on_rejected is told once per refusal with its reason, and n
     SECTION("a waiter whose caller stops is cancelled, not refused: nothing is told") {
         for_each_wait_way(sim, telling(log, sim, 1, 50ms), [&](const auto& bh) {
             endings ended;
-            std::stop_source stop;
+            resilience::stop_source stop;
             sim.spawn(arrive_and_hold(sim, bh, ended, 1, 0ms, 100ms));
             sim.spawn(arrive_and_hold(sim, bh, ended, 2, 10ms, 10ms, stop.get_token()));
-            sim.spawn([](rs::testing::simulation& simulated, std::stop_source& s) -> rs::task<void> {
+            sim.spawn([](rs::testing::simulation& simulated, resilience::stop_source& s) -> rs::task<void> {
                 co_await simulated.sleep_for(30ms);
                 s.request_stop();
             }(sim, stop));

@@ -36,7 +36,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <utility>
@@ -62,7 +62,7 @@ public:
     explicit source(simulation& sim, nanoseconds latency = 100ms, std::set<int> failing = {})
         : state_(std::make_shared<state>(state{&sim, latency, std::move(failing), {}, 0})) {}
 
-    rs::task<int> operator()(std::stop_token stop) const { return call(state_, std::move(stop)); }
+    rs::task<int> operator()(resilience::stop_token stop) const { return call(state_, std::move(stop)); }
 
     int calls() const { return static_cast<int>(state_->starts.size()); }
     const std::vector<nanoseconds>& starts() const { return state_->starts; }
@@ -76,7 +76,7 @@ private:
         std::vector<nanoseconds> starts;
         int stopped;
     };
-    static rs::task<int> call(std::shared_ptr<state> s, std::stop_token stop) {
+    static rs::task<int> call(std::shared_ptr<state> s, resilience::stop_token stop) {
         s->starts.push_back(s->sim->now());
         const int n = static_cast<int>(s->starts.size());
         co_await s->sim->sleep_for(s->latency, stop);
@@ -102,7 +102,7 @@ struct record {
 
 template <class A>
 rs::task<void> caller(simulation& sim, quotes c, std::string key, A act, record& out,
-                      std::stop_token token = {}) {
+                      resilience::stop_token token = {}) {
     try {
         out.value = co_await c.run(std::move(key), act, std::move(token));
     } catch (...) {
@@ -112,7 +112,7 @@ rs::task<void> caller(simulation& sim, quotes c, std::string key, A act, record&
 }
 
 template <class P, class A>
-rs::task<void> policy_caller(simulation& sim, P p, A act, record& out, std::stop_token token = {}) {
+rs::task<void> policy_caller(simulation& sim, P p, A act, record& out, resilience::stop_token token = {}) {
     try {
         out.value = co_await p.execute(act, std::move(token));
     } catch (...) {
@@ -357,7 +357,7 @@ TEST_CASE("cache: a caller that stops leaves at once, and a cancelled refresh is
     CHECK(sim.run(c.run("k", s)) == 1);
     const nanoseconds t0 = 2s;
     record owner, joiner, other, fresh;
-    std::stop_source stop_owner, stop_joiner;
+    resilience::stop_source stop_owner, stop_joiner;
     sim.spawn(after(sim, t0 - sim.now(), caller(sim, c, "k", s, owner, stop_owner.get_token())));
     sim.spawn(after(sim, t0 + 10ms - sim.now(), caller(sim, c, "k", s, joiner, stop_joiner.get_token())));
     sim.spawn(after(sim, t0 + 20ms - sim.now(), caller(sim, c, "k", s, other)));
@@ -371,7 +371,7 @@ TEST_CASE("cache: a caller that stops leaves at once, and a cancelled refresh is
 
     // Every caller stops: the refresh is stopped, and what it ends with is not stored.
     record alone;
-    std::stop_source stop_alone;
+    resilience::stop_source stop_alone;
     const nanoseconds t1 = 5s;
     sim.spawn(after(sim, t1 - sim.now(), caller(sim, c, "k", s, alone, stop_alone.get_token())));
     sim.spawn(stop_at(sim, stop_alone, t1 + 30ms));
@@ -401,7 +401,7 @@ TEST_CASE("cache: a refresh every caller stopped stores nothing, even when its a
     auto deaf = rs::testing::scripted_action{
         sim.clock(), rs::testing::script<int>{.latency = 100ms, .value = 7, .ignore_stop = true}};
     record gone, run_policy, next;
-    std::stop_source stop, stop_policy;
+    resilience::stop_source stop, stop_policy;
     sim.spawn(caller(sim, c, "k", deaf, gone, stop.get_token()));
     sim.spawn(policy_caller(sim, c.policy("p"), deaf, run_policy, stop_policy.get_token()));
     sim.spawn(stop_at(sim, stop, 30ms));
@@ -1008,7 +1008,7 @@ constexpr int keys = 4;
 struct counted_action {
     std::atomic<int>* started;
     int key;
-    rs::task<int> operator()(std::stop_token) const { return call(started, key); }
+    rs::task<int> operator()(resilience::stop_token) const { return call(started, key); }
     static rs::task<int> call(std::atomic<int>* started, int key) {
         const int id = started->fetch_add(1) + 1;
         for (int i = 0; i < 3; ++i)
@@ -1289,7 +1289,7 @@ TEST_CASE("cache reconfigure: bad options are refused as at construction, naming
     CHECK(sim.now() == 1200ms);
     CHECK(sim.run(c.run("c", s)) == 4);
     CHECK(c.size() == 2);
-    std::stop_source stopped;
+    resilience::stop_source stopped;
     stopped.request_stop();
     record gave_up;
     sim.run(caller(sim, c, "a", s, gave_up, stopped.get_token()));
@@ -1361,7 +1361,7 @@ TEST_CASE("cache reconfigure: a caller's cancellation carries the name of the op
     source s{sim};
     c.reconfigure({.name = "second", .ttl = 1s});
     record owner, joiner, unnamed;
-    std::stop_source stop_owner, stop_joiner, stop_unnamed;
+    resilience::stop_source stop_owner, stop_joiner, stop_unnamed;
     sim.spawn(caller(sim, c, "k", s, owner, stop_owner.get_token())); // makes call 1 under "second"
     sim.spawn(at(sim, 10ms, [&] { c.reconfigure({.name = "third", .ttl = 1s}); }));
     sim.spawn(after(sim, 20ms, caller(sim, c, "k", s, joiner, stop_joiner.get_token())));
@@ -1420,7 +1420,7 @@ namespace {
 struct flaky_action {
     std::atomic<int>* started;
     int key;
-    rs::task<int> operator()(std::stop_token) const { return call(started, key); }
+    rs::task<int> operator()(resilience::stop_token) const { return call(started, key); }
     static rs::task<int> call(std::atomic<int>* started, int key) {
         const int id = started->fetch_add(1) + 1;
         for (int i = 0; i < 3; ++i)

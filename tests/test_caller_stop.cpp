@@ -36,7 +36,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -86,7 +86,7 @@ public:
     attempt(simulation& sim, ending how, nanoseconds latency = 10s, bool fail_unstopped = false)
         : s_(std::make_shared<state>(state{&sim, how, latency, fail_unstopped})) {}
 
-    rs::task<int> operator()(std::stop_token token) const {
+    rs::task<int> operator()(resilience::stop_token token) const {
         const std::shared_ptr<state> s = s_;
         s->starts.push_back(s->sim->now());
         co_await s->sim->sleep_for(s->latency, token);
@@ -131,7 +131,7 @@ void check_cancelled(const rs::outcome<int>& r) {
 /// The call `execute_outcome(act, token)` made by `policy`, stopped at 1s; returns its outcome.
 template <class P>
 rs::outcome<int> stopped_call(simulation& sim, const P& policy, const attempt& act, nanoseconds at = 1s) {
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [r, ignored] =
         sim.run(rs::when_all(policy.execute_outcome(act, caller.get_token()), stop_at(sim, caller, at)));
     return std::move(r);
@@ -161,7 +161,7 @@ void check_rule(Make make, bool value_returned = true) {
     simulation sim;
     const auto policy = make(sim);
     const attempt act{sim, ending::custom};
-    std::stop_source caller;
+    resilience::stop_source caller;
     CHECK_THROWS_AS(sim.run(rs::when_all(policy.execute(act, caller.get_token()), stop_at(sim, caller, 1s))),
                     rs::cancelled_error);
 }
@@ -228,7 +228,7 @@ TEST_CASE("caller stop: a caller that stops after the deadline has passed still 
         co_await sim.sleep_for(5s);
         throw stopped_custom{};
     };
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [r, ignored] =
         sim.run(rs::when_all(limit.execute_outcome(deaf, caller.get_token()), stop_at(sim, caller, 3s)));
     CHECK(sim.now() == 5s);
@@ -274,7 +274,7 @@ TEST_CASE("caller stop: bulkhead, waiting in its queue, ends with cancelled_erro
     rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1}, sim.clock()};
     const attempt holder{sim, ending::value};
     const attempt queued{sim, ending::value};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [first, second, ignored] =
         sim.run(rs::when_all(bh.execute_outcome(holder), bh.execute_outcome(queued, caller.get_token()),
                              stop_at(sim, caller, 1s)));
@@ -292,7 +292,7 @@ TEST_CASE("caller stop: rate_limiter, admitted or queued, follows the rule", "[c
     rs::rate_limiter limiter{{.token_limit = 1, .tokens_per_second = 0.01, .queue_limit = 1}, sim.clock()};
     const attempt first{sim, ending::value, 0s};
     const attempt queued{sim, ending::value};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [a, b, ignored] =
         sim.run(rs::when_all(limiter.execute_outcome(first),
                              limiter.execute_outcome(queued, caller.get_token()), stop_at(sim, caller, 1s)));
@@ -310,7 +310,7 @@ TEST_CASE("caller stop: sliding_window_limiter, admitted or queued, follows the 
     rs::sliding_window_limiter limiter{{.permit_limit = 1, .window = 1min, .queue_limit = 1}, sim.clock()};
     const attempt first{sim, ending::value, 0s};
     const attempt queued{sim, ending::value};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [a, b, ignored] =
         sim.run(rs::when_all(limiter.execute_outcome(first),
                              limiter.execute_outcome(queued, caller.get_token()), stop_at(sim, caller, 1s)));
@@ -365,7 +365,7 @@ TEST_CASE(
     flights sf;
     const attempt owner_act{sim, ending::value, 5s};
     const attempt joined_act{sim, ending::value};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [owned, joined, ignored] = sim.run(rs::when_all(
         sf.policy("k").execute_outcome(owner_act),
         sf.policy("k").execute_outcome(joined_act, caller.get_token()), stop_at(sim, caller, 1s)));
@@ -384,12 +384,12 @@ TEST_CASE("caller stop: cache serves no stale value for a caller that stopped it
         CHECK(sim.run(c.run("k", []() -> rs::task<int> { co_return 5; })) == 5);
         sim.run(sim.sleep_for(2s)); // expired: the next call refreshes, with a stale value in reserve
         const attempt act{sim, how};
-        std::stop_source caller;
+        resilience::stop_source caller;
         auto [by_policy, ignored] = sim.run(
             rs::when_all(c.policy("k").execute_outcome(act, caller.get_token()), stop_at(sim, caller, 3s)));
         CHECK(sim.now() == 3s);
         check_cancelled(by_policy);
-        std::stop_source other;
+        resilience::stop_source other;
         auto [by_run, ignored2] = sim.run(
             rs::when_all(c.run_outcome("k", act, other.get_token()), stop_at(sim, other, sim.now() + 1s)));
         check_cancelled(by_run);
@@ -496,7 +496,7 @@ TEST_CASE("caller stop: the cancelled_error made for a stopped call names the ou
 namespace {
 
 // A source of `n` items, one a second; stopped, it throws as `how` says.
-rs::async_generator<int> slow_items(simulation& sim, std::stop_token token, ending how, bool fails) {
+rs::async_generator<int> slow_items(simulation& sim, resilience::stop_token token, ending how, bool fails) {
     co_yield 1;
     co_await sim.sleep_for(10s, token);
     if (token.stop_requested()) {
@@ -527,10 +527,10 @@ TEST_CASE("caller stop: retry_stream ends with cancelled_error, stopped in a sou
     for (const ending how : {ending::aborted, ending::custom}) {
         INFO("the stopped source ends with: " << name_of(how));
         simulation sim;
-        std::stop_source consumer;
+        resilience::stop_source consumer;
         int made = 0;
         auto stream = rs::retry_stream(
-            [&](std::stop_token t) {
+            [&](resilience::stop_token t) {
                 ++made;
                 return slow_items(sim, t, how, false);
             },
@@ -545,10 +545,10 @@ TEST_CASE("caller stop: retry_stream ends with cancelled_error, stopped in a sou
         CHECK(failed->is<rs::cancelled_error>());
     }
     simulation sim;
-    std::stop_source consumer;
+    resilience::stop_source consumer;
     int made = 0;
     auto stream = rs::retry_stream(
-        [&](std::stop_token t) {
+        [&](resilience::stop_token t) {
             ++made;
             return slow_items(sim, t, ending::custom, true);
         },

@@ -20,7 +20,7 @@
 #include <exception>
 #include <limits>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -217,7 +217,7 @@ TEST_CASE("chaos: a stop during injected latency ends the call at that instant w
         ++ran;
         co_return 1;
     };
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [r, ignored] =
         sim.run(rs::when_all(slow.execute_outcome(action, caller.get_token()), stop_at(sim, caller, 1200ms)));
     CHECK(sim.now() == 1200ms);

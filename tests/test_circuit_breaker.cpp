@@ -20,7 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -58,7 +58,7 @@ auto succeed_now() {
 // Takes `latency` of virtual time, then fails with boom{id} or returns 7; a stop ends the wait with
 // cancelled_error.
 auto timed(simulation& sim, std::chrono::nanoseconds latency, bool fail, int id = 0) {
-    return [&sim, latency, fail, id](std::stop_token st) -> rs::task<int> {
+    return [&sim, latency, fail, id](resilience::stop_token st) -> rs::task<int> {
         co_await sim.sleep_for(latency, st);
         if (st.stop_requested())
             throw rs::cancelled_error{};
@@ -455,7 +455,7 @@ TEST_CASE("circuit_breaker: cancellation is not counted against the dependency",
         sim.clock()};
     sim.run([&]() -> rs::task<void> {
         // The caller stops a running call.
-        std::stop_source caller;
+        resilience::stop_source caller;
         auto [r, ignored] =
             co_await rs::when_all(breaker.execute_outcome(timed(sim, 1s, true), caller.get_token()),
                                   resilience_tests::stop_at(sim, caller, 500ms));
@@ -728,7 +728,7 @@ TEST_CASE("circuit_breaker: a cancelled or declined probe frees its slot for ano
         (void)co_await breaker.execute_outcome(fail_now());
         co_await sim.sleep_for(10s);
 
-        std::stop_source caller;
+        resilience::stop_source caller;
         auto second_caller = [&]() -> rs::task<void> {
             co_await sim.sleep_for(500ms);
             auto busy = co_await breaker.execute_outcome(succeed_now());
@@ -1072,7 +1072,7 @@ TEST_CASE("circuit_breaker: its name is in its refusals, its metrics and name()"
         CHECK(isolated.error().as<rs::circuit_isolated_error>()->policy_name() == "db");
         CHECK(std::string(isolated.error().what()) == "db: circuit isolated");
 
-        std::stop_source caller;
+        resilience::stop_source caller;
         caller.request_stop();
         auto cancelled = co_await breaker.execute_outcome(succeed_now(), caller.get_token());
         REQUIRE(cancelled.error().as<rs::cancelled_error>());
@@ -1139,7 +1139,7 @@ TEST_CASE("circuit_breaker: a returned value should_handle handles counts as a f
               "resilience::circuit_breaker: should_handle classifies "
               "rs::outcome<test_circuit_breaker::(anonymous namespace)::reply> but the action returns int"));
     // A caller that has stopped too still learns of the setup mistake, not of a cancellation.
-    std::stop_source stopped;
+    resilience::stop_source stopped;
     stopped.request_stop();
     auto other_stopped = sim.run(breaker.execute_outcome(
         [&]() -> rs::task<int> {
@@ -1286,7 +1286,7 @@ TEST_CASE("circuit_breaker: on_rejected is told once per refusal, with the reaso
         REQUIRE(told.size() == 1);
 
         // A caller already stopped: refused before the breaker judges anything.
-        std::stop_source stopped;
+        resilience::stop_source stopped;
         stopped.request_stop();
         CHECK((co_await breaker.execute_outcome(succeed_now(), stopped.get_token())).error().code() ==
               rs::errc::cancelled);
@@ -1412,7 +1412,7 @@ struct manual_clock {
 
     time_point now() const noexcept { return time_point{duration{ns->load()}}; }
     void advance(duration d) const noexcept { ns->fetch_add(d.count()); }
-    std::suspend_never sleep_until(time_point, std::stop_token) const {
+    std::suspend_never sleep_until(time_point, resilience::stop_token) const {
         throw std::logic_error("manual_clock: nothing may sleep on this clock");
     }
 };

@@ -212,7 +212,7 @@ TEST_CASE("composition: the success path of retry, breaker, timeout, bulkhead an
 TEST_CASE("composition: a call stopped before it starts is refused by the policy that saw it, by name",
           "[composition][names]") {
     rs::testing::simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     caller.request_stop();
     const auto name_of = [](const rs::outcome<int>& o) {
         REQUIRE(o.has_failure());

@@ -16,7 +16,7 @@
 #include <list>
 #include <random>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -108,7 +108,7 @@ TEST_CASE("event_loop: a virtual-time loop reports a coroutine that can never re
 TEST_CASE("clock: a sleep stopped from another thread ends early and resumes on its own loop",
           "[clock][concurrency]") {
     rs::event_loop loop;
-    std::stop_source stop;
+    resilience::stop_source stop;
     std::thread::id loop_thread, resumed_on;
     std::thread stopper;
     const auto started = std::chrono::steady_clock::now();

@@ -21,7 +21,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -110,7 +110,7 @@ public:
     service(simulation& sim, int errors, nanoseconds latency = 10ms, fault kind = fault::busy)
         : state_(std::make_shared<state>(state{&sim, errors, latency, kind, {}})) {}
 
-    rs::task<result<int>> operator()(std::stop_token token) const {
+    rs::task<result<int>> operator()(resilience::stop_token token) const {
         auto s = state_;
         const int call = static_cast<int>(s->starts.size()) + 1;
         s->starts.push_back(s->sim->now());

@@ -12,7 +12,7 @@
 #include <chrono>
 #include <exception>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -74,12 +74,12 @@ TEST_CASE("fallback: a no-argument substitute and a substitute taking the contex
     rs::testing::simulation sim;
     auto act = failing(sim);
     rs::fallback nullary{[] { return std::string("cached"); }};
-    CHECK(sim.run(nullary.execute([&](std::stop_token st) -> rs::task<std::string> {
+    CHECK(sim.run(nullary.execute([&](resilience::stop_token st) -> rs::task<std::string> {
         co_await act(st);
         co_return "fresh";
     })) == "cached");
 
-    std::stop_source caller;
+    resilience::stop_source caller;
     bool saw_caller_token = false;
     rs::fallback with_ctx{[&](const rs::failure&, const rs::context& ctx) {
         saw_caller_token = ctx.stop_token() == caller.get_token();
@@ -169,7 +169,7 @@ TEST_CASE("fallback: a caller's stop passes through at its instant, whatever sho
                         return 0;
                     },
                     {.should_handle = [](const rs::failure&) { return true; }}};
-    std::stop_source caller;
+    resilience::stop_source caller;
     sim.spawn(resilience_tests::stop_at(sim, caller, 50ms));
     auto result = sim.run(fb.execute_outcome(act, caller.get_token()));
     REQUIRE(result.has_failure());

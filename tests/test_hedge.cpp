@@ -23,7 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -83,11 +83,11 @@ public:
                 r->ended = self->sim_->now();
             }
         } guard{this, &r};
-        const std::stop_token token = ctx.stop_token();
+        const resilience::stop_token token = ctx.stop_token();
         auto noted = [this, &r] { r.stopped = sim_->now(); };
-        std::stop_callback<decltype(noted)> on_stop{token, noted};
+        resilience::stop_callback<decltype(noted)> on_stop{token, noted};
         // Named, not a temporary of the co_await expression (g++ 12 destroys those twice).
-        const std::stop_token listen = p.ignore_stop ? std::stop_token{} : token;
+        const resilience::stop_token listen = p.ignore_stop ? resilience::stop_token{} : token;
         co_await sim_->sleep_for(p.latency, listen);
         if (!p.ignore_stop && token.stop_requested()) {
             if (p.wind_down > nanoseconds::zero())
@@ -305,7 +305,7 @@ TEST_CASE("hedge: a caller's stop ends every attempt and the call at that instan
     simulation sim;
     replicas service{sim, {{.latency = 10s, .value = 1}}};
     rs::hedge h{{.name = "reads", .max_attempts = 5, .delay = 100ms}, sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [result, ignored] = sim.run(
         rs::when_all(h.execute_outcome(service.action(), caller.get_token()), stop_at(sim, caller, 250ms)));
     (void)ignored;
@@ -328,7 +328,7 @@ TEST_CASE("hedge: a caller's stop that finishes the call inside its forwarding t
     // callback: that state must outlive the call until the forwarding is done with it.
     simulation sim;
     rs::hedge h{{.max_attempts = 2, .delay = 1h}, sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [result, ignored] =
         sim.run(rs::when_all(h.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()),
                              stop_at(sim, caller, 3s)));
@@ -344,7 +344,7 @@ TEST_CASE("hedge: a caller's stop requested from the hedge's own callbacks start
     // The stop comes between the hedge's decision to start an attempt and the start: the attempt must
     // not start (its action would run with a stopped token), and the call ends as cancellation then.
     simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     const auto stop_caller = [&caller] { caller.request_stop(); };
     const auto call = [&](replicas& service, rs::hedge_options options) {
         rs::hedge h{std::move(options), sim.clock()};
@@ -395,7 +395,7 @@ TEST_CASE("hedge: a caller's stop requested from the hedge's own callbacks start
 TEST_CASE("hedge: a caller already stopped is refused without running the action", "[hedge]") {
     simulation sim;
     replicas service{sim, {{.value = 1}}};
-    std::stop_source caller;
+    resilience::stop_source caller;
     caller.request_stop();
     for (int max_attempts : {1, 3}) {
         rs::hedge h{{.max_attempts = max_attempts}, sim.clock()};
@@ -609,7 +609,7 @@ struct minimal_clock {
     using duration = rs::testing::virtual_clock::duration;
     using time_point = rs::testing::virtual_clock::time_point;
     time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, std::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, resilience::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
 };
 static_assert(rs::clock<minimal_clock> && !rs::detail::loop_timer_clock<minimal_clock>);
 } // namespace
@@ -640,7 +640,7 @@ TEST_CASE("hedge: with any clock, the same instants", "[hedge]") {
     SECTION("a caller's stop") {
         replicas service{sim, {{.latency = 10s, .value = 1}}};
         rs::hedge h{{.max_attempts = 4, .delay = 100ms}, minimal_clock{sim.clock()}};
-        std::stop_source caller;
+        resilience::stop_source caller;
         auto [result, ignored] = sim.run(rs::when_all(h.execute_outcome(service.action(), caller.get_token()),
                                                       stop_at(sim, caller, 150ms)));
         (void)ignored;
@@ -687,7 +687,7 @@ TEST_CASE("hedge: the success path allocates nothing after warm-up", "[hedge][al
     simulation sim;
     const rs::hedge h{{.max_attempts = 3, .delay = 1s}, sim.clock()};
     // Answers after 10 ms, asking for its stop token: the hedge arms its timer and disarms it.
-    auto replica = [&](std::stop_token st) -> rs::task<int> {
+    auto replica = [&](resilience::stop_token st) -> rs::task<int> {
         co_await sim.sleep_for(10ms, st);
         co_return 1;
     };

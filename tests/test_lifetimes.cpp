@@ -28,7 +28,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <utility>
@@ -46,7 +46,7 @@ struct slow_action {
     rs::testing::simulation* sim;
     std::chrono::nanoseconds hold = 100ms;
     bool fail = false;
-    rs::task<int> operator()(std::stop_token st) const {
+    rs::task<int> operator()(resilience::stop_token st) const {
         co_await sim->sleep_for(hold, st);
         if (fail)
             throw std::runtime_error("boom");

@@ -15,7 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <vector>
 
 namespace test_limiter_threads {
@@ -33,7 +33,7 @@ struct tally {
     resilience_tests::call_tally<rs::rate_limited_error> calls{total};
     resilience_tests::heard_counts heard;
     std::atomic<int> cancelled_unasked{0}; // ended cancelled although nobody stopped them
-    std::vector<std::stop_source> stops{total / every_nth_stopped};
+    std::vector<resilience::stop_source> stops{total / every_nth_stopped};
 };
 
 // One call, of class `id % 3`; every `every_nth_stopped`th is stopped by a coroutine on the next loop
@@ -42,8 +42,8 @@ struct tally {
 template <class Limiter>
 rs::task<void> one_call(const Limiter& limiter, tally& t, std::size_t id, rs::event_loop& next_loop) {
     const bool stopped = id % every_nth_stopped == 0;
-    std::stop_source& stop = t.stops[id / every_nth_stopped];
-    rs::context ctx{stopped ? stop.get_token() : std::stop_token{}};
+    resilience::stop_source& stop = t.stops[id / every_nth_stopped];
+    rs::context ctx{stopped ? stop.get_token() : resilience::stop_token{}};
     ctx.set_property(rs::priority, static_cast<int>(id % 3));
     if (stopped)
         next_loop.spawn(

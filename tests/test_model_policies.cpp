@@ -18,7 +18,7 @@
 
 #include <chrono>
 #include <optional>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 
 namespace test_model_policies {
 
@@ -63,7 +63,7 @@ struct steady_behind {
     using time_point = std::chrono::time_point<steady_behind, duration>;
     static constexpr duration shift = std::chrono::hours{1};
     time_point now() const { return time_point{rs::steady_clock{}.now().time_since_epoch() - shift}; }
-    auto sleep_until(time_point tp, std::stop_token st) const {
+    auto sleep_until(time_point tp, resilience::stop_token st) const {
         return rs::steady_clock{}.sleep_until(rs::steady_clock::time_point{tp.time_since_epoch() + shift},
                                               std::move(st));
     }

@@ -93,7 +93,7 @@ TEST_CASE("pipeline: the action may take a context, a stop token or nothing", "[
     rs::testing::simulation sim;
     rs::pipeline p{rs::timeout{1s, sim.clock()}};
     CHECK(sim.run(p.execute([](const rs::context& c) -> rs::task<int> { co_return c.attempt(); })) == 1);
-    CHECK(sim.run(p.execute([](std::stop_token t) -> rs::task<bool> { co_return t.stop_possible(); })));
+    CHECK(sim.run(p.execute([](resilience::stop_token t) -> rs::task<bool> { co_return t.stop_possible(); })));
     CHECK(sim.run(p.execute([]() -> rs::task<int> { co_return 3; })) == 3);
 }
 
@@ -231,7 +231,7 @@ struct counting_clock {
         ++*reads;
         return inner.now();
     }
-    auto sleep_until(time_point tp, std::stop_token token) const noexcept {
+    auto sleep_until(time_point tp, resilience::stop_token token) const noexcept {
         return inner.sleep_until(tp, token);
     }
     rs::event_loop* timer_loop() const noexcept { return inner.timer_loop(); }
@@ -297,7 +297,7 @@ TEST_CASE("pipeline: a refusal in enter reaches execute_outcome as a value and s
     std::vector<std::string> log;
     auto failures = std::make_shared<std::atomic<int>>(0);
     rs::pipeline p{fast_recorder{"a", log}, count_failures{failures}, fast_recorder{"b", log}};
-    std::stop_source stop;
+    resilience::stop_source stop;
     stop.request_stop();
     bool ran = false;
     auto r = rs::sync_wait(p.execute_outcome(
@@ -318,7 +318,7 @@ TEST_CASE("pipeline: a refusal in enter reaches execute_outcome as a value and s
 }
 
 namespace {
-rs::task<std::string> greet(std::string who, int times, std::stop_token token) {
+rs::task<std::string> greet(std::string who, int times, resilience::stop_token token) {
     std::string s;
     for (int i = 0; i < times; ++i)
         s += who;
@@ -346,7 +346,7 @@ TEST_CASE("pipeline: execute(f, args...) calls f with copies of the arguments, t
 TEST_CASE("pipeline: execute(f, args..., token) takes the trailing token as the caller's", "[pipeline]") {
     rs::testing::simulation sim;
     rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     caller.request_stop();
     auto refused = sim.run(r.execute_outcome(greet, std::string("x"), 1, caller.get_token()));
     REQUIRE(refused.has_failure());
@@ -552,7 +552,7 @@ struct call_log {
 template <class P>
 rs::task<void> timed(rs::testing::simulation& sim, const P& p, call_log& log, timed_call c) {
     co_await sim.sleep_for(c.arrive);
-    auto action = [&sim, &log, c](std::stop_token st) -> rs::task<int> {
+    auto action = [&sim, &log, c](resilience::stop_token st) -> rs::task<int> {
         log.started.emplace_back(c.id, sim.now());
         co_await sim.sleep_for(c.hold, st);
         if (st.stop_requested())

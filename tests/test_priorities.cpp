@@ -29,7 +29,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,7 +45,7 @@ using std::chrono::nanoseconds;
 namespace {
 
 // The context of a call of class `cls` (none: the property unset), stopped by `stop`.
-rs::context with_class(std::optional<int> cls, std::stop_token stop = {}) {
+rs::context with_class(std::optional<int> cls, resilience::stop_token stop = {}) {
     rs::context ctx{std::move(stop)};
     if (cls)
         ctx.set_property(rs::priority, *cls);
@@ -73,7 +73,7 @@ struct call {
     std::optional<int> cls{};
     nanoseconds hold{};
     bool fail = false;
-    std::stop_token stop{};
+    resilience::stop_token stop{};
 };
 
 // When each call's action started (in order) and when and how each call ended.
@@ -92,7 +92,7 @@ rs::task<void> client(rs::testing::simulation& sim, const Policy& p, journal& j,
     if (c.arrive > sim.now())
         co_await sim.sleep_for(c.arrive - sim.now());
     // Named, then passed as an lvalue (docs/core.md#compiler-notes).
-    auto action = [&sim, &j, c](std::stop_token st) -> rs::task<int> {
+    auto action = [&sim, &j, c](resilience::stop_token st) -> rs::task<int> {
         j.started.emplace_back(c.id, sim.now());
         if (c.hold > nanoseconds::zero())
             co_await sim.sleep_for(c.hold, st);
@@ -445,7 +445,7 @@ TEST_CASE("priorities: a rate limiter's waiter that lost its turn leaves at once
         {.token_limit = 1, .tokens_per_second = 10, .queue_limit = 10, .priorities = {.classes = 2}},
         sim.clock()};
     journal j;
-    std::stop_source stop;
+    resilience::stop_source stop;
     std::size_t queued_after_stop = 99;
     spawn_all(sim, rl, j,
               {{.id = 1, .cls = 0},
@@ -954,7 +954,7 @@ std::vector<rm::event> run_ranked(rs::testing::simulation& sim, const Policy& po
     return rm::run_calls(
         sim, calls,
         [&](std::vector<rm::event>& out, int id, const ranked_call& c,
-            std::stop_token stop) -> rs::task<void> {
+            resilience::stop_token stop) -> rs::task<void> {
             auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted"});
                 if (hold > 0)
@@ -1116,7 +1116,7 @@ void raise_to(std::atomic<int>& peak, int v) {
 }
 
 template <class Policy, class Tally>
-rs::task<void> threaded_call(const Policy& p, Tally& t, std::size_t id, std::stop_token stop) {
+rs::task<void> threaded_call(const Policy& p, Tally& t, std::size_t id, resilience::stop_token stop) {
     auto action = [&t, id]() -> rs::task<int> {
         raise_to(t.peak, ++t.running);
         for (std::size_t i = 0; i < id % 3; ++i)
@@ -1140,7 +1140,7 @@ TEST_CASE("priorities: a bulkhead with priorities shared by loops on four thread
                      .queue_limit = queue_limit,
                      .priorities = {.classes = 3, .reserved = {0, 0.34, 0.34}}}};
     shared_tally t{total};
-    std::vector<std::stop_source> stops(total);
+    std::vector<resilience::stop_source> stops(total);
     rs::event_loop l0, l1, l2, l3;
     rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
     for (std::size_t i = 0; i < per_loop; ++i)
@@ -1182,7 +1182,7 @@ TEST_CASE("priorities: a rate limiter with priorities shared by loops on four th
                          .queue_timeout = 2ms,
                          .priorities = {.classes = 3, .reserved = {0, 0.25, 0.25}}}};
     limited_tally t{total};
-    std::vector<std::stop_source> stops(total);
+    std::vector<resilience::stop_source> stops(total);
     rs::event_loop l0, l1, l2, l3;
     rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
     for (std::size_t i = 0; i < per_loop; ++i)

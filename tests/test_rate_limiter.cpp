@@ -24,7 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,7 +74,7 @@ ending describe(const rs::outcome<T>& r, nanoseconds now) {
 // Arrives at `arrive`, then runs an action that writes down when it was admitted.
 template <class L>
 rs::task<void> client(rs::testing::simulation& sim, L& limiter, journal& j, int id, nanoseconds arrive,
-                      std::stop_token stop = {}) {
+                      resilience::stop_token stop = {}) {
     if (arrive > sim.now())
         co_await sim.sleep_for(arrive - sim.now());
     // Named, then moved in: see the same note in test_bulkhead.cpp (a GCC 12 coroutine bug).
@@ -204,7 +204,7 @@ TEST_CASE("rate_limiter: a waiter whose caller stops leaves the queue at once, a
     rs::rate_limiter rl{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue},
                         sim.clock()};
     journal j;
-    std::stop_source stop_head, stop_third;
+    resilience::stop_source stop_head, stop_third;
     std::size_t queued_after_head = 99, queued_after_third = 99;
     sim.spawn(client(sim, rl, j, 1, 0ms));
     sim.spawn(client(sim, rl, j, 2, 0ms, stop_head.get_token()));  // the head: due at 100 ms
@@ -271,7 +271,7 @@ TEST_CASE("rate_limiter: take spends a token by the same rules as a call", "[rat
     CHECK(taken == std::vector<nanoseconds>{0ms, 200ms});
     CHECK(j.finished[1] == value_at(100ms));
 
-    std::stop_source src;
+    resilience::stop_source src;
     src.request_stop();
     CHECK_THROWS_AS(sim.run(rl.take(src.get_token())), rs::cancelled_error);
     auto r = sim.run(rl.take_outcome(src.get_token()));
@@ -486,7 +486,7 @@ TEST_CASE("sliding_window_limiter: queue_limit 0, queue_limit and take follow th
         rs::sliding_window_limiter sw{{.permit_limit = 1, .window = 1s, .queue_limit = rs::unbounded_queue},
                                       sim.clock()};
         journal j;
-        std::stop_source src;
+        resilience::stop_source src;
         std::size_t queued_after = 99;
         sim.spawn(client(sim, sw, j, 1, 0ms));
         sim.spawn(client(sim, sw, j, 2, 0ms, src.get_token()));
@@ -529,7 +529,7 @@ struct recording_clock {
     using time_point = rs::steady_clock::time_point;
     static inline thread_local time_point last{};
     time_point now() const noexcept { return last = rs::steady_clock{}.now(); }
-    auto sleep_until(time_point tp, std::stop_token token) const {
+    auto sleep_until(time_point tp, resilience::stop_token token) const {
         return rs::steady_clock{}.sleep_until(tp, std::move(token));
     }
 };
@@ -539,7 +539,7 @@ using shared_log = resilience_tests::call_tally<rs::rate_limited_error>;
 
 rs::task<void> limited_client(rs::rate_limiter<recording_clock>& rl, shared_log& log,
                               std::vector<recording_clock::time_point>& admitted, std::size_t id,
-                              std::stop_token stop) {
+                              resilience::stop_token stop) {
     auto action = [&admitted]() -> rs::task<int> {
         admitted.push_back(recording_clock::last); // this loop's own vector: one thread only
         co_return 1;
@@ -562,11 +562,11 @@ TEST_CASE("rate_limiter: shared by loops on two threads, no span of length t adm
     shared_log log{2 * per_loop};
     std::vector<recording_clock::time_point> admitted_a, admitted_b;
     // Every 7th call of loop A is stopped from loop B at some point, waiting or not.
-    std::vector<std::stop_source> sources(per_loop);
+    std::vector<resilience::stop_source> sources(per_loop);
     rs::event_loop a, b;
     for (std::size_t i = 0; i < per_loop; ++i) {
         const bool stopped = i % 7 == 0;
-        a.spawn(limited_client(rl, log, admitted_a, i, stopped ? sources[i].get_token() : std::stop_token{}));
+        a.spawn(limited_client(rl, log, admitted_a, i, stopped ? sources[i].get_token() : resilience::stop_token{}));
         b.spawn(limited_client(rl, log, admitted_b, per_loop + i, {}));
         if (stopped)
             b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 40)));
@@ -613,16 +613,16 @@ TEST_CASE("rate_limiter: queue timeouts firing on each of two loops race tokens 
                          .telemetry = heard.listener()}};
     constexpr std::size_t per_loop = 1000;
     resilience_tests::call_tally<rs::rate_limited_error> log{2 * per_loop};
-    std::vector<std::stop_source> sources(per_loop);
+    std::vector<resilience::stop_source> sources(per_loop);
     auto client = [](rs::rate_limiter<>& limiter, resilience_tests::call_tally<rs::rate_limited_error>& tally,
-                     std::size_t id, std::stop_token stop) -> rs::task<void> {
+                     std::size_t id, resilience::stop_token stop) -> rs::task<void> {
         auto action = []() -> rs::task<int> { co_return 1; };
         tally.record(id, co_await limiter.execute_outcome(action, std::move(stop)));
     };
     rs::event_loop a, b;
     for (std::size_t i = 0; i < per_loop; ++i) {
         const bool stopped = i % 7 == 0;
-        a.spawn(client(rl, log, i, stopped ? sources[i].get_token() : std::stop_token{}));
+        a.spawn(client(rl, log, i, stopped ? sources[i].get_token() : resilience::stop_token{}));
         b.spawn(client(rl, log, per_loop + i, {}));
         if (stopped)
             b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 5)));
@@ -683,9 +683,9 @@ TEST_CASE("rate_limiter: shared by loops on four threads, a bucket of N that bar
         {.token_limit = capacity, .tokens_per_second = 1e-6, .queue_limit = rs::unbounded_queue}};
     shared_log log{total};
     std::atomic<std::size_t> admitted{0};
-    std::stop_source stop_all;
+    resilience::stop_source stop_all;
     auto client = [](rs::rate_limiter<>& limiter, shared_log& tally, std::atomic<std::size_t>& count,
-                     std::size_t id, std::stop_token stop) -> rs::task<void> {
+                     std::size_t id, resilience::stop_token stop) -> rs::task<void> {
         auto action = [&count]() -> rs::task<int> {
             ++count;
             co_return 1;
@@ -694,7 +694,7 @@ TEST_CASE("rate_limiter: shared by loops on four threads, a bucket of N that bar
     };
     // Stops every call once each has its token or waits for one: no token would ever come.
     auto stopper = [](rs::rate_limiter<>& limiter, std::atomic<std::size_t>& count,
-                      std::stop_source& stop) -> rs::task<void> {
+                      resilience::stop_source& stop) -> rs::task<void> {
         while (count.load() + limiter.queued() < total)
             co_await resilience_tests::yield_now{};
         stop.request_stop();
@@ -1141,8 +1141,8 @@ TEST_CASE("rate_limiter: the first waiter in a pipeline, stopped while it watche
     rs::rate_limiter lim{{.token_limit = 1, .tokens_per_second = 10, .queue_limit = 4}, sim.clock()};
     rs::pipeline p{lim, rs::timeout{1s, sim.clock()}}; // a stage inside, run once admitted
     journal j;
-    std::stop_source stop;
-    const auto call = [&](int id, std::stop_token token) -> rs::task<void> {
+    resilience::stop_source stop;
+    const auto call = [&](int id, resilience::stop_token token) -> rs::task<void> {
         auto action = [&sim, &j, id]() -> rs::task<int> {
             j.admitted.emplace_back(id, sim.now());
             co_return id;

@@ -14,7 +14,7 @@
 #include <functional>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -31,12 +31,12 @@ using rs::testing::virtual_clock;
 
 namespace {
 
-rs::task<void> sleep_long(simulation* sim, std::stop_token st) {
+rs::task<void> sleep_long(simulation* sim, resilience::stop_token st) {
     co_await sim->sleep_for(24h, st);
 }
 
 // Holds a slot of `b` from now until `release` is stopped.
-rs::task<void> hold(rs::bulkhead<virtual_clock> b, simulation* sim, std::stop_token release) {
+rs::task<void> hold(rs::bulkhead<virtual_clock> b, simulation* sim, resilience::stop_token release) {
     co_await b.execute(sleep_long, sim, release);
 }
 
@@ -171,7 +171,7 @@ TEST_CASE("registry: the snapshot shows every entry's state, ordered by kind, na
     CHECK(budget.try_withdraw());
     CHECK(budget.try_withdraw());
     CHECK_FALSE(budget.try_withdraw());
-    std::stop_source release;
+    resilience::stop_source release;
     sim.spawn(hold(db, &sim, release.get_token()));
     sim.run_for(0s);
     REQUIRE(sim.now() == 0s);
@@ -254,7 +254,7 @@ TEST_CASE("registry: a keyed bulkhead with a call in flight is never forgotten",
     simulation sim;
     rs::registry reg{{.keyed_capacity = 1}, sim.clock()};
     auto busy = reg.bulkhead("db", "a", {});
-    std::stop_source release;
+    resilience::stop_source release;
     sim.spawn(hold(busy, &sim, release.get_token()));
     sim.run_for(1s);
     auto other = reg.bulkhead("db", "b", {}); // a is busy: both are kept, past the capacity

@@ -68,7 +68,7 @@ struct slow_action {
     simulation* sim;
     std::chrono::nanoseconds d = 0ns;
     bool fail = false;
-    rs::task<int> operator()(std::stop_token st) const {
+    rs::task<int> operator()(resilience::stop_token st) const {
         if (d > 0ns)
             co_await sim->sleep_for(d, st);
         if (st.stop_requested())

@@ -20,7 +20,7 @@
 #include <exception>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -370,7 +370,7 @@ TEST_CASE("retry: an outcome classifier for another result type fails the call w
               "resilience::retry: should_handle classifies rs::outcome<long> but the action returns int") ==
           0);
     // A caller that has stopped too still learns of the setup mistake, not of a cancellation.
-    std::stop_source stopped;
+    resilience::stop_source stopped;
     stopped.request_stop();
     const std::string when_stopped =
         invalid_argument_message([&] { sim.run(r.execute(act, stopped.get_token())); });
@@ -462,7 +462,7 @@ TEST_CASE("retry: a caller's stop during a long backoff ends the call at that in
         co_return 0;
     };
     rs::retry r{{.max_attempts = 5, .backoff = rs::constant_backoff{10min, rs::jitter::none}}, sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [ignored, out] =
         sim.run(rs::when_all(stop_at(sim, caller, 5s), r.execute_outcome(action, caller.get_token())));
     (void)ignored;
@@ -479,7 +479,7 @@ TEST_CASE("retry: a caller's stop during an attempt is not retried", "[retry]") 
     rs::retry r{
         {.max_attempts = 5, .backoff = exact_200ms, .should_handle = [](const rs::failure&) { return true; }},
         sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     sim.spawn(stop_at(sim, caller, 3s));
     CHECK_THROWS_AS(sim.run(r.execute(slow, caller.get_token())), rs::cancelled_error);
     CHECK(sim.now() == 3s);
@@ -490,7 +490,7 @@ TEST_CASE("retry: a stop requested before the call starts runs nothing", "[retry
     rs::testing::simulation sim;
     scripted_action act{sim.clock(), script<int>{.value = 1}};
     rs::retry r{{}, sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     caller.request_stop();
     CHECK_THROWS_AS(sim.run(r.execute(act, caller.get_token())), rs::cancelled_error);
     CHECK(act.calls() == 0);
@@ -738,7 +738,7 @@ TEST_CASE("retry: its name is in its events, the errors it makes and its message
     CHECK_THROWS(sim.run(r.execute(down)));
     CHECK(names == std::vector<std::string>{"payments"});
 
-    std::stop_source caller;
+    resilience::stop_source caller;
     caller.request_stop();
     auto refused = sim.run(r.execute_outcome(down, caller.get_token()));
     REQUIRE(refused.error().as<rs::cancelled_error>());

@@ -14,7 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -83,7 +83,7 @@ struct handlers {
         }
         co_return r.sku.size();
     }
-    rs::task<void> operator()(const charge_card&, std::stop_token) const {
+    rs::task<void> operator()(const charge_card&, resilience::stop_token) const {
         auto j = log;
         j->calls.push_back("charge");
         j->starts.push_back(sim->now());
@@ -180,7 +180,7 @@ TEST_CASE("retry by request: a caller's stop ends a marked request without anoth
     handlers h{&sim};
     h.log->failures_left = 100;
     const rs::retrying_handler handle{h, rs::retry{{.max_attempts = 5, .backoff = exact_100ms}, sim.clock()}};
-    std::stop_source caller;
+    resilience::stop_source caller;
     // First attempt 0-10ms fails; the second starts at 110ms and is stopped at 115ms.
     auto [r, ignored] = sim.run(rs::when_all(
         [&]() -> rs::task<rs::outcome<std::size_t>> {

@@ -15,7 +15,7 @@
 
 #include <chrono>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -43,7 +43,7 @@ struct recorded_action {
     rs::task<int> operator()(const rs::context& ctx) const {
         starts->push_back(sim->now());
         const int attempt = static_cast<int>(starts->size());
-        const std::stop_token st = ctx.stop_token();
+        const resilience::stop_token st = ctx.stop_token();
         co_await sim->sleep_for(fail_after == nanoseconds::max() ? 1h : fail_after, st);
         if (st.stop_requested())
             throw rs::cancelled_error{};

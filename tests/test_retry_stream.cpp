@@ -17,7 +17,7 @@
 #include <exception>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -245,7 +245,7 @@ TEST_CASE("retry_stream: a stop during a backoff wait ends the stream at that in
           "[retry_stream]") {
     rs::testing::simulation sim;
     source_log log;
-    std::stop_source stop;
+    resilience::stop_source stop;
     auto stream =
         rs::retry_stream(planned_factory{&sim, &log, {0, no_break}},
                          {.max_attempts = 4, .backoff = exact_200ms}, sim.clock(), stop.get_token());
@@ -263,7 +263,7 @@ TEST_CASE("retry_stream: a stop during a backoff wait ends the stream at that in
 TEST_CASE("retry_stream: a stop found after a failure ends the stream even when no wait was needed",
           "[retry_stream]") {
     rs::testing::simulation sim;
-    std::stop_source stop;
+    resilience::stop_source stop;
     int calls = 0;
     auto factory = [&calls, &stop]() -> rs::async_generator<int> {
         ++calls;
@@ -283,7 +283,7 @@ TEST_CASE("retry_stream: a stop before the first next() ends with cancelled_erro
           "[retry_stream]") {
     rs::testing::simulation sim;
     source_log log;
-    std::stop_source stop;
+    resilience::stop_source stop;
     auto stream = rs::retry_stream(planned_factory{&sim, &log, {no_break}}, {.name = "rows"}, sim.clock(),
                                    stop.get_token());
     stop.request_stop();
@@ -299,7 +299,7 @@ TEST_CASE("retry_stream: a cancellation from the source is never retried, whatev
           "[retry_stream]") {
     rs::testing::simulation sim;
     int calls = 0, asked = 0;
-    auto factory = [&calls](std::stop_token) -> rs::async_generator<int> {
+    auto factory = [&calls](resilience::stop_token) -> rs::async_generator<int> {
         ++calls;
         co_yield 1;
         throw rs::cancelled_error{};
@@ -422,7 +422,7 @@ TEST_CASE(
 
 TEST_CASE("retry_stream: the factory may take a stream_context, a stop_token or nothing", "[retry_stream]") {
     rs::testing::simulation sim;
-    std::stop_source stop;
+    resilience::stop_source stop;
 
     SECTION("a stream_context, kept by reference in a coroutine factory") {
         std::vector<std::size_t> seen;
@@ -447,8 +447,8 @@ TEST_CASE("retry_stream: the factory may take a stream_context, a stop_token or 
         CHECK(r.at == std::vector<nanoseconds>{10ms, 130ms, 250ms});
     }
     SECTION("the consumer's stop token") {
-        std::vector<std::stop_token> tokens;
-        auto factory = [&tokens](std::stop_token st) -> rs::async_generator<int> {
+        std::vector<resilience::stop_token> tokens;
+        auto factory = [&tokens](resilience::stop_token st) -> rs::async_generator<int> {
             tokens.push_back(st);
             if (tokens.size() == 1)
                 throw std::runtime_error("once");
@@ -527,12 +527,12 @@ TEST_CASE("retry_stream: any source whose next() gives an optional will do", "[r
 TEST_CASE("retry_stream: on steady_clock with a stop token, without waiting when the backoff is zero",
           "[retry_stream]") {
     int calls = 0;
-    auto factory = [&calls](std::stop_token) -> rs::async_generator<std::string> {
+    auto factory = [&calls](resilience::stop_token) -> rs::async_generator<std::string> {
         if (++calls < 3)
             throw std::runtime_error("flaky");
         co_yield "ok";
     };
-    std::stop_source stop;
+    resilience::stop_source stop;
     auto stream = rs::retry_stream(factory, {.backoff = rs::constant_backoff{}}, stop.get_token());
     STATIC_REQUIRE(std::is_same_v<decltype(stream), rs::async_generator<std::string>>);
     std::vector<std::string> items;

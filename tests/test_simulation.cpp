@@ -8,7 +8,7 @@
 
 #include <chrono>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <utility>
 #include <vector>
 
@@ -53,10 +53,10 @@ TEST_CASE("scripted_action: fails the scripted number of times, each taking its 
     rs::testing::simulation sim;
     rs::testing::scripted_action act{sim.clock(),
                                      rs::testing::script<int>{.failures = 2, .latency = 100ms, .value = 7}};
-    CHECK_THROWS_AS(sim.run(act(std::stop_token{})), rs::testing::scripted_failure);
+    CHECK_THROWS_AS(sim.run(act(resilience::stop_token{})), rs::testing::scripted_failure);
     CHECK(sim.now() == 100ms);
-    CHECK_THROWS_AS(sim.run(act(std::stop_token{})), rs::testing::scripted_failure);
-    CHECK(sim.run(act(std::stop_token{})) == 7);
+    CHECK_THROWS_AS(sim.run(act(resilience::stop_token{})), rs::testing::scripted_failure);
+    CHECK(sim.run(act(resilience::stop_token{})) == 7);
     CHECK(sim.now() == 300ms);
     CHECK(act.calls() == 3);
     CHECK(act.in_flight() == 0);
@@ -66,10 +66,10 @@ TEST_CASE("scripted_action: explicit steps come first, and a stop ends the call 
     rs::testing::simulation sim;
     rs::testing::scripted_action act{
         sim.clock(), rs::testing::script<int>{.latency = 1s, .value = 1, .steps = {{50ms, false}}}};
-    CHECK(sim.run(act(std::stop_token{})) == 1);
+    CHECK(sim.run(act(resilience::stop_token{})) == 1);
     CHECK(sim.now() == 50ms);
 
-    std::stop_source stop;
+    resilience::stop_source stop;
     auto stopper = [&]() -> rs::task<void> {
         co_await sim.sleep_for(200ms);
         stop.request_stop();

@@ -19,7 +19,7 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -53,7 +53,7 @@ struct record {
 
 template <class A>
 rs::task<void> caller(rs::testing::simulation& sim, flights sf, std::string key, A act, record& out,
-                      std::stop_token token = {}) {
+                      resilience::stop_token token = {}) {
     try {
         out.value = co_await sf.run(std::move(key), act, std::move(token));
     } catch (...) {
@@ -64,7 +64,7 @@ rs::task<void> caller(rs::testing::simulation& sim, flights sf, std::string key,
 
 template <class P, class A>
 rs::task<void> policy_caller(rs::testing::simulation& sim, P p, A act, record& out,
-                             std::stop_token token = {}) {
+                             resilience::stop_token token = {}) {
     try {
         out.value = co_await p.execute(act, std::move(token));
     } catch (...) {
@@ -189,7 +189,7 @@ TEST_CASE("single_flight: a caller that stops leaves at once, the others still g
     flights sf;
     auto act = slow(sim);
     record r[3];
-    std::stop_source stop;
+    resilience::stop_source stop;
     sim.spawn(caller(sim, sf, "k", act, r[0]));
     sim.spawn(caller(sim, sf, "k", act, r[1], stop.get_token()));
     sim.spawn(caller(sim, sf, "k", act, r[2]));
@@ -214,7 +214,7 @@ TEST_CASE("single_flight: when the owner stops while another caller is attached,
     flights sf;
     auto act = slow(sim);
     record owner, other;
-    std::stop_source stop;
+    resilience::stop_source stop;
     sim.spawn(caller(sim, sf, "k", act, owner, stop.get_token()));
     sim.spawn(after(sim, 10ms, caller(sim, sf, "k", act, other)));
     sim.spawn(stop_at(sim, stop, 20ms));
@@ -235,11 +235,11 @@ TEST_CASE("single_flight: the action may capture the owner's locals by reference
     rs::testing::simulation sim;
     flights sf;
     record owner, other;
-    std::stop_source stop;
+    resilience::stop_source stop;
     auto owning = [&]() -> rs::task<void> {
         // On the heap, so a read after this frame ended would be a use after free under ASan.
         const std::string local(40, 'x');
-        auto act = [&](std::stop_token) -> rs::task<int> {
+        auto act = [&](resilience::stop_token) -> rs::task<int> {
             co_await sim.sleep_for(100ms);
             co_return static_cast<int>(local.size()) + 2; // read after the suspension
         };
@@ -250,7 +250,7 @@ TEST_CASE("single_flight: the action may capture the owner's locals by reference
         }
         owner.at = sim.now();
     };
-    auto unused = [](std::stop_token) -> rs::task<int> { co_return 0; };
+    auto unused = [](resilience::stop_token) -> rs::task<int> { co_return 0; };
     sim.spawn(owning());
     sim.spawn(after(sim, 10ms, caller(sim, sf, "k", unused, other)));
     sim.spawn(stop_at(sim, stop, 20ms));
@@ -267,7 +267,7 @@ TEST_CASE("single_flight: when every caller has stopped, the shared call is stop
     flights sf;
     auto act = slow(sim);
     record r[2], fresh;
-    std::stop_source s0, s1;
+    resilience::stop_source s0, s1;
     sim.spawn(caller(sim, sf, "k", act, r[0], s0.get_token()));
     sim.spawn(caller(sim, sf, "k", act, r[1], s1.get_token()));
     sim.spawn(stop_at(sim, s0, 30ms));
@@ -306,7 +306,7 @@ TEST_CASE("single_flight: a last caller's stop that finishes the shared call ins
     rs::testing::simulation sim;
     flights sf;
     record r;
-    std::stop_source s;
+    resilience::stop_source s;
     sim.spawn(caller(sim, sf, "k", resilience_tests::ends_inside_its_stop, r, s.get_token()));
     sim.spawn(stop_at(sim, s, 3s));
     sim.run_all();
@@ -320,7 +320,7 @@ TEST_CASE("single_flight: a caller whose token is already stopped starts nothing
     rs::testing::simulation sim;
     flights sf;
     auto act = slow(sim);
-    std::stop_source stop;
+    resilience::stop_source stop;
     stop.request_stop();
     CHECK_THROWS_AS(sim.run(sf.run("k", act, stop.get_token())), rs::cancelled_error);
     CHECK(act.calls() == 0);
@@ -346,7 +346,7 @@ TEST_CASE("single_flight: void results are shared too", "[single_flight]") {
     rs::testing::simulation sim;
     rs::single_flight<int, void> sf;
     int calls = 0;
-    auto action = [&](std::stop_token) -> rs::task<void> {
+    auto action = [&](resilience::stop_token) -> rs::task<void> {
         ++calls;
         co_await sim.sleep_for(100ms);
     };
@@ -419,7 +419,7 @@ TEST_CASE("single_flight: in the policy form the starting caller stays until the
 
     SECTION("others still wait: it is detached, and returns when the call ends") {
         record starter, other;
-        std::stop_source stop;
+        resilience::stop_source stop;
         sim.spawn(policy_caller(sim, sf.policy("k"), act, starter, stop.get_token()));
         sim.spawn(after(sim, 10ms, policy_caller(sim, sf.policy("k"), act, other)));
         sim.spawn(stop_at(sim, stop, 20ms));
@@ -432,7 +432,7 @@ TEST_CASE("single_flight: in the policy form the starting caller stays until the
     }
     SECTION("it is the last: the shared call is stopped and it returns as soon as that ends") {
         record starter, other;
-        std::stop_source s0, s1;
+        resilience::stop_source s0, s1;
         sim.spawn(policy_caller(sim, sf.policy("k"), act, starter, s0.get_token()));
         sim.spawn(after(sim, 10ms, policy_caller(sim, sf.policy("k"), act, other, s1.get_token())));
         sim.spawn(stop_at(sim, s1, 20ms));
@@ -466,7 +466,7 @@ TEST_CASE("single_flight: a loop destroyed with a shared call pending frees the 
     std::optional<rs::testing::simulation> doomed;
     doomed.emplace();
     int parked_calls = 0;
-    auto parked = [&](std::stop_token) -> rs::task<int> {
+    auto parked = [&](resilience::stop_token) -> rs::task<int> {
         ++parked_calls;
         co_await never{};
         co_return 0;
@@ -523,7 +523,7 @@ struct counters {
 struct counted_action {
     counters* c;
     int key;
-    rs::task<int> operator()(std::stop_token st) const {
+    rs::task<int> operator()(resilience::stop_token st) const {
         const int id = c->started.fetch_add(1) + 1;
         struct done {
             counters* c;
@@ -549,11 +549,11 @@ struct caller_result {
 };
 
 // Requests a stop from the other loop's thread, owning its copy of the stop source.
-void stop_from(rs::event_loop& other, const std::stop_source& src) {
-    auto* owned = new std::stop_source(src);
+void stop_from(rs::event_loop& other, const resilience::stop_source& src) {
+    auto* owned = new resilience::stop_source(src);
     other.post(
         [](void* p) {
-            auto* s = static_cast<std::stop_source*>(p);
+            auto* s = static_cast<resilience::stop_source*>(p);
             s->request_stop();
             delete s;
         },
@@ -565,7 +565,7 @@ rs::task<void> concurrent_caller(flights sf, counters* c, int index, caller_resu
     const int key = index % keys;
     for (int i = 0; i < (index / keys) % 40; ++i)
         co_await yield_now{}; // spread the arrivals
-    std::stop_source src;
+    resilience::stop_source src;
     if (stops)
         stop_from(*other, src);
     try {

@@ -20,7 +20,7 @@
 
 #include <chrono>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <tuple>
 
 namespace test_stack_depth {

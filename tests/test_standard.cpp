@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -44,7 +44,7 @@ struct span {
     nanoseconds start, end;
     bool operator==(const span&) const = default;
 };
-rs::task<int> stalled(simulation* sim, std::vector<span>* attempts, std::stop_token st) {
+rs::task<int> stalled(simulation* sim, std::vector<span>* attempts, resilience::stop_token st) {
     const nanoseconds start = sim->now();
     co_await sim->sleep_for(24h, st);
     attempts->push_back({start, sim->now()});
@@ -211,7 +211,7 @@ TEST_CASE("standard: the breaker opens when the failure ratio is reached with en
     };
     std::vector<ended> log;
     // Calls 0..89 answer at once; calls 90..99 stall until their attempt times out.
-    const auto dependency = [&](int id, std::stop_token st) -> rs::task<int> {
+    const auto dependency = [&](int id, resilience::stop_token st) -> rs::task<int> {
         ++dependency_calls;
         if (id >= 90) {
             co_await sim.sleep_for(24h, st);

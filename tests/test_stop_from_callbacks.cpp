@@ -23,7 +23,7 @@
 #include <functional>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace test_stop_from_callbacks {
@@ -44,7 +44,7 @@ auto action(simulation& sim, rs::testing::script<T> s) {
 TEST_CASE("fallback: a caller's stop requested from should_handle or the listener gets no substitute",
           "[fallback][stop]") {
     simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     int substitutes = 0;
     const auto substitute = [&](const rs::failure&) {
         ++substitutes;
@@ -79,7 +79,7 @@ TEST_CASE("fallback: a caller's stop requested from should_handle or the listene
 TEST_CASE("circuit_breaker: a caller's stop requested while the breaker turns half-open admits no probe",
           "[circuit_breaker][stop]") {
     simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     bool stop_on_change = false;
     auto act = action(sim, {.failures = 1, .value = 7});
     std::optional<rs::circuit_breaker<rs::testing::virtual_clock>> breaker;
@@ -122,7 +122,7 @@ TEST_CASE("circuit_breaker: a caller's stop requested while the breaker turns ha
 TEST_CASE("bulkhead: a caller's stop requested from the queue_wait listener runs nothing",
           "[bulkhead][stop]") {
     simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     const rs::telemetry_listener stop_when_admitted{[&](const rs::telemetry_event& e) {
         if (e.kind == rs::telemetry_kind::queue_wait)
             caller.request_stop();
@@ -157,7 +157,7 @@ TEST_CASE("bulkhead: a caller's stop requested from the queue_wait listener runs
 TEST_CASE("rate_limiter: a caller's stop requested from the queue_wait listener runs nothing",
           "[rate_limiter][stop]") {
     simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     rs::rate_limiter rl{{.token_limit = 1,
                          .tokens_per_second = 10,
                          .queue_limit = 1,
@@ -179,7 +179,7 @@ TEST_CASE("rate_limiter: a caller's stop requested from the queue_wait listener 
 namespace {
 // A key hash that requests a stop on `*src` when asked (a user's key function).
 struct stopping_hash {
-    std::stop_source* src;
+    resilience::stop_source* src;
     std::size_t operator()(const std::string& k) const {
         if (src)
             src->request_stop();
@@ -191,7 +191,7 @@ struct stopping_hash {
 TEST_CASE("single_flight: a caller's stop requested from the key's hash starts no shared call",
           "[single_flight][stop]") {
     simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     rs::single_flight<std::string, int, stopping_hash> flights{{}, stopping_hash{&caller}};
     auto act = action(sim, {.latency = 10ms, .value = 1});
     std::optional<rs::outcome<int>> result;
@@ -212,7 +212,7 @@ TEST_CASE("retry: a caller's stop requested from on_retry, a listener or the cla
           "starts no attempt",
           "[retry][stop]") {
     simulation sim;
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto act = action(sim, {.failures = 5, .latency = 10ms});
     rs::retry_options o{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}};
     SECTION("on_retry") {
@@ -240,7 +240,7 @@ TEST_CASE("retry: a caller's stop requested from on_retry, a listener or the cla
 TEST_CASE("retry_stream: a consumer's stop requested from the classifier with no backoff restarts nothing",
           "[retry_stream][stop]") {
     simulation sim;
-    std::stop_source consumer;
+    resilience::stop_source consumer;
     int factories = 0;
     auto stream = rs::retry_stream(
         [&]() -> rs::async_generator<int> {

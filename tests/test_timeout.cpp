@@ -13,7 +13,7 @@
 #include <chrono>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,7 +81,7 @@ TEST_CASE("timeout: a stop requested by the caller is cancellation, not a timeou
     rs::testing::simulation sim;
     scripted_action slow{sim.clock(), script<int>{.latency = 10s}};
     rs::timeout limit{5s, sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto stop_at_1s = [&]() -> rs::task<void> {
         co_await sim.sleep_for(1s);
         caller.request_stop();
@@ -97,7 +97,7 @@ TEST_CASE("timeout: a stop requested by the caller is cancellation, not a timeou
 TEST_CASE("timeout: a caller that already stopped is refused without running the action", "[timeout]") {
     rs::testing::simulation sim;
     scripted_action act{sim.clock(), script<int>{.value = 1}};
-    std::stop_source caller;
+    resilience::stop_source caller;
     caller.request_stop();
     rs::timeout limit{1s, sim.clock()};
     auto result = sim.run(limit.execute_outcome(act, caller.get_token()));
@@ -171,7 +171,7 @@ struct minimal_clock {
     using duration = rs::testing::virtual_clock::duration;
     using time_point = rs::testing::virtual_clock::time_point;
     time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, std::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, resilience::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
 };
 static_assert(rs::clock<minimal_clock> && !rs::detail::loop_timer_clock<minimal_clock>);
 } // namespace
@@ -234,7 +234,7 @@ TEST_CASE("timeout: a token made on another thread while the deadline fires on t
                 co_await worker.resume_here();
                 while (std::chrono::steady_clock::now() < ask_at)
                     std::this_thread::yield();
-                const std::stop_token token = ctx.stop_token();
+                const resilience::stop_token token = ctx.stop_token();
                 const auto give_up = std::chrono::steady_clock::now() + 10s;
                 while (!lost && !token.stop_requested() && std::chrono::steady_clock::now() < give_up)
                     std::this_thread::yield();
@@ -260,7 +260,7 @@ TEST_CASE(
     // about the moment the deadline passes here. When the deadline found no token, the token this
     // thread asks for next must already be stopped, even if the other thread made it a moment
     // before and this thread only finds it.
-    std::stop_source caller;
+    resilience::stop_source caller;
     const rs::context parent{caller.get_token()};
     constexpr int rounds = 50000;
     std::atomic<rs::detail::lazy_stop*> current{nullptr};
@@ -285,7 +285,7 @@ TEST_CASE(
         started.store(r, std::memory_order_release);
         for (int spin = (r * 37) % 700; spin > 0; --spin) // a different moment each round
             delay.fetch_add(1, std::memory_order_relaxed);
-        std::stop_source found = stop->expire();
+        resilience::stop_source found = stop->expire();
         if (!found.stop_possible()) {
             ++found_none;
             unstopped += stop->token().stop_requested() ? 0 : 1;
@@ -306,7 +306,7 @@ TEST_CASE("timeout: an attempt that finishes inside its own stop request is repo
           "[timeout]") {
     rs::testing::simulation sim;
     rs::timeout limit{300ms, sim.clock()};
-    auto result = sim.run(limit.execute_outcome([](std::stop_token st) -> rs::task<int> {
+    auto result = sim.run(limit.execute_outcome([](resilience::stop_token st) -> rs::task<int> {
         co_await resilience_tests::resumed_by_stop{st};
         co_return 1;
     }));
@@ -325,7 +325,7 @@ TEST_CASE("timeout: a caller's stop that finishes the call inside its forwarding
     rs::testing::simulation sim;
     auto check = [&](const auto& limit) {
         const auto start = sim.now();
-        std::stop_source caller;
+        resilience::stop_source caller;
         auto [result, ignored] = sim.run(
             rs::when_all(limit.execute_outcome(resilience_tests::ends_inside_its_stop, caller.get_token()),
                          resilience_tests::stop_at(sim, caller, start + 3s)));
@@ -386,7 +386,7 @@ TEST_CASE("timeout: a token asked for before the deadline is stopped at the dead
     std::optional<std::chrono::nanoseconds> stopped_at;
     auto result = sim.run(limit.execute_outcome([&](const rs::context& ctx) -> rs::task<int> {
         co_await sim.sleep_for(500ms);
-        std::stop_callback on_stop{ctx.stop_token(), [&] { stopped_at = sim.now(); }};
+        resilience::stop_callback on_stop{ctx.stop_token(), [&] { stopped_at = sim.now(); }};
         co_await sim.sleep_for(10s, ctx.stop_token());
         co_return 1;
     }));
@@ -398,7 +398,7 @@ TEST_CASE("timeout: a token asked for before the deadline is stopped at the dead
 TEST_CASE("timeout: the attempt's token, made late, still follows the caller's stop", "[timeout]") {
     rs::testing::simulation sim;
     rs::timeout limit{1h, sim.clock()};
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto stop_at_3s = [&]() -> rs::task<void> {
         co_await sim.sleep_for(3s);
         caller.request_stop();
@@ -439,7 +439,7 @@ TEST_CASE("timeout: an attempt that only polls sees, through an inner timeout, t
     }
     SECTION("the caller's stop, with neither deadline passed") {
         rs::pipeline nested{rs::timeout{1h, sim.clock()}, rs::timeout{2h, sim.clock()}};
-        std::stop_source caller;
+        resilience::stop_source caller;
         auto stop_at_3s = [&]() -> rs::task<void> {
             co_await sim.sleep_for(3s);
             caller.request_stop();
@@ -457,7 +457,7 @@ TEST_CASE("timeout: nested timeouts hand the inner attempt a token stopped by th
           "[timeout]") {
     rs::testing::simulation sim;
     rs::pipeline nested{rs::timeout{1s, sim.clock()}, rs::timeout{10s, sim.clock()}};
-    auto result = sim.run(nested.execute_outcome([&](std::stop_token token) -> rs::task<int> {
+    auto result = sim.run(nested.execute_outcome([&](resilience::stop_token token) -> rs::task<int> {
         co_await sim.sleep_for(1h, token);
         co_return token.stop_requested() ? -1 : 1;
     }));
@@ -517,7 +517,7 @@ void check_on_timeout(rs::testing::simulation& sim, Clock clock) {
     CHECK(sim.run(limit.execute(fast)) == 1);
     scripted_action flaky{sim.clock(), script<int>{.failures = 1, .latency = 1s}};
     CHECK_THROWS_AS(sim.run(limit.execute(flaky)), rs::testing::scripted_failure);
-    std::stop_source caller;
+    resilience::stop_source caller;
     auto [stopped, ignored] = sim.run(rs::when_all(limit.execute_outcome(slow, caller.get_token()),
                                                    resilience_tests::stop_at(sim, caller, 500ms)));
     CHECK(rs::is_cancellation(stopped.error()));

@@ -21,7 +21,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -51,13 +51,13 @@ struct ended {
 /// One call through `p` of an action that takes `latency` (and stops when asked), recorded in `out`.
 template <class P>
 rs::task<void> call_through(rs::testing::simulation& sim, P p, std::chrono::nanoseconds latency, ended& out,
-                            std::stop_token stop = {}) {
+                            resilience::stop_token stop = {}) {
     scripted_action action{sim.clock(), script<int>{.latency = latency, .value = 1}};
     out.result.emplace(co_await p.execute_outcome(action, stop));
     out.at = sim.now();
 }
 
-rs::task<void> stop_after(rs::testing::simulation& sim, std::chrono::nanoseconds d, std::stop_source& stop) {
+rs::task<void> stop_after(rs::testing::simulation& sim, std::chrono::nanoseconds d, resilience::stop_source& stop) {
     co_await sim.sleep_for(d);
     stop.request_stop();
 }
@@ -165,7 +165,7 @@ TEST_CASE("priority_shedder: a caller that stops while waiting is cancelled at t
           "[writing_a_policy]") {
     rs::testing::simulation sim;
     shedder s{{.capacity = 1, .reserved = 0, .max_wait = 5s}, sim.clock()};
-    std::stop_source stop;
+    resilience::stop_source stop;
     ended a, b;
     sim.spawn(call_through(sim, s, 2s, a));
     sim.spawn(call_through(sim, s.with_priority(priority::critical), 1s, b, stop.get_token()));
@@ -181,7 +181,7 @@ TEST_CASE("priority_shedder: a caller that stops while waiting is cancelled at t
 
     // Stopped before it arrives: refused in `enter`, the action never runs.
     {
-        std::stop_source stopped;
+        resilience::stop_source stopped;
         stopped.request_stop();
         scripted_action action{sim.clock(), script<int>{.value = 1}};
         const rs::outcome<int> r = sim.run(s.execute_outcome(action, stopped.get_token()));

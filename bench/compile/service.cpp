@@ -15,7 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 
@@ -37,7 +37,7 @@ struct profile {
 };
 
 // One request on a connection of its own; the stop token reaches every socket operation.
-rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string path, std::stop_token st) {
+rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string path, resilience::stop_token st) {
     tcp::socket socket{io};
     auto [connect_ec] = co_await socket.async_connect(server, rs::asio::use_task(st));
     if (connect_ec)
@@ -57,7 +57,7 @@ rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string pa
     co_return r;
 }
 
-rs::task<profile> load_profile(asio::io_context& io, tcp::endpoint server, std::stop_token st) {
+rs::task<profile> load_profile(asio::io_context& io, tcp::endpoint server, resilience::stop_token st) {
     reply r = co_await fetch(io, server, "/profile", st);
     co_return profile{r.body, r.status};
 }
@@ -71,10 +71,10 @@ int main() {
 
 #if defined(RESILIENCE_BENCH_BARE)
     rs::asio::async_run(
-        io.get_executor(), [&](std::stop_token st) { return fetch(io, server, "/quote", st); },
+        io.get_executor(), [&](resilience::stop_token st) { return fetch(io, server, "/quote", st); },
         [&](std::exception_ptr error, reply r) { answered += !error && r.status == 200; });
     rs::asio::async_run(
-        io.get_executor(), [&](std::stop_token st) { return load_profile(io, server, st); },
+        io.get_executor(), [&](resilience::stop_token st) { return load_profile(io, server, st); },
         [&](std::exception_ptr error, profile p) { answered += !error && p.visits >= 0; });
 #else
     rs::asio::clock clock{io.get_executor()};
@@ -87,15 +87,15 @@ int main() {
     };
     rs::asio::async_run(
         io.get_executor(),
-        [&](std::stop_token st) {
+        [&](resilience::stop_token st) {
             return policy.execute(
-                [&](std::stop_token attempt) { return fetch(io, server, "/quote", attempt); }, st);
+                [&](resilience::stop_token attempt) { return fetch(io, server, "/quote", attempt); }, st);
         },
         [&](std::exception_ptr error, reply r) { answered += !error && r.status == 200; });
     rs::asio::async_run(
         io.get_executor(),
-        [&](std::stop_token st) {
-            return policy.execute([&](std::stop_token attempt) { return load_profile(io, server, attempt); },
+        [&](resilience::stop_token st) {
+            return policy.execute([&](resilience::stop_token attempt) { return load_profile(io, server, attempt); },
                                   st);
         },
         [&](std::exception_ptr error, profile p) { answered += !error && p.visits >= 0; });

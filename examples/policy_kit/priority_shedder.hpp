@@ -16,7 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -90,7 +90,7 @@ struct shedder_state {
 
     /// A critical call's place in the queue, in its frame.
     struct waiter {
-        std::stop_source wake; // stopped to end the wait: by a slot handed over, or by the caller
+        resilience::stop_source wake; // stopped to end the wait: by a slot handed over, or by the caller
         bool granted = false;  // under the lock: `release` handed this waiter its slot
     };
 
@@ -124,7 +124,7 @@ struct shedder_state {
     }
     /// Gives a slot back: to the first waiter, or to the free ones.
     void release() {
-        std::stop_source wake{std::nostopstate};
+        resilience::stop_source wake{resilience::nostopstate};
         {
             std::lock_guard lock(mutex);
             if (queue.empty()) {
@@ -252,7 +252,7 @@ public:
                 {
                     // Woken by a slot handed over, the caller's stop (forwarded to the same source),
                     // or the deadline, whichever comes first.
-                    std::stop_callback forward_stop{ctx.stop_token(), [&p] { p.w.wake.request_stop(); }};
+                    resilience::stop_callback forward_stop{ctx.stop_token(), [&p] { p.w.wake.request_stop(); }};
                     co_await s.clock.sleep_until(rs::kit::after(s.clock, s.options.max_wait),
                                                  p.w.wake.get_token());
                 }

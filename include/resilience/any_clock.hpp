@@ -7,6 +7,7 @@
 #include "concepts.hpp"
 #include "detail/inline_start.hpp"
 #include "event_loop.hpp"
+#include "stop_token.hpp"
 
 #include <chrono>
 #include <concepts>
@@ -14,7 +15,6 @@
 #include <cstddef>
 #include <new>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -29,7 +29,7 @@ namespace detail {
 template <class C>
 concept erasable_clock = !std::same_as<C, any_clock> && clock<C> &&
                          std::convertible_to<typename C::duration, std::chrono::nanoseconds> &&
-                         requires(const C& c, typename C::time_point tp, std::stop_token st) {
+                         requires(const C& c, typename C::time_point tp, stop_token st) {
                              { c.now() } -> std::same_as<typename C::time_point>;
                              { c.sleep_until(tp, st) } -> awaitable;
                          };
@@ -42,7 +42,7 @@ inline constexpr char any_clock_key = 0;
 template <class C>
 class held_sleep {
     using awaitable_type = decltype(std::declval<const C&>().sleep_until(
-        std::declval<typename C::time_point>(), std::declval<std::stop_token>()));
+        std::declval<typename C::time_point>(), std::declval<stop_token>()));
     static_assert(!std::is_reference_v<awaitable_type>,
                   "any_clock: sleep_until must return its awaitable by value");
     static constexpr bool self_awaiting =
@@ -56,7 +56,7 @@ class held_sleep {
                            std::conditional_t<by_reference, awaiter_type*, std::optional<awaiter_type>>>;
 
 public:
-    held_sleep(const C& clock, typename C::time_point tp, std::stop_token&& token)
+    held_sleep(const C& clock, typename C::time_point tp, stop_token&& token)
         : awaitable_(clock.sleep_until(tp, std::move(token))) {}
 
     bool ready() {
@@ -165,8 +165,8 @@ public:
     time_point now() const { return time_point{vt_->now(store_)}; }
 
     /// The held clock's sleep until `tp` (or until `token` is stopped).
-    sleep_awaiter sleep_until(time_point tp, std::stop_token token) const;
-    sleep_awaiter sleep_for(duration d, std::stop_token token) const;
+    sleep_awaiter sleep_until(time_point tp, stop_token token) const;
+    sleep_awaiter sleep_for(duration d, stop_token token) const;
 
     /// The held clock's event loop for timers, or null when it has none (see the class comment).
     event_loop* timer_loop() const { return vt_->timer_loop(store_); }
@@ -198,7 +198,7 @@ private:
     struct vtable {
         std::chrono::nanoseconds (*now)(const storage&);
         event_loop* (*timer_loop)(const storage&);
-        void (*sleep)(const storage&, sleep_awaiter&, std::chrono::nanoseconds, std::stop_token&&);
+        void (*sleep)(const storage&, sleep_awaiter&, std::chrono::nanoseconds, stop_token&&);
         void (*copy)(const storage&, storage&);
         void (*relocate)(storage&, storage&) noexcept;
         void (*destroy)(storage&) noexcept;
@@ -215,7 +215,7 @@ private:
 
     template <class C>
     static void sleep_on(const storage& s, sleep_awaiter& into, std::chrono::nanoseconds when,
-                         std::stop_token&& token);
+                         stop_token&& token);
 
     template <class C>
     static constexpr vtable vtable_for{
@@ -310,12 +310,12 @@ private:
             },
     };
 
-    sleep_awaiter(const any_clock& clock, std::chrono::nanoseconds when, std::stop_token&& token) {
+    sleep_awaiter(const any_clock& clock, std::chrono::nanoseconds when, stop_token&& token) {
         clock.vt_->sleep(clock.store_, *this, when, std::move(token));
     }
 
     template <class C>
-    void start(const C& clock, typename C::time_point tp, std::stop_token&& token) {
+    void start(const C& clock, typename C::time_point tp, stop_token&& token) {
         if constexpr (fits_in_place<C>)
             held_ = ::new (static_cast<void*>(buffer_)) detail::held_sleep<C>(clock, tp, std::move(token));
         else
@@ -330,16 +330,16 @@ private:
 
 template <class C>
 void any_clock::sleep_on(const storage& s, sleep_awaiter& into, std::chrono::nanoseconds when,
-                         std::stop_token&& token) {
+                         stop_token&& token) {
     // A coarser clock wakes at its first tick at or after the instant asked for, never before it.
     const auto tp = typename C::time_point{std::chrono::ceil<typename C::duration>(when)};
     into.start(get<C>(s), tp, std::move(token));
 }
 
-inline any_clock::sleep_awaiter any_clock::sleep_until(time_point tp, std::stop_token token) const {
+inline any_clock::sleep_awaiter any_clock::sleep_until(time_point tp, stop_token token) const {
     return sleep_awaiter{*this, tp.time_since_epoch(), std::move(token)};
 }
-inline any_clock::sleep_awaiter any_clock::sleep_for(duration d, std::stop_token token) const {
+inline any_clock::sleep_awaiter any_clock::sleep_for(duration d, stop_token token) const {
     return sleep_until(now() + d, std::move(token));
 }
 

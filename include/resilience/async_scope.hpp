@@ -4,7 +4,7 @@
 /// until the last has ended: the graceful drain of a service.
 ///
 ///     rs::async_scope scope;
-///     scope.spawn(loop, [&](std::stop_token st) { return policy.execute(handle_request, st); });
+///     scope.spawn(loop, [&](stop_token st) { return policy.execute(handle_request, st); });
 ///     ...
 ///     scope.request_stop();      // every call's token is stopped: waits end, attempts are stopped
 ///     co_await scope.join();     // resumes when the last call has ended
@@ -17,9 +17,11 @@
 #pragma once
 
 #include "concepts.hpp"
+#include "detail/std_token.hpp"
 #include "detail/stop.hpp"
 #include "detail/waiter_queue.hpp"
 #include "event_loop.hpp"
+#include "stop_token.hpp"
 #include "task.hpp"
 
 #include <atomic>
@@ -28,7 +30,6 @@
 #include <cstddef>
 #include <functional>
 #include <mutex>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -82,7 +83,7 @@ public:
         std::lock_guard lock(mutex_);
         return calls_;
     }
-    std::stop_source& stop() noexcept { return stop_; }
+    stop_source& stop() noexcept { return stop_; }
 
     /// Queues `w` unless no call is in the scope; says whether it was queued.
     bool wait(waiter& w) {
@@ -108,7 +109,7 @@ private:
     std::atomic<std::size_t> refs_{1};
     mutable std::mutex mutex_;
     std::size_t calls_ = 0;
-    std::stop_source stop_;
+    stop_source stop_;
     waiter_queue joiners_;
 };
 
@@ -130,7 +131,7 @@ public:
             s->release();
         }
     }
-    std::stop_token token() const noexcept { return state_->stop().get_token(); }
+    stop_token token() const noexcept { return state_->stop().get_token(); }
 
 private:
     scope_state* state_;
@@ -143,7 +144,7 @@ task<await_result_t<A>> scoped_awaitable(scope_guard guard, A awaitable) {
 }
 
 template <class F>
-task<await_result_t<std::invoke_result_t<F&, std::stop_token>>> scoped_call(scope_guard guard, F make) {
+task<await_result_t<std::invoke_result_t<F&, stop_token>>> scoped_call(scope_guard guard, F make) {
     // `make` lives in this frame until the call ends, as `execute` keeps its action.
     co_return co_await std::invoke(make, guard.token());
 }
@@ -151,8 +152,8 @@ task<await_result_t<std::invoke_result_t<F&, std::stop_token>>> scoped_call(scop
 struct scope_access;
 
 template <class F>
-concept scope_callable = !awaitable<F> && std::invocable<F&, std::stop_token> &&
-                         awaitable<std::invoke_result_t<F&, std::stop_token>>;
+concept scope_callable = !awaitable<F> && takes_a_stop_token<F> &&
+                         awaitable<std::invoke_result_t<rs_token_maker_t<F>&, stop_token>>;
 
 } // namespace detail
 
@@ -164,7 +165,7 @@ concept scope_callable = !awaitable<F> && std::invocable<F&, std::stop_token> &&
 ///
 /// A call is in the scope from `spawn` (or `nest`) to its end, or to its destruction when its loop or
 /// io_context is destroyed with it unfinished; `join()` waits for every such call, started or not.
-/// Each call made by a function of a `std::stop_token` is given the scope's token, which
+/// Each call made by a function of a `stop_token` is given the scope's token, which
 /// `request_stop()` stops: the policies then end their waits and stop their attempts, and the calls
 /// end as stopped calls do (usually with `rs::cancelled_error`).
 ///
@@ -189,7 +190,7 @@ public:
     }
 
     /// Counts `f` in the scope and returns the awaitable to run: `f` is an awaitable, or a function
-    /// of a `std::stop_token` that returns one, called with the scope's token when the returned task
+    /// of a `stop_token` that returns one, called with the scope's token when the returned task
     /// starts and kept alive until it ends. The call is in the scope from now until that task ends or
     /// is destroyed (started or not). For a runtime of your own; `spawn` uses it.
     template <class F>
@@ -198,7 +199,8 @@ public:
         if constexpr (awaitable<std::decay_t<F>>)
             return detail::scoped_awaitable(detail::scope_guard{state_}, std::decay_t<F>(std::forward<F>(f)));
         else
-            return detail::scoped_call(detail::scope_guard{state_}, std::decay_t<F>(std::forward<F>(f)));
+            return detail::scoped_call(detail::scope_guard{state_},
+                                       detail::rs_token_maker(std::decay_t<F>(std::forward<F>(f))));
     }
 
     /// Starts `f` (see `nest`) on `loop` as `loop.spawn` does: `run()` waits for it, and rethrows what
@@ -214,7 +216,7 @@ public:
     bool request_stop() noexcept { return detail::request_stop_held(state_->stop()); }
     bool stop_requested() const noexcept { return state_->stop().stop_requested(); }
     /// The token given to the scope's calls.
-    std::stop_token get_stop_token() const noexcept { return state_->stop().get_token(); }
+    stop_token get_stop_token() const noexcept { return state_->stop().get_token(); }
 
     /// Calls in the scope now.
     [[nodiscard]] std::size_t size() const noexcept { return state_->calls(); }

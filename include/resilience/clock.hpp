@@ -6,6 +6,7 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "event_loop.hpp"
+#include "stop_token.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -13,7 +14,6 @@
 #include <ctime>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <type_traits>
 
@@ -32,11 +32,11 @@ namespace detail {
 /// time since `std::chrono::steady_clock`'s epoch.
 class sleep_awaiter {
 public:
-    sleep_awaiter(event_loop* loop, std::chrono::nanoseconds when, std::stop_token token) noexcept
+    sleep_awaiter(event_loop* loop, std::chrono::nanoseconds when, stop_token token) noexcept
         : loop_(loop), token_(std::move(token)) {
         node_.when = when;
     }
-    sleep_awaiter(home_loop* foreign, std::chrono::nanoseconds when, std::stop_token token) noexcept
+    sleep_awaiter(home_loop* foreign, std::chrono::nanoseconds when, stop_token token) noexcept
         : foreign_(foreign), token_(std::move(token)) {
         node_.when = when;
     }
@@ -111,10 +111,10 @@ private:
     timer_node node_;
     event_loop* loop_ = nullptr;
     home_loop* foreign_ = nullptr; // a home that is not an event loop, when `loop_` is null
-    std::stop_token token_;
+    stop_token token_;
     std::coroutine_handle<> waiter_;
     std::atomic<bool> claimed_{false};
-    std::optional<std::stop_callback<on_stop>> stop_;
+    std::optional<stop_callback<on_stop>> stop_;
 };
 
 /// A clock whose sleeps are timers of an `event_loop` can hand out that loop, so a policy can arm
@@ -218,7 +218,7 @@ private:
             int expected = armed;
             if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel))
                 return;
-            std::stop_source stop = self->target_->expire(); // shares the stop state: outlives the owner
+            stop_source stop = self->target_->expire(); // shares the stop state: outlives the owner
             self->state_.store(fired, std::memory_order_release);
             if (stop.stop_possible())
                 stop.request_stop(); // from here on, `self` may be gone
@@ -259,10 +259,10 @@ struct steady_clock {
 
     time_point now() const noexcept { return std::chrono::steady_clock::now(); }
 
-    auto sleep_until(time_point tp, std::stop_token token) const {
+    auto sleep_until(time_point tp, stop_token token) const {
         struct awaitable {
             std::chrono::nanoseconds when;
-            std::stop_token token;
+            stop_token token;
             detail::sleep_awaiter operator co_await() && {
                 detail::home_loop* const home = detail::home_loop::current();
                 if (home && !home->is_event_loop()) // an Asio call's: its timers
@@ -276,9 +276,7 @@ struct steady_clock {
         };
         return awaitable{tp.time_since_epoch(), std::move(token)};
     }
-    auto sleep_for(duration d, std::stop_token token) const {
-        return sleep_until(now() + d, std::move(token));
-    }
+    auto sleep_for(duration d, stop_token token) const { return sleep_until(now() + d, std::move(token)); }
 
     /// The loop that timers of this clock run on: the calling thread's (see `detail::loop_timer_clock`);
     /// null inside an Asio call, whose home has no loop timers (its sleeps are that home's timers).

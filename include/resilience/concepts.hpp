@@ -3,11 +3,12 @@
 /// What the library asks of the things it is given: awaitables, clocks, random sources, policies.
 #pragma once
 
+#include "stop_token.hpp"
+
 #include <chrono>
 #include <concepts>
 #include <coroutine>
 #include <random>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -77,7 +78,7 @@ concept awaitable_of = awaitable<T> && std::convertible_to<await_result_t<T>, R>
 ///   event loop they suspended on, so a policy shared between threads never runs a caller's code
 ///   on another caller's thread.
 template <class C>
-concept clock = std::copy_constructible<C> && requires(C& c, typename C::time_point tp, std::stop_token st) {
+concept clock = std::copy_constructible<C> && requires(C& c, typename C::time_point tp, stop_token st) {
     typename C::time_point;
     typename C::duration;
     { c.now() } -> std::same_as<typename C::time_point>;

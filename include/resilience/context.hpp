@@ -8,6 +8,7 @@
 #include "detail/inlining.hpp"
 #include "detail/stop.hpp"
 #include "properties.hpp"
+#include "stop_token.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -15,7 +16,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <utility>
 
 namespace resilience {
@@ -88,7 +88,7 @@ public:
         return true;
     }
     /// The attempt's token, made (and linked to the parent's) on first use.
-    const std::stop_token& token() const {
+    const stop_token& token() const {
         made* m = block_of(word_.load(std::memory_order_acquire));
         if (!m)
             m = materialize();
@@ -96,10 +96,10 @@ public:
     }
     /// The deadline passed: returns a copy of the source to stop (after which the owner may be
     /// gone), or a source without state when no token was made yet: one made later starts stopped.
-    std::stop_source expire() {
+    stop_source expire() {
         if (made* m = block_of(word_.fetch_or(expired_flag, std::memory_order_acq_rel)))
             return m->source.source();
-        return std::stop_source{std::nostopstate};
+        return stop_source{nostopstate};
     }
 
 private:
@@ -112,8 +112,8 @@ private:
     // Declared in this order so that the link goes before the source it stops.
     struct made {
         pooled_stop_source source; // pooled: no allocation per call
-        std::optional<std::stop_callback<forward>> link;
-        std::stop_token token;
+        std::optional<stop_callback<forward>> link;
+        stop_token token;
     };
     static_assert(alignof(made) > 1, "the low bit of a block's address holds the deadline's flag");
     made* materialize() const;
@@ -127,8 +127,8 @@ private:
     }
 
     const context* parent_;
-    const lazy_stop* parent_lazy_;        // the parent's own lazy stop, if it has one
-    const std::stop_token* parent_token_; // else the token the parent ends at; null if it cannot stop
+    const lazy_stop* parent_lazy_;   // the parent's own lazy stop, if it has one
+    const stop_token* parent_token_; // else the token the parent ends at; null if it cannot stop
     // The published block (null until a token is asked for), with `expired_flag` set once the
     // deadline has passed.
     mutable std::atomic<std::uintptr_t> word_{0};
@@ -147,7 +147,11 @@ struct context_access;
 class context {
 public:
     context() = default;
-    explicit context(std::stop_token token) noexcept : token_(std::move(token)) {}
+    explicit context(resilience::stop_token token) noexcept : token_(std::move(token)) {}
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+    /// Stopped by a standard library token (through a bridge: see stop_token.hpp).
+    explicit context(const std::stop_token& token) : token_(from_std(token)) {}
+#endif
     context(const context& other)
         : token_(other.stop_token()), telemetry_(other.telemetry_), props_(other.props_),
           attempt_(other.attempt_), deadline_(other.deadline_), deadline_clock_(other.deadline_clock_) {
@@ -184,7 +188,7 @@ public:
 
     /// Stopped when the caller, or a policy around this attempt (timeout, hedge), wants it to end.
     /// Under a timeout, the token is made on first use: prefer `stop_requested()` to poll.
-    const std::stop_token& stop_token() const {
+    const resilience::stop_token& stop_token() const {
         if (lazy_)
             return lazy_->token();
         return from_ ? from_->token_ : token_;
@@ -259,7 +263,7 @@ public:
         return c;
     }
 
-    [[nodiscard]] context with_stop_token(std::stop_token t) const {
+    [[nodiscard]] context with_stop_token(resilience::stop_token t) const {
         context c = *this;
         c.token_ = std::move(t);
         return c;
@@ -314,7 +318,7 @@ private:
         }
     }
 
-    std::stop_token token_;              // when neither of the next two is set
+    resilience::stop_token token_;       // when neither of the next two is set
     const context* from_ = nullptr;      // the context whose `token_` this one shares
     detail::lazy_stop* lazy_ = nullptr;  // a timeout's or a hedge's attempt token, made on first use
     detail::time_cache* time_ = nullptr; // the call's shared clock reading, while admitting
@@ -394,7 +398,7 @@ inline lazy_stop::lazy_stop(const context* parent) noexcept
 }
 
 inline lazy_stop::made* lazy_stop::materialize() const {
-    const std::stop_token& parent = parent_->stop_token(); // may make the parent's first
+    const stop_token& parent = parent_->stop_token(); // may make the parent's first
     void* space = frame_cache::allocate(sizeof(made));
     made* m = nullptr;
     try {

@@ -26,6 +26,7 @@
 #include "detail/home_loop.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
+#include "stop_token.hpp"
 #include "task.hpp"
 
 #include <grpcpp/client_context.h>
@@ -42,7 +43,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -309,7 +309,7 @@ std::optional<std::chrono::system_clock::time_point> system_deadline(std::chrono
 }
 
 template <class Response, class Request, class Start, class Setup>
-task<reply<Response>> unary_call(Start start, Request request, Setup setup, std::stop_token token,
+task<reply<Response>> unary_call(Start start, Request request, Setup setup, stop_token token,
                                  std::optional<std::chrono::system_clock::time_point> deadline) {
     auto state = std::make_shared<unary_state<Response, Request>>(std::move(request));
     ::grpc::ClientContext& client = state->client;
@@ -318,7 +318,7 @@ task<reply<Response>> unary_call(Start start, Request request, Setup setup, std:
         client.set_deadline(*deadline + deadline_margin);
     {
         // Stops the RPC when the attempt is stopped; one stopped already cancels it as it starts.
-        std::stop_callback cancel{token, [&client]() noexcept { client.TryCancel(); }};
+        stop_callback cancel{token, [&client]() noexcept { client.TryCancel(); }};
         co_await unary_awaiter<Response, Request, Start>{state, &start};
     }
     const ::grpc::StatusCode code = state->status.error_code();

@@ -92,11 +92,11 @@
 #include "detail/protocol.hpp"
 #include "detail/stages.hpp"
 #include "outcome.hpp"
+#include "stop_token.hpp"
 #include "task.hpp"
 
 #include <concepts>
 #include <cstddef>
-#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -147,9 +147,9 @@ public:
     /// RESILIENCE_ALLOW_CLOSURE_CAPTURES). The bound form is the one safe on every compiler for an
     /// action that needs data:
     ///
-    ///     co_await r.execute([&](std::stop_token st) { return fetch(host, st); });   // OK: captures a reference
+    ///     co_await r.execute([&](stop_token st) { return fetch(host, st); });   // OK: captures a reference
     ///     co_await r.execute(fetch, host);                                           // OK everywhere: fetch(host, st)
-    ///     co_await r.execute([host](std::stop_token st) { return fetch(host, st); }); // g++ 12: does not compile
+    ///     co_await r.execute([host](stop_token st) { return fetch(host, st); }); // g++ 12: does not compile
     template <class F, class... Args>
     detail::entry_task_t<true, F, Args...> execute(F&& f, Args&&... args) const& {
         return start<true>(ref(), std::forward<F>(f), std::forward<Args>(args)...);
@@ -255,13 +255,12 @@ protected:
 /// returns `task<int>`, since a policy is a template over every action type. Copyable, because a
 /// pipeline holds its policies by value (a stateful policy's copy is a handle to the same state).
 template <class P>
-concept policy =
-    std::copy_constructible<P> &&
-    requires(const P& p, detail::probe_action a, std::stop_token st, const context& c, detail::probe_next n) {
-        { p.execute(a) } -> awaitable_of<int>;
-        { p.execute(a, st) } -> awaitable_of<int>;
-        { p.execute_outcome(a) } -> awaitable_of<outcome<int>>;
-        { p.run(n, c) } -> awaitable_of<outcome<int>>;
-    };
+concept policy = std::copy_constructible<P> && requires(const P& p, detail::probe_action a, stop_token st,
+                                                        const context& c, detail::probe_next n) {
+    { p.execute(a) } -> awaitable_of<int>;
+    { p.execute(a, st) } -> awaitable_of<int>;
+    { p.execute_outcome(a) } -> awaitable_of<outcome<int>>;
+    { p.run(n, c) } -> awaitable_of<outcome<int>>;
+};
 
 } // namespace resilience

@@ -18,6 +18,7 @@
 #include "detail/stages.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
+#include "stop_token.hpp"
 #include "task.hpp"
 
 #include <atomic>
@@ -25,7 +26,6 @@
 #include <cstdint>
 #include <mutex>
 #include <new>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 

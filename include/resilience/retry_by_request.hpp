@@ -8,10 +8,10 @@
 #include "concepts.hpp"
 #include "context.hpp"
 #include "retry.hpp"
+#include "stop_token.hpp"
 #include "task.hpp"
 
 #include <functional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -54,12 +54,12 @@ template <class Handler, class Request>
 decltype(auto) call_handler(const Handler& h, const Request& request, const context& ctx) {
     if constexpr (std::is_invocable_v<const Handler&, const Request&, const context&>)
         return std::invoke(h, request, ctx);
-    else if constexpr (std::is_invocable_v<const Handler&, const Request&, std::stop_token>)
+    else if constexpr (std::is_invocable_v<const Handler&, const Request&, stop_token>)
         return std::invoke(h, request, ctx.stop_token());
     else {
         static_assert(std::is_invocable_v<const Handler&, const Request&>,
                       "rs::retrying_handler: the handler must be callable as const with (const Request&, "
-                      "rs::context const&), (const Request&, std::stop_token) or (const Request&)");
+                      "rs::context const&), (const Request&, stop_token) or (const Request&)");
         return std::invoke(h, request);
     }
 }
@@ -83,7 +83,7 @@ struct handler_attempt {
 /// exactly as the handler would run it, without the policy.
 ///
 /// The handler is called as `const`, with `(const Request&, const rs::context&)`, with
-/// `(const Request&, std::stop_token)` or with `(const Request&)`, and returns an awaitable; one
+/// `(const Request&, stop_token)` or with `(const Request&)`, and returns an awaitable; one
 /// overloaded for several request types serves them all. A call `h(request, token)` keeps its own
 /// copy of the request (moved in) for all its attempts; the caller's stop token reaches each one.
 ///
@@ -122,7 +122,7 @@ public:
     /// handler yields, or throws what it (or the policy, giving up) throws.
     template <class Request>
     task<detail::handler_result_t<Handler, Request>> operator()(Request request,
-                                                                std::stop_token token = {}) const {
+                                                                stop_token token = {}) const {
         if constexpr (retry_safe<Request>) {
             // Made before the co_await, so no temporary of the awaited expression outlives a suspension.
             auto call = policy_.execute(detail::handler_attempt<Handler, Request>{&handler_, &request},

@@ -16,6 +16,7 @@
 #include "error.hpp"
 #include "outcome.hpp"
 #include "random.hpp"
+#include "stop_token.hpp"
 
 #include <chrono>
 #include <concepts>
@@ -23,7 +24,6 @@
 #include <exception>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -76,7 +76,7 @@ struct stream_retry_options {
 class stream_context {
 public:
     stream_context() = default;
-    stream_context(int attempt, std::size_t items_yielded, std::stop_token token) noexcept
+    stream_context(int attempt, std::size_t items_yielded, stop_token token) noexcept
         : token_(std::move(token)), items_(items_yielded), attempt_(attempt) {}
 
     /// 1 for the first call of the factory, 2 for the first retry, and so on.
@@ -85,11 +85,11 @@ public:
     /// that resumes, this is the offset to resume from.
     [[nodiscard]] std::size_t items_yielded() const noexcept { return items_; }
     /// The consumer's stop token (the one given to `retry_stream`).
-    [[nodiscard]] const std::stop_token& stop_token() const noexcept { return token_; }
+    [[nodiscard]] const resilience::stop_token& stop_token() const noexcept { return token_; }
     [[nodiscard]] bool stop_requested() const noexcept { return token_.stop_requested(); }
 
 private:
-    std::stop_token token_;
+    resilience::stop_token token_;
     std::size_t items_ = 0;
     int attempt_ = 1;
 };
@@ -124,7 +124,7 @@ template <class F>
 decltype(auto) call_stream_factory(F& f, const stream_context& ctx) {
     if constexpr (std::invocable<F&, const stream_context&>)
         return f(ctx);
-    else if constexpr (std::invocable<F&, std::stop_token>)
+    else if constexpr (std::invocable<F&, stop_token>)
         return f(ctx.stop_token());
     else
         return f();
@@ -132,7 +132,7 @@ decltype(auto) call_stream_factory(F& f, const stream_context& ctx) {
 
 template <class F>
 concept stream_factory_callable =
-    std::invocable<F&, const stream_context&> || std::invocable<F&, std::stop_token> || std::invocable<F&>;
+    std::invocable<F&, const stream_context&> || std::invocable<F&, stop_token> || std::invocable<F&>;
 
 template <class F>
 using stream_factory_result_t =
@@ -140,7 +140,7 @@ using stream_factory_result_t =
 
 } // namespace detail
 
-/// What `retry_stream` accepts: a callable taking `const stream_context&`, a `std::stop_token`, or
+/// What `retry_stream` accepts: a callable taking `const stream_context&`, a `stop_token`, or
 /// nothing, that returns a `stream_source` by value.
 template <class F>
 concept stream_factory = std::move_constructible<F> && detail::stream_factory_callable<F> &&
@@ -150,8 +150,8 @@ concept stream_factory = std::move_constructible<F> && detail::stream_factory_ca
 namespace detail {
 
 template <class T, class Factory, class C, class Random>
-async_generator<T> retry_stream_run(Factory factory, stream_retry_options options, C clock,
-                                    std::stop_token stop, Random rng) {
+async_generator<T> retry_stream_run(Factory factory, stream_retry_options options, C clock, stop_token stop,
+                                    Random rng) {
     if (stop.stop_requested())
         throw cancelled_error{options.name};
     // As a call through a retry (detail/driver.hpp, `nowhere_to_sleep`): a stream that may back off
@@ -241,7 +241,7 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
 template <class Factory, clock C = steady_clock, random_source Random = thread_random>
 requires stream_factory<Factory>
 async_generator<stream_value_t<detail::stream_factory_result_t<Factory>>>
-retry_stream(Factory factory, stream_retry_options options, C clock = C{}, std::stop_token stop = {},
+retry_stream(Factory factory, stream_retry_options options, C clock = C{}, stop_token stop = {},
              Random rng = Random{}) {
     using T = stream_value_t<detail::stream_factory_result_t<Factory>>;
     const auto bad = [&options](const std::string& what) {
@@ -264,7 +264,7 @@ retry_stream(Factory factory, stream_retry_options options, C clock = C{}, std::
 template <class Factory>
 requires stream_factory<Factory>
 async_generator<stream_value_t<detail::stream_factory_result_t<Factory>>>
-retry_stream(Factory factory, stream_retry_options options, std::stop_token stop) {
+retry_stream(Factory factory, stream_retry_options options, stop_token stop) {
     return retry_stream(std::move(factory), std::move(options), steady_clock{}, std::move(stop));
 }
 

@@ -48,7 +48,7 @@ struct beside_join {
     // destroy it, and this object, as soon as it sees that, so everything here is done on copies.
     // Returns what to resume: the watcher when it was waiting without the clock.
     std::coroutine_handle<> attempt_finished() noexcept {
-        std::stop_source stop = done.source(); // a copy: shares the stop state, outlives `*this`
+        stop_source stop = done.source(); // a copy: shares the stop state, outlives `*this`
         void* w = waiter.exchange(&mark, std::memory_order_acq_rel);
         stop.request_stop(); // the watcher's sleep on the clock ends, resumed where it slept
         return w ? std::coroutine_handle<>::from_address(w) : std::noop_coroutine();
@@ -360,7 +360,7 @@ private:
     task<void> watch(typename C::time_point deadline, detail::beside_join& join,
                      detail::pooled_stop_source& attempt_stop, bool& expired) const {
         std::exception_ptr clock_failed;
-        const std::stop_token finished = join.done.get_token();
+        const stop_token finished = join.done.get_token();
         if (!join.finished()) {
             try {
                 co_await clock_.sleep_until(deadline, finished);

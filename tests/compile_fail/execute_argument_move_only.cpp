@@ -5,11 +5,11 @@
 #include <resilience/resilience.hpp>
 
 #include <memory>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 
 namespace rs = resilience;
 
-rs::task<int> read_value(std::unique_ptr<int> p, std::stop_token) {
+rs::task<int> read_value(std::unique_ptr<int> p, resilience::stop_token) {
     co_return *p;
 }
 

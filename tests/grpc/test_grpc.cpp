@@ -20,7 +20,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -465,7 +465,7 @@ TEST_CASE("grpc: a timeout's stop cancels the RPC on the server", "[grpc]") {
 TEST_CASE("grpc: the caller's stop cancels the RPC on the server", "[grpc]") {
     fixture f;
     int attempts = 0;
-    std::stop_source stop;
+    resilience::stop_source stop;
     std::thread stopper{[&] {
         f.log().wait_for([&] { return f.log().hanging == 1; });
         stop.request_stop();

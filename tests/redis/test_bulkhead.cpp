@@ -15,7 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <optional>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,7 +32,7 @@ using resilience_tests::together;
 namespace {
 
 // A call that lasts `length` on `clock` (or until stopped).
-rs::task<int> lasting(rs::asio::clock clock, std::chrono::nanoseconds length, std::stop_token st) {
+rs::task<int> lasting(rs::asio::clock clock, std::chrono::nanoseconds length, resilience::stop_token st) {
     auto sleeping = clock.sleep_for(length, st);
     co_await std::move(sleeping);
     co_return 1;
@@ -239,11 +239,11 @@ TEST_CASE(
     CHECK(run(io, call(b, 0ns)) == 1); // connected, the script loaded: the next call is one EVALSHA
     // The server is frozen, so the acquisition is sent but not answered before its caller stops.
     server.freeze();
-    std::stop_source stop;
+    resilience::stop_source stop;
     ::asio::steady_timer timer{io, 50ms};
     timer.async_wait([&stop](const std::error_code&) { stop.request_stop(); });
     std::optional<bool> cancelled;
-    auto stopped = [](redis::bulkhead bh, std::stop_token st) -> rs::task<bool> {
+    auto stopped = [](redis::bulkhead bh, resilience::stop_token st) -> rs::task<bool> {
         auto running = bh.execute_outcome(lasting, bh.clock(), 0ns, st);
         rs::outcome<int> r = co_await std::move(running);
         co_return !r.has_value() && r.failure().code() == rs::errc::cancelled;

@@ -11,7 +11,7 @@
 
 #include <chrono>
 #include <set>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -178,11 +178,11 @@ TEST_CASE("redis connection: a stop ends the caller's wait at once with cancelle
     redis::connection& c = fixture.connection;
     CHECK(run(io, c.command({"PING"})).str == "PONG");
     server.freeze();
-    std::stop_source stop;
+    resilience::stop_source stop;
     ::asio::steady_timer timer{io, 50ms};
     timer.async_wait([&](const std::error_code&) { stop.request_stop(); });
     const auto start = std::chrono::steady_clock::now();
-    auto blocked = [](redis::connection conn, std::stop_token st) -> rs::task<bool> {
+    auto blocked = [](redis::connection conn, resilience::stop_token st) -> rs::task<bool> {
         try {
             auto sent = conn.command({"PING"}, st);
             co_await std::move(sent);

@@ -15,7 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
-#include <stop_token>
+#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -407,7 +407,7 @@ TEST_CASE("redis rate_limiter and bulkhead: one pipeline with local policies", "
                         rs::circuit_breaker<rs::asio::clock>, rs::timeout<rs::asio::clock>> const& policy,
            rs::asio::clock k) -> rs::task<int> {
         auto call = policy.execute_outcome(
-            [](rs::asio::clock kk, std::stop_token st) -> rs::task<int> {
+            [](rs::asio::clock kk, resilience::stop_token st) -> rs::task<int> {
                 auto sleeping = kk.sleep_for(200ms, st);
                 co_await std::move(sleeping);
                 co_return 1;
@@ -484,8 +484,8 @@ struct stopped_tally {
 
 // `n` calls through `p` at once, each with `stop` as its caller's token.
 template <class P>
-rs::task<stopped_tally> stoppable_burst(P p, int n, std::stop_token stop) {
-    auto each = [](P q, std::stop_token st) -> rs::task<stopped_tally> {
+rs::task<stopped_tally> stoppable_burst(P p, int n, resilience::stop_token stop) {
+    auto each = [](P q, resilience::stop_token st) -> rs::task<stopped_tally> {
         auto call = q.execute_outcome(one, st);
         const rs::outcome<int> r = co_await std::move(call);
         stopped_tally t;
@@ -544,9 +544,9 @@ TEST_CASE(
     const redis::rate_limiter waiting{o, c};
     const redis::rate_limiter refusing{quota("far", 1, 1e-9), c}; // the same bucket, never waits
 
-    std::stop_source stop;
+    resilience::stop_source stop;
     auto then_refuse = [](redis::connection conn, redis::rate_limiter l, rs::asio::clock k,
-                          std::stop_source s) -> rs::task<std::chrono::nanoseconds> {
+                          resilience::stop_source s) -> rs::task<std::chrono::nanoseconds> {
         // Once the eleven have reserved their tokens (the bucket 11 intervals ahead; a token was there
         // for the first), one more call is refused behind them; then the eleven are stopped.
         const auto give_up = std::chrono::steady_clock::now() + 5s;

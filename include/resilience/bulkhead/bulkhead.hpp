@@ -24,6 +24,7 @@
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../priority.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 #include "adaptive_limit.hpp"
@@ -43,7 +44,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -343,7 +343,7 @@ public:
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         using detail::waiter_state;
         using value_type = detail::next_value_t<Next>;
-        const std::stop_token& token = ctx.stop_token();
+        const stop_token& token = ctx.stop_token();
         state& s = this->held();
         detail::pinned<config> pin = s.pin();
         const config& cfg = *pin; // the call's options, to its end (`held` keeps them, below)

@@ -48,6 +48,7 @@
 #include "../error.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../when_all.hpp"
 #include "adaptive_limit.hpp"
@@ -63,7 +64,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <stop_token>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -472,8 +472,7 @@ struct bulkhead_state : shared_state {
     /// Whichever moves the node first (its turn, a stop, the deadline) wins; the other finds it
     /// moved on. The watchdog's sleep is stopped once the wait is over, and when_all waits for it,
     /// so nothing outlives the call. The caller holds the state while this runs.
-    task<waiter_state> wait_bounded(waiter& node, const std::stop_token& token,
-                                    std::chrono::nanoseconds timeout) {
+    task<waiter_state> wait_bounded(waiter& node, const stop_token& token, std::chrono::nanoseconds timeout) {
         const auto deadline = add_saturating(clock.now(), timeout);
         pooled_stop_source done;
         try {
@@ -535,13 +534,13 @@ private:
         return woken;
     }
 
-    task<waiter_state> wait_in_queue(waiter& node, const std::stop_token& token, pooled_stop_source& done) {
+    task<waiter_state> wait_in_queue(waiter& node, const stop_token& token, pooled_stop_source& done) {
         const waiter_state admitted = co_await queue_awaiter<bulkhead_state>{*this, node, token};
         done.request_stop();
         co_return admitted;
     }
     task<void> watch(waiter& node, typename C::time_point deadline, pooled_stop_source& done) {
-        const std::stop_token until = done.get_token();
+        const stop_token until = done.get_token();
         try {
             co_await clock.sleep_until(deadline, until);
         } catch (...) {

@@ -22,6 +22,7 @@
 #include "../policy.hpp"
 #include "../policy_kit.hpp"
 #include "../single_flight.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 
@@ -31,7 +32,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -81,10 +81,10 @@ namespace resilience {
 /// `stale_while_revalidate`, the action of a `run` that starts a background refresh is moved into
 /// that refresh and runs after the call has returned. Such an action must own what it uses:
 ///
-///     co_await quotes.run(symbol, [client = client_](std::stop_token st) { return client->get(st); });
+///     co_await quotes.run(symbol, [client = client_](stop_token st) { return client->get(st); });
 ///                                                            // OK: owns its shared_ptr (on g++ 12,
 ///                                                            // build it in a statement first)
-///     co_await quotes.run(symbol, [&](std::stop_token st) { return client.get(st); });
+///     co_await quotes.run(symbol, [&](stop_token st) { return client.get(st); });
 ///                                                            // dangling once the call returns, if
 ///                                                            // it starts a background refresh
 ///
@@ -175,18 +175,18 @@ public:
     /// refresh of `key` is in flight), as the class comment says. Rethrows the failure the call
     /// ended with (the same exception object for every caller of one refresh) or the one
     /// remembered. The action is called like a policy's action (with a `context`, a
-    /// `std::stop_token` or nothing) and must produce something convertible to `T`. When `token`
+    /// `stop_token` or nothing) and must produce something convertible to `T`. When `token`
     /// is stopped this caller gets `cancelled_error` (at once if it waits for a refresh, when the
     /// call ends if it makes it).
     template <class A>
-    task<T> run(Key key, A action, std::stop_token token = {}) const {
+    task<T> run(Key key, A action, stop_token token = {}) const {
         static_assert(std::is_convertible_v<detail::action_result_t<A>, T>,
                       "resilience::cache: the action's result must convert to T");
         return run_with(state_, std::move(key), std::move(action), std::move(token));
     }
     /// Like `run`, but reports the failure (including this caller's cancellation) as a value.
     template <class A>
-    task<outcome<T>> run_outcome(Key key, A action, std::stop_token token = {}) const {
+    task<outcome<T>> run_outcome(Key key, A action, stop_token token = {}) const {
         static_assert(std::is_convertible_v<detail::action_result_t<A>, T>,
                       "resilience::cache: the action's result must convert to T");
         return run_outcome_with(state_, std::move(key), std::move(action), std::move(token));
@@ -266,14 +266,13 @@ private:
     }
 
     template <class A>
-    static task<T> run_with(std::shared_ptr<state> st, Key key, A action, std::stop_token token) {
+    static task<T> run_with(std::shared_ptr<state> st, Key key, A action, stop_token token) {
         outcome<T> r =
             co_await run_outcome_with(std::move(st), std::move(key), std::move(action), std::move(token));
         co_return std::move(r).value();
     }
     template <class A>
-    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action,
-                                             std::stop_token token) {
+    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action, stop_token token) {
         // The options this call runs under to its end, pinned once (see `reconfigure`).
         const detail::pinned<config> pin = st->pin();
         const config& cfg = *pin;

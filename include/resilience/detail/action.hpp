@@ -8,14 +8,15 @@
 #include "../concepts.hpp"
 #include "../context.hpp"
 #include "../outcome.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "inline_start.hpp"
+#include "std_token.hpp"
 
 #include <coroutine>
 #include <cstddef>
 #include <functional>
 #include <optional>
-#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -27,11 +28,15 @@ template <class A>
 decltype(auto) invoke_action(A& a, const context& ctx) {
     if constexpr (std::is_invocable_v<A&, const context&>)
         return std::invoke(a, ctx);
-    else if constexpr (std::is_invocable_v<A&, std::stop_token>)
+    else if constexpr (std::is_invocable_v<A&, stop_token>)
         return std::invoke(a, ctx.stop_token());
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+    else if constexpr (std::is_invocable_v<A&, std::stop_token>)
+        return with_std_token(std::ref(a), ctx.stop_token());
+#endif
     else {
         static_assert(std::is_invocable_v<A&>,
-                      "an action must be callable with (rs::context const&), (std::stop_token) or ()");
+                      "an action must be callable with (rs::context const&), (stop_token) or ()");
         return std::invoke(a);
     }
 }
@@ -54,8 +59,12 @@ struct invalid_action {
 };
 
 template <class A>
-inline constexpr bool callable_action = std::is_invocable_v<A&, const context&> ||
-                                        std::is_invocable_v<A&, std::stop_token> || std::is_invocable_v<A&>;
+inline constexpr bool callable_action =
+    std::is_invocable_v<A&, const context&> || std::is_invocable_v<A&, stop_token> ||
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+    std::is_invocable_v<A&, std::stop_token> ||
+#endif
+    std::is_invocable_v<A&>;
 
 template <class T, bool Valid>
 struct result_if {
@@ -85,7 +94,7 @@ using checked_result_t = typename checked_action<A>::result;
 template <class A>
 void check_action() {
     static_assert(callable_action<A>,
-                  "resilience: an action must be callable with (rs::context const&), (std::stop_token) or () "
+                  "resilience: an action must be callable with (rs::context const&), (stop_token) or () "
                   "(with execute(f, args...), with (args..., ctx), (args..., stop_token) or (args...))");
     if constexpr (callable_action<A>) {
         static_assert(
@@ -320,13 +329,19 @@ struct bound_action {
             [&](Args&... a) -> decltype(auto) {
                 if constexpr (std::is_invocable_v<F&, Args&..., const context&>)
                     return std::invoke(f, a..., ctx);
-                else if constexpr (std::is_invocable_v<F&, Args&..., std::stop_token>)
+                else if constexpr (std::is_invocable_v<F&, Args&..., stop_token>)
                     return std::invoke(f, a..., ctx.stop_token());
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+                else if constexpr (std::is_invocable_v<F&, Args&..., std::stop_token>)
+                    return with_std_token(
+                        [&](std::stop_token t) { return std::invoke(f, a..., std::move(t)); },
+                        ctx.stop_token());
+#endif
                 else {
                     static_assert(
                         std::is_invocable_v<F&, Args&...>,
                         "execute(f, args...): f must be callable with (args..., rs::context const&), "
-                        "(args..., std::stop_token) or (args...)");
+                        "(args..., stop_token) or (args...)");
                     return std::invoke(f, a...);
                 }
             },
@@ -335,14 +350,20 @@ struct bound_action {
 };
 
 template <class T>
-inline constexpr bool is_call_context_v = std::is_same_v<std::remove_cvref_t<T>, std::stop_token> ||
+inline constexpr bool is_call_context_v = std::is_same_v<std::remove_cvref_t<T>, stop_token> ||
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+                                          std::is_same_v<std::remove_cvref_t<T>, std::stop_token> ||
+#endif
                                           std::is_same_v<std::remove_cvref_t<T>, context>;
 
 /// Whether an lvalue of `F` can be called with `Bound...` and then the attempt's context, its stop
 /// token, or nothing: the calls `bound_action` makes.
 template <class F, class... Bound>
 inline constexpr bool bound_invocable =
-    std::is_invocable_v<F&, Bound..., const context&> || std::is_invocable_v<F&, Bound..., std::stop_token> ||
+    std::is_invocable_v<F&, Bound..., const context&> || std::is_invocable_v<F&, Bound..., stop_token> ||
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+    std::is_invocable_v<F&, Bound..., std::stop_token> ||
+#endif
     std::is_invocable_v<F&, Bound...>;
 
 /// The rules of `execute(f, args...)` for `f` and the arguments bound to it (`Bound`, as passed),
@@ -420,7 +441,7 @@ constexpr void refuse_bound_call() noexcept {
             "(docs/core.md#calling-a-function-with-arguments)");
         static_assert(Rules::reusable || Rules::callable_once,
                       "resilience: execute(f, args...): f must be callable with (args..., rs::context "
-                      "const&), (args..., std::stop_token) or (args...)");
+                      "const&), (args..., stop_token) or (args...)");
     }
 }
 

@@ -47,6 +47,7 @@
 #pragma once
 
 #include "../event_loop.hpp"
+#include "../stop_token.hpp"
 
 #include <chrono>
 #include <concepts>
@@ -55,7 +56,6 @@
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 #include <utility>
 
 namespace resilience {
@@ -263,14 +263,14 @@ private:
 /// taken under the mutex, so that the request is safe however soon the head ends).
 struct deferred_wake {
     waiter* wake = nullptr;
-    std::optional<std::stop_source> alarm{};
+    std::optional<stop_source> alarm{};
 
     /// Does it, without the owner's mutex: a clock may resume the head inline from the request.
     void run() {
         if (waiter* w = std::exchange(wake, nullptr))
             w->wake();
         if (alarm) {
-            std::stop_source s = std::move(*alarm);
+            stop_source s = std::move(*alarm);
             alarm.reset();
             s.request_stop();
         }
@@ -316,7 +316,7 @@ void stop_waiter(Owner& owner, waiter& w) {
 template <queue_owner Owner>
 class queue_awaiter {
 public:
-    queue_awaiter(Owner& owner, waiter& node, const std::stop_token& token) noexcept
+    queue_awaiter(Owner& owner, waiter& node, const stop_token& token) noexcept
         : owner_(owner), node_(node), token_(token) {}
     queue_awaiter(const queue_awaiter&) = delete;
     queue_awaiter& operator=(const queue_awaiter&) = delete;
@@ -414,8 +414,8 @@ private:
 
     Owner& owner_;
     waiter& node_;
-    const std::stop_token& token_;
-    std::optional<std::stop_callback<on_stop>> stop_;
+    const stop_token& token_;
+    std::optional<stop_callback<on_stop>> stop_;
     bool suspended_ = false; ///< written under the owner's mutex before the node can be woken
     bool entered_ = false;   ///< the node went into the queue: others write its state from then on
 };

@@ -11,6 +11,7 @@
 #include "../error.hpp"
 #include "../event_loop.hpp"
 #include "../outcome.hpp"
+#include "../stop_token.hpp"
 #include "../telemetry_event.hpp"
 #include "options.hpp"
 
@@ -19,7 +20,6 @@
 #include <functional>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -223,7 +223,7 @@ private:
                 request_stop(*p);
     }
     static void request_stop(promise& p) noexcept {
-        std::stop_source s = p.stop->expire();
+        stop_source s = p.stop->expire();
         if (s.stop_possible())
             s.request_stop(); // may finish the attempt inline: it then delivers itself, and stays
     }
@@ -333,7 +333,7 @@ private:
 
     static child sleeper(const C& clock, typename C::time_point at) {
         promise& self = co_await typename child::own_promise{};
-        const std::stop_token token = self.stop->token(); // named: no temporary in the co_await
+        const stop_token token = self.stop->token(); // named: no temporary in the co_await
         co_await clock.sleep_until(at, token);
         self.fired = !self.stop->stop_requested();
     }

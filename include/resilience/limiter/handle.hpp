@@ -20,6 +20,7 @@
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../priority.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 #include "errors.hpp"
@@ -32,7 +33,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -321,11 +321,11 @@ public:
     /// Spends one permit without running anything, by the same rules as a call (waits in the
     /// same queue). Throws `rate_limited_error` when refused, `cancelled_error` when `token` stops
     /// the wait first. Like a call, it holds the limiter from the moment it is made.
-    task<void> take(std::stop_token token = {}) const {
+    task<void> take(stop_token token = {}) const {
         return take_with(static_cast<const Derived&>(*this), std::move(token));
     }
     /// `take`, reporting a refusal or a stop as a failure value instead of throwing it.
-    [[nodiscard]] task<outcome<void>> take_outcome(std::stop_token token = {}) const {
+    [[nodiscard]] task<outcome<void>> take_outcome(stop_token token = {}) const {
         return take_outcome_with(static_cast<const Derived&>(*this), std::move(token));
     }
 
@@ -352,11 +352,11 @@ protected:
 
 private:
     // The limiter is a copy in the frame: the take needs no handle of the caller's.
-    static task<void> take_with(Derived self, std::stop_token token) {
+    static task<void> take_with(Derived self, stop_token token) {
         auto r = co_await self.take_outcome(std::move(token));
         r.value();
     }
-    static task<outcome<void>> take_outcome_with(Derived self, std::stop_token token) {
+    static task<outcome<void>> take_outcome_with(Derived self, stop_token token) {
         shared& s = self.held();
         const pinned<typename shared::block> pin = s.pin();
         const Options& o = pin->options; // the take's, to its end

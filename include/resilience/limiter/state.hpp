@@ -22,6 +22,7 @@
 #include "../detail/waiter_queue.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 
 #include <algorithm>
@@ -35,7 +36,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -140,7 +140,7 @@ struct limiter_state : shared_state {
     waiter_queue queue;
 
     std::chrono::nanoseconds latest{}; // the latest time a decision used; guarded by `mutex`
-    std::stop_source* alarm = nullptr; // the sleeping head's (see `head_alarm`); guarded by `mutex`
+    stop_source* alarm = nullptr;      // the sleeping head's (see `head_alarm`); guarded by `mutex`
 
     /// Priorities as admission uses them: the classes' table and the limit their shares are of, and
     /// the classes they were made from (to find the block again).
@@ -324,7 +324,7 @@ struct limiter_state : shared_state {
     }
 
     /// The slow path: refuse, or wait for a permit in arrival order (within its class `rank`).
-    task<admission> wait(std::stop_token token, unsigned char rank = 0) {
+    task<admission> wait(stop_token token, unsigned char rank = 0) {
         waiter node;
         node.rank = rank;
         waiter_state st = co_await queue_awaiter<limiter_state>{*this, node, token};
@@ -338,13 +338,13 @@ struct limiter_state : shared_state {
     }
 
     /// The head's part of a wait: `node` has its turn; ends with its final state.
-    task<waiter_state> serve_turn(waiter& node, std::stop_token token) {
+    task<waiter_state> serve_turn(waiter& node, stop_token token) {
         // However this coroutine ends (a value, an exception from the clock, or destroyed while
         // asleep), the turn passes on: the waiters behind are never stranded.
         turn_guard guard{this, &node};
         // While it is the head, a stop takes it out of the queue at once and hands the turn
         // on, as for any waiter; its sleep, stopped by the same token, then ends the loop.
-        std::optional<std::stop_callback<leave_on_stop>> on_stop;
+        std::optional<stop_callback<leave_on_stop>> on_stop;
         if (token.stop_possible())
             on_stop.emplace(token, leave_on_stop{this, &node});
         co_return co_await serve_head(node, token);
@@ -387,7 +387,7 @@ struct limiter_state : shared_state {
     /// returns to the pool of sources stopped or about to be.
     class head_alarm {
     public:
-        head_alarm(limiter_state& s, const std::stop_token& caller) : s_(s), link_(caller, source_) {}
+        head_alarm(limiter_state& s, const stop_token& caller) : s_(s), link_(caller, source_) {}
         head_alarm(const head_alarm&) = delete;
         head_alarm& operator=(const head_alarm&) = delete;
         ~head_alarm() {
@@ -407,7 +407,7 @@ struct limiter_state : shared_state {
             s_.alarm = &source_.source();
             armed_ = true;
         }
-        std::stop_token token() const noexcept { return source_.get_token(); }
+        stop_token token() const noexcept { return source_.get_token(); }
 
     private:
         limiter_state& s_;
@@ -423,7 +423,7 @@ struct limiter_state : shared_state {
     template <class Change>
     void reconfigure(Change&& change, std::size_t new_queue_limit,
                      std::optional<std::chrono::nanoseconds> new_queue_timeout) {
-        std::optional<std::stop_source> wake;
+        std::optional<stop_source> wake;
         {
             std::lock_guard lock(mutex);
             meter_lease lease{*this};
@@ -442,7 +442,7 @@ struct limiter_state : shared_state {
     // The head's loop: take the permit when it is there, else sleep until it is due or the wait
     // runs out. Ends when the permit is taken, when the deadline passed first (a permit due at the
     // very instant of the deadline is still taken), or when the node left its turn (stopped).
-    task<waiter_state> serve_head(waiter& node, const std::stop_token& token) {
+    task<waiter_state> serve_head(waiter& node, const stop_token& token) {
         for (;;) {
             typename C::time_point due{};
             waiter* next = nullptr;

@@ -14,6 +14,7 @@
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../random.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 #include "../when_all.hpp"
@@ -30,7 +31,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -230,7 +230,7 @@ public:
             co_return resilience::detail::refused(listener, s->clock, refusing,
                                                   failure::make(bulkhead_rejected_error{o.name}));
 
-        std::stop_source ended;
+        stop_source ended;
         auto call = run_then_stop(std::move(next), ctx, ended);
         auto renewing = renew(s, id, ended.get_token(), listener);
         auto both = when_all(std::move(call), std::move(renewing));
@@ -245,7 +245,7 @@ private:
 
     template <class Next>
     static task<resilience::detail::next_outcome_t<Next>> run_then_stop(Next next, const context& ctx,
-                                                                        std::stop_source& ended) {
+                                                                        stop_source& ended) {
         auto result = co_await next(ctx);
         resilience::detail::request_stop_held(ended);
         co_return result;
@@ -257,7 +257,7 @@ private:
     // `health` like any other; the outage that cost the lease, if one was seen, was reported as
     // it began. Renewing stops there: there is nothing left to renew, and each further renewal
     // would find the same.
-    static task<void> renew(std::shared_ptr<state> s, std::string id, std::stop_token ended,
+    static task<void> renew(std::shared_ptr<state> s, std::string id, stop_token ended,
                             const telemetry_listener* listener) {
         const auto period = s->options.lease_duration / 3;
         for (;;) {

@@ -10,6 +10,7 @@
 #include "../detail/label.hpp"
 #include "../error.hpp"
 #include "../random.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "error.hpp"
 #include "resp.hpp"
@@ -30,7 +31,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -392,7 +392,7 @@ private:
 /// `connection_state`'s destructor).
 class command_awaiter {
 public:
-    command_awaiter(::asio::any_io_executor ex, std::shared_ptr<pending> p, std::stop_token token)
+    command_awaiter(::asio::any_io_executor ex, std::shared_ptr<pending> p, stop_token token)
         : executor_(std::move(ex)), p_(std::move(p)), token_(std::move(token)) {}
     command_awaiter(const command_awaiter&) = delete;
     command_awaiter& operator=(const command_awaiter&) = delete;
@@ -425,8 +425,8 @@ private:
 
     ::asio::any_io_executor executor_;
     std::shared_ptr<pending> p_;
-    std::stop_token token_;
-    std::optional<std::stop_callback<on_stop>> on_stop_;
+    stop_token token_;
+    std::optional<stop_callback<on_stop>> on_stop_;
 };
 
 } // namespace detail
@@ -463,7 +463,7 @@ public:
     /// Sends one command (`args[0]` the command's name) and returns its reply, an error reply
     /// included (`reply::is_error()`). Throws `redis::error` when there is no reply (see the class
     /// comment), `rs::cancelled_error` when `token` stops the wait.
-    task<reply> command(std::vector<std::string> args, std::stop_token token = {}) const {
+    task<reply> command(std::vector<std::string> args, stop_token token = {}) const {
         return run(state_, std::move(args), std::move(token));
     }
 
@@ -503,7 +503,7 @@ private:
     }
 
     static task<reply> run(std::shared_ptr<detail::connection_state> s, std::vector<std::string> args,
-                           std::stop_token token) {
+                           stop_token token) {
         if (token.stop_requested())
             throw cancelled_error{"redis"};
         detail::command_awaiter wait{s->executor(), s->submit(args), std::move(token)};

@@ -14,6 +14,7 @@
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../rate_limiter.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 #include "connection.hpp"
@@ -28,7 +29,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -206,7 +206,7 @@ public:
 
     /// Spends one token without running anything, by the same rules as a call. Throws
     /// `rate_limited_error` when refused, `cancelled_error` when `token` stops first.
-    task<void> take(std::stop_token token = {}) const {
+    task<void> take(stop_token token = {}) const {
         std::shared_ptr<state> s = state_;
         const telemetry_listener* listener = s->options.telemetry ? &s->options.telemetry : nullptr;
         auto deciding = admit(s, token, listener, 1);
@@ -236,7 +236,7 @@ private:
         bool local = false;               // Redis unreachable: the local share decides
     };
 
-    static task<decision> admit(std::shared_ptr<state> s, std::stop_token token,
+    static task<decision> admit(std::shared_ptr<state> s, stop_token token,
                                 resilience::detail::listener_ref listener, int attempt) {
         const rate_limiter_options& o = s->options;
         // A call that may wait holds a queue place from before it asks until its wait ends, so calls

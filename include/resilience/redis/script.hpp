@@ -11,6 +11,7 @@
 #include "../outcome.hpp"
 #include "../policy.hpp"
 #include "../rate_limiter.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 #include "connection.hpp"
@@ -22,7 +23,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -100,7 +100,7 @@ public:
 
     /// Runs the script with one key and `args`. Throws `redis::error` when Redis cannot answer or
     /// answers with an error, `cancelled_error` when `token` stops the wait.
-    task<reply> run(connection conn, std::string key, std::vector<std::string> args, std::stop_token token) {
+    task<reply> run(connection conn, std::string key, std::vector<std::string> args, stop_token token) {
         if (sha_.empty()) {
             std::vector<std::string> load{"SCRIPT", "LOAD", text_};
             auto loading = conn.command(std::move(load), token);
@@ -133,7 +133,7 @@ public:
         std::optional<failure> unreachable{};
         bool cancelled = false;
     };
-    task<answer> ask(connection conn, std::string key, std::vector<std::string> args, std::stop_token token) {
+    task<answer> ask(connection conn, std::string key, std::vector<std::string> args, stop_token token) {
         answer a;
         try {
             auto running = run(std::move(conn), std::move(key), std::move(args), std::move(token));

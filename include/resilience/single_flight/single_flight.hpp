@@ -11,6 +11,7 @@
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 #include "options.hpp"
 #include "state.hpp"
@@ -21,7 +22,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -57,7 +57,7 @@ namespace resilience {
 /// as with `execute`:
 ///
 ///     int limit = 10;
-///     co_await flights.run(key, [&](std::stop_token st) { return fetch(limit, st); });  // OK
+///     co_await flights.run(key, [&](stop_token st) { return fetch(limit, st); });  // OK
 ///
 /// The shared state is held by every call, from the moment it is made, so a call keeps it alive
 /// even if every handle has been destroyed (docs/core.md, "Lifetimes"). The policy form
@@ -96,18 +96,18 @@ public:
 
     /// Runs `action` once for all concurrent callers of `key` and returns the shared value, or
     /// rethrows the shared failure (the same exception object for every caller). The action is
-    /// called like a policy's action (with a `context`, a `std::stop_token`, or nothing), in the
+    /// called like a policy's action (with a `context`, a `stop_token`, or nothing), in the
     /// frame of the caller that owns the call, and gets the shared call's stop token, stopped only
     /// when every caller has stopped. When `token` is stopped this caller gets `cancelled_error`:
     /// at once if it is attached, when the shared call ends if it owns it.
     template <class A>
-    task<T> run(Key key, A action, std::stop_token token = {}) const {
+    task<T> run(Key key, A action, stop_token token = {}) const {
         return run_with(state_, std::move(key), std::move(action), std::move(token));
     }
 
     /// Like `run`, but reports the failure (including this caller's cancellation) as a value.
     template <class A>
-    task<outcome<T>> run_outcome(Key key, A action, std::stop_token token = {}) const {
+    task<outcome<T>> run_outcome(Key key, A action, stop_token token = {}) const {
         static_assert(std::is_convertible_v<detail::action_result_t<A>, T>,
                       "resilience::single_flight: the action's result must convert to T");
         return run_outcome_with(state_, std::move(key), std::move(action), std::move(token));
@@ -134,7 +134,7 @@ private:
     // The state is copied into the call when it is made (the task is lazy): the call needs nothing
     // of the caller's, not even the handle it was made on, and may outlive every handle.
     template <class A>
-    static task<T> run_with(std::shared_ptr<state> st, Key key, A action, std::stop_token token) {
+    static task<T> run_with(std::shared_ptr<state> st, Key key, A action, stop_token token) {
         outcome<T> result =
             co_await run_outcome_with(std::move(st), std::move(key), std::move(action), std::move(token));
         if constexpr (std::is_void_v<T>)
@@ -143,8 +143,7 @@ private:
             co_return std::move(result).value();
     }
     template <class A>
-    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action,
-                                             std::stop_token token) {
+    static task<outcome<T>> run_outcome_with(std::shared_ptr<state> st, Key key, A action, stop_token token) {
         if (token.stop_requested())
             co_return failure::make(cancelled_error{st->options.name});
         // Named: an owner goes on using it after the co_await, to settle the call.

@@ -18,6 +18,7 @@
 #include "../detail/stop.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
+#include "../stop_token.hpp"
 #include "options.hpp"
 
 #include <atomic>
@@ -26,7 +27,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 #include <unordered_map>
 #include <utility>
 
@@ -51,7 +51,7 @@ struct single_flight_state {
     struct call {
         explicit call(const Key& k) : key(k) {}
         const Key key;
-        std::stop_source stop;
+        stop_source stop;
         waiter* head = nullptr;   // attached callers (an intrusive list of their awaiters)
         std::size_t attached = 0; // callers that have not stopped, the owner included
         bool owner_attached = true;
@@ -225,7 +225,7 @@ struct single_flight_state {
     // completes with cancelled_error, the call settled and never started.
     class entry {
     public:
-        entry(single_flight_state& st, const Key& key, std::stop_token token) noexcept
+        entry(single_flight_state& st, const Key& key, stop_token token) noexcept
             : st_(st), key_(key), token_(std::move(token)) {}
         entry(const entry&) = delete;
         entry& operator=(const entry&) = delete;
@@ -291,7 +291,7 @@ struct single_flight_state {
         }
 
         /// The owner's: the token to run the shared call with.
-        std::stop_token call_token() const noexcept { return w_.owner->stop.get_token(); }
+        stop_token call_token() const noexcept { return w_.owner->stop.get_token(); }
 
         /// The owner's: the shared call ended with `result`. Releases the attached callers and
         /// returns what the owner itself gets.
@@ -321,9 +321,9 @@ struct single_flight_state {
     private:
         single_flight_state& st_;
         const Key& key_;
-        std::stop_token token_;
+        stop_token token_;
         waiter w_{};
-        std::optional<std::stop_callback<on_stop>> stop_cb_{};
+        std::optional<stop_callback<on_stop>> stop_cb_{};
         bool owns_ = false; // set before the stop callback is registered, never changed after
         bool suspended_ = false;
         bool finished_ = false;

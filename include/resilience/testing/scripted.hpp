@@ -6,13 +6,13 @@
 #include "../clock.hpp"
 #include "../concepts.hpp"
 #include "../error.hpp"
+#include "../stop_token.hpp"
 #include "../task.hpp"
 
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -53,7 +53,7 @@ class scripted_action {
 public:
     scripted_action(C clock, script<T> s) : state_(std::make_shared<state>(std::move(clock), std::move(s))) {}
 
-    task<T> operator()(std::stop_token token) const {
+    task<T> operator()(stop_token token) const {
         auto s = state_; // keeps the state alive for the whole call, whatever happens to *this
         const int call = ++s->calls;
         ++s->in_flight;
@@ -66,7 +66,7 @@ public:
                 ? s->plan.steps[static_cast<std::size_t>(call - 1)]
                 : step{s->plan.latency, call - static_cast<int>(s->plan.steps.size()) <= s->plan.failures};
         if (st.latency > std::chrono::nanoseconds::zero()) {
-            std::stop_token listen = s->plan.ignore_stop ? std::stop_token{} : token;
+            stop_token listen = s->plan.ignore_stop ? stop_token{} : token;
             co_await s->clock.sleep_until(
                 s->clock.now() + std::chrono::duration_cast<typename C::duration>(st.latency), listen);
             if (listen.stop_requested()) {

@@ -8,9 +8,9 @@
 #include "../detail/time.hpp"
 #include "../event_loop.hpp"
 #include "../random.hpp"
+#include "../stop_token.hpp"
 
 #include <chrono>
-#include <stop_token>
 
 namespace resilience::testing {
 
@@ -27,10 +27,10 @@ public:
     explicit virtual_clock(event_loop& loop) noexcept : loop_(&loop) {}
 
     time_point now() const noexcept { return time_point{loop_->now()}; }
-    detail::sleep_awaiter sleep_until(time_point tp, std::stop_token token) const noexcept {
+    detail::sleep_awaiter sleep_until(time_point tp, stop_token token) const noexcept {
         return detail::sleep_awaiter{loop_, tp.time_since_epoch(), std::move(token)};
     }
-    detail::sleep_awaiter sleep_for(duration d, std::stop_token token) const noexcept {
+    detail::sleep_awaiter sleep_for(duration d, stop_token token) const noexcept {
         // Saturating: a sleep of "forever" late in virtual time must not overflow.
         return sleep_until(d.count() < 0 ? now() + d : detail::add_saturating(now(), d), std::move(token));
     }
@@ -95,7 +95,7 @@ public:
     event_loop& loop() noexcept { return loop_; }
 
     /// Suspends the calling coroutine for `d` of virtual time.
-    detail::sleep_awaiter sleep_for(std::chrono::nanoseconds d, std::stop_token token = {}) noexcept {
+    detail::sleep_awaiter sleep_for(std::chrono::nanoseconds d, stop_token token = {}) noexcept {
         return clock().sleep_for(d, std::move(token));
     }
 

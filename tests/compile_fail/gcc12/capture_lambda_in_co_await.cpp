@@ -8,8 +8,8 @@
 
 namespace rs = resilience;
 
-rs::task<int> use(std::string key, std::stop_token st);
+rs::task<int> use(std::string key, resilience::stop_token st);
 
 rs::task<int> call(const rs::retry<>& r, std::string key) {
-    co_return co_await r.execute([key](std::stop_token st) { return use(key, st); });
+    co_return co_await r.execute([key](resilience::stop_token st) { return use(key, st); });
 }

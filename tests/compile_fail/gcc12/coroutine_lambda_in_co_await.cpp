@@ -8,9 +8,9 @@
 
 namespace rs = resilience;
 
-rs::task<int> use(std::string key, std::stop_token st);
+rs::task<int> use(std::string key, resilience::stop_token st);
 
 rs::task<rs::outcome<int>> call(const rs::retry<>& r, std::string key) {
     co_return co_await r.execute_outcome(
-        [key](std::stop_token st) -> rs::task<int> { co_return co_await use(key, st); });
+        [key](resilience::stop_token st) -> rs::task<int> { co_return co_await use(key, st); });
 }

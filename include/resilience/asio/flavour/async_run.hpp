@@ -21,8 +21,10 @@
 
 #include "../../async_scope.hpp"
 #include "../../concepts.hpp"
+#include "../../detail/std_token.hpp"
 #include "../../detail/stop.hpp"
 #include "../../detail/timer_wheel.hpp"
+#include "../../stop_token.hpp"
 #include "../../task.hpp"
 
 #include <atomic>
@@ -36,7 +38,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -346,8 +347,8 @@ struct this_promise {
 /// Installed in the cancellation slot of an `async_run` handler (callable form): an Asio
 /// cancellation request stops the call. Runs where the slot's signal is emitted.
 struct stop_on_cancel {
-    explicit stop_on_cancel(std::stop_source s) noexcept : source(std::move(s)) {}
-    std::stop_source source;
+    explicit stop_on_cancel(stop_source s) noexcept : source(std::move(s)) {}
+    stop_source source;
     void operator()(net::cancellation_type_t type) {
         if ((type & honoured_cancellation) != net::cancellation_type::none) {
             // The request may end the call inline, and its completion, run meanwhile on another
@@ -367,9 +368,9 @@ struct stop_on_cancel {
 // work while the awaitable waits on something outside Asio. The slot this operation filled is cleared
 // where Asio emits on it, before the handler runs.
 template <class Make, class Handler>
-root_task run_and_complete(Make make, std::stop_token token, Handler handler, net::any_io_executor io,
+root_task run_and_complete(Make make, stop_token token, Handler handler, net::any_io_executor io,
                            bool clear_slot) {
-    using R = await_result_t<std::invoke_result_t<Make&, std::stop_token>>;
+    using R = await_result_t<std::invoke_result_t<Make&, stop_token>>;
     auto io_work = net::make_work_guard(io);
     auto handler_ex = net::get_associated_executor(handler, io);
     // Work on the handler's executor too, unless it is the I/O executor (the usual case), held already.
@@ -430,13 +431,13 @@ root_task run_and_complete(Make make, std::stop_token token, Handler handler, ne
 template <class A>
 struct ready_awaitable {
     A awaitable;
-    A&& operator()(std::stop_token) noexcept { return std::move(awaitable); }
+    A&& operator()(stop_token) noexcept { return std::move(awaitable); }
 };
 
 // On the call's strand: makes the outermost coroutine, puts it on the context's registry, and runs
 // it, its home current, until it first waits.
 template <class Make, class Handler>
-void start(Make make, std::stop_token token, Handler handler, net::any_io_executor io, call_executor where,
+void start(Make make, stop_token token, Handler handler, net::any_io_executor io, call_executor where,
            bool clear_slot) {
     call_registry& registry = call_registry::of(io);
     root_task task =
@@ -457,8 +458,8 @@ void start(Make make, std::stop_token token, Handler handler, net::any_io_execut
 // a strand), the call starts here instead, until it first waits: its handler is then posted if it
 // ends before this returns.
 template <class Make, class Handler>
-void launch(const net::any_io_executor& ex, Make make, Handler handler, std::stop_source stop) {
-    std::stop_token token = stop.get_token();
+void launch(const net::any_io_executor& ex, Make make, Handler handler, stop_source stop) {
+    stop_token token = stop.get_token();
     const bool connect = stop.stop_possible();
     if (connect)
         net::get_associated_cancellation_slot(handler).template emplace<stop_on_cancel>(std::move(stop));
@@ -486,9 +487,9 @@ void launch(const net::any_io_executor& ex, Make make, Handler handler, std::sto
 // of every stoppable call: `async_run` of a maker, and both forms of `execute`.
 template <class Make, class Handler>
 void launch_stoppable(const net::any_io_executor& ex, Make make, Handler handler) {
-    std::stop_source stop{std::nostopstate};
+    stop_source stop{nostopstate};
     if (net::get_associated_cancellation_slot(handler).is_connected())
-        stop = std::stop_source{};
+        stop = stop_source{};
     launch(ex, std::move(make), std::move(handler), std::move(stop));
 }
 
@@ -515,7 +516,7 @@ auto async_run(net::any_io_executor executor, A awaitable, CompletionToken&& tok
     return net::async_initiate<CompletionToken, signature>(
         [ex = std::move(executor)](auto handler, A aw) {
             detail::launch(ex, detail::ready_awaitable<A>{std::move(aw)}, std::move(handler),
-                           std::stop_source{std::nostopstate});
+                           stop_source{nostopstate});
         },
         token, std::move(awaitable));
 }
@@ -530,18 +531,19 @@ auto async_run(net::any_io_executor executor, A awaitable, CompletionToken&& tok
 /// honoured; `total` only is not, since an attempt may already have had effects. Without a
 /// connected slot the token never stops.
 ///
-///     rsnet::async_run(ex, [&](std::stop_token st) { return policy.execute(fetch, st); }, token);
+///     rsnet::async_run(ex, [&](stop_token st) { return policy.execute(fetch, st); }, token);
 template <class F, class CompletionToken>
-requires(!awaitable<F>) && std::invocable<F&, std::stop_token> &&
-        awaitable<std::invoke_result_t<F&, std::stop_token>>
+requires(!awaitable<F>) && resilience::detail::takes_a_stop_token<F> &&
+        awaitable<std::invoke_result_t<resilience::detail::rs_token_maker_t<F>&, stop_token>>
 auto async_run(net::any_io_executor executor, F make, CompletionToken&& token) {
-    using signature = typename detail::completion_signature<
-        await_result_t<std::invoke_result_t<F&, std::stop_token>>>::type;
+    using M = resilience::detail::rs_token_maker_t<F>;
+    using signature =
+        typename detail::completion_signature<await_result_t<std::invoke_result_t<M&, stop_token>>>::type;
     return net::async_initiate<CompletionToken, signature>(
-        [ex = std::move(executor)](auto handler, F f) {
-            detail::launch_stoppable(ex, std::move(f), std::move(handler));
+        [ex = std::move(executor)](auto handler, M m) {
+            detail::launch_stoppable(ex, std::move(m), std::move(handler));
         },
-        token, std::move(make));
+        token, resilience::detail::rs_token_maker(std::move(make)));
 }
 
 namespace detail {
@@ -551,7 +553,7 @@ namespace detail {
 template <class F>
 class scoped_make {
     struct forward {
-        std::stop_source* target;
+        stop_source* target;
         void operator()() const noexcept { resilience::detail::request_stop_held(*target); }
     };
 
@@ -562,8 +564,8 @@ public:
     scoped_make(scoped_make&& o) : guard_(std::move(o.guard_)), make_(std::move(o.make_)) {}
     scoped_make& operator=(scoped_make&&) = delete;
 
-    auto operator()(std::stop_token cancel) {
-        std::stop_token scope_token = guard_.token();
+    auto operator()(stop_token cancel) {
+        stop_token scope_token = guard_.token();
         if (!cancel.stop_possible())
             return std::invoke(make_, std::move(scope_token));
         linked_.emplace();
@@ -575,9 +577,9 @@ public:
 private:
     resilience::detail::scope_guard guard_;
     F make_;
-    std::optional<std::stop_source> linked_;
-    std::optional<std::stop_callback<forward>> from_scope_; // after linked_: go first
-    std::optional<std::stop_callback<forward>> from_asio_;
+    std::optional<stop_source> linked_;
+    std::optional<stop_callback<forward>> from_scope_; // after linked_: go first
+    std::optional<stop_callback<forward>> from_asio_;
 };
 
 } // namespace detail
@@ -590,7 +592,7 @@ private:
 /// from Asio code) waits for that. Given an awaitable instead, the call is counted but cannot be stopped.
 ///
 ///     rsnet::spawn(scope, io.get_executor(),
-///                     [&](std::stop_token st) { return policy.execute(serve, st); },
+///                     [&](stop_token st) { return policy.execute(serve, st); },
 ///                     [](std::exception_ptr e) { if (e) log(e); });
 template <class F, class CompletionToken>
 requires awaitable<F> || resilience::detail::scope_callable<F>
@@ -599,10 +601,11 @@ auto spawn(async_scope& scope, net::any_io_executor executor, F make, Completion
         return async_run(std::move(executor), scope.nest(std::move(make)),
                          std::forward<CompletionToken>(token));
     else
-        return async_run(
-            std::move(executor),
-            detail::scoped_make<F>{resilience::detail::scope_access::guard(scope), std::move(make)},
-            std::forward<CompletionToken>(token));
+        return async_run(std::move(executor),
+                         detail::scoped_make<resilience::detail::rs_token_maker_t<F>>{
+                             resilience::detail::scope_access::guard(scope),
+                             resilience::detail::rs_token_maker(std::move(make))},
+                         std::forward<CompletionToken>(token));
 }
 
 } // namespace resilience::RESILIENCE_ASIO_FLAVOUR

@@ -15,11 +15,11 @@
 
 #include "../../clock.hpp"
 #include "../../concepts.hpp"
+#include "../../stop_token.hpp"
 
 #include <chrono>
 #include <coroutine>
 #include <optional>
-#include <stop_token>
 #include <utility>
 
 namespace resilience::RESILIENCE_ASIO_FLAVOUR {
@@ -39,19 +39,17 @@ public:
     time_point now() const noexcept { return std::chrono::steady_clock::now(); }
     const net::any_io_executor& executor() const noexcept { return executor_; }
 
-    auto sleep_until(time_point tp, std::stop_token token) const {
+    auto sleep_until(time_point tp, stop_token token) const {
         return sleep_awaiter{executor_, tp, std::move(token)};
     }
-    auto sleep_for(duration d, std::stop_token token) const {
-        return sleep_until(now() + d, std::move(token));
-    }
+    auto sleep_for(duration d, stop_token token) const { return sleep_until(now() + d, std::move(token)); }
 
 private:
     // The timer lives in the sleeping frame; its wait is a `use_task(token)` operation, so the
     // stop request, the resumption in the executor's context and the ownership are all that one's.
     class sleep_awaiter {
     public:
-        sleep_awaiter(net::any_io_executor ex, time_point tp, std::stop_token token)
+        sleep_awaiter(net::any_io_executor ex, time_point tp, stop_token token)
             : executor_(std::move(ex)), when_(tp), token_(std::move(token)) {}
 
         bool await_ready() const noexcept {
@@ -74,7 +72,7 @@ private:
 
         net::any_io_executor executor_;
         time_point when_;
-        std::stop_token token_;
+        stop_token token_;
         std::optional<net::steady_timer> timer_;
         std::optional<wait_operation> wait_;
     };

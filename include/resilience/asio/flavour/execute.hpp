@@ -18,6 +18,7 @@
 #include "../../detail/action.hpp"
 #include "../../detail/frame_allocator.hpp"
 #include "../../policy.hpp"
+#include "../../stop_token.hpp"
 
 #include <concepts>
 #include <coroutine>
@@ -26,7 +27,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -89,7 +89,7 @@ class attempt_awaiter {
     using stored = std::conditional_t<std::is_void_v<T>, char, T>;
 
 public:
-    attempt_awaiter(Awaitable aw, const call_executor& where, std::stop_token token)
+    attempt_awaiter(Awaitable aw, const call_executor& where, stop_token token)
         : awaitable_(std::move(aw)), where_(&where), token_(std::move(token)) {}
     attempt_awaiter(attempt_awaiter&&) = default;
     attempt_awaiter& operator=(attempt_awaiter&&) = delete;
@@ -177,13 +177,13 @@ private:
 
     Awaitable awaitable_;
     const call_executor* where_;
-    std::stop_token token_;
+    stop_token token_;
     std::coroutine_handle<> waiter_;
     call_home* home_ = nullptr;
     std::shared_ptr<link> link_;
     std::exception_ptr error_;
     std::optional<stored> value_;
-    std::optional<std::stop_callback<on_stop>> stop_;
+    std::optional<stop_callback<on_stop>> stop_;
 };
 
 #endif
@@ -251,8 +251,8 @@ using user_result_t =
 
 /// The value the call completes with.
 template <class P, class F>
-using execute_result_t = await_result_t<decltype(std::declval<P&>().execute(
-    std::declval<asio_action<F>>(), std::declval<std::stop_token>()))>;
+using execute_result_t = await_result_t<decltype(std::declval<P&>().execute(std::declval<asio_action<F>>(),
+                                                                            std::declval<stop_token>()))>;
 
 /// Starts the call (in `async_run`'s frame, on the call's strand, its home current): the policy's
 /// call with the wrapped action. Holds the policy for the call: a copy of an rvalue, or a reference.
@@ -263,7 +263,7 @@ public:
     execute_make(execute_make&&) = default;
     execute_make& operator=(execute_make&&) = delete;
 
-    auto operator()(std::stop_token token) {
+    auto operator()(stop_token token) {
         call_home* const home = call_home::current();
         return policy().execute(asio_action<F>{std::move(f_), home->where()}, std::move(token));
     }
@@ -346,7 +346,7 @@ constexpr void check_result() noexcept {
 /// `use_awaitable` a failure is rethrown in the awaiting coroutine; `deferred`, `use_future`, a
 /// callback, `as_tuple` and `use_task` work too (`redirect_error` redirects nothing, as with `co_spawn`). `T` must be default constructible.
 ///
-/// `action` (called once per attempt, with `(rs::context const&)`, `(std::stop_token)` or `()`) returns
+/// `action` (called once per attempt, with `(rs::context const&)`, `(stop_token)` or `()`) returns
 /// `awaitable<T>` of this Asio, or `rs::task<T>`. Attempts and the policies' sleeps run on a strand
 /// of `executor`; a policy on the default clock sleeps on that executor's timers. An attempt a policy
 /// stops (a timeout, a hedge's loser, the call's own stop) gets a `terminal` cancellation. The

@@ -14,13 +14,14 @@
 #error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
 #endif
 
+#include "../../stop_token.hpp"
+
 #include <atomic>
 #include <coroutine>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -68,7 +69,7 @@ public:
     net::cancellation_slot slot() noexcept { return signal_.slot(); }
 
     /// After the operation started (its handler's slot is in place): stops it when `token` stops.
-    void arm(std::stop_token token) {
+    void arm(stop_token token) {
         std::lock_guard lock(mutex_);
         if (done_)
             return;
@@ -129,7 +130,7 @@ private:
     bool done_ = false;
     bool arming_ = false;
     bool stop_noted_ = false;
-    std::optional<std::stop_callback<on_stop>> callback_; // last: goes first
+    std::optional<stop_callback<on_stop>> callback_; // last: goes first
 };
 
 template <class Initiation>
@@ -154,7 +155,7 @@ class operation {
 public:
     using result_type = std::tuple<std::decay_t<Args>...>;
 
-    operation(Initiation initiation, InitArgs args, std::stop_token token)
+    operation(Initiation initiation, InitArgs args, stop_token token)
         : initiation_(std::move(initiation)), args_(std::move(args)), token_(std::move(token)) {}
     // Moved only before it is awaited (into a sleep's awaiter, say): no link yet.
     operation(operation&&) = default;
@@ -171,7 +172,7 @@ public:
     bool await_suspend(std::coroutine_handle<> h) {
         waiter_ = h;
         link_ = std::make_shared<link>(this);
-        std::stop_token token = std::move(token_);
+        stop_token token = std::move(token_);
         std::shared_ptr<signal_type> stop;
         if (token.stop_possible())
             stop = std::make_shared<signal_type>(io_executor_of(initiation_));
@@ -252,14 +253,14 @@ private:
 
     Initiation initiation_;
     InitArgs args_;
-    std::stop_token token_;
+    stop_token token_;
     std::coroutine_handle<> waiter_;
     std::optional<result_type> result_;
     std::shared_ptr<link> link_;
 };
 
 template <class... Args, class Initiation, class... InitArgs>
-auto make_operation(Initiation initiation, std::stop_token token, InitArgs... args) {
+auto make_operation(Initiation initiation, stop_token token, InitArgs... args) {
     using stored = std::tuple<std::decay_t<InitArgs>...>;
     return operation<Initiation, stored, Args...>{std::move(initiation), stored{std::move(args)...},
                                                   std::move(token)};
@@ -284,18 +285,27 @@ auto make_operation(Initiation initiation, std::stop_token token, InitArgs... ar
 struct use_task_t {
     constexpr use_task_t() = default;
     /// This token, with the operation cancelled when `token` is stopped.
-    use_task_with_stop_t operator()(std::stop_token token) const noexcept;
+    use_task_with_stop_t operator()(stop_token token) const noexcept;
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+    /// The same with a standard library token (bridged: see stop_token.hpp).
+    use_task_with_stop_t operator()(const std::stop_token& token) const;
+#endif
 };
 inline constexpr use_task_t use_task{};
 
 /// `use_task(token)`: see `use_task_t`.
 struct use_task_with_stop_t {
-    std::stop_token token;
+    stop_token token;
 };
 
-inline use_task_with_stop_t use_task_t::operator()(std::stop_token token) const noexcept {
+inline use_task_with_stop_t use_task_t::operator()(stop_token token) const noexcept {
     return use_task_with_stop_t{std::move(token)};
 }
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+inline use_task_with_stop_t use_task_t::operator()(const std::stop_token& token) const {
+    return use_task_with_stop_t{from_std(token)};
+}
+#endif
 
 } // namespace resilience::RESILIENCE_ASIO_FLAVOUR
 
@@ -307,7 +317,7 @@ public:
     static auto initiate(Initiation initiation, resilience::RESILIENCE_ASIO_FLAVOUR::use_task_t,
                          InitArgs... args) {
         return resilience::RESILIENCE_ASIO_FLAVOUR::detail::make_operation<Args...>(
-            std::move(initiation), std::stop_token{}, std::move(args)...);
+            std::move(initiation), ::resilience::stop_token{}, std::move(args)...);
     }
 };
 

@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: MIT
+/// \file stop_token.hpp
+/// The library's own stop token: `rs::stop_source`, `rs::stop_token` and `rs::stop_callback`, with
+/// the interface of `std::stop_source`, `std::stop_token` and `std::stop_callback`.
+///
+/// Why not the standard ones: libc++ has no `<stop_token>` before 17 and hides it behind
+/// `-fexperimental-library` until 20, so a core built on it does not build with Xcode's Apple Clang.
+/// This one needs only `<atomic>` and `<thread>`, and its stop state comes from the library's
+/// per-thread frame cache, so a steady stream of calls that each need a source reuses earlier
+/// states instead of calling `malloc` (a `std::stop_source` allocates its state every time).
+///
+/// The state is shared, as the standard's is: a source or token copy keeps it alive. The library
+/// relies on that where a stop request may end the call that owns the source (a callback that
+/// resumes an awaiting coroutine): it requests through a copy it holds, so the request never runs
+/// on a freed state (`detail::request_stop_held`).
+///
+/// Where the standard library has `std::stop_token` (`RESILIENCE_HAS_STD_STOP_TOKEN`), the edges
+/// still take it: a caller's `std::stop_token` passed to `execute` stops the call (`from_std`), and
+/// an action written to take a `std::stop_token` gets one that the call's token stops. That bridge
+/// costs those actions a `std::stop_source`; actions that take `rs::stop_token`, a context or
+/// nothing pay nothing for it.
+///
+/// Locking: each stop state has one spin lock, bit `locked_bit` of `word_`. It guards the list of
+/// registered callbacks (`head_` and every listed node's `next`/`prev`) and `requester_`. The
+/// `requested_bit` of the same word and the counts are atomics read without it.
+#pragma once
+
+#include <resilience/detail/frame_allocator.hpp>
+
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <new>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <version>
+
+#if defined(__cpp_lib_jthread)
+#include <optional>
+#include <stop_token>
+#define RESILIENCE_HAS_STD_STOP_TOKEN 1
+#else
+#define RESILIENCE_HAS_STD_STOP_TOKEN 0
+#endif
+
+namespace resilience {
+
+/// Tag for a `stop_source` made without a state (one that can never stop).
+struct nostopstate_t {
+    explicit nostopstate_t() = default;
+};
+inline constexpr nostopstate_t nostopstate{};
+
+class stop_token;
+class stop_source;
+template <class F>
+class stop_callback;
+
+namespace detail {
+
+/// A registered callback, as the stop state sees it.
+struct stop_callback_node {
+    using run_fn = void (*)(stop_callback_node*) noexcept;
+    explicit stop_callback_node(run_fn f) noexcept : run(f) {}
+
+    run_fn run;
+    stop_callback_node* next = nullptr;
+    stop_callback_node** prev = nullptr; // the link pointing here while listed; null otherwise
+    bool* destroyed = nullptr;           // while it runs: set by its own destructor, run inside it
+    std::atomic<bool> finished{false};   // its run is over, or it will never run
+};
+
+/// A stop state: the request flag, the callbacks to run on a request, and the counts of the
+/// references (sources and tokens) and of the sources alone (a state without sources and not
+/// stopped can never stop).
+class stop_state {
+public:
+    using destroy_fn = void (*)(stop_state*) noexcept;
+
+    /// A plain state with one source referring to it.
+    static stop_state* make() {
+        void* p = frame_cache::allocate(sizeof(stop_state));
+        return ::new (p) stop_state(&destroy_plain, 1);
+    }
+
+    void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+    /// A reference, unless none is left (the state is being destroyed).
+    bool try_add_ref() noexcept {
+        std::uint32_t r = refs_.load(std::memory_order_relaxed);
+        while (r != 0)
+            if (refs_.compare_exchange_weak(r, r + 1, std::memory_order_relaxed))
+                return true;
+        return false;
+    }
+    void release() noexcept {
+        if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+            destroy_(this);
+    }
+    void add_source() noexcept { sources_.fetch_add(1, std::memory_order_relaxed); }
+    void release_source() noexcept { sources_.fetch_sub(1, std::memory_order_acq_rel); }
+
+    bool stop_requested() const noexcept {
+        return (word_.load(std::memory_order_acquire) & requested_bit) != 0;
+    }
+    bool stop_possible() const noexcept {
+        return stop_requested() || sources_.load(std::memory_order_acquire) != 0;
+    }
+
+    /// Sets the flag and runs the callbacks, one after the other, on this thread. The caller holds
+    /// a reference for the length of it: a callback may drop every other one.
+    bool request_stop() noexcept {
+        const std::uint32_t w = lock();
+        if (w & requested_bit) {
+            unlock();
+            return false;
+        }
+        requester_ = std::this_thread::get_id();
+        word_.store(requested_bit | locked_bit, std::memory_order_release);
+        while (stop_callback_node* n = head_) {
+            head_ = n->next;
+            if (head_)
+                head_->prev = &head_;
+            n->prev = nullptr;
+            bool destroyed = false;
+            n->destroyed = &destroyed;
+            unlock();
+            n->run(n);
+            if (!destroyed) {
+                n->destroyed = nullptr;
+                n->finished.store(true, std::memory_order_release); // from here on `n` may be gone
+            }
+            lock();
+        }
+        unlock();
+        return true;
+    }
+
+    /// Lists `n`, or runs it now when a stop was already requested: true when listed.
+    bool add(stop_callback_node* n) noexcept {
+        const std::uint32_t w = lock();
+        if (w & requested_bit) {
+            unlock();
+            n->run(n);
+            n->finished.store(true, std::memory_order_release);
+            return false;
+        }
+        if (sources_.load(std::memory_order_acquire) == 0) {
+            unlock();
+            n->finished.store(true, std::memory_order_release); // can never run
+            return false;
+        }
+        n->next = head_;
+        n->prev = &head_;
+        if (head_)
+            head_->prev = &n->next;
+        head_ = n;
+        unlock();
+        return true;
+    }
+
+    /// Unlists `n`; if its run has begun on another thread, waits until it is over. Called from
+    /// inside its own run, marks it destroyed (the request then no longer touches it).
+    void remove(stop_callback_node* n) noexcept {
+        lock();
+        if (n->prev) {
+            *n->prev = n->next;
+            if (n->next)
+                n->next->prev = n->prev;
+            unlock();
+            return;
+        }
+        const bool ran_here = requester_ == std::this_thread::get_id();
+        bool* destroyed = n->destroyed;
+        unlock();
+        if (n->finished.load(std::memory_order_acquire))
+            return;
+        if (ran_here) {
+            if (destroyed)
+                *destroyed = true;
+            return;
+        }
+        while (!n->finished.load(std::memory_order_acquire))
+            std::this_thread::yield();
+    }
+
+protected:
+    stop_state(destroy_fn destroy, std::uint32_t sources) noexcept : sources_(sources), destroy_(destroy) {}
+    ~stop_state() = default;
+
+private:
+    static constexpr std::uint32_t requested_bit = 1;
+    static constexpr std::uint32_t locked_bit = 2;
+
+    static void destroy_plain(stop_state* s) noexcept {
+        s->~stop_state();
+        frame_cache::deallocate(s, sizeof(stop_state));
+    }
+    // Returns the word as it was before the lock was taken.
+    std::uint32_t lock() noexcept {
+        std::uint32_t w = word_.load(std::memory_order_relaxed);
+        for (;;) {
+            if (w & locked_bit) {
+                std::this_thread::yield();
+                w = word_.load(std::memory_order_relaxed);
+            } else if (word_.compare_exchange_weak(w, w | locked_bit, std::memory_order_acquire,
+                                                   std::memory_order_relaxed)) {
+                return w;
+            }
+        }
+    }
+    void unlock() noexcept { word_.fetch_and(~locked_bit, std::memory_order_release); }
+
+    std::atomic<std::uint32_t> word_{0};
+    std::atomic<std::uint32_t> refs_{1};
+    std::atomic<std::uint32_t> sources_;
+    stop_callback_node* head_ = nullptr; // guarded by the lock
+    std::thread::id requester_{};        // guarded by the lock
+    destroy_fn destroy_;
+};
+
+struct stop_access;
+
+} // namespace detail
+
+/// Observes whether its source was asked to stop. Copyable; a default-made one can never stop.
+class stop_token {
+public:
+    stop_token() noexcept = default;
+    stop_token(const stop_token& o) noexcept : s_(o.s_) {
+        if (s_)
+            s_->add_ref();
+    }
+    stop_token(stop_token&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    stop_token& operator=(const stop_token& o) noexcept {
+        stop_token(o).swap(*this);
+        return *this;
+    }
+    stop_token& operator=(stop_token&& o) noexcept {
+        stop_token(std::move(o)).swap(*this);
+        return *this;
+    }
+    ~stop_token() {
+        if (s_)
+            s_->release();
+    }
+
+    [[nodiscard]] bool stop_requested() const noexcept { return s_ && s_->stop_requested(); }
+    [[nodiscard]] bool stop_possible() const noexcept { return s_ && s_->stop_possible(); }
+    void swap(stop_token& o) noexcept { std::swap(s_, o.s_); }
+    friend void swap(stop_token& a, stop_token& b) noexcept { a.swap(b); }
+    [[nodiscard]] friend bool operator==(const stop_token& a, const stop_token& b) noexcept {
+        return a.s_ == b.s_;
+    }
+
+private:
+    friend class stop_source;
+    template <class F>
+    friend class stop_callback;
+    friend struct detail::stop_access;
+    // Takes over a reference the caller made.
+    explicit stop_token(detail::stop_state* adopted) noexcept : s_(adopted) {}
+
+    detail::stop_state* s_ = nullptr;
+};
+
+namespace detail {
+struct stop_access {
+    static stop_token adopt(stop_state* s) noexcept { return stop_token(s); }
+    static stop_state* state(const stop_token& t) noexcept { return t.s_; }
+};
+} // namespace detail
+
+/// Asks its tokens to stop. Copies share one state; `stop_source{nostopstate}` has none.
+class stop_source {
+public:
+    stop_source() : s_(detail::stop_state::make()) {}
+    explicit stop_source(nostopstate_t) noexcept {}
+    stop_source(const stop_source& o) noexcept : s_(o.s_) {
+        if (s_) {
+            s_->add_ref();
+            s_->add_source();
+        }
+    }
+    stop_source(stop_source&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    stop_source& operator=(const stop_source& o) noexcept {
+        stop_source(o).swap(*this);
+        return *this;
+    }
+    stop_source& operator=(stop_source&& o) noexcept {
+        stop_source(std::move(o)).swap(*this);
+        return *this;
+    }
+    ~stop_source() {
+        if (s_) {
+            s_->release_source();
+            s_->release();
+        }
+    }
+
+    [[nodiscard]] stop_token get_token() const noexcept {
+        if (s_)
+            s_->add_ref();
+        return stop_token(s_);
+    }
+    /// True when this call made the request. Runs the callbacks on this thread before it returns.
+    bool request_stop() noexcept { return s_ && s_->request_stop(); }
+    [[nodiscard]] bool stop_requested() const noexcept { return s_ && s_->stop_requested(); }
+    [[nodiscard]] bool stop_possible() const noexcept { return s_ != nullptr; }
+    void swap(stop_source& o) noexcept { std::swap(s_, o.s_); }
+    friend void swap(stop_source& a, stop_source& b) noexcept { a.swap(b); }
+    [[nodiscard]] friend bool operator==(const stop_source& a, const stop_source& b) noexcept {
+        return a.s_ == b.s_;
+    }
+
+private:
+    detail::stop_state* s_ = nullptr;
+};
+
+/// Runs `F` once when the token's source is asked to stop (at once, in the constructor, if it
+/// already was), on the thread that asks. Its destructor unregisters it, and waits for a run in
+/// progress on another thread; from inside its own run it may be destroyed.
+template <class F>
+class stop_callback : private detail::stop_callback_node {
+public:
+    using callback_type = F;
+
+    template <class C>
+    requires std::constructible_from<F, C>
+    explicit stop_callback(const stop_token& t, C&& c) noexcept(std::is_nothrow_constructible_v<F, C>)
+        : stop_callback_node(&invoke), f_(std::forward<C>(c)) {
+        if (t.s_ && t.s_->add(this)) {
+            t.s_->add_ref();
+            s_ = t.s_;
+        }
+    }
+    stop_callback(const stop_callback&) = delete;
+    stop_callback& operator=(const stop_callback&) = delete;
+    ~stop_callback() {
+        if (s_) {
+            s_->remove(this);
+            s_->release();
+        }
+    }
+
+private:
+    static void invoke(detail::stop_callback_node* n) noexcept {
+        std::invoke(std::move(static_cast<stop_callback*>(n)->f_));
+    }
+
+    F f_;
+    detail::stop_state* s_ = nullptr;
+};
+
+template <class F>
+stop_callback(stop_token, F) -> stop_callback<F>;
+
+#if RESILIENCE_HAS_STD_STOP_TOKEN
+
+namespace detail {
+
+/// A stop state that a `std::stop_token` stops, for as long as any of its references lives.
+class std_stop_bridge final : public stop_state {
+public:
+    static stop_token make(const std::stop_token& from);
+
+private:
+    struct forward {
+        std_stop_bridge* self;
+        void operator()() const noexcept {
+            // Holds a reference for the length of the request (a callback may drop every other
+            // one), unless the state is already being destroyed: then its destructor is waiting
+            // here for this to end, and nobody is left to tell.
+            if (!self->try_add_ref())
+                return;
+            self->request_stop();
+            self->release(); // may destroy the state, and this callback with it: allowed
+        }
+    };
+    std_stop_bridge() noexcept : stop_state(&destroy, 1) {}
+    static void destroy(stop_state* s) noexcept {
+        auto* b = static_cast<std_stop_bridge*>(s);
+        b->~std_stop_bridge();
+        frame_cache::deallocate(b, sizeof(std_stop_bridge));
+    }
+
+    std::optional<std::stop_callback<forward>> link_;
+};
+
+inline stop_token std_stop_bridge::make(const std::stop_token& from) {
+    if (!from.stop_possible())
+        return stop_token{};
+    void* p = frame_cache::allocate(sizeof(std_stop_bridge));
+    auto* b = ::new (p) std_stop_bridge();
+    stop_token t = stop_access::adopt(b); // the one reference: the state lives as long as its tokens
+    b->link_.emplace(from, forward{b});
+    return t;
+}
+
+} // namespace detail
+
+/// A token that `from` stops (a bridge from the standard library's token).
+[[nodiscard]] inline stop_token from_std(const std::stop_token& from) {
+    return detail::std_stop_bridge::make(from);
+}
+
+/// A `std::stop_source` that an `rs::stop_token` stops, for an action or API that takes a
+/// `std::stop_token`. Costs a `std::stop_source` when the token can stop, nothing otherwise.
+class std_stop_link {
+public:
+    explicit std_stop_link(const stop_token& t) {
+        if (t.stop_possible()) {
+            source_ = std::stop_source{};
+            link_.emplace(t, forward{source_});
+        }
+    }
+    std_stop_link(const std_stop_link&) = delete;
+    std_stop_link& operator=(const std_stop_link&) = delete;
+
+    [[nodiscard]] std::stop_token get_token() const noexcept {
+        return link_ ? source_.get_token() : std::stop_token{};
+    }
+
+private:
+    struct forward {
+        std::stop_source source;
+        void operator()() const noexcept {
+            std::stop_source held = source; // the request may end whatever holds this link
+            held.request_stop();
+        }
+    };
+    std::stop_source source_{std::nostopstate};
+    std::optional<stop_callback<forward>> link_;
+};
+
+#endif
+
+} // namespace resilience
