@@ -7,12 +7,12 @@
 // all. Everything runs on virtual time: the five simulated minutes take a few milliseconds, and every
 // figure is the same on every run.
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <fmt/format.h>
 
 #include <chrono>
-#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;

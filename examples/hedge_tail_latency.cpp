@@ -6,6 +6,7 @@
 // time with a seeded random source, so the table below is the same on every run, and it takes a few
 // milliseconds. Exits non-zero if the hedge does not bring the p99 down.
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <fmt/format.h>
@@ -14,7 +15,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <resilience/stop_token.hpp>
 #include <vector>
 
 namespace rs = resilience;

@@ -11,6 +11,7 @@
 //     prometheus_metrics --serve 60  # and serves /metrics for 60 s more, for curl or a Prometheus
 #include <resilience/prometheus.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <prometheus/exposer.h>
@@ -18,7 +19,6 @@
 
 #include <chrono>
 #include <iostream>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 

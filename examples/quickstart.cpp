@@ -4,13 +4,13 @@
 //     scripts/dev example
 #include <resilience/fmt.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <chrono>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;

@@ -23,6 +23,7 @@
 //
 //     retry_storm [--clients N] [--table] [figure.svg]
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <fmt/format.h>
@@ -37,7 +38,6 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

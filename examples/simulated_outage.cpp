@@ -4,13 +4,13 @@
 // take a few milliseconds, and every instant printed is exact and the same on every run.
 #include <resilience/fmt.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
@@ -67,8 +67,8 @@ int main() {
     int ok = 0, refused = 0, failed = 0;
     auto client = [&]() -> rs::task<void> {
         while (sim.now() < 10min) { // one request every 5 s, for ten minutes
-            auto result =
-                co_await policy.execute_outcome([&](resilience::stop_token st) { return dependency.call(st); });
+            auto result = co_await policy.execute_outcome(
+                [&](resilience::stop_token st) { return dependency.call(st); });
             if (result)
                 ++ok;
             else if (result.error().code() == rs::errc::circuit_open)

@@ -13,6 +13,7 @@
 // every call answered once the dependency is back.
 #include <resilience/fmt.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <fmt/format.h>
@@ -22,7 +23,6 @@
 #include <chrono>
 #include <cstddef>
 #include <iterator>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -115,7 +115,8 @@ int main() {
             rs::context ctx;
             ctx.set_property(request_id, fmt::format("client{}-{}", id, n));
             // The listener sees how it ended, and which request it was.
-            (void)co_await policy.execute_outcome([&](resilience::stop_token st) { return service.call(st); }, ctx);
+            (void)co_await policy.execute_outcome([&](resilience::stop_token st) { return service.call(st); },
+                                                  ctx);
             co_await sim.sleep_for(100ms);
         }
     };

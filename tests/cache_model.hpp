@@ -18,6 +18,7 @@
 
 #include <resilience/cache.hpp>
 #include <resilience/pipeline.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -31,7 +32,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -383,7 +383,8 @@ std::vector<event> run_cache(rs::testing::simulation& sim, const Cache& cache, c
     std::vector<int> invocations(plans.size(), 0);
     std::vector<event> out = run_calls(
         sim, calls,
-        [&](std::vector<event>& trace, int id, const cache_call& c, resilience::stop_token stop) -> rs::task<void> {
+        [&](std::vector<event>& trace, int id, const cache_call& c,
+            resilience::stop_token stop) -> rs::task<void> {
             const planned_action action{&sim, &plans, &invocations, c.key};
             rs::outcome<int> result = rs::failure::make(std::logic_error("not called"));
             switch (r) {

@@ -6,10 +6,10 @@
 // "coroutine": a coroutine lambda); should a g++ before 13 not have the bug, these tests fail and
 // the check's version bound can move. gcc_safe_call.cpp runs the forms that compile with the check.
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <cstdio>
 #include <cstring>
-#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;

@@ -7,10 +7,10 @@
 // twice by g++ 12 (gcc_closure_double_free.cpp shows it), and execute refuses it there
 // (compile_fail/gcc12/).
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <cstdio>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace rs = resilience;
@@ -43,7 +43,9 @@ rs::task<rs::outcome<std::size_t>> outcome_form(const auto& p, std::string host)
 // The coroutine-lambda spelling of the safe form: the data is a parameter, not a capture.
 rs::task<std::size_t> coroutine_lambda_with_arguments(const rs::retry<>& r, std::string host) {
     co_return co_await r.execute(
-        [](std::string h, resilience::stop_token st) -> rs::task<std::size_t> { co_return co_await fetch(h, st); },
+        [](std::string h, resilience::stop_token st) -> rs::task<std::size_t> {
+            co_return co_await fetch(h, st);
+        },
         host);
 }
 

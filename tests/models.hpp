@@ -24,6 +24,7 @@
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/task.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
@@ -42,7 +43,6 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -543,7 +543,8 @@ std::vector<event> run_limiter(rs::testing::simulation& sim, const Limiter& limi
                                const std::vector<timed_action>& changes = {}) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const limiter_call&, resilience::stop_token stop) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const limiter_call&,
+            resilience::stop_token stop) -> rs::task<void> {
             auto action = [&out, &sim, id]() -> rs::task<void> {
                 out.push_back({id, sim.now().count(), "admitted"});
                 co_return;
@@ -695,7 +696,8 @@ std::vector<event> run_bulkhead(rs::testing::simulation& sim, const Bulkhead& bu
                                 const std::vector<timed_action>& changes = {}) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const bulkhead_call& c, resilience::stop_token stop) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const bulkhead_call& c,
+            resilience::stop_token stop) -> rs::task<void> {
             auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted"});
                 co_await sim.sleep_for(std::chrono::nanoseconds{hold}); // ignores stop: it holds its slot
@@ -864,7 +866,8 @@ std::vector<event> run_breaker(rs::testing::simulation& sim, const Breaker& brea
                                const std::vector<breaker_call>& calls) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const breaker_call& c, resilience::stop_token) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const breaker_call& c,
+            resilience::stop_token) -> rs::task<void> {
             auto action = [&out, &sim, &breaker, id, c]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted", -1, state_name(breaker.state())});
                 if (c.latency > 0)
@@ -936,35 +939,36 @@ std::vector<event> run_retry_timeout(rs::testing::simulation& sim, const Policy&
         ns gap = 0;
     };
     const std::vector<only_call> one(1);
-    return run_calls(sim, one,
-                     [&](std::vector<event>& out, int, const only_call&, resilience::stop_token) -> rs::task<void> {
-                         int attempt = 0;
-                         auto action = [&](resilience::stop_token st) -> rs::task<int> {
-                             const attempt_plan& p = plan[static_cast<std::size_t>(attempt) % plan.size()];
-                             ++attempt;
-                             out.push_back({attempt, sim.now().count(), "attempt"});
-                             // Named, not a temporary of the co_await expression (g++ 12 destroys those
-                             // twice).
-                             const resilience::stop_token listened = p.ignores_stop ? resilience::stop_token{} : st;
-                             co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, listened);
-                             if (!p.ignores_stop && st.stop_requested())
-                                 throw rs::cancelled_error{};
-                             if (p.fails)
-                                 throw std::runtime_error("scripted failure");
-                             co_return attempt;
-                         };
-                         const auto r = co_await policy.execute_outcome(action);
-                         std::string what = "value";
-                         if (!r.has_value()) {
-                             if (r.error().template is<rs::timeout_error>())
-                                 what = "timeout_error";
-                             else if (r.error().template is<std::runtime_error>())
-                                 what = "scripted_failure";
-                             else
-                                 what = "unexpected failure";
-                         }
-                         out.push_back({attempt, sim.now().count(), what});
-                     });
+    return run_calls(
+        sim, one,
+        [&](std::vector<event>& out, int, const only_call&, resilience::stop_token) -> rs::task<void> {
+            int attempt = 0;
+            auto action = [&](resilience::stop_token st) -> rs::task<int> {
+                const attempt_plan& p = plan[static_cast<std::size_t>(attempt) % plan.size()];
+                ++attempt;
+                out.push_back({attempt, sim.now().count(), "attempt"});
+                // Named, not a temporary of the co_await expression (g++ 12 destroys those
+                // twice).
+                const resilience::stop_token listened = p.ignores_stop ? resilience::stop_token{} : st;
+                co_await sim.sleep_for(std::chrono::nanoseconds{p.latency}, listened);
+                if (!p.ignores_stop && st.stop_requested())
+                    throw rs::cancelled_error{};
+                if (p.fails)
+                    throw std::runtime_error("scripted failure");
+                co_return attempt;
+            };
+            const auto r = co_await policy.execute_outcome(action);
+            std::string what = "value";
+            if (!r.has_value()) {
+                if (r.error().template is<rs::timeout_error>())
+                    what = "timeout_error";
+                else if (r.error().template is<std::runtime_error>())
+                    what = "scripted_failure";
+                else
+                    what = "unexpected failure";
+            }
+            out.push_back({attempt, sim.now().count(), what});
+        });
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1030,7 +1034,8 @@ std::vector<event> run_throttle(rs::testing::simulation& sim, const Throttle& th
                                 const std::vector<throttle_call>& calls) {
     return run_calls(
         sim, calls,
-        [&](std::vector<event>& out, int id, const throttle_call& c, resilience::stop_token) -> rs::task<void> {
+        [&](std::vector<event>& out, int id, const throttle_call& c,
+            resilience::stop_token) -> rs::task<void> {
             const double before = throttle.probability();
             auto action = [&out, &sim, id, c, before]() -> rs::task<int> {
                 out.push_back({id, sim.now().count(), "admitted", -1, probability_text(before)});

@@ -9,6 +9,7 @@
 #include <resilience/error.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/outcome.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/task.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
@@ -22,7 +23,6 @@
 #include <latch>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <utility>

@@ -19,6 +19,7 @@
 #include <resilience/retry.hpp>
 #include <resilience/single_flight.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 #include <resilience/when_all.hpp>
@@ -27,7 +28,6 @@
 #include <coroutine>
 #include <functional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>

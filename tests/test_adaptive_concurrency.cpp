@@ -10,6 +10,7 @@
 #include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/random.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <algorithm>
@@ -23,7 +24,6 @@
 #include <optional>
 #include <queue>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <utility>
 #include <variant>

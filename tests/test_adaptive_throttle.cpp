@@ -13,6 +13,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/random.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
@@ -24,7 +25,6 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>

@@ -8,6 +8,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/task.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
@@ -19,7 +20,6 @@
 #include <cstddef>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <vector>
 
 namespace test_any_clock {
@@ -50,7 +50,9 @@ struct loopless_clock {
     using duration = nanoseconds;
     using time_point = rs::testing::virtual_clock::time_point;
     time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, resilience::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, resilience::stop_token st) const {
+        return inner.sleep_until(tp, std::move(st));
+    }
 };
 static_assert(rs::clock<loopless_clock> && !rs::detail::loop_timer_clock<loopless_clock>);
 
@@ -100,7 +102,9 @@ struct indirect_clock {
         }
     };
     time_point now() const { return inner.now(); }
-    sleep sleep_until(time_point tp, resilience::stop_token st) const { return sleep{inner, tp, std::move(st)}; }
+    sleep sleep_until(time_point tp, resilience::stop_token st) const {
+        return sleep{inner, tp, std::move(st)};
+    }
     rs::event_loop* timer_loop() const { return inner.timer_loop(); }
 };
 

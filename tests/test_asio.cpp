@@ -6,11 +6,11 @@
 
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <thread>
 
 namespace test_asio {

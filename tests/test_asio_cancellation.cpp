@@ -8,6 +8,7 @@
 
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <array>
 #include <atomic>
@@ -16,7 +17,6 @@
 #include <latch>
 #include <memory>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -309,7 +309,8 @@ TEST_CASE("asio: what make throws is the operation's failure", "[asio][cancellat
     net::io_context io;
     std::exception_ptr error;
     rsa::async_run(
-        io.get_executor(), [](resilience::stop_token) -> rs::task<int> { throw std::runtime_error("no call"); },
+        io.get_executor(),
+        [](resilience::stop_token) -> rs::task<int> { throw std::runtime_error("no call"); },
         [&](std::exception_ptr e, int) { error = e; });
     io.run_for(10s);
     REQUIRE(error != nullptr);
@@ -397,11 +398,11 @@ TEST_CASE("asio: the losing side of an Asio || stops the policy call and its pen
         io,
         [&]() -> net::awaitable<void> {
             net::steady_timer deadline{io, 10ms};
-            auto r =
-                co_await (rsa::async_run(
-                              io.get_executor(), [&](resilience::stop_token st) { return limit.execute(reads, st); },
-                              net::use_awaitable) ||
-                          deadline.async_wait(net::use_awaitable));
+            auto r = co_await (rsa::async_run(
+                                   io.get_executor(),
+                                   [&](resilience::stop_token st) { return limit.execute(reads, st); },
+                                   net::use_awaitable) ||
+                               deadline.async_wait(net::use_awaitable));
             winner = r.index();
         },
         net::detached);

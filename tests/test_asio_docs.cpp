@@ -13,6 +13,7 @@
 #endif
 #include <resilience/async_scope.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <array>
 #include <chrono>
@@ -20,7 +21,6 @@
 #include <future>
 #include <memory>
 #include <optional>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <vector>

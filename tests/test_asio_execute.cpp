@@ -6,13 +6,13 @@
 
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>

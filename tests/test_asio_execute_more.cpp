@@ -10,6 +10,7 @@
 
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #if !defined(RESILIENCE_TEST_BOOST_ASIO)
 #include <asio/experimental/as_tuple.hpp>
@@ -23,7 +24,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>

@@ -8,6 +8,7 @@
 
 #include "asio_flavour.hpp"
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <array>
 #include <atomic>
@@ -17,7 +18,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <thread>

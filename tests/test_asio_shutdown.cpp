@@ -12,6 +12,7 @@
 #include "asio_flavour.hpp"
 #include <resilience/async_scope.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <array>
 #include <atomic>
@@ -21,7 +22,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <vector>

@@ -6,13 +6,13 @@
 
 #include <resilience/async_scope.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -226,7 +226,8 @@ TEST_CASE("async_scope: a joiner destroyed while it waits leaves the scope's que
     other.emplace();
     bool joined = false;
     rs::testing::simulation sim;
-    scope.spawn(sim.loop(), [&](resilience::stop_token st) -> rs::task<void> { co_await sim.sleep_for(1h, st); });
+    scope.spawn(sim.loop(),
+                [&](resilience::stop_token st) -> rs::task<void> { co_await sim.sleep_for(1h, st); });
     auto joiner = [&]() -> rs::task<void> {
         co_await scope.join();
         joined = true;

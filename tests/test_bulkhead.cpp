@@ -8,6 +8,7 @@
 #include <resilience/clock.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/when_all.hpp>
@@ -22,7 +23,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -445,8 +445,8 @@ struct shared_counts {
 
 // An action counted in `c` while it runs, yielding to its loop `yields` times (0: it ends at once,
 // and its slot is given back before its loop runs anything else).
-rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id, resilience::stop_token stop,
-                               int yields = 2) {
+rs::task<void> threaded_client(rs::bulkhead<>& bh, shared_counts& c, std::size_t id,
+                               resilience::stop_token stop, int yields = 2) {
     auto action = [&bh, &c, yields]() -> rs::task<int> {
         raise_to(c.peak, ++c.running);
         raise_to(c.peak_in_flight, static_cast<int>(bh.in_flight()));
@@ -526,7 +526,8 @@ TEST_CASE("bulkhead: queue timeouts firing on each of two loops race slots hande
     for (std::size_t i = 0; i < per_loop; ++i) {
         const bool stopped = i % 5 == 0;
         const int yields = static_cast<int>(i % 3);
-        a.spawn(threaded_client(bh, c, i, stopped ? sources[i].get_token() : resilience::stop_token{}, yields));
+        a.spawn(
+            threaded_client(bh, c, i, stopped ? sources[i].get_token() : resilience::stop_token{}, yields));
         b.spawn(threaded_client(bh, c, per_loop + i, {}, yields));
         if (stopped)
             b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 4)));
@@ -854,7 +855,9 @@ struct loopless_vclock {
     using duration = vclock::duration;
     using time_point = vclock::time_point;
     time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, resilience::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, resilience::stop_token st) const {
+        return inner.sleep_until(tp, std::move(st));
+    }
 };
 static_assert(rs::clock<loopless_vclock> && !rs::detail::loop_timer_clock<loopless_vclock>);
 

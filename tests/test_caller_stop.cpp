@@ -26,6 +26,7 @@
 #include <resilience/retry_stream.hpp>
 #include <resilience/single_flight.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -36,7 +37,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 #include <vector>

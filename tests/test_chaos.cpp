@@ -10,6 +10,7 @@
 #include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 #include <resilience/when_all.hpp>
@@ -20,7 +21,6 @@
 #include <exception>
 #include <limits>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>

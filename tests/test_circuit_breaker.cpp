@@ -6,6 +6,7 @@
 
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/event_loop.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/when_all.hpp>
@@ -20,7 +21,6 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <tuple>

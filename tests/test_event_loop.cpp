@@ -4,6 +4,7 @@
 
 #include <resilience/clock.hpp>
 #include <resilience/event_loop.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/when_all.hpp>
 
@@ -16,7 +17,6 @@
 #include <list>
 #include <random>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <thread>
 #include <tuple>
 #include <vector>

@@ -14,6 +14,7 @@
 #include <resilience/outcome.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <chrono>
@@ -21,7 +22,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <system_error>
 #include <utility>
 #include <vector>

@@ -5,6 +5,7 @@
 #include <resilience/fallback.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -12,7 +13,6 @@
 #include <chrono>
 #include <exception>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <type_traits>
 #include <vector>

@@ -11,6 +11,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_budget.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 #include <resilience/when_all.hpp>
@@ -23,7 +24,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -609,7 +609,9 @@ struct minimal_clock {
     using duration = rs::testing::virtual_clock::duration;
     using time_point = rs::testing::virtual_clock::time_point;
     time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, resilience::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+    auto sleep_until(time_point tp, resilience::stop_token st) const {
+        return inner.sleep_until(tp, std::move(st));
+    }
 };
 static_assert(rs::clock<minimal_clock> && !rs::detail::loop_timer_clock<minimal_clock>);
 } // namespace

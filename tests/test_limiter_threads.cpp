@@ -11,11 +11,11 @@
 #include <resilience/priority.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <resilience/stop_token.hpp>
 #include <vector>
 
 namespace test_limiter_threads {

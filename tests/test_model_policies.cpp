@@ -13,12 +13,12 @@
 #include <resilience/clock.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/pipeline.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
 #include <chrono>
 #include <optional>
-#include <resilience/stop_token.hpp>
 
 namespace test_model_policies {
 

@@ -93,7 +93,8 @@ TEST_CASE("pipeline: the action may take a context, a stop token or nothing", "[
     rs::testing::simulation sim;
     rs::pipeline p{rs::timeout{1s, sim.clock()}};
     CHECK(sim.run(p.execute([](const rs::context& c) -> rs::task<int> { co_return c.attempt(); })) == 1);
-    CHECK(sim.run(p.execute([](resilience::stop_token t) -> rs::task<bool> { co_return t.stop_possible(); })));
+    CHECK(
+        sim.run(p.execute([](resilience::stop_token t) -> rs::task<bool> { co_return t.stop_possible(); })));
     CHECK(sim.run(p.execute([]() -> rs::task<int> { co_return 3; })) == 3);
 }
 

@@ -15,6 +15,7 @@
 #include <resilience/priority.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <algorithm>
@@ -29,7 +30,6 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <utility>
 #include <vector>

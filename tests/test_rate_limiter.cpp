@@ -9,6 +9,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/sliding_window_limiter.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
@@ -24,7 +25,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -566,7 +566,8 @@ TEST_CASE("rate_limiter: shared by loops on two threads, no span of length t adm
     rs::event_loop a, b;
     for (std::size_t i = 0; i < per_loop; ++i) {
         const bool stopped = i % 7 == 0;
-        a.spawn(limited_client(rl, log, admitted_a, i, stopped ? sources[i].get_token() : resilience::stop_token{}));
+        a.spawn(limited_client(rl, log, admitted_a, i,
+                               stopped ? sources[i].get_token() : resilience::stop_token{}));
         b.spawn(limited_client(rl, log, admitted_b, per_loop + i, {}));
         if (stopped)
             b.spawn(resilience_tests::stop_after_yields(sources[i], static_cast<int>(i % 40)));

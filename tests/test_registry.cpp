@@ -6,6 +6,7 @@
 #include "support.hpp"
 
 #include <resilience/registry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <atomic>
@@ -14,7 +15,6 @@
 #include <functional>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <type_traits>

@@ -11,6 +11,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_budget.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -20,7 +21,6 @@
 #include <exception>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 

@@ -7,6 +7,7 @@
 #include <resilience/resilience.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_by_request.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 #include <resilience/when_all.hpp>
@@ -14,7 +15,6 @@
 #include <chrono>
 #include <memory>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 

@@ -9,13 +9,13 @@
 #include <resilience/classifier.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
 #include <chrono>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 

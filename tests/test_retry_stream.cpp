@@ -9,6 +9,7 @@
 #include <resilience/error.hpp>
 #include <resilience/event_loop.hpp>
 #include <resilience/retry_stream.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/task.hpp>
 #include <resilience/testing/simulation.hpp>
 
@@ -17,7 +18,6 @@
 #include <exception>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <type_traits>
 #include <utility>

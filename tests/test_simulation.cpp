@@ -2,13 +2,13 @@
 #include "catch.hpp"
 
 #include <resilience/circuit_breaker.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/when_all.hpp>
 
 #include <chrono>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <utility>
 #include <vector>
 

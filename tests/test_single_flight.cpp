@@ -6,6 +6,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/single_flight.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -19,7 +20,6 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 

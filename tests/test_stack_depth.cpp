@@ -13,6 +13,7 @@
 #include <resilience/pipeline.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/task.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -20,7 +21,6 @@
 
 #include <chrono>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <tuple>
 
 namespace test_stack_depth {

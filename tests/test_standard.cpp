@@ -6,12 +6,12 @@
 #include "support.hpp"
 
 #include <resilience/standard.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 

@@ -14,6 +14,7 @@
 #include <resilience/retry.hpp>
 #include <resilience/retry_stream.hpp>
 #include <resilience/single_flight.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/when_all.hpp>
@@ -23,7 +24,6 @@
 #include <functional>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 
 namespace test_stop_from_callbacks {

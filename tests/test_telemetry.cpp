@@ -336,7 +336,9 @@ struct failing_clock {
             throw std::runtime_error("clock: no reading");
         return inner.now();
     }
-    auto sleep_until(time_point tp, resilience::stop_token token) const { return inner.sleep_until(tp, token); }
+    auto sleep_until(time_point tp, resilience::stop_token token) const {
+        return inner.sleep_until(tp, token);
+    }
     rs::event_loop* timer_loop() const noexcept { return inner.timer_loop(); }
 };
 

@@ -11,6 +11,7 @@
 #include <resilience/policy_kit.hpp>
 #include <resilience/registry.hpp>
 #include <resilience/retry.hpp>
+#include <resilience/stop_token.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -21,7 +22,6 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 
@@ -57,7 +57,8 @@ rs::task<void> call_through(rs::testing::simulation& sim, P p, std::chrono::nano
     out.at = sim.now();
 }
 
-rs::task<void> stop_after(rs::testing::simulation& sim, std::chrono::nanoseconds d, resilience::stop_source& stop) {
+rs::task<void> stop_after(rs::testing::simulation& sim, std::chrono::nanoseconds d,
+                          resilience::stop_source& stop) {
     co_await sim.sleep_for(d);
     stop.request_stop();
 }

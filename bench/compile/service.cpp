@@ -9,13 +9,13 @@
 #include <resilience/http.hpp>
 #if !defined(RESILIENCE_BENCH_BARE)
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 #endif
 
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <optional>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <system_error>
 
@@ -37,7 +37,8 @@ struct profile {
 };
 
 // One request on a connection of its own; the stop token reaches every socket operation.
-rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string path, resilience::stop_token st) {
+rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string path,
+                      resilience::stop_token st) {
     tcp::socket socket{io};
     auto [connect_ec] = co_await socket.async_connect(server, rs::asio::use_task(st));
     if (connect_ec)
@@ -95,8 +96,8 @@ int main() {
     rs::asio::async_run(
         io.get_executor(),
         [&](resilience::stop_token st) {
-            return policy.execute([&](resilience::stop_token attempt) { return load_profile(io, server, attempt); },
-                                  st);
+            return policy.execute(
+                [&](resilience::stop_token attempt) { return load_profile(io, server, attempt); }, st);
         },
         [&](std::exception_ptr error, profile p) { answered += !error && p.visits >= 0; });
 #endif

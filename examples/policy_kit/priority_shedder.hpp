@@ -7,6 +7,7 @@
 
 #include <resilience/clock.hpp>
 #include <resilience/policy_kit.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -16,7 +17,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -91,7 +91,7 @@ struct shedder_state {
     /// A critical call's place in the queue, in its frame.
     struct waiter {
         resilience::stop_source wake; // stopped to end the wait: by a slot handed over, or by the caller
-        bool granted = false;  // under the lock: `release` handed this waiter its slot
+        bool granted = false;         // under the lock: `release` handed this waiter its slot
     };
 
     /// Takes a slot if one is free for `p`. While anyone waits, every slot is taken, so a call
@@ -252,7 +252,8 @@ public:
                 {
                     // Woken by a slot handed over, the caller's stop (forwarded to the same source),
                     // or the deadline, whichever comes first.
-                    resilience::stop_callback forward_stop{ctx.stop_token(), [&p] { p.w.wake.request_stop(); }};
+                    resilience::stop_callback forward_stop{ctx.stop_token(),
+                                                           [&p] { p.w.wake.request_stop(); }};
                     co_await s.clock.sleep_until(rs::kit::after(s.clock, s.options.max_wait),
                                                  p.w.wake.get_token());
                 }

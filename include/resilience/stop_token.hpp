@@ -127,10 +127,8 @@ public:
             n->destroyed = &destroyed;
             unlock();
             n->run(n);
-            if (!destroyed) {
-                n->destroyed = nullptr;
+            if (!destroyed)
                 n->finished.store(true, std::memory_order_release); // from here on `n` may be gone
-            }
             lock();
         }
         unlock();
@@ -172,13 +170,13 @@ public:
             return;
         }
         const bool ran_here = requester_ == std::this_thread::get_id();
-        bool* destroyed = n->destroyed;
         unlock();
         if (n->finished.load(std::memory_order_acquire))
             return;
         if (ran_here) {
-            if (destroyed)
-                *destroyed = true;
+            // Inside its own run (the request is on this thread and has not marked it finished): the
+            // request set `destroyed` before it ran it, on this same thread.
+            *n->destroyed = true;
             return;
         }
         while (!n->finished.load(std::memory_order_acquire))

@@ -3,9 +3,9 @@
 // cannot take a move-only one by value; the message names the fixes, and is the only error.
 // expect: so f cannot take a move-only argument (a std::unique_ptr?) by value or by &&. Wrap it in a std::shared_ptr
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <memory>
-#include <resilience/stop_token.hpp>
 
 namespace rs = resilience;
 

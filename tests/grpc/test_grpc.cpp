@@ -7,6 +7,7 @@
 
 #include <resilience/grpc.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <grpcpp/grpcpp.h>
 
@@ -20,7 +21,6 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>

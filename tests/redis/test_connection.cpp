@@ -5,13 +5,13 @@
 #include "redis/support.hpp"
 
 #include <resilience/redis.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <chrono>
 #include <set>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <vector>
 

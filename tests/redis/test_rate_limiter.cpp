@@ -7,6 +7,7 @@
 
 #include <resilience/redis.hpp>
 #include <resilience/resilience.hpp>
+#include <resilience/stop_token.hpp>
 
 #include <asio/io_context.hpp>
 
@@ -15,7 +16,6 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
-#include <resilience/stop_token.hpp>
 #include <string>
 #include <thread>
 #include <vector>

@@ -41,17 +41,21 @@ inline constexpr bool takes_a_stop_token = std::is_invocable_v<F&, stop_token>
 #endif
     ;
 
-/// `f` as a callable taking the library's stop token: itself when it does.
+/// What a callable taking a stop token becomes to take the library's: itself when it does.
 template <class F>
-auto rs_token_maker(F f) {
-    if constexpr (std::is_invocable_v<F&, stop_token>)
-        return f;
 #if RESILIENCE_HAS_STD_STOP_TOKEN
-    else
-        return std_token_maker<F>{std::move(f)};
+using rs_token_maker_t = std::conditional_t<std::is_invocable_v<F&, stop_token>, F, std_token_maker<F>>;
+#else
+using rs_token_maker_t = F;
 #endif
-}
+
+/// `f`, moved into an `rs_token_maker_t<F>`. Takes `f` by reference: a function taking it by value
+/// and returning it is one g++ 12 at -O1 judges to have no effect on memory, and then loses track of
+/// what the callable's captures point to (a caller's variable written by the call reads as before).
 template <class F>
-using rs_token_maker_t = decltype(rs_token_maker(std::declval<F>()));
+requires(!std::is_reference_v<F>)
+rs_token_maker_t<F> rs_token_maker(F&& f) {
+    return rs_token_maker_t<F>{std::move(f)};
+}
 
 } // namespace resilience::detail

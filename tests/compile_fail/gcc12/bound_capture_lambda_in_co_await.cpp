@@ -11,5 +11,6 @@ namespace rs = resilience;
 rs::task<int> use(std::string prefix, int id, resilience::stop_token st);
 
 rs::task<int> call(const rs::retry<>& r, std::string prefix) {
-    co_return co_await r.execute([prefix](int id, resilience::stop_token st) { return use(prefix, id, st); }, 7);
+    co_return co_await r.execute([prefix](int id, resilience::stop_token st) { return use(prefix, id, st); },
+                                 7);
 }
