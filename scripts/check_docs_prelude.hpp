@@ -144,11 +144,11 @@ struct metrics {
 };
 // A database that streams rows (docs/stream_retry.md).
 struct cursor {
-    rs::task<std::optional<row>> fetch(std::stop_token st);
+    rs::task<std::optional<row>> fetch(rs::stop_token st);
 };
 struct db {
-    rs::task<cursor> open_cursor(std::size_t from, std::stop_token st);
-    rs::task<void> reconnect(std::stop_token st);
+    rs::task<cursor> open_cursor(std::size_t from, rs::stop_token st);
+    rs::task<void> reconnect(rs::stop_token st);
     rs::task<row> get(std::size_t i);
     std::size_t size() const;
 };
@@ -156,27 +156,27 @@ struct db {
 using namespace types;
 
 // User-side calls, each an attempt that takes the attempt's stop token.
-rs::task<page> fetch(std::stop_token st);
-rs::task<page> get(std::string url, std::stop_token st = {});
-rs::task<rows> query(std::stop_token st);
-rs::task<int> action(std::stop_token st);
-rs::task<int> slow_action(std::stop_token st);
-rs::task<int> failing_action(std::stop_token st);
-rs::task<int> any_action(std::stop_token st);
+rs::task<page> fetch(rs::stop_token st);
+rs::task<page> get(std::string url, rs::stop_token st = {});
+rs::task<rows> query(rs::stop_token st);
+rs::task<int> action(rs::stop_token st);
+rs::task<int> slow_action(rs::stop_token st);
+rs::task<int> failing_action(rs::stop_token st);
+rs::task<int> any_action(rs::stop_token st);
 rs::task<int> fetch_with_policy();
-rs::task<int> fetch_quote(std::string symbol, std::stop_token st);
-rs::task<int> use(const std::string& s, std::stop_token st);
-rs::task<user> load(std::string id, std::stop_token st = {});
+rs::task<int> fetch_quote(std::string symbol, rs::stop_token st);
+rs::task<int> use(const std::string& s, rs::stop_token st);
+rs::task<user> load(std::string id, rs::stop_token st = {});
 rs::task<user> load_user(std::string id);
 rs::task<prefs> load_prefs(std::string id);
-rs::task<stock> get_stock(item_id id, std::stop_token st);
-rs::task<invoice> fetch_invoice(int id, std::stop_token st);
-rs::task<receipt> charge(order_t order, std::stop_token st);
+rs::task<stock> get_stock(item_id id, rs::stop_token st);
+rs::task<invoice> fetch_invoice(int id, rs::stop_token st);
+rs::task<receipt> charge(order_t order, rs::stop_token st);
 template <class Breaker>
 rs::task<void> call_through(Breaker& breaker);
 struct serve_t {
     rs::task<void> operator()(connection c) const;
-    rs::task<void> operator()(std::stop_token st) const;
+    rs::task<void> operator()(rs::stop_token st) const;
 };
 extern const serve_t serve;
 page cached_page();
@@ -189,11 +189,11 @@ std::string pick_region();
 rs::circuit_breaker_options load_options();
 
 struct price_source {
-    rs::task<quote> fetch(std::string symbol, std::stop_token st);
+    rs::task<quote> fetch(std::string symbol, rs::stop_token st);
 };
 extern price_source prices;
 struct rates_api {
-    rs::task<rates> fetch_rates(std::stop_token st);
+    rs::task<rates> fetch_rates(rs::stop_token st);
 };
 extern rates_api api;
 extern std::shared_ptr<rates_api> client_;
@@ -204,12 +204,12 @@ struct page_cache {
 };
 extern page_cache cache;
 struct replica {
-    rs::task<std::string> get(const std::string& key, std::stop_token st);
+    rs::task<std::string> get(const std::string& key, rs::stop_token st);
 };
 extern std::vector<replica> replicas;
 
 extern db d;
-rs::async_generator<row> read_rows(db& d, std::size_t from, std::stop_token st);
+rs::async_generator<row> read_rows(db& d, std::size_t from, rs::stop_token st);
 
 // The objects a page's fragment refers to.
 extern rs::testing::simulation sim;
@@ -224,7 +224,7 @@ extern rs::telemetry_listener page_on_open;
 extern std::vector<rs::task<int>> tasks;
 extern const rs::context& ctx;
 extern rs::steady_clock clock;
-extern std::stop_token st, stop, caller_token, consumer_token;
+extern rs::stop_token st, stop, caller_token, consumer_token;
 extern std::string id, url, s, key, host, table;
 extern connection connection_a, connection_b;
 extern order_t order;
@@ -232,15 +232,15 @@ extern order_t order;
 // docs/single_flight.md and docs/fallback.md: actions that produce rates.
 namespace ctx_rates {
 struct fetch_t {
-    rs::task<rates> operator()(std::stop_token st) const;
-    rs::task<rates> operator()(std::string region, std::stop_token st) const;
+    rs::task<rates> operator()(rs::stop_token st) const;
+    rs::task<rates> operator()(std::string region, rs::stop_token st) const;
 };
 extern const fetch_t fetch;
 } // namespace ctx_rates
 
 // Pages whose `fetch` produces an int.
 namespace ctx_ints {
-rs::task<int> fetch(std::stop_token st);
+rs::task<int> fetch(rs::stop_token st);
 } // namespace ctx_ints
 
 // docs/http.md: the reply type of the page's first block, and a client that returns it.
@@ -253,7 +253,7 @@ struct reply {
 // Declared after the block's own declarations (a block may declare its own `reply`).
 #define DOC_PRELUDE_LATE_http                                                                                \
     struct http_client {                                                                                     \
-        rs::task<reply> get(const std::string& url, std::stop_token st);                                     \
+        rs::task<reply> get(const std::string& url, rs::stop_token st);                                     \
     };                                                                                                       \
     extern http_client client;
 
@@ -264,7 +264,7 @@ using asio::ip::tcp;
 extern asio::io_context io;
 extern tcp::endpoint quote_server;
 extern rs::pipeline<rs::retry<rs::asio::clock>, rs::timeout<rs::asio::clock>> policy;
-extern std::function<rs::task<double>(std::stop_token)> fetch_quote;
+extern std::function<rs::task<double>(rs::stop_token)> fetch_quote;
 struct quote_service {
     asio::io_context io;
     rs::asio::clock clock{io.get_executor()};

@@ -31,11 +31,12 @@ LAYERS = [
     (1, "core", [
         "concepts.hpp", "random.hpp", "version.hpp", "error.hpp", "outcome.hpp", "task.hpp", "async_generator.hpp",
         "when_all.hpp", "event_loop.hpp", "context.hpp", "properties.hpp", "clock.hpp", "any_clock.hpp",
-        "async_scope.hpp", "testing/",
+        "async_scope.hpp", "stop_token.hpp", "testing/",
         "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
         "detail/stop.hpp", "detail/time.hpp", "detail/timer_wheel.hpp", "detail/waiter_queue.hpp",
         "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/segment_grid.hpp", "detail/race.hpp",
         "detail/home_loop.hpp", "detail/default_clock.hpp", "detail/config.hpp", "detail/error_category.hpp",
+        "detail/std_token.hpp",
     ]),
     (2, "protocol", [
         "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp", "priority.hpp",
