@@ -90,8 +90,8 @@ struct shedder_state {
 
     /// A critical call's place in the queue, in its frame.
     struct waiter {
-        resilience::stop_source wake; // stopped to end the wait: by a slot handed over, or by the caller
-        bool granted = false;         // under the lock: `release` handed this waiter its slot
+        rs::stop_source wake; // stopped to end the wait: by a slot handed over, or by the caller
+        bool granted = false; // under the lock: `release` handed this waiter its slot
     };
 
     /// Takes a slot if one is free for `p`. While anyone waits, every slot is taken, so a call
@@ -124,7 +124,7 @@ struct shedder_state {
     }
     /// Gives a slot back: to the first waiter, or to the free ones.
     void release() {
-        resilience::stop_source wake{resilience::nostopstate};
+        rs::stop_source wake{rs::nostopstate};
         {
             std::lock_guard lock(mutex);
             if (queue.empty()) {
@@ -252,8 +252,7 @@ public:
                 {
                     // Woken by a slot handed over, the caller's stop (forwarded to the same source),
                     // or the deadline, whichever comes first.
-                    resilience::stop_callback forward_stop{ctx.stop_token(),
-                                                           [&p] { p.w.wake.request_stop(); }};
+                    rs::stop_callback forward_stop{ctx.stop_token(), [&p] { p.w.wake.request_stop(); }};
                     co_await s.clock.sleep_until(rs::kit::after(s.clock, s.options.max_wait),
                                                  p.w.wake.get_token());
                 }
