@@ -9,7 +9,9 @@
 - inside a policy's folder nothing includes a forwarding header of that policy back, and no header
   reaches itself through its includes (a circle);
 - no header is over MAX_LINES lines;
-- every header with a mutex says, in a `/// Locking:` paragraph, what the mutex guards.
+- every header with a mutex says, in a `/// Locking:` paragraph, what the mutex guards;
+- every namespace the headers open is inside the ABI namespace `resilience::inline v<major>_<minor>`
+  named after version.hpp, so that two versions in one program fail to link rather than mix.
 
 A forwarding header is a top-level file whose code is one include of a file in a folder: that folder
 is a policy's, and that file its policy header. Run from anywhere:
@@ -147,9 +149,18 @@ def circles(headers):
     return found
 
 
+def abi_namespace():
+    """The inline namespace every header opens, from version.hpp: v<major>_<minor>."""
+    text = (ROOT / "version.hpp").read_text()
+    major = re.search(r"#define RESILIENCE_VERSION_MAJOR (\d+)", text).group(1)
+    minor = re.search(r"#define RESILIENCE_VERSION_MINOR (\d+)", text).group(1)
+    return f"v{major}_{minor}"
+
+
 def main():
     problems = []
     headers = sorted(ROOT.rglob("*.hpp"))
+    abi = abi_namespace()
     # Forwarding headers, their folders, and each folder's policy headers.
     forwards = {}
     for path in headers:
@@ -168,6 +179,10 @@ def main():
                             "comment (what each mutex guards; _locked functions are called holding it)")
         if lines > MAX_LINES:
             problems.append(f"include/resilience/{rel}: {lines} lines, over {MAX_LINES}: split it along a seam")
+        for opened in re.findall(r"^namespace resilience\b[^{;=]*\{", text, re.M):
+            if not opened.startswith(f"namespace resilience::inline {abi}"):
+                problems.append(f"include/resilience/{rel}: '{opened}' is not in the ABI namespace: open "
+                                f"'namespace resilience::inline {abi}' (version.hpp's major and minor)")
         mine = layer_of(rel)
         if mine is None:
             problems.append(f"include/resilience/{rel}: in no layer (add it to scripts/check_layers.py)")
@@ -202,7 +217,7 @@ def main():
         print(f"check_layers: {len(problems)} problem(s); the layers are in docs/architecture.md")
         return 1
     print("check_layers: every include goes down or sideways, no policy includes itself back, "
-          f"no header is over {MAX_LINES} lines")
+          f"no header is over {MAX_LINES} lines, every namespace is in resilience::{abi}")
     return 0
 
 

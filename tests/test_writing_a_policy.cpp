@@ -51,14 +51,13 @@ struct ended {
 /// One call through `p` of an action that takes `latency` (and stops when asked), recorded in `out`.
 template <class P>
 rs::task<void> call_through(rs::testing::simulation& sim, P p, std::chrono::nanoseconds latency, ended& out,
-                            resilience::stop_token stop = {}) {
+                            rs::stop_token stop = {}) {
     scripted_action action{sim.clock(), script<int>{.latency = latency, .value = 1}};
     out.result.emplace(co_await p.execute_outcome(action, stop));
     out.at = sim.now();
 }
 
-rs::task<void> stop_after(rs::testing::simulation& sim, std::chrono::nanoseconds d,
-                          resilience::stop_source& stop) {
+rs::task<void> stop_after(rs::testing::simulation& sim, std::chrono::nanoseconds d, rs::stop_source& stop) {
     co_await sim.sleep_for(d);
     stop.request_stop();
 }
@@ -166,7 +165,7 @@ TEST_CASE("priority_shedder: a caller that stops while waiting is cancelled at t
           "[writing_a_policy]") {
     rs::testing::simulation sim;
     shedder s{{.capacity = 1, .reserved = 0, .max_wait = 5s}, sim.clock()};
-    resilience::stop_source stop;
+    rs::stop_source stop;
     ended a, b;
     sim.spawn(call_through(sim, s, 2s, a));
     sim.spawn(call_through(sim, s.with_priority(priority::critical), 1s, b, stop.get_token()));
@@ -182,7 +181,7 @@ TEST_CASE("priority_shedder: a caller that stops while waiting is cancelled at t
 
     // Stopped before it arrives: refused in `enter`, the action never runs.
     {
-        resilience::stop_source stopped;
+        rs::stop_source stopped;
         stopped.request_stop();
         scripted_action action{sim.clock(), script<int>{.value = 1}};
         const rs::outcome<int> r = sim.run(s.execute_outcome(action, stopped.get_token()));

@@ -51,7 +51,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 
-namespace resilience::asio {
+namespace resilience::inline v0_2::asio {
 /// The Asio this integration is built on: standalone Asio's namespace.
 namespace net = ::asio;
 } // namespace resilience::asio

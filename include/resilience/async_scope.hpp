@@ -33,7 +33,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 class async_scope;
 

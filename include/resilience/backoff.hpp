@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A type-erased reference to a random bit generator, so a schedule held by `backoff` can draw
 /// from whichever generator the retry was given. A full 64-bit generator passes through unchanged;

@@ -45,7 +45,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
-namespace resilience::boost_asio {
+namespace resilience::inline v0_2::boost_asio {
 /// The Asio this integration is built on: Boost.Asio's namespace.
 namespace net = ::boost::asio;
 } // namespace resilience::boost_asio

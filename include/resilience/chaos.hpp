@@ -46,7 +46,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::chaos {
+namespace resilience::inline v0_2::chaos {
 
 /// An on/off switch shared by its copies: hand one to several stages (or to a whole set of
 /// pipelines) and turn all their injection on or off at once, from any thread, while calls run.

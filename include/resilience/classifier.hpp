@@ -29,7 +29,7 @@
 #define RESILIENCE_HAS_CXXABI 1
 #endif
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A classifier's answer: does the policy handle this outcome, and (for a retry) how long to wait
 /// first. A `delay` (an HTTP Retry-After, say) replaces the retry's backoff for that wait, capped

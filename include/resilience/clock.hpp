@@ -21,7 +21,7 @@
 #include <time.h> // clock_gettime, CLOCK_MONOTONIC_COARSE
 #endif
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 namespace detail {
 

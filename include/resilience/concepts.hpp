@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 namespace detail {
 // await_suspend may return void, bool or a handle to transfer to: the three forms the language accepts.

@@ -18,7 +18,7 @@
 #include <optional>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 class context;
 class telemetry_listener;

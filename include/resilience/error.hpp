@@ -17,7 +17,7 @@
 #include <system_error>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Why a policy refused or ended a call. Values are stable: they are part of the ABI of logs.
 /// As `std::error_code`s, `timeout` compares equal to `std::errc::timed_out` and `cancelled` to

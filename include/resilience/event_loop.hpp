@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 namespace detail {
 

@@ -20,7 +20,7 @@
 #include <typeinfo>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// What a fallback reports to `on_fallback`: the outcome its substitute is about to replace.
 /// Refers to the call's own outcome and to the fallback's name: valid only during the callback;

@@ -62,7 +62,7 @@ struct fmt::formatter<resilience::outcome<T>> {
     }
 };
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// "0s", "250ms", "1.5s", "12.345us": the largest unit in which `d` is at least one, three decimals
 /// at most, trailing zeros dropped. The longest duration prints as "forever".
@@ -167,7 +167,7 @@ struct fmt::formatter<resilience::rate_limited_error> : resilience::detail::erro
 template <>
 struct fmt::formatter<resilience::throttled_error> : resilience::detail::error_formatter {};
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The line `fmt::formatter<telemetry_event>` prints.
 inline std::string describe_event(const telemetry_event& e) {

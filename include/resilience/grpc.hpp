@@ -49,7 +49,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::grpc {
+namespace resilience::inline v0_2::grpc {
 
 // ------------------------------------------------------------------------------------------------
 // Pushback: what the server's `grpc-retry-pushback-ms` asks for.

@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::http {
+namespace resilience::inline v0_2::http {
 
 /// Statuses worth sending the same request again for: 408 Request Timeout, 429 Too Many Requests
 /// and every 5xx. Not 409 Conflict or 422 Unprocessable Content: the server understood the request

@@ -27,7 +27,7 @@
 #define RESILIENCE_HAS_STD_EXPECTED 0
 #endif
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A failed call: owns the exception (by `std::exception_ptr`, so copies share it). Asking what it
 /// holds (`is`, `as`) rethrows and catches internally, so it costs an exception; `code()` does not.

@@ -101,7 +101,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// What `next(ctx)` yields in a policy's `run`: `outcome<R>`, the result type a custom policy returns
 /// (`task<next_outcome_t<Next>>`).

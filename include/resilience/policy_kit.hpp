@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::kit {
+namespace resilience::inline v0_2::kit {
 
 // ---- the protocol, as types ----
 

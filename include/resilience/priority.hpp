@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// The priority of a call, as a property of the context it is started with
 /// (`ctx.set_property(rs::priority, 1)`, properties.hpp): the class the policies with

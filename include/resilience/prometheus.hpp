@@ -98,7 +98,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::prometheus {
+namespace resilience::inline v0_2::prometheus {
 
 /// What `metrics` names its series and how it buckets durations. Validated by `metrics`'
 /// constructor (`std::invalid_argument` naming the field).

@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 template <class T>
 class property_key;

@@ -12,7 +12,7 @@
 #include <thread>
 #include <type_traits>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A small, fast generator (SplitMix64): 64 random bits a call, copyable, seeded explicitly, so a
 /// test or a replay gets the same sequence every run. Not for cryptography.

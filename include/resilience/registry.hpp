@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Which kind of policy a registry entry is.
 enum class policy_kind : unsigned char {

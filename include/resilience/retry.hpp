@@ -33,7 +33,7 @@
 #include <typeinfo>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// The name `classifier` had before it served every policy. Kept for one version.
 using retry_classifier [[deprecated("use rs::classifier")]] = classifier;
@@ -402,7 +402,7 @@ retry(retry_options, C, R) -> retry<C, R>;
 // The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
 // user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
-namespace resilience {
+namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class retry<steady_clock, thread_random>;
 } // namespace resilience
 #endif

@@ -29,7 +29,7 @@
 #include <typeinfo>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// What a break after the first item does. A retried call hides its failed attempts, because they
 /// produced nothing the caller saw; a stream that breaks has already handed items downstream, so

@@ -21,7 +21,7 @@
 #include <string>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// The options of `standard_pipeline`, with the defaults of Polly's standard resilience pipeline.
 /// Validated by `standard_pipeline` (`std::invalid_argument` naming the field and the value).

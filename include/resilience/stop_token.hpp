@@ -45,7 +45,7 @@
 #define RESILIENCE_HAS_STD_STOP_TOKEN 0
 #endif
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Tag for a `stop_source` made without a state (one that can never stop).
 struct nostopstate_t {

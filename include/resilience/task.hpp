@@ -13,7 +13,7 @@
 #include <utility>
 #include <variant>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 template <class T = void>
 class task;

@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// The listener set once for a whole pipeline. Put first, it hands `listener` to every stage inside
 /// it through the call's context (one pointer, read only where a policy reports), and reports a

@@ -89,7 +89,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 // Declared opaque here (a scoped enum's underlying type is int unless it says otherwise), defined
 // in circuit_breaker/options.hpp: events carry a breaker's states without every policy including it.

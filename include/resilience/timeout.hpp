@@ -29,7 +29,7 @@
 #include <string_view>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 namespace detail {
 
@@ -398,7 +398,7 @@ timeout(timeout_options, C) -> timeout<C>;
 // The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
 // user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
-namespace resilience {
+namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class timeout<steady_clock>;
 } // namespace resilience
 #endif

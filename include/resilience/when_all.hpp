@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 namespace detail {
 

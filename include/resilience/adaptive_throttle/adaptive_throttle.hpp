@@ -26,7 +26,7 @@
 #include <typeinfo>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Client-side adaptive throttling, as the Google SRE book's "Handling Overload" chapter describes
 /// it. Over a sliding `window`, the throttle counts the *requests* (every call made through it,

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// An adaptive throttle refused the call locally, without sending it: the dependency has been
 /// refusing so much of what it was sent that this call would likely have been refused too.

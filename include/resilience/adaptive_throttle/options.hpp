@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// How an `adaptive_throttle` decides. `adaptive_throttle_options{}` is valid (the values of the
 /// Google SRE book's "Handling Overload" chapter: `k` 2, a window of two minutes). Checked by the

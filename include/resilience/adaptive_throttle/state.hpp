@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The rejection probability for `requests` and `accepts`: `max(0, (requests - k * accepts) /
 /// (requests + 1))`, always below 1.

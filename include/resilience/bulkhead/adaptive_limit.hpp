@@ -25,7 +25,7 @@
 #include <string>
 #include <variant>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Additive increase, multiplicative decrease, as TCP does with its congestion window: the limit
 /// creeps up while calls succeed under pressure and drops by a share as soon as the dependency fails

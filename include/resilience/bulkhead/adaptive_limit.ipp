@@ -5,7 +5,7 @@
 
 #include "adaptive_limit.hpp"
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 RESILIENCE_DECL void validate_adaptive_limit(const adaptive_limit& choice, std::size_t start,
                                              const std::string& label) {

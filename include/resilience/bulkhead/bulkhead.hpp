@@ -49,7 +49,7 @@
 #include <utility>
 #include <variant>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Bounds how many calls run at once, so one slow dependency cannot take every connection,
 /// socket or worker the process has.
@@ -603,7 +603,7 @@ bulkhead(bulkhead_options, C) -> bulkhead<C>;
 // The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
 // user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
-namespace resilience {
+namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class bulkhead<steady_clock>;
 RESILIENCE_INSTANTIATE struct detail::bulkhead_state<steady_clock>;
 } // namespace resilience

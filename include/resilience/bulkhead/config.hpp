@@ -18,7 +18,7 @@
 #include <utility>
 #include <variant>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// One configuration of a bulkhead, as its calls see it: the options and what is derived from
 /// them, immutable. A call that needs it past its admission pins the block in force where it

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A bulkhead refused the call: every slot busy and no queue place, or the queue wait ran out;
 /// `reason()` says which.

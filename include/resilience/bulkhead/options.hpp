@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// How a `bulkhead` behaves. `bulkhead_options{}` lets 25 calls run at once and queues none.
 ///

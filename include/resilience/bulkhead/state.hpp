@@ -68,7 +68,7 @@
 #include <variant>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Whether `clock`'s timers are those of the loop this thread runs: a queued call's timer then
 /// fires where the call resumes. False for a clock without loop timers, or outside a loop.

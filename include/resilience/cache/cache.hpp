@@ -36,7 +36,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// `ttl_of` says) and, optionally, the last failure (for `negative_ttl`); at most `max_entries`
 /// keys, the least recently used evicted first. A caller of a key finds its entry in one of these

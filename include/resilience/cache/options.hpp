@@ -17,7 +17,7 @@
 #include <typeinfo>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Options of a `cache` of `T` values. Validated at construction: a bad value throws
 /// `std::invalid_argument` naming the field and the value.

@@ -40,7 +40,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The default of `cache_options::should_handle` for a failure: remembered for `negative_ttl`,
 /// unless it is a cancellation (the caller gave up: nothing was learnt about the dependency) or one

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The entries of a cache: a hash table of keys, each with its value and its remembered failure,
 /// and a list through them from the most recently used to the least, which is evicted first once

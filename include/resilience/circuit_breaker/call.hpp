@@ -10,7 +10,7 @@
 #include <exception>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Records a call's result once, through the breaker that admitted it (`finish`). A call that ends
 /// without one (the classifier threw, the coroutine was destroyed) is recorded as ignored, so a probe

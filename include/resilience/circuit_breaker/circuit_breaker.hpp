@@ -34,7 +34,7 @@
 #include <string_view>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Stops calling a dependency that keeps failing (or answering too slowly), refusing calls at
 /// once for a while, then lets a few probe calls decide whether it has recovered.
@@ -303,7 +303,7 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 // The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
 // user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
-namespace resilience {
+namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class circuit_breaker<steady_clock>;
 RESILIENCE_INSTANTIATE class detail::breaker_core<steady_clock>;
 } // namespace resilience

@@ -21,7 +21,7 @@
 #include <optional>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// How a finished call is recorded.
 enum class breaker_verdict : std::uint8_t { success, failure, ignored };

@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A circuit breaker refused the call without running it. `retry_after()` is positive: while open,
 /// the time left in the break; while half-open with every probe slot taken, the breaker's current

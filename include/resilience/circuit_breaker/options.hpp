@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Where a breaker stands. `closed`: calls run and are recorded. `open`: calls are refused until the
 /// break is over. `half_open`: the break is over and up to `probes` calls test the dependency.
@@ -157,7 +157,7 @@ struct circuit_metrics {
 
 } // namespace resilience
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Throws `std::invalid_argument` for the first thing wrong with `o`: the breaker's label, then the
 /// field and the value.

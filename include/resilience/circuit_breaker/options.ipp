@@ -5,7 +5,7 @@
 
 #include "options.hpp"
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 RESILIENCE_DECL void validate_breaker_options(const circuit_breaker_options& o) {
     const auto bad = [&o](const std::string& what) {

@@ -42,7 +42,7 @@
 #include <optional>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The shared state of one breaker, under `mutex_` (see "Locking" at the top of the file;
 /// `on_rejected` is the policy's, not the state's).

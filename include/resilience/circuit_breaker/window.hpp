@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// What a window holds at one instant.
 struct window_counts {

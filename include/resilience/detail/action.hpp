@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Calls an action the way it asks to be called: with the context, with the stop token, or bare.
 template <class A>

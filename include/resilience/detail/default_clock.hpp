@@ -9,7 +9,7 @@
 #include <concepts>
 #include <type_traits>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// True for `steady_clock` and `coarse_steady_clock` (and any clock deriving from them, which
 /// sleeps as they do), and for an `any_clock` holding one of them: a clock whose sleeps need the

@@ -27,7 +27,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Whether a call its caller stopped ends with `cancelled_error` in place of `f` (see
 /// `driver::caller_stopped`): every failure but a cancellation already, and a `std::logic_error`: a

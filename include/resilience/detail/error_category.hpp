@@ -10,7 +10,7 @@
 #include <string>
 #include <system_error>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Specialised for each error enum `E` whose values run 1, 2, ...:
 ///

@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// What the driver of a call through `Stages` (a tuple of references to policies) needs to wait
 /// for a stage's admission in its own frame. `States` is the driver's states of the stages

@@ -8,7 +8,7 @@
 #include <new>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 // Frames are grouped into 64-byte size classes up to 4 KiB; bigger ones go straight to the heap.
 // Each class keeps at most `max_cached` free frames per thread, so a burst does not pin memory

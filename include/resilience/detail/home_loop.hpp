@@ -11,7 +11,7 @@
 #include <coroutine>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Work handed to a home: a function and its argument, no allocation.
 struct job {

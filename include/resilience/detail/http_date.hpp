@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-namespace resilience::http {
+namespace resilience::inline v0_2::http {
 
 namespace detail {
 

@@ -41,7 +41,7 @@
 #endif
 #endif
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// What an `await_suspend` that starts a coroutine returns: the handle to transfer to where transfers
 /// are tail calls, else whether the awaiter stays suspended.

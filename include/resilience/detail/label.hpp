@@ -6,7 +6,7 @@
 #include "config.hpp"
 #include <string>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// "resilience::retry" or "resilience::retry (payments)": the policy's label, with its `name`
 /// option when it has one. Every validation message starts with it, then names the field and the

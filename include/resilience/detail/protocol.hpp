@@ -13,7 +13,7 @@
 #include <optional>
 #include <type_traits>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A policy's answer to the pipeline on its fast path (see policy.hpp).
 enum class step : unsigned char {

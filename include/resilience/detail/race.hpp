@@ -24,7 +24,7 @@
 #include <optional>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// What a parent is told about: a child's end or a timer's expiry. Lives in whoever delivers it.
 struct race_node {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 template <class T>
 class ring {

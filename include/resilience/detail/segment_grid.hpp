@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The segment of width `width` that holds the instant `t` (nanoseconds since the clock's epoch):
 /// `floor(t / width)`, for clocks whose epoch lies in the future too.

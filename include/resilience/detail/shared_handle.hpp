@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 class shared_state;
 template <class State>

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The base of a block a `snapshot_cell` holds: the count of the calls that pin it, and a bit that
 /// says the block is no longer in force and may be freed by the last of them.

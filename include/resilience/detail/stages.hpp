@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The policies a call passes through, outermost first: a pipeline's, flattened (so nested
 /// pipelines cost nothing), or the policy itself, by reference.

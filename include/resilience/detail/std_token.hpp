@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 #if RESILIENCE_HAS_STD_STOP_TOKEN
 /// Calls `f` with a standard token linked to `t` and awaits what it returns.

@@ -8,7 +8,7 @@
 #include <optional>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Requests a stop through a copy of `source`, which holds the stop state until the request is done.
 /// A request runs the token's callbacks one after the other, and one of them may resume a coroutine

@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// "0.5", "-1", "nan", "inf": a double as a person would write it, for validation messages.
 inline std::string format_number(double v) {

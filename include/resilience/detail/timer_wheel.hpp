@@ -48,7 +48,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Where a timer is linked: a list, circular through its head.
 struct timer_link {

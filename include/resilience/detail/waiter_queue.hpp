@@ -58,14 +58,14 @@
 #include <optional>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A `queue_limit` with no bound: every call that finds nothing free waits.
 inline constexpr std::size_t unbounded_queue = std::numeric_limits<std::size_t>::max();
 
 } // namespace resilience
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Where a waiter stands. Changed only with the owner's mutex held.
 enum class waiter_state : unsigned char {

@@ -23,7 +23,7 @@
 #include <typeinfo>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Sends the same work again when an attempt is slow, and keeps the first answer. A retry waits for
 /// a failure, and a slow call is not one: waiting for it is how a p99 becomes a timeout.

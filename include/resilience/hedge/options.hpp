@@ -19,7 +19,7 @@
 #include <string_view>
 #include <type_traits>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Why a hedge started an extra attempt.
 enum class hedge_reason : unsigned char {

@@ -5,7 +5,7 @@
 
 #include "../event_loop.hpp"
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 class event_loop::current_scope {
 public:

@@ -5,7 +5,7 @@
 
 #include "../detail/label.hpp"
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 RESILIENCE_DECL std::string policy_label(const char* policy, const std::string& name) {
     std::string label = std::string("resilience::") + policy;

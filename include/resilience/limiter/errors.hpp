@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A rate limiter refused the call; `retry_after()` is when a token will be there for it, and
 /// `reason()` why it was refused.

@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// One configuration of a limiter, immutable: pinned by the calls that need it past their start.
 template <class Options>

@@ -23,7 +23,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// How a `rate_limiter` admits calls. `token_limit` and `tokens_per_second` have no usable default;
 /// the constructor checks every field (`std::invalid_argument` naming the limiter, the field and the
@@ -102,7 +102,7 @@ struct sliding_window_limiter_options {
 
 } // namespace resilience
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Checks the queue options the limiters share (`priorities` included); `who` starts the message.
 /// `redis::rate_limiter` checks its own with it too.

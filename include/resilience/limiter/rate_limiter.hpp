@@ -15,7 +15,7 @@
 #include <string_view>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Limits how often calls start: a token bucket of `token_limit` tokens (full at first) refilled
 /// at `tokens_per_second`. Each admitted call spends exactly one token before it starts.
@@ -114,7 +114,7 @@ rate_limiter(rate_limiter_options, C) -> rate_limiter<C>;
 // The compiled mode instantiates these once, in resilience::compiled: declared `extern template` in a
 // user's file, defined in the library's (detail/config.hpp, RESILIENCE_INSTANTIATE).
 #if RESILIENCE_EXTERN_TEMPLATES
-namespace resilience {
+namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class rate_limiter<steady_clock>;
 RESILIENCE_INSTANTIATE class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock,
                                                     detail::token_bucket, rate_limiter_options>;

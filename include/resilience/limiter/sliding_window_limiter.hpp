@@ -14,7 +14,7 @@
 #include <string_view>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Limits calls to `permit_limit` in any `window`, with the interface of `rate_limiter` (waiting
 /// in arrival order, `queue_limit`, `queue_timeout`, `priorities`, `take`,

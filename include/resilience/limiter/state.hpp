@@ -39,7 +39,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// The outcome of asking a limiter for one token: `granted`, `rejected` or `expired` (with
 /// `retry_after`), or `stopped`.

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// A token bucket in time form: the bucket holds `(now - empty_at) / interval` tokens, capped at
 /// `capacity` (the `token_limit`). Keeping the instant the bucket was empty instead of a token count makes

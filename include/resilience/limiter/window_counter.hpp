@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// Counts permits per segment, in a ring of O(window / segment) counters. A permit taken at `t`
 /// is counted in bucket `ceil(t / segment)` (the segment boundary at or after `t`) and comes

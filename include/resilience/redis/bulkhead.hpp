@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::redis {
+namespace resilience::inline v0_2::redis {
 
 struct bulkhead_options {
     /// Carried by the errors it makes (`policy_name()`) and by `name()`.

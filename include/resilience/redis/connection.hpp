@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::redis {
+namespace resilience::inline v0_2::redis {
 
 /// How to reach the server and what to do when it cannot be reached.
 struct connection_options {

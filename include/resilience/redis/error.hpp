@@ -11,7 +11,7 @@
 #include <system_error>
 #include <type_traits>
 
-namespace resilience::redis {
+namespace resilience::inline v0_2::redis {
 
 /// Why a Redis command failed without a reply from the server's script or command.
 enum class errc {
@@ -36,7 +36,7 @@ struct resilience::detail::errc_text<resilience::redis::errc> {
     static std::errc standard(resilience::redis::errc) noexcept { return std::errc{}; }
 };
 
-namespace resilience::redis {
+namespace resilience::inline v0_2::redis {
 
 /// The category of `redis::errc`; one object for the whole program.
 inline const std::error_category& error_category() noexcept {

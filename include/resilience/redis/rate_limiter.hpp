@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::redis {
+namespace resilience::inline v0_2::redis {
 
 struct rate_limiter_options {
     /// Carried by the errors it makes (`policy_name()`) and by `name()`.

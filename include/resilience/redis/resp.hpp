@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::redis {
+namespace resilience::inline v0_2::redis {
 
 /// One RESP reply. Strings, statuses and errors keep their text in `str`; integers in `integer`;
 /// arrays their elements. A `nil` is a null bulk string or a null array.

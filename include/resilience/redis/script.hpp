@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-namespace resilience::redis {
+namespace resilience::inline v0_2::redis {
 
 /// What a shared limit does with a call while Redis cannot be reached (no connection, a timeout,
 /// an error reply). Reported to the telemetry listener when Redis is lost and when it is back

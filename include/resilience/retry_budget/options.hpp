@@ -4,7 +4,7 @@
 /// up (checked by the budget's constructor and `reconfigure`, retry_budget/retry_budget.hpp).
 #pragma once
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 struct retry_budget_options {
     /// Retries earned per call: each call deposits this many tokens (`0.2`: one retry per five

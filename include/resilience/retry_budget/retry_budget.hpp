@@ -21,7 +21,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// A ceiling on retries across every call that shares it. `max_attempts` bounds one call but
 /// cannot see that every other caller is also retrying, which is how a struggling dependency gets

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <mutex>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// What the copies of a `retry_budget` share. The options are scalars, kept in atomics (no block
 /// to keep or free): `ratio_units` and `capacity_units`, their fixed-point values, read by

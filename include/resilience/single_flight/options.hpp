@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Options of a `single_flight`. Nothing to tune: a shared call lasts as long as its action.
 struct single_flight_options {

@@ -26,7 +26,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience {
+namespace resilience::inline v0_2 {
 
 /// Collapses concurrent calls that share a key into one call of the action, whose result (value or
 /// failure) every caller receives: a failure is the same exception object for all of them. Nothing

@@ -30,7 +30,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace resilience::detail {
+namespace resilience::inline v0_2::detail {
 
 /// What the copies of a `single_flight<Key, T, Hash, KeyEqual>` share, held by each handle and by
 /// each call (`std::shared_ptr`): the options, and one shared call per key in flight.

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace resilience::testing {
+namespace resilience::inline v0_2::testing {
 
 /// What a scripted action throws for a scripted failure.
 class scripted_failure : public std::runtime_error {

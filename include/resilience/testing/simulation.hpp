@@ -12,7 +12,7 @@
 
 #include <chrono>
 
-namespace resilience::testing {
+namespace resilience::inline v0_2::testing {
 
 /// A clock that reads and sleeps on a simulation's virtual time. Copies share the simulation,
 /// which must outlive them. For one thread: the simulation's.

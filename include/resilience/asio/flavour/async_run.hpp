@@ -41,7 +41,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::RESILIENCE_ASIO_FLAVOUR {
+namespace resilience::inline v0_2::RESILIENCE_ASIO_FLAVOUR {
 
 namespace detail {
 

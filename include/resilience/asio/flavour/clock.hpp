@@ -22,7 +22,7 @@
 #include <optional>
 #include <utility>
 
-namespace resilience::RESILIENCE_ASIO_FLAVOUR {
+namespace resilience::inline v0_2::RESILIENCE_ASIO_FLAVOUR {
 
 /// A clock that sleeps on Asio steady timers bound to an executor; the sleeping coroutine resumes
 /// in that executor's context (the io_context's threads). `std::chrono::steady_clock` time.

@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::RESILIENCE_ASIO_FLAVOUR::detail {
+namespace resilience::inline v0_2::RESILIENCE_ASIO_FLAVOUR::detail {
 
 /// Whether `ex` runs one handler at a time (`serial`): a strand, or an io_context made with concurrency
 /// hint 1 (the user's promise that one thread runs it; Asio drops some of its own locking for it),

@@ -26,7 +26,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace resilience::RESILIENCE_ASIO_FLAVOUR {
+namespace resilience::inline v0_2::RESILIENCE_ASIO_FLAVOUR {
 
 struct use_task_t;
 struct use_task_with_stop_t;
