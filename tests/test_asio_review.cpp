@@ -299,10 +299,12 @@ TEST_CASE("asio review: a homeless call granted by an Asio call then queued agai
     const rs::bulkhead second{{.max_concurrent_calls = 1, .queue_limit = 4}};
     int a = 0, d = 0;
     rsa::execute(
-        io, second, [] { return after(30ms, 4); }, [&](std::exception_ptr, int v) { d = v; });
+        io, second, [] { return after(1000ms, 4); }, [&](std::exception_ptr, int v) { d = v; });
     rsa::execute(
-        io, first, [] { return after(5ms, 3); }, [&](std::exception_ptr, int v) { a = v; });
-    io.run_for(2ms);
+        io, first, [] { return after(500ms, 3); }, [&](std::exception_ptr, int v) { a = v; });
+    // Until both calls are in their attempts (wide margins: a loaded machine may pause this thread).
+    for (int i = 0; i < 400 && !(first.in_flight() == 1 && second.in_flight() == 1); ++i)
+        io.run_one_for(1ms);
     REQUIRE(first.in_flight() == 1);
     REQUIRE(second.in_flight() == 1);
     std::optional<int> b;
@@ -323,10 +325,12 @@ TEST_CASE("asio review: a homeless single_flight follower released by an Asio ow
     const rs::bulkhead second{{.max_concurrent_calls = 1, .queue_limit = 4}};
     int a = 0, d = 0;
     rsa::execute(
-        io, second, [] { return after(30ms, 4); }, [&](std::exception_ptr, int v) { d = v; });
+        io, second, [] { return after(1000ms, 4); }, [&](std::exception_ptr, int v) { d = v; });
     rsa::execute(
-        io, flights.policy(1), [] { return after(5ms, 3); }, [&](std::exception_ptr, int v) { a = v; });
-    io.run_for(2ms);
+        io, flights.policy(1), [] { return after(500ms, 3); }, [&](std::exception_ptr, int v) { a = v; });
+    // Until both calls are in their attempts (wide margins: a loaded machine may pause this thread).
+    for (int i = 0; i < 400 && !(flights.in_flight() == 1 && second.in_flight() == 1); ++i)
+        io.run_one_for(1ms);
     REQUIRE(flights.in_flight() == 1);
     REQUIRE(second.in_flight() == 1);
     std::optional<int> b;
