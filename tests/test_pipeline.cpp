@@ -165,8 +165,7 @@ public:
     static constexpr bool enter_never_waits = true;
 
     template <class R>
-    rs::step enter(call_state& s, const rs::context& ctx, const rs::context*&,
-                   std::optional<rs::outcome<R>>& result) const {
+    rs::step enter(call_state& s, const rs::context& ctx, std::optional<rs::outcome<R>>& result) const {
         if (ctx.stop_requested()) {
             result.emplace(rs::failure::make(rs::cancelled_error{}));
             return rs::step::done;
@@ -202,8 +201,7 @@ public:
     static constexpr bool enter_never_waits = true; // enter answers proceed or done, never wait
 
     template <class R>
-    rs::step enter(call_state&, const rs::context& ctx, const rs::context*& /*inner*/,
-                   std::optional<rs::outcome<R>>& result) const {
+    rs::step enter(call_state&, const rs::context& ctx, std::optional<rs::outcome<R>>& result) const {
         if (ctx.stop_requested()) { // refuse: say why in `result`
             result.emplace(rs::failure::make(rs::cancelled_error{}));
             return rs::step::done;
@@ -644,6 +642,72 @@ TEST_CASE("pipeline: a timeout around a bulkhead ends a queued call at its deadl
     CHECK(log.ended == resilience_tests::instant_log{{2, ms{40}}, {3, ms{50}}, {1, ms{100}}});
     CHECK(log.how == std::vector<std::string>{"timeout", "timeout", "value"});
     CHECK(bh.in_flight() == 0);
+}
+
+// A stage of the fast form that hands the stages inside it a context of its own: `enter` answers
+// `rs::entry::proceed_in` with a context kept in its call state.
+const rs::property_key<int> stage_tag{"stage_tag"};
+class tagging_stage : public rs::policy_base<tagging_stage> {
+public:
+    explicit tagging_stage(int tag) : tag_(tag) {}
+    struct call_state {
+        rs::context inner;
+    };
+    static constexpr bool enter_never_waits = true;
+
+    template <class R>
+    rs::entry enter(call_state& s, const rs::context& ctx, std::optional<rs::outcome<R>>&) const {
+        s.inner = ctx.with_property(stage_tag, tag_);
+        return rs::entry::proceed_in(s.inner);
+    }
+    template <class R>
+    rs::step leave(call_state&, const rs::context&, rs::outcome<R>&) const {
+        return rs::step::proceed;
+    }
+
+private:
+    int tag_;
+};
+
+// The same in the 0.1 form of `enter`, the inner context an out-parameter: deprecated, still run.
+class tagging_stage_0_1 : public rs::policy_base<tagging_stage_0_1> {
+public:
+    explicit tagging_stage_0_1(int tag) : tag_(tag) {}
+    struct call_state {
+        rs::context inner;
+    };
+    static constexpr bool enter_never_waits = true;
+
+    template <class R>
+    rs::step enter(call_state& s, const rs::context& ctx, const rs::context*& inner,
+                   std::optional<rs::outcome<R>>&) const {
+        s.inner = ctx.with_property(stage_tag, tag_);
+        inner = &s.inner;
+        return rs::step::proceed;
+    }
+    template <class R>
+    rs::step leave(call_state&, const rs::context&, rs::outcome<R>&) const {
+        return rs::step::proceed;
+    }
+
+private:
+    int tag_;
+};
+
+TEST_CASE("pipeline: a fast stage's enter may hand the stages inside it a context of its own", "[pipeline]") {
+    rs::testing::simulation sim;
+    const auto read_tag = [](const rs::context& ctx) -> rs::task<int> {
+        co_return ctx.property_or(stage_tag, 0);
+    };
+    // Inside a retry (which gives the attempt its own context) and around one, in the new form and the
+    // 0.1 form; the innermost tag wins.
+    rs::pipeline p{tagging_stage{1}, rs::retry{{.max_attempts = 2}, sim.clock()}, tagging_stage{2}};
+    CHECK(sim.run(p.execute(read_tag)) == 2);
+    rs::pipeline q{tagging_stage_0_1{3}, rs::retry{{.max_attempts = 2}, sim.clock()}};
+    CHECK(sim.run(q.execute(read_tag)) == 3);
+    CHECK(sim.run(tagging_stage{4}.execute(read_tag)) == 4);
+    CHECK(sim.run(rs::pipeline{tagging_stage_0_1{5}, tagging_stage{6}}.execute(read_tag)) == 6);
+    CHECK(sim.run(rs::pipeline{tagging_stage{7}, tagging_stage_0_1{8}}.execute(read_tag)) == 8);
 }
 
 } // namespace test_pipeline

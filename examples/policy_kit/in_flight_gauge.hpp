@@ -42,7 +42,7 @@ public:
     };
 
     template <class R>
-    resilience::step enter(call_state& c, const resilience::context&, const resilience::context*&,
+    resilience::step enter(call_state& c, const resilience::context&,
                            std::optional<resilience::outcome<R>>&) const {
         const std::size_t now = ++counts_->now;
         std::size_t peak = counts_->peak.load();

@@ -209,8 +209,7 @@ public:
     /// The fast path: a free slot is taken without suspending. A critical call that finds none
     /// answers `step::wait`, and the pipeline calls `run`.
     template <class R>
-    rs::step enter(call_state& c, const rs::context& ctx, const rs::context*&,
-                   std::optional<rs::outcome<R>>& result) const {
+    rs::step enter(call_state& c, const rs::context& ctx, std::optional<rs::outcome<R>>& result) const {
         if (ctx.stop_requested()) [[unlikely]]
             return rs::kit::cancel(result, name());
         if (state_->try_take(priority_)) {

@@ -240,8 +240,7 @@ public:
     struct call_state {};
 
     template <class R>
-    step enter(call_state&, const context& ctx, const context*&,
-               std::optional<resilience::outcome<R>>& result) const {
+    step enter(call_state&, const context& ctx, std::optional<resilience::outcome<R>>& result) const {
         if (!detail::should_inject(options_, rng_))
             return step::proceed;
         try {
@@ -318,7 +317,7 @@ public:
 
     /// Off (or at rate 0): straight on. On: the decision is drawn in `run`, which may wait.
     template <class R>
-    step enter(call_state&, const context&, const context*&, std::optional<resilience::outcome<R>>&) const {
+    step enter(call_state&, const context&, std::optional<resilience::outcome<R>>&) const {
         if (options_.injection_rate <= 0.0 || !options_.enabled.enabled())
             return step::proceed;
         return step::wait;
@@ -456,8 +455,7 @@ public:
     struct call_state {};
 
     template <class R>
-    step enter(call_state&, const context& ctx, const context*&,
-               std::optional<resilience::outcome<R>>& result) const {
+    step enter(call_state&, const context& ctx, std::optional<resilience::outcome<R>>& result) const {
         static_assert(detail::substitutes_for<Substitute, R>,
                       "resilience::chaos::outcome: the substitute must give what the action returns: a value "
                       "convertible to its result type R, an rs::outcome<R> or an rs::failure");

@@ -8,6 +8,7 @@
 #include "context.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
+#include "policy_kit.hpp"
 #include "task.hpp"
 #include "telemetry_event.hpp"
 
@@ -306,7 +307,7 @@ public:
     struct call_state {};
 
     template <class R>
-    step enter(call_state&, const context&, const context*&, std::optional<outcome<R>>& result) const {
+    step enter(call_state&, const context&, std::optional<outcome<R>>& result) const {
         if constexpr (erased) {
             if (!options_.should_handle.template accepts<R>()) {
                 result.emplace(options_.should_handle.template mismatch<R>("fallback", options_.name));
@@ -350,7 +351,7 @@ public:
             if (options_.on_fallback)
                 tell(result, ctx);
             // No clock here: the event's `at` is zero.
-            if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx)) {
+            if (const detail::listener_ref l = kit::listener_for(options_.telemetry, ctx)) {
                 telemetry_event e =
                     detail::event(telemetry_kind::fallback, "fallback", options_.name, ctx.attempt(), {},
                                   result.has_failure() ? &original : nullptr);

@@ -45,13 +45,13 @@
 /// 2. The fast form, for calls that need no waiting. A `call_state` type (one per call, in the
 ///    pipeline's frame, default-constructed) and three const members:
 ///
-///        step enter(call_state&, const context& ctx, const context*& inner, std::optional<outcome<R>>& result);
+///        entry enter(call_state&, const context& ctx, std::optional<outcome<R>>& result);
 ///        step leave(call_state&, const context& ctx, outcome<R>& result);
 ///        task<outcome<R>> resume(call_state&, Next next, const context& ctx, outcome<R> result);  // if leave may wait
 ///
-///    `enter` admits the call without suspending: `step::proceed` (the stages inside see `*inner`,
-///    which it may point at a context kept in the state), `step::done` (refused: `result` says
-///    why), or `step::wait` (it cannot decide without waiting: the pipeline then calls the
+///    `enter` admits the call without suspending: `step::proceed` (the stages inside see `ctx`, or
+///    the context kept in the state that `entry::proceed_in(c)` names), `step::done` (refused:
+///    `result` says why), or `step::wait` (it cannot decide without waiting: the pipeline then calls the
 ///    policy's `run`, which must exist and handle the whole call; a policy whose `enter` never
 ///    waits declares `static constexpr bool enter_never_waits = true;` instead, and one that does
 ///    neither does not compile). `leave` sees the result on the way out and may change it:
@@ -76,7 +76,7 @@
 /// policy of the waiting form always waits, so everything inside it runs the same way, in a frame
 /// of its own, and is fast again.
 ///
-/// Policies may share one clock reading while a call is admitted: `detail::call_now(clock, ctx)`
+/// Policies may share one clock reading while a call is admitted: `kit::call_now(clock, ctx)`
 /// reads the clock once per call for every policy using the same clock type; the reading is
 /// dropped as soon as the call suspends, so time read later is read afresh.
 ///

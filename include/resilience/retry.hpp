@@ -14,6 +14,7 @@
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
+#include "policy_kit.hpp"
 #include "random.hpp"
 #include "retry_budget.hpp"
 #include "task.hpp"
@@ -208,19 +209,18 @@ public:
     };
 
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*& inner,
-               std::optional<outcome<R>>& result) const {
+    entry enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested() || !options_.should_handle.template accepts<R>()) [[unlikely]]
             return refuse(result);
         if (options_.budget)
             options_.budget->record_call();
         // Only max_elapsed and a listener (the first attempt's length) need the start.
         if (options_.max_elapsed > std::chrono::nanoseconds::zero() ||
-            detail::listener_for(options_.telemetry, ctx))
-            s.start = detail::call_now(clock_, ctx);
+            kit::listener_for(options_.telemetry, ctx))
+            s.start = kit::call_now(clock_, ctx);
         if (ctx.attempt() != 1) {
             s.inner = detail::context_access::derive_attempt(ctx, 1);
-            inner = &s.inner;
+            return entry::proceed_in(s.inner);
         }
         return step::proceed;
     }
@@ -230,7 +230,7 @@ public:
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
         if (!options_.should_handle.plain_success(result))
             return step::wait; // judged, then reported, in `resume`
-        if (const detail::listener_ref l = detail::listener_for(options_.telemetry, ctx)) [[unlikely]]
+        if (const detail::listener_ref l = kit::listener_for(options_.telemetry, ctx)) [[unlikely]]
             report_attempt(l, s.start, 1, false, result); // a listener that throws ends the call as well
         return step::proceed;
     }
@@ -239,7 +239,7 @@ public:
     template <class Next, class R>
     task<outcome<R>> resume(call_state& s, Next next, const context& ctx, outcome<R> result) const {
         std::chrono::nanoseconds previous{};
-        const detail::listener_ref listener = detail::listener_for(options_.telemetry, ctx);
+        const detail::listener_ref listener = kit::listener_for(options_.telemetry, ctx);
         for (int attempt = 1;; ++attempt) {
             typename C::time_point begun = s.start; // the first attempt's: `enter` read it for a listener
             if (attempt > 1) {
@@ -295,8 +295,7 @@ private:
         if (!options_.should_handle.template accepts<R>())
             result.emplace(options_.should_handle.template mismatch<R>("retry", options_.name));
         else
-            detail::set_cancelled(result, options_.name);
-        return step::done;
+            return kit::cancel(result, options_.name);
     }
 
     // Out of line, so that `leave` stays small enough to be inlined into the call's frame.

@@ -11,6 +11,7 @@
 #include "detail/time.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
+#include "policy_kit.hpp"
 #include "telemetry_event.hpp"
 
 #include <string>
@@ -65,19 +66,17 @@ public:
     };
 
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*& inner,
-               std::optional<outcome<R>>& result) const {
+    entry enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
         if (!options_.listener)
             return step::proceed;
         if (!options_.should_handle.template accepts<R>()) [[unlikely]] {
             result.emplace(options_.should_handle.template mismatch<R>("telemetry", options_.name));
             return step::done;
         }
-        s.start = detail::call_now(clock_, ctx);
+        s.start = kit::call_now(clock_, ctx);
         s.inner = detail::context_access::derive(ctx);
         detail::context_access::set_telemetry(s.inner, &options_.listener);
-        inner = &s.inner;
-        return step::proceed;
+        return entry::proceed_in(s.inner);
     }
 
     template <class R>

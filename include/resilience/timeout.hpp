@@ -14,6 +14,7 @@
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
+#include "policy_kit.hpp"
 #include "task.hpp"
 #include "telemetry_event.hpp"
 #include "when_all.hpp"
@@ -240,14 +241,12 @@ public:
     };
 
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*& inner,
-               std::optional<outcome<R>>& result) const {
+    entry enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
         if constexpr (!detail::loop_timer_clock<C>) {
             return step::wait;
         } else {
             if (ctx.stop_requested()) [[unlikely]] {
-                detail::set_cancelled(result, options_.name);
-                return step::done;
+                return kit::cancel(result, options_.name);
             }
             event_loop* const loop = clock_.timer_loop();
             detail::home_loop* foreign = nullptr;
@@ -259,7 +258,7 @@ public:
                     return step::wait;
             }
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                detail::add_saturating(detail::call_now(clock_, ctx), options_.timeout).time_since_epoch());
+                detail::add_saturating(kit::call_now(clock_, ctx), options_.timeout).time_since_epoch());
             s.stop.emplace(&ctx);
             detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline,
                                                  detail::reading_key(clock_));
@@ -267,8 +266,7 @@ public:
                 s.timer.emplace(loop, deadline, *s.stop);
             else
                 s.timer.emplace(foreign, deadline, *s.stop);
-            inner = &s.inner;
-            return step::proceed;
+            return entry::proceed_in(s.inner);
         }
     }
 
@@ -333,7 +331,7 @@ private:
         if (options_.on_timeout && !tell(result, ctx))
             return result;
         detail::report(
-            detail::listener_for(options_.telemetry, ctx), clock_,
+            kit::listener_for(options_.telemetry, ctx), clock_,
             detail::event(telemetry_kind::timeout, "timeout", options_.name, ctx.attempt(), options_.timeout),
             result);
         return result;

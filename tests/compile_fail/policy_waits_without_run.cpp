@@ -14,8 +14,7 @@ public:
     struct call_state {};
 
     template <class R>
-    rs::step enter(call_state&, const rs::context&, const rs::context*&,
-                   std::optional<rs::outcome<R>>&) const {
+    rs::step enter(call_state&, const rs::context&, std::optional<rs::outcome<R>>&) const {
         return rs::step::wait; // cannot decide yet: the pipeline would call run
     }
     template <class R>

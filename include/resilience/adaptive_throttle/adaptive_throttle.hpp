@@ -15,6 +15,7 @@
 #include "../context.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../policy_kit.hpp"
 #include "../random.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
@@ -88,7 +89,7 @@ public:
     /// The call is judged under the options in force when it is admitted, which it pins in the
     /// same locked step (a stop or a classifier of another type: pinned before, to say so).
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+    step enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
         core_type& core = this->held();
         const std::type_info* const judged = core.value_type();
         if (ctx.stop_requested() || (judged && *judged != typeid(R))) [[unlikely]] {
@@ -104,7 +105,7 @@ public:
             }
         }
         try {
-            const std::optional<double> refused_with = core.admit(detail::call_now(core.clock(), ctx), s.cfg);
+            const std::optional<double> refused_with = core.admit(kit::call_now(core.clock(), ctx), s.cfg);
             const adaptive_throttle_options& o = s.cfg->options;
             // Reconfigured between the test above and the admission, to a classifier of another
             // type: the request is counted, the call is not run.
@@ -118,7 +119,7 @@ public:
                 o.on_rejected(
                     rejection_event{o.name, rejection_reason::throttled}.with_properties(ctx.properties()));
             result.emplace(detail::refused(
-                detail::listener_for(o.telemetry, ctx), core.clock(),
+                kit::listener_for(o.telemetry, ctx), core.clock(),
                 detail::event(telemetry_kind::rejection, "adaptive_throttle", o.name, ctx.attempt()),
                 failure::make(throttled_error{o.name, *refused_with})));
         } catch (...) {

@@ -23,6 +23,7 @@
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../policy_kit.hpp"
 #include "../priority.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
@@ -209,7 +210,7 @@ public:
     /// The call's options are the block in force now, kept to its end; a call under options with
     /// neither `adapt` nor `priorities` that takes a free slot needs none of them and pins none.
     template <class R>
-    step enter(call_state& c, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+    step enter(call_state& c, const context& ctx, std::optional<outcome<R>>& result) const {
         state& s = this->held();
         if (s.plain.load(std::memory_order_acquire) && !ctx.stop_requested() && s.try_acquire()) [[likely]] {
             c.held = &s;
@@ -267,7 +268,7 @@ public:
         bool await_ready() {
             state& s = owner();
             const bulkhead_options& o = call_.cfg->options; // the call's own, from `enter`
-            if (detail::listener_for(o.telemetry, ctx_))
+            if (kit::listener_for(o.telemetry, ctx_))
                 extra().queued_at = s.clock.now(); // as `run`: from the moment the call found no slot
             if (queue_.await_ready())
                 return true;
@@ -279,7 +280,7 @@ public:
         step await_resume() {
             disarm();
             const detail::listener_ref listener =
-                extra_ ? detail::listener_for(call_.cfg->options.telemetry, ctx_) : nullptr;
+                extra_ ? kit::listener_for(call_.cfg->options.telemetry, ctx_) : nullptr;
             return settle(owner(), *call_.cfg, ctx_, queue_.await_resume(), listener,
                           listener ? &extra_->queued_at : nullptr, call_, result_);
         }
@@ -359,7 +360,7 @@ public:
             held.held = &s;
         } else {
             waiting.take(s);
-            const detail::listener_ref listener = detail::listener_for(cfg.options.telemetry, ctx);
+            const detail::listener_ref listener = kit::listener_for(cfg.options.telemetry, ctx);
             std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
             if (listener)
                 queued_at = s.clock.now();
@@ -431,7 +432,7 @@ private:
     bool admit(call_state& c, const context& ctx, std::optional<outcome<R>>& result) const {
         state& s = *c.held;
         try {
-            c.ticket = s.admitted(*c.cfg, [&] { return detail::call_now(s.clock, ctx); });
+            c.ticket = s.admitted(*c.cfg, [&] { return kit::call_now(s.clock, ctx); });
             return true;
         } catch (...) {
             std::exchange(c.held, nullptr)->release();
@@ -459,8 +460,7 @@ private:
         if (cfg->long_entry)
             return enter_adaptive(c, ctx, result);
         if (ctx.stop_requested()) [[unlikely]] {
-            detail::set_cancelled(result, cfg->options.name);
-            return step::done;
+            return kit::cancel(result, cfg->options.name);
         }
         if (!s.try_acquire())
             return step::wait;
@@ -523,8 +523,7 @@ private:
                     }
                     if (ctx.stop_requested()) { // stopped by the listener: runs nothing
                         std::exchange(c.held, nullptr)->release();
-                        detail::set_cancelled(result, cfg.options.name);
-                        return step::done;
+                        return kit::cancel(result, cfg.options.name);
                     }
                 }
                 return step::proceed;

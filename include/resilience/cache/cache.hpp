@@ -324,7 +324,7 @@ public:
     struct call_state {};
 
     template <class R>
-    step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+    step enter(call_state&, const context& ctx, std::optional<outcome<R>>& result) const {
         static_assert(std::is_same_v<R, T>,
                       "resilience::cache::keyed_policy: the wrapped call must produce exactly T");
         state& st = *cache_.state_;

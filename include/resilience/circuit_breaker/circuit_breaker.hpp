@@ -17,6 +17,7 @@
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../policy_kit.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
 #include "call.hpp"
@@ -99,7 +100,7 @@ public:
     };
 
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+    step enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
         detail::breaker_core<C>& core = this->held();
         const detail::listener_ref sink(detail::context_access::telemetry(ctx),
                                         detail::context_access::properties(ctx));
@@ -207,17 +208,15 @@ private:
         }
         try {
             // The call's shared clock reading serves a slow-call rule's start time.
-            auto ticket = cfg->times_calls()
-                              ? core.admit_under(cfg, detail::call_now(core.clock(), ctx), sink)
-                              : core.admit_under(cfg, sink);
+            auto ticket = cfg->times_calls() ? core.admit_under(cfg, kit::call_now(core.clock(), ctx), sink)
+                                             : core.admit_under(cfg, sink);
             if (ticket.admitted) {
                 s.call.start(core, ticket, sink);
                 // Stopped while being admitted (by `on_state_change` or a listener as the breaker
                 // turned half-open, or from another thread): runs nothing, and its probe slot goes back.
                 if (ctx.stop_requested()) [[unlikely]] {
                     s.call.finish(core, detail::breaker_verdict::ignored, nullptr);
-                    detail::set_cancelled(result, cfg->options.name);
-                    return step::done;
+                    return kit::cancel(result, cfg->options.name);
                 }
                 return step::proceed;
             }
@@ -250,7 +249,7 @@ private:
             o.on_rejected(rejection_event{o.name, why, t.retry_after}.with_properties(ctx.properties()));
         failure f = t.isolated ? failure::make(circuit_isolated_error{o.name})
                                : failure::make(circuit_open_error{o.name, t.retry_after, t.cause});
-        const detail::listener_ref listener = detail::listener_for(o.telemetry, ctx);
+        const detail::listener_ref listener = kit::listener_for(o.telemetry, ctx);
         if (!listener)
             return f;
         telemetry_event e =

@@ -164,7 +164,16 @@ struct driver {
         at[J + 1] = at[J];
         if constexpr (fast_policy<policy_at<J>>) {
             st.template make<J>();
-            s = std::get<J>(stages).enter(state<J>(st), *at[J], at[J + 1], result);
+            const policy_at<J>& p = std::get<J>(stages);
+            if constexpr (requires { p.enter(state<J>(st), *at[J], result); }) {
+                const entry e = p.enter(state<J>(st), *at[J], result);
+                s = e.what;
+                if (e.inner)
+                    at[J + 1] = e.inner;
+            } else {
+                // The 0.1 form, `enter(state, ctx, const context*& inner, result)`: deprecated, still run.
+                s = p.enter(state<J>(st), *at[J], at[J + 1], result);
+            }
         } else {
             s = step::wait;
         }

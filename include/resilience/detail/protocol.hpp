@@ -23,6 +23,21 @@ enum class step : unsigned char {
              ///< `leave`: has more to do (a retry, a timer to disarm): the pipeline calls `resume`.
 };
 
+/// What a fast policy's `enter` answers: a `step`, and, when it proceeds, the context the stages
+/// inside it see. A `step` converts to it (the stages inside then see the context `enter` was
+/// given); `entry::proceed_in(c)` proceeds and hands them `c`, a context kept in the call's state
+/// (a retry's attempt context, a timeout's deadline and stop).
+struct entry {
+    constexpr entry(step s) noexcept : what(s) {} // NOLINT(google-explicit-constructor): a step is an entry
+    static constexpr entry proceed_in(const context& inner) noexcept { return entry{step::proceed, &inner}; }
+
+    step what;
+    const context* inner = nullptr; // null: the context `enter` was given
+
+private:
+    constexpr entry(step s, const context* c) noexcept : what(s), inner(c) {}
+};
+
 namespace detail {
 
 /// A policy with the fast protocol: `call_state`, `enter`, `leave`, `resume` (see policy.hpp).

@@ -103,8 +103,7 @@ public:
     };
 
     template <class R>
-    step enter(call_state& s, const context& ctx, const context*& inner,
-               std::optional<outcome<R>>& result) const {
+    entry enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
         if (options_.max_attempts > 1)
             return step::wait;
         if (auto refused = admit<R>(ctx)) {
@@ -113,7 +112,7 @@ public:
         }
         if (ctx.attempt() != 1) {
             s.inner = detail::context_access::derive_attempt(ctx, 1);
-            inner = &s.inner;
+            return entry::proceed_in(s.inner);
         }
         return step::proceed;
     }

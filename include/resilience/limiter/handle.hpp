@@ -138,7 +138,7 @@ public:
     /// A permit now with nobody queued is taken at once; anything else waits (or is refused) in
     /// `frame_wait`.
     template <class R>
-    step enter(call_state&, const context& ctx, const context*&, std::optional<outcome<R>>& result) const {
+    step enter(call_state&, const context& ctx, std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested()) [[unlikely]] {
             set_cancelled(result, name());
             return step::done;

@@ -13,6 +13,7 @@
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../policy_kit.hpp"
 #include "../random.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
@@ -190,7 +191,7 @@ public:
         const bulkhead_options& o = s->options;
         if (ctx.stop_requested())
             co_return failure::make(cancelled_error{o.name});
-        const resilience::detail::listener_ref listener = resilience::detail::listener_for(o.telemetry, ctx);
+        const resilience::detail::listener_ref listener = resilience::kit::listener_for(o.telemetry, ctx);
         const std::string id = s->next_lease_id();
         auto acquiring = s->lua.ask(s->conn, o.key, s->args("acquire", id), ctx.stop_token());
         detail::script::answer a = co_await std::move(acquiring);

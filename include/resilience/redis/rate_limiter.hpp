@@ -13,6 +13,7 @@
 #include "../limiter/options.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../policy_kit.hpp"
 #include "../rate_limiter.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
@@ -192,7 +193,7 @@ public:
         if (ctx.stop_requested())
             co_return failure::make(cancelled_error{s->options.name});
         const resilience::detail::listener_ref listener =
-            resilience::detail::listener_for(s->options.telemetry, ctx);
+            resilience::kit::listener_for(s->options.telemetry, ctx);
         auto deciding = admit(s, ctx.stop_token(), listener, ctx.attempt());
         decision d = co_await std::move(deciding);
         if (d.refusal)
