@@ -18,14 +18,14 @@ namespace test_version {
 namespace rs = resilience;
 
 TEST_CASE("version: the single number orders versions as major, minor, patch", "[version]") {
-    STATIC_REQUIRE(RESILIENCE_VERSION ==
-                   RESILIENCE_VERSION_MAJOR * 10000 + RESILIENCE_VERSION_MINOR * 100 + RESILIENCE_VERSION_PATCH);
+    STATIC_REQUIRE(RESILIENCE_VERSION == RESILIENCE_VERSION_MAJOR * 10000 + RESILIENCE_VERSION_MINOR * 100 +
+                                             RESILIENCE_VERSION_PATCH);
     STATIC_REQUIRE(RESILIENCE_VERSION >= 200);
 }
 
 TEST_CASE("version: the library's names are in the ABI namespace of this version", "[version]") {
-    const std::string abi = "v" + std::to_string(RESILIENCE_VERSION_MAJOR) + "_" +
-                            std::to_string(RESILIENCE_VERSION_MINOR);
+    const std::string abi =
+        "v" + std::to_string(RESILIENCE_VERSION_MAJOR) + "_" + std::to_string(RESILIENCE_VERSION_MINOR);
     // The mangled names (Itanium ABI: g++ and clang) spell every enclosing namespace.
     CHECK(std::string(typeid(rs::errc).name()).find(abi) != std::string::npos);
     CHECK(std::string(typeid(rs::stop_token).name()).find(abi) != std::string::npos);
