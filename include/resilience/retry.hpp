@@ -292,10 +292,11 @@ private:
     // The classifier's type is asked first: it does not change, while a stop may arrive between the
     // two checks, and a setup mistake must not pass for a cancellation.
     RESILIENCE_DETAIL_NOINLINE step refuse(std::optional<outcome<R>>& result) const {
-        if (!options_.should_handle.template accepts<R>())
+        if (!options_.should_handle.template accepts<R>()) {
             result.emplace(options_.should_handle.template mismatch<R>("retry", options_.name));
-        else
-            return kit::cancel(result, options_.name);
+            return step::done;
+        }
+        return kit::cancel(result, options_.name);
     }
 
     // Out of line, so that `leave` stays small enough to be inlined into the call's frame.
