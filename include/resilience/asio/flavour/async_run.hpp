@@ -168,7 +168,7 @@ public:
     /// Disarms `t` (on its home's serialising executor, or at teardown).
     void remove_timer(resilience::detail::timer_node* t) noexcept {
         std::lock_guard lock(mutex_);
-        if (t->slot_index == in_flight) {
+        if (t->slot_index == in_flight && t->home_data) {
             static_cast<firing*>(t->home_data)->node = nullptr; // its posted fire finds nothing to do
             t->home_data = nullptr;
             t->prev = nullptr;
@@ -192,6 +192,7 @@ private:
             if (node) { // never run (the context shut down): the node is no longer armed
                 node->home_data = nullptr;
                 node->prev = nullptr;
+                node->slot_index = -1;
             }
         }
     };
@@ -222,13 +223,20 @@ private:
             auto record = std::make_unique<firing>(n, home);
             n->home_data = record.get();
             home->where().visit([&](const auto& serial) {
-                net::post(serial, [r = std::move(record)] {
-                    resilience::detail::timer_node* const node = r->node;
-                    if (!node)
-                        return; // disarmed meanwhile
-                    r->node = nullptr;
-                    node->home_data = nullptr;
-                    node->prev = nullptr;
+                net::post(serial, [this, r = std::move(record)] {
+                    resilience::detail::timer_node* node = nullptr;
+                    {
+                        // The node's fields are the registry's (see Locking): a disarm on this
+                        // executor later must find it neither in flight nor in the wheel.
+                        std::lock_guard fired_lock(mutex_);
+                        node = r->node;
+                        if (!node)
+                            return; // disarmed meanwhile
+                        r->node = nullptr;
+                        node->home_data = nullptr;
+                        node->prev = nullptr;
+                        node->slot_index = -1;
+                    }
                     resilience::detail::home_loop::scope here(r->home);
                     node->fire(node);
                 });
