@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Compile cost of one five-policy pipeline, instantiated for one action through execute and
-// execute_outcome, against include_only.cpp (see bench/README.md).
+// Compile cost of one five-policy pipeline called once with `execute`, against include_only.cpp
+// (see bench/README.md, "Build cost"). With -DRESILIENCE_BENCH_OUTCOME the one call is
+// `execute_outcome`; with -DRESILIENCE_BENCH_BOTH it makes both calls.
 #include <resilience/resilience.hpp>
 
 namespace rs = resilience;
@@ -17,7 +18,15 @@ int main() {
                    rs::bulkhead{{.max_concurrent_calls = 8}},
                    rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 10}}};
     const auto action = [] { return dependency(); };
+#if defined(RESILIENCE_BENCH_OUTCOME)
+    auto o = rs::sync_wait(p.execute_outcome(action));
+    return o.has_value() && *o == 42 ? 0 : 1;
+#elif defined(RESILIENCE_BENCH_BOTH)
     int v = rs::sync_wait(p.execute(action));
     auto o = rs::sync_wait(p.execute_outcome(action));
     return v == 42 && o.has_value() ? 0 : 1;
+#else
+    int v = rs::sync_wait(p.execute(action));
+    return v == 42 ? 0 : 1;
+#endif
 }

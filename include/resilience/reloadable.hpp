@@ -311,6 +311,10 @@ private:
         if constexpr (!detail::checked_action<A>::valid) {
             detail::check_action<A>();
             return task<std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
+        } else if constexpr (detail::erasable_action<A>()) {
+            // One call body for every small action of this result type (detail::erased_action).
+            return call<Throw>(detail::erased_action<detail::action_result_t<A>>{std::move(action)},
+                               std::move(ctx));
         } else {
             using drv = detail::driver<stage_tuple, detail::guarded<A>>;
             return drv::template drive<Throw>(pinned{snapshot{this->held().pin()}},

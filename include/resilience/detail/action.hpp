@@ -15,7 +15,10 @@
 
 #include <coroutine>
 #include <cstddef>
+#include <cstring>
 #include <functional>
+#include <memory>
+#include <new>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -322,7 +325,7 @@ struct guarded {
 /// `co_await` expression (which g++ 12 destroys twice).
 template <class F, class... Args>
 struct bound_action {
-    F f;
+    [[no_unique_address]] F f; // a function object without state adds nothing (see `erasable_action`)
     std::tuple<Args...> args;
     decltype(auto) operator()(const context& ctx) {
         return std::apply(
@@ -452,6 +455,73 @@ auto bind_action(F&& f, Tuple&& all, std::index_sequence<Is...>) {
     return bound_action<std::decay_t<F>,
                         std::decay_t<std::tuple_element_t<Is, std::remove_cvref_t<Tuple>>>...>{
         std::forward<F>(f), {std::get<Is>(std::forward<Tuple>(all))...}};
+}
+
+/// A small action that returns `task<R>`, with its type erased: a call through a policy runs the
+/// same code for every such action of the same result type (see `erasable_action`), so a second
+/// call site of a pipeline compiles `invoke_as` and not the call's whole body again. The action is
+/// kept in place, in the call's frame. The cost is one indirect call per attempt (and, for an action
+/// that is not trivially copyable, one for each move into the frame and one to destroy it).
+template <class R>
+class erased_action {
+public:
+    /// What an erased action may occupy: four pointers (a `std::string` captured by value, a
+    /// `[&]` lambda using four names, `execute(f, args...)` with a function and three numbers).
+    static constexpr std::size_t capacity = 4 * sizeof(void*);
+
+    template <class A>
+    requires(!std::is_same_v<std::remove_cvref_t<A>, erased_action>)
+    explicit erased_action(A&& a) noexcept : ops_(&ops_of<std::remove_cvref_t<A>>) {
+        ::new (static_cast<void*>(bytes_)) std::remove_cvref_t<A>(std::forward<A>(a));
+    }
+    erased_action(erased_action&& other) noexcept : ops_(other.ops_) { ops_->move(bytes_, other.bytes_); }
+    erased_action& operator=(erased_action&&) = delete;
+    ~erased_action() {
+        if (ops_->destroy != nullptr)
+            ops_->destroy(bytes_);
+    }
+
+    task<R> operator()(const context& ctx) { return ops_->invoke(static_cast<void*>(bytes_), ctx); }
+
+private:
+    // Moving and destroying go through the action's own functions too: copying the whole buffer
+    // would read bytes the action never wrote, and its bytes just after they were written.
+    struct ops {
+        task<R> (*invoke)(void*, const context&);
+        void (*move)(void* to, void* from) noexcept;
+        void (*destroy)(void*) noexcept; // null: trivially destructible
+    };
+    template <class A>
+    static A& as(void* a) noexcept {
+        return *std::launder(static_cast<A*>(a));
+    }
+    template <class A>
+    static constexpr ops ops_of{
+        [](void* a, const context& ctx) -> task<R> { return invoke_action(as<A>(a), ctx); },
+        [](void* to, void* from) noexcept { ::new (to) A(std::move(as<A>(from))); },
+        std::is_trivially_destructible_v<A> ? nullptr
+                                            : +[](void* a) noexcept { std::destroy_at(&as<A>(a)); }};
+
+    const ops* ops_;
+    alignas(void*) unsigned char bytes_[capacity];
+};
+
+/// Whether `A` is run as an `erased_action`: it returns exactly `task<R>`, fits in its capacity
+/// aligned as a pointer, and moving it cannot throw. `RESILIENCE_NO_ACTION_ERASURE` turns it off:
+/// every action type then instantiates a call body of its own, as in 0.1, and saves the indirect call.
+template <class A>
+constexpr bool erasable_action() noexcept {
+#if defined(RESILIENCE_NO_ACTION_ERASURE)
+    return false;
+#else
+    if constexpr (!std::is_same_v<action_awaitable_t<A>, task<action_result_t<A>>>)
+        return false;
+    else if constexpr (std::is_same_v<A, erased_action<action_result_t<A>>>)
+        return false; // already erased
+    else
+        return sizeof(A) <= erased_action<action_result_t<A>>::capacity && alignof(A) <= alignof(void*) &&
+               std::is_nothrow_move_constructible_v<A>;
+#endif
 }
 
 /// Owns the user's action for the length of the call; the innermost step calls it.

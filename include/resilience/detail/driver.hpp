@@ -444,7 +444,7 @@ template <class P>
 inline constexpr bool is_policy_ref<policy_ref<P>> = true;
 
 template <bool Throw, class Source, class A>
-auto run_valid_action(Source source, A action, context ctx) {
+RESILIENCE_DETAIL_ALWAYS_INLINE auto run_valid_action(Source source, A&& action, context ctx) {
     using policy_type = std::remove_cvref_t<decltype(source.get())>;
     using stages = stages_t<policy_type>;
     using drv = driver<stages, guarded<A>>;
@@ -470,6 +470,10 @@ auto run_action(Source source, A action, context ctx) {
     if constexpr (!checked_action<A>::valid) {
         check_action<A>();
         return task<std::conditional_t<Throw, invalid_action, outcome<invalid_action>>>{};
+    } else if constexpr (erasable_action<A>()) {
+        // Every small action of this result type shares one call body (see `erased_action`).
+        return run_valid_action<Throw>(std::move(source),
+                                       erased_action<action_result_t<A>>{std::move(action)}, std::move(ctx));
     } else {
         return run_valid_action<Throw>(std::move(source), std::move(action), std::move(ctx));
     }

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+// Compile cost of a second call site: five_policies.cpp's pipeline and call, and a second `execute`
+// of it with another action type (a lambda that captures a request by reference and calls another
+// dependency), against the same file with -DRESILIENCE_BENCH_BARE_SECOND, which makes the second call
+// without the pipeline (so the difference is what the call site adds, not the dependency's own
+// code; see bench/README.md, "Build cost"). With -DRESILIENCE_BENCH_BOUND the second call is
+// `execute(f, args...)` with a std::string argument.
+#include <resilience/resilience.hpp>
+
+#include <string>
+
+namespace rs = resilience;
+using namespace std::chrono_literals;
+
+namespace {
+rs::task<int> dependency() {
+    co_return 42;
+}
+rs::task<int> lookup(const std::string& key, rs::stop_token) {
+    co_return static_cast<int>(key.size());
+}
+} // namespace
+
+int main() {
+    rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
+                   rs::bulkhead{{.max_concurrent_calls = 8}},
+                   rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 10}}};
+    const auto action = [] { return dependency(); };
+    int v = rs::sync_wait(p.execute(action));
+    const std::string key = "user:42";
+#if defined(RESILIENCE_BENCH_BARE_SECOND)
+    int w = rs::sync_wait(lookup(key, rs::stop_token{}));
+#elif defined(RESILIENCE_BENCH_BOUND)
+    int w =
+        rs::sync_wait(p.execute([](const std::string& k, rs::stop_token t) { return lookup(k, t); }, key));
+#else
+    const auto second = [&key](rs::stop_token t) { return lookup(key, t); };
+    int w = rs::sync_wait(p.execute(second));
+#endif
+    return v == 42 && w == 7 ? 0 : 1;
+}
