@@ -2,21 +2,13 @@
 // Compile cost of one five-policy pipeline called once with `execute`, against include_only.cpp
 // (see bench/README.md, "Build cost"). With -DRESILIENCE_BENCH_OUTCOME the one call is
 // `execute_outcome`; with -DRESILIENCE_BENCH_BOTH it makes both calls.
-#include <resilience/resilience.hpp>
+#include "pipeline_of_five.hpp"
 
 namespace rs = resilience;
-using namespace std::chrono_literals;
-
-namespace {
-rs::task<int> dependency() {
-    co_return 42;
-}
-} // namespace
+using bench_compile::dependency;
 
 int main() {
-    rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
-                   rs::bulkhead{{.max_concurrent_calls = 8}},
-                   rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 10}}};
+    auto p = bench_compile::pipeline_of_five();
     const auto action = [] { return dependency(); };
 #if defined(RESILIENCE_BENCH_OUTCOME)
     auto o = rs::sync_wait(p.execute_outcome(action));

@@ -5,26 +5,21 @@
 // without the pipeline (so the difference is what the call site adds, not the dependency's own
 // code; see bench/README.md, "Build cost"). With -DRESILIENCE_BENCH_BOUND the second call is
 // `execute(f, args...)` with a std::string argument.
-#include <resilience/resilience.hpp>
+#include "pipeline_of_five.hpp"
 
 #include <string>
 
 namespace rs = resilience;
-using namespace std::chrono_literals;
+using bench_compile::dependency;
 
 namespace {
-rs::task<int> dependency() {
-    co_return 42;
-}
 rs::task<int> lookup(const std::string& key, rs::stop_token) {
     co_return static_cast<int>(key.size());
 }
 } // namespace
 
 int main() {
-    rs::pipeline p{rs::retry{}, rs::circuit_breaker{{.failure_threshold = 5}}, rs::timeout{1s},
-                   rs::bulkhead{{.max_concurrent_calls = 8}},
-                   rs::rate_limiter{{.token_limit = 10, .tokens_per_second = 10}}};
+    auto p = bench_compile::pipeline_of_five();
     const auto action = [] { return dependency(); };
     int v = rs::sync_wait(p.execute(action));
     const std::string key = "user:42";

@@ -311,15 +311,14 @@ private:
         if constexpr (!detail::checked_action<A>::valid) {
             detail::check_action<A>();
             return task<std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
-        } else if constexpr (detail::erasable_action<A>()) {
-            // One call body for every small action of this result type (detail::erased_action).
-            return call<Throw>(detail::erased_action<detail::action_result_t<A>>{std::move(action)},
-                               std::move(ctx));
         } else {
-            using drv = detail::driver<stage_tuple, detail::guarded<A>>;
-            return drv::template drive<Throw>(pinned{snapshot{this->held().pin()}},
-                                              detail::owned_action<A>{std::move(action)}, std::move(ctx),
-                                              typename drv::whole_call{});
+            // A small action shares one call body with every other of its result type.
+            using stored = std::remove_cvref_t<decltype(detail::stored_action(std::move(action)))>;
+            using drv = detail::driver<stage_tuple, detail::guarded<stored>>;
+            return drv::template drive<Throw>(
+                pinned{snapshot{this->held().pin()}},
+                detail::owned_action<stored>{detail::stored_action(std::move(action))}, std::move(ctx),
+                typename drv::whole_call{});
         }
     }
 };

@@ -15,7 +15,6 @@
 
 #include <coroutine>
 #include <cstddef>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <new>
@@ -460,8 +459,8 @@ auto bind_action(F&& f, Tuple&& all, std::index_sequence<Is...>) {
 /// A small action that returns `task<R>`, with its type erased: a call through a policy runs the
 /// same code for every such action of the same result type (see `erasable_action`), so a second
 /// call site of a pipeline compiles `invoke_as` and not the call's whole body again. The action is
-/// kept in place, in the call's frame. The cost is one indirect call per attempt (and, for an action
-/// that is not trivially copyable, one for each move into the frame and one to destroy it).
+/// kept in place, in the call's frame. The cost is an indirect call per attempt and per move (and one
+/// to destroy an action that has a destructor).
 template <class R>
 class erased_action {
 public:
@@ -522,6 +521,18 @@ constexpr bool erasable_action() noexcept {
         return sizeof(A) <= erased_action<action_result_t<A>>::capacity && alignof(A) <= alignof(void*) &&
                std::is_nothrow_move_constructible_v<A>;
 #endif
+}
+
+/// What a call keeps of `action`: an `erased_action` when `erasable_action()` says so, else the
+/// action itself (handed on by reference: moved once, into the call).
+template <class A>
+decltype(auto)
+stored_action(A&& action) noexcept(std::is_nothrow_constructible_v<std::remove_cvref_t<A>, A>) {
+    using T = std::remove_cvref_t<A>;
+    if constexpr (erasable_action<T>())
+        return erased_action<action_result_t<T>>{std::forward<A>(action)};
+    else
+        return std::forward<A>(action);
 }
 
 /// Owns the user's action for the length of the call; the innermost step calls it.
