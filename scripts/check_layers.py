@@ -8,6 +8,9 @@
   that policy's faces (its policy header, options.hpp, errors.hpp), never its internals;
 - inside a policy's folder nothing includes a forwarding header of that policy back, and no header
   reaches itself through its includes (a circle);
+- no folder reaches itself through its includes either (a folder and a top-level header are each one
+  unit here): a folder's headers sit on one floor, so that `detail/` (standard library only) is under
+  the core headers, and `engine/` (the call's machinery, which uses them) over them;
 - no header is over MAX_LINES lines;
 - every header with a mutex says, in a `/// Locking:` paragraph, what the mutex guards;
 - every namespace the headers open is inside the ABI namespace `resilience::inline v<major>_<minor>`
@@ -35,15 +38,15 @@ LAYERS = [
         "when_all.hpp", "event_loop.hpp", "context.hpp", "properties.hpp", "clock.hpp", "any_clock.hpp",
         "async_scope.hpp", "stop_token.hpp", "testing/",
         "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
-        "detail/stop.hpp", "detail/time.hpp", "detail/timer_wheel.hpp", "detail/waiter_queue.hpp",
-        "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/segment_grid.hpp", "detail/race.hpp",
-        "detail/home_loop.hpp", "detail/default_clock.hpp", "detail/config.hpp", "detail/error_category.hpp",
-        "detail/std_token.hpp",
+        "detail/time.hpp", "detail/timer_wheel.hpp", "engine/waiter_queue.hpp",
+        "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/segment_grid.hpp", "engine/race.hpp",
+        "detail/home_loop.hpp", "engine/default_clock.hpp", "detail/config.hpp", "detail/error_category.hpp",
+        "engine/std_token.hpp",
     ]),
     (2, "protocol", [
         "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp", "priority.hpp",
-        "detail/label.hpp", "detail/action.hpp", "detail/driver.hpp", "detail/protocol.hpp",
-        "detail/stages.hpp", "detail/frame_admission.hpp",
+        "detail/label.hpp", "engine/action.hpp", "engine/driver.hpp", "engine/protocol.hpp",
+        "detail/stages.hpp", "engine/frame_admission.hpp",
     ]),
     # A stateful policy is a folder with a forwarding header beside it; the others are one file each.
     (3, "policies", [
@@ -62,7 +65,7 @@ LAYERS = [
         "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",
         "retry_by_request.hpp", "resilience.hpp", "src.hpp", "reloadable.hpp",
     ]),
-    (5, "integrations", ["fmt.hpp", "asio.hpp", "asio/", "boost_asio.hpp", "beast.hpp", "prometheus.hpp",
+    (5, "integrations", ["fmt.hpp", "asio.hpp", "asio/", "asio_flavour/", "boost_asio.hpp", "beast.hpp", "prometheus.hpp",
                           "grpc.hpp", "redis.hpp", "redis/"]),
 ]
 
@@ -149,6 +152,37 @@ def circles(headers):
     return found
 
 
+def unit_circles(headers):
+    """One line for each circle of includes between units: a top-level header is a unit, and so is a
+    folder with everything in it. The .ipp files (a header's definitions for the compiled mode, which
+    include their header back) are left out."""
+    def unit(rel):
+        return rel.split("/", 1)[0] + "/" if "/" in rel else rel
+    graph = {}
+    for p in headers:
+        rel = p.relative_to(ROOT).as_posix()
+        for dep in includes_of(p):
+            if dep.endswith(".hpp") and unit(dep) != unit(rel):
+                graph.setdefault(unit(rel), set()).add(unit(dep))
+    found, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycle = path[path.index(nxt):] + [nxt]
+                found.append("include circle between folders: " + " -> ".join(cycle)
+                             + " (a folder's headers must sit on one floor: move the one that reaches up)")
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
 def abi_namespace():
     """The inline namespace every header opens, from version.hpp: v<major>_<minor>."""
     text = (ROOT / "version.hpp").read_text()
@@ -211,13 +245,14 @@ def main():
             elif "/" in dep_rel and dep_rel not in policy_headers and dep_rel.split("/")[-1] not in FOLDER_FACES:
                 problems.append(f"include/resilience/{rel} includes {dep_rel}, an internal of policy {their_unit}")
     problems += circles(headers)
+    problems += unit_circles(headers)
     for p in problems:
         print(p)
     if problems:
         print(f"check_layers: {len(problems)} problem(s); the layers are in docs/architecture.md")
         return 1
     print("check_layers: every include goes down or sideways, no policy includes itself back, "
-          f"no header is over {MAX_LINES} lines, every namespace is in resilience::{abi}")
+          f"no circle of headers or folders, no header is over {MAX_LINES} lines, every namespace is in resilience::{abi}")
     return 0
 
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The timers of calls started by rs::asio::execute / rs::boost_asio::execute on the default clock: one
-// wheel and one Asio timer per io_context (asio/flavour/async_run.hpp, `call_registry`), armed for the
+// wheel and one Asio timer per io_context (asio_flavour/async_run.hpp, `call_registry`), armed for the
 // earliest deadline. Real timers kept short; nothing asserts how long anything took beyond "not before
 // the deadline" and "well before a deadline that must not be waited for".
 #include "catch.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The standard library's std::stop_token at the library's edges (stop_token.hpp, detail/std_token.hpp),
+// The standard library's std::stop_token at the library's edges (stop_token.hpp, engine/std_token.hpp),
 // where the standard library has it: a caller's std token stops a call, an action (or a function of
 // execute(f, args...)) written to take a std token gets one the call's token stops, a maker of
 // async_scope::spawn may take one, and the bridges outlive either side safely. On virtual time.

@@ -76,11 +76,11 @@ namespace net = ::asio;
 #endif
 // In this order: each body uses the ones before it.
 // clang-format off
-#include "asio/flavour/use_task.hpp"
-#include "asio/flavour/home.hpp"
-#include "asio/flavour/clock.hpp"
-#include "asio/flavour/async_run.hpp"
-#include "asio/flavour/execute.hpp"
+#include "asio_flavour/use_task.hpp"
+#include "asio_flavour/home.hpp"
+#include "asio_flavour/clock.hpp"
+#include "asio_flavour/async_run.hpp"
+#include "asio_flavour/execute.hpp"
 // clang-format on
 #undef RESILIENCE_ASIO_FLAVOUR
 #undef RESILIENCE_ASIO_NET

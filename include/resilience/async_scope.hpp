@@ -17,9 +17,8 @@
 #pragma once
 
 #include "concepts.hpp"
-#include "detail/std_token.hpp"
-#include "detail/stop.hpp"
-#include "detail/waiter_queue.hpp"
+#include "engine/std_token.hpp"
+#include "engine/waiter_queue.hpp"
 #include "event_loop.hpp"
 #include "stop_token.hpp"
 #include "task.hpp"

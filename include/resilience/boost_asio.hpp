@@ -2,7 +2,7 @@
 /// \file boost_asio.hpp
 /// Optional Asio integration on Boost.Asio (Boost 1.81 or later): what <resilience/asio.hpp> gives on
 /// standalone Asio, in the namespace `resilience::boost_asio` and on `boost::asio`'s types. One
-/// implementation serves both (resilience/asio/flavour/), and a program may include both headers.
+/// implementation serves both (resilience/asio_flavour/), and a program may include both headers.
 /// A Beast client keeps its style: its own awaitable is the action, called once per attempt, and the
 /// policies, built without a clock, sleep on timers of the call's executor.
 ///
@@ -70,11 +70,11 @@ namespace net = ::boost::asio;
 #endif
 // In this order: each body uses the ones before it.
 // clang-format off
-#include "asio/flavour/use_task.hpp"
-#include "asio/flavour/home.hpp"
-#include "asio/flavour/clock.hpp"
-#include "asio/flavour/async_run.hpp"
-#include "asio/flavour/execute.hpp"
+#include "asio_flavour/use_task.hpp"
+#include "asio_flavour/home.hpp"
+#include "asio_flavour/clock.hpp"
+#include "asio_flavour/async_run.hpp"
+#include "asio_flavour/execute.hpp"
 // clang-format on
 #undef RESILIENCE_ASIO_FLAVOUR
 #undef RESILIENCE_ASIO_NET

@@ -6,7 +6,6 @@
 
 #include "detail/frame_allocator.hpp"
 #include "detail/inlining.hpp"
-#include "detail/stop.hpp"
 #include "properties.hpp"
 #include "stop_token.hpp"
 

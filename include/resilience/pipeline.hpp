@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /// \file pipeline.hpp
 /// `pipeline<Ps...>`: policies composed outermost first; itself a policy, so pipelines nest. A call
-/// through it runs every stage in one coroutine frame (the driver, detail/driver.hpp): the
+/// through it runs every stage in one coroutine frame (the driver, engine/driver.hpp): the
 /// pipeline's part is to hand the driver its stages, flattened once when it is built.
 #pragma once
 

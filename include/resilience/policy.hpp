@@ -87,10 +87,10 @@
 
 #include "concepts.hpp"
 #include "context.hpp"
-#include "detail/action.hpp"
-#include "detail/driver.hpp"
-#include "detail/protocol.hpp"
 #include "detail/stages.hpp"
+#include "engine/action.hpp"
+#include "engine/driver.hpp"
+#include "engine/protocol.hpp"
 #include "outcome.hpp"
 #include "stop_token.hpp"
 #include "task.hpp"

@@ -12,10 +12,10 @@
 
 #include "concepts.hpp"
 #include "context.hpp"
-#include "detail/action.hpp"
-#include "detail/driver.hpp"
 #include "detail/shared_handle.hpp"
 #include "detail/stages.hpp"
+#include "engine/action.hpp"
+#include "engine/driver.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
 #include "stop_token.hpp"

@@ -163,7 +163,7 @@ foreach(file
         share/resilience/integrations/redis.cmake
         include/resilience/resilience.hpp
         include/resilience/asio/clock.hpp
-        include/resilience/asio/flavour/clock.hpp
+        include/resilience/asio_flavour/clock.hpp
         include/resilience/boost_asio.hpp
         include/resilience/redis/resp.hpp)
     if(NOT EXISTS "${pkg}/${file}")

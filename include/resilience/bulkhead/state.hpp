@@ -5,7 +5,7 @@
 /// pins is bulkhead/config.hpp's; the algorithm is bulkhead/adaptive_limit.hpp's.
 ///
 /// Locking: `bulkhead_state::mutex` guards `queue` (and its waiters' links and states, see
-/// detail/waiter_queue.hpp), `algorithm`, `displaced_` and the replacement of `cell`'s block (read
+/// engine/waiter_queue.hpp), `algorithm`, `displaced_` and the replacement of `cell`'s block (read
 /// as `cell.locked()` under it). It is the only lock that writes `limit`, `epoch`, `plain`, `modes`
 /// and `sample_word`, and that raises or lowers the `waiting` bit of `word`: those are atomics, read
 /// without it by the calls' fast paths (and the slot count below the bits changes by atomic steps
@@ -14,7 +14,7 @@
 /// `enqueue_locked`, `take_deferred_locked`, `waiter_left_locked`, `cap_locked`, `take_locked`,
 /// `limited_locked`, `release_locked`, `grant_locked`); every other function that touches what it
 /// guards takes it itself (`options`, `finish`, `release_to_waiter`, `expire`, `reason_of`,
-/// `reconfigure`; the queue's awaiter, detail/waiter_queue.hpp). The constructor and the
+/// `reconfigure`; the queue's awaiter, engine/waiter_queue.hpp). The constructor and the
 /// destructor touch them unlocked: no other thread can reach the state then.
 ///
 /// How a call gets a slot. It first tries `try_acquire` (in `bulkhead::enter`): with a slot free
@@ -42,9 +42,8 @@
 #include "../detail/inlining.hpp"
 #include "../detail/shared_handle.hpp"
 #include "../detail/snapshot_cell.hpp"
-#include "../detail/stop.hpp"
 #include "../detail/time.hpp"
-#include "../detail/waiter_queue.hpp"
+#include "../engine/waiter_queue.hpp"
 #include "../error.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
@@ -129,7 +128,7 @@ static_assert(max_priority_classes <= waiter_ranks, "each priority class needs a
 ///   when that keeps the count within the front waiter's cap (after a shrink, or when the slot is
 ///   kept for a higher class, it just gives it back), and a limit that grows hands the new slots
 ///   to waiters in the same locked step. With priorities the queue is ordered by class (see
-///   detail/waiter_queue.hpp), so a waiter the front one's cap holds back is held back too.
+///   engine/waiter_queue.hpp), so a waiter the front one's cap holds back is held back too.
 /// - While `waiting` is set, only `mutex` holders write the word: the fast paths leave it alone.
 /// - `word < limit` says "a slot is free and nobody waits" in one comparison, as `limit` is at
 ///   most `slot_mask`: the options are refused beyond it (`bulkhead_options::max_limit`), never

@@ -15,7 +15,7 @@
 
 #include "../clock.hpp"
 #include "../context.hpp"
-#include "../detail/action.hpp"
+#include "../engine/action.hpp"
 #include "../error.hpp"
 #include "../event_loop.hpp"
 #include "../outcome.hpp"

@@ -3,7 +3,7 @@
 /// `home_loop`: where a call runs, resumes and sleeps (which home runs on this thread, how to resume
 /// a coroutine there, how to arm a timer there), so that the driver of a call and the policies do
 /// not include the loop itself. Two kinds: an `event_loop`, and the home an Asio call makes on a
-/// strand of its executor (asio/flavour/home.hpp).
+/// strand of its executor (asio_flavour/home.hpp).
 #pragma once
 
 #include "timer_wheel.hpp"

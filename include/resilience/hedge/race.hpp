@@ -6,8 +6,8 @@
 
 #include "../clock.hpp"
 #include "../context.hpp"
-#include "../detail/race.hpp"
 #include "../detail/time.hpp"
+#include "../engine/race.hpp"
 #include "../error.hpp"
 #include "../event_loop.hpp"
 #include "../outcome.hpp"

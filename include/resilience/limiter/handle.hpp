@@ -11,11 +11,11 @@
 
 #include "../clock.hpp"
 #include "../context.hpp"
-#include "../detail/default_clock.hpp"
 #include "../detail/frame_allocator.hpp"
 #include "../detail/shared_handle.hpp"
 #include "../detail/snapshot_cell.hpp"
-#include "../detail/waiter_queue.hpp"
+#include "../engine/default_clock.hpp"
+#include "../engine/waiter_queue.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"

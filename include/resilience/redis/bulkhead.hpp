@@ -9,7 +9,6 @@
 #include "../bulkhead/errors.hpp"
 #include "../context.hpp"
 #include "../detail/label.hpp"
-#include "../detail/stop.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"

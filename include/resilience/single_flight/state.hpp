@@ -15,7 +15,6 @@
 
 #include "../context.hpp"
 #include "../detail/home_loop.hpp"
-#include "../detail/stop.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../stop_token.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/protocol.hpp
+/// \file engine/protocol.hpp
 /// The vocabulary of the fast protocol (described in policy.hpp), as the driver checks it: `step`,
 /// what makes a policy fast, how it says that its `enter` never waits or that it can wait in the
 /// pipeline's frame, and the one clock reading that the policies of a call share.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file asio/flavour/execute.hpp
+/// \file asio_flavour/execute.hpp
 /// `execute(executor, policy, action, token)` and `execute(policy, action, token)`: one call through a
 /// policy as an Asio asynchronous operation, whose action may return an Asio awaitable.
 ///
@@ -13,12 +13,12 @@
 #error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
 #endif
 
-#include "../../concepts.hpp"
-#include "../../context.hpp"
-#include "../../detail/action.hpp"
-#include "../../detail/frame_allocator.hpp"
-#include "../../policy.hpp"
-#include "../../stop_token.hpp"
+#include "../concepts.hpp"
+#include "../context.hpp"
+#include "../detail/frame_allocator.hpp"
+#include "../engine/action.hpp"
+#include "../policy.hpp"
+#include "../stop_token.hpp"
 
 #include <concepts>
 #include <coroutine>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/default_clock.hpp
+/// \file engine/default_clock.hpp
 /// `detail::is_default_clock`: whether a policy's clock is the default one, which sleeps on the
 /// event loop running the call rather than anywhere of its own.
 #pragma once

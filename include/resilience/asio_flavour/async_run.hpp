@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file asio/flavour/async_run.hpp
+/// \file asio_flavour/async_run.hpp
 /// `async_run`, which runs a resilience awaitable as an Asio asynchronous operation, `spawn`, which
 /// starts one in an `rs::async_scope`, and the io_context service that owns the calls they start.
 ///
@@ -19,13 +19,12 @@
 #error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
 #endif
 
-#include "../../async_scope.hpp"
-#include "../../concepts.hpp"
-#include "../../detail/std_token.hpp"
-#include "../../detail/stop.hpp"
-#include "../../detail/timer_wheel.hpp"
-#include "../../stop_token.hpp"
-#include "../../task.hpp"
+#include "../async_scope.hpp"
+#include "../concepts.hpp"
+#include "../detail/timer_wheel.hpp"
+#include "../engine/std_token.hpp"
+#include "../stop_token.hpp"
+#include "../task.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/race.hpp
+/// \file engine/race.hpp
 /// Children a parent coroutine starts and collects one by one as they finish, on any thread: the
 /// joining a hedge needs, where `when_all` waits for all at once.
 ///
@@ -14,9 +14,9 @@
 #pragma once
 
 #include "../context.hpp"
+#include "../detail/frame_allocator.hpp"
 #include "../event_loop.hpp"
 #include "../outcome.hpp"
-#include "frame_allocator.hpp"
 
 #include <atomic>
 #include <coroutine>

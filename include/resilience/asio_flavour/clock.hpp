@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file asio/flavour/clock.hpp
+/// \file asio_flavour/clock.hpp
 /// `resilience::asio::clock`: a clock whose sleeps are Asio steady timers, for the policies that run
 /// on an io_context's threads.
 ///
@@ -13,9 +13,9 @@
 #error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
 #endif
 
-#include "../../clock.hpp"
-#include "../../concepts.hpp"
-#include "../../stop_token.hpp"
+#include "../clock.hpp"
+#include "../concepts.hpp"
+#include "../stop_token.hpp"
 
 #include <chrono>
 #include <coroutine>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/waiter_queue.hpp
+/// \file engine/waiter_queue.hpp
 /// The queue of suspended coroutines that the bulkhead and the rate limiters make callers wait in: in
 /// arrival order, or with priorities (priority.hpp) by rank, highest first, in arrival order within a
 /// rank.

@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/frame_admission.hpp
+/// \file engine/frame_admission.hpp
 /// Waiting for admission inside the pipeline's frame: for a stage whose `enter` answered
 /// `step::wait` and that has `waits_in_frame` and `frame_wait<R>` (see policy.hpp), the call
 /// suspends in its own frame on that stage's awaiter, and goes on inward from there once admitted.
 #pragma once
 
 #include "../context.hpp"
+#include "../detail/frame_allocator.hpp"
+#include "../detail/inline_start.hpp"
+#include "../detail/inlining.hpp"
+#include "../detail/stages.hpp"
 #include "../outcome.hpp"
-#include "frame_allocator.hpp"
-#include "inline_start.hpp"
-#include "inlining.hpp"
 #include "protocol.hpp"
-#include "stages.hpp"
 
 #include <algorithm>
 #include <coroutine>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/action.hpp
+/// \file engine/action.hpp
 /// How a call runs the user's action: the three shapes an action may have, the rules `execute`
 /// checks at compile time (one `static_assert` per rule), the awaiter that turns whatever the
 /// action throws into a failure (`guarded_call`), and `execute(f, args...)`'s bound action.
@@ -7,10 +7,10 @@
 
 #include "../concepts.hpp"
 #include "../context.hpp"
+#include "../detail/inline_start.hpp"
 #include "../outcome.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
-#include "inline_start.hpp"
 #include "std_token.hpp"
 
 #include <coroutine>

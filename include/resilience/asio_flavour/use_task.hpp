@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file asio/flavour/use_task.hpp
+/// \file asio_flavour/use_task.hpp
 /// `use_task` and `use_task(stop_token)`: the completion tokens with which a resilience coroutine
 /// awaits an Asio operation, and the operation's awaiter that carries a stop request to Asio
 /// per-operation cancellation.
@@ -14,7 +14,7 @@
 #error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
 #endif
 
-#include "../../stop_token.hpp"
+#include "../stop_token.hpp"
 
 #include <atomic>
 #include <coroutine>

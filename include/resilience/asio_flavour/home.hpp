@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file asio/flavour/home.hpp
+/// \file asio_flavour/home.hpp
 /// `call_home`: where a call started from Asio code runs, resumes and sleeps: a strand of the call's
 /// executor, made the thread's current home (detail/home_loop.hpp) whenever the call's own code runs.
 ///
@@ -13,7 +13,7 @@
 #error "include <resilience/asio.hpp> (standalone Asio) or <resilience/boost_asio.hpp> (Boost.Asio)"
 #endif
 
-#include "../../detail/home_loop.hpp"
+#include "../detail/home_loop.hpp"
 
 #include <chrono>
 #include <memory>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/std_token.hpp
+/// \file engine/std_token.hpp
 /// The edge where a callable takes the standard library's `std::stop_token` instead of the
 /// library's own (stop_token.hpp): an action, or the `make` of `async_run`, `spawn` and
 /// `async_scope`. Such a callable is called with a standard token that the call's token stops,

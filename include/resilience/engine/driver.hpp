@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: MIT
-/// \file detail/driver.hpp
+/// \file engine/driver.hpp
 /// The driver: runs one call through a pipeline's stages (or one policy) in one coroutine frame, by
 /// the protocol described in policy.hpp, and `run_action`, which `policy_base::execute` calls.
 #pragma once
 
 #include "../concepts.hpp"
 #include "../context.hpp"
+#include "../detail/home_loop.hpp"
+#include "../detail/inlining.hpp"
+#include "../detail/stages.hpp"
 #include "../outcome.hpp"
 #include "../task.hpp"
 #include "action.hpp"
 #include "frame_admission.hpp"
-#include "home_loop.hpp"
-#include "inlining.hpp"
 #include "protocol.hpp"
-#include "stages.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -234,7 +234,7 @@ struct driver {
             return inner_next{stages, leaf, J + 1};
     }
 
-    // Waiting for admission in this frame (detail/frame_admission.hpp).
+    // Waiting for admission in this frame (engine/frame_admission.hpp).
     using admission = frame_admission<Stages, states, outcome_type>;
 
     // The name a call's own `cancelled_error` carries: the outermost policy's.
