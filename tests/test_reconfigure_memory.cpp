@@ -349,7 +349,9 @@ TEST_CASE("reconfigure memory: four threads call while another reconfigures ever
             window.reconfigure({.permit_limit = odd ? 1'000'000u : 1'000'001u, .window = 1s});
             throttle.reconfigure({.k = odd ? 1e9 : 2e9});
             cache.reconfigure({.ttl = odd ? 1ns : 2ns});
-            reloading.reconfigure(rs::retry_options{.max_attempts = odd ? 1 : 2});
+            // No backoff: the failed half of the calls would each wait out a real delay (40 s in all).
+            reloading.reconfigure(
+                rs::retry_options{.max_attempts = odd ? 1 : 2, .backoff = rs::constant_backoff{}});
             std::this_thread::yield();
         }
     });
