@@ -69,11 +69,8 @@ namespace detail {
 // live lease's expiry on (and says 0 if it already expired: its slot may be someone else's now);
 // `release` removes it. Each runs atomically, as every Lua script does. The key's own expiry
 // follows the latest lease, so a key whose holders all died goes away by itself.
-//   ARGV: op, lease id, lease (us), limit
+//   after script_preamble (`now`); ARGV: op, lease id, lease (us), limit
 inline constexpr std::string_view bulkhead_script = R"lua(
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local op = ARGV[1]
 local id = ARGV[2]
 local lease = tonumber(ARGV[3])

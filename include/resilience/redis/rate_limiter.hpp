@@ -81,12 +81,9 @@ namespace detail {
 // full again, when forgetting it changes nothing. The wait it returns is held at 2^62 ns (in
 // microseconds, rounded up), the longest a limiter tells: a longer one (a token every ten years with
 // thirty calls waiting) is beyond what nanoseconds hold, and in the end Redis's integer reply.
-//   ARGV: burst, interval (us), longest wait accepted (us; -1: any)
+//   after script_preamble (`now`); ARGV: burst, interval (us), longest wait accepted (us; -1: any)
 //   returns {1, wait (us)} admitted (sleep `wait` first), or {0, retry after (us)}
 inline constexpr std::string_view rate_limiter_script = R"lua(
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local burst = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])

@@ -89,6 +89,15 @@ inline void check_duration(const std::string& who, const char* field, std::chron
                                     std::to_string(value.count()) + "ns");
 }
 
+/// What every script starts with: its effects replicated rather than the script (Redis before 5
+/// replicates a script whole, and `TIME` makes it differ from replica to replica), and `now`, Redis's
+/// clock in microseconds, the one clock every process sharing the key agrees on.
+inline constexpr std::string_view script_preamble = R"lua(
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+)lua";
+
 /// A Lua script run by its SHA-1. The SHA is learnt with `SCRIPT LOAD` on first use (one round trip
 /// once); afterwards each run is one `EVALSHA`. A `NOSCRIPT` reply (the server restarted, or its
 /// scripts were flushed) proves the script did not run, so it is sent whole with `EVAL`, which also
@@ -96,7 +105,8 @@ inline void check_duration(const std::string& who, const char* field, std::chron
 /// only on its connection's executor.
 class script {
 public:
-    explicit script(std::string_view text) : text_(text) {}
+    /// `body` runs after `script_preamble`, which sets `now`.
+    explicit script(std::string_view body) : text_(std::string(script_preamble).append(body)) {}
 
     /// Runs the script with one key and `args`. Throws `redis::error` when Redis cannot answer or
     /// answers with an error, `cancelled_error` when `token` stops the wait.
