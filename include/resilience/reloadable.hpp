@@ -309,8 +309,7 @@ private:
     template <bool Throw, class A>
     auto call(A action, context ctx) const {
         if constexpr (!detail::checked_action<A>::valid) {
-            detail::check_action<A>();
-            return task<std::conditional_t<Throw, detail::invalid_action, outcome<detail::invalid_action>>>{};
+            return detail::refuse_action<Throw, A>();
         } else {
             // A small action shares one call body with every other of its result type.
             using stored = std::remove_cvref_t<decltype(detail::stored_action(std::move(action)))>;

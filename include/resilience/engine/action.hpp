@@ -108,6 +108,14 @@ void check_action() {
     }
 }
 
+/// What a call with `A` returns when `A` is not an action: `check_action` stops the build with the rule
+/// it breaks, and the task of `invalid_action` keeps the caller's code from adding errors of its own.
+template <bool Throw, class A>
+auto refuse_action() {
+    check_action<A>();
+    return task<std::conditional_t<Throw, invalid_action, outcome<invalid_action>>>{};
+}
+
 // ---- g++ before 13: no closure temporary that g++ destroys twice ----
 //
 // g++ 12 miscompiles a lambda-expression or an aggregate initialisation (braces or parentheses)

@@ -471,8 +471,7 @@ RESILIENCE_DETAIL_ALWAYS_INLINE auto run_valid_action(Source source, Action&& ac
 template <bool Throw, class Source, class A>
 auto run_action(Source source, A action, context ctx) {
     if constexpr (!checked_action<A>::valid) {
-        check_action<A>();
-        return task<std::conditional_t<Throw, invalid_action, outcome<invalid_action>>>{};
+        return refuse_action<Throw, A>();
     } else {
         // A small action shares one call body with every other of its result type (`erased_action`).
         return run_valid_action<Throw>(std::move(source), stored_action(std::move(action)), std::move(ctx));
