@@ -222,34 +222,68 @@ struct stop_access;
 
 } // namespace detail
 
+namespace detail {
+
+/// A counted reference to a stop state, the one member of a token and of a source: a copy takes
+/// another reference (`Counts::take`), destruction gives it back (`Counts::give`), a move passes it on.
+template <class Counts>
+class state_ref {
+public:
+    state_ref() noexcept = default;
+    /// Takes over a reference the caller made.
+    explicit state_ref(stop_state* adopted) noexcept : s_(adopted) {}
+    state_ref(const state_ref& o) noexcept : s_(o.s_) {
+        if (s_)
+            Counts::take(*s_);
+    }
+    state_ref(state_ref&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    state_ref& operator=(state_ref o) noexcept { // a copy or a move, then the old reference goes with `o`
+        std::swap(s_, o.s_);
+        return *this;
+    }
+    ~state_ref() {
+        if (s_)
+            Counts::give(*s_);
+    }
+
+    stop_state* get() const noexcept { return s_; }
+    void swap(state_ref& o) noexcept { std::swap(s_, o.s_); }
+
+private:
+    stop_state* s_ = nullptr;
+};
+
+/// What a token's reference counts: the state's life.
+struct token_counts {
+    static void take(stop_state& s) noexcept { s.add_ref(); }
+    static void give(stop_state& s) noexcept { s.release(); }
+};
+
+/// What a source's reference counts: the state's life, and the sources that may still ask to stop.
+struct source_counts {
+    static void take(stop_state& s) noexcept {
+        s.add_ref();
+        s.add_source();
+    }
+    static void give(stop_state& s) noexcept {
+        s.release_source();
+        s.release();
+    }
+};
+
+} // namespace detail
+
 /// Observes whether its source was asked to stop. Copyable; a default-made one can never stop.
 class stop_token {
 public:
     stop_token() noexcept = default;
-    stop_token(const stop_token& o) noexcept : s_(o.s_) {
-        if (s_)
-            s_->add_ref();
-    }
-    stop_token(stop_token&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-    stop_token& operator=(const stop_token& o) noexcept {
-        stop_token(o).swap(*this);
-        return *this;
-    }
-    stop_token& operator=(stop_token&& o) noexcept {
-        stop_token(std::move(o)).swap(*this);
-        return *this;
-    }
-    ~stop_token() {
-        if (s_)
-            s_->release();
-    }
 
-    [[nodiscard]] bool stop_requested() const noexcept { return s_ && s_->stop_requested(); }
-    [[nodiscard]] bool stop_possible() const noexcept { return s_ && s_->stop_possible(); }
-    void swap(stop_token& o) noexcept { std::swap(s_, o.s_); }
+    [[nodiscard]] bool stop_requested() const noexcept { return s_.get() && s_.get()->stop_requested(); }
+    [[nodiscard]] bool stop_possible() const noexcept { return s_.get() && s_.get()->stop_possible(); }
+    void swap(stop_token& o) noexcept { s_.swap(o.s_); }
     friend void swap(stop_token& a, stop_token& b) noexcept { a.swap(b); }
     [[nodiscard]] friend bool operator==(const stop_token& a, const stop_token& b) noexcept {
-        return a.s_ == b.s_;
+        return a.s_.get() == b.s_.get();
     }
 
 private:
@@ -260,13 +294,13 @@ private:
     // Takes over a reference the caller made.
     explicit stop_token(detail::stop_state* adopted) noexcept : s_(adopted) {}
 
-    detail::stop_state* s_ = nullptr;
+    detail::state_ref<detail::token_counts> s_;
 };
 
 namespace detail {
 struct stop_access {
     static stop_token adopt(stop_state* s) noexcept { return stop_token(s); }
-    static stop_state* state(const stop_token& t) noexcept { return t.s_; }
+    static stop_state* state(const stop_token& t) noexcept { return t.s_.get(); }
 };
 } // namespace detail
 
@@ -275,45 +309,24 @@ class stop_source {
 public:
     stop_source() : s_(detail::stop_state::make()) {}
     explicit stop_source(nostopstate_t) noexcept {}
-    stop_source(const stop_source& o) noexcept : s_(o.s_) {
-        if (s_) {
-            s_->add_ref();
-            s_->add_source();
-        }
-    }
-    stop_source(stop_source&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-    stop_source& operator=(const stop_source& o) noexcept {
-        stop_source(o).swap(*this);
-        return *this;
-    }
-    stop_source& operator=(stop_source&& o) noexcept {
-        stop_source(std::move(o)).swap(*this);
-        return *this;
-    }
-    ~stop_source() {
-        if (s_) {
-            s_->release_source();
-            s_->release();
-        }
-    }
 
     [[nodiscard]] stop_token get_token() const noexcept {
-        if (s_)
-            s_->add_ref();
-        return stop_token(s_);
+        if (s_.get())
+            s_.get()->add_ref();
+        return stop_token(s_.get());
     }
     /// True when this call made the request. Runs the callbacks on this thread before it returns.
-    bool request_stop() noexcept { return s_ && s_->request_stop(); }
-    [[nodiscard]] bool stop_requested() const noexcept { return s_ && s_->stop_requested(); }
-    [[nodiscard]] bool stop_possible() const noexcept { return s_ != nullptr; }
-    void swap(stop_source& o) noexcept { std::swap(s_, o.s_); }
+    bool request_stop() noexcept { return s_.get() && s_.get()->request_stop(); }
+    [[nodiscard]] bool stop_requested() const noexcept { return s_.get() && s_.get()->stop_requested(); }
+    [[nodiscard]] bool stop_possible() const noexcept { return s_.get() != nullptr; }
+    void swap(stop_source& o) noexcept { s_.swap(o.s_); }
     friend void swap(stop_source& a, stop_source& b) noexcept { a.swap(b); }
     [[nodiscard]] friend bool operator==(const stop_source& a, const stop_source& b) noexcept {
-        return a.s_ == b.s_;
+        return a.s_.get() == b.s_.get();
     }
 
 private:
-    detail::stop_state* s_ = nullptr;
+    detail::state_ref<detail::source_counts> s_;
 };
 
 /// Runs `F` once when the token's source is asked to stop (at once, in the constructor, if it
@@ -328,9 +341,9 @@ public:
     requires std::constructible_from<F, C>
     explicit stop_callback(const stop_token& t, C&& c) noexcept(std::is_nothrow_constructible_v<F, C>)
         : stop_callback_node(&invoke), f_(std::forward<C>(c)) {
-        if (t.s_ && t.s_->add(this)) {
-            t.s_->add_ref();
-            s_ = t.s_;
+        if (detail::stop_state* const s = t.s_.get(); s && s->add(this)) {
+            s->add_ref();
+            s_ = s;
         }
     }
     stop_callback(const stop_callback&) = delete;
