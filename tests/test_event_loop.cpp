@@ -153,6 +153,21 @@ TEST_CASE("event_loop: a spawned coroutine that ends on another thread wakes its
     CHECK(rs::sync_wait(work()) == 5);
 }
 
+TEST_CASE("event_loop: a spawned coroutine that fails on another thread has its exception rethrown by run",
+          "[event_loop][concurrency]") {
+    // The failure is stored on the worker thread, where the coroutine ends, and read by run() on the
+    // loop's thread; the TSan leg checks that the two are ordered.
+    rs::event_loop loop;
+    resilience_tests::foreign_thread worker;
+    loop.spawn([](resilience_tests::foreign_thread& w) -> rs::task<void> {
+        co_await w.resume_here();
+        throw std::runtime_error("failed on the worker");
+    }(worker));
+    CHECK_THROWS_WITH(loop.run(), "failed on the worker");
+    // The failure was taken: the loop runs again without it.
+    CHECK(loop.run([]() -> rs::task<int> { co_return 2; }()) == 2);
+}
+
 TEST_CASE("clock: a sleep destroyed while its timer is armed takes the timer off its loop", "[clock]") {
     rs::testing::simulation timers; // the loop the sleep's timer is armed on
     {
