@@ -4,6 +4,11 @@
 // classifier, breaker, hedge, timeout per attempt), started from Asio code with async_run. Built with
 // -DRESILIENCE_BENCH_BARE, the same file makes the same calls without the library's policies: the
 // difference is what the pipeline costs such a file (see bench/README.md, "Build cost").
+//
+// -DRESILIENCE_BENCH_EXECUTE: the same service in Asio's own style, as the Asio integration lets a team
+// keep it: the requests are asio::awaitable coroutines with use_awaitable, the policies are on their
+// default clock, and each call is rs::asio::execute(io, policy, action, handler); with
+// -DRESILIENCE_BENCH_BARE as well, the same awaitables started with asio::co_spawn instead.
 #include <asio.hpp>
 #include <resilience/asio.hpp>
 #include <resilience/http.hpp>
@@ -23,7 +28,76 @@ namespace rs = resilience;
 using namespace std::chrono_literals;
 using asio::ip::tcp;
 
+#if defined(RESILIENCE_BENCH_EXECUTE) && !defined(ASIO_HAS_CO_AWAIT)
+#error                                                                                                       \
+    "-DRESILIENCE_BENCH_EXECUTE needs asio::awaitable, which this Asio turns off for this compiler (Asio 1.22 with clang 14)"
+#endif
+
 namespace {
+
+#if defined(RESILIENCE_BENCH_EXECUTE)
+
+struct reply {
+    int status = 0;
+    std::optional<std::string> retry_after;
+    std::string body;
+};
+
+struct profile {
+    std::string name;
+    int visits = 0;
+};
+
+// One request on a connection of its own; a cancelled attempt's operations end with operation_aborted.
+asio::awaitable<reply> fetch(tcp::endpoint server, std::string path) {
+    tcp::socket socket{co_await asio::this_coro::executor};
+    co_await socket.async_connect(server, asio::use_awaitable);
+    const std::string request = "GET " + path + " HTTP/1.1\r\n\r\n";
+    co_await asio::async_write(socket, asio::buffer(request), asio::use_awaitable);
+    std::array<char, 512> buf{};
+    const std::size_t n = co_await socket.async_read_some(asio::buffer(buf), asio::use_awaitable);
+    reply r;
+    r.status = n >= 12 ? std::stoi(std::string(buf.data() + 9, 3)) : 0;
+    r.body.assign(buf.data(), n);
+    co_return r;
+}
+
+asio::awaitable<profile> load_profile(tcp::endpoint server) {
+    reply r = co_await fetch(server, "/profile");
+    co_return profile{r.body, r.status};
+}
+
+} // namespace
+
+int main() {
+    asio::io_context io;
+    const tcp::endpoint server{asio::ip::address_v4::loopback(), 8080};
+    int answered = 0;
+    const auto on_reply = [&](std::exception_ptr error, reply r) { answered += !error && r.status == 200; };
+    const auto on_profile = [&](std::exception_ptr error, profile p) { answered += !error && p.visits >= 0; };
+    auto quote = [&] { return fetch(server, "/quote"); };
+    auto visits = [&] { return load_profile(server); };
+
+#if defined(RESILIENCE_BENCH_BARE)
+    asio::co_spawn(io, quote(), on_reply);
+    asio::co_spawn(io, visits(), on_profile);
+#else
+    rs::pipeline policy{
+        rs::bulkhead{{.max_concurrent_calls = 32, .queue_limit = 64}},
+        rs::retry{{.max_attempts = 3, .should_handle = rs::http::response_classifier<reply>{}}},
+        rs::circuit_breaker{{.failure_threshold = 5}},
+        rs::hedge{{.max_attempts = 2, .delay = 50ms}},
+        rs::timeout{300ms},
+    };
+    rs::asio::execute(io, policy, quote, on_reply);
+    rs::asio::execute(io, policy, visits, on_profile);
+#endif
+    io.run();
+    std::printf("%d answered\n", answered);
+    return 0;
+}
+
+#else
 
 struct reply {
     int status = 0;
@@ -105,3 +179,5 @@ int main() {
     std::printf("%d answered\n", answered);
     return 0;
 }
+
+#endif
