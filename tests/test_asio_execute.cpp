@@ -62,6 +62,19 @@ struct flaky {
     }
 };
 
+TEST_CASE("asio execute: an awaitable action that fits is kept type-erased, so every such action of one "
+          "result type shares one call body",
+          "[asio][execute]") {
+    // What a second call site costs a build (docs/install.md): the action `execute` wraps must return an
+    // rs::task<T> and fit the erased action's capacity (four pointers, the call's executor among them),
+    // or each action type compiles a call body of its own.
+    int calls = 0;
+    const auto by_reference = [&calls]() -> net::awaitable<int> { co_return ++calls; };
+    STATIC_REQUIRE(rs::detail::erasable_action<rsa::detail::asio_action<decltype(by_reference)>>());
+    // flaky (a count, a duration and a shared_ptr) is past the capacity: it gets a call body of its own.
+    STATIC_REQUIRE(!rs::detail::erasable_action<rsa::detail::asio_action<flaky>>());
+}
+
 TEST_CASE("asio execute: an awaitable action retried on the default clock, awaited with use_awaitable",
           "[asio][execute]") {
     net::io_context io;

@@ -19,6 +19,7 @@
 #include "../engine/action.hpp"
 #include "../policy.hpp"
 #include "../stop_token.hpp"
+#include "../task.hpp"
 
 #include <concepts>
 #include <coroutine>
@@ -186,6 +187,19 @@ private:
     std::optional<stop_callback<on_stop>> stop_;
 };
 
+/// An attempt as an `rs::task<T>`: the same type for every action of one result type, so that the
+/// action (`asio_action`) is kept type-erased in the call's frame and the call's body is compiled once
+/// per policy and result type, as for an action returning a task (engine/action.hpp). The awaiter is a
+/// named local: g++ before 13 destroys a temporary written inside the `co_await` twice.
+template <class T, class Awaitable>
+task<T> attempt_task(Awaitable aw, const call_executor& where, stop_token token) {
+    attempt_awaiter<T, Awaitable> attempt{std::move(aw), where, std::move(token)};
+    if constexpr (std::is_void_v<T>)
+        co_await attempt;
+    else
+        co_return co_await attempt;
+}
+
 #endif
 
 /// What an action returned, checked: an Asio awaitable of this flavour, or a resilience awaitable.
@@ -225,8 +239,8 @@ public:
         using R = decltype(resilience::detail::invoke_action(f_, ctx));
 #if RESILIENCE_ASIO_HAS_CO_AWAIT
         if constexpr (net_awaitable_traits<R>::is_net_awaitable) {
-            return attempt_awaiter<typename net_awaitable_traits<R>::value_type, R>{
-                resilience::detail::invoke_action(f_, ctx), *where_, ctx.stop_token()};
+            return attempt_task<typename net_awaitable_traits<R>::value_type, R>(
+                resilience::detail::invoke_action(f_, ctx), *where_, ctx.stop_token());
         } else
 #endif
             if constexpr (resilience::awaitable<R>) {
