@@ -130,18 +130,16 @@ def unit_of(rel, folders):
     return folders.get(rel, rel[:-len(".hpp")])
 
 
-def circles(headers):
-    """One line for each header that reaches itself through its includes (a header that includes what
-    includes it back compiles only through #pragma once, in one order)."""
-    graph = {p.relative_to(ROOT).as_posix(): includes_of(p) for p in headers}
+def cycles(graph):
+    """Each circle of a directed graph ({node: successors}) found by a depth-first walk, as a list of
+    nodes that starts and ends with the same one."""
     found, state = [], {}
 
     def visit(node, path):
         state[node] = "open"
-        for nxt in graph.get(node, []):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                cycle = path[path.index(nxt):] + [nxt]
-                found.append("include circle: " + " -> ".join(cycle))
+                found.append(path[path.index(nxt):] + [nxt])
             elif nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = "done"
@@ -150,6 +148,13 @@ def circles(headers):
         if node not in state:
             visit(node, [node])
     return found
+
+
+def circles(headers):
+    """One line for each header that reaches itself through its includes (a header that includes what
+    includes it back compiles only through #pragma once, in one order)."""
+    graph = {p.relative_to(ROOT).as_posix(): includes_of(p) for p in headers}
+    return ["include circle: " + " -> ".join(c) for c in cycles(graph)]
 
 
 def unit_circles(headers):
@@ -164,23 +169,8 @@ def unit_circles(headers):
         for dep in includes_of(p):
             if dep.endswith(".hpp") and unit(dep) != unit(rel):
                 graph.setdefault(unit(rel), set()).add(unit(dep))
-    found, state = [], {}
-
-    def visit(node, path):
-        state[node] = "open"
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                cycle = path[path.index(nxt):] + [nxt]
-                found.append("include circle between folders: " + " -> ".join(cycle)
-                             + " (a folder's headers must sit on one floor: move the one that reaches up)")
-            elif nxt not in state:
-                visit(nxt, path + [nxt])
-        state[node] = "done"
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
-    return found
+    return ["include circle between folders: " + " -> ".join(c)
+            + " (a folder's headers must sit on one floor: move the one that reaches up)" for c in cycles(graph)]
 
 
 def abi_namespace():

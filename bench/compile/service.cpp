@@ -35,8 +35,6 @@ using asio::ip::tcp;
 
 namespace {
 
-#if defined(RESILIENCE_BENCH_EXECUTE)
-
 struct reply {
     int status = 0;
     std::optional<std::string> retry_after;
@@ -47,6 +45,8 @@ struct profile {
     std::string name;
     int visits = 0;
 };
+
+#if defined(RESILIENCE_BENCH_EXECUTE)
 
 // One request on a connection of its own; a cancelled attempt's operations end with operation_aborted.
 asio::awaitable<reply> fetch(tcp::endpoint server, std::string path) {
@@ -98,17 +98,6 @@ int main() {
 }
 
 #else
-
-struct reply {
-    int status = 0;
-    std::optional<std::string> retry_after;
-    std::string body;
-};
-
-struct profile {
-    std::string name;
-    int visits = 0;
-};
 
 // One request on a connection of its own; the stop token reaches every socket operation.
 rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string path,
