@@ -3,6 +3,7 @@
 // logs, and running event loops on threads of their own while counting how the calls ended.
 #pragma once
 
+#include "alloc_counter.hpp" // RESILIENCE_TESTS_SANITIZED
 #include "catch.hpp"
 
 #include <resilience/bulkhead/errors.hpp>
@@ -238,6 +239,18 @@ void run_on_threads(Loops&... loops) {
     for (auto& e : errors)
         if (e)
             std::rethrow_exception(e);
+}
+
+/// The rounds a lockstep stress test runs: `rounds` in a plain build, a tenth under a sanitizer. There
+/// each round's spinning costs 10 to 50 times as much, on a machine that the other tests share, and
+/// a race is found otherwise: ThreadSanitizer reports accesses that nothing orders, whether or not they
+/// happened to overlap, and AddressSanitizer a use after free on the round that makes it.
+constexpr std::size_t stress_rounds(std::size_t rounds) noexcept {
+#if defined(RESILIENCE_TESTS_SANITIZED)
+    return rounds / 10;
+#else
+    return rounds;
+#endif
 }
 
 /// Runs `step(thread, round)` on `threads` threads for `rounds` rounds, all threads starting each

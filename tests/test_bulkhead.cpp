@@ -617,7 +617,7 @@ TEST_CASE("bulkhead state: try_acquire from threads released at the same instant
           "max_concurrent_calls slots",
           "[bulkhead][concurrency]") {
     // The fast paths alone, with nothing around them to spread the threads apart.
-    constexpr std::size_t threads = 4, rounds = 20000;
+    constexpr std::size_t threads = 4, rounds = resilience_tests::stress_rounds(20000);
     slots s{{.max_concurrent_calls = 1}, {}};
     std::atomic<int> peak{0};
     std::atomic<std::size_t> taken{0};

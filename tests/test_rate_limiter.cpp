@@ -664,7 +664,8 @@ TEST_CASE("rate_limiter: try_take_now from threads released at the same instant 
           "in the bucket",
           "[rate_limiter][concurrency]") {
     // The fast path alone, with nothing around it to spread the threads apart.
-    constexpr std::size_t threads = 4, rounds = 20000, capacity = rounds * threads / 2;
+    constexpr std::size_t threads = 4, rounds = resilience_tests::stress_rounds(20000),
+                          capacity = rounds * threads / 2;
     rs::detail::limiter_state<rs::steady_clock, rs::detail::token_bucket> bucket{
         rs::detail::token_bucket{capacity, 1e-6}, rs::steady_clock{}, 0};
     std::atomic<std::size_t> taken{0};
