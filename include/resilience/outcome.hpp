@@ -370,6 +370,24 @@ RESILIENCE_DETAIL_NOINLINE void set_cancelled(std::optional<outcome<R>>& result,
     result.emplace(failure::make(cancelled_error{name}));
 }
 
+/// `r` as an `outcome<T>`, for a policy that keeps or shares a `T` (a cache, a single flight) and runs
+/// an action producing anything convertible to it: a failure is kept, a value converted (a conversion
+/// that throws becomes the failure).
+template <class T, class R>
+outcome<T> converted_outcome(outcome<R>&& r) {
+    if constexpr (std::is_same_v<R, T>) {
+        return std::move(r);
+    } else {
+        if (r.has_failure())
+            return r.error();
+        try {
+            return outcome<T>(static_cast<T>(std::move(*r)));
+        } catch (...) {
+            return failure::current();
+        }
+    }
+}
+
 /// The value of an outcome an event refers to, with its type erased: what `retry_event::value<T>()`
 /// and `fallback_event::value<T>()` read. Empty for a failure or a `void` value.
 class value_view {

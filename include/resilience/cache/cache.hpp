@@ -224,7 +224,7 @@ private:
     static task<refresh> refresh_by_action(state& st, const config& cfg, const Key& key, A& action,
                                            const context& ctx) {
         const std::uint64_t began = st.current_epoch();
-        outcome<T> r = detail::cache_converted<T>(co_await detail::guarded_call<A>{&action, ctx});
+        outcome<T> r = detail::converted_outcome<T>(co_await detail::guarded_call<A>{&action, ctx});
         if (ctx.stop_requested()) // every caller stopped: nobody waits, and a late value is not stored
             co_return refresh{std::move(r)};
         co_return st.finish(cfg, key, began, std::move(r));

@@ -84,22 +84,6 @@ struct cache_refresh {
     std::chrono::nanoseconds stale_for{}; // how long past its freshness the stale value was
 };
 
-/// The outcome of an action that may produce anything convertible to `T`, as the `T` a cache keeps.
-template <class T, class R>
-outcome<T> cache_converted(outcome<R>&& r) {
-    if constexpr (std::is_same_v<R, T>) {
-        return std::move(r);
-    } else {
-        if (r.has_failure())
-            return r.error();
-        try {
-            return outcome<T>(static_cast<T>(std::move(*r)));
-        } catch (...) {
-            return failure::current();
-        }
-    }
-}
-
 /// The state the copies of one `cache` (cache.hpp) share, and its call paths: a caller's arrival
 /// (answered from the entry, or sent to refresh), the end of a refresh (what is stored, and whether a
 /// stale value answers its failure), and what a caller that waited for a refresh gets.

@@ -153,23 +153,8 @@ private:
             co_return std::move(*shared);
         const context ctx{joined.call_token()};
         // guarded_call turns whatever the action throws into a failure, so the call always settles.
-        co_return joined.finish(converted(co_await detail::guarded_call<A>{&action, ctx}));
-    }
-
-    // The action may produce anything convertible to T; the callers share a T.
-    template <class R>
-    static outcome<T> converted(outcome<R>&& r) {
-        if constexpr (std::is_same_v<R, T>) {
-            return std::move(r);
-        } else {
-            if (r.has_failure())
-                return r.error();
-            try {
-                return outcome<T>(static_cast<T>(std::move(*r)));
-            } catch (...) {
-                return failure::current();
-            }
-        }
+        // The action may produce anything convertible to T; the callers share a T.
+        co_return joined.finish(detail::converted_outcome<T>(co_await detail::guarded_call<A>{&action, ctx}));
     }
 
     std::shared_ptr<state> state_;
