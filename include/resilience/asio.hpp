@@ -74,18 +74,4 @@ namespace net = ::asio;
 #else
 #define RESILIENCE_ASIO_HAS_USE_FUTURE 0
 #endif
-// In this order: each body uses the ones before it.
-// clang-format off
-#include "asio_flavour/use_task.hpp"
-#include "asio_flavour/home.hpp"
-#include "asio_flavour/clock.hpp"
-#include "asio_flavour/async_run.hpp"
-#include "asio_flavour/execute.hpp"
-// clang-format on
-#undef RESILIENCE_ASIO_FLAVOUR
-#undef RESILIENCE_ASIO_NET
-#undef RESILIENCE_ASIO_FLAVOUR_NAME
-#undef RESILIENCE_ASIO_NET_NAME
-#undef RESILIENCE_ASIO_HAS_CO_AWAIT
-#undef RESILIENCE_ASIO_HAS_DEFERRED
-#undef RESILIENCE_ASIO_HAS_USE_FUTURE
+#include "asio_flavour/bodies.hpp" // the bodies, in order; undefines the macros above
