@@ -25,6 +25,34 @@ namespace resilience::inline v0_2 {
 
 namespace detail {
 
+/// Where one of the library's timers runs: in an event loop's wheel, or, when `loop` is null, among the
+/// timers of a home that is not an event loop (an Asio call's executor). What a sleep and a deadline
+/// timer both arm, disarm and post their wake-ups through.
+struct timer_place {
+    event_loop* loop = nullptr;
+    home_loop* foreign = nullptr; // when `loop` is null
+
+    void add(timer_node* node) const { // may allocate (the wheel's levels)
+        if (loop)
+            loop_access::add_timer(*loop, node);
+        else
+            foreign->add_timer(node);
+    }
+    void remove(timer_node* node) const noexcept {
+        if (loop)
+            loop_access::remove_timer(*loop, node);
+        else
+            foreign->remove_timer(node);
+    }
+    void post(job j) const { // may allocate
+        if (loop)
+            loop_access::post(*loop, j);
+        else
+            foreign->post(j);
+    }
+    home_loop* home() const noexcept { return loop ? loop_access::home(loop) : foreign; }
+};
+
 /// Suspends the awaiting coroutine until `when` on `loop`'s clock, or until `token` is stopped,
 /// whichever comes first. Exactly one of the two resumes it, always on the loop's thread: a stop
 /// requested on another thread posts the wake-up instead of running the waiter there. Made with a
@@ -33,17 +61,16 @@ namespace detail {
 class sleep_awaiter {
 public:
     sleep_awaiter(event_loop* loop, std::chrono::nanoseconds when, stop_token token) noexcept
-        : loop_(loop), token_(std::move(token)) {
+        : at_{loop, nullptr}, token_(std::move(token)) {
         node_.when = when;
     }
     sleep_awaiter(home_loop* foreign, std::chrono::nanoseconds when, stop_token token) noexcept
-        : foreign_(foreign), token_(std::move(token)) {
+        : at_{nullptr, foreign}, token_(std::move(token)) {
         node_.when = when;
     }
     sleep_awaiter(const sleep_awaiter&) = delete;
     sleep_awaiter& operator=(const sleep_awaiter&) = delete;
-    sleep_awaiter(sleep_awaiter&& o) noexcept
-        : loop_(o.loop_), foreign_(o.foreign_), token_(std::move(o.token_)) {
+    sleep_awaiter(sleep_awaiter&& o) noexcept : at_(o.at_), token_(std::move(o.token_)) {
         node_.when = o.node_.when;
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
@@ -51,19 +78,19 @@ public:
     ~sleep_awaiter() {
         stop_.reset();
         if (node_.armed())
-            remove_timer();
+            at_.remove(&node_);
     }
 
     bool await_ready() const noexcept {
         if (token_.stop_requested())
             return true;
-        if (loop_)
-            return node_.when <= loop_->now();
-        return foreign_ && node_.when <= std::chrono::steady_clock::now().time_since_epoch();
+        if (at_.loop)
+            return node_.when <= at_.loop->now();
+        return at_.foreign && node_.when <= std::chrono::steady_clock::now().time_since_epoch();
     }
 
     void await_suspend(std::coroutine_handle<> h) {
-        if (!loop_ && !foreign_)
+        if (!at_.loop && !at_.foreign)
             throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
                                    "sync_wait, event_loop::run or testing::simulation, or start the call "
                                    "with rs::asio::execute / rs::boost_asio::execute");
@@ -74,10 +101,7 @@ public:
             if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
                 self->waiter_.resume();
         };
-        if (loop_)
-            loop_access::add_timer(*loop_, &node_);
-        else
-            foreign_->add_timer(&node_);
+        at_.add(&node_);
         if (token_.stop_possible())
             stop_.emplace(token_, on_stop{this});
     }
@@ -87,30 +111,18 @@ private:
     struct on_stop {
         sleep_awaiter* self;
         void operator()() const { // posting may allocate
-            if (!self->claimed_.exchange(true, std::memory_order_acq_rel)) {
-                const job wake{&sleep_awaiter::cancelled, self};
-                if (self->loop_)
-                    loop_access::post(*self->loop_, wake);
-                else
-                    self->foreign_->post(wake);
-            }
+            if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
+                self->at_.post(job{&sleep_awaiter::cancelled, self});
         }
     };
     static void cancelled(void* p) {
         auto* self = static_cast<sleep_awaiter*>(p);
-        self->remove_timer();
+        self->at_.remove(&self->node_);
         self->waiter_.resume();
-    }
-    void remove_timer() noexcept {
-        if (loop_)
-            loop_access::remove_timer(*loop_, &node_);
-        else
-            foreign_->remove_timer(&node_);
     }
 
     timer_node node_;
-    event_loop* loop_ = nullptr;
-    home_loop* foreign_ = nullptr; // a home that is not an event loop, when `loop_` is null
+    timer_place at_;
     stop_token token_;
     std::coroutine_handle<> waiter_;
     std::atomic<bool> claimed_{false};
@@ -142,7 +154,7 @@ inline constexpr bool timer_loop_may_be_null = requires { requires C::timer_loop
 class deadline_timer {
 public:
     deadline_timer(event_loop* loop, std::chrono::nanoseconds when, lazy_stop& target)
-        : loop_(loop), target_(&target) {
+        : at_{loop, nullptr}, target_(&target) {
         if (!loop) // a clock without loop timers reached here: report it rather than crash
             throw std::logic_error("resilience: a deadline timer needs an event loop, and the clock's "
                                    "timer_loop() returned null (a clock without loop timers)");
@@ -151,7 +163,7 @@ public:
     /// The same on the timers of a home that is not an event loop (an Asio call's), `when` being
     /// time since `std::chrono::steady_clock`'s epoch.
     deadline_timer(home_loop* foreign, std::chrono::nanoseconds when, lazy_stop& target)
-        : foreign_(foreign), target_(&target) {
+        : at_{nullptr, foreign}, target_(&target) {
         arm(when);
     }
     deadline_timer(const deadline_timer&) = delete;
@@ -159,7 +171,7 @@ public:
     ~deadline_timer() {
         // Only reached armed when the owning coroutine is destroyed without finishing (loop teardown).
         if (node_.armed())
-            remove_timer();
+            at_.remove(&node_);
     }
 
     /// True once the deadline passed and the stop was requested. Read after `disarm()`.
@@ -174,14 +186,11 @@ public:
                 self->waiter_ = h;
                 const job j{[](void* p) {
                                 auto* t = static_cast<deadline_timer*>(p);
-                                t->remove_timer(); // no-op unless still armed
+                                t->at_.remove(&t->node_); // no-op unless still armed
                                 t->waiter_.resume();
                             },
                             self};
-                if (self->loop_)
-                    loop_access::post(*self->loop_, j);
-                else
-                    self->foreign_->post(j);
+                self->at_.post(j);
             }
             void await_resume() const noexcept {}
         };
@@ -191,12 +200,12 @@ public:
     /// Disarms without suspending when it can (on the loop's thread, or once a cross-thread
     /// cancel won): true when done. False: `co_await disarm()` finishes it on the loop.
     bool try_disarm_here() noexcept {
-        if (home_loop::current() == (loop_ ? loop_access::home(loop_) : foreign_)) {
+        if (home_loop::current() == at_.home()) {
             // Where the timer fires (the loop's thread, the home's serialised executor): it is not
             // between its two steps right now.
             if (state_.load(std::memory_order_relaxed) == armed) {
                 state_.store(cancelled, std::memory_order_relaxed);
-                remove_timer();
+                at_.remove(&node_);
             }
             return true;
         }
@@ -223,21 +232,11 @@ private:
             if (stop.stop_possible())
                 stop.request_stop(); // from here on, `self` may be gone
         };
-        if (loop_)
-            loop_access::add_timer(*loop_, &node_);
-        else
-            foreign_->add_timer(&node_);
-    }
-    void remove_timer() noexcept {
-        if (loop_)
-            loop_access::remove_timer(*loop_, &node_);
-        else
-            foreign_->remove_timer(&node_);
+        at_.add(&node_);
     }
 
     timer_node node_;
-    event_loop* loop_ = nullptr;
-    home_loop* foreign_ = nullptr; // a home that is not an event loop, when `loop_` is null
+    timer_place at_;
     lazy_stop* target_;
     std::atomic<int> state_{armed};
     std::coroutine_handle<> waiter_;
