@@ -38,7 +38,7 @@ LAYERS = [
         "when_all.hpp", "event_loop.hpp", "context.hpp", "properties.hpp", "clock.hpp", "any_clock.hpp",
         "async_scope.hpp", "stop_token.hpp", "testing/",
         "detail/inlining.hpp", "detail/frame_allocator.hpp", "detail/inline_start.hpp", "detail/ring.hpp",
-        "detail/time.hpp", "detail/timer_wheel.hpp", "engine/waiter_queue.hpp",
+        "detail/time.hpp", "detail/timer_wheel.hpp", "detail/intrusive_list.hpp", "engine/waiter_queue.hpp",
         "detail/shared_handle.hpp", "detail/snapshot_cell.hpp", "detail/segment_grid.hpp", "engine/race.hpp",
         "detail/home_loop.hpp", "engine/default_clock.hpp", "detail/config.hpp", "detail/error_category.hpp",
         "engine/std_token.hpp",

@@ -12,6 +12,7 @@
 #include "concepts.hpp"
 #include "detail/config.hpp"
 #include "detail/home_loop.hpp"
+#include "detail/intrusive_list.hpp"
 #include "detail/ring.hpp"
 #include "detail/timer_wheel.hpp"
 #include "task.hpp"
@@ -183,21 +184,12 @@ private:
     };
     void link(drive_node* n) {
         std::lock_guard lock(mutex_);
-        n->next = spawned_;
-        if (spawned_)
-            spawned_->prev = n;
-        spawned_ = n;
+        spawned_.push_front(*n);
     }
     void unlink(drive_node* n) {
         std::lock_guard lock(mutex_);
-        if (n->orphaned)
-            return;
-        if (n->prev)
-            n->prev->next = n->next;
-        else
-            spawned_ = n->next;
-        if (n->next)
-            n->next->prev = n->prev;
+        if (!n->orphaned)
+            spawned_.erase(*n);
     }
 
     struct drive_task {
@@ -284,7 +276,7 @@ private:
     std::condition_variable wake_;
     std::vector<detail::job> remote_;
     std::atomic<bool> remote_pending_{false};
-    drive_node* spawned_ = nullptr;
+    detail::intrusive_list<drive_node> spawned_;
 };
 
 /// Runs `a` to completion on the calling thread, on a fresh real-time `event_loop`, and returns

@@ -8,7 +8,7 @@
 /// under resilience::) and RESILIENCE_ASIO_NET (the Asio it is built on, unqualified) defined, and Asio's headers
 /// already included. No include guard: it is included once per flavour.
 ///
-/// Locking: `call_registry::mutex_` guards the list of calls (`head_`, `live_`, each `call_node`'s `prev`,
+/// Locking: `call_registry::mutex_` guards the list of calls (`calls_`, `live_`, each `call_node`'s `prev`,
 /// `next` and `orphaned`), the strands made so far (`strands_`), the timer wheel (`wheel_`, and each armed
 /// `timer_node`'s links and `home_data`), `timer_`, `waiting_for_` and `generation_`. A member function whose
 /// name ends in `_locked` is called with it held and never takes it; every other one takes it itself.
@@ -21,6 +21,7 @@
 
 #include "../async_scope.hpp"
 #include "../concepts.hpp"
+#include "../detail/intrusive_list.hpp"
 #include "../detail/timer_wheel.hpp"
 #include "../engine/std_token.hpp"
 #include "../stop_token.hpp"
@@ -107,23 +108,14 @@ public:
         std::lock_guard lock(mutex_);
         ++live_;
         n->registry = this;
-        n->prev = nullptr;
-        n->next = head_;
-        if (head_)
-            head_->prev = n;
-        head_ = n;
+        calls_.push_front(*n);
     }
     /// The call's outermost frame ends (finished, or destroyed by `shutdown`).
     void remove(call_node* n) noexcept {
         std::lock_guard lock(mutex_);
         if (n->orphaned)
             return;
-        if (n->prev)
-            n->prev->next = n->next;
-        else
-            head_ = n->next;
-        if (n->next)
-            n->next->prev = n->prev;
+        calls_.erase(*n);
         if (--live_ == 0)
             idle_locked();
     }
@@ -132,7 +124,7 @@ public:
     std::size_t size() const {
         std::lock_guard lock(mutex_);
         std::size_t count = 0;
-        for (call_node* n = head_; n; n = n->next)
+        for (call_node* n = calls_.front(); n; n = n->next)
             ++count;
         return count;
     }
@@ -264,13 +256,9 @@ private:
             call_node* n = nullptr;
             {
                 std::lock_guard lock(mutex_);
-                n = head_;
+                n = calls_.pop_front();
                 if (!n)
                     break;
-                head_ = n->next;
-                if (head_)
-                    head_->prev = nullptr;
-                n->prev = n->next = nullptr;
                 n->orphaned = true;
             }
             std::coroutine_handle<>::from_address(n->frame).destroy();
@@ -287,7 +275,7 @@ private:
     static inline std::atomic<std::uint64_t> destroyed_{0}; // registries destroyed, ever
 
     mutable std::mutex mutex_;
-    call_node* head_ = nullptr;
+    resilience::detail::intrusive_list<call_node> calls_;
     std::size_t live_ = 0; // calls on the list
     // The strands calls take turns on (`strand_for`), made on first use; untracked (the calls count
     // their own work).

@@ -23,7 +23,7 @@ RESILIENCE_DECL event_loop::~event_loop() {
     drive_node* n = nullptr;
     {
         std::lock_guard lock(mutex_);
-        n = std::exchange(spawned_, nullptr);
+        n = spawned_.take_all();
     }
     while (n) {
         drive_node* next = n->next;

@@ -5,7 +5,7 @@
 /// is single_flight/single_flight.hpp.
 ///
 /// Locking: `single_flight_state::mutex` guards `calls` (the map of keys to their calls), in each
-/// `call` its list of attached callers (`head`), `attached` and `owner_attached`, and in each
+/// `call` its list of attached callers (`waiting`), `attached` and `owner_attached`, and in each
 /// `waiter` its links (`prev`, `next`), `attached` and `cancelled`. The functions named `..._locked`
 /// (`link_locked`, `unlink_locked`, `erase_if_current_locked`, `last_detached_locked`) are called
 /// with it held; `settle`, `owner_stops`, `waiter_stops`, `abandon` and `entry::await_suspend` take
@@ -15,6 +15,7 @@
 
 #include "../context.hpp"
 #include "../detail/home_loop.hpp"
+#include "../detail/intrusive_list.hpp"
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../stop_token.hpp"
@@ -51,8 +52,8 @@ struct single_flight_state {
         explicit call(const Key& k) : key(k) {}
         const Key key;
         stop_source stop;
-        waiter* head = nullptr;   // attached callers (an intrusive list of their awaiters)
-        std::size_t attached = 0; // callers that have not stopped, the owner included
+        intrusive_list<waiter> waiting; // the attached callers' awaiters
+        std::size_t attached = 0;       // callers that have not stopped, the owner included
         bool owner_attached = true;
         std::optional<outcome<T>> result; // empty once settled: the owner's frame was destroyed
     };
@@ -72,22 +73,12 @@ struct single_flight_state {
     };
 
     static void link_locked(call& c, waiter& w) noexcept {
-        w.prev = nullptr;
-        w.next = c.head;
-        if (c.head)
-            c.head->prev = &w;
-        c.head = &w;
+        c.waiting.push_front(w);
         w.attached = true;
         ++c.attached;
     }
     static void unlink_locked(call& c, waiter& w) noexcept {
-        if (w.prev)
-            w.prev->next = w.next;
-        else
-            c.head = w.next;
-        if (w.next)
-            w.next->prev = w.prev;
-        w.prev = w.next = nullptr;
+        c.waiting.erase(w);
         w.attached = false;
         --c.attached;
     }
@@ -136,7 +127,7 @@ struct single_flight_state {
         {
             std::lock_guard lock(mutex);
             erase_if_current_locked(c);
-            list = std::exchange(c.head, nullptr);
+            list = c.waiting.take_all();
             for (waiter* w = list; w; w = w->next)
                 w->attached = false;
             c.attached = 0;
