@@ -241,10 +241,12 @@ void run_on_threads(Loops&... loops) {
             std::rethrow_exception(e);
 }
 
-/// The rounds a lockstep stress test runs: `rounds` in a plain build, a tenth under a sanitizer. There
-/// each round's spinning costs 10 to 50 times as much, on a machine that the other tests share, and
-/// a race is found otherwise: ThreadSanitizer reports accesses that nothing orders, whether or not they
-/// happened to overlap, and AddressSanitizer a use after free on the round that makes it.
+/// The rounds a stress test runs: `rounds` in a plain build, a tenth under a sanitizer. There each
+/// round (a lockstep's spinning, a reconfiguration's allocations) costs 10 to 50 times as much, on a
+/// machine that the other tests share, and what the sanitizer looks for is found otherwise:
+/// ThreadSanitizer reports accesses that nothing orders, whether or not they happened to overlap,
+/// AddressSanitizer a use after free on the round that makes it, and a leak of 10 bytes a round still
+/// adds up past a bound of 10 bytes a round.
 constexpr std::size_t stress_rounds(std::size_t rounds) noexcept {
 #if defined(RESILIENCE_TESTS_SANITIZED)
     return rounds / 10;
