@@ -924,7 +924,8 @@ TEST_CASE("adaptive bulkhead: hammered by loops on four threads while its limit 
                      .max_concurrent_calls = 2,
                      .queue_limit = 100000,
                      .adapt = rs::gradient{.min = 1, .max = 4, .short_samples = 3, .smoothing = 1.0}});
-    constexpr std::size_t loops = 4, chains = 4, chain_length = 3000, per_loop = chains * chain_length;
+    constexpr std::size_t loops = 4, chains = 4, chain_length = resilience_tests::stress_rounds(3000),
+                          per_loop = chains * chain_length;
     rs::bulkhead bh{options};
     shared_counts c{loops * per_loop};
     rs::event_loop l0, l1, l2, l3;

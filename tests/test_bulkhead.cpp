@@ -560,7 +560,8 @@ TEST_CASE("bulkhead: hammered by loops on four threads, with actions that end at
                                   rs::bulkhead_options{.max_concurrent_calls = 2, .queue_limit = 100000},
                                   rs::bulkhead_options{.max_concurrent_calls = 2, .queue_limit = 0},
                                   rs::bulkhead_options{.max_concurrent_calls = 1, .queue_limit = 0});
-    constexpr std::size_t loops = 4, chains = 4, chain_length = 5000, per_loop = chains * chain_length;
+    constexpr std::size_t loops = 4, chains = 4, chain_length = resilience_tests::stress_rounds(5000),
+                          per_loop = chains * chain_length;
     rs::bulkhead bh{options};
     shared_counts c{loops * per_loop};
     rs::event_loop l0, l1, l2, l3;
