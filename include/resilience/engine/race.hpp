@@ -120,8 +120,8 @@ public:
         int number = 0;                  // the attempt's number (1-based); 0 for a sleeper
         unsigned generation = 0;         // a sleeper: which arming of the timer it stands for
         bool fired = false;              // a sleeper: slept until its time, not stopped
-        promise_type* prev_child = nullptr;
-        promise_type* next_child = nullptr;
+        promise_type* prev = nullptr; // its links in the parent's list of children (detail::intrusive_list)
+        promise_type* next = nullptr;
 
         race_child get_return_object() noexcept {
             return race_child{std::coroutine_handle<promise_type>::from_promise(*this)};

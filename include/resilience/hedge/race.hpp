@@ -6,6 +6,7 @@
 
 #include "../clock.hpp"
 #include "../context.hpp"
+#include "../detail/intrusive_list.hpp"
 #include "../detail/time.hpp"
 #include "../engine/race.hpp"
 #include "../error.hpp"
@@ -51,11 +52,8 @@ public:
     ~hedge_race() {
         if (node_.armed())
             loop_access::remove_timer(*timers_, &node_);
-        while (children_) {
-            promise* p = children_;
-            children_ = p->next_child;
+        while (promise* p = children_.pop_front())
             std::coroutine_handle<promise>::from_promise(*p).destroy();
-        }
     }
 
     void begin() {
@@ -63,7 +61,7 @@ public:
         settle();
     }
     /// True while an attempt or a sleeper has not finished.
-    [[nodiscard]] bool busy() const noexcept { return children_ != nullptr; }
+    [[nodiscard]] bool busy() const noexcept { return !children_.empty(); }
     auto wait() noexcept { return inbox_.wait(); }
 
     /// Handles what was delivered, in the order it came, then arms what comes next.
@@ -218,7 +216,7 @@ private:
     void stop_all() {
         ending_ = true;
         disarm();
-        for (promise* p = children_; p; p = p->next_child)
+        for (promise* p = children_.front(); p; p = p->next)
             if (p->number > 0)
                 request_stop(*p);
     }
@@ -317,7 +315,7 @@ private:
         if (timers_) {
             loop_access::remove_timer(*timers_, &node_); // a no-op once it fired
         } else {
-            for (promise* p = children_; p; p = p->next_child)
+            for (promise* p = children_.front(); p; p = p->next)
                 if (p->number == 0)
                     request_stop(*p);
         }
@@ -346,20 +344,12 @@ private:
         p.parent = &ctx_;
         p.stop.emplace(&ctx_);
         p.number = number;
-        p.next_child = children_;
-        if (children_)
-            children_->prev_child = &p;
-        children_ = &p;
+        children_.push_front(p);
         return p;
     }
 
     void destroy(promise& p) noexcept {
-        if (p.prev_child)
-            p.prev_child->next_child = p.next_child;
-        else
-            children_ = p.next_child;
-        if (p.next_child)
-            p.next_child->prev_child = p.prev_child;
+        children_.erase(p);
         std::coroutine_handle<promise>::from_promise(p).destroy();
     }
 
@@ -369,7 +359,7 @@ private:
     const context& ctx_;
     race_inbox inbox_;
     home_loop* home_;
-    promise* children_ = nullptr;
+    intrusive_list<promise> children_;
 
     int started_ = 0;
     int in_flight_ = 0;
