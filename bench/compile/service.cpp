@@ -46,6 +46,14 @@ struct profile {
     int visits = 0;
 };
 
+// The reply in the first `n` bytes read: the status code after "HTTP/1.1 ", and the whole as its body.
+reply parse_reply(const std::array<char, 512>& buf, std::size_t n) {
+    reply r;
+    r.status = n >= 12 ? std::stoi(std::string(buf.data() + 9, 3)) : 0;
+    r.body.assign(buf.data(), n);
+    return r;
+}
+
 #if defined(RESILIENCE_BENCH_EXECUTE)
 
 // One request on a connection of its own; a cancelled attempt's operations end with operation_aborted.
@@ -56,10 +64,7 @@ asio::awaitable<reply> fetch(tcp::endpoint server, std::string path) {
     co_await asio::async_write(socket, asio::buffer(request), asio::use_awaitable);
     std::array<char, 512> buf{};
     const std::size_t n = co_await socket.async_read_some(asio::buffer(buf), asio::use_awaitable);
-    reply r;
-    r.status = n >= 12 ? std::stoi(std::string(buf.data() + 9, 3)) : 0;
-    r.body.assign(buf.data(), n);
-    co_return r;
+    co_return parse_reply(buf, n);
 }
 
 asio::awaitable<profile> load_profile(tcp::endpoint server) {
@@ -115,10 +120,7 @@ rs::task<reply> fetch(asio::io_context& io, tcp::endpoint server, std::string pa
     auto [read_ec, n] = co_await socket.async_read_some(asio::buffer(buf), rs::asio::use_task(st));
     if (read_ec)
         throw std::system_error(read_ec);
-    reply r;
-    r.status = n >= 12 ? std::stoi(std::string(buf.data() + 9, 3)) : 0;
-    r.body.assign(buf.data(), n);
-    co_return r;
+    co_return parse_reply(buf, n);
 }
 
 rs::task<profile> load_profile(asio::io_context& io, tcp::endpoint server, resilience::stop_token st) {
