@@ -111,12 +111,14 @@ using next_outcome_t = detail::next_outcome_t<Next>;
 namespace detail {
 
 // Stand-ins used to check the `policy` concept. Defined, because checking a policy whose `run`
-// has a deduced return type instantiates bodies that call them (they are never run).
+// has a deduced return type instantiates bodies that call them; they are never run, so each returns
+// an empty task. Not coroutines: g++ 12 compiles an inline coroutine's body into every file at -O0
+// whether or not anything calls it, and these would be in every file that includes a policy.
 struct probe_action {
-    task<int> operator()() const { co_return 0; }
+    task<int> operator()() const noexcept { return {}; }
 };
 struct probe_next {
-    task<outcome<int>> operator()(const context&) const { co_return outcome<int>{0}; }
+    task<outcome<int>> operator()(const context&) const noexcept { return {}; }
 };
 
 } // namespace detail
