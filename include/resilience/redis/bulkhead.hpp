@@ -254,7 +254,8 @@ private:
     // `health` like any other; the outage that cost the lease, if one was seen, was reported as
     // it began. Renewing stops there: there is nothing left to renew, and each further renewal
     // would find the same.
-    static task<void> renew(std::shared_ptr<state> s, std::string id, stop_token ended,
+    template <class State> // State: `state`; a template for g++ -O0 (redis/connection.hpp)
+    static task<void> renew(std::shared_ptr<State> s, std::string id, stop_token ended,
                             const telemetry_listener* listener) {
         const auto period = s->options.lease_duration / 3;
         for (;;) {

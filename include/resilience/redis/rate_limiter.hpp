@@ -204,6 +204,7 @@ public:
 
     /// Spends one token without running anything, by the same rules as a call. Throws
     /// `rate_limited_error` when refused, `cancelled_error` when `token` stops first.
+    template <class = void> // a template only for g++ -O0 (see redis/connection.hpp's file comment)
     task<void> take(stop_token token = {}) const {
         std::shared_ptr<state> s = state_;
         const telemetry_listener* listener = s->options.telemetry ? &s->options.telemetry : nullptr;
@@ -234,7 +235,8 @@ private:
         bool local = false;               // Redis unreachable: the local share decides
     };
 
-    static task<decision> admit(std::shared_ptr<state> s, stop_token token,
+    template <class State> // State: `state`; a template for g++ -O0 (redis/connection.hpp)
+    static task<decision> admit(std::shared_ptr<State> s, stop_token token,
                                 resilience::detail::listener_ref listener, int attempt) {
         const rate_limiter_options& o = s->options;
         // A call that may wait holds a queue place from before it asks until its wait ends, so calls

@@ -110,7 +110,9 @@ public:
 
     /// Runs the script with one key and `args`. Throws `redis::error` when Redis cannot answer or
     /// answers with an error, `cancelled_error` when `token` stops the wait.
-    task<reply> run(connection conn, std::string key, std::vector<std::string> args, stop_token token) {
+    // Connection: `connection`; a template only for g++ -O0 (see redis/connection.hpp's file comment).
+    template <class Connection>
+    task<reply> run(Connection conn, std::string key, std::vector<std::string> args, stop_token token) {
         if (sha_.empty()) {
             std::vector<std::string> load{"SCRIPT", "LOAD", text_};
             auto loading = conn.command(std::move(load), token);
@@ -143,7 +145,8 @@ public:
         std::optional<failure> unreachable{};
         bool cancelled = false;
     };
-    task<answer> ask(connection conn, std::string key, std::vector<std::string> args, stop_token token) {
+    template <class Connection> // `connection`, as for `run`
+    task<answer> ask(Connection conn, std::string key, std::vector<std::string> args, stop_token token) {
         answer a;
         try {
             auto running = run(std::move(conn), std::move(key), std::move(args), std::move(token));
