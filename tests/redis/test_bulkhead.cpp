@@ -263,7 +263,7 @@ TEST_CASE(
 
 namespace {
 
-// Once a call of 2.5 s holds a slot of `b` (100 ms in), restarts the server (every lease is gone) or
+// Once a call of 1.2 s holds a slot of `b` (100 ms in), restarts the server (every lease is gone) or
 // deletes the key (the lease is gone while Redis answers); then every 50 ms reads `redis_up()` and
 // makes a short call through `b`. What `redis_up()` read each time.
 rs::task<std::vector<bool>> lease_lost(redis::bulkhead b, redis_server& server, redis::connection c,
@@ -279,7 +279,7 @@ rs::task<std::vector<bool>> lease_lost(redis::bulkhead b, redis_server& server, 
         CHECK(deleted.integer == 1);
     }
     std::vector<bool> up;
-    for (int i = 0; i < 40; ++i) {
+    for (int i = 0; i < 20; ++i) { // 1 s: five renewal periods after the lease is gone
         auto pause = b.clock().sleep_for(50ms, {});
         co_await std::move(pause);
         up.push_back(b.redis_up());
@@ -313,7 +313,7 @@ TEST_CASE("redis bulkhead: a lease found gone is no outage: lost and restored re
     // the next call Redis answered reported backend_restored: a pair of events and redis_up() false
     // for a while at every renewal (every 200 ms here) for as long as the call ran.
     SECTION("the server restarted") {
-        auto [long_call, up] = run(io, rs::when_all(call(b, 2500ms), lease_lost(b, server, c, true)));
+        auto [long_call, up] = run(io, rs::when_all(call(b, 1200ms), lease_lost(b, server, c, true)));
         CHECK(long_call == 1); // the call goes on without its lease
         // The restart is an outage (the connection broke), seen by the first command after it.
         CHECK(events == std::vector<std::string>{"backend_lost", "backend_restored"});
@@ -323,7 +323,7 @@ TEST_CASE("redis bulkhead: a lease found gone is no outage: lost and restored re
         CHECK(std::all_of(back, up.end(), [](bool u) { return u; }));
     }
     SECTION("the key was deleted while Redis answers") {
-        auto [long_call, up] = run(io, rs::when_all(call(b, 2500ms), lease_lost(b, server, c, false)));
+        auto [long_call, up] = run(io, rs::when_all(call(b, 1200ms), lease_lost(b, server, c, false)));
         CHECK(long_call == 1);
         CHECK(events.empty());
         INFO("redis_up() every 50 ms: " << ::Catch::Detail::stringify(up));
