@@ -8,10 +8,11 @@
 
 #include <coroutine>
 #include <exception>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
-#include <variant>
 
 namespace resilience::inline v0_2 {
 
@@ -38,21 +39,47 @@ struct task_promise_base : recycled_frame {
 
 template <class T>
 struct task_promise : task_promise_base {
+    task_promise() noexcept {}
+    task_promise(const task_promise&) = delete;
+    task_promise& operator=(const task_promise&) = delete;
+    ~task_promise() {
+        if (state_ == state::value)
+            value_.~T();
+        else if (state_ == state::error)
+            error_.~exception_ptr();
+    }
+
     task<T> get_return_object() noexcept;
     template <class U = T>
     requires std::is_convertible_v<U&&, T>
     void return_value(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
-        result_.template emplace<1>(std::forward<U>(v));
+        // A conversion that throws leaves no value: the coroutine then stores its exception.
+        ::new (static_cast<void*>(std::addressof(value_))) T(std::forward<U>(v));
+        state_ = state::value;
     }
-    void unhandled_exception() noexcept { result_.template emplace<2>(std::current_exception()); }
+    void unhandled_exception() noexcept {
+        ::new (static_cast<void*>(std::addressof(error_))) std::exception_ptr(std::current_exception());
+        state_ = state::error;
+    }
 
     T take() {
-        if (result_.index() == 2)
-            std::rethrow_exception(std::get<2>(result_));
-        return std::move(std::get<1>(result_));
+        if (state_ != state::value) [[unlikely]] {
+            if (state_ == state::error)
+                std::rethrow_exception(error_);
+            throw std::logic_error("resilience::task: the coroutine ended without a result");
+        }
+        return std::move(value_);
     }
 
-    std::variant<std::monostate, T, std::exception_ptr> result_;
+private:
+    // A union with its own tag rather than a std::variant: every task's result type would instantiate
+    // a variant's machinery (its visitation tables, some fifty functions), in every file.
+    enum class state : unsigned char { empty, value, error };
+    union {
+        T value_;
+        std::exception_ptr error_;
+    };
+    state state_ = state::empty;
 };
 
 template <>
