@@ -50,6 +50,27 @@ rs::task<int> countdown(int n) {
         co_return 0;
     co_return 1 + co_await countdown(n - 1);
 }
+
+// Counts its live instances.
+struct tracked {
+    static inline int live = 0;
+    tracked() { ++live; }
+    tracked(const tracked&) { ++live; }
+    tracked& operator=(const tracked&) = default;
+    ~tracked() { --live; }
+};
+struct throws_when_destroyed {
+    ~throws_when_destroyed() noexcept(false) {
+        throw std::runtime_error("from a destructor after co_return");
+    }
+};
+rs::task<tracked> returns_then_throws() {
+    throws_when_destroyed local;
+    co_return tracked{};
+}
+rs::task<const std::string> const_result() {
+    co_return std::string("kept const");
+}
 } // namespace
 
 TEST_CASE("task: nothing runs until the task is awaited", "[task]") {
@@ -83,6 +104,15 @@ TEST_CASE("task: values, move-only results and exceptions reach the awaiter", "[
     CHECK(rs::sync_wait(add(2, 3)) == 5);
     CHECK(*rs::sync_wait(move_only(7)) == 7);
     CHECK_THROWS_WITH(rs::sync_wait(throws()), "from the task");
+}
+
+TEST_CASE("task: a const result, and an exception thrown after co_return (by a local's destructor) replaces "
+          "the value, which is destroyed",
+          "[task]") {
+    CHECK(rs::sync_wait(const_result()) == "kept const");
+    REQUIRE(tracked::live == 0);
+    CHECK_THROWS_WITH(rs::sync_wait(returns_then_throws()), "from a destructor after co_return");
+    CHECK(tracked::live == 0);
 }
 
 TEST_CASE(

@@ -9,7 +9,6 @@
 #include <coroutine>
 #include <exception>
 #include <memory>
-#include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -42,23 +41,20 @@ struct task_promise : task_promise_base {
     task_promise() noexcept {}
     task_promise(const task_promise&) = delete;
     task_promise& operator=(const task_promise&) = delete;
-    ~task_promise() {
-        if (state_ == state::value)
-            value_.~T();
-        else if (state_ == state::error)
-            error_.~exception_ptr();
-    }
+    ~task_promise() { clear(); }
 
     task<T> get_return_object() noexcept;
     template <class U = T>
     requires std::is_convertible_v<U&&, T>
     void return_value(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
         // A conversion that throws leaves no value: the coroutine then stores its exception.
-        ::new (static_cast<void*>(std::addressof(value_))) T(std::forward<U>(v));
+        std::construct_at(std::addressof(value_), std::forward<U>(v));
         state_ = state::value;
     }
     void unhandled_exception() noexcept {
-        ::new (static_cast<void*>(std::addressof(error_))) std::exception_ptr(std::current_exception());
+        // After `co_return`, a local's destructor may still throw: the exception replaces the value.
+        clear();
+        std::construct_at(std::addressof(error_), std::current_exception());
         state_ = state::error;
     }
 
@@ -80,6 +76,14 @@ private:
         std::exception_ptr error_;
     };
     state state_ = state::empty;
+
+    void clear() noexcept {
+        if (state_ == state::value)
+            std::destroy_at(std::addressof(value_));
+        else if (state_ == state::error)
+            std::destroy_at(std::addressof(error_));
+        state_ = state::empty;
+    }
 };
 
 template <>
