@@ -8,22 +8,22 @@
 #include <resilience/stop_token.hpp>
 #include <resilience/testing/simulation.hpp>
 
-#if defined(RESILIENCE_CHECK_ASIO)
+#if RESILIENCE_CHECK_ASIO
 #include <resilience/asio.hpp>
 #endif
-#if defined(RESILIENCE_CHECK_BOOST_ASIO)
+#if RESILIENCE_CHECK_BOOST_ASIO
 #include <resilience/beast.hpp>
 #include <resilience/boost_asio.hpp>
 #endif
-#if defined(RESILIENCE_CHECK_REDIS)
+#if RESILIENCE_CHECK_REDIS
 #include <resilience/redis.hpp>
 #endif
-#if defined(RESILIENCE_CHECK_FMT)
+#if RESILIENCE_CHECK_FMT
 #include <resilience/fmt.hpp>
 #endif
-#if defined(RESILIENCE_CHECK_PROMETHEUS)
+#if RESILIENCE_CHECK_PROMETHEUS
 #include <resilience/prometheus.hpp>
 #endif
-#if defined(RESILIENCE_CHECK_GRPC)
+#if RESILIENCE_CHECK_GRPC
 #include <resilience/grpc.hpp>
 #endif

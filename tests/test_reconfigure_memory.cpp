@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // What a reconfiguration keeps in memory (docs/reconfiguration.md): 10^5 reconfigurations of each kind
 // (10^4 under a sanitizer, where each costs ten times as much), with no call in flight, grow the heap by
-// less than 10 bytes each; calls in flight keep the options they
-// started with, and the heap comes back to that level when they end; options equal to those in force make
-// nothing at all. The heap is measured as the bytes malloc has handed out and not taken back (glibc's
-// `mallinfo2`, or the sanitizer's own count under ASan and TSan).
+// less than 10 bytes each; calls in flight keep the options they started with, and the heap comes back to
+// that level when they end; options equal to those in force make nothing at all. The heap is measured as
+// the bytes malloc has handed out and not taken back (glibc's `mallinfo2`, or the sanitizer's own count
+// under ASan and TSan).
 
 #include "catch.hpp"
 #include "support.hpp"
