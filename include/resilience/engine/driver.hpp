@@ -15,6 +15,7 @@
 #include "frame_admission.hpp"
 #include "protocol.hpp"
 
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -266,15 +267,18 @@ struct driver {
     /// enters when one of its stages may sleep on the default clock: otherwise it would serve the
     /// happy path and fail with "a sleep needs an event loop" only when a retry first backs off or
     /// a timer first arms, during the incident the policy was meant to absorb.
-    /// The `std::logic_error` naming the fix when refused; nothing otherwise. Out of line: only a
-    /// call without a home gets here.
+    /// When refused, `result` holds the `std::logic_error` naming the fix and the answer is true.
+    /// It writes to the call's result rather than returning one, so that the refusal takes no place
+    /// of its own in every call's frame. Out of line: only a call without a home gets here.
     template <class S>
-    RESILIENCE_DETAIL_NOINLINE static std::optional<failure> nowhere_to_sleep(const S& stages) {
+    RESILIENCE_DETAIL_NOINLINE static bool nowhere_to_sleep(const S& stages,
+                                                            std::optional<outcome_type>& result) {
         std::string name;
         const sleeper found = first_default_clock_sleeper(stages, &name);
         if (!found)
-            return std::nullopt;
-        return failure::make(std::logic_error(nowhere_to_sleep_message(found, name)));
+            return false;
+        result.emplace(failure::make(std::logic_error(nowhere_to_sleep_message(found, name))));
+        return true;
     }
 
     // The call's shared clock reading (`call_now`) holds only while the call runs without
@@ -287,6 +291,30 @@ struct driver {
         drop_reading(cache);
         return resume_on_loop{home};
     }
+
+    /// Awaits the leaf's call or a stage's task and puts what it yields in the call's result, yielding
+    /// nothing: g++ keeps the result of every `co_await`, and every temporary of its expression, in
+    /// a place of its own in the frame; made in place, neither the value nor the awaiter has one.
+    template <class Awaiter>
+    struct emplacing {
+        Awaiter a;
+        std::optional<outcome_type>* result;
+        emplacing(Leaf& leaf, const context& ctx, std::optional<outcome_type>& r)
+            : a(leaf(ctx)), result(&r) {}
+        emplacing(task<outcome_type>& t, std::optional<outcome_type>& r)
+            : a(std::move(t).operator co_await()), result(&r) {}
+        bool await_ready() { return a.await_ready(); }
+        template <class Promise>
+        decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
+            return a.await_suspend(h);
+        }
+        void await_resume() { result->emplace(a.await_resume()); }
+    };
+    using leaf_awaiter = decltype(std::declval<Leaf&>()(std::declval<const context&>()));
+    // The leaf of a call is the action's awaiter (`guarded_call`); the leaf of an inner drive, the
+    // stages inside it, gives a task, awaited as a stage's task is.
+    static constexpr bool leaf_is_awaiter = requires(leaf_awaiter& a) { a.await_ready(); };
+    using task_awaiter = decltype(std::declval<task<outcome_type>>().operator co_await());
 
     template <class Awaitable>
     static task<outcome_type> as_task(Awaitable a) {
@@ -360,31 +388,29 @@ struct driver {
     template <bool Throw, class Source, class Holder, class From>
     static task<std::conditional_t<Throw, value_type, outcome_type>> drive(Source source, Holder holder,
                                                                            context ctx, From from) {
+        // The frame keeps every local and every awaited temporary in a place of its own (g++ does not
+        // share places between scopes), so the body has one `co_await` of each kind: the leaf, a
+        // stage's `run` or `resume`, the admission, and what follows each wait.
         decltype(auto) stages = stages_from(source);
         time_cache cache;
         home_loop* const home = home_loop::current(); // where the call returns (null: outside any loop)
-        if constexpr (std::is_same_v<From, whole_call>) {
-            // `home` first, and before anything else of the call is made: a call made on a loop (the
-            // common case) pays one test of a register.
-            if (home == nullptr) [[unlikely]] {
-                if (std::optional<failure> refused = nowhere_to_sleep(stages)) {
-                    outcome_type r{std::move(*refused)};
-                    if constexpr (Throw)
-                        co_return std::move(r).value();
-                    else
-                        co_return r;
-                }
-            }
-        }
-        context& root = ctx;
-        context_access::attach(root, &cache);
+        context_access::attach(ctx, &cache);
         auto leaf = holder.leaf();
         states st;
         const context* at[size + 1];
-        at[from] = &root;
+        at[from] = &ctx;
         std::optional<outcome_type> result;
         std::size_t k = size;
-        step s = enter_all(from, stages, st, at, result, k, all_stages{});
+        step s = step::done;
+        bool running = false; // the stage `w` below waits in its `run` (beside `s`: one word for both)
+        // A call made on a loop (the common case) pays one test of a register here; one refused
+        // enters no stage (`k` 0: none to leave).
+        if (std::is_same_v<From, whole_call> && home == nullptr && nowhere_to_sleep(stages, result))
+            [[unlikely]] {
+            k = 0;
+        } else {
+            s = enter_all(from, stages, st, at, result, k, all_stages{});
+        }
         if constexpr (admission::any_waits_in_frame) {
             // A stage that waits for admission here: once admitted, the call goes on inward from
             // the stage after it, still in this frame.
@@ -401,9 +427,16 @@ struct driver {
                     s = enter_all(std::size_t{k + 1}, stages, st, at, result, k, all_stages{});
             }
         }
+        // `w`: the stage that must wait (its `run` when its `enter` waited, its `resume` when its
+        // `leave` did), after which the stages outside it leave; `none` when the call is over.
         std::size_t w = none;
         if (s == step::proceed) {
-            result.emplace(co_await leaf(*at[size]));
+            if constexpr (leaf_is_awaiter) {
+                co_await emplacing<leaf_awaiter>{leaf, *at[size], result};
+            } else {
+                task<outcome_type> inner = leaf(*at[size]);
+                co_await emplacing<task_awaiter>{inner, result};
+            }
             co_await after_wait(home, cache);
             // The common path: every stage proceeded, so every stage leaves, innermost first.
             w = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result,
@@ -411,25 +444,31 @@ struct driver {
         } else {
             drop_reading(cache);
             if (s == step::wait) {
-                task<outcome_type> waiting = admission::any_waits_in_frame
-                                                 ? run_stage_out_of_line(k, stages, at, leaf)
-                                                 : run_stage(k, stages, at, leaf);
-                result.emplace(co_await std::move(waiting));
-                co_await after_wait(home, cache);
+                w = k;
+                running = true;
+            } else {
+                // Outward from the stage inside the one that stopped.
+                w = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
             }
-            // Outward from the stage inside the one that stopped.
-            w = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
         }
-        while (w != none) {
-            task<outcome_type> resuming = resume_stage(w, stages, st, at, leaf, *result);
-            outcome_type r = co_await std::move(resuming);
-            result.emplace(std::move(r));
-            co_await after_wait(home, cache);
-            w = leave_all(w, std::size_t{from}, stages, st, at, *result, all_stages{});
+        if (w != none) [[unlikely]] {
+            task<outcome_type> waiting;
+            do {
+                if (running)
+                    waiting = admission::any_waits_in_frame ? run_stage_out_of_line(w, stages, at, leaf)
+                                                            : run_stage(w, stages, at, leaf);
+                else
+                    waiting = resume_stage(w, stages, st, at, leaf, *result);
+                running = false;
+                co_await emplacing<task_awaiter>{waiting, result};
+                co_await after_wait(home, cache);
+                waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
+                w = leave_all(w, std::size_t{from}, stages, st, at, *result, all_stages{});
+            } while (w != none);
         }
         if constexpr (std::is_same_v<From, whole_call>) {
             if (result->has_failure()) [[unlikely]]
-                caller_stopped(root, *result, stages);
+                caller_stopped(ctx, *result, stages);
         }
         if constexpr (Throw)
             co_return std::move(*result).value();
