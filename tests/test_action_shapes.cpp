@@ -82,6 +82,35 @@ struct throwing_suspend {
     int await_resume() const noexcept { return 0; }
 };
 
+// An awaitable whose operator co_await hands back an awaiter by value, the two counting how many of
+// them are alive. `fail`: 1 throws from operator co_await (the awaitable is made, its awaiter is not),
+// 2 from the awaiter's await_ready (both are made), 0 neither.
+struct counted_awaitable {
+    static inline int alive = 0;
+    int fail;
+    explicit counted_awaitable(int f) : fail(f) { ++alive; }
+    counted_awaitable(const counted_awaitable& o) : fail(o.fail) { ++alive; }
+    ~counted_awaitable() { --alive; }
+    struct awaiter {
+        int fail;
+        explicit awaiter(int f) : fail(f) { ++alive; }
+        awaiter(const awaiter& o) : fail(o.fail) { ++alive; }
+        ~awaiter() { --alive; }
+        bool await_ready() const {
+            if (fail == 2)
+                throw std::runtime_error("await_ready threw");
+            return false;
+        }
+        bool await_suspend(std::coroutine_handle<>) const noexcept { return false; }
+        int await_resume() const noexcept { return 42; }
+    };
+    awaiter operator co_await() const {
+        if (fail == 1)
+            throw std::runtime_error("operator co_await threw");
+        return awaiter{fail};
+    }
+};
+
 // ---- expectations ----
 
 enum class ends { value, runtime_error, forty_two, cancelled, timeout };
@@ -213,6 +242,21 @@ TEST_CASE("action shapes: every policy runs odd awaitables to the documented end
         // Throwing when called, before any awaitable exists.
         CHECK(how(sim.run(p.execute_outcome([]() -> ready_value { throw 42; }))) == ends::forty_two);
     });
+}
+
+TEST_CASE("action shapes: an awaitable whose operator co_await or whose awaiter throws ends the attempt "
+          "with that failure, and what the call made of it is destroyed once",
+          "[action_shapes]") {
+    rs::testing::simulation sim;
+    auto policies = every_policy(sim.clock());
+    for (const int fail : {0, 1, 2}) {
+        for_each_policy(policies, [&](const char* policy, const auto& p) {
+            INFO(policy << ", throwing at step " << fail);
+            const auto r = sim.run(p.execute_outcome([fail] { return counted_awaitable{fail}; }));
+            CHECK(name_of(how(r)) == std::string(name_of(fail == 0 ? ends::value : ends::runtime_error)));
+            CHECK(counted_awaitable::alive == 0);
+        });
+    }
 }
 
 TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "[action_shapes]") {

@@ -233,28 +233,39 @@ class guarded_call {
     static constexpr bool awaiter_by_reference = !self_awaiting && std::is_reference_v<raw_awaiter>;
     using awaiter_type =
         std::conditional_t<self_awaiting, awaitable_type, std::remove_reference_t<raw_awaiter>>;
-    using awaiter_slot = std::conditional_t<
-        self_awaiting, char,
-        std::conditional_t<awaiter_by_reference, awaiter_type*, std::optional<awaiter_type>>>;
 
 public:
     using value_type = action_result_t<A>;
 
-    guarded_call(A* action, const context& ctx) noexcept : ctx_(&ctx), action_(action) {}
+    guarded_call(A* action, const context& ctx) noexcept : start_{&ctx, action} {}
     // Moved only before it is awaited (into when_all and the like): nothing has started yet.
-    guarded_call(guarded_call&& other) noexcept : ctx_(other.ctx_), action_(other.action_) {}
+    guarded_call(guarded_call&& other) noexcept : start_(other.start_) {}
     guarded_call& operator=(guarded_call&&) = delete;
+    ~guarded_call() {
+        if (made_ & failed)
+            std::destroy_at(&early_);
+        if constexpr (!self_awaiting && !awaiter_by_reference) {
+            if (made_ & awaiter_made)
+                std::destroy_at(&awaiter_);
+        }
+        if (made_ & awaitable_made)
+            std::destroy_at(&awaitable_);
+    }
 
     bool await_ready() noexcept {
         try {
-            awaitable_.emplace(emplace_from{[&] { return invoke_action(*action_, *ctx_); }});
-            if constexpr (awaiter_by_reference)
-                awaiter_ = &get_awaiter(std::move(*awaitable_));
-            else if constexpr (!self_awaiting)
-                awaiter_.emplace(emplace_from{[&] { return get_awaiter(std::move(*awaitable_)); }});
+            const start what = start_; // its place is the failure's from here on
+            ::new (static_cast<void*>(&awaitable_)) awaitable_type(invoke_action(*what.action, *what.ctx));
+            made_ |= awaitable_made;
+            if constexpr (awaiter_by_reference) {
+                awaiter_ = &get_awaiter(std::move(awaitable_));
+            } else if constexpr (!self_awaiting) {
+                ::new (static_cast<void*>(&awaiter_)) awaiter_type(get_awaiter(std::move(awaitable_)));
+                made_ |= awaiter_made;
+            }
             return awaiter().await_ready();
         } catch (...) {
-            early_ = failure::current();
+            fail();
             return true;
         }
     }
@@ -273,7 +284,7 @@ public:
                     return static_cast<bool>(awaiter().await_suspend(h));
                 }
             } catch (...) {
-                early_ = failure::current();
+                fail();
                 return false; // resume the awaiting coroutine at once: await_resume reports the failure
             }
         } else {
@@ -281,7 +292,7 @@ public:
             try {
                 next = awaiter().await_suspend(h);
             } catch (...) {
-                early_ = failure::current();
+                fail();
                 return suspend_unless_done(false, h);
             }
             return transfer_to(next, h);
@@ -289,7 +300,7 @@ public:
     }
 
     outcome<value_type> await_resume() noexcept {
-        if (early_.has_exception())
+        if (made_ & failed)
             return std::move(early_);
         try {
             if constexpr (std::is_void_v<value_type>) {
@@ -306,16 +317,40 @@ public:
 private:
     awaiter_type& awaiter() noexcept {
         if constexpr (self_awaiting)
-            return *awaitable_;
+            return awaitable_;
+        else if constexpr (awaiter_by_reference)
+            return *awaiter_;
         else
-            return *awaiter_; // the optional's value, or the pointed-to awaiter
+            return awaiter_;
+    }
+    void fail() noexcept {
+        ::new (static_cast<void*>(&early_)) failure(failure::current());
+        made_ |= failed;
     }
 
-    const context* ctx_; // outlives the awaiter: it is the awaiting frame's, or its caller's
-    A* action_;
-    std::optional<awaitable_type> awaitable_;
-    awaiter_slot awaiter_{};
-    failure early_;
+    // What `await_ready` starts the action with, then what stopped it, if anything did: the two share
+    // a place, and the awaitable and its awaiter are made in place, with one byte saying what is made
+    // (the frame of every call holds this awaiter: see engine/driver.hpp, `emplacing`).
+    struct start {
+        const context* ctx; // outlives the awaiter: it is the awaiting frame's, or its caller's
+        A* action;
+    };
+    static constexpr unsigned char awaitable_made = 1, awaiter_made = 2, failed = 4;
+    union {
+        start start_;
+        failure early_;
+    };
+    union {
+        awaitable_type awaitable_;
+    };
+    // Self-awaiting: nothing (the awaitable is the awaiter).
+    using awaiter_slot =
+        std::conditional_t<self_awaiting, char,
+                           std::conditional_t<awaiter_by_reference, awaiter_type*, awaiter_type>>;
+    union {
+        awaiter_slot awaiter_;
+    };
+    unsigned char made_ = 0;
 };
 
 /// The innermost `next`: runs the user's action once (see `guarded_call`).
