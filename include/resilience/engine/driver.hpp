@@ -143,7 +143,10 @@ struct driver {
         return state_slot<J>(st.p).value;
     }
 
-    static constexpr std::size_t none = static_cast<std::size_t>(-1);
+    /// A stage's index where the drive keeps one (`k`): 32 bits, so that it shares a word of the frame
+    /// with the step and a flag. `none`: no stage.
+    using stage_index = std::uint32_t;
+    static constexpr stage_index none = static_cast<stage_index>(-1);
     using all_stages = std::make_index_sequence<size>;
     /// Where a drive starts: stage 0 for a call (known when compiling, so the common path folds
     /// to straight-line code), or a stage known at run time for the stages inside a waiting one.
@@ -161,7 +164,7 @@ struct driver {
     // otherwise `s` says how it stopped and `k` is J.
     template <std::size_t J>
     static bool entered(const Stages& stages, states& st, const context** at,
-                        std::optional<outcome_type>& result, step& s, std::size_t& k) {
+                        std::optional<outcome_type>& result, step& s, stage_index& k) {
         at[J + 1] = at[J];
         if constexpr (fast_policy<policy_at<J>>) {
             st.template make<J>();
@@ -187,7 +190,7 @@ struct driver {
     // its index in `k` (`size` when all did).
     template <class From, std::size_t... Js>
     static step enter_all(From from, const Stages& stages, states& st, const context** at,
-                          std::optional<outcome_type>& result, std::size_t& k, std::index_sequence<Js...>) {
+                          std::optional<outcome_type>& result, stage_index& k, std::index_sequence<Js...>) {
         step s = step::proceed;
         k = size;
         (void)((outside(Js, from, size) || entered<Js>(stages, st, at, result, s, k)) && ...);
@@ -198,7 +201,7 @@ struct driver {
     // `resume` coming next, and then `w` is J.
     template <std::size_t J>
     static bool left(const Stages& stages, states& st, const context** at, outcome_type& result,
-                     std::size_t& w) {
+                     stage_index& w) {
         if constexpr (fast_policy<policy_at<J>>) {
             if (std::get<J>(stages).leave(state<J>(st), *at[J], result) == step::wait) {
                 w = J;
@@ -210,9 +213,9 @@ struct driver {
     // Leaves the stages inside `end` down to `from`, innermost first; returns the first that must
     // wait, or `none`.
     template <class End, class From, std::size_t... Js>
-    static std::size_t leave_all(End end, From from, const Stages& stages, states& st, const context** at,
+    static stage_index leave_all(End end, From from, const Stages& stages, states& st, const context** at,
                                  outcome_type& result, std::index_sequence<Js...>) {
-        std::size_t w = none;
+        stage_index w = none;
         (void)((outside(size - 1 - Js, from, end) || left<size - 1 - Js>(stages, st, at, result, w)) && ...);
         return w;
     }
@@ -284,14 +287,6 @@ struct driver {
     // The call's shared clock reading (`call_now`) holds only while the call runs without
     // suspending: it is dropped before a stage that may wait reads the time, and after every wait.
     static void drop_reading(time_cache& cache) noexcept { cache.clear(); }
-    // What follows every wait of the call (its admission, the action, a stage's `run` or `resume`):
-    // the clock reading taken before it is dropped, and the call goes back to the loop it was made
-    // on when the wait ended on another thread.
-    static resume_on_loop after_wait(home_loop* home, time_cache& cache) noexcept {
-        drop_reading(cache);
-        return resume_on_loop{home};
-    }
-
     /// Awaits the leaf's call or a stage's task and puts what it yields in the call's result, yielding
     /// nothing: g++ keeps the result of every `co_await`, and every temporary of its expression, in
     /// a place of its own in the frame; made in place, neither the value nor the awaiter has one.
@@ -299,8 +294,9 @@ struct driver {
     struct emplacing {
         Awaiter a;
         std::optional<outcome_type>* result;
-        emplacing(Leaf& leaf, const context& ctx, std::optional<outcome_type>& r)
-            : a(leaf(ctx)), result(&r) {}
+        template <class Holder>
+        emplacing(Holder& holder, const context& ctx, std::optional<outcome_type>& r)
+            : a(holder.leaf()(ctx)), result(&r) {}
         emplacing(task<outcome_type>& t, std::optional<outcome_type>& r)
             : a(std::move(t).operator co_await()), result(&r) {}
         bool await_ready() { return a.await_ready(); }
@@ -393,19 +389,22 @@ struct driver {
         // stage's `run` or `resume`, the admission, and what follows each wait.
         decltype(auto) stages = stages_from(source);
         time_cache cache;
-        home_loop* const home = home_loop::current(); // where the call returns (null: outside any loop)
+        // What follows every wait of the call (its admission, the action, a stage's `run` or
+        // `resume`): the clock reading taken before it is dropped (`drop_reading`), and `co_await
+        // back` takes the call back to the loop it was made on (null: outside any loop) when the wait
+        // ended on another thread. Awaited by name, it takes one place in the frame, not one a wait.
+        resume_on_loop back{home_loop::current()};
         context_access::attach(ctx, &cache);
-        auto leaf = holder.leaf();
         states st;
         const context* at[size + 1];
         at[from] = &ctx;
         std::optional<outcome_type> result;
-        std::size_t k = size;
+        stage_index k = size;
         step s = step::done;
-        bool running = false; // the stage `w` below waits in its `run` (beside `s`: one word for both)
+        bool running = false; // the stage `k` below waits in its `run` (beside `s`: one word for both)
         // A call made on a loop (the common case) pays one test of a register here; one refused
         // enters no stage (`k` 0: none to leave).
-        if (std::is_same_v<From, whole_call> && home == nullptr && nowhere_to_sleep(stages, result))
+        if (std::is_same_v<From, whole_call> && back.loop == nullptr && nowhere_to_sleep(stages, result))
             [[unlikely]] {
             k = 0;
         } else {
@@ -422,49 +421,50 @@ struct driver {
                         s = co_await admitted;
                     while (s == step::wait);
                 }
-                co_await after_wait(home, cache);
+                drop_reading(cache);
+                co_await back;
                 if (s == step::proceed) // `k` is read before enter_all writes it
                     s = enter_all(std::size_t{k + 1}, stages, st, at, result, k, all_stages{});
             }
         }
-        // `w`: the stage that must wait (its `run` when its `enter` waited, its `resume` when its
-        // `leave` did), after which the stages outside it leave; `none` when the call is over.
-        std::size_t w = none;
+        // From here `k` is the stage that must wait (its `run` when its `enter` waited, its `resume`
+        // when its `leave` did), after which the stages outside it leave; `none` when the call is
+        // over. The leaf is made from `holder` where it is used, so that it takes no place.
         if (s == step::proceed) {
             if constexpr (leaf_is_awaiter) {
-                co_await emplacing<leaf_awaiter>{leaf, *at[size], result};
+                co_await emplacing<leaf_awaiter>{holder, *at[size], result};
             } else {
-                task<outcome_type> inner = leaf(*at[size]);
+                task<outcome_type> inner = holder.leaf()(*at[size]);
                 co_await emplacing<task_awaiter>{inner, result};
             }
-            co_await after_wait(home, cache);
+            drop_reading(cache);
+            co_await back;
             // The common path: every stage proceeded, so every stage leaves, innermost first.
-            w = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result,
+            k = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result,
                           all_stages{});
         } else {
             drop_reading(cache);
-            if (s == step::wait) {
-                w = k;
-                running = true;
-            } else {
-                // Outward from the stage inside the one that stopped.
-                w = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
-            }
+            if (s == step::wait)
+                running = true; // stage `k` waits in its `run`
+            else                // outward from the stage inside the one that stopped
+                k = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
         }
-        if (w != none) [[unlikely]] {
+        if (k != none) [[unlikely]] {
             task<outcome_type> waiting;
             do {
                 if (running)
-                    waiting = admission::any_waits_in_frame ? run_stage_out_of_line(w, stages, at, leaf)
-                                                            : run_stage(w, stages, at, leaf);
+                    waiting = admission::any_waits_in_frame
+                                  ? run_stage_out_of_line(k, stages, at, holder.leaf())
+                                  : run_stage(k, stages, at, holder.leaf());
                 else
-                    waiting = resume_stage(w, stages, st, at, leaf, *result);
+                    waiting = resume_stage(k, stages, st, at, holder.leaf(), *result);
                 running = false;
                 co_await emplacing<task_awaiter>{waiting, result};
-                co_await after_wait(home, cache);
+                drop_reading(cache);
+                co_await back;
                 waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
-                w = leave_all(w, std::size_t{from}, stages, st, at, *result, all_stages{});
-            } while (w != none);
+                k = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
+            } while (k != none);
         }
         if constexpr (std::is_same_v<From, whole_call>) {
             if (result->has_failure()) [[unlikely]]
