@@ -111,6 +111,32 @@ struct counted_awaitable {
     }
 };
 
+// The same awaiter, handed back by reference from inside the awaitable (`counted_by_reference`), or
+// the awaitable its own awaiter (`counted_own`): only `fail` 2 throws (from await_ready).
+struct counted_by_reference {
+    counted_awaitable::awaiter inner;
+    explicit counted_by_reference(int f) : inner(f) {}
+    counted_awaitable::awaiter& operator co_await() && noexcept { return inner; }
+};
+struct counted_own : counted_awaitable::awaiter {
+    using awaiter::awaiter;
+};
+
+// An awaitable that is neither a task nor its own awaiter, yielding an outcome: what a `next` handed to a
+// policy's `run` may return.
+struct ready_outcome {
+    int v;
+    auto operator co_await() const noexcept {
+        struct awaiter {
+            int v;
+            bool await_ready() const noexcept { return true; }
+            void await_suspend(std::coroutine_handle<>) const noexcept {}
+            rs::outcome<int> await_resume() const noexcept { return rs::outcome<int>{v}; }
+        };
+        return awaiter{v};
+    }
+};
+
 // ---- expectations ----
 
 enum class ends { value, runtime_error, forty_two, cancelled, timeout };
@@ -254,9 +280,34 @@ TEST_CASE("action shapes: an awaitable whose operator co_await or whose awaiter 
             INFO(policy << ", throwing at step " << fail);
             const auto r = sim.run(p.execute_outcome([fail] { return counted_awaitable{fail}; }));
             CHECK(name_of(how(r)) == std::string(name_of(fail == 0 ? ends::value : ends::runtime_error)));
+            const ends at_ready = fail == 2 ? ends::runtime_error : ends::value;
+            const auto by_reference =
+                sim.run(p.execute_outcome([fail] { return counted_by_reference{fail}; }));
+            CHECK(name_of(how(by_reference)) == std::string(name_of(at_ready)));
+            const auto own = sim.run(p.execute_outcome([fail] { return counted_own{fail}; }));
+            CHECK(name_of(how(own)) == std::string(name_of(at_ready)));
             CHECK(counted_awaitable::alive == 0);
         });
     }
+}
+
+TEST_CASE("action shapes: a policy's run calls the next it is given: a coroutine lambda whose captures "
+          "live as long as the call, or one giving any awaitable of an outcome",
+          "[action_shapes]") {
+    rs::testing::simulation sim;
+    auto policies = every_policy(sim.clock());
+    for_each_policy(policies, [&](const char* policy, const auto& p) {
+        INFO(policy);
+        const rs::context ctx;
+        // The string is on the heap: a task reading it from a destroyed copy of the lambda reads freed
+        // memory (AddressSanitizer reports it; the size read may be anything).
+        const std::string text(64, 'x');
+        const auto next = [text](const rs::context&) -> rs::task<rs::outcome<int>> {
+            co_return static_cast<int>(text.size());
+        };
+        CHECK(sim.run(p.run(next, ctx)).value() == 64);
+        CHECK(sim.run(p.run([](const rs::context&) { return ready_outcome{42}; }, ctx)).value() == 42);
+    });
 }
 
 TEST_CASE("action shapes: ignoring stop, or never finishing but honouring it", "[action_shapes]") {

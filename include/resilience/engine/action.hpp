@@ -588,7 +588,9 @@ struct owned_action {
 template <class Next>
 struct borrowed_next {
     Next next;
-    Next leaf() const { return next; }
+    // By reference: the drive makes its leaf from the holder where it calls it, and a `next` that is a
+    // coroutine with captures (a user's, given to `run`) must outlive the task it makes.
+    Next& leaf() noexcept { return next; }
 };
 
 } // namespace resilience::detail

@@ -284,6 +284,17 @@ struct driver {
         return true;
     }
 
+    /// `nowhere_to_sleep` for the drive of a whole call made without a home; false for any other drive
+    /// (an inner one runs inside a call that was not refused), which then does not compile the refusal.
+    template <class From, class S>
+    static bool refused_without_home(const resume_on_loop& back, const S& stages,
+                                     std::optional<outcome_type>& result) {
+        if constexpr (std::is_same_v<From, whole_call>)
+            return back.loop == nullptr && nowhere_to_sleep(stages, result);
+        else
+            return false;
+    }
+
     // The call's shared clock reading (`call_now`) holds only while the call runs without
     // suspending: it is dropped before a stage that may wait reads the time, and after every wait.
     static void drop_reading(time_cache& cache) noexcept { cache.clear(); }
@@ -308,8 +319,10 @@ struct driver {
     };
     using leaf_awaiter = decltype(std::declval<Leaf&>()(std::declval<const context&>()));
     // The leaf of a call is the action's awaiter (`guarded_call`); the leaf of an inner drive, the
-    // stages inside it, gives a task, awaited as a stage's task is.
+    // stages inside it, gives a task, awaited as a stage's task is; a `next` given to a policy's
+    // `run` may give any awaitable of an outcome.
     static constexpr bool leaf_is_awaiter = requires(leaf_awaiter& a) { a.await_ready(); };
+    static constexpr bool leaf_is_task = std::is_same_v<leaf_awaiter, task<outcome_type>>;
     using task_awaiter = decltype(std::declval<task<outcome_type>>().operator co_await());
 
     template <class Awaitable>
@@ -404,8 +417,7 @@ struct driver {
         bool running = false; // the stage `k` below waits in its `run` (beside `s`: one word for both)
         // A call made on a loop (the common case) pays one test of a register here; one refused
         // enters no stage (`k` 0: none to leave).
-        if (std::is_same_v<From, whole_call> && back.loop == nullptr && nowhere_to_sleep(stages, result))
-            [[unlikely]] {
+        if (refused_without_home<From>(back, stages, result)) [[unlikely]] {
             k = 0;
         } else {
             s = enter_all(from, stages, st, at, result, k, all_stages{});
@@ -433,9 +445,11 @@ struct driver {
         if (s == step::proceed) {
             if constexpr (leaf_is_awaiter) {
                 co_await emplacing<leaf_awaiter>{holder, *at[size], result};
-            } else {
+            } else if constexpr (leaf_is_task) {
                 task<outcome_type> inner = holder.leaf()(*at[size]);
                 co_await emplacing<task_awaiter>{inner, result};
+            } else {
+                result.emplace(co_await holder.leaf()(*at[size]));
             }
             drop_reading(cache);
             co_await back;
