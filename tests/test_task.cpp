@@ -178,13 +178,18 @@ TEST_CASE(
     });
     exiting.join();
     REQUIRE(made_while_exiting != nullptr);
-    // Freed here, the 100-byte frame joins this thread's list of frames up to 128 bytes...
+    // Freed here, the 100-byte frame joins this thread's list of frames of its class (up to `whole`
+    // bytes)...
     frame_cache::deallocate(made_while_exiting, 100);
-    // ...and the next 128-byte frame may be that block: it must hold 128 bytes (ASan checks the write).
-    void* next = frame_cache::allocate(128);
-    std::memset(next, 0xab, 128);
-    CHECK(static_cast<unsigned char*>(next)[127] == 0xab);
-    frame_cache::deallocate(next, 128);
+    constexpr std::size_t whole =
+        (100 + frame_cache::granule - 1) / frame_cache::granule * frame_cache::granule;
+    static_assert(whole > 100, "the class must hold frames larger than the one freed");
+    // ...and the next frame of the class's largest size may be that block: it must hold `whole` bytes
+    // (ASan checks the write).
+    void* next = frame_cache::allocate(whole);
+    std::memset(next, 0xab, whole);
+    CHECK(static_cast<unsigned char*>(next)[whole - 1] == 0xab);
+    frame_cache::deallocate(next, whole);
 }
 
 } // namespace test_task

@@ -10,14 +10,17 @@
 
 namespace resilience::inline v0_2::detail {
 
-// Frames are grouped into 64-byte size classes up to 4 KiB; bigger ones go straight to the heap.
+// Frames are grouped into 16-byte size classes up to 4 KiB; bigger ones go straight to the heap. 16 bytes
+// is the heap's own step and the alignment a frame needs, so a frame takes the bytes it asks for rounded
+// up to that, and every byte a frame is made smaller is a byte less per waiting call (bench/README.md,
+// "Frames in 16-byte classes").
 // Each class keeps at most `max_cached` free frames per thread, so a burst does not pin memory
 // forever. A frame freed on another thread than the one that made it joins that other thread's
 // cache: both are plain heap blocks, so that is safe.
 class frame_cache {
 public:
-    static constexpr std::size_t granule = 64;
-    static constexpr std::size_t classes = 64;
+    static constexpr std::size_t granule = 16;
+    static constexpr std::size_t classes = 256;
     static constexpr std::size_t max_cached = 512;
 
     static void* allocate(std::size_t n) {

@@ -94,9 +94,6 @@ struct waiter {
     /// Its own coroutine runs (or sleeps, the head of a limiter), and checks `state` under the
     /// owner's mutex before it waits: not to be woken (see the file comment).
     bool driving = false;
-    std::chrono::nanoseconds retry_after{}; ///< the owner's note on a refusal (rate limiters)
-    /// The owner's note, set when queued: when the wait runs out (rate limiters with a queue timeout).
-    std::chrono::nanoseconds deadline = std::chrono::nanoseconds::max();
 
     /// Resumes the waiter on its own loop, or inline when it had none. Call it without the
     /// owner's mutex held (an inline resume may re-enter the owner), and touch the node no more:
@@ -119,6 +116,25 @@ struct waiter {
         else
             handle.resume();
     }
+};
+
+/// A waiter with the notes a rate limiter keeps on it. A limiter's queue holds only these (its state's
+/// `node_type`, which `queue_awaiter` takes), so the limiter may treat any waiter of its queue as one.
+struct timed_waiter : waiter {
+    std::chrono::nanoseconds retry_after{}; ///< the owner's note on a refusal
+    /// The owner's note, set when queued: when the wait runs out (with a queue timeout).
+    std::chrono::nanoseconds deadline = std::chrono::nanoseconds::max();
+};
+
+/// The node type a queue's owner takes: `Owner::node_type` if it names one, else `waiter`.
+template <class Owner>
+struct node_type_of {
+    using type = waiter;
+};
+template <class Owner>
+requires requires { typename Owner::node_type; }
+struct node_type_of<Owner> {
+    using type = typename Owner::node_type;
 };
 
 /// How many ranks a queue orders its waiters by (`waiter::rank`, below this).
@@ -313,11 +329,16 @@ void stop_waiter(Owner& owner, waiter& w) {
 /// (the owner's protocol goes on in the caller), or whatever a `withdraw` set. Never suspends
 /// when the owner decides at once or the token is already stopped. Not movable: `co_await` it
 /// where it is made. `owner`, `node` and `token` must outlive it.
+///
+/// It is its own stop callback (one `stop_callback_node`, listed on the token's state while it waits),
+/// with its flags in that node's padding: 64 bytes, in the frame of every call that waits in a queue.
 template <queue_owner Owner>
-class queue_awaiter {
+class queue_awaiter : private stop_callback_node {
 public:
-    queue_awaiter(Owner& owner, waiter& node, const stop_token& token) noexcept
-        : owner_(owner), node_(node), token_(token) {}
+    using node_type = typename node_type_of<Owner>::type;
+
+    queue_awaiter(Owner& owner, node_type& node, const stop_token& token) noexcept
+        : stop_callback_node(&on_stop), owner_(owner), node_(node), token_(stop_access::state(token)) {}
     queue_awaiter(const queue_awaiter&) = delete;
     queue_awaiter& operator=(const queue_awaiter&) = delete;
     /// Reached while still suspended only when the waiting coroutine is destroyed without being
@@ -332,7 +353,7 @@ public:
         if (!suspended_)
             return;
         suspended_ = false;
-        stop_.reset();
+        unlist();
         waiter* next = nullptr;
         [[maybe_unused]] bool granted = false; // read only for an owner that takes grants back
         {
@@ -350,7 +371,7 @@ public:
     }
 
     bool await_ready() {
-        if (token_.stop_requested()) {
+        if (token_ && token_->stop_requested()) {
             node_.state = waiter_state::stopped;
             return true;
         }
@@ -365,13 +386,13 @@ public:
         // Registered before taking the mutex: a token stopped meanwhile runs the callback right
         // here, which takes the mutex itself. It finds the node not yet queued and does nothing;
         // the check below then sees the stop.
-        if (token_.stop_possible())
-            stop_.emplace(token_, on_stop{this});
+        if (token_ && token_->stop_possible())
+            listed_ = token_->add(this);
         deferred_wake later; // what queueing moved on: woken once the mutex is released
         bool suspend;
         {
             std::lock_guard lock(owner_.mutex);
-            if (token_.stop_requested()) {
+            if (token_ && token_->stop_requested()) {
                 node_.state = waiter_state::stopped;
                 return false;
             }
@@ -396,7 +417,7 @@ public:
     waiter_state await_resume() noexcept {
         suspended_ = false;
         // Waits for a stop callback running on another thread, so it is done with the node.
-        stop_.reset();
+        unlist();
         if (!entered_)
             return node_.state; // decided here, under the mutex or before anyone saw the node
         // Once queued, the node's state is another thread's to write (its grant, a `turn` passed on,
@@ -407,17 +428,29 @@ public:
     }
 
 private:
-    struct on_stop {
-        queue_awaiter* self;
-        void operator()() const noexcept { stop_waiter(self->owner_, self->node_); }
-    };
+    // Run by a stop request on the token (at once, in `await_suspend`, if it came first).
+    static void on_stop(stop_callback_node* n) noexcept {
+        auto* const self = static_cast<queue_awaiter*>(n);
+        stop_waiter(self->owner_, self->node_);
+    }
+    // Takes this awaiter off the token's list (as a `stop_callback`'s destructor does), waiting for
+    // its run in progress on another thread; from inside its own run it only marks it destroyed.
+    void unlist() noexcept {
+        if (listed_) {
+            listed_ = false;
+            token_->remove(this);
+        }
+    }
 
-    Owner& owner_;
-    waiter& node_;
-    const stop_token& token_;
-    std::optional<stop_callback<on_stop>> stop_;
+    // In the node's padding (after its `finished` flag).
     bool suspended_ = false; ///< written under the owner's mutex before the node can be woken
     bool entered_ = false;   ///< the node went into the queue: others write its state from then on
+    bool listed_ = false;    ///< on the token's list of callbacks, or running from it
+    Owner& owner_;
+    waiter& node_;
+    // The token's stop state (null: it can never stop), referred to by the caller's token, which
+    // outlives this awaiter.
+    stop_state* token_;
 };
 
 } // namespace resilience::detail

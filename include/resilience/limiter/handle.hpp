@@ -289,7 +289,7 @@ public:
         pinned<typename shared::block> pin_;          // `options_`'s
         const Options* options_;                      // the call's: those in force when it started waiting
         typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
-        waiter node_;
+        timed_waiter node_;
         // After the node it queues: its tail padding holds the two fields after it.
         [[no_unique_address]] queue_awaiter<limiter_state<C, Meter>> queue_;
         phase phase_ = phase::start;

@@ -122,6 +122,9 @@ concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
 /// again.
 template <clock C, class Meter>
 struct limiter_state : shared_state {
+    /// Every waiter of this queue is one (`queue_awaiter` takes no other), with the notes kept on it.
+    using node_type = timed_waiter;
+
     limiter_state(Meter m, C c, std::size_t queue_limit_,
                   std::optional<std::chrono::nanoseconds> queue_timeout_ = std::nullopt)
         : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), queue_limit(queue_limit_),
@@ -238,7 +241,7 @@ struct limiter_state : shared_state {
         if (!queue.any_from(w.rank) && take_keeping_locked(now, keep))
             return waiter_state::granted;
         if (queue.size() >= queue_limit.load(std::memory_order_relaxed) && !queue.displaced_by(w.rank)) {
-            w.retry_after = ceil_ns(meter.available_at(now, queue.count_from(w.rank) + keep)) - now;
+            timed(w).retry_after = ceil_ns(meter.available_at(now, queue.count_from(w.rank) + keep)) - now;
             return waiter_state::rejected;
         }
         return waiter_state::idle;
@@ -252,15 +255,15 @@ struct limiter_state : shared_state {
         meter_lease lease{*this};
         if (queue_timeout) {
             const auto now = elapsed_locked();
-            w.deadline = *queue_timeout < std::chrono::nanoseconds::max() - now
-                             ? now + *queue_timeout
-                             : std::chrono::nanoseconds::max();
+            timed(w).deadline = *queue_timeout < std::chrono::nanoseconds::max() - now
+                                    ? now + *queue_timeout
+                                    : std::chrono::nanoseconds::max();
         }
         if (queue.size() >= queue_limit.load(std::memory_order_relaxed))
             if (waiter* out = queue.displaced_by(w.rank)) {
                 const auto now = elapsed_locked();
                 // Everyone else is ahead of it: it is the last of the lowest class.
-                out->retry_after =
+                timed(*out).retry_after =
                     ceil_ns(meter.available_at(now, queue.size() - 1 + keep_locked(out->rank))) - now;
                 const bool was_head = out->state == waiter_state::turn;
                 queue.erase(*out);
@@ -324,7 +327,7 @@ struct limiter_state : shared_state {
 
     /// The slow path: refuse, or wait for a permit in arrival order (within its class `rank`).
     task<admission> wait(stop_token token, unsigned char rank = 0) {
-        waiter node;
+        timed_waiter node;
         node.rank = rank;
         waiter_state st = co_await queue_awaiter<limiter_state>{*this, node, token};
         if (st == waiter_state::turn || st == waiter_state::queued) { // `queued`: a turn lost already
@@ -337,7 +340,7 @@ struct limiter_state : shared_state {
     }
 
     /// The head's part of a wait: `node` has its turn; ends with its final state.
-    task<waiter_state> serve_turn(waiter& node, stop_token token) {
+    task<waiter_state> serve_turn(timed_waiter& node, stop_token token) {
         // However this coroutine ends (a value, an exception from the clock, or destroyed while
         // asleep), the turn passes on: the waiters behind are never stranded.
         turn_guard guard{this, &node};
@@ -441,7 +444,7 @@ struct limiter_state : shared_state {
     // The head's loop: take the permit when it is there, else sleep until it is due or the wait
     // runs out. Ends when the permit is taken, when the deadline passed first (a permit due at the
     // very instant of the deadline is still taken), or when the node left its turn (stopped).
-    task<waiter_state> serve_head(waiter& node, const stop_token& token) {
+    task<waiter_state> serve_head(timed_waiter& node, const stop_token& token) {
         for (;;) {
             typename C::time_point due{};
             waiter* next = nullptr;
@@ -544,12 +547,12 @@ struct limiter_state : shared_state {
                     w = w->next && w->next->rank == r ? w->next : nullptr;
                 if (!w)
                     break;
-                if (now < w->deadline) { // the rest of the class comes later (queued later)
-                    earliest = std::min(earliest, w->deadline);
+                if (now < timed(*w).deadline) { // the rest of the class comes later (queued later)
+                    earliest = std::min(earliest, timed(*w).deadline);
                     break;
                 }
                 const std::size_t ahead = queue.count_from(r + 1) + (head.rank == r ? 1 : 0);
-                w->retry_after =
+                timed(*w).retry_after =
                     ceil_ns(meter.available_at(now, ahead + keep_locked(static_cast<unsigned>(r)))) - now;
                 queue.erase(*w);
                 w->state = waiter_state::expired;
@@ -561,6 +564,9 @@ struct limiter_state : shared_state {
         }
         return earliest;
     }
+
+    // A waiter of this queue as what it is (`node_type`).
+    static timed_waiter& timed(waiter& w) noexcept { return static_cast<timed_waiter&>(w); }
 
     // Wakes a chain of waiters linked through `next`, without the mutex. Each link is read before
     // its waiter is woken: once woken, it may run and end at once.
