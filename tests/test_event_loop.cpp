@@ -72,6 +72,36 @@ TEST_CASE("event_loop: work posted from another thread runs on the loop's thread
     CHECK(resumed_on == loop_thread);
 }
 
+// Counts the live objects of its kind: a spawned task's dropped value must be destroyed, once.
+struct counted_value {
+    static inline int alive = 0;
+    counted_value() { ++alive; }
+    counted_value(const counted_value&) { ++alive; }
+    counted_value(counted_value&&) noexcept { ++alive; }
+    ~counted_value() { --alive; }
+};
+
+TEST_CASE("event_loop: a spawned task's value is dropped, once, and its exception rethrown by run",
+          "[event_loop]") {
+    rs::event_loop loop;
+    int ran = 0;
+    for (int i = 0; i < 3; ++i)
+        loop.spawn([](int& r) -> rs::task<counted_value> {
+            ++r;
+            co_return counted_value{};
+        }(ran));
+    loop.run();
+    CHECK(ran == 3);
+    CHECK(counted_value::alive == 0);
+
+    loop.spawn([]() -> rs::task<counted_value> {
+        throw std::runtime_error("no value");
+        co_return counted_value{};
+    }());
+    CHECK_THROWS_WITH(loop.run(), "no value");
+    CHECK(counted_value::alive == 0);
+}
+
 TEST_CASE("event_loop: an exception escaping a spawned coroutine is rethrown by run", "[event_loop]") {
     rs::event_loop loop;
     loop.spawn([]() -> rs::task<void> {

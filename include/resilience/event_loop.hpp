@@ -110,7 +110,8 @@ public:
     /// it is kept and rethrown by `run()`. The awaitable is moved into the coroutine that runs it.
     template <awaitable A>
     void spawn(A&& a) {
-        auto h = drive(std::forward<A>(a), this).handle; // may throw bad_alloc: nothing counted yet
+        auto h = drive(std::forward<A>(a)).handle; // may throw bad_alloc: nothing counted yet
+        h.promise().loop = this;
         outstanding_.fetch_add(1, std::memory_order_relaxed);
         link(&h.promise());
         post(h);
@@ -194,10 +195,6 @@ private:
 
     struct drive_task {
         struct promise_type : drive_node {
-            template <class A>
-            promise_type(A&, event_loop* l) noexcept {
-                loop = l;
-            }
             drive_task get_return_object() noexcept {
                 return {std::coroutine_handle<promise_type>::from_promise(*this)};
             }
@@ -223,10 +220,15 @@ private:
         std::coroutine_handle<promise_type> handle;
     };
 
-    // A spawned awaitable's result is dropped, as `spawn` says: a `[[nodiscard]]` one too.
+    // A spawned awaitable's result is dropped, as `spawn` says: a `[[nodiscard]]` one too. A task's
+    // is not even taken out (`detail::ended`): it takes no place in this frame, which every spawned
+    // call has. The loop is set by `spawn` (a parameter would be kept in the frame too).
     template <class A>
-    static drive_task drive(A a, event_loop*) {
-        static_cast<void>(co_await std::move(a));
+    static drive_task drive(A a) {
+        if constexpr (detail::is_task<A>)
+            co_await detail::ended(std::move(a));
+        else
+            static_cast<void>(co_await std::move(a));
     }
 
     template <class R, class A>

@@ -59,12 +59,17 @@ struct task_promise : task_promise_base {
     }
 
     T take() {
+        check();
+        return std::move(value_);
+    }
+    /// Rethrows what the coroutine ended with if it is not a value (as `take` would), and leaves a
+    /// value where it is.
+    void check() const {
         if (state_ != state::value) [[unlikely]] {
             if (state_ == state::error)
                 std::rethrow_exception(error_);
             throw std::logic_error("resilience::task: the coroutine ended without a result");
         }
-        return std::move(value_);
     }
 
 private:
@@ -92,6 +97,10 @@ struct task_promise<void> : task_promise_base {
     void return_void() noexcept {}
     void unhandled_exception() noexcept { error_ = std::current_exception(); }
     void take() {
+        if (error_)
+            std::rethrow_exception(error_);
+    }
+    void check() const {
         if (error_)
             std::rethrow_exception(error_);
     }
@@ -158,6 +167,26 @@ private:
 };
 
 namespace detail {
+template <class A>
+inline constexpr bool is_task = false;
+template <class T>
+inline constexpr bool is_task<task<T>> = true;
+
+/// Awaits `t` for its end only: as `co_await std::move(t)`, but its value is left in its frame (and
+/// destroyed with the task) rather than moved into the awaiting frame; an exception is rethrown.
+template <class T>
+auto ended(task<T>&& t) noexcept {
+    using awaiter = decltype(std::move(t).operator co_await());
+    struct end_awaiter : awaiter {
+        void await_resume() const {
+            if (!this->handle)
+                throw std::logic_error("resilience::task: awaiting an empty task");
+            this->handle.promise().check();
+        }
+    };
+    return end_awaiter{std::move(t).operator co_await()};
+}
+
 template <class T>
 task<T> task_promise<T>::get_return_object() noexcept {
     return task<T>{std::coroutine_handle<task_promise<T>>::from_promise(*this)};
