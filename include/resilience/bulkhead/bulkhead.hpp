@@ -252,8 +252,8 @@ public:
     class frame_wait {
     public:
         frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
-            : call_(c), ctx_(ctx), result_(result), queue_(b.held(), node_, ctx.stop_token()) {
-            node_.rank = c.cfg->rank_of(ctx);
+            : call_(c), ctx_(ctx), result_(result), queue_(b.held(), ctx.stop_token()) {
+            queue_.node().rank = c.cfg->rank_of(ctx);
             detail::add_hold(b.held(), true);
         }
         frame_wait(const frame_wait&) = delete;
@@ -312,7 +312,7 @@ public:
             x.timer.owner = this;
             x.timer.fire = [](detail::timer_node* n) {
                 auto* self = static_cast<frame_wait*>(n->owner);
-                self->owner().expire(self->node_); // nothing if the node left the queue already
+                self->owner().expire(self->queue_.node()); // nothing if the node left the queue already
             };
             event_loop* const here = event_loop::current();
             detail::loop_access::add_timer(*here, &x.timer);
@@ -335,8 +335,7 @@ public:
         const context& ctx_;
         std::optional<outcome<R>>& result_;
         extras* extra_ = nullptr; // with a queue timeout or a listener, while the call waits
-        detail::waiter node_;
-        detail::queue_awaiter<bulkhead::state> queue_; // after the node it queues
+        detail::queue_awaiter<bulkhead::state, true> queue_; // with its node
     };
 
     /// The waiting form: queues for a slot, then runs `next` holding it.

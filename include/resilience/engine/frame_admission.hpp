@@ -14,6 +14,7 @@
 #include "protocol.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <coroutine>
 #include <cstddef>
 #include <memory>
@@ -63,6 +64,20 @@ struct frame_admission {
     }
     static constexpr std::size_t admission_bytes = largest_admission<false>(all_stages{});
     static constexpr bool any_waits_in_frame = admission_bytes > 0;
+    template <std::size_t... Js>
+    static constexpr std::size_t count_admitting(std::index_sequence<Js...>) {
+        return (std::size_t{0} + ... + std::size_t{admits_here<Js>()});
+    }
+    template <std::size_t... Js>
+    static constexpr std::size_t first_admitting(std::index_sequence<Js...>) {
+        std::size_t j = size;
+        ((j = j == size && admits_here<Js>() ? Js : j), ...);
+        return j;
+    }
+    // With one stage that waits here (a pipeline with one bulkhead or one limiter), which one is known;
+    // with more, the one that waits is kept after its awaiter.
+    static constexpr bool one_admits = count_admitting(all_stages{}) == 1;
+    static constexpr std::size_t the_admitting = first_admitting(all_stages{});
     static_assert(largest_admission<true>(all_stages{}) <= alignof(std::max_align_t),
                   "resilience: a policy's frame_wait must not be over-aligned");
 
@@ -83,20 +98,24 @@ struct frame_admission {
     /// Awaits stage `k`'s admission (out of line: the drive's common path stays small enough for
     /// the compiler to inline what it calls). The stage's awaiter is made in a block from the frame cache,
     /// taken only by a call that waits (so a call that does not carries no room for it), with
-    /// the stage's index after it; it is destroyed with this awaiter, also when the frame is destroyed
-    /// while it waits. One pointer, as every byte of this awaiter is in every call's frame.
+    /// the stage's index after it when more than one stage may wait here; it is destroyed with this
+    /// awaiter, also when the frame is destroyed while it waits. One pointer, as every byte of this
+    /// awaiter is in every call's frame.
     struct wait_in_frame {
-        // The stage's index follows the awaiter.
+        // The stage's index follows the awaiter, if it must be kept.
         static constexpr std::size_t index_at =
             (admission_bytes + alignof(std::size_t) - 1) / alignof(std::size_t) * alignof(std::size_t);
-        static constexpr std::size_t block = index_at + sizeof(std::size_t);
+        static constexpr std::size_t block = one_admits ? admission_bytes : index_at + sizeof(std::size_t);
         void* space;
 
         RESILIENCE_DETAIL_NOINLINE wait_in_frame(std::size_t stage, const Stages& stages, States& st,
                                                  const context* const* at,
                                                  std::optional<outcome_type>& result)
             : space(frame_cache::allocate(block)) {
-            ::new (static_cast<unsigned char*>(space) + index_at) std::size_t(stage);
+            if constexpr (one_admits)
+                assert(stage == the_admitting);
+            else
+                ::new (static_cast<unsigned char*>(space) + index_at) std::size_t(stage);
             try {
                 on_stage([&](auto j) {
                     constexpr std::size_t J = decltype(j)::value;
@@ -142,8 +161,12 @@ struct frame_admission {
 
     private:
         std::size_t stage() const noexcept {
-            unsigned char* const at = static_cast<unsigned char*>(space) + index_at;
-            return *std::launder(reinterpret_cast<std::size_t*>(at));
+            if constexpr (one_admits) {
+                return the_admitting;
+            } else {
+                unsigned char* const at = static_cast<unsigned char*>(space) + index_at;
+                return *std::launder(reinterpret_cast<std::size_t*>(at));
+            }
         }
         template <std::size_t J>
         admission_at<J>* get() const noexcept {
@@ -152,14 +175,18 @@ struct frame_admission {
         // Calls `f(std::integral_constant<std::size_t, k>{})`: stage `k` admits here (`waits_in_frame`).
         template <class F>
         void on_stage(F&& f) const {
-            visit_stage<bool>(
-                stage(),
-                [&](auto j) {
-                    if constexpr (admits_here<decltype(j)::value>())
-                        f(j);
-                    return true;
-                },
-                all_stages{});
+            if constexpr (one_admits) {
+                f(std::integral_constant<std::size_t, the_admitting>{});
+            } else {
+                visit_stage<bool>(
+                    stage(),
+                    [&](auto j) {
+                        if constexpr (admits_here<decltype(j)::value>())
+                            f(j);
+                        return true;
+                    },
+                    all_stages{});
+            }
         }
     };
 };

@@ -56,6 +56,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 namespace resilience::inline v0_2 {
@@ -328,17 +329,26 @@ void stop_waiter(Owner& owner, waiter& w) {
 /// `granted`, `rejected`, `stopped` (the token was stopped before the owner moved it on), `turn`
 /// (the owner's protocol goes on in the caller), or whatever a `withdraw` set. Never suspends
 /// when the owner decides at once or the token is already stopped. Not movable: `co_await` it
-/// where it is made. `owner`, `node` and `token` must outlive it.
+/// where it is made. `owner`, `node` (unless it is the awaiter's own, `OwnNode`) and `token` must
+/// outlive it.
 ///
 /// It is its own stop callback (one `stop_callback_node`, listed on the token's state while it waits),
-/// with its flags in that node's padding: 64 bytes, in the frame of every call that waits in a queue.
-template <queue_owner Owner>
+/// with its flags in that node's padding: 64 bytes and the node, in the frame of every call that waits
+/// in a queue.
+template <queue_owner Owner, bool OwnNode = false>
 class queue_awaiter : private stop_callback_node {
 public:
     using node_type = typename node_type_of<Owner>::type;
 
+    /// Waits with `node`, which the caller keeps.
     queue_awaiter(Owner& owner, node_type& node, const stop_token& token) noexcept
-        : stop_callback_node(&on_stop), owner_(owner), node_(node), token_(stop_access::state(token)) {}
+    requires(!OwnNode)
+        : stop_callback_node(&on_stop), owner_(owner), node_(&node), token_(stop_access::state(token)) {}
+    /// Waits with a node of its own (`node()`): 8 bytes less where the awaiter and its node live
+    /// side by side (a pipeline's `frame_wait`).
+    queue_awaiter(Owner& owner, const stop_token& token) noexcept
+    requires OwnNode
+        : stop_callback_node(&on_stop), owner_(owner), token_(stop_access::state(token)) {}
     queue_awaiter(const queue_awaiter&) = delete;
     queue_awaiter& operator=(const queue_awaiter&) = delete;
     /// Reached while still suspended only when the waiting coroutine is destroyed without being
@@ -358,9 +368,9 @@ public:
         [[maybe_unused]] bool granted = false; // read only for an owner that takes grants back
         {
             std::lock_guard lock(owner_.mutex);
-            if (!owner_.queue.withdraw(node_, waiter_state::stopped) && node_.state == waiter_state::turn)
-                next = owner_.queue.leave_turn(node_, waiter_state::stopped);
-            granted = node_.state == waiter_state::granted;
+            if (!owner_.queue.withdraw(node(), waiter_state::stopped) && node().state == waiter_state::turn)
+                next = owner_.queue.leave_turn(node(), waiter_state::stopped);
+            granted = node().state == waiter_state::granted;
             waiter_left_locked(owner_);
         }
         if (next)
@@ -372,17 +382,17 @@ public:
 
     bool await_ready() {
         if (token_ && token_->stop_requested()) {
-            node_.state = waiter_state::stopped;
+            node().state = waiter_state::stopped;
             return true;
         }
         std::lock_guard lock(owner_.mutex);
-        node_.state = owner_.decide_locked(node_);
-        return node_.state != waiter_state::idle;
+        node().state = owner_.decide_locked(node());
+        return node().state != waiter_state::idle;
     }
 
     bool await_suspend(std::coroutine_handle<> h) {
-        node_.handle = h;
-        node_.loop = home_loop::current();
+        node().handle = h;
+        node().loop = home_loop::current();
         // Registered before taking the mutex: a token stopped meanwhile runs the callback right
         // here, which takes the mutex itself. It finds the node not yet queued and does nothing;
         // the check below then sees the stop.
@@ -393,18 +403,18 @@ public:
         {
             std::lock_guard lock(owner_.mutex);
             if (token_ && token_->stop_requested()) {
-                node_.state = waiter_state::stopped;
+                node().state = waiter_state::stopped;
                 return false;
             }
             // Decided again: the slot or token may have come back since await_ready.
-            node_.state = owner_.decide_locked(node_);
-            if (node_.state != waiter_state::idle)
+            node().state = owner_.decide_locked(node());
+            if (node().state != waiter_state::idle)
                 return false;
-            node_.state = owner_.enqueue_locked(node_);
+            node().state = owner_.enqueue_locked(node());
             if constexpr (requires { owner_.take_deferred_locked(later); })
                 owner_.take_deferred_locked(later);
             entered_ = true;
-            suspend = suspended_ = node_.state == waiter_state::queued;
+            suspend = suspended_ = node().state == waiter_state::queued;
         }
         // Once the mutex is released the node may be woken at any time: nothing below touches it.
         later.run();
@@ -413,25 +423,32 @@ public:
 
     /// The owner whose queue this awaiter waits in.
     Owner& owner() const noexcept { return owner_; }
+    /// The node it waits with.
+    node_type& node() noexcept {
+        if constexpr (OwnNode)
+            return node_;
+        else
+            return *node_;
+    }
 
     waiter_state await_resume() noexcept {
         suspended_ = false;
         // Waits for a stop callback running on another thread, so it is done with the node.
         unlist();
         if (!entered_)
-            return node_.state; // decided here, under the mutex or before anyone saw the node
+            return node().state; // decided here, under the mutex or before anyone saw the node
         // Once queued, the node's state is another thread's to write (its grant, a `turn` passed on,
         // and taken back by a newcomer of a higher class even after this resumed): read under the
         // mutex it is written under, which also orders what the writer set beside it (`retry_after`).
         std::lock_guard lock(owner_.mutex);
-        return node_.state;
+        return node().state;
     }
 
 private:
     // Run by a stop request on the token (at once, in `await_suspend`, if it came first).
     static void on_stop(stop_callback_node* n) noexcept {
         auto* const self = static_cast<queue_awaiter*>(n);
-        stop_waiter(self->owner_, self->node_);
+        stop_waiter(self->owner_, self->node());
     }
     // Takes this awaiter off the token's list (as a `stop_callback`'s destructor does), waiting for
     // its run in progress on another thread; from inside its own run it only marks it destroyed.
@@ -447,7 +464,7 @@ private:
     bool entered_ = false;   ///< the node went into the queue: others write its state from then on
     bool listed_ = false;    ///< on the token's list of callbacks, or running from it
     Owner& owner_;
-    waiter& node_;
+    std::conditional_t<OwnNode, node_type, node_type*> node_;
     // The token's stop state (null: it can never stop), referred to by the caller's token, which
     // outlives this awaiter.
     stop_state* token_;

@@ -176,8 +176,8 @@ public:
         frame_wait(const limiter_handle& l, call_state&, const context& ctx,
                    std::optional<outcome<R>>& result)
             : ctx_(ctx), result_(result), pin_(l.held().pin()), options_(&pin_->options),
-              queue_(l.held(), node_, ctx.stop_token()) {
-            node_.rank = l.held().rank_of(ctx);
+              queue_(l.held(), ctx.stop_token()) {
+            queue_.node().rank = l.held().rank_of(ctx);
             add_hold(l.held(), true);
         }
         frame_wait(const frame_wait&) = delete;
@@ -188,7 +188,7 @@ public:
             // passes on all the same. The coroutine goes first; its own guard may do it.
             turn_ = {};
             if (phase_ == phase::turn) {
-                typename limiter_state<C, Meter>::turn_guard pass_on{&l, &node_};
+                typename limiter_state<C, Meter>::turn_guard pass_on{&l, &queue_.node()};
                 (void)pass_on; // its destructor hands the turn on, if the node still has it
             }
             if (queued_at_) {
@@ -242,7 +242,7 @@ public:
                 // run (`queued`): it drives all the same, and `serve_turn` parks it.
                 if (st == waiter_state::turn || st == waiter_state::queued) {
                     phase_ = phase::turn;
-                    turn_ = limiter().serve_turn(node_, ctx_.stop_token());
+                    turn_ = limiter().serve_turn(queue_.node(), ctx_.stop_token());
                     return step::wait;
                 }
                 break;
@@ -273,8 +273,8 @@ public:
             if (st == waiter_state::stopped) {
                 set_cancelled(result_, options_->name);
             } else {
-                result_.emplace(
-                    refuse_call(l, *options_, ctx_, queued_at_, listener, admission{st, node_.retry_after}));
+                result_.emplace(refuse_call(l, *options_, ctx_, queued_at_, listener,
+                                            admission{st, queue_.node().retry_after}));
             }
             return answer_ = step::done;
         }
@@ -289,9 +289,7 @@ public:
         pinned<typename shared::block> pin_;          // `options_`'s
         const Options* options_;                      // the call's: those in force when it started waiting
         typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
-        timed_waiter node_;
-        // After the node it queues: its tail padding holds the two fields after it.
-        [[no_unique_address]] queue_awaiter<limiter_state<C, Meter>> queue_;
+        queue_awaiter<limiter_state<C, Meter>, true> queue_; // with its node
         phase phase_ = phase::start;
         step answer_ = step::done;
         task<waiter_state> turn_; // the head's: watches the clock
