@@ -364,17 +364,17 @@ public:
             return;
         suspended_ = false;
         unlist();
-        waiter* next = nullptr;
+        waiter* turn_to = nullptr;             // the waiter this one's turn passes to
         [[maybe_unused]] bool granted = false; // read only for an owner that takes grants back
         {
             std::lock_guard lock(owner_.mutex);
             if (!owner_.queue.withdraw(node(), waiter_state::stopped) && node().state == waiter_state::turn)
-                next = owner_.queue.leave_turn(node(), waiter_state::stopped);
+                turn_to = owner_.queue.leave_turn(node(), waiter_state::stopped);
             granted = node().state == waiter_state::granted;
             waiter_left_locked(owner_);
         }
-        if (next)
-            next->wake_later();
+        if (turn_to)
+            turn_to->wake_later();
         if constexpr (requires { owner_.take_back_grant(); })
             if (granted)
                 owner_.take_back_grant();
