@@ -357,7 +357,7 @@ TEST_CASE("rate_limiter: try_take_now takes no token while a call waits, whateve
                                                                        sim.clock(), rs::unbounded_queue};
     const vclock::time_point t0 = sim.clock().now();
     REQUIRE(bucket.try_take_now(t0));
-    rs::detail::waiter w;
+    rs::detail::timed_waiter w;
     {
         std::lock_guard lock(bucket.mutex);
         REQUIRE(bucket.decide_locked(w) == rs::detail::waiter_state::idle);
@@ -1165,6 +1165,60 @@ TEST_CASE("rate_limiter: the first waiter in a pipeline, stopped while it watche
     CHECK(j.admitted_at(3) == 100ms);
     CHECK(j.finished[2].at == 40ms);
     CHECK(lim.queued() == 0);
+}
+
+namespace {
+// The simulation's clock, whose readings throw from the `fail_from`-th on (counted from 1).
+struct clock_failing_from {
+    using duration = vclock::duration;
+    using time_point = vclock::time_point;
+    vclock inner;
+    std::shared_ptr<int> reads = std::make_shared<int>(0);
+    std::shared_ptr<int> fail_from = std::make_shared<int>(std::numeric_limits<int>::max());
+    time_point now() const {
+        if (++*reads >= *fail_from)
+            throw std::runtime_error("clock: no reading");
+        return inner.now();
+    }
+    auto sleep_until(time_point tp, resilience::stop_token token) const {
+        return inner.sleep_until(tp, token);
+    }
+    rs::event_loop* timer_loop() const noexcept { return inner.timer_loop(); }
+};
+} // namespace
+
+TEST_CASE("rate_limiter: a call whose clock throws while it queues leaves no stop callback on its caller's "
+          "token",
+          "[rate_limiter][stop]") {
+    // Whichever reading throws (before, while or after the call queues; or none, once the call has its
+    // token), the call ends and nothing of it stays listed on the caller's token: a later stop of that
+    // token must not reach the call's freed frame.
+    for (int nth = 1; nth <= 12; ++nth) {
+        CAPTURE(nth);
+        rs::testing::simulation sim;
+        const clock_failing_from clock{sim.clock()};
+        rs::rate_limiter<clock_failing_from> lim{
+            {.token_limit = 1, .tokens_per_second = 10, .queue_limit = rs::unbounded_queue}, clock};
+        const auto action = []() -> rs::task<int> { co_return 1; };
+        REQUIRE(sim.run(lim.execute_outcome(action)).has_value()); // takes the one token
+        rs::stop_source caller;
+        *clock.fail_from = *clock.reads + nth;
+        std::optional<rs::outcome<int>> ended;
+        bool threw = false;
+        sim.spawn([](const rs::rate_limiter<clock_failing_from>& l, auto act, rs::stop_token token,
+                     std::optional<rs::outcome<int>>& out, bool& failed) -> rs::task<void> {
+            try {
+                out.emplace(co_await l.execute_outcome(act, std::move(token)));
+            } catch (const std::runtime_error&) {
+                failed = true;
+            }
+        }(lim, action, caller.get_token(), ended, threw));
+        sim.run_all();
+        CHECK((threw || ended.has_value()));
+        CHECK_FALSE(rs::detail::stop_access::state(caller.get_token())->has_callbacks());
+        CHECK(lim.queued() == 0);
+        caller.request_stop();
+    }
 }
 
 } // namespace test_rate_limiter

@@ -135,6 +135,14 @@ public:
         return true;
     }
 
+    /// Whether any callback is listed (and not yet run).
+    bool has_callbacks() noexcept {
+        lock();
+        const bool any = head_ != nullptr;
+        unlock();
+        return any;
+    }
+
     /// Lists `n`, or runs it now when a stop was already requested: true when listed.
     bool add(stop_callback_node* n) noexcept {
         const std::uint32_t w = lock();

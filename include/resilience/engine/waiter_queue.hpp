@@ -296,7 +296,7 @@ struct deferred_wake {
 
 /// What `queue_awaiter` needs from the state of the policy owning the queue (see the file comment).
 template <class O>
-concept queue_owner = requires(O& o, waiter& w) {
+concept queue_owner = requires(O& o, typename node_type_of<O>::type& w) {
     requires std::same_as<decltype(o.mutex), std::mutex>;
     requires std::same_as<decltype(o.queue), waiter_queue>;
     { o.decide_locked(w) } -> std::same_as<waiter_state>;
@@ -360,10 +360,12 @@ public:
     /// What the destructor does, done now (and not again): for an owner that must still hold its
     /// state while the waiter leaves its queue, and gives it up right after.
     void leave() noexcept {
+        // First: an awaiter that listed itself and then did not suspend (an owner's step threw in
+        // `await_suspend`, or the head of a limiter left before it slept) is listed all the same.
+        unlist();
         if (!suspended_)
             return;
         suspended_ = false;
-        unlist();
         waiter* turn_to = nullptr;             // the waiter this one's turn passes to
         [[maybe_unused]] bool granted = false; // read only for an owner that takes grants back
         {

@@ -234,14 +234,14 @@ struct limiter_state : shared_state {
     // passes waiters of lower classes, whose reserve holds them back). With the queue full it waits
     // only if it displaces a waiter of a lower class (`enqueue_locked`); refused, it is told when a
     // permit would be there for it behind the waiters of its class and above.
-    waiter_state decide_locked(waiter& w) {
+    waiter_state decide_locked(timed_waiter& w) {
         meter_lease lease{*this};
         const auto now = elapsed_locked();
         const std::size_t keep = keep_locked(w.rank);
         if (!queue.any_from(w.rank) && take_keeping_locked(now, keep))
             return waiter_state::granted;
         if (queue.size() >= queue_limit.load(std::memory_order_relaxed) && !queue.displaced_by(w.rank)) {
-            timed(w).retry_after = ceil_ns(meter.available_at(now, queue.count_from(w.rank) + keep)) - now;
+            w.retry_after = ceil_ns(meter.available_at(now, queue.count_from(w.rank) + keep)) - now;
             return waiter_state::rejected;
         }
         return waiter_state::idle;
@@ -251,13 +251,13 @@ struct limiter_state : shared_state {
     // `decide_locked` let this waiter into) gives up its last waiter of the lowest class; a waiter
     // queued in front of the head takes the turn from it. Whom that moves on is woken once the
     // mutex is released (`take_deferred_locked`).
-    waiter_state enqueue_locked(waiter& w) {
+    waiter_state enqueue_locked(timed_waiter& w) {
         meter_lease lease{*this};
         if (queue_timeout) {
             const auto now = elapsed_locked();
-            timed(w).deadline = *queue_timeout < std::chrono::nanoseconds::max() - now
-                                    ? now + *queue_timeout
-                                    : std::chrono::nanoseconds::max();
+            w.deadline = *queue_timeout < std::chrono::nanoseconds::max() - now
+                             ? now + *queue_timeout
+                             : std::chrono::nanoseconds::max();
         }
         if (queue.size() >= queue_limit.load(std::memory_order_relaxed))
             if (waiter* out = queue.displaced_by(w.rank)) {
