@@ -175,8 +175,7 @@ public:
     public:
         frame_wait(const limiter_handle& l, call_state&, const context& ctx,
                    std::optional<outcome<R>>& result)
-            : ctx_(ctx), result_(result), pin_(l.held().pin()), options_(&pin_->options),
-              queue_(l.held(), ctx.stop_token()) {
+            : ctx_(ctx), result_(result), pin_(l.held().pin()), queue_(l.held(), ctx.stop_token()) {
             queue_.node().rank = l.held().rank_of(ctx);
             add_hold(l.held(), true);
         }
@@ -203,7 +202,7 @@ public:
             switch (phase_) {
             case phase::start:
                 if (ctx_.stop_requested()) {
-                    set_cancelled(result_, options_->name);
+                    set_cancelled(result_, options().name);
                     phase_ = phase::decided;
                     answer_ = step::done;
                     return true;
@@ -213,7 +212,7 @@ public:
                     answer_ = step::proceed;
                     return true;
                 }
-                if (listener_for(options_->telemetry, ctx_)) { // as `run`: from when it found none
+                if (listener_for(options().telemetry, ctx_)) { // as `run`: from when it found none
                     const typename C::time_point now = limiter().clock.now();
                     queued_at_ = ::new (frame_cache::allocate(sizeof(typename C::time_point)))
                         typename C::time_point(now);
@@ -253,27 +252,27 @@ public:
             phase_ = phase::decided;
             shared& l = limiter();
             const detail::listener_ref listener =
-                queued_at_ ? listener_for(options_->telemetry, ctx_) : nullptr;
+                queued_at_ ? listener_for(options().telemetry, ctx_) : nullptr;
             if (st == waiter_state::granted) {
                 if (listener)
                     if (std::optional<failure> thrown = emit_caught(
                             listener, l.clock,
-                            waited_on(l, *options_, ctx_, queued_at_, telemetry_kind::queue_wait))) {
+                            waited_on(l, options(), ctx_, queued_at_, telemetry_kind::queue_wait))) {
                         result_.emplace(std::move(*thrown)); // the permit stays spent
                         return answer_ = step::done;
                     }
                 // Stopped since its turn came (by the listener, or from another thread): runs
                 // nothing, and the permit stays spent.
                 if (ctx_.stop_requested()) {
-                    set_cancelled(result_, options_->name);
+                    set_cancelled(result_, options().name);
                     return answer_ = step::done;
                 }
                 return answer_ = step::proceed;
             }
             if (st == waiter_state::stopped) {
-                set_cancelled(result_, options_->name);
+                set_cancelled(result_, options().name);
             } else {
-                result_.emplace(refuse_call(l, *options_, ctx_, queued_at_, listener,
+                result_.emplace(refuse_call(l, options(), ctx_, queued_at_, listener,
                                             admission{st, queue_.node().retry_after}));
             }
             return answer_ = step::done;
@@ -283,12 +282,12 @@ public:
         enum class phase : unsigned char { start, queue, turn, decided };
 
         shared& limiter() const noexcept { return static_cast<shared&>(queue_.owner()); }
+        const Options& options() const noexcept { return pin_->options; }
 
         const context& ctx_;
         std::optional<outcome<R>>& result_;
-        pinned<typename shared::block> pin_;          // `options_`'s
-        const Options* options_;                      // the call's: those in force when it started waiting
-        typename C::time_point* queued_at_ = nullptr; // with a listener: when the call found no permit
+        pinned<typename shared::block> pin_; // the call's options: those in force when it started waiting
+        typename C::time_point* queued_at_ = nullptr;        // with a listener: when the call found no permit
         queue_awaiter<limiter_state<C, Meter>, true> queue_; // with its node
         phase phase_ = phase::start;
         step answer_ = step::done;
