@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <list>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -100,6 +102,38 @@ TEST_CASE("event_loop: a spawned task's value is dropped, once, and its exceptio
     }());
     CHECK_THROWS_WITH(loop.run(), "no value");
     CHECK(counted_value::alive == 0);
+}
+
+TEST_CASE("event_loop: destroyed with spawned calls that never ended, it destroys each once, a task "
+          "and any other awaitable",
+          "[event_loop]") {
+    struct forever {
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<>) const noexcept {}
+        void await_resume() const noexcept {}
+    };
+    // An awaitable that is not a task, waiting forever, holding one counted value (moved into the
+    // coroutine that runs it).
+    struct held_forever : forever {
+        std::unique_ptr<counted_value> held = std::make_unique<counted_value>();
+    };
+    int ended = 0;
+    {
+        rs::testing::simulation sim;
+        rs::event_loop& loop = sim.loop();
+        for (int i = 0; i < 2; ++i)
+            loop.spawn([](int& e) -> rs::task<int> {
+                counted_value local;
+                co_await forever{};
+                ++e;
+                co_return 1;
+            }(ended));
+        loop.spawn(held_forever{});
+        loop.run_until(1s); // each starts and waits
+        CHECK(counted_value::alive == 3);
+    }
+    CHECK(counted_value::alive == 0); // the two tasks' locals and the awaitable, each destroyed once
+    CHECK(ended == 0);
 }
 
 TEST_CASE("event_loop: an exception escaping a spawned coroutine is rethrown by run", "[event_loop]") {

@@ -107,14 +107,18 @@ public:
     void post(std::coroutine_handle<> h) { post(detail::job::resume(h)); }
 
     /// Starts `a` on this loop; `run()` does not return before it finishes. An exception escaping
-    /// it is kept and rethrown by `run()`. The awaitable is moved into the coroutine that runs it.
+    /// it is kept and rethrown by `run()`. A task runs as it is, its end reaching the loop through a
+    /// node of four words; any other awaitable is moved into a coroutine that runs it.
     template <awaitable A>
     void spawn(A&& a) {
+        if constexpr (detail::is_task<std::remove_cvref_t<A>> && !std::is_lvalue_reference_v<A>) {
+            if (a.valid()) {
+                spawn_task(std::move(a));
+                return;
+            }
+        }
         auto h = drive(std::forward<A>(a)).handle; // may throw bad_alloc: nothing counted yet
-        h.promise().loop = this;
-        outstanding_.fetch_add(1, std::memory_order_relaxed);
-        link(&h.promise());
-        post(h);
+        start(&h.promise(), h, 0);
     }
 
     /// Runs until every spawned coroutine has finished, then rethrows the first exception one of
@@ -177,24 +181,54 @@ private:
 
     // Every spawned coroutine is on an intrusive list until it finishes, so the destructor can
     // reclaim the ones that never do.
-    struct drive_node : detail::recycled_frame {
-        event_loop* loop = nullptr;
-        drive_node* prev = nullptr;
-        drive_node* next = nullptr;
-        bool orphaned = false;
-    };
+    using drive_node = detail::spawn_node;
+    void start(drive_node* n, std::coroutine_handle<> h, std::uintptr_t bits) {
+        n->word = reinterpret_cast<std::uintptr_t>(static_cast<home_loop*>(this)) | bits;
+        n->handle = h;
+        outstanding_.fetch_add(1, std::memory_order_relaxed);
+        link(n);
+        post(h);
+    }
     void link(drive_node* n) {
         std::lock_guard lock(mutex_);
         spawned_.push_front(*n);
     }
     void unlink(drive_node* n) {
         std::lock_guard lock(mutex_);
-        if (!n->orphaned)
+        if (!n->orphaned())
             spawned_.erase(*n);
     }
 
+    // A spawned task needs no coroutine around it: its node (a block of four words, smaller than a
+    // frame) is where its continuation would be, and resuming the task is one resumption fewer.
+    struct detached_node : drive_node, detail::recycled_frame {};
+    template <class T>
+    void spawn_task(task<T>&& t) {
+        auto* const n = new detached_node{}; // may throw bad_alloc: `t` is left as it was
+        const auto h = detail::task_access::release(t);
+        h.promise().continuation_ = reinterpret_cast<void*>(
+            reinterpret_cast<std::uintptr_t>(static_cast<drive_node*>(n)) | detail::detached_tag);
+        start(n, h, drive_node::detached_bit);
+    }
+    // From a detached task's final suspension (it may have ended on another thread).
+    static void spawn_ended(home_loop* home, drive_node* n, std::exception_ptr failure) noexcept {
+        auto* const l = static_cast<event_loop*>(home);
+        if (failure)
+            l->record_failure(std::move(failure));
+        l->unlink(n);
+        n->handle.destroy();
+        delete static_cast<detached_node*>(n);
+        l->finished();
+    }
+    // The first failure of a spawned coroutine is kept for `run` to rethrow.
+    void record_failure(std::exception_ptr failure) noexcept {
+        std::lock_guard lock(mutex_); // the coroutine may end on another thread
+        if (!failed_)
+            failed_ = std::move(failure);
+    }
+
     struct drive_task {
-        struct promise_type : drive_node {
+        struct promise_type : drive_node, detail::recycled_frame {
             drive_task get_return_object() noexcept {
                 return {std::coroutine_handle<promise_type>::from_promise(*this)};
             }
@@ -202,7 +236,7 @@ private:
             struct final_awaiter {
                 bool await_ready() const noexcept { return false; }
                 void await_suspend(std::coroutine_handle<promise_type> h) noexcept {
-                    event_loop* l = h.promise().loop;
+                    auto* const l = static_cast<event_loop*>(h.promise().home());
                     l->unlink(&h.promise());
                     h.destroy();
                     l->finished();
@@ -212,9 +246,7 @@ private:
             final_awaiter final_suspend() const noexcept { return {}; }
             void return_void() noexcept {}
             void unhandled_exception() noexcept {
-                std::lock_guard lock(loop->mutex_); // the coroutine may end on another thread
-                if (!loop->failed_)
-                    loop->failed_ = std::current_exception();
+                static_cast<event_loop*>(home())->record_failure(std::current_exception());
             }
         };
         std::coroutine_handle<promise_type> handle;
@@ -265,7 +297,7 @@ private:
 
     // How a call made on this loop comes back to it (detail/home_loop.hpp).
     static void post_here(home_loop* loop, detail::job j) { static_cast<event_loop*>(loop)->post(j); }
-    static constexpr operations as_home{&post_here, nullptr, nullptr};
+    static constexpr operations as_home{&post_here, nullptr, nullptr, &spawn_ended};
 
     bool virtual_ = false;
     std::chrono::nanoseconds vnow_{0};

@@ -4,9 +4,12 @@
 #pragma once
 
 #include "detail/frame_allocator.hpp"
+#include "detail/home_loop.hpp"
 #include "detail/inline_start.hpp"
+#include "detail/inlining.hpp"
 
 #include <coroutine>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <stdexcept>
@@ -20,12 +23,26 @@ class task;
 
 namespace detail {
 
+struct task_access;
+
+/// A task started with no coroutine awaiting it (`event_loop::spawn`) keeps its `spawn_node`
+/// (detail/home_loop.hpp) where its continuation would be, tagged with `detached_tag`, so that a task
+/// carries no member for it.
+inline constexpr std::uintptr_t detached_tag = 1;
+
 struct task_promise_base : recycled_frame {
     struct final_awaiter {
         bool await_ready() const noexcept { return false; }
+        // Inlined into every task's end, the detached end kept out of line: g++ stopped inlining this
+        // when it held the detached end's work, and a bare call took 11 more instructions
+        // (bench/instructions.sh, bare_call).
         template <class Promise>
-        std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> self) noexcept {
-            return resume_awaiter(self, self.promise().continuation_);
+        RESILIENCE_DETAIL_ALWAYS_INLINE std::coroutine_handle<>
+        await_suspend(std::coroutine_handle<Promise> self) noexcept {
+            void* const next = self.promise().continuation_;
+            if (reinterpret_cast<std::uintptr_t>(next) & detached_tag) [[unlikely]]
+                return end_detached(next, self);
+            return resume_awaiter(self, std::coroutine_handle<>::from_address(next));
         }
         void await_resume() const noexcept {}
     };
@@ -33,7 +50,21 @@ struct task_promise_base : recycled_frame {
     std::suspend_always initial_suspend() const noexcept { return {}; }
     final_awaiter final_suspend() const noexcept { return {}; }
 
-    std::coroutine_handle<> continuation_ = std::noop_coroutine();
+    /// The address of the coroutine to resume at the end, or a `spawn_node` tagged with
+    /// `detached_tag` (a frame, and a node, is aligned to more than 1).
+    void* continuation_ = std::noop_coroutine().address();
+
+private:
+    // Out of line, with all it does (the exception taken out of the promise among it): the common
+    // end keeps no stack frame for it.
+    template <class Promise>
+    RESILIENCE_DETAIL_NOINLINE static std::coroutine_handle<>
+    end_detached(void* tagged, std::coroutine_handle<Promise> self) noexcept {
+        auto* n = reinterpret_cast<spawn_node*>(reinterpret_cast<std::uintptr_t>(tagged) & ~detached_tag);
+        n->home()->spawn_ended(n,
+                               self.promise().failure()); // destroys the task: nothing of it is touched after
+        return std::noop_coroutine();
+    }
 };
 
 template <class T>
@@ -61,6 +92,19 @@ struct task_promise : task_promise_base {
     T take() {
         check();
         return std::move(value_);
+    }
+    /// What the coroutine ended with if it is not a value (as `check` would throw it), else null.
+    std::exception_ptr failure() const noexcept {
+        if (state_ == state::value) [[likely]]
+            return nullptr;
+        if (state_ == state::error)
+            return error_;
+        try {
+            check(); // ended without a result
+        } catch (...) {
+            return std::current_exception();
+        }
+        return nullptr;
     }
     /// Rethrows what the coroutine ended with if it is not a value (as `take` would), and leaves a
     /// value where it is.
@@ -104,6 +148,7 @@ struct task_promise<void> : task_promise_base {
         if (error_)
             std::rethrow_exception(error_);
     }
+    std::exception_ptr failure() const noexcept { return error_; }
     std::exception_ptr error_;
 };
 
@@ -146,7 +191,7 @@ public:
             std::coroutine_handle<promise_type> handle;
             bool await_ready() const noexcept { return !handle || handle.done(); }
             detail::start_result await_suspend(std::coroutine_handle<> awaiting) noexcept {
-                handle.promise().continuation_ = awaiting;
+                handle.promise().continuation_ = awaiting.address();
                 return detail::start_inline(handle);
             }
             T await_resume() {
@@ -159,6 +204,7 @@ public:
     }
 
 private:
+    friend struct detail::task_access;
     void destroy() noexcept {
         if (handle_)
             handle_.destroy();
@@ -171,6 +217,14 @@ template <class A>
 inline constexpr bool is_task = false;
 template <class T>
 inline constexpr bool is_task<task<T>> = true;
+
+/// The library's way to take a task's coroutine out of it (`event_loop::spawn`).
+struct task_access {
+    template <class T>
+    static std::coroutine_handle<task_promise<T>> release(task<T>& t) noexcept {
+        return std::exchange(t.handle_, {});
+    }
+};
 
 /// Awaits `t` for its end only: as `co_await std::move(t)`, but its value is left in its frame (and
 /// destroyed with the task) rather than moved into the awaiting frame; an exception is rethrown.

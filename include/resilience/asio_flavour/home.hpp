@@ -130,7 +130,7 @@ private:
     static void add_timer(home_loop* h, timer_node* t);
     static void remove_timer(home_loop* h, timer_node* t) noexcept;
 
-    static constexpr operations operations_{&post_job, &add_timer, &remove_timer};
+    static constexpr operations operations_{&post_job, &add_timer, &remove_timer, nullptr};
 
     call_executor where_;
     call_registry* registry_ = nullptr;

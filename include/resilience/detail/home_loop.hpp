@@ -9,6 +9,8 @@
 #include "timer_wheel.hpp"
 
 #include <coroutine>
+#include <cstdint>
+#include <exception>
 #include <utility>
 
 namespace resilience::inline v0_2::detail {
@@ -21,6 +23,28 @@ struct job {
     static job resume(std::coroutine_handle<> h) noexcept {
         return {[](void* a) { std::coroutine_handle<>::from_address(a).resume(); }, h.address()};
     }
+};
+
+class home_loop;
+
+/// A coroutine started on a home with nothing awaiting it (`event_loop::spawn`): on the home's list
+/// of them until it ends, so that the home can destroy it if it never does. For a task started that
+/// way (`detached`), the node is a block of its own that the task's end reaches through its
+/// continuation (task.hpp); otherwise it is the promise of the coroutine that runs what was started.
+/// Four words: every spawned call has one.
+struct spawn_node {
+    static constexpr std::uintptr_t orphaned_bit = 1; // the home let it go (its destructor)
+    static constexpr std::uintptr_t detached_bit = 2; // a task's node, a block of its own
+    std::uintptr_t word = 0;                          // the home's address and the bits above
+    spawn_node* prev = nullptr;
+    spawn_node* next = nullptr;
+    std::coroutine_handle<> handle{}; // the coroutine it runs
+
+    home_loop* home() const noexcept {
+        return reinterpret_cast<home_loop*>(word & ~(orphaned_bit | detached_bit));
+    }
+    bool orphaned() const noexcept { return (word & orphaned_bit) != 0; }
+    bool detached() const noexcept { return (word & detached_bit) != 0; }
 };
 
 /// The part of a home that a call sees. `event_loop` (event_loop.hpp) is made of one and sets
@@ -48,6 +72,12 @@ public:
     void add_timer(timer_node* t) { ops_->add_timer(this, t); }
     void remove_timer(timer_node* t) noexcept { ops_->remove_timer(this, t); }
 
+    /// A detached task on this home ended (from its final suspension, on any thread), with `failure`
+    /// if it ended with an exception: the home destroys it and its node.
+    void spawn_ended(spawn_node* n, std::exception_ptr failure) noexcept {
+        ops_->spawn_ended(this, n, std::move(failure));
+    }
+
     /// Makes `h` the current home of this thread until destroyed: what a home's own handlers do
     /// around resuming a call.
     class scope {
@@ -66,6 +96,7 @@ protected:
         void (*post)(home_loop*, job);
         void (*add_timer)(home_loop*, timer_node*); ///< null: an event loop
         void (*remove_timer)(home_loop*, timer_node*) noexcept;
+        void (*spawn_ended)(home_loop*, spawn_node*, std::exception_ptr) noexcept; ///< null: spawns nothing
     };
     explicit home_loop(const operations* ops) noexcept : ops_(ops) {}
     ~home_loop() = default;

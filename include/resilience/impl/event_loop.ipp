@@ -28,10 +28,12 @@ RESILIENCE_DECL event_loop::~event_loop() {
     while (n) {
         drive_node* next = n->next;
         n->next = n->prev = nullptr;
-        n->orphaned = true;
-        std::coroutine_handle<drive_task::promise_type>::from_promise(
-            static_cast<drive_task::promise_type&>(*n))
-            .destroy();
+        n->word |= drive_node::orphaned_bit;
+        // A task's node is a block of its own; any other is the promise of the frame destroyed here.
+        const bool detached = n->detached();
+        n->handle.destroy();
+        if (detached)
+            delete static_cast<detached_node*>(n);
         n = next;
     }
 }
