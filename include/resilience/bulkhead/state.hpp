@@ -168,8 +168,12 @@ struct bulkhead_state : shared_state {
     /// state, so a bulkhead without `adapt` pays nothing for it.
     struct ticket {
         typename C::duration::rep start;
-        std::uint64_t epoch;
-        bool timed;
+        std::uint64_t
+            word; // the epoch, and `timed_bit` when `start` was read: two words in the frame, not three
+
+        static constexpr std::uint64_t timed_bit = std::uint64_t{1} << 63; // an epoch never gets there
+        bool timed() const noexcept { return (word & timed_bit) != 0; }
+        std::uint64_t epoch() const noexcept { return word & ~timed_bit; }
     };
 
     /// The bits of `modes`, raised by the first block that needs them and never lowered: what
@@ -270,10 +274,11 @@ struct bulkhead_state : shared_state {
     template <class Now>
     ticket admitted(const config& cfg, Now&& now) const {
         ticket t{};
-        t.timed = cfg.times_calls;
-        if (t.timed)
+        if (cfg.times_calls) {
             t.start = now().time_since_epoch().count();
-        t.epoch = epoch.load(std::memory_order_relaxed);
+            t.word = ticket::timed_bit;
+        }
+        t.word |= epoch.load(std::memory_order_relaxed) & ~ticket::timed_bit;
         return t;
     }
 
@@ -288,7 +293,7 @@ struct bulkhead_state : shared_state {
             return;
         }
         std::chrono::nanoseconds latency{};
-        if (t.timed) {
+        if (t.timed()) {
             try {
                 latency = std::max(
                     saturating_nanoseconds(clock.now().time_since_epoch() - typename C::duration{t.start}),
@@ -311,9 +316,9 @@ struct bulkhead_state : shared_state {
         bool last = false;
         {
             std::lock_guard lock(mutex);
-            if (algorithm.adaptive() && (t.timed || !algorithm.needs_latency())) {
+            if (algorithm.adaptive() && (t.timed() || !algorithm.needs_latency())) {
                 const limit_sample sample{
-                    .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch};
+                    .latency = latency, .failed = failed, .limited = limited_locked(), .epoch = t.epoch()};
                 if (algorithm.record(sample)) {
                     limit.store(algorithm.limit(), std::memory_order_relaxed);
                     epoch.store(algorithm.epoch(), std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 #include "frame_admission.hpp"
 #include "protocol.hpp"
 
+#include <array>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -83,7 +84,7 @@ struct driver {
     template <class T, class... Ts>
     struct pack<T, Ts...> {
         slot<T> head;
-        pack<Ts...> tail;
+        [[no_unique_address]] pack<Ts...> tail; // the last one's empty tail takes no word of the frame
     };
     template <class Seq>
     struct states_of;
@@ -102,13 +103,64 @@ struct driver {
     using state_type = typename state_of<policy_at<J>>::type;
     static_assert(size <= 64, "resilience::pipeline: at most 64 stages");
 
+    /// A stage's index where the drive keeps one (`k`): 32 bits, so that it shares a word of the frame
+    /// with the step, a flag and the states' bits. `none`: no stage.
+    using stage_index = std::uint32_t;
+    static constexpr stage_index none = static_cast<stage_index>(-1);
+    // The states' bits: as narrow as the stages allow, so that they share the word of `k`.
+    using made_mask =
+        std::conditional_t<size <= 8, std::uint8_t,
+                           std::conditional_t<size <= 16, std::uint16_t,
+                                              std::conditional_t<size <= 32, std::uint32_t, std::uint64_t>>>;
+
+    // ---- the contexts the stages see, in the call's frame ----
+    // Stage J sees `*at[context_slot(J)]`, and the leaf `*at[context_slot(size)]`. A stage whose
+    // `enter` answers a `step` hands the stages inside it the context it was given: they share its
+    // slot, so the frame keeps one pointer per stage that may derive a context (a timeout, a
+    // retry), plus the call's own, rather than one per stage.
+    template <std::size_t J>
+    static constexpr bool derives_context() {
+        if constexpr (!fast_policy<policy_at<J>>) {
+            return false; // its `run` is given the context; the stages inside run in a drive of their own
+        } else {
+            using P = policy_at<J>;
+            if constexpr (requires(const P& p, state_type<J>& st, const context& c,
+                                   std::optional<outcome_type>& r) { p.enter(st, c, r); })
+                return std::is_same_v<decltype(std::declval<const P&>().enter(
+                                          std::declval<state_type<J>&>(), std::declval<const context&>(),
+                                          std::declval<std::optional<outcome_type>&>())),
+                                      entry>;
+            else
+                return true; // the 0.1 form writes the inner context
+        }
+    }
+    template <std::size_t... Js>
+    static constexpr std::array<std::size_t, size + 1> context_slots(std::index_sequence<Js...>) {
+        std::array<std::size_t, size + 1> slots{};
+        std::size_t n = 0;
+        ((slots[Js] = n, n += derives_context<Js>() ? 1 : 0), ...);
+        slots[size] = n;
+        return slots;
+    }
+    static constexpr std::array<std::size_t, size + 1> slot_table =
+        context_slots(std::make_index_sequence<size>{});
+    static constexpr std::size_t context_slot(std::size_t j) noexcept { return slot_table[j]; }
+    static constexpr std::size_t context_places = slot_table[size] + 1;
+
+    /// The stages' states, and the drive's progress through the stages (in one struct, so that the
+    /// small fields share the word after the states: g++ gives every local of a coroutine a place of
+    /// its own, each rounded up to its alignment).
     struct states {
         typename states_of<std::make_index_sequence<size>>::type p;
-        std::uint64_t made = 0; // bit J: stage J's state is constructed (only those with a destructor)
+        made_mask made = 0; // bit J: stage J's state is constructed (only those with a destructor)
+        step s = step::done;
+        bool running = false; // the stage `k` waits in its `run`
+        stage_index k = size; // the stage that must wait, or `none` when the call is over
 
         // What frame_admission.hpp asks of the states.
         template <std::size_t J>
         using type_at = state_type<J>;
+        static constexpr std::size_t context_slot(std::size_t j) noexcept { return driver::context_slot(j); }
         template <std::size_t J>
         auto& get() noexcept {
             return state_slot<J>(p).value;
@@ -124,14 +176,14 @@ struct driver {
             // Default-initialised: std::construct_at would value-initialise, zeroing it first.
             ::new (static_cast<void*>(&state_slot<J>(p).value)) state_type<J>;
             if constexpr (!std::is_trivially_destructible_v<state_type<J>>)
-                made |= std::uint64_t{1} << J;
+                made |= static_cast<made_mask>(made_mask{1} << J);
         }
         // Innermost first, as the stages leave.
         template <std::size_t N>
         void destroy() noexcept {
             if constexpr (N > 0) {
                 if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
-                    if (made & (std::uint64_t{1} << (N - 1)))
+                    if (made & (made_mask{1} << (N - 1)))
                         std::destroy_at(&state_slot<N - 1>(p).value);
                 }
                 destroy<N - 1>();
@@ -143,10 +195,6 @@ struct driver {
         return state_slot<J>(st.p).value;
     }
 
-    /// A stage's index where the drive keeps one (`k`): 32 bits, so that it shares a word of the frame
-    /// with the step and a flag. `none`: no stage.
-    using stage_index = std::uint32_t;
-    static constexpr stage_index none = static_cast<stage_index>(-1);
     using all_stages = std::make_index_sequence<size>;
     /// Where a drive starts: stage 0 for a call (known when compiling, so the common path folds
     /// to straight-line code), or a stage known at run time for the stages inside a waiting one.
@@ -165,18 +213,22 @@ struct driver {
     template <std::size_t J>
     static bool entered(const Stages& stages, states& st, const context** at,
                         std::optional<outcome_type>& result, step& s, stage_index& k) {
-        at[J + 1] = at[J];
+        constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
+        if constexpr (inside != here)
+            at[inside] = at[here];
         if constexpr (fast_policy<policy_at<J>>) {
             st.template make<J>();
             const policy_at<J>& p = std::get<J>(stages);
-            if constexpr (requires { p.enter(state<J>(st), *at[J], result); }) {
-                const entry e = p.enter(state<J>(st), *at[J], result);
+            if constexpr (requires { p.enter(state<J>(st), *at[here], result); }) {
+                const entry e = p.enter(state<J>(st), *at[here], result);
                 s = e.what;
-                if (e.inner)
-                    at[J + 1] = e.inner;
+                if constexpr (inside != here) {
+                    if (e.inner)
+                        at[inside] = e.inner;
+                }
             } else {
                 // The 0.1 form, `enter(state, ctx, const context*& inner, result)`: deprecated, still run.
-                s = p.enter(state<J>(st), *at[J], at[J + 1], result);
+                s = p.enter(state<J>(st), *at[here], at[inside], result);
             }
         } else {
             s = step::wait;
@@ -203,7 +255,7 @@ struct driver {
     static bool left(const Stages& stages, states& st, const context** at, outcome_type& result,
                      stage_index& w) {
         if constexpr (fast_policy<policy_at<J>>) {
-            if (std::get<J>(stages).leave(state<J>(st), *at[J], result) == step::wait) {
+            if (std::get<J>(stages).leave(state<J>(st), *at[context_slot(J)], result) == step::wait) {
                 w = J;
                 return false;
             }
@@ -348,7 +400,8 @@ struct driver {
             [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (enter_may_wait<policy_at<J>>)
-                    return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), *at[J]));
+                    return uniform(
+                        std::get<J>(stages).run(next_after<J>(stages, leaf), *at[context_slot(J)]));
                 else
                     return task<outcome_type>{}; // unreachable: its `enter` never waits
             },
@@ -370,10 +423,10 @@ struct driver {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (requires {
                                   std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf),
-                                                             *at[J], std::move(result));
+                                                             *at[context_slot(J)], std::move(result));
                               })
-                    return std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf), *at[J],
-                                                      std::move(result));
+                    return std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf),
+                                                      *at[context_slot(J)], std::move(result));
                 else
                     return task<outcome_type>{}; // unreachable: its `leave` never waits
             },
@@ -400,7 +453,8 @@ struct driver {
         // The frame keeps every local and every awaited temporary in a place of its own (g++ does not
         // share places between scopes), so the body has one `co_await` of each kind: the leaf, a
         // stage's `run` or `resume`, the admission, and what follows each wait.
-        decltype(auto) stages = stages_from(source);
+        // The stages are read from `source` where they are used, not kept in a local: a tuple of
+        // references to what `source` holds, which a local would keep a second time in the frame.
         time_cache cache;
         // What follows every wait of the call (its admission, the action, a stage's `run` or
         // `resume`): the clock reading taken before it is dropped (`drop_reading`), and `co_await
@@ -409,80 +463,79 @@ struct driver {
         resume_on_loop back{home_loop::current()};
         context_access::attach(ctx, &cache);
         states st;
-        const context* at[size + 1];
-        at[from] = &ctx;
+        const context* at[context_places];
+        at[context_slot(from)] = &ctx;
         std::optional<outcome_type> result;
-        stage_index k = size;
-        step s = step::done;
-        bool running = false; // the stage `k` below waits in its `run` (beside `s`: one word for both)
         // A call made on a loop (the common case) pays one test of a register here; one refused
         // enters no stage (`k` 0: none to leave).
-        if (refused_without_home<From>(back, stages, result)) [[unlikely]] {
-            k = 0;
+        if (refused_without_home<From>(back, stages_from(source), result)) [[unlikely]] {
+            st.k = 0;
         } else {
-            s = enter_all(from, stages, st, at, result, k, all_stages{});
+            st.s = enter_all(from, stages_from(source), st, at, result, st.k, all_stages{});
         }
         if constexpr (admission::any_waits_in_frame) {
             // A stage that waits for admission here: once admitted, the call goes on inward from
             // the stage after it, still in this frame.
-            while (s == step::wait && admission::stage_waits_in_frame(k, stages, at)) [[unlikely]] {
+            while (st.s == step::wait && admission::stage_waits_in_frame(st.k, stages_from(source), at))
+                [[unlikely]] {
                 drop_reading(cache);
                 {
-                    typename admission::wait_in_frame admitted{k, stages, st, at, result};
+                    typename admission::wait_in_frame admitted{st.k, stages_from(source), st, at, result};
                     do // `step::wait`: not decided yet, await it again
-                        s = co_await admitted;
-                    while (s == step::wait);
+                        st.s = co_await admitted;
+                    while (st.s == step::wait);
                 }
                 drop_reading(cache);
                 co_await back;
-                if (s == step::proceed) // `k` is read before enter_all writes it
-                    s = enter_all(std::size_t{k + 1}, stages, st, at, result, k, all_stages{});
+                if (st.s == step::proceed) // `k` is read before enter_all writes it
+                    st.s = enter_all(std::size_t{st.k + 1}, stages_from(source), st, at, result, st.k,
+                                     all_stages{});
             }
         }
         // From here `k` is the stage that must wait (its `run` when its `enter` waited, its `resume`
         // when its `leave` did), after which the stages outside it leave; `none` when the call is
         // over. The leaf is made from `holder` where it is used, so that it takes no place.
-        if (s == step::proceed) {
+        if (st.s == step::proceed) {
             if constexpr (leaf_is_awaiter) {
-                co_await emplacing<leaf_awaiter>{holder, *at[size], result};
+                co_await emplacing<leaf_awaiter>{holder, *at[context_slot(size)], result};
             } else if constexpr (leaf_is_task) {
-                task<outcome_type> inner = holder.leaf()(*at[size]);
+                task<outcome_type> inner = holder.leaf()(*at[context_slot(size)]);
                 co_await emplacing<task_awaiter>{inner, result};
             } else {
-                result.emplace(co_await holder.leaf()(*at[size]));
+                result.emplace(co_await holder.leaf()(*at[context_slot(size)]));
             }
             drop_reading(cache);
             co_await back;
             // The common path: every stage proceeded, so every stage leaves, innermost first.
-            k = leave_all(std::integral_constant<std::size_t, size>{}, from, stages, st, at, *result,
-                          all_stages{});
+            st.k = leave_all(std::integral_constant<std::size_t, size>{}, from, stages_from(source), st, at,
+                             *result, all_stages{});
         } else {
             drop_reading(cache);
-            if (s == step::wait)
-                running = true; // stage `k` waits in its `run`
-            else                // outward from the stage inside the one that stopped
-                k = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
+            if (st.s == step::wait)
+                st.running = true; // stage `k` waits in its `run`
+            else                   // outward from the stage inside the one that stopped
+                st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result, all_stages{});
         }
-        if (k != none) [[unlikely]] {
+        if (st.k != none) [[unlikely]] {
             task<outcome_type> waiting;
             do {
-                if (running)
+                if (st.running)
                     waiting = admission::any_waits_in_frame
-                                  ? run_stage_out_of_line(k, stages, at, holder.leaf())
-                                  : run_stage(k, stages, at, holder.leaf());
+                                  ? run_stage_out_of_line(st.k, stages_from(source), at, holder.leaf())
+                                  : run_stage(st.k, stages_from(source), at, holder.leaf());
                 else
-                    waiting = resume_stage(k, stages, st, at, holder.leaf(), *result);
-                running = false;
+                    waiting = resume_stage(st.k, stages_from(source), st, at, holder.leaf(), *result);
+                st.running = false;
                 co_await emplacing<task_awaiter>{waiting, result};
                 drop_reading(cache);
                 co_await back;
                 waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
-                k = leave_all(k, std::size_t{from}, stages, st, at, *result, all_stages{});
-            } while (k != none);
+                st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result, all_stages{});
+            } while (st.k != none);
         }
         if constexpr (std::is_same_v<From, whole_call>) {
             if (result->has_failure()) [[unlikely]]
-                caller_stopped(ctx, *result, stages);
+                caller_stopped(ctx, *result, stages_from(source));
         }
         if constexpr (Throw)
             co_return std::move(*result).value();

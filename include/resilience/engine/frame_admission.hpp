@@ -89,7 +89,7 @@ struct frame_admission {
             [&](auto j) {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (admits_here<J>())
-                    return std::get<J>(stages).waits_in_frame(*at[J]);
+                    return std::get<J>(stages).waits_in_frame(*at[States::context_slot(J)]);
                 else
                     return false;
             },
@@ -119,7 +119,8 @@ struct frame_admission {
             try {
                 on_stage([&](auto j) {
                     constexpr std::size_t J = decltype(j)::value;
-                    ::new (space) admission_at<J>(std::get<J>(stages), st.template get<J>(), *at[J], result);
+                    ::new (space) admission_at<J>(std::get<J>(stages), st.template get<J>(),
+                                                  *at[States::context_slot(J)], result);
                 });
             } catch (...) {
                 frame_cache::deallocate(space, block);
