@@ -189,7 +189,10 @@ std::pair<row, row> two_rounds_on_fresh_thread(F f) {
 row raw_timers(std::size_t n) {
     rs::testing::simulation sim;
     rs::event_loop& loop = sim.loop();
-    std::vector<rs::detail::timer_node> nodes(n);
+    struct counted : rs::detail::timer_node {
+        std::size_t* fired = nullptr;
+    };
+    std::vector<counted> nodes(n);
     std::size_t fired = 0;
     std::mt19937_64 rng{42};
     const auto deadline = [&] { return loop.now() + 1s + std::chrono::nanoseconds(rng() % 1'000'000'000); };
@@ -198,8 +201,8 @@ row raw_timers(std::size_t n) {
         counting_scope scope;
         for (auto& t : nodes) {
             t.when = deadline();
-            t.owner = &fired;
-            t.fire = [](rs::detail::timer_node* node) { ++*static_cast<std::size_t*>(node->owner); };
+            t.fired = &fired;
+            t.fire = [](rs::detail::timer_node* node) { ++*static_cast<counted*>(node)->fired; };
             rs::detail::loop_access::add_timer(loop, &t);
         }
         r.allocated = scope.stop();
@@ -208,7 +211,7 @@ row raw_timers(std::size_t n) {
     constexpr std::size_t churn = 1'000'000;
     const auto t0 = clock_type::now();
     for (std::size_t i = 0; i < churn; ++i) {
-        rs::detail::timer_node& t = nodes[rng() % n];
+        counted& t = nodes[rng() % n];
         rs::detail::loop_access::remove_timer(loop, &t);
         t.when = deadline();
         rs::detail::loop_access::add_timer(loop, &t);

@@ -262,11 +262,15 @@ constexpr ns pow2(int bits) {
 /// A raw timer that writes (id, the loop's time) into `log` when it fires, then runs `then`. Must not move
 /// while armed.
 struct probe {
+    // A timer finds its way back from the node: here, a node beside a pointer to its probe.
+    struct node_type : rs::detail::timer_node {
+        probe* self = nullptr;
+    };
     rs::event_loop* loop;
     resilience_tests::instant_log* log;
     int id;
     std::function<void()> then{};
-    rs::detail::timer_node node{};
+    node_type node{};
 
     probe(rs::testing::simulation& sim, resilience_tests::instant_log& l, int i)
         : loop(&sim.loop()), log(&l), id(i) {}
@@ -275,9 +279,9 @@ struct probe {
 
     void arm(ns when) {
         node.when = when;
-        node.owner = this;
+        node.self = this;
         node.fire = [](rs::detail::timer_node* n) {
-            auto* self = static_cast<probe*>(n->owner);
+            probe* self = static_cast<node_type*>(n)->self;
             self->log->emplace_back(self->id, self->loop->now());
             if (self->then)
                 self->then();

@@ -11,7 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <coroutine>
+#include <cstdint>
 #include <ctime>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -28,29 +30,50 @@ namespace detail {
 /// Where one of the library's timers runs: in an event loop's wheel, or, when `loop` is null, among the
 /// timers of a home that is not an event loop (an Asio call's executor). What a sleep and a deadline
 /// timer both arm, disarm and post their wake-ups through.
-struct timer_place {
-    event_loop* loop = nullptr;
-    home_loop* foreign = nullptr; // when `loop` is null
+class timer_place {
+public:
+    timer_place(event_loop* loop, home_loop* foreign) noexcept
+        : word_(loop ? reinterpret_cast<std::uintptr_t>(loop)
+                     : (foreign ? reinterpret_cast<std::uintptr_t>(foreign) | foreign_tag : 0)) {}
+
+    /// The event loop, or null when the timers are a foreign home's (or there are none).
+    event_loop* loop() const noexcept {
+        return word_ & foreign_tag ? nullptr : reinterpret_cast<event_loop*>(word_);
+    }
+    /// The foreign home, when `loop()` is null; null when there is neither.
+    home_loop* foreign() const noexcept {
+        return word_ & foreign_tag ? reinterpret_cast<home_loop*>(word_ & ~foreign_tag) : nullptr;
+    }
 
     void add(timer_node* node) const { // may allocate (the wheel's levels)
-        if (loop)
-            loop_access::add_timer(*loop, node);
+        if (event_loop* l = loop())
+            loop_access::add_timer(*l, node);
         else
-            foreign->add_timer(node);
+            foreign()->add_timer(node);
     }
     void remove(timer_node* node) const noexcept {
-        if (loop)
-            loop_access::remove_timer(*loop, node);
+        if (event_loop* l = loop())
+            loop_access::remove_timer(*l, node);
         else
-            foreign->remove_timer(node);
+            foreign()->remove_timer(node);
     }
     void post(job j) const { // may allocate
-        if (loop)
-            loop_access::post(*loop, j);
+        if (event_loop* l = loop())
+            loop_access::post(*l, j);
         else
-            foreign->post(j);
+            foreign()->post(j);
     }
-    home_loop* home() const noexcept { return loop ? loop_access::home(loop) : foreign; }
+    home_loop* home() const noexcept {
+        if (event_loop* l = loop())
+            return loop_access::home(l);
+        return foreign();
+    }
+
+private:
+    // The loop's address, or the foreign home's tagged with `foreign_tag`: one word in every timer
+    // of a call's frame.
+    static constexpr std::uintptr_t foreign_tag = 1;
+    std::uintptr_t word_;
 };
 
 /// Suspends the awaiting coroutine until `when` on `loop`'s clock, or until `token` is stopped,
@@ -58,50 +81,49 @@ struct timer_place {
 /// requested on another thread posts the wake-up instead of running the waiter there. Made with a
 /// home that is not an event loop (an Asio call's), the same on that home's timers, `when` being
 /// time since `std::chrono::steady_clock`'s epoch.
-class sleep_awaiter {
+class sleep_awaiter : private timer_node { // the timer itself: its `fire` casts back
 public:
-    sleep_awaiter(event_loop* loop, std::chrono::nanoseconds when, stop_token token) noexcept
+    sleep_awaiter(event_loop* loop, std::chrono::nanoseconds due, stop_token token) noexcept
         : at_{loop, nullptr}, token_(std::move(token)) {
-        node_.when = when;
+        node().when = due;
     }
-    sleep_awaiter(home_loop* foreign, std::chrono::nanoseconds when, stop_token token) noexcept
+    sleep_awaiter(home_loop* foreign, std::chrono::nanoseconds due, stop_token token) noexcept
         : at_{nullptr, foreign}, token_(std::move(token)) {
-        node_.when = when;
+        node().when = due;
     }
     sleep_awaiter(const sleep_awaiter&) = delete;
     sleep_awaiter& operator=(const sleep_awaiter&) = delete;
     sleep_awaiter(sleep_awaiter&& o) noexcept : at_(o.at_), token_(std::move(o.token_)) {
-        node_.when = o.node_.when;
+        node().when = o.node().when;
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
     /// being torn down): the timer leaves the loop's timers with it.
     ~sleep_awaiter() {
         stop_.reset();
-        if (node_.armed())
-            at_.remove(&node_);
+        if (node().armed())
+            at_.remove(&node());
     }
 
     bool await_ready() const noexcept {
         if (token_.stop_requested())
             return true;
-        if (at_.loop)
-            return node_.when <= at_.loop->now();
-        return at_.foreign && node_.when <= std::chrono::steady_clock::now().time_since_epoch();
+        if (event_loop* l = at_.loop())
+            return node().when <= l->now();
+        return at_.foreign() && node().when <= std::chrono::steady_clock::now().time_since_epoch();
     }
 
     void await_suspend(std::coroutine_handle<> h) {
-        if (!at_.loop && !at_.foreign)
+        if (!at_.loop() && !at_.foreign())
             throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
                                    "sync_wait, event_loop::run or testing::simulation, or start the call "
                                    "with rs::asio::execute / rs::boost_asio::execute");
         waiter_ = h;
-        node_.owner = this;
-        node_.fire = [](timer_node* n) {
-            auto* self = static_cast<sleep_awaiter*>(n->owner);
+        node().fire = [](timer_node* n) {
+            auto* self = static_cast<sleep_awaiter*>(n);
             if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
                 self->waiter_.resume();
         };
-        at_.add(&node_);
+        at_.add(&node());
         if (token_.stop_possible())
             stop_.emplace(token_, on_stop{this});
     }
@@ -117,15 +139,17 @@ private:
     };
     static void cancelled(void* p) {
         auto* self = static_cast<sleep_awaiter*>(p);
-        self->at_.remove(&self->node_);
+        self->at_.remove(&self->node());
         self->waiter_.resume();
     }
 
-    timer_node node_;
+    timer_node& node() noexcept { return *this; }
+    const timer_node& node() const noexcept { return *this; }
+
+    std::atomic<bool> claimed_{false}; // first: in the timer node's tail padding
     timer_place at_;
     stop_token token_;
     std::coroutine_handle<> waiter_;
-    std::atomic<bool> claimed_{false};
     std::optional<stop_callback<on_stop>> stop_;
 };
 
@@ -151,27 +175,27 @@ inline constexpr bool timer_loop_may_be_null = requires { requires C::timer_loop
 /// and timer included, before `request_stop` returns. Disarming on the loop's thread is immediate. A call that finished on
 /// another thread disarms by posting to the loop and resuming there, so the owner always carries
 /// on on its own loop.
-class deadline_timer {
+class deadline_timer : private timer_node { // the timer itself: its `fire` casts back
 public:
-    deadline_timer(event_loop* loop, std::chrono::nanoseconds when, lazy_stop& target)
+    deadline_timer(event_loop* loop, std::chrono::nanoseconds due, lazy_stop& target)
         : at_{loop, nullptr}, target_(&target) {
         if (!loop) // a clock without loop timers reached here: report it rather than crash
             throw std::logic_error("resilience: a deadline timer needs an event loop, and the clock's "
                                    "timer_loop() returned null (a clock without loop timers)");
-        arm(when);
+        arm(due);
     }
     /// The same on the timers of a home that is not an event loop (an Asio call's), `when` being
     /// time since `std::chrono::steady_clock`'s epoch.
-    deadline_timer(home_loop* foreign, std::chrono::nanoseconds when, lazy_stop& target)
+    deadline_timer(home_loop* foreign, std::chrono::nanoseconds due, lazy_stop& target)
         : at_{nullptr, foreign}, target_(&target) {
-        arm(when);
+        arm(due);
     }
     deadline_timer(const deadline_timer&) = delete;
     deadline_timer& operator=(const deadline_timer&) = delete;
     ~deadline_timer() {
         // Only reached armed when the owning coroutine is destroyed without finishing (loop teardown).
-        if (node_.armed())
-            at_.remove(&node_);
+        if (node().armed())
+            at_.remove(&node());
     }
 
     /// True once the deadline passed and the stop was requested. Read after `disarm()`.
@@ -183,10 +207,10 @@ public:
             deadline_timer* self;
             bool await_ready() noexcept { return self->try_disarm_here(); }
             void await_suspend(std::coroutine_handle<> h) {
-                self->waiter_ = h;
+                std::construct_at(&self->waiter_, h); // `target_` is done with (see the member)
                 const job j{[](void* p) {
                                 auto* t = static_cast<deadline_timer*>(p);
-                                t->at_.remove(&t->node_); // no-op unless still armed
+                                t->at_.remove(&t->node()); // no-op unless still armed
                                 t->waiter_.resume();
                             },
                             self};
@@ -205,7 +229,7 @@ public:
             // between its two steps right now.
             if (state_.load(std::memory_order_relaxed) == armed) {
                 state_.store(cancelled, std::memory_order_relaxed);
-                at_.remove(&node_);
+                at_.remove(&node());
             }
             return true;
         }
@@ -219,11 +243,10 @@ public:
 private:
     enum : int { armed, firing, fired, cancelled };
 
-    void arm(std::chrono::nanoseconds when) {
-        node_.when = when;
-        node_.owner = this;
-        node_.fire = [](timer_node* n) {
-            auto* self = static_cast<deadline_timer*>(n->owner);
+    void arm(std::chrono::nanoseconds due) {
+        node().when = due;
+        node().fire = [](timer_node* n) {
+            auto* self = static_cast<deadline_timer*>(n);
             int expected = armed;
             if (!self->state_.compare_exchange_strong(expected, firing, std::memory_order_acq_rel))
                 return;
@@ -232,14 +255,21 @@ private:
             if (stop.stop_possible())
                 stop.request_stop(); // from here on, `self` may be gone
         };
-        at_.add(&node_);
+        at_.add(&node());
     }
 
-    timer_node node_;
+    timer_node& node() noexcept { return *this; }
+    const timer_node& node() const noexcept { return *this; }
+
+    std::atomic<int> state_{armed}; // first: in the timer node's tail padding
     timer_place at_;
-    lazy_stop* target_;
-    std::atomic<int> state_{armed};
-    std::coroutine_handle<> waiter_;
+    // The stop to expire, read by the firing alone; then, once a disarm from another thread has
+    // found the timer cancelled or fired (`try_disarm_here` false: the firing will not read
+    // `target_` again), the coroutine that awaits the disarm. One word for the two.
+    union {
+        lazy_stop* target_;
+        std::coroutine_handle<> waiter_;
+    };
 };
 
 } // namespace detail

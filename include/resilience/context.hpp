@@ -80,9 +80,12 @@ public:
     RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
         const lazy_stop* l = this;
         while (!(l->word_.load(std::memory_order_acquire) & expired_flag)) {
-            if (!l->parent_lazy_)
-                return l->parent_token_ && l->parent_token_->stop_requested();
-            l = l->parent_lazy_;
+            const std::uintptr_t up = l->parent_;
+            if (up & token_tag)
+                return token_of(up)->stop_requested();
+            if (!up)
+                return false;
+            l = reinterpret_cast<const lazy_stop*>(up);
         }
         return true;
     }
@@ -125,9 +128,13 @@ private:
         frame_cache::deallocate(m, sizeof(made));
     }
 
-    const context* parent_;
-    const lazy_stop* parent_lazy_;   // the parent's own lazy stop, if it has one
-    const stop_token* parent_token_; // else the token the parent ends at; null if it cannot stop
+    // What is above: the parent's own lazy stop, if it has one; else the token the parent ends at,
+    // tagged with `token_tag`; null if nothing above can stop. One word: every timeout's call has one.
+    static constexpr std::uintptr_t token_tag = 1; // a lazy stop and a token are aligned to more
+    static const stop_token* token_of(std::uintptr_t up) noexcept {
+        return reinterpret_cast<const stop_token*>(up & ~token_tag);
+    }
+    std::uintptr_t parent_;
     // The published block (null until a token is asked for), with `expired_flag` set once the
     // deadline has passed.
     mutable std::atomic<std::uintptr_t> word_{0};
@@ -337,6 +344,8 @@ namespace detail {
 
 /// The library's way to derive contexts without copying stop tokens.
 struct context_access {
+    /// The lazy stop `c` takes its token from, if any (`set_deadline`'s `stop`).
+    static const lazy_stop* lazy_of(const context& c) noexcept { return c.lazy_; }
     static context derive(const context& parent) noexcept { return context(context::derived_tag{}, parent); }
     static context derive(const context& parent, time_cache* cache) noexcept {
         context c(context::derived_tag{}, parent);
@@ -390,14 +399,22 @@ struct context_access {
 };
 
 inline lazy_stop::lazy_stop(const context* parent) noexcept
-    : parent_(parent), parent_lazy_(parent->lazy_),
-      parent_token_(parent->lazy_ ? nullptr : (parent->from_ ? &parent->from_->token_ : &parent->token_)) {
-    if (parent_token_ && !parent_token_->stop_possible())
-        parent_token_ = nullptr;
+    : parent_(reinterpret_cast<std::uintptr_t>(parent->lazy_)) {
+    static_assert(alignof(lazy_stop) > token_tag && alignof(stop_token) > token_tag);
+    if (!parent->lazy_) {
+        const stop_token* t = parent->from_ ? &parent->from_->token_ : &parent->token_;
+        if (t->stop_possible())
+            parent_ = reinterpret_cast<std::uintptr_t>(t) | token_tag;
+    }
 }
 
 inline lazy_stop::made* lazy_stop::materialize() const {
-    const stop_token& parent = parent_->stop_token(); // may make the parent's first
+    // The parent's token (its lazy stop's, which this may make first), if it can stop.
+    const stop_token* parent = nullptr;
+    if (parent_ & token_tag)
+        parent = token_of(parent_);
+    else if (parent_)
+        parent = &reinterpret_cast<const lazy_stop*>(parent_)->token();
     void* space = frame_cache::allocate(sizeof(made));
     made* m = nullptr;
     try {
@@ -406,8 +423,8 @@ inline lazy_stop::made* lazy_stop::materialize() const {
         frame_cache::deallocate(space, sizeof(made));
         throw;
     }
-    if (parent.stop_possible())
-        m->link.emplace(parent, forward{&m->source}); // stops it at once if the parent has stopped
+    if (parent && parent->stop_possible())
+        m->link.emplace(*parent, forward{&m->source}); // stops it at once if the parent has stopped
     m->token = m->source.get_token();
     std::uintptr_t seen = word_.load(std::memory_order_acquire);
     for (;;) {

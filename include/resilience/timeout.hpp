@@ -24,6 +24,7 @@
 #include <coroutine>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -234,9 +235,27 @@ public:
     // waits beside the call with a sleeping coroutine (`run`).
     static constexpr bool enter_never_waits =
         detail::loop_timer_clock<C> && !detail::timer_loop_may_be_null<C>;
+    /// The attempt's stop and the timer that expires it are made together by `enter`, or not at
+    /// all; `inner` then takes its token from `stop`, which says whether they were (rather than a
+    /// flag beside each: every byte here is in every call's frame).
     struct call_state {
-        std::optional<detail::lazy_stop> stop; // declared before the timer that expires it
-        std::optional<detail::deadline_timer> timer;
+        call_state() noexcept {}
+        call_state(const call_state&) = delete;
+        call_state& operator=(const call_state&) = delete;
+        ~call_state() {
+            if (made()) {
+                std::destroy_at(&timer);
+                std::destroy_at(&stop);
+            }
+        }
+        bool made() const noexcept { return detail::context_access::lazy_of(inner) == &stop; }
+
+        union {
+            detail::lazy_stop stop; // declared before the timer that expires it
+        };
+        union {
+            detail::deadline_timer timer;
+        };
         context inner;
     };
 
@@ -259,30 +278,36 @@ public:
             }
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(kit::call_now(clock_, ctx), options_.timeout).time_since_epoch());
-            s.stop.emplace(&ctx);
-            detail::context_access::set_deadline(s.inner, ctx, &*s.stop, deadline,
+            std::construct_at(&s.stop, &ctx);
+            try {
+                if (loop)
+                    std::construct_at(&s.timer, loop, deadline, s.stop);
+                else
+                    std::construct_at(&s.timer, foreign, deadline, s.stop);
+            } catch (...) {
+                std::destroy_at(&s.stop);
+                throw;
+            }
+            // From here `made()`: the state's destructor destroys both.
+            detail::context_access::set_deadline(s.inner, ctx, &s.stop, deadline,
                                                  detail::reading_key(clock_));
-            if (loop)
-                s.timer.emplace(loop, deadline, *s.stop);
-            else
-                s.timer.emplace(foreign, deadline, *s.stop);
             return entry::proceed_in(s.inner);
         }
     }
 
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const {
-        if (!s.timer->try_disarm_here())
+        if (!s.timer.try_disarm_here())
             return step::wait; // finished on another thread: disarm on the loop
-        if (s.timer->expired())
+        if (s.timer.expired())
             result = finish(std::move(result), true, ctx);
         return step::proceed;
     }
 
     template <class Next, class R>
     task<outcome<R>> resume(call_state& s, Next, const context& ctx, outcome<R> result) const {
-        co_await s.timer->disarm();
-        co_return finish(std::move(result), s.timer->expired(), ctx);
+        co_await s.timer.disarm();
+        co_return finish(std::move(result), s.timer.expired(), ctx);
     }
 
     /// The waiting form, for clocks without loop timers: a sleeping coroutine beside the call.

@@ -288,8 +288,8 @@ public:
     private:
         // What only some waits need: the timer of a queue timeout and the loop it is armed on, and
         // for a listener the time the call found no slot.
-        struct extras {
-            detail::timer_node timer;
+        struct extras : detail::timer_node { // the timer itself: its `fire` casts back
+            frame_wait* self = nullptr;
             event_loop* loop = nullptr; // null: no timer armed
             typename C::time_point queued_at{};
         };
@@ -308,20 +308,20 @@ public:
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 detail::add_saturating(s.clock.now(), timeout).time_since_epoch());
             extras& x = extra();
-            x.timer.when = deadline;
-            x.timer.owner = this;
-            x.timer.fire = [](detail::timer_node* n) {
-                auto* self = static_cast<frame_wait*>(n->owner);
+            x.when = deadline;
+            x.self = this;
+            x.fire = [](detail::timer_node* n) {
+                auto* self = static_cast<extras*>(n)->self;
                 self->owner().expire(self->queue_.node()); // nothing if the node left the queue already
             };
             event_loop* const here = event_loop::current();
-            detail::loop_access::add_timer(*here, &x.timer);
+            detail::loop_access::add_timer(*here, &x);
             x.loop = here;
         }
         // On the timer's loop: the call resumes there, and its frame is destroyed there.
         void disarm() noexcept {
-            if (extra_ && extra_->loop && extra_->timer.armed())
-                detail::loop_access::remove_timer(*extra_->loop, &extra_->timer);
+            if (extra_ && extra_->loop && extra_->armed())
+                detail::loop_access::remove_timer(*extra_->loop, extra_);
         }
         void let_go() noexcept {
             disarm();

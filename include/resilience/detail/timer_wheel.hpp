@@ -59,16 +59,19 @@ struct timer_link {
 /// A timer owned by whoever armed it (usually an awaiter in a coroutine frame). The loop links it into
 /// its wheel until the timer fires or is removed; `fire` runs on the loop's thread. While armed it must
 /// not move, and `when` must not change.
+///
+/// `fire` finds its way back to whoever armed the timer from the node: the owner derives from
+/// `timer_node` (`static_cast` back), or holds it beside a pointer to itself. A class deriving from
+/// it may put a field of 4 bytes or less first: it takes the node's tail padding, after `slot_index`.
 struct timer_node : timer_link {
     timer_node() noexcept : timer_link{nullptr, nullptr} {}
     std::chrono::nanoseconds when{};
     void (*fire)(timer_node*) = nullptr;
-    void* owner = nullptr; ///< for `fire` to find its way back to whoever armed the timer
+    /// What a home that is not an event loop keeps of the timer while armed (detail/home_loop.hpp).
+    void* home_data = nullptr;
     /// Set by the wheel: the slot the timer is linked into (level * 64 + digit), or -1 in the late
     /// FIFO, so that the cancel that empties a slot need not work out where the timer sits.
     int slot_index = -1;
-    /// What a home that is not an event loop keeps of the timer while armed (detail/home_loop.hpp).
-    void* home_data = nullptr;
     bool armed() const noexcept { return prev != nullptr; }
 };
 

@@ -297,7 +297,7 @@ private:
         }
         if (timers_) {
             node_.when = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch());
-            node_.owner = this;
+            node_.self = this;
             node_.fire = &fired;
             loop_access::add_timer(*timers_, &node_);
         } else {
@@ -323,7 +323,7 @@ private:
 
     // On the loop's thread, which is the hedge's own: the hedge is not running now.
     static void fired(timer_node* t) {
-        auto* self = static_cast<hedge_race*>(t->owner);
+        hedge_race* self = static_cast<delay_timer*>(t)->self;
         self->fired_generation_ = self->generation_;
         if (std::coroutine_handle<> parent = self->inbox_.deliver(&self->timer_event_))
             parent.resume(); // last: the hedge may finish, and `self` with it
@@ -374,7 +374,11 @@ private:
     unsigned generation_ = 0;       // arming count: tells a live expiry from a stale one
     unsigned fired_generation_ = 0; // which arming the loop timer fired for
     event_loop* timers_ = nullptr;  // the loop the delay is a timer of; null: sleepers
-    timer_node node_;
+    // The delay's timer, with the way back to the race for `fired`.
+    struct delay_timer : timer_node {
+        hedge_race* self = nullptr;
+    };
+    delay_timer node_;
     race_node timer_event_;
 };
 
