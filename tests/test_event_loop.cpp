@@ -136,6 +136,33 @@ TEST_CASE("event_loop: destroyed with spawned calls that never ended, it destroy
     CHECK(ended == 0);
 }
 
+TEST_CASE("event_loop: a task spawned after it finished is not run again: its value is dropped, its "
+          "exception rethrown by run",
+          "[event_loop]") {
+    rs::event_loop loop;
+    // A task awaited to its end still holds its finished coroutine.
+    const auto await_to_end = [](rs::task<int>& t) -> rs::task<int> {
+        try {
+            co_return co_await std::move(t);
+        } catch (const std::runtime_error&) {
+            co_return -1;
+        }
+    };
+    auto done = []() -> rs::task<int> { co_return 7; }();
+    CHECK(loop.run(await_to_end(done)) == 7);
+    REQUIRE(done.valid());
+    loop.spawn(std::move(done));
+    CHECK_NOTHROW(loop.run());
+
+    auto failed = []() -> rs::task<int> {
+        throw std::runtime_error("finished failing");
+        co_return 0;
+    }();
+    CHECK(loop.run(await_to_end(failed)) == -1);
+    loop.spawn(std::move(failed));
+    CHECK_THROWS_WITH(loop.run(), "finished failing");
+}
+
 TEST_CASE("event_loop: an exception escaping a spawned coroutine is rethrown by run", "[event_loop]") {
     rs::event_loop loop;
     loop.spawn([]() -> rs::task<void> {

@@ -112,7 +112,7 @@ public:
     template <awaitable A>
     void spawn(A&& a) {
         if constexpr (detail::is_task<std::remove_cvref_t<A>> && !std::is_lvalue_reference_v<A>) {
-            if (a.valid()) {
+            if (detail::task_access::startable(a)) { // an empty or finished one goes the other way
                 spawn_task(std::move(a));
                 return;
             }

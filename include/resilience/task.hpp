@@ -224,6 +224,11 @@ struct task_access {
     static std::coroutine_handle<task_promise<T>> release(task<T>& t) noexcept {
         return std::exchange(t.handle_, {});
     }
+    /// Whether `t` holds a coroutine that has not finished (a task awaited to its end keeps its handle).
+    template <class T>
+    static bool startable(const task<T>& t) noexcept {
+        return t.handle_ && !t.handle_.done();
+    }
 };
 
 /// Awaits `t` for its end only: as `co_await std::move(t)`, but its value is left in its frame (and

@@ -126,10 +126,10 @@ struct driver {
             using P = policy_at<J>;
             if constexpr (requires(const P& p, state_type<J>& st, const context& c,
                                    std::optional<outcome_type>& r) { p.enter(st, c, r); })
-                return std::is_same_v<decltype(std::declval<const P&>().enter(
-                                          std::declval<state_type<J>&>(), std::declval<const context&>(),
-                                          std::declval<std::optional<outcome_type>&>())),
-                                      entry>;
+                return !std::is_same_v<std::remove_cvref_t<decltype(std::declval<const P&>().enter(
+                                           std::declval<state_type<J>&>(), std::declval<const context&>(),
+                                           std::declval<std::optional<outcome_type>&>()))>,
+                                       step>; // an `entry`, or anything else that may carry a context
             else
                 return true; // the 0.1 form writes the inner context
         }
