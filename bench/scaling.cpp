@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // How the loop's timers and the policies' wait queues scale with what is pending: 10^3 to 10^6 timers,
-// calls under a timeout, or waiters queued on a full bulkhead or an empty rate limiter. Time per
-// operation and heap bytes per pending timer or waiter, in one table per scenario.
+// calls under a timeout, waiters queued on a full bulkhead or an empty rate limiter, or calls sleeping in a
+// retry's backoff. Time per operation and heap bytes per pending timer or waiter, in one table per scenario.
 //
 // Everything runs on virtual time (`testing::simulation`), so no figure waits on a real clock; times are
 // the CPU time of the measuring thread. Each repetition runs on a fresh thread, twice: the first round
@@ -11,6 +11,7 @@
 // See bench/README.md.
 #include <resilience/bulkhead.hpp>
 #include <resilience/rate_limiter.hpp>
+#include <resilience/retry.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
@@ -357,6 +358,53 @@ row limiter_queue(std::size_t n) {
     return r;
 }
 
+// N calls through one `retry` (a constant backoff of 1 s, no jitter) whose first attempt answers an
+// error value at once, so that each call sleeps in its backoff. First: starting the calls, each to its
+// sleep. Second: the sleeps end together and every second attempt succeeds. No exception is thrown.
+struct answer {
+    int value = 0;
+    int code = 0; // 0: a value; else an error value the retry handles
+    bool has_value() const noexcept { return code == 0; }
+    int error() const noexcept { return code; }
+};
+struct answer_now {
+    answer a;
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    answer await_resume() const noexcept { return a; }
+};
+row retry_backoff(std::size_t n) {
+    rs::testing::simulation sim;
+    const rs::retry retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1s, rs::jitter::none}},
+                          sim.clock()};
+    std::size_t succeeded = 0;
+    row r;
+    clock_type::time_point t1;
+    sim.run([&]() -> rs::task<void> {
+        rs::event_loop& loop = *rs::event_loop::current();
+        co_await grow_run_queue(n);
+        counting_scope scope;
+        const auto t0 = clock_type::now();
+        // The first attempt fails with an error value, the second succeeds.
+        for (std::size_t i = 0; i < n; ++i)
+            loop.spawn(retry.execute([&succeeded](const rs::context& c) {
+                succeeded += c.attempt() == 1 ? 0 : 1;
+                return answer_now{c.attempt() == 1 ? answer{0, 503} : answer{1, 0}};
+            }));
+        co_await yield_to_loop{};
+        t1 = clock_type::now();
+        r.allocated = scope.stop();
+        expect(loop.timers() == n, "retry: some call is not sleeping in its backoff");
+        r.first_ns = ns_between(t0, t1) / static_cast<double>(n);
+    }());
+    const auto t2 = clock_type::now();
+    expect(succeeded == n, "retry: some call did not succeed on its second attempt");
+    expect(sim.now() == 1s, "retry: the backoff did not end at 1 s");
+    r.second_ns = ns_between(t1, t2) / static_cast<double>(n);
+    r.bytes = static_cast<double>(r.allocated.bytes) / static_cast<double>(n);
+    return r;
+}
+
 // ---- the table ----
 
 double median(std::vector<double> v) {
@@ -452,6 +500,8 @@ int main(int argc, char** argv) {
          "dequeue+run ns", "B/waiter", bulkhead_queue_bounded},
         {"waiters on an empty rate_limiter (wait mode, 1 token/ns)", "enqueue ns", "dequeue+run ns",
          "B/waiter", limiter_queue},
+        {"calls sleeping in a retry's backoff (constant 1 s, the first attempt an error value)", "start ns",
+         "wake+retry ns", "B/call", retry_backoff},
     };
     for (const auto& sc : scenarios)
         report(sc, sizes);
