@@ -209,10 +209,10 @@ struct driver {
     }
 
     // Stage J's `enter` (a stage of the waiting form always waits). True when it proceeded;
-    // otherwise `s` says how it stopped and `k` is J.
+    // otherwise `s` says how it stopped and `st.k` is J.
     template <std::size_t J>
     static bool entered(const Stages& stages, states& st, const context** at,
-                        std::optional<outcome_type>& result, step& s, stage_index& k) {
+                        std::optional<outcome_type>& result, step& s) {
         constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
         if constexpr (inside != here)
             at[inside] = at[here];
@@ -235,18 +235,18 @@ struct driver {
         }
         if (s == step::proceed)
             return true;
-        k = J;
+        st.k = J;
         return false;
     }
     // Enters the stages from `from` inward; stops at the first that does not proceed, leaving
-    // its index in `k` (`size` when all did).
+    // how in `st.s` and its index in `st.k` (`size` when all did).
     template <class From, std::size_t... Js>
-    static step enter_all(From from, const Stages& stages, states& st, const context** at,
-                          std::optional<outcome_type>& result, stage_index& k, std::index_sequence<Js...>) {
-        step s = step::proceed;
-        k = size;
-        (void)((outside(Js, from, size) || entered<Js>(stages, st, at, result, s, k)) && ...);
-        return s;
+    static void enter_all(From from, const Stages& stages, states& st, const context** at,
+                          std::optional<outcome_type>& result, std::index_sequence<Js...>) {
+        step s = step::proceed; // a local until the end: one store to the frame, not one a stage
+        st.k = size;
+        (void)((outside(Js, from, size) || entered<Js>(stages, st, at, result, s)) && ...);
+        st.s = s;
     }
 
     // Stage J's `leave`: true when the call goes on outward; false when the stage must wait, its
@@ -471,7 +471,7 @@ struct driver {
         if (refused_without_home<From>(back, stages_from(source), result)) [[unlikely]] {
             st.k = 0;
         } else {
-            st.s = enter_all(from, stages_from(source), st, at, result, st.k, all_stages{});
+            enter_all(from, stages_from(source), st, at, result, all_stages{});
         }
         if constexpr (admission::any_waits_in_frame) {
             // A stage that waits for admission here: once admitted, the call goes on inward from
@@ -488,8 +488,7 @@ struct driver {
                 drop_reading(cache);
                 co_await back;
                 if (st.s == step::proceed) // `k` is read before enter_all writes it
-                    st.s = enter_all(std::size_t{st.k + 1}, stages_from(source), st, at, result, st.k,
-                                     all_stages{});
+                    enter_all(std::size_t{st.k + 1}, stages_from(source), st, at, result, all_stages{});
             }
         }
         // From here `k` is the stage that must wait (its `run` when its `enter` waited, its `resume`
