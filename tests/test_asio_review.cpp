@@ -112,6 +112,38 @@ TEST_CASE("asio review: shared pipeline with hedge and single_flight on io_conte
     CHECK(failed == 0);
 }
 
+// A hedge's loser is cancelled from its call's strand; the attempt must run there too, or the emission
+// races with the attempt's coroutine on another thread (its timer's cancellation handler freed under it).
+TEST_CASE("asio review: an attempt's awaitable runs on its call's strand, where a policy cancels it (an "
+          "io_context run by 4 threads)",
+          "[asio][review]") {
+    net::io_context io{4};
+    const rs::hedge policy{{.max_attempts = 2, .delay = 1ms}};
+    std::atomic<int> on_a_strand{0}, elsewhere{0}, completed{0};
+    constexpr int calls = 16;
+    for (int i = 0; i < calls; ++i) {
+        auto attempts = std::make_shared<std::atomic<int>>(0);
+        rsa::execute(
+            io.get_executor(), policy,
+            [&, attempts]() -> net::awaitable<int> {
+                const auto ex = co_await net::this_coro::executor;
+                const auto* strand = ex.target<net::strand<net::any_io_executor>>();
+                (strand && strand->running_in_this_thread() ? on_a_strand : elsewhere)++;
+                // The first attempt loses to the second and is cancelled in its wait.
+                co_return co_await after(++*attempts == 1 ? 1h : 1ms, 1);
+            },
+            [&](std::exception_ptr e, int v) {
+                CHECK_FALSE(e);
+                CHECK(v == 1);
+                ++completed;
+            });
+    }
+    CHECK(run_on_threads(io, 4));
+    CHECK(completed == calls);
+    CHECK(on_a_strand == 2 * calls);
+    CHECK(elsewhere == 0);
+}
+
 TEST_CASE("asio review: single_flight followers on other strands, then a retry backoff on the default "
           "clock, io_context run by 4 threads",
           "[asio][review]") {

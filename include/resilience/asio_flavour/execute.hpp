@@ -76,10 +76,10 @@ struct frame_cache_allocator {
 
 #if RESILIENCE_ASIO_HAS_CO_AWAIT // co_spawn of an awaitable: only where this Asio has awaitables
 /// The result of one attempt's awaitable as a resilience awaitable: the awaitable runs as a coroutine
-/// of its own (`co_spawn`) on the call's executor, and completes on the call's serialising executor
-/// (`call_executor`); the attempt's stop token, when stopped, emits a `terminal` cancellation to it from
-/// there (`co_spawn` carries it over to the attempt's executor), so the Asio operation it waits for ends
-/// at once. The attempt never outlives the call: the stop reaches it, and the policy waits for it to end.
+/// of its own (`co_spawn`) on the call's serialising executor (`call_executor`: the call's executor when
+/// that serialises it, else the call's strand of it), and completes there; the attempt's stop token,
+/// when stopped, emits a `terminal` cancellation to it from there, so the Asio operation it waits for
+/// ends at once. The attempt never outlives the call: the stop reaches it, and the policy waits for it to end.
 template <class T, class Awaitable>
 class attempt_awaiter {
     struct link {
@@ -107,15 +107,16 @@ public:
         home_ = call_home::current();
         link_ = std::allocate_shared<link>(frame_cache_allocator<link>{});
         link_->self = this;
-        // Without a strand of the call's own, the completion runs where co_spawn runs it by default:
-        // on `io()`, which serialises the call.
-        if (const auto* strand = where_->strand())
-            net::co_spawn(where_->io(), std::move(awaitable_),
-                          net::bind_cancellation_slot(link_->signal.slot(),
-                                                      net::bind_executor(*strand, completion{link_})));
-        else
-            net::co_spawn(where_->io(), std::move(awaitable_),
+        // The attempt runs on the call's serialising executor, as its cancellation is emitted there:
+        // Asio requires the two to be serialised (the coroutine installs and clears its operations'
+        // cancellation handlers as it runs, and the emission calls them). On a multi-threaded
+        // io_context's own executor they would not be: an emission would race with the coroutine
+        // running on another thread. The completion has no executor of its own, so co_spawn runs it
+        // there too and takes an emission straight to the coroutine, without a dispatch.
+        where_->visit([&](const auto& serial) {
+            net::co_spawn(serial, std::move(awaitable_),
                           net::bind_cancellation_slot(link_->signal.slot(), completion{link_}));
+        });
         // co_spawn never completes inside its initiating function: the awaiter is suspended by now.
         if (token_.stop_possible())
             stop_.emplace(token_, on_stop{link_, where_});
@@ -134,8 +135,7 @@ private:
         std::shared_ptr<link> l;
         const call_executor* where; // the call's: outlives the awaiter, which outlives this
         void operator()() const {
-            // Any thread: the emission goes to where the completion runs (co_spawn takes it on to
-            // the attempt's executor).
+            // Any thread: the emission goes to where the attempt runs.
             where->visit([&](const auto& serial) {
                 net::post(serial, [l = l] {
                     if (!l->done)
@@ -229,7 +229,7 @@ struct refused_attempt {
 };
 
 /// The action as the policy sees it: each call of it (one per attempt) calls the user's action, and
-/// an Asio awaitable it returns runs on the call's executor.
+/// an Asio awaitable it returns runs on the call's serialising executor (its strand).
 template <class F>
 class asio_action {
 public:
