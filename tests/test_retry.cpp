@@ -796,4 +796,128 @@ TEST_CASE("retry: the success path allocates nothing after warm-up", "[retry][al
 }
 #endif
 
+// ---------------------------------------------------------------------------------------------------------
+// The attempts after the first run in the call's own frame: the pipeline enters the stages inside the
+// retry afresh each round (policy.hpp, `again`).
+
+namespace {
+// A policy of the waiting form (only `run`) that records the attempt number of each call through it.
+class attempt_log : public rs::policy_base<attempt_log> {
+public:
+    explicit attempt_log(std::vector<int>& seen) : seen_(&seen) {}
+    template <class Next>
+    rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const {
+        seen_->push_back(ctx.attempt());
+        co_return co_await next(ctx);
+    }
+
+private:
+    std::vector<int>* seen_;
+};
+} // namespace
+
+TEST_CASE("retry: nested retries: the inner one makes all its attempts again in each round of the outer",
+          "[retry][pipeline]") {
+    rs::testing::simulation sim;
+    std::vector<nanoseconds> starts;
+    std::vector<int> attempts;
+    rs::pipeline policy{
+        rs::retry{{.max_attempts = 2, .backoff = rs::constant_backoff{1s, rs::jitter::none}}, sim.clock()},
+        rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{100ms, rs::jitter::none}},
+                  sim.clock()}};
+    CHECK_THROWS_AS(sim.run(policy.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+    // The inner retry's three attempts at 0, 100 and 200 ms; the outer's backoff of 1 s; three more.
+    CHECK(starts == std::vector<nanoseconds>{0ms, 100ms, 200ms, 1200ms, 1300ms, 1400ms});
+    CHECK(attempts == std::vector<int>{1, 2, 3, 1, 2, 3});
+    CHECK(sim.now() == 1400ms);
+    CHECK(sim.loop().timers() == 0);
+}
+
+TEST_CASE("retry: a policy of the waiting form inside a retry runs once per attempt, with its number",
+          "[retry][pipeline]") {
+    rs::testing::simulation sim;
+    std::vector<int> seen;
+    scripted_action flaky{sim.clock(), script<int>{.failures = 2, .latency = 10ms, .value = 7}};
+    rs::pipeline policy{
+        rs::retry{{.max_attempts = 4, .backoff = rs::constant_backoff{50ms, rs::jitter::none}}, sim.clock()},
+        attempt_log{seen}, rs::timeout{1s, sim.clock()}};
+    CHECK(sim.run(policy.execute(flaky)) == 7);
+    CHECK(seen == std::vector<int>{1, 2, 3});
+    CHECK(flaky.calls() == 3);
+    CHECK(sim.now() == 130ms); // 0-10 fails, 60-70 fails, 120-130 answers
+    CHECK(sim.loop().timers() == 0);
+}
+
+TEST_CASE("retry: with no wait between attempts, the next attempt starts at the instant the last failed",
+          "[retry]") {
+    rs::testing::simulation sim;
+    std::vector<nanoseconds> starts;
+    std::vector<int> attempts;
+    rs::retry r{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms, rs::jitter::none}}, sim.clock()};
+    CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+    CHECK(starts == std::vector<nanoseconds>{0ms, 0ms, 0ms});
+    CHECK(attempts == std::vector<int>{1, 2, 3});
+}
+
+TEST_CASE("retry: a loop destroyed while calls sleep in their backoff destroys them, and no attempt follows",
+          "[retry]") {
+    int calls = 0;
+    {
+        rs::testing::simulation sim;
+        const rs::pipeline policy{
+            rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{10s, rs::jitter::none}},
+                      sim.clock()},
+            rs::timeout{1s, sim.clock()}};
+        auto action = [&]() -> rs::task<int> {
+            ++calls;
+            throw std::runtime_error("down");
+            co_return 0;
+        };
+        for (int i = 0; i < 3; ++i)
+            sim.spawn(policy.execute(action));
+        sim.run_for(5s);
+        CHECK(calls == 3);
+        CHECK(sim.loop().timers() == 3); // one backoff each
+    } // the loop destroys the three calls, their sleeps with them (ASan checks that nothing leaks)
+    CHECK(calls == 3);
+}
+
+namespace {
+// The simulation's clock, whose sleep is a coroutine of its own (`rs::task<void>`), as a user's clock
+// may be: what `co_await` gives refers to the task, so a retry waiting in the call's frame keeps both.
+struct coroutine_sleep_clock {
+    using duration = std::chrono::nanoseconds;
+    using time_point = rs::testing::virtual_clock::time_point;
+    rs::testing::virtual_clock inner;
+    time_point now() const { return inner.now(); }
+    rs::task<void> sleep_until(time_point tp, rs::stop_token st) const {
+        co_await inner.sleep_until(tp, std::move(st));
+    }
+};
+} // namespace
+
+TEST_CASE("retry: a clock whose sleep is a coroutine backs off at the same instants", "[retry]") {
+    rs::testing::simulation sim;
+    std::vector<nanoseconds> starts;
+    std::vector<int> attempts;
+    rs::retry r{{.max_attempts = 4, .backoff = exact_200ms}, coroutine_sleep_clock{sim.clock()}};
+    CHECK_THROWS_AS(sim.run(r.execute(recording_action{&sim, &starts, &attempts})), std::runtime_error);
+    CHECK(starts == std::vector<nanoseconds>{0ms, 200ms, 600ms, 1400ms});
+    CHECK(attempts == std::vector<int>{1, 2, 3, 4});
+
+    // Stopped during its second backoff: the sleep's coroutine ends at the stop, and so does the call.
+    starts.clear();
+    attempts.clear();
+    resilience::stop_source caller;
+    auto [ignored, out] = sim.run(
+        rs::when_all(stop_at(sim, caller, sim.now() + 300ms),
+                     r.execute_outcome(recording_action{&sim, &starts, &attempts}, caller.get_token())));
+    (void)ignored;
+    CHECK(starts == std::vector<nanoseconds>{1400ms, 1600ms});
+    REQUIRE(out.has_failure());
+    CHECK(out.error().is<rs::cancelled_error>());
+    CHECK(sim.now() == 1700ms);
+    CHECK(sim.loop().timers() == 0);
+}
+
 } // namespace test_retry

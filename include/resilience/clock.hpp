@@ -99,7 +99,7 @@ public:
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
     /// being torn down): the timer leaves the loop's timers with it.
     ~sleep_awaiter() {
-        stop_.reset();
+        stop_listening();
         if (node().armed())
             at_.remove(&node());
     }
@@ -124,10 +124,12 @@ public:
                 self->waiter_.resume();
         };
         at_.add(&node());
-        if (token_.stop_possible())
-            stop_.emplace(token_, on_stop{this});
+        if (token_.stop_possible()) {
+            ::new (static_cast<void*>(&stop_)) stop_callback<on_stop>(token_, on_stop{this});
+            listening_ = true;
+        }
     }
-    void await_resume() noexcept { stop_.reset(); }
+    void await_resume() noexcept { stop_listening(); }
 
 private:
     struct on_stop {
@@ -145,12 +147,21 @@ private:
 
     timer_node& node() noexcept { return *this; }
     const timer_node& node() const noexcept { return *this; }
+    void stop_listening() noexcept {
+        if (listening_) {
+            std::destroy_at(&stop_); // waits for an `on_stop` running on another thread
+            listening_ = false;
+        }
+    }
 
     std::atomic<bool> claimed_{false}; // first: in the timer node's tail padding
+    bool listening_ = false;           // `stop_` is made (beside `claimed_`, in the same padding)
     timer_place at_;
     stop_token token_;
     std::coroutine_handle<> waiter_;
-    std::optional<stop_callback<on_stop>> stop_;
+    union { // made while the sleep waits with a token that may stop (`listening_`)
+        stop_callback<on_stop> stop_;
+    };
 };
 
 /// A clock whose sleeps are timers of an `event_loop` can hand out that loop, so a policy can arm
@@ -290,6 +301,8 @@ struct steady_clock {
 
     auto sleep_until(time_point tp, stop_token token) const {
         struct awaitable {
+            using standalone_awaiter [[maybe_unused]] =
+                void; // what `co_await` gives refers to nothing of this
             std::chrono::nanoseconds when;
             stop_token token;
             detail::sleep_awaiter operator co_await() && {

@@ -76,7 +76,9 @@ concept awaitable_of = awaitable<T> && std::convertible_to<await_result_t<T>, R>
 /// - `sleep_until(tp, token)`: an awaitable that completes at `tp`, or earlier once `token` is
 ///   stopped (it never throws for that; the caller checks the token). Waiters are resumed on the
 ///   event loop they suspended on, so a policy shared between threads never runs a caller's code
-///   on another caller's thread.
+///   on another caller's thread. An awaitable whose `operator co_await` gives an awaiter that
+///   refers to nothing of it may say so (`using standalone_awaiter = void;`): a policy waiting in
+///   the call's frame (a retry's backoff) then keeps the awaiter alone.
 template <class C>
 concept clock = std::copy_constructible<C> && requires(C& c, typename C::time_point tp, stop_token st) {
     typename C::time_point;

@@ -12,7 +12,7 @@
 ///
 /// A call its caller stopped ends with a value an attempt returned or with `cancelled_error`, never
 /// with what a stopped attempt threw (docs/core.md, "A call its caller stopped"); the driver applies
-/// that where the call ends (`driver::caller_stopped`), so no policy has to.
+/// that where the call ends (`call_edges::caller_stopped`), so no policy has to.
 ///
 /// The action is copied (an lvalue) or moved (an rvalue) into the call and kept alive until the
 /// call ends; on g++ before 13, a temporary closure that owns something with a destructor is
@@ -56,10 +56,23 @@
 ///    waits declares `static constexpr bool enter_never_waits = true;` instead, and one that does
 ///    neither does not compile). `leave` sees the result on the way out and may change it:
 ///    `step::proceed`, or `step::wait` to go on in `resume`, which may suspend and may call `next`
-///    again (a retry). `leave` is called exactly once for every
+///    again. `leave` is called exactly once for every
 ///    `enter` that proceeded, unless the call's frame is destroyed first (its event loop torn
 ///    down): a state that holds something (a slot, a timer) gives it back in its destructor.
 ///    `policy_base` gives a policy whose `enter` never waits a `run` made from these three.
+///
+///    A policy that runs the stages inside it again (a retry) can do so in the pipeline's frame,
+///    with `again` and `frame_wait<R>` in place of `resume` (its `enter` must never wait):
+///
+///        entry again(call_state&, const context& ctx, outcome<R>& result);
+///
+///    After `leave` answered `step::wait`, `again` decides: `step::done` (the call goes on outward
+///    with `result`), `entry::proceed_in(c)` (the stages inside run again at once, seeing `c`, kept
+///    in the state), or `entry::wait_then_in(c)` (they run again after `frame_wait<R>`, made as
+///    for admission below, yields `step::proceed`; on `step::done` the call goes on outward with
+///    `result`). The
+///    stages inside are entered afresh each round, their states made anew; `leave` is then called
+///    once per round.
 ///
 ///    A policy whose `enter` may wait can also wait without a frame of its own, as the bulkhead and
 ///    the rate limiters do: `bool waits_in_frame(const context&)` says whether it can for a call,
@@ -71,8 +84,9 @@
 ///
 /// A call through `pipeline{p1, p2, ..., pn}` (nested pipelines flattened) runs in one frame:
 /// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. A policy that waits
-/// for admission through `frame_wait` waits in that frame; any other policy that waits costs a
-/// frame more: its `run` or `resume`, with the policies inside it run in a frame of their own. A
+/// for admission through `frame_wait`, or before going round again (`again`), waits in that frame;
+/// any other policy that waits costs a frame more: its `run` or `resume`, with the policies inside
+/// it run in a frame of their own. A
 /// policy of the waiting form always waits, so everything inside it runs the same way, in a frame
 /// of its own, and is fast again.
 ///

@@ -11,6 +11,7 @@
 #include "detail/config.hpp"
 #include "detail/time.hpp"
 #include "engine/default_clock.hpp"
+#include "engine/frame_sleep.hpp"
 #include "error.hpp"
 #include "outcome.hpp"
 #include "policy.hpp"
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <concepts>
+#include <coroutine>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -203,9 +205,16 @@ public:
 
     // ---- the policy protocol (see policy.hpp) ----
     static constexpr bool enter_never_waits = true;
+    /// The call's progress through its attempts, in the pipeline's frame.
     struct call_state {
-        context inner; // attempt 1, when the context coming in says otherwise
-        typename C::time_point start{};
+        context
+            inner; // the attempt's: attempt 1's when the context coming in says otherwise, then each retry's
+        typename C::time_point start{}; // when the call reached the retry (max_elapsed, a listener)
+        // Written before they are read (from the second attempt on), so not made on every call's path:
+        typename C::time_point begun;      // when the attempt under way began (a listener)
+        std::chrono::nanoseconds previous; // the wait before the attempt under way
+        // The attempt under way: `inner`'s number (a default context's is 1).
+        int attempt() const noexcept { return inner.attempt(); }
     };
 
     template <class R>
@@ -225,65 +234,88 @@ public:
         return step::proceed;
     }
 
-    /// A success that nobody needs to judge ends here; anything else goes on in `resume`.
+    /// Once per attempt: a success that nobody needs to judge ends here; anything else goes on in
+    /// `again`.
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
         if (!options_.should_handle.plain_success(result))
-            return step::wait; // judged, then reported, in `resume`
+            return step::wait; // judged, then reported, in `again`
         if (const detail::listener_ref l = kit::listener_for(options_.telemetry, ctx)) [[unlikely]]
-            report_attempt(l, s.start, 1, false, result); // a listener that throws ends the call as well
+            report_attempt(l, s.attempt() == 1 ? s.start : s.begun, s.attempt(), false,
+                           result); // a listener that throws ends the call as well
         return step::proceed;
     }
 
-    /// The retry loop after the first attempt ended with `result`.
-    template <class Next, class R>
-    task<outcome<R>> resume(call_state& s, Next next, const context& ctx, outcome<R> result) const {
-        std::chrono::nanoseconds previous{};
+    /// After an attempt that `leave` did not let through: judges and reports it, then decides.
+    /// `step::done`: the call ends with `result`. Otherwise another attempt, in the attempt's context
+    /// kept in `s`: at once (`step::proceed`), or after the backoff, awaited in `frame_wait`
+    /// (`step::wait`). The pipeline runs the stages inside the retry again, in the call's frame.
+    template <class R>
+    RESILIENCE_DETAIL_NOINLINE entry again(call_state& s, const context& ctx, outcome<R>& result) const {
         const detail::listener_ref listener = kit::listener_for(options_.telemetry, ctx);
-        for (int attempt = 1;; ++attempt) {
-            typename C::time_point begun = s.start; // the first attempt's: `enter` read it for a listener
-            if (attempt > 1) {
-                const context child = detail::context_access::derive_attempt(ctx, attempt);
-                begun = listener ? clock_.now() : typename C::time_point{};
-                result = co_await next(child);
-                if (options_.should_handle.plain_success(result)) {
-                    if (listener)
-                        report_attempt(listener, begun, attempt, false, result);
-                    co_return std::move(result);
-                }
-            }
-
-            // Judged before the attempt is reported, so that its event says whether it was handled.
-            verdict v{};
-            std::optional<failure> thrown; // by the classifier or a callback: it ends the call
-            try {
-                v = judge(result, ctx);
-            } catch (...) {
-                thrown.emplace(failure::current());
-            }
-            if (listener && !report_attempt(listener, begun, attempt, v.handle, result))
-                co_return std::move(result); // the listener threw: that ends the call
-            if (thrown)
-                co_return outcome<R>{std::move(*thrown)};
-
-            std::optional<std::chrono::nanoseconds> wait;
-            try {
-                wait = plan(result, v, attempt, ctx, s.start, previous);
-            } catch (...) {
-                thrown.emplace(failure::current());
-            }
-            if (thrown)
-                co_return outcome<R>{std::move(*thrown)};
-            if (!wait)
-                co_return std::move(result);
-
-            if (*wait > std::chrono::nanoseconds::zero())
-                co_await clock_.sleep_until(after(*wait), ctx.stop_token());
-            if (ctx.stop_requested())
-                co_return std::move(result);
-            previous = *wait;
+        // Judged before the attempt is reported, so that its event says whether it was handled.
+        std::optional<failure> thrown; // by the classifier: it ends the call
+        const verdict v = judge_catching(result, ctx, thrown);
+        if (listener &&
+            !report_attempt(listener, s.attempt() == 1 ? s.start : s.begun, s.attempt(), v.handle, result))
+            return step::done; // the listener threw: that ends the call
+        if (thrown) {
+            result = outcome<R>{std::move(*thrown)};
+            return step::done;
         }
+        std::optional<std::chrono::nanoseconds> wait;
+        try {
+            wait = plan(result, v, s.attempt(), ctx, s.start,
+                        s.attempt() == 1 ? std::chrono::nanoseconds::zero() : s.previous);
+        } catch (...) {
+            result = outcome<R>{failure::current()};
+            return step::done;
+        }
+        if (!wait)
+            return step::done;
+        s.previous = *wait;
+        s.inner = detail::context_access::derive_attempt(ctx, s.attempt() + 1);
+        if (*wait > std::chrono::nanoseconds::zero())
+            return entry::wait_then_in(s.inner);
+        if (ctx.stop_requested())
+            return step::done;
+        if (listener)
+            s.begun = clock_.now();
+        return entry::proceed_in(s.inner);
     }
+
+    /// The backoff before the next attempt, awaited in the pipeline's frame (in a block of the frame
+    /// cache, taken only by a call that backs off): `step::proceed` when it has passed, `step::done`
+    /// when the caller stopped during it (the call ends with the last attempt's result).
+    template <class R>
+    class frame_wait {
+    public:
+        frame_wait(const retry& r, call_state& s, const context& ctx, std::optional<outcome<R>>&)
+            : retry_(&r), call_(&s), sleep_(r.clock_, r.after(s.previous), ctx.stop_token()) {}
+        frame_wait(const frame_wait&) = delete;
+        frame_wait& operator=(const frame_wait&) = delete;
+
+        bool await_ready() { return sleep_.await_ready(); }
+        template <class Promise>
+        auto await_suspend(std::coroutine_handle<Promise> h) {
+            return sleep_.await_suspend(h);
+        }
+        step await_resume() {
+            sleep_.await_resume();
+            // The next attempt's context, derived from the call's: the same stop, the same listener.
+            const context& next = call_->inner;
+            if (next.stop_requested())
+                return step::done;
+            if (kit::listener_for(retry_->options_.telemetry, next))
+                call_->begun = retry_->clock_.now();
+            return step::proceed;
+        }
+
+    private:
+        const retry* retry_;
+        call_state* call_;
+        detail::frame_sleep<C> sleep_;
+    };
 
 private:
     // A stopped caller, or an outcome classifier for another result type: refused before the first
@@ -317,6 +349,18 @@ private:
         if (ctx.stop_requested() || (result.has_failure() && is_cancellation(result.error())))
             return {};
         return options_.should_handle.classify(result, &is_transient, &ctx);
+    }
+
+    // `judge`, with what it throws kept in `thrown` (the verdict is then empty).
+    template <class T>
+    verdict judge_catching(const outcome<T>& result, const context& ctx,
+                           std::optional<failure>& thrown) const {
+        try {
+            return judge(result, ctx);
+        } catch (...) {
+            thrown.emplace(failure::current());
+            return {};
+        }
     }
 
     // The failure path: decides whether another attempt follows `result`, which the classifier

@@ -154,7 +154,7 @@ async_generator<T> retry_stream_run(Factory factory, stream_retry_options option
                                     Random rng) {
     if (stop.stop_requested())
         throw cancelled_error{options.name};
-    // As a call through a retry (engine/driver.hpp, `nowhere_to_sleep`): a stream that may back off
+    // As a call through a retry (engine/call_edges.hpp, `nowhere_to_sleep`): a stream that may back off
     // on the default clock with nowhere to sleep is refused before its first source, not at its
     // first backoff.
     if (home_loop::current() == nullptr && is_default_clock(clock) && options.max_attempts > 1 &&

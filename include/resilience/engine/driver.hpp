@@ -12,6 +12,7 @@
 #include "../outcome.hpp"
 #include "../task.hpp"
 #include "action.hpp"
+#include "call_edges.hpp"
 #include "frame_admission.hpp"
 #include "protocol.hpp"
 
@@ -30,25 +31,6 @@
 #include <utility>
 
 namespace resilience::inline v0_2::detail {
-
-/// Whether a call its caller stopped ends with `cancelled_error` in place of `f` (see
-/// `driver::caller_stopped`): every failure but a cancellation already, and a `std::logic_error`: a
-/// setup mistake (a classifier for another result type) or a bug is reported as it is, stopped or not.
-inline bool stands_for_a_stop(const failure& f) noexcept {
-    if (f.code() != errc{})
-        return f.code() != errc::cancelled; // the library's own: no rethrow needed
-    if (!f.has_exception())
-        return true;
-    try {
-        f.rethrow();
-    } catch (const cancelled_error&) {
-        return false;
-    } catch (const std::logic_error&) {
-        return false;
-    } catch (...) {
-    }
-    return true;
-}
 
 /// Runs one call through `Stages` (a tuple of references to policies) in one coroutine frame:
 /// every stage's `enter` inward, the innermost step, every `leave` outward. A stage that waits
@@ -69,36 +51,12 @@ struct driver {
     // rather than a class template of their own shared by drivers with the same states: with
     // that, g++ stopped inlining the outermost `enter_all` into the drive (its size estimate went
     // past `max-inline-insns-single`) and the common path got slower.
-    template <class T>
-    struct slot {
-        slot() noexcept {}
-        slot(const slot&) = delete;
-        slot& operator=(const slot&) = delete;
-        ~slot() {}
-        union {
-            T value;
-        };
-    };
-    template <class... Ts>
-    struct pack {};
-    template <class T, class... Ts>
-    struct pack<T, Ts...> {
-        slot<T> head;
-        [[no_unique_address]] pack<Ts...> tail; // the last one's empty tail takes no word of the frame
-    };
     template <class Seq>
     struct states_of;
     template <std::size_t... Js>
     struct states_of<std::index_sequence<Js...>> {
-        using type = pack<typename state_of<policy_at<Js>>::type...>;
+        using type = state_pack<typename state_of<policy_at<Js>>::type...>;
     };
-    template <std::size_t J, class P>
-    static auto& state_slot(P& p) noexcept {
-        if constexpr (J == 0)
-            return p.head;
-        else
-            return state_slot<J - 1>(p.tail);
-    }
     template <std::size_t J>
     using state_type = typename state_of<policy_at<J>>::type;
     static_assert(size <= 64, "resilience::pipeline: at most 64 stages");
@@ -122,6 +80,8 @@ struct driver {
     static constexpr bool derives_context() {
         if constexpr (!fast_policy<policy_at<J>>) {
             return false; // its `run` is given the context; the stages inside run in a drive of their own
+        } else if constexpr (goes_again_in_frame<policy_at<J>, state_type<J>, value_type>) {
+            return true; // its `again` names the context of each round
         } else {
             using P = policy_at<J>;
             if constexpr (requires(const P& p, state_type<J>& st, const context& c,
@@ -163,7 +123,7 @@ struct driver {
         static constexpr std::size_t context_slot(std::size_t j) noexcept { return driver::context_slot(j); }
         template <std::size_t J>
         auto& get() noexcept {
-            return state_slot<J>(p).value;
+            return state_in_pack<J>(p).value;
         }
 
         states() noexcept {}
@@ -174,9 +134,23 @@ struct driver {
         template <std::size_t J>
         void make() {
             // Default-initialised: std::construct_at would value-initialise, zeroing it first.
-            ::new (static_cast<void*>(&state_slot<J>(p).value)) state_type<J>;
+            ::new (static_cast<void*>(&state_in_pack<J>(p).value)) state_type<J>;
             if constexpr (!std::is_trivially_destructible_v<state_type<J>>)
                 made |= static_cast<made_mask>(made_mask{1} << J);
+        }
+        // The states of the stages inside stage K, before they are entered again (`again`).
+        template <std::size_t K, std::size_t N = size>
+        void destroy_inside() noexcept {
+            if constexpr (N > K + 1) {
+                if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
+                    constexpr made_mask bit = static_cast<made_mask>(made_mask{1} << (N - 1));
+                    if (made & bit) {
+                        std::destroy_at(&state_in_pack<N - 1>(p).value);
+                        made = static_cast<made_mask>(made & ~bit);
+                    }
+                }
+                destroy_inside<K, N - 1>();
+            }
         }
         // Innermost first, as the stages leave.
         template <std::size_t N>
@@ -184,7 +158,7 @@ struct driver {
             if constexpr (N > 0) {
                 if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
                     if (made & (made_mask{1} << (N - 1)))
-                        std::destroy_at(&state_slot<N - 1>(p).value);
+                        std::destroy_at(&state_in_pack<N - 1>(p).value);
                 }
                 destroy<N - 1>();
             }
@@ -192,7 +166,7 @@ struct driver {
     };
     template <std::size_t J>
     static auto& state(states& st) noexcept {
-        return state_slot<J>(st.p).value;
+        return state_in_pack<J>(st.p).value;
     }
 
     using all_stages = std::make_index_sequence<size>;
@@ -293,47 +267,90 @@ struct driver {
     // Waiting for admission in this frame (engine/frame_admission.hpp).
     using admission = frame_admission<Stages, states, outcome_type>;
 
-    // The name a call's own `cancelled_error` carries: the outermost policy's.
-    template <class S>
-    static std::string outermost_name(const S& stages) {
-        if constexpr (size > 0 && requires { std::string{std::get<0>(stages).name()}; })
-            return std::string{std::get<0>(stages).name()};
-        else
-            return {};
+    // ---- going round again in this frame (a retry: `again`, see policy.hpp) ----
+    template <std::size_t... Js>
+    static constexpr std::uint64_t again_stages(std::index_sequence<Js...>) {
+        return (std::uint64_t{0} | ... |
+                (admission::template goes_again_here<Js>() ? std::uint64_t{1} << Js : std::uint64_t{0}));
     }
-    /// A call its caller stopped ends with a value an attempt returned, or with `cancelled_error`:
-    /// never with what a stopped attempt threw when asked to stop (an Asio `operation_aborted`, an
-    /// error of its own), nor with a failure from before the stop that a wait after it (a backoff)
-    /// would have returned. Applied once, where the call ends, so that no policy has to; a stop from
-    /// inside (a timeout's, a hedge's loser) does not reach the caller's token and changes nothing.
-    /// Policies still make sure nothing runs or stands in after the stop (no retry, no hedged
-    /// attempt, no substitute, no stale value): this only decides what the call ends with.
-    /// Out of line: only a failed call gets here.
-    template <class S>
-    RESILIENCE_DETAIL_NOINLINE static void caller_stopped(const context& caller, outcome_type& result,
-                                                          const S& stages) {
-        if (!caller.stop_requested() || !stands_for_a_stop(result.error()))
-            return;
-        result = outcome_type{failure::make(cancelled_error{outermost_name(stages)})};
+    static constexpr std::uint64_t again_mask = again_stages(all_stages{});
+    static constexpr bool any_goes_again = again_mask != 0;
+
+    // A stage's `leave` answered `step::wait`, but it has neither `resume` nor `again`: the call ends
+    // with a `std::logic_error` saying so (as awaiting the empty task of a missing `resume` would).
+    RESILIENCE_DETAIL_NOINLINE static void no_way_on(outcome_type& result) {
+        result = outcome_type{failure::make(std::logic_error(
+            "resilience: a policy's leave answered step::wait, but it has neither resume nor again"))};
     }
 
-    /// A call with nowhere to sleep (no event loop runs on this thread, and nothing that started
-    /// it, such as `rs::boost_asio::execute`, gave it a home) is refused before its first stage
-    /// enters when one of its stages may sleep on the default clock: otherwise it would serve the
-    /// happy path and fail with "a sleep needs an event loop" only when a retry first backs off or
-    /// a timer first arms, during the incident the policy was meant to absorb.
-    /// When refused, `result` holds the `std::logic_error` naming the fix and the answer is true.
-    /// It writes to the call's result rather than returning one, so that the refusal takes no place
-    /// of its own in every call's frame. Out of line: only a call without a home gets here.
-    template <class S>
-    RESILIENCE_DETAIL_NOINLINE static bool nowhere_to_sleep(const S& stages,
-                                                            std::optional<outcome_type>& result) {
-        std::string name;
-        const sleeper found = first_default_clock_sleeper(stages, &name);
-        if (!found)
+    // Whether stage J may have to wait in a frame of its own: its `run` (a policy of the waiting form,
+    // or one whose `enter` may wait and cannot always wait here) or its `resume` (a `leave` that may
+    // wait, but not to go round again here). A pipeline with none has no such frame to await.
+    template <std::size_t J>
+    static constexpr bool waits_in_a_frame_of_its_own() {
+        using P = policy_at<J>;
+        if constexpr (!fast_policy<P> || enter_may_wait<P>)
+            return true;
+        else if constexpr (admission::template goes_again_here<J>())
             return false;
-        result.emplace(failure::make(std::logic_error(nowhere_to_sleep_message(found, name))));
-        return true;
+        else
+            return requires(const P& p, state_type<J>& st, const Stages& stages, const Leaf& leaf,
+                            const context& c,
+                            outcome_type r) { p.resume(st, next_after<J>(stages, leaf), c, std::move(r)); };
+    }
+    template <std::size_t... Js>
+    static constexpr bool any_waits_in_own_frame(std::index_sequence<Js...>) {
+        return (false || ... || waits_in_a_frame_of_its_own<Js>());
+    }
+    static constexpr bool any_stage_frame = any_waits_in_own_frame(all_stages{});
+
+    // Stage `k`'s `again`, after its `leave` waited: the states of the stages inside it go first (they
+    // ran their last round, and may refer to the context that `again` replaces); when it goes round
+    // again, the stages inside it see the context it names.
+    RESILIENCE_DETAIL_NOINLINE static step again_stage(std::size_t k, const Stages& stages, states& st,
+                                                       const context** at, outcome_type& result) {
+        return visit_stage<step>(
+            k,
+            [&](auto j) {
+                constexpr std::size_t J = decltype(j)::value;
+                if constexpr (admission::template goes_again_here<J>()) {
+                    constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
+                    st.template destroy_inside<J>();
+                    const entry e = std::get<J>(stages).again(state<J>(st), *at[here], result);
+                    if constexpr (inside != here) {
+                        if (e.what != step::done)
+                            at[inside] = e.inner ? e.inner : at[here];
+                    }
+                    return e.what;
+                } else {
+                    return step::done; // unreachable: only a stage with `again` gets here
+                }
+            },
+            all_stages{});
+    }
+    // After the stages left as far as stage `k`, whose `leave` waited: while that is a stage that goes
+    // round again here, its `again` decides. True when the stages inside it go round again: entered
+    // already (`st.s` and `st.k` say how far, as after the first `enter_all`), or after its
+    // `frame_wait` (`st.s` is `step::wait`, `st.k` the stage). False when the call is over (`st.k` is
+    // `none`) or the stage that must wait is one of the others (its `resume`).
+    // Out of line: the call gets here only when a stage's `leave` waited.
+    template <class From>
+    RESILIENCE_DETAIL_NOINLINE static bool goes_round(From from, const Stages& stages, states& st,
+                                                      const context** at,
+                                                      std::optional<outcome_type>& result) {
+        while (st.k != none && !st.running && ((again_mask >> st.k) & 1) != 0) {
+            const step s = again_stage(st.k, stages, st, at, *result);
+            if (s == step::proceed) {
+                enter_all(std::size_t{st.k + 1}, stages, st, at, result, all_stages{});
+                return true;
+            }
+            if (s == step::wait) {
+                st.s = step::wait;
+                return true;
+            }
+            st.k = leave_all(st.k, std::size_t{from}, stages, st, at, *result, all_stages{});
+        }
+        return false;
     }
 
     /// `nowhere_to_sleep` for the drive of a whole call made without a home; false for any other drive
@@ -342,7 +359,7 @@ struct driver {
     static bool refused_without_home(const resume_on_loop& back, const S& stages,
                                      std::optional<outcome_type>& result) {
         if constexpr (std::is_same_v<From, whole_call>)
-            return back.loop == nullptr && nowhere_to_sleep(stages, result);
+            return back.loop == nullptr && call_edges<outcome_type>::nowhere_to_sleep(stages, result);
         else
             return false;
     }
@@ -473,68 +490,102 @@ struct driver {
         } else {
             enter_all(from, stages_from(source), st, at, result, all_stages{});
         }
-        if constexpr (admission::any_waits_in_frame) {
-            // A stage that waits for admission here: once admitted, the call goes on inward from
-            // the stage after it, still in this frame.
-            while (st.s == step::wait && admission::stage_waits_in_frame(st.k, stages_from(source), at))
-                [[unlikely]] {
-                drop_reading(cache);
-                {
-                    typename admission::wait_in_frame admitted{st.k, stages_from(source), st, at, result};
-                    do // `step::wait`: not decided yet, await it again
-                        st.s = co_await admitted;
-                    while (st.s == step::wait);
+        // Once round for a call; again from here each time a stage's `again` (a retry) sends the stages
+        // inside it round again, in this frame.
+        for (;;) {
+            if constexpr (admission::any_waits_in_frame) {
+                // A stage that waits for admission here (or before going round again): once
+                // admitted, the call goes on inward from the stage after it, still in this frame.
+                while (st.s == step::wait && admission::stage_waits_in_frame(st.k, stages_from(source), at))
+                    [[unlikely]] {
+                    drop_reading(cache);
+                    {
+                        typename admission::wait_in_frame admitted{st.k, stages_from(source), st, at, result};
+                        do // `step::wait`: not decided yet, await it again
+                            st.s = co_await admitted;
+                        while (st.s == step::wait);
+                    }
+                    drop_reading(cache);
+                    co_await back;
+                    if (st.s == step::proceed) // `k` is read before enter_all writes it
+                        enter_all(std::size_t{st.k + 1}, stages_from(source), st, at, result, all_stages{});
+                }
+            }
+            // From here `k` is the stage that must wait (its `run` when its `enter` waited, its
+            // `resume` or `again` when its `leave` did), after which the stages outside it leave;
+            // `none` when the call is over. The leaf is made from `holder` where it is used, so that
+            // it takes no place.
+            if (st.s == step::proceed) {
+                if constexpr (leaf_is_awaiter) {
+                    co_await emplacing<leaf_awaiter>{holder, *at[context_slot(size)], result};
+                } else if constexpr (leaf_is_task) {
+                    task<outcome_type> inner = holder.leaf()(*at[context_slot(size)]);
+                    co_await emplacing<task_awaiter>{inner, result};
+                } else {
+                    result.emplace(co_await holder.leaf()(*at[context_slot(size)]));
                 }
                 drop_reading(cache);
                 co_await back;
-                if (st.s == step::proceed) // `k` is read before enter_all writes it
-                    enter_all(std::size_t{st.k + 1}, stages_from(source), st, at, result, all_stages{});
-            }
-        }
-        // From here `k` is the stage that must wait (its `run` when its `enter` waited, its `resume`
-        // when its `leave` did), after which the stages outside it leave; `none` when the call is
-        // over. The leaf is made from `holder` where it is used, so that it takes no place.
-        if (st.s == step::proceed) {
-            if constexpr (leaf_is_awaiter) {
-                co_await emplacing<leaf_awaiter>{holder, *at[context_slot(size)], result};
-            } else if constexpr (leaf_is_task) {
-                task<outcome_type> inner = holder.leaf()(*at[context_slot(size)]);
-                co_await emplacing<task_awaiter>{inner, result};
+                // The common path: every stage proceeded, so every stage leaves, innermost first.
+                st.k = leave_all(std::integral_constant<std::size_t, size>{}, from, stages_from(source), st,
+                                 at, *result, all_stages{});
             } else {
-                result.emplace(co_await holder.leaf()(*at[context_slot(size)]));
-            }
-            drop_reading(cache);
-            co_await back;
-            // The common path: every stage proceeded, so every stage leaves, innermost first.
-            st.k = leave_all(std::integral_constant<std::size_t, size>{}, from, stages_from(source), st, at,
-                             *result, all_stages{});
-        } else {
-            drop_reading(cache);
-            if (st.s == step::wait)
-                st.running = true; // stage `k` waits in its `run`
-            else                   // outward from the stage inside the one that stopped
-                st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result, all_stages{});
-        }
-        if (st.k != none) [[unlikely]] {
-            task<outcome_type> waiting;
-            do {
-                if (st.running)
-                    waiting = admission::any_waits_in_frame
-                                  ? run_stage_out_of_line(st.k, stages_from(source), at, holder.leaf())
-                                  : run_stage(st.k, stages_from(source), at, holder.leaf());
-                else
-                    waiting = resume_stage(st.k, stages_from(source), st, at, holder.leaf(), *result);
-                st.running = false;
-                co_await emplacing<task_awaiter>{waiting, result};
                 drop_reading(cache);
-                co_await back;
-                waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
-                st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result, all_stages{});
-            } while (st.k != none);
+                if (st.s == step::wait)
+                    st.running = true; // stage `k` waits in its `run`
+                else                   // outward from the stage inside the one that stopped
+                    st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result,
+                                     all_stages{});
+            }
+            if constexpr (any_goes_again) {
+                if (st.k != none && goes_round(from, stages_from(source), st, at, result))
+                    continue;
+            }
+            if constexpr (
+                any_stage_frame) { // a stage that waits in a frame of its own: its `run` or `resume`
+                if (st.k != none) [[unlikely]] {
+                    task<outcome_type> waiting;
+                    do {
+                        if (st.running)
+                            waiting =
+                                admission::any_waits_in_frame
+                                    ? run_stage_out_of_line(st.k, stages_from(source), at, holder.leaf())
+                                    : run_stage(st.k, stages_from(source), at, holder.leaf());
+                        else
+                            waiting = resume_stage(st.k, stages_from(source), st, at, holder.leaf(), *result);
+                        st.running = false;
+                        co_await emplacing<task_awaiter>{waiting, result};
+                        drop_reading(cache);
+                        co_await back;
+                        waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
+                        st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result,
+                                         all_stages{});
+                        if constexpr (any_goes_again) {
+                            if (st.k != none && goes_round(from, stages_from(source), st, at, result))
+                                goto go_round; // `continue` would continue this loop
+                        }
+                    } while (st.k != none);
+                }
+            }
+            if constexpr (!any_stage_frame) {
+                while (st.k != none)
+                    [[unlikely]] { // a `leave` answered `step::wait` with nothing to go on in
+                    no_way_on(*result);
+                    st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result,
+                                     all_stages{});
+                    if constexpr (any_goes_again) {
+                        if (st.k != none && goes_round(from, stages_from(source), st, at, result))
+                            goto go_round;
+                    }
+                }
+            }
+            break;
+            [[maybe_unused]] go_round
+                :; // the stages inside a stage that goes round were entered, or wait to be
         }
         if constexpr (std::is_same_v<From, whole_call>) {
             if (result->has_failure()) [[unlikely]]
-                caller_stopped(ctx, *result, stages_from(source));
+                call_edges<outcome_type>::caller_stopped(ctx, *result, stages_from(source));
         }
         if constexpr (Throw)
             co_return std::move(*result).value();

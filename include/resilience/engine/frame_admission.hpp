@@ -3,6 +3,8 @@
 /// Waiting for admission inside the pipeline's frame: for a stage whose `enter` answered
 /// `step::wait` and that has `waits_in_frame` and `frame_wait<R>` (see policy.hpp), the call
 /// suspends in its own frame on that stage's awaiter, and goes on inward from there once admitted.
+/// A stage whose `again` answered `step::wait` (a retry's backoff) waits the same way, and the
+/// stages inside it go round again from there.
 #pragma once
 
 #include "../context.hpp"
@@ -38,13 +40,40 @@ struct frame_admission {
     template <std::size_t J>
     using policy_at = std::remove_cvref_t<std::tuple_element_t<J, Stages>>;
 
-    /// Whether stage J can wait for admission here: its `enter` may wait and it has the members for it.
+    /// Whether stage J goes round again after a wait here (`again`, a retry's backoff). A fast policy
+    /// with an `again` of another form than the protocol's would never be asked: refused.
+    template <std::size_t J>
+    static constexpr bool goes_again_here() {
+        using P = policy_at<J>;
+        if constexpr (fast_policy<P>) {
+            using S = typename States::template type_at<J>;
+            constexpr bool has_again =
+                requires(const P& p, S& st, const context& c, Outcome& r) { p.again(st, c, r); };
+            constexpr bool fits = goes_again_in_frame<P, S, value_type>;
+            static_assert(!has_again || fits,
+                          "resilience: a policy's `again` must be `entry again(call_state&, const context&, "
+                          "outcome<R>&) const`, with a `frame_wait<R>` constructible from (policy, "
+                          "call_state&, const context&, std::optional<outcome<R>>&) (see policy.hpp)");
+            return fits;
+        } else {
+            return false;
+        }
+    }
+    /// Whether stage J can wait here: for admission (its `enter` may wait and it has the members for
+    /// it), or before it goes round again.
     template <std::size_t J>
     static constexpr bool admits_here() {
-        if constexpr (fast_policy<policy_at<J>> && enter_may_wait<policy_at<J>>)
+        if constexpr (goes_again_here<J>()) {
+            static_assert(
+                !enter_may_wait<policy_at<J>>,
+                "resilience: a policy with `again` waits in the frame only before going round "
+                "again; its `enter` must never wait (static constexpr bool enter_never_waits = true;)");
+            return true;
+        } else if constexpr (fast_policy<policy_at<J>> && enter_may_wait<policy_at<J>>) {
             return frame_waiting<policy_at<J>, typename States::template type_at<J>, value_type>;
-        else
+        } else {
             return false;
+        }
     }
     template <std::size_t J>
     using admission_at = typename policy_at<J>::template frame_wait<value_type>;
@@ -81,14 +110,17 @@ struct frame_admission {
     static_assert(largest_admission<true>(all_stages{}) <= alignof(std::max_align_t),
                   "resilience: a policy's frame_wait must not be over-aligned");
 
-    /// Whether stage `k`, whose `enter` waited, waits for admission here rather than in its `run`.
+    /// Whether stage `k`, whose `enter` waited, waits for admission here rather than in its `run`;
+    /// always, for a stage whose `again` waits.
     RESILIENCE_DETAIL_NOINLINE static bool stage_waits_in_frame(std::size_t k, const Stages& stages,
                                                                 const context* const* at) {
         return visit_stage<bool>(
             k,
             [&](auto j) {
                 constexpr std::size_t J = decltype(j)::value;
-                if constexpr (admits_here<J>())
+                if constexpr (goes_again_here<J>())
+                    return true;
+                else if constexpr (admits_here<J>())
                     return std::get<J>(stages).waits_in_frame(*at[States::context_slot(J)]);
                 else
                     return false;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <optional>
 #include <type_traits>
 
@@ -30,6 +31,9 @@ enum class step : unsigned char {
 struct entry {
     constexpr entry(step s) noexcept : what(s) {} // NOLINT(google-explicit-constructor): a step is an entry
     static constexpr entry proceed_in(const context& inner) noexcept { return entry{step::proceed, &inner}; }
+    /// For `again` (see policy.hpp): the stages inside go round again after the policy's `frame_wait`,
+    /// and see `inner`, a context kept in the call's state.
+    static constexpr entry wait_then_in(const context& inner) noexcept { return entry{step::wait, &inner}; }
 
     step what;
     const context* inner = nullptr; // null: the context `enter` was given
@@ -60,6 +64,16 @@ concept frame_waiting = requires(const P& p, const context& c) {
                                      std::optional<outcome<R>>&>;
 };
 
+/// A fast policy whose `leave` may wait and that then decides in `again` whether the stages inside it
+/// go round again, waiting in the pipeline's frame in between (`frame_wait<R>`): a retry (see policy.hpp).
+template <class P, class S, class R>
+concept goes_again_in_frame = requires(const P& p, S& s, const context& c, outcome<R>& r) {
+    { p.again(s, c, r) } -> std::same_as<entry>;
+    typename P::template frame_wait<R>;
+    requires std::is_constructible_v<typename P::template frame_wait<R>, const P&, S&, const context&,
+                                     std::optional<outcome<R>>&>;
+};
+
 /// The state a stage keeps in the call's frame: its `call_state`, or an empty one for a policy of
 /// the waiting form.
 template <class P>
@@ -70,6 +84,35 @@ template <fast_policy P>
 struct state_of<P> {
     using type = typename P::call_state;
 };
+
+/// The place of one stage's state in the call's frame: constructed when the call reaches the stage (a
+/// union member, so that the frame is not zeroed up front), destroyed by the driver.
+template <class T>
+struct state_place {
+    state_place() noexcept {}
+    state_place(const state_place&) = delete;
+    state_place& operator=(const state_place&) = delete;
+    ~state_place() {}
+    union {
+        T value;
+    };
+};
+/// The places of the stages' states, outermost first.
+template <class... Ts>
+struct state_pack {};
+template <class T, class... Ts>
+struct state_pack<T, Ts...> {
+    state_place<T> head;
+    [[no_unique_address]] state_pack<Ts...> tail; // the last one's empty tail takes no word of the frame
+};
+/// The place of stage J's state in `p`.
+template <std::size_t J, class P>
+auto& state_in_pack(P& p) noexcept {
+    if constexpr (J == 0)
+        return p.head;
+    else
+        return state_in_pack<J - 1>(p.tail);
+}
 
 /// The time on `clock` for a policy admitting a call: the call's shared reading when one of the
 /// same clock (see `reading_key`, in context.hpp) was taken while admitting it, else a fresh one (then shared).
