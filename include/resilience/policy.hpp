@@ -57,8 +57,9 @@
 ///    neither does not compile). `leave` sees the result on the way out and may change it:
 ///    `step::proceed`, or `step::wait` to go on in `resume`, which may suspend and may call `next`
 ///    again. `leave` is called exactly once for every
-///    `enter` that proceeded, unless the call's frame is destroyed first (its event loop torn
-///    down): a state that holds something (a slot, a timer) gives it back in its destructor.
+///    `enter` that proceeded (once per round for a policy with `again`, below), unless the call's
+///    frame is destroyed first (its event loop torn down): a state that holds something (a slot, a
+///    timer) gives it back in its destructor.
 ///    `policy_base` gives a policy whose `enter` never waits a `run` made from these three.
 ///
 ///    A policy that runs the stages inside it again (a retry) can do so in the pipeline's frame,
@@ -71,8 +72,9 @@
 ///    in the state), or `entry::wait_then_in(c)` (they run again after `frame_wait<R>`, made as
 ///    for admission below, yields `step::proceed`; on `step::done` the call goes on outward with
 ///    `result`). The
-///    stages inside are entered afresh each round, their states made anew; `leave` is then called
-///    once per round.
+///    stages inside are entered afresh each round, their states made anew; the policy's own `enter`
+///    runs once and its `leave` once per round, so what `enter` takes is given back once, in the
+///    last round's `leave` (the one that does not wait) or the state's destructor.
 ///
 ///    A policy whose `enter` may wait can also wait without a frame of its own, as the bulkhead and
 ///    the rate limiters do: `bool waits_in_frame(const context&)` says whether it can for a call,

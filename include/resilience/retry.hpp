@@ -210,9 +210,10 @@ public:
         context
             inner; // the attempt's: attempt 1's when the context coming in says otherwise, then each retry's
         typename C::time_point start{}; // when the call reached the retry (max_elapsed, a listener)
-        // Written before they are read (from the second attempt on), so not made on every call's path:
-        typename C::time_point begun;      // when the attempt under way began (a listener)
-        std::chrono::nanoseconds previous; // the wait before the attempt under way
+        typename C::time_point begun{}; // when the attempt under way began (a listener)
+        // The wait before the attempt under way: written before it is read (from the second attempt
+        // on), so left uninitialised on every call's path.
+        std::chrono::nanoseconds previous;
         // The attempt under way: `inner`'s number (a default context's is 1).
         int attempt() const noexcept { return inner.attempt(); }
     };

@@ -276,11 +276,14 @@ struct driver {
     static constexpr std::uint64_t again_mask = again_stages(all_stages{});
     static constexpr bool any_goes_again = again_mask != 0;
 
-    // A stage's `leave` answered `step::wait`, but it has neither `resume` nor `again`: the call ends
-    // with a `std::logic_error` saying so (as awaiting the empty task of a missing `resume` would).
-    RESILIENCE_DETAIL_NOINLINE static void no_way_on(outcome_type& result) {
-        result = outcome_type{failure::make(std::logic_error(
-            "resilience: a policy's leave answered step::wait, but it has neither resume nor again"))};
+    // In a pipeline whose stages never wait in a frame of their own, a stage answered `step::wait`
+    // all the same: a `leave` with neither `resume` nor `again`, or an `enter` of a policy that said it
+    // never waits. The call goes on outward with a `std::logic_error` saying so.
+    RESILIENCE_DETAIL_NOINLINE static void no_way_on(states& st, std::optional<outcome_type>& result) {
+        st.running = false;
+        result.emplace(failure::make(std::logic_error(
+            "resilience: a policy answered step::wait with nothing to go on in: a leave without resume or "
+            "again, or an enter of a policy that declares enter_never_waits")));
     }
 
     // Whether stage J may have to wait in a frame of its own: its `run` (a policy of the waiting form,
@@ -568,9 +571,8 @@ struct driver {
                 }
             }
             if constexpr (!any_stage_frame) {
-                while (st.k != none)
-                    [[unlikely]] { // a `leave` answered `step::wait` with nothing to go on in
-                    no_way_on(*result);
+                while (st.k != none) [[unlikely]] { // a stage answered `step::wait` with nothing to go on in
+                    no_way_on(st, result);
                     st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result,
                                      all_stages{});
                     if constexpr (any_goes_again) {

@@ -8,6 +8,7 @@
 #include "../stop_token.hpp"
 
 #include <coroutine>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -31,8 +32,8 @@ class frame_sleep {
     using got = decltype(get_awaiter(std::declval<awaitable_type>()));
     using awaiter_type = std::remove_cvref_t<got>;
     // What the kept awaitable's `operator co_await` gives: a value, or a reference into the awaitable.
-    using made_type =
-        std::conditional_t<std::is_reference_v<got>, awaiter_type*, std::optional<awaiter_type>>;
+    using made_type = std::conditional_t<std::is_reference_v<got>, std::remove_reference_t<got>*,
+                                         std::optional<awaiter_type>>;
 
     static awaiter_type start(const C& clock, typename C::time_point tp, stop_token token) {
         if constexpr (is_awaiter)
@@ -68,7 +69,8 @@ private:
             return awaiter_;
         } else if constexpr (std::is_reference_v<got>) {
             if (!awaiter_.made)
-                awaiter_.made = &get_awaiter(std::move(awaiter_.awaitable));
+                awaiter_.made = std::addressof( // an lvalue to take the address of, whichever reference
+                    static_cast<std::remove_reference_t<got>&>(get_awaiter(std::move(awaiter_.awaitable))));
             return *awaiter_.made;
         } else {
             if (!awaiter_.made)
