@@ -81,19 +81,22 @@ private:
 /// requested on another thread posts the wake-up instead of running the waiter there. Made with a
 /// home that is not an event loop (an Asio call's), the same on that home's timers, `when` being
 /// time since `std::chrono::steady_clock`'s epoch.
-class sleep_awaiter : private timer_node { // the timer itself: its `fire` casts back
+class sleep_awaiter : private timer_node, private stop_callback_node {
+    // It is its own timer (`fire` casts back) and its own stop callback, listed on the token's state
+    // while it sleeps with a token that may stop: 112 bytes, in the frame of every sleeping call.
 public:
     sleep_awaiter(event_loop* loop, std::chrono::nanoseconds due, stop_token token) noexcept
-        : at_{loop, nullptr}, token_(std::move(token)) {
+        : stop_callback_node(&on_stop), at_{loop, nullptr}, token_(std::move(token)) {
         node().when = due;
     }
     sleep_awaiter(home_loop* foreign, std::chrono::nanoseconds due, stop_token token) noexcept
-        : at_{nullptr, foreign}, token_(std::move(token)) {
+        : stop_callback_node(&on_stop), at_{nullptr, foreign}, token_(std::move(token)) {
         node().when = due;
     }
     sleep_awaiter(const sleep_awaiter&) = delete;
     sleep_awaiter& operator=(const sleep_awaiter&) = delete;
-    sleep_awaiter(sleep_awaiter&& o) noexcept : at_(o.at_), token_(std::move(o.token_)) {
+    sleep_awaiter(sleep_awaiter&& o) noexcept
+        : stop_callback_node(&on_stop), at_(o.at_), token_(std::move(o.token_)) {
         node().when = o.node().when;
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
@@ -111,7 +114,6 @@ public:
             return node().when <= l->now();
         return at_.foreign() && node().when <= std::chrono::steady_clock::now().time_since_epoch();
     }
-
     void await_suspend(std::coroutine_handle<> h) {
         if (!at_.loop() && !at_.foreign())
             throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
@@ -124,44 +126,43 @@ public:
                 self->waiter_.resume();
         };
         at_.add(&node());
-        if (token_.stop_possible()) {
-            ::new (static_cast<void*>(&stop_)) stop_callback<on_stop>(token_, on_stop{this});
+        // Listed after the timer is armed: a token stopped meanwhile runs `on_stop` right here. The
+        // flag is set first, as nothing here may be touched once listed (a stop may end the sleep);
+        // `remove` is harmless on a node that `add` did not list.
+        if (stop_state* s = stop_access::state(token_); s && s->stop_possible()) {
             listening_ = true;
+            s->add(this);
         }
     }
     void await_resume() noexcept { stop_listening(); }
 
 private:
-    struct on_stop {
-        sleep_awaiter* self;
-        void operator()() const { // posting may allocate
-            if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
-                self->at_.post(job{&sleep_awaiter::cancelled, self});
-        }
-    };
+    // Run by a stop request on the token, on the thread that asks: posting may allocate.
+    static void on_stop(stop_callback_node* n) noexcept {
+        auto* self = static_cast<sleep_awaiter*>(n);
+        if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
+            self->at_.post(job{&sleep_awaiter::cancelled, self});
+    }
     static void cancelled(void* p) {
         auto* self = static_cast<sleep_awaiter*>(p);
         self->at_.remove(&self->node());
         self->waiter_.resume();
     }
-
     timer_node& node() noexcept { return *this; }
     const timer_node& node() const noexcept { return *this; }
+    // Takes this awaiter off the token's list, waiting for an `on_stop` running on another thread.
     void stop_listening() noexcept {
         if (listening_) {
-            std::destroy_at(&stop_); // waits for an `on_stop` running on another thread
             listening_ = false;
+            stop_access::state(token_)->remove(this);
         }
     }
 
-    std::atomic<bool> claimed_{false}; // first: in the timer node's tail padding
-    bool listening_ = false;           // `stop_` is made (beside `claimed_`, in the same padding)
+    std::atomic<bool> claimed_{false}; // in the stop callback node's tail padding
+    bool listening_ = false;           // handed to the token's stop state (`on_stop` may run)
     timer_place at_;
     stop_token token_;
     std::coroutine_handle<> waiter_;
-    union { // made while the sleep waits with a token that may stop (`listening_`)
-        stop_callback<on_stop> stop_;
-    };
 };
 
 /// A clock whose sleeps are timers of an `event_loop` can hand out that loop, so a policy can arm

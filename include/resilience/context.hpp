@@ -166,9 +166,9 @@ public:
     // Moves keep a derived context's references: only the library holds derived contexts by
     // value (users see them as `const context&`), and it moves them only into place.
     context(context&& o) noexcept
-        : token_(std::move(o.token_)), from_(o.from_), lazy_(o.lazy_), time_(o.time_),
-          telemetry_(o.telemetry_), props_(std::exchange(o.props_, nullptr)), attempt_(o.attempt_),
-          deadline_(o.deadline_), deadline_clock_(o.deadline_clock_) {}
+        : token_(std::move(o.token_)), up_(o.up_), time_(o.time_), telemetry_(o.telemetry_),
+          props_(std::exchange(o.props_, nullptr)), attempt_(o.attempt_), deadline_(o.deadline_),
+          deadline_clock_(o.deadline_clock_) {}
     context& operator=(const context& other) {
         if (this != &other)
             *this = context(other);
@@ -178,8 +178,7 @@ public:
         if (this != &o) {
             drop_properties();
             token_ = std::move(o.token_);
-            from_ = o.from_;
-            lazy_ = o.lazy_;
+            up_ = o.up_;
             time_ = o.time_;
             telemetry_ = o.telemetry_;
             props_ = std::exchange(o.props_, nullptr);
@@ -195,15 +194,17 @@ public:
     /// Stopped when the caller, or a policy around this attempt (timeout, hedge), wants it to end.
     /// Under a timeout, the token is made on first use: prefer `stop_requested()` to poll.
     const resilience::stop_token& stop_token() const {
-        if (lazy_)
-            return lazy_->token();
-        return from_ ? from_->token_ : token_;
+        const std::uintptr_t up = up_;
+        if (up & lazy_tag)
+            return lazy_in(up)->token();
+        return up ? reinterpret_cast<const context*>(up)->token_ : token_;
     }
     /// Same as `stop_token().stop_requested()`, without making a token.
     RESILIENCE_DETAIL_ALWAYS_INLINE bool stop_requested() const noexcept {
-        if (lazy_)
-            return lazy_->stop_requested();
-        return (from_ ? from_->token_ : token_).stop_requested();
+        const std::uintptr_t up = up_;
+        if (up & lazy_tag)
+            return lazy_in(up)->stop_requested();
+        return (up ? reinterpret_cast<const context*>(up)->token_ : token_).stop_requested();
     }
     /// 1 for the first attempt of the innermost retry or hedge, 2 for the next one, and so on.
     int attempt() const noexcept { return attempt_; }
@@ -301,13 +302,28 @@ private:
     friend class detail::lazy_stop;
     struct derived_tag {};
 
-    // A child that refers to `parent` for its stop token (see the class comment).
+    // A child that refers to `parent` for its stop token (see the class comment): to what the parent
+    // refers to, or to the parent itself when it owns its token.
     context(derived_tag, const context& parent) noexcept
-        : from_(parent.lazy_ ? nullptr : (parent.from_ ? parent.from_ : &parent)), lazy_(parent.lazy_),
-          time_(parent.time_), telemetry_(parent.telemetry_), props_(parent.props_),
-          attempt_(parent.attempt_), deadline_(parent.deadline_), deadline_clock_(parent.deadline_clock_) {}
+        : up_(parent.up_ ? parent.up_ : reinterpret_cast<std::uintptr_t>(&parent)), time_(parent.time_),
+          telemetry_(parent.telemetry_), props_(parent.props_), attempt_(parent.attempt_),
+          deadline_(parent.deadline_), deadline_clock_(parent.deadline_clock_) {}
 
-    bool self_contained() const noexcept { return !from_ && !lazy_; }
+    bool self_contained() const noexcept { return !up_; }
+    // Where the stop token comes from, in `up_`: a lazy stop's address tagged with `lazy_tag`, or the
+    // address of the context whose `token_` this one shares.
+    static constexpr std::uintptr_t lazy_tag = 1;
+    static detail::lazy_stop* lazy_in(std::uintptr_t up) noexcept {
+        return reinterpret_cast<detail::lazy_stop*>(up & ~lazy_tag);
+    }
+    static std::uintptr_t tagged(detail::lazy_stop* stop) noexcept {
+        return reinterpret_cast<std::uintptr_t>(stop) | lazy_tag;
+    }
+    detail::lazy_stop* lazy() const noexcept { return up_ & lazy_tag ? lazy_in(up_) : nullptr; }
+    // The token this one refers to (its own, its parent's or an ancestor's), when not a lazy stop's.
+    const resilience::stop_token& shared_token() const noexcept {
+        return up_ ? reinterpret_cast<const context*>(up_)->token_ : token_;
+    }
     // A self-contained context owns a reference to its properties; a derived one refers to its parent's.
     RESILIENCE_DETAIL_ALWAYS_INLINE void drop_properties() noexcept {
         if (props_ && self_contained()) [[unlikely]]
@@ -324,9 +340,10 @@ private:
         }
     }
 
-    resilience::stop_token token_;       // when neither of the next two is set
-    const context* from_ = nullptr;      // the context whose `token_` this one shares
-    detail::lazy_stop* lazy_ = nullptr;  // a timeout's or a hedge's attempt token, made on first use
+    resilience::stop_token token_; // when `up_` is zero
+    // Zero: the token is `token_`. Else, in one word: a timeout's or a hedge's attempt token, made on
+    // first use (a `lazy_stop`, tagged), or the context whose `token_` this one shares.
+    std::uintptr_t up_ = 0;
     detail::time_cache* time_ = nullptr; // the call's shared clock reading, while admitting
     // The listener of the `telemetry` stage around the call, for the stages inside it.
     const telemetry_listener* telemetry_ = nullptr;
@@ -345,7 +362,7 @@ namespace detail {
 /// The library's way to derive contexts without copying stop tokens.
 struct context_access {
     /// The lazy stop `c` takes its token from, if any (`set_deadline`'s `stop`).
-    static const lazy_stop* lazy_of(const context& c) noexcept { return c.lazy_; }
+    static const lazy_stop* lazy_of(const context& c) noexcept { return c.lazy(); }
     static context derive(const context& parent) noexcept { return context(context::derived_tag{}, parent); }
     static context derive(const context& parent, time_cache* cache) noexcept {
         context c(context::derived_tag{}, parent);
@@ -362,8 +379,7 @@ struct context_access {
     /// A child numbered `attempt` with a stop token of its own, made on first use (a hedge's attempt).
     static context derive_attempt(const context& parent, lazy_stop* stop, int attempt) noexcept {
         context c(context::derived_tag{}, parent);
-        c.from_ = nullptr;
-        c.lazy_ = stop;
+        c.up_ = context::tagged(stop);
         c.attempt_ = attempt;
         return c;
     }
@@ -372,8 +388,7 @@ struct context_access {
     static context derive_deadline(const context& parent, lazy_stop* stop, std::chrono::nanoseconds d,
                                    const void* clock) noexcept {
         context c(context::derived_tag{}, parent);
-        c.from_ = nullptr;
-        c.lazy_ = stop;
+        c.up_ = context::tagged(stop);
         c.tighten(d, clock);
         return c;
     }
@@ -381,8 +396,7 @@ struct context_access {
     /// assigning a returned context would cost a store-forwarding stall on the fast path.
     static void set_deadline(context& c, const context& parent, lazy_stop* stop, std::chrono::nanoseconds d,
                              const void* clock) noexcept {
-        c.from_ = nullptr;
-        c.lazy_ = stop;
+        c.up_ = context::tagged(stop);
         c.time_ = parent.time_;
         c.telemetry_ = parent.telemetry_;
         c.props_ = parent.props_;
@@ -399,10 +413,11 @@ struct context_access {
 };
 
 inline lazy_stop::lazy_stop(const context* parent) noexcept
-    : parent_(reinterpret_cast<std::uintptr_t>(parent->lazy_)) {
+    : parent_(reinterpret_cast<std::uintptr_t>(parent->lazy())) {
     static_assert(alignof(lazy_stop) > token_tag && alignof(stop_token) > token_tag);
-    if (!parent->lazy_) {
-        const stop_token* t = parent->from_ ? &parent->from_->token_ : &parent->token_;
+    static_assert(alignof(lazy_stop) > context::lazy_tag && alignof(context) > context::lazy_tag);
+    if (!parent_) {
+        const stop_token* t = &parent->shared_token();
         if (t->stop_possible())
             parent_ = reinterpret_cast<std::uintptr_t>(t) | token_tag;
     }
