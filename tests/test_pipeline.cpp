@@ -810,4 +810,60 @@ TEST_CASE("pipeline: a fast stage's enter may hand the stages inside it a contex
     CHECK(sim.run(rs::pipeline{tagging_stage{7}, tagging_stage_0_1{8}}.execute(read_tag)) == 8);
 }
 
+// A stage that breaks the protocol: its `leave` (or, declaring that its `enter` never waits, its
+// `enter`) answers `step::wait`, with neither `resume` nor `again` to go on in.
+class waits_with_nothing : public rs::policy_base<waits_with_nothing> {
+public:
+    explicit waits_with_nothing(bool in_enter) : in_enter_(in_enter) {}
+    struct call_state {};
+    static constexpr bool enter_never_waits = true;
+
+    template <class R>
+    rs::step enter(call_state&, const rs::context&, std::optional<rs::outcome<R>>&) const {
+        return in_enter_ ? rs::step::wait : rs::step::proceed;
+    }
+    template <class R>
+    rs::step leave(call_state&, const rs::context&, rs::outcome<R>&) const {
+        return rs::step::wait;
+    }
+
+private:
+    bool in_enter_;
+};
+
+TEST_CASE("pipeline: a stage that answers wait with nothing to go on in ends the call with a logic_error",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    const auto is_logic_error = [](const rs::outcome<int>& r) {
+        if (!r.has_failure())
+            return false;
+        try {
+            std::rethrow_exception(r.failure().exception());
+        } catch (const std::logic_error&) {
+            return true;
+        } catch (...) {
+        }
+        return false;
+    };
+    for (const bool in_enter : {false, true}) {
+        CAPTURE(in_enter);
+        int ran = 0;
+        const auto action = [&ran]() -> rs::task<int> {
+            ++ran;
+            co_return 1;
+        };
+        // The stages outside it still leave, and see the error: in a pipeline whose stages never wait
+        // in a frame of their own, and in one with a stage that may (a `resume`).
+        const auto failures = std::make_shared<std::atomic<int>>(0);
+        rs::pipeline plain{count_failures{failures}, waits_with_nothing{in_enter}};
+        CHECK(is_logic_error(sim.run(plain.execute_outcome(action))));
+        CHECK(failures->load() == 1);
+        std::vector<std::string> log;
+        rs::pipeline with_resume{fast_recorder{"outer", log, true}, waits_with_nothing{in_enter}};
+        CHECK(is_logic_error(sim.run(with_resume.execute_outcome(action))));
+        CHECK(log ==
+              std::vector<std::string>{"outer enter", "outer leave", "outer again"}); // its resume ends it
+        CHECK(ran == (in_enter ? 0 : 3));
+    }
+}
 } // namespace test_pipeline

@@ -236,9 +236,10 @@ public:
     }
 
     /// Once per attempt: a success that nobody needs to judge ends here; anything else goes on in
-    /// `again`.
+    /// `again`. Inlined: in a pipeline of five, g++ would call it out of line (13 instructions a call).
     template <class R>
-    step leave(call_state& s, const context& ctx, outcome<R>& result) const noexcept {
+    RESILIENCE_DETAIL_ALWAYS_INLINE step leave(call_state& s, const context& ctx,
+                                               outcome<R>& result) const noexcept {
         if (!options_.should_handle.plain_success(result))
             return step::wait; // judged, then reported, in `again`
         if (const detail::listener_ref l = kit::listener_for(options_.telemetry, ctx)) [[unlikely]]

@@ -40,6 +40,14 @@ inline bool stands_for_a_stop(const failure& f) noexcept {
 /// The rules, for a call whose outcome is `Outcome` (`outcome<R>`).
 template <class Outcome>
 struct call_edges {
+    // In a pipeline whose stages never wait in a frame of their own, a stage answered `step::wait`
+    // all the same: a `leave` with neither `resume` nor `again`, or an `enter` of a policy that said it
+    // never waits. The call goes on outward with a `std::logic_error` saying so.
+    RESILIENCE_DETAIL_NOINLINE static void no_way_on(std::optional<Outcome>& result) {
+        result.emplace(failure::make(std::logic_error(
+            "resilience: a policy answered step::wait with nothing to go on in: a leave without resume or "
+            "again, or an enter of a policy that declares enter_never_waits")));
+    }
     // The name a call's own `cancelled_error` carries: the outermost policy's.
     template <class S>
     static std::string outermost_name(const S& stages) {

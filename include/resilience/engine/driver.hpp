@@ -72,10 +72,10 @@ struct driver {
                                               std::conditional_t<size <= 32, std::uint32_t, std::uint64_t>>>;
 
     // ---- the contexts the stages see, in the call's frame ----
-    // Stage J sees `*at[context_slot(J)]`, and the leaf `*at[context_slot(size)]`. A stage whose
-    // `enter` answers a `step` hands the stages inside it the context it was given: they share its
-    // slot, so the frame keeps one pointer per stage that may derive a context (a timeout, a
-    // retry), plus the call's own, rather than one per stage.
+    // Stage J sees `at[context_slot(J)]`, and the leaf `at[context_slot(size)]` (`contexts_at`). A
+    // stage whose `enter` answers a `step` hands the stages inside it the context it was given: they
+    // share its slot, so the frame keeps one pointer per stage that may derive a context (a timeout, a
+    // retry), rather than one per stage; slot 0 is the call's own context, which needs no pointer.
     template <std::size_t J>
     static constexpr bool derives_context() {
         if constexpr (!fast_policy<policy_at<J>>) {
@@ -116,6 +116,8 @@ struct driver {
         step s = step::done;
         bool running = false; // the stage `k` waits in its `run`
         stage_index k = size; // the stage that must wait, or `none` when the call is over
+        // The contexts of the slots after the call's own (`contexts_at`), which the frame holds already.
+        [[no_unique_address]] slot_places<context_places - 1> places;
 
         // What frame_admission.hpp asks of the states.
         template <std::size_t J>
@@ -185,24 +187,24 @@ struct driver {
     // Stage J's `enter` (a stage of the waiting form always waits). True when it proceeded;
     // otherwise `s` says how it stopped and `st.k` is J.
     template <std::size_t J>
-    static bool entered(const Stages& stages, states& st, const context** at,
-                        std::optional<outcome_type>& result, step& s) {
+    RESILIENCE_DETAIL_ALWAYS_INLINE static bool entered(const Stages& stages, states& st, contexts_at at,
+                                                        std::optional<outcome_type>& result, step& s) {
         constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
         if constexpr (inside != here)
-            at[inside] = at[here];
+            at.place(inside) = &at[here];
         if constexpr (fast_policy<policy_at<J>>) {
             st.template make<J>();
             const policy_at<J>& p = std::get<J>(stages);
-            if constexpr (requires { p.enter(state<J>(st), *at[here], result); }) {
-                const entry e = p.enter(state<J>(st), *at[here], result);
+            if constexpr (requires { p.enter(state<J>(st), at[here], result); }) {
+                const entry e = p.enter(state<J>(st), at[here], result);
                 s = e.what;
                 if constexpr (inside != here) {
                     if (e.inner)
-                        at[inside] = e.inner;
+                        at.place(inside) = e.inner;
                 }
             } else {
                 // The 0.1 form, `enter(state, ctx, const context*& inner, result)`: deprecated, still run.
-                s = p.enter(state<J>(st), *at[here], at[inside], result);
+                s = p.enter(state<J>(st), at[here], at.place(inside), result);
             }
         } else {
             s = step::wait;
@@ -215,7 +217,7 @@ struct driver {
     // Enters the stages from `from` inward; stops at the first that does not proceed, leaving
     // how in `st.s` and its index in `st.k` (`size` when all did).
     template <class From, std::size_t... Js>
-    static void enter_all(From from, const Stages& stages, states& st, const context** at,
+    static void enter_all(From from, const Stages& stages, states& st, contexts_at at,
                           std::optional<outcome_type>& result, std::index_sequence<Js...>) {
         step s = step::proceed; // a local until the end: one store to the frame, not one a stage
         st.k = size;
@@ -225,11 +227,13 @@ struct driver {
 
     // Stage J's `leave`: true when the call goes on outward; false when the stage must wait, its
     // `resume` coming next, and then `w` is J.
+    // Inlined (as `entered`): g++ would otherwise call the outermost stage's out of line, through a
+    // copy of `at`, on every call (+28 instructions for five policies).
     template <std::size_t J>
-    static bool left(const Stages& stages, states& st, const context** at, outcome_type& result,
-                     stage_index& w) {
+    RESILIENCE_DETAIL_ALWAYS_INLINE static bool left(const Stages& stages, states& st, contexts_at at,
+                                                     outcome_type& result, stage_index& w) {
         if constexpr (fast_policy<policy_at<J>>) {
-            if (std::get<J>(stages).leave(state<J>(st), *at[context_slot(J)], result) == step::wait) {
+            if (std::get<J>(stages).leave(state<J>(st), at[context_slot(J)], result) == step::wait) {
                 w = J;
                 return false;
             }
@@ -239,7 +243,7 @@ struct driver {
     // Leaves the stages inside `end` down to `from`, innermost first; returns the first that must
     // wait, or `none`.
     template <class End, class From, std::size_t... Js>
-    static stage_index leave_all(End end, From from, const Stages& stages, states& st, const context** at,
+    static stage_index leave_all(End end, From from, const Stages& stages, states& st, contexts_at at,
                                  outcome_type& result, std::index_sequence<Js...>) {
         stage_index w = none;
         (void)((outside(size - 1 - Js, from, end) || left<size - 1 - Js>(stages, st, at, result, w)) && ...);
@@ -276,16 +280,6 @@ struct driver {
     static constexpr std::uint64_t again_mask = again_stages(all_stages{});
     static constexpr bool any_goes_again = again_mask != 0;
 
-    // In a pipeline whose stages never wait in a frame of their own, a stage answered `step::wait`
-    // all the same: a `leave` with neither `resume` nor `again`, or an `enter` of a policy that said it
-    // never waits. The call goes on outward with a `std::logic_error` saying so.
-    RESILIENCE_DETAIL_NOINLINE static void no_way_on(states& st, std::optional<outcome_type>& result) {
-        st.running = false;
-        result.emplace(failure::make(std::logic_error(
-            "resilience: a policy answered step::wait with nothing to go on in: a leave without resume or "
-            "again, or an enter of a policy that declares enter_never_waits")));
-    }
-
     // Whether stage J may have to wait in a frame of its own: its `run` (a policy of the waiting form,
     // or one whose `enter` may wait and cannot always wait here) or its `resume` (a `leave` that may
     // wait, but not to go round again here). A pipeline with none has no such frame to await.
@@ -311,7 +305,7 @@ struct driver {
     // ran their last round, and may refer to the context that `again` replaces); when it goes round
     // again, the stages inside it see the context it names.
     RESILIENCE_DETAIL_NOINLINE static step again_stage(std::size_t k, const Stages& stages, states& st,
-                                                       const context** at, outcome_type& result) {
+                                                       contexts_at at, outcome_type& result) {
         return visit_stage<step>(
             k,
             [&](auto j) {
@@ -319,10 +313,10 @@ struct driver {
                 if constexpr (admission::template goes_again_here<J>()) {
                     constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
                     st.template destroy_inside<J>();
-                    const entry e = std::get<J>(stages).again(state<J>(st), *at[here], result);
+                    const entry e = std::get<J>(stages).again(state<J>(st), at[here], result);
                     if constexpr (inside != here) {
                         if (e.what != step::done)
-                            at[inside] = e.inner ? e.inner : at[here];
+                            at.place(inside) = e.inner ? e.inner : &at[here];
                     }
                     return e.what;
                 } else {
@@ -339,8 +333,7 @@ struct driver {
     // Out of line: the call gets here only when a stage's `leave` waited.
     template <class From>
     RESILIENCE_DETAIL_NOINLINE static bool goes_round(From from, const Stages& stages, states& st,
-                                                      const context** at,
-                                                      std::optional<outcome_type>& result) {
+                                                      contexts_at at, std::optional<outcome_type>& result) {
         while (st.k != none && !st.running && ((again_mask >> st.k) & 1) != 0) {
             const step s = again_stage(st.k, stages, st, at, *result);
             if (s == step::proceed) {
@@ -413,15 +406,14 @@ struct driver {
     // without throwing, and the inner ones) shares one instance of each.
 
     // Stage `k`'s `run`, for a stage whose `enter` waited: it handles the call from there inward.
-    static task<outcome_type> run_stage(std::size_t k, const Stages& stages, const context** at,
+    static task<outcome_type> run_stage(std::size_t k, const Stages& stages, contexts_at at,
                                         const Leaf& leaf) {
         return visit_stage<task<outcome_type>>(
             k,
             [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (enter_may_wait<policy_at<J>>)
-                    return uniform(
-                        std::get<J>(stages).run(next_after<J>(stages, leaf), *at[context_slot(J)]));
+                    return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), at[context_slot(J)]));
                 else
                     return task<outcome_type>{}; // unreachable: its `enter` never waits
             },
@@ -431,22 +423,22 @@ struct driver {
     // would otherwise build the stage's `run` coroutine in the drive's own frame, making every
     // call's frame as large as a waiting one's.
     RESILIENCE_DETAIL_NOINLINE static task<outcome_type>
-    run_stage_out_of_line(std::size_t k, const Stages& stages, const context** at, const Leaf& leaf) {
+    run_stage_out_of_line(std::size_t k, const Stages& stages, contexts_at at, const Leaf& leaf) {
         return run_stage(k, stages, at, leaf);
     }
     // Stage `w`'s `resume`, for a stage whose `leave` waited: it may run the stages inside again.
-    static task<outcome_type> resume_stage(std::size_t w, const Stages& stages, states& st,
-                                           const context** at, const Leaf& leaf, outcome_type& result) {
+    static task<outcome_type> resume_stage(std::size_t w, const Stages& stages, states& st, contexts_at at,
+                                           const Leaf& leaf, outcome_type& result) {
         return visit_stage<task<outcome_type>>(
             w,
             [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (requires {
                                   std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf),
-                                                             *at[context_slot(J)], std::move(result));
+                                                             at[context_slot(J)], std::move(result));
                               })
                     return std::get<J>(stages).resume(state<J>(st), next_after<J>(stages, leaf),
-                                                      *at[context_slot(J)], std::move(result));
+                                                      at[context_slot(J)], std::move(result));
                 else
                     return task<outcome_type>{}; // unreachable: its `leave` never waits
             },
@@ -461,6 +453,12 @@ struct driver {
             return (source.stages);
         else
             return stages_of(source.get());
+    }
+
+    static contexts_at contexts(const context& ctx, states& st) noexcept { return {&ctx, st.places.data()}; }
+    // The leaf's context: a function, so that no `contexts_at` is kept in the frame for the `co_await`.
+    static const context& leaf_context(const context& ctx, states& st) noexcept {
+        return contexts(ctx, st)[context_slot(size)];
     }
 
     /// `ctx`: the caller's context, or, for a drive inside another call (a stage's `run` or
@@ -483,15 +481,17 @@ struct driver {
         resume_on_loop back{home_loop::current()};
         context_access::attach(ctx, &cache);
         states st;
-        const context* at[context_places];
-        at[context_slot(from)] = &ctx;
+        if constexpr (!std::is_same_v<From, whole_call>) {
+            if (context_slot(from) != 0) // a drive from further in: its own context in its stage's slot
+                contexts(ctx, st).place(context_slot(from)) = &ctx;
+        }
         std::optional<outcome_type> result;
         // A call made on a loop (the common case) pays one test of a register here; one refused
         // enters no stage (`k` 0: none to leave).
         if (refused_without_home<From>(back, stages_from(source), result)) [[unlikely]] {
             st.k = 0;
         } else {
-            enter_all(from, stages_from(source), st, at, result, all_stages{});
+            enter_all(from, stages_from(source), st, contexts(ctx, st), result, all_stages{});
         }
         // Once round for a call; again from here each time a stage's `again` (a retry) sends the stages
         // inside it round again, in this frame.
@@ -499,11 +499,12 @@ struct driver {
             if constexpr (admission::any_waits_in_frame) {
                 // A stage that waits for admission here (or before going round again): once
                 // admitted, the call goes on inward from the stage after it, still in this frame.
-                while (st.s == step::wait && admission::stage_waits_in_frame(st.k, stages_from(source), at))
-                    [[unlikely]] {
+                while (st.s == step::wait && admission::stage_waits_in_frame(
+                                                 st.k, stages_from(source), contexts(ctx, st))) [[unlikely]] {
                     drop_reading(cache);
                     {
-                        typename admission::wait_in_frame admitted{st.k, stages_from(source), st, at, result};
+                        typename admission::wait_in_frame admitted{st.k, stages_from(source), st,
+                                                                   contexts(ctx, st), result};
                         do // `step::wait`: not decided yet, await it again
                             st.s = co_await admitted;
                         while (st.s == step::wait);
@@ -511,7 +512,8 @@ struct driver {
                     drop_reading(cache);
                     co_await back;
                     if (st.s == step::proceed) // `k` is read before enter_all writes it
-                        enter_all(std::size_t{st.k + 1}, stages_from(source), st, at, result, all_stages{});
+                        enter_all(std::size_t{st.k + 1}, stages_from(source), st, contexts(ctx, st), result,
+                                  all_stages{});
                 }
             }
             // From here `k` is the stage that must wait (its `run` when its `enter` waited, its
@@ -520,28 +522,28 @@ struct driver {
             // it takes no place.
             if (st.s == step::proceed) {
                 if constexpr (leaf_is_awaiter) {
-                    co_await emplacing<leaf_awaiter>{holder, *at[context_slot(size)], result};
+                    co_await emplacing<leaf_awaiter>{holder, leaf_context(ctx, st), result};
                 } else if constexpr (leaf_is_task) {
-                    task<outcome_type> inner = holder.leaf()(*at[context_slot(size)]);
+                    task<outcome_type> inner = holder.leaf()(leaf_context(ctx, st));
                     co_await emplacing<task_awaiter>{inner, result};
                 } else {
-                    result.emplace(co_await holder.leaf()(*at[context_slot(size)]));
+                    result.emplace(co_await holder.leaf()(leaf_context(ctx, st)));
                 }
                 drop_reading(cache);
                 co_await back;
                 // The common path: every stage proceeded, so every stage leaves, innermost first.
                 st.k = leave_all(std::integral_constant<std::size_t, size>{}, from, stages_from(source), st,
-                                 at, *result, all_stages{});
+                                 contexts(ctx, st), *result, all_stages{});
             } else {
                 drop_reading(cache);
                 if (st.s == step::wait)
                     st.running = true; // stage `k` waits in its `run`
                 else                   // outward from the stage inside the one that stopped
-                    st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result,
-                                     all_stages{});
+                    st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, contexts(ctx, st),
+                                     *result, all_stages{});
             }
             if constexpr (any_goes_again) {
-                if (st.k != none && goes_round(from, stages_from(source), st, at, result))
+                if (st.k != none && goes_round(from, stages_from(source), st, contexts(ctx, st), result))
                     continue;
             }
             if constexpr (
@@ -552,19 +554,26 @@ struct driver {
                         if (st.running)
                             waiting =
                                 admission::any_waits_in_frame
-                                    ? run_stage_out_of_line(st.k, stages_from(source), at, holder.leaf())
-                                    : run_stage(st.k, stages_from(source), at, holder.leaf());
+                                    ? run_stage_out_of_line(st.k, stages_from(source), contexts(ctx, st),
+                                                            holder.leaf())
+                                    : run_stage(st.k, stages_from(source), contexts(ctx, st), holder.leaf());
                         else
-                            waiting = resume_stage(st.k, stages_from(source), st, at, holder.leaf(), *result);
+                            waiting = resume_stage(st.k, stages_from(source), st, contexts(ctx, st),
+                                                   holder.leaf(), *result);
                         st.running = false;
-                        co_await emplacing<task_awaiter>{waiting, result};
-                        drop_reading(cache);
-                        co_await back;
-                        waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
-                        st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result,
-                                         all_stages{});
+                        if (waiting.valid()) [[likely]] {
+                            co_await emplacing<task_awaiter>{waiting, result};
+                            drop_reading(cache);
+                            co_await back;
+                            waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
+                        } else { // a stage answered `step::wait` with nothing to go on in
+                            call_edges<outcome_type>::no_way_on(result);
+                        }
+                        st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, contexts(ctx, st),
+                                         *result, all_stages{});
                         if constexpr (any_goes_again) {
-                            if (st.k != none && goes_round(from, stages_from(source), st, at, result))
+                            if (st.k != none &&
+                                goes_round(from, stages_from(source), st, contexts(ctx, st), result))
                                 goto go_round; // `continue` would continue this loop
                         }
                     } while (st.k != none);
@@ -572,11 +581,13 @@ struct driver {
             }
             if constexpr (!any_stage_frame) {
                 while (st.k != none) [[unlikely]] { // a stage answered `step::wait` with nothing to go on in
-                    no_way_on(st, result);
-                    st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, at, *result,
-                                     all_stages{});
+                    st.running = false;
+                    call_edges<outcome_type>::no_way_on(result);
+                    st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, contexts(ctx, st),
+                                     *result, all_stages{});
                     if constexpr (any_goes_again) {
-                        if (st.k != none && goes_round(from, stages_from(source), st, at, result))
+                        if (st.k != none &&
+                            goes_round(from, stages_from(source), st, contexts(ctx, st), result))
                             goto go_round;
                     }
                 }

@@ -113,7 +113,7 @@ struct frame_admission {
     /// Whether stage `k`, whose `enter` waited, waits for admission here rather than in its `run`;
     /// always, for a stage whose `again` waits.
     RESILIENCE_DETAIL_NOINLINE static bool stage_waits_in_frame(std::size_t k, const Stages& stages,
-                                                                const context* const* at) {
+                                                                const contexts_at& at) {
         return visit_stage<bool>(
             k,
             [&](auto j) {
@@ -121,7 +121,7 @@ struct frame_admission {
                 if constexpr (goes_again_here<J>())
                     return true;
                 else if constexpr (admits_here<J>())
-                    return std::get<J>(stages).waits_in_frame(*at[States::context_slot(J)]);
+                    return std::get<J>(stages).waits_in_frame(at[States::context_slot(J)]);
                 else
                     return false;
             },
@@ -141,8 +141,7 @@ struct frame_admission {
         void* space;
 
         RESILIENCE_DETAIL_NOINLINE wait_in_frame(std::size_t stage, const Stages& stages, States& st,
-                                                 const context* const* at,
-                                                 std::optional<outcome_type>& result)
+                                                 const contexts_at& at, std::optional<outcome_type>& result)
             : space(frame_cache::allocate(block)) {
             if constexpr (one_admits)
                 assert(stage == the_admitting);
@@ -152,7 +151,7 @@ struct frame_admission {
                 on_stage([&](auto j) {
                     constexpr std::size_t J = decltype(j)::value;
                     ::new (space) admission_at<J>(std::get<J>(stages), st.template get<J>(),
-                                                  *at[States::context_slot(J)], result);
+                                                  at[States::context_slot(J)], result);
                 });
             } catch (...) {
                 frame_cache::deallocate(space, block);

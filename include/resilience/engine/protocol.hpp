@@ -134,6 +134,32 @@ typename C::time_point call_now(const C& clock, const context& ctx) {
     }
 }
 
+/// The pointers of `contexts_at`'s slots after the first, kept with a drive's states: none, and no room
+/// at all (`[[no_unique_address]]`), for a pipeline whose stages derive no context.
+template <std::size_t N>
+struct slot_places {
+    const context* slot[N];
+    const context** data() noexcept { return slot; }
+};
+template <>
+struct slot_places<0> {
+    const context** data() noexcept { return nullptr; }
+};
+
+/// The contexts a call's stages see, by slot (`driver::context_slot`): slot 0 is the drive's own
+/// context, which the frame holds already; each later slot is a pointer in the frame (`places[slot - 1]`),
+/// written by the stage that derives its context. A drive that starts further in (a stage's `run`)
+/// also writes its own context into the slot of the stage it starts from.
+struct contexts_at {
+    const context* own;
+    const context** places;
+    const context& operator[](std::size_t slot) const noexcept {
+        return slot == 0 ? *own : *places[slot - 1];
+    }
+    /// Slot `slot` (not 0), to write.
+    const context*& place(std::size_t slot) const noexcept { return places[slot - 1]; }
+};
+
 } // namespace detail
 
 } // namespace resilience
