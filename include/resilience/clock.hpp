@@ -150,7 +150,9 @@ private:
     }
     timer_node& node() noexcept { return *this; }
     const timer_node& node() const noexcept { return *this; }
-    // Takes this awaiter off the token's list, waiting for an `on_stop` running on another thread.
+    // Takes this awaiter off the token's list, waiting for an `on_stop` running on another thread. Never
+    // at the same time as `await_suspend`: the sleep's wake-ups (`fire`, `cancelled`) run on its home, one
+    // at a time, so `add` has returned (and marked the node finished if it did not list it) by then.
     void stop_listening() noexcept {
         if (listening_) {
             listening_ = false;

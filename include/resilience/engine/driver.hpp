@@ -131,7 +131,7 @@ struct driver {
         states() noexcept {}
         states(const states&) = delete;
         states& operator=(const states&) = delete;
-        ~states() { destroy<size>(); }
+        ~states() { destroy_range<0, false>(); }
 
         template <std::size_t J>
         void make() {
@@ -140,29 +140,20 @@ struct driver {
             if constexpr (!std::is_trivially_destructible_v<state_type<J>>)
                 made |= static_cast<made_mask>(made_mask{1} << J);
         }
-        // The states of the stages inside stage K, before they are entered again (`again`).
-        template <std::size_t K, std::size_t N = size>
-        void destroy_inside() noexcept {
-            if constexpr (N > K + 1) {
+        // The states of stages [Lo, N), innermost first, as the stages leave; `Forget` clears their bits
+        // (for the states of the stages inside a stage that goes round again: `destroy_range<K + 1>`).
+        template <std::size_t Lo, bool Forget = true, std::size_t N = size>
+        void destroy_range() noexcept {
+            if constexpr (N > Lo) {
                 if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
                     constexpr made_mask bit = static_cast<made_mask>(made_mask{1} << (N - 1));
                     if (made & bit) {
                         std::destroy_at(&state_in_pack<N - 1>(p).value);
-                        made = static_cast<made_mask>(made & ~bit);
+                        if constexpr (Forget)
+                            made = static_cast<made_mask>(made & ~bit);
                     }
                 }
-                destroy_inside<K, N - 1>();
-            }
-        }
-        // Innermost first, as the stages leave.
-        template <std::size_t N>
-        void destroy() noexcept {
-            if constexpr (N > 0) {
-                if constexpr (!std::is_trivially_destructible_v<state_type<N - 1>>) {
-                    if (made & (made_mask{1} << (N - 1)))
-                        std::destroy_at(&state_in_pack<N - 1>(p).value);
-                }
-                destroy<N - 1>();
+                destroy_range<Lo, Forget, N - 1>();
             }
         }
     };
@@ -312,7 +303,7 @@ struct driver {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (admission::template goes_again_here<J>()) {
                     constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
-                    st.template destroy_inside<J>();
+                    st.template destroy_range<J + 1>();
                     const entry e = std::get<J>(stages).again(state<J>(st), at[here], result);
                     if constexpr (inside != here) {
                         if (e.what != step::done)
@@ -347,6 +338,18 @@ struct driver {
             st.k = leave_all(st.k, std::size_t{from}, stages, st, at, *result, all_stages{});
         }
         return false;
+    }
+
+    // After stage `k` is done (its `run` or `resume`, or a wait with nothing to go on in): the stages
+    // outside it leave; true when one of them goes round again (`goes_round`).
+    template <class From>
+    static bool leave_outward(From from, const Stages& stages, states& st, contexts_at at,
+                              std::optional<outcome_type>& result) {
+        st.k = leave_all(st.k, std::size_t{from}, stages, st, at, *result, all_stages{});
+        if constexpr (any_goes_again)
+            return st.k != none && goes_round(from, stages, st, at, result);
+        else
+            return false;
     }
 
     /// `nowhere_to_sleep` for the drive of a whole call made without a home; false for any other drive
@@ -569,13 +572,8 @@ struct driver {
                         } else { // a stage answered `step::wait` with nothing to go on in
                             call_edges<outcome_type>::no_way_on(result);
                         }
-                        st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, contexts(ctx, st),
-                                         *result, all_stages{});
-                        if constexpr (any_goes_again) {
-                            if (st.k != none &&
-                                goes_round(from, stages_from(source), st, contexts(ctx, st), result))
-                                goto go_round; // `continue` would continue this loop
-                        }
+                        if (leave_outward(from, stages_from(source), st, contexts(ctx, st), result))
+                            goto go_round; // `continue` would continue this loop
                     } while (st.k != none);
                 }
             }
@@ -583,13 +581,8 @@ struct driver {
                 while (st.k != none) [[unlikely]] { // a stage answered `step::wait` with nothing to go on in
                     st.running = false;
                     call_edges<outcome_type>::no_way_on(result);
-                    st.k = leave_all(st.k, std::size_t{from}, stages_from(source), st, contexts(ctx, st),
-                                     *result, all_stages{});
-                    if constexpr (any_goes_again) {
-                        if (st.k != none &&
-                            goes_round(from, stages_from(source), st, contexts(ctx, st), result))
-                            goto go_round;
-                    }
+                    if (leave_outward(from, stages_from(source), st, contexts(ctx, st), result))
+                        goto go_round;
                 }
             }
             break;

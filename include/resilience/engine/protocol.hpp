@@ -8,6 +8,7 @@
 #include "../context.hpp"
 #include "../outcome.hpp"
 
+#include <cassert>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -156,8 +157,11 @@ struct contexts_at {
     const context& operator[](std::size_t slot) const noexcept {
         return slot == 0 ? *own : *places[slot - 1];
     }
-    /// Slot `slot` (not 0), to write.
-    const context*& place(std::size_t slot) const noexcept { return places[slot - 1]; }
+    /// Slot `slot`, to write: never 0 (a stage writes only the slots inside its own).
+    const context*& place(std::size_t slot) const noexcept {
+        assert(slot != 0);
+        return places[slot - 1];
+    }
 };
 
 } // namespace detail
