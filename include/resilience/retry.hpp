@@ -216,6 +216,8 @@ public:
         std::chrono::nanoseconds previous;
         // The attempt under way: `inner`'s number (a default context's is 1).
         int attempt() const noexcept { return inner.attempt(); }
+        // When the attempt under way began: the first at the call's start.
+        typename C::time_point began() const noexcept { return attempt() == 1 ? start : begun; }
     };
 
     template <class R>
@@ -243,7 +245,7 @@ public:
         if (!options_.should_handle.plain_success(result))
             return step::wait; // judged, then reported, in `again`
         if (const detail::listener_ref l = kit::listener_for(options_.telemetry, ctx)) [[unlikely]]
-            report_attempt(l, s.attempt() == 1 ? s.start : s.begun, s.attempt(), false,
+            report_attempt(l, s.began(), s.attempt(), false,
                            result); // a listener that throws ends the call as well
         return step::proceed;
     }
@@ -258,8 +260,7 @@ public:
         // Judged before the attempt is reported, so that its event says whether it was handled.
         std::optional<failure> thrown; // by the classifier: it ends the call
         const verdict v = judge_catching(result, ctx, thrown);
-        if (listener &&
-            !report_attempt(listener, s.attempt() == 1 ? s.start : s.begun, s.attempt(), v.handle, result))
+        if (listener && !report_attempt(listener, s.began(), s.attempt(), v.handle, result))
             return step::done; // the listener threw: that ends the call
         if (thrown) {
             result = outcome<R>{std::move(*thrown)};
@@ -279,10 +280,8 @@ public:
         s.inner = detail::context_access::derive_attempt(ctx, s.attempt() + 1);
         if (*wait > std::chrono::nanoseconds::zero())
             return entry::wait_then_in(s.inner);
-        if (ctx.stop_requested())
+        if (start_attempt(s, listener) == step::done)
             return step::done;
-        if (listener)
-            s.begun = clock_.now();
         return entry::proceed_in(s.inner);
     }
 
@@ -304,13 +303,8 @@ public:
         }
         step await_resume() {
             sleep_.await_resume();
-            // The next attempt's context, derived from the call's: the same stop, the same listener.
-            const context& next = call_->inner;
-            if (next.stop_requested())
-                return step::done;
-            if (kit::listener_for(retry_->options_.telemetry, next))
-                call_->begun = retry_->clock_.now();
-            return step::proceed;
+            // The next attempt's context is derived from the call's: the same stop, the same listener.
+            return retry_->start_attempt(*call_, kit::listener_for(retry_->options_.telemetry, call_->inner));
         }
 
     private:
@@ -320,6 +314,15 @@ public:
     };
 
 private:
+    // The next attempt (`s.inner`) starts now, unless the caller stopped (`step::done`); a listener
+    // gets the time it began.
+    step start_attempt(call_state& s, const detail::listener_ref& listener) const {
+        if (s.inner.stop_requested())
+            return step::done;
+        if (listener)
+            s.begun = clock_.now();
+        return step::proceed;
+    }
     // A stopped caller, or an outcome classifier for another result type: refused before the first
     // attempt. Out of line, so that `enter` stays small enough to be inlined into the call's frame.
     template <class R>

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /// \file engine/call_edges.hpp
-/// The two rules the driver applies at a whole call's edges, once, so that no policy has to: a call
-/// with nowhere to sleep is refused before its first stage enters, and a call its caller stopped
-/// ends with a value or with `cancelled_error`.
+/// The rules the driver applies at a whole call's edges, once, so that no policy has to: a call with
+/// nowhere to sleep is refused before its first stage enters, a call its caller stopped ends with a
+/// value or with `cancelled_error`, and a stage that waits with nothing to go on in ends it with a
+/// `std::logic_error`.
 #pragma once
 
 #include "../context.hpp"
@@ -40,9 +41,9 @@ inline bool stands_for_a_stop(const failure& f) noexcept {
 /// The rules, for a call whose outcome is `Outcome` (`outcome<R>`).
 template <class Outcome>
 struct call_edges {
-    // In a pipeline whose stages never wait in a frame of their own, a stage answered `step::wait`
-    // all the same: a `leave` with neither `resume` nor `again`, or an `enter` of a policy that said it
-    // never waits. The call goes on outward with a `std::logic_error` saying so.
+    // A stage answered `step::wait` with nothing to go on in: a `leave` with neither `resume` nor
+    // `again`, or an `enter` of a policy that said it never waits. The call goes on outward with a
+    // `std::logic_error` saying so.
     RESILIENCE_DETAIL_NOINLINE static void no_way_on(std::optional<Outcome>& result) {
         result.emplace(failure::make(std::logic_error(
             "resilience: a policy answered step::wait with nothing to go on in: a leave without resume or "
