@@ -5,18 +5,23 @@
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/pipeline.hpp>
+#include <resilience/policy_kit.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/testing/scripted.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <coroutine>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace test_pipeline {
@@ -865,5 +870,221 @@ TEST_CASE("pipeline: a stage that answers wait with nothing to go on in ends the
               std::vector<std::string>{"outer enter", "outer leave", "outer again"}); // its resume ends it
         CHECK(ran == (in_enter ? 0 : 3));
     }
+}
+
+// A turnstile: calls wait for it to open in the pipeline's frame (`frame_wait`), or are refused when it
+// closes for good. `Room`: its awaiter keeps no reference to the call, takes what it needs in
+// `await_resume`, and asks for `room` bytes after itself, which it fills with the call's number and
+// checks on the way out; otherwise it keeps references and answers from `await_resume()`.
+struct turnstile_gate {
+    bool open = false, closed = false;
+    int made = 0, destroyed = 0, next_id = 0;
+    std::vector<std::coroutine_handle<>> waiting;
+    std::vector<int> admitted;   // the ids of the calls whose awaiter let them in, in order
+    std::vector<bool> room_kept; // whether each call's room held its number on the way out
+
+    void open_now() {
+        open = true;
+        for (auto h : std::exchange(waiting, {}))
+            h.resume();
+    }
+    void close_for_good() {
+        closed = true;
+        for (auto h : std::exchange(waiting, {}))
+            h.resume();
+    }
+};
+
+template <bool Room>
+class turnstile : public rs::policy_base<turnstile<Room>> {
+public:
+    turnstile(std::shared_ptr<turnstile_gate> g, std::size_t room) : gate_(std::move(g)), room_(room) {}
+    struct call_state {
+        int id = -1;
+    };
+
+    template <class R>
+    rs::step enter(call_state& c, const rs::context&, std::optional<rs::outcome<R>>&) const {
+        c.id = gate_->next_id++;
+        return gate_->open ? rs::step::proceed : rs::step::wait;
+    }
+    template <class R>
+    rs::step leave(call_state&, const rs::context&, rs::outcome<R>&) const {
+        return rs::step::proceed;
+    }
+    bool waits_in_frame(const rs::context&) const noexcept { return true; }
+    template <class Next>
+    rs::task<rs::next_outcome_t<Next>> run(Next, const rs::context&) const {
+        throw std::logic_error("turnstile: every call waits in the pipeline's frame");
+    }
+
+    template <class R>
+    class frame_wait {
+    public:
+        frame_wait(const turnstile& t, call_state& c, const rs::context&,
+                   std::optional<rs::outcome<R>>& result)
+            : gate_(*t.gate_), call_(&c), result_(&result), room_(t.room_) {
+            ++gate_.made;
+            if constexpr (Room) {
+                if (room_ != 0)
+                    std::fill_n(static_cast<unsigned char*>(rs::kit::room_after(this)), room_,
+                                static_cast<unsigned char>(c.id + 1));
+            }
+        }
+        frame_wait(const frame_wait&) = delete;
+        frame_wait& operator=(const frame_wait&) = delete;
+        ~frame_wait() {
+            ++gate_.destroyed;
+            std::erase(gate_.waiting, handle_);
+        }
+        static std::size_t extra_bytes(const turnstile& t, call_state&, const rs::context&)
+        requires Room
+        {
+            return t.room_;
+        }
+        std::size_t extra_bytes() const noexcept
+        requires Room
+        {
+            return room_;
+        }
+
+        bool await_ready() const noexcept { return gate_.open || gate_.closed; }
+        void await_suspend(std::coroutine_handle<> h) {
+            handle_ = h;
+            gate_.waiting.push_back(h);
+        }
+        rs::step await_resume()
+        requires(!Room)
+        {
+            return answer(*call_, *result_);
+        }
+        rs::step await_resume(const turnstile&, call_state& c, const rs::context&,
+                              std::optional<rs::outcome<R>>& result)
+        requires Room
+        {
+            REQUIRE(&c == call_); // the call's own state and result, as it was made with
+            REQUIRE(&result == result_);
+            if (room_ != 0) {
+                const auto* at = static_cast<const unsigned char*>(rs::kit::room_after(this));
+                gate_.room_kept.push_back(
+                    std::all_of(at, at + room_, [&](unsigned char b) { return b == c.id + 1; }));
+            }
+            return answer(c, result);
+        }
+
+    private:
+        rs::step answer(call_state& c, std::optional<rs::outcome<R>>& result) {
+            handle_ = {};
+            if (gate_.closed) {
+                result.emplace(rs::failure::make(std::runtime_error("turnstile closed")));
+                return rs::step::done;
+            }
+            gate_.admitted.push_back(c.id);
+            return rs::step::proceed;
+        }
+
+        turnstile_gate& gate_;
+        call_state* call_;
+        std::optional<rs::outcome<R>>* result_;
+        std::size_t room_;
+        std::coroutine_handle<> handle_{};
+    };
+
+private:
+    std::shared_ptr<turnstile_gate> gate_;
+    std::size_t room_;
+};
+
+TEST_CASE(
+    "pipeline: a custom frame_wait waits in the call's frame, given its call on the way out and the room "
+    "it asked for",
+    "[pipeline]") {
+    rs::testing::simulation sim;
+    int ran = 0;
+    const auto action = [&ran, &sim]() -> rs::task<int> {
+        ++ran;
+        co_return static_cast<int>(sim.now() / 1ms);
+    };
+    const auto call = [&](auto p, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
+        out.emplace(co_await p.execute_outcome(action));
+    };
+    const auto opens_at = [&](std::chrono::nanoseconds t, turnstile_gate& g) -> rs::task<void> {
+        co_await sim.sleep_for(t);
+        g.open_now();
+    };
+    for (const std::size_t room : {std::size_t{0}, std::size_t{40}, std::size_t{200}}) {
+        CAPTURE(room);
+        ran = 0;
+        // Alone (one stage waits here), and beside another stage that waits here (the block then
+        // holds which one waits).
+        const auto g = std::make_shared<turnstile_gate>();
+        const auto other = std::make_shared<turnstile_gate>();
+        rs::pipeline alone{turnstile<true>{g, room}};
+        rs::pipeline two{turnstile<false>{other, 0}, turnstile<true>{g, room}};
+        std::optional<rs::outcome<int>> a, b, c;
+        const auto t0 = sim.now();
+        sim.spawn(call(alone, a));
+        sim.spawn(call(alone, b));
+        sim.spawn(call(two, c)); // waits at `other` first, then at `g`
+        sim.spawn(opens_at(5ms, *other));
+        sim.spawn(opens_at(7ms, *g));
+        sim.run_until(t0 + 6ms);
+        CHECK(ran == 0);
+        CHECK(g->waiting.size() == 3);
+        CHECK(other->waiting.empty()); // opened at 5 ms: the third call now waits at `g` too
+        sim.run_all();
+        REQUIRE(a.has_value());
+        REQUIRE(b.has_value());
+        REQUIRE(c.has_value());
+        const int opened = static_cast<int>((t0 + 7ms) / 1ms);
+        CHECK(a->value() == opened);
+        CHECK(b->value() == opened);
+        CHECK(c->value() == opened);
+        CHECK(ran == 3);
+        CHECK(g->admitted == std::vector<int>{0, 1, 2});
+        CHECK(g->room_kept == (room == 0 ? std::vector<bool>{} : std::vector<bool>{true, true, true}));
+        CHECK(g->made == 3);
+        CHECK(g->destroyed == 3);
+        CHECK(other->admitted == std::vector<int>{0});
+    }
+}
+
+TEST_CASE("pipeline: a custom frame_wait refuses through the result it is given, and a torn-down loop "
+          "destroys it where it waits",
+          "[pipeline]") {
+    int ran = 0;
+    const auto action = [&ran]() -> rs::task<int> {
+        ++ran;
+        co_return 1;
+    };
+    const auto call = [&](auto p, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
+        out.emplace(co_await p.execute_outcome(action));
+    };
+    const auto g = std::make_shared<turnstile_gate>();
+    std::optional<rs::outcome<int>> refused, never;
+    {
+        rs::testing::simulation sim;
+        const auto failures = std::make_shared<std::atomic<int>>(0);
+        rs::pipeline p{count_failures{failures}, turnstile<true>{g, 48}};
+        sim.spawn(call(p, refused));
+        sim.run_for(1ms);
+        CHECK(g->waiting.size() == 1);
+        g->close_for_good();
+        sim.run_for(1ms); // resumed off the loop: the call goes back to it
+        REQUIRE(refused.has_value());
+        REQUIRE(refused->has_failure());
+        CHECK_THROWS_WITH(std::rethrow_exception(refused->failure().exception()), "turnstile closed");
+        CHECK(failures->load() == 1); // the stage outside it left, and saw the refusal
+        CHECK(g->room_kept == std::vector<bool>{true});
+        g->closed = false;
+        sim.spawn(call(p, never));
+        sim.run_for(1ms);
+        CHECK(g->waiting.size() == 1);
+    } // the loop torn down with the second call waiting
+    CHECK(!never.has_value());
+    CHECK(g->made == 2);
+    CHECK(g->destroyed == 2);
+    CHECK(g->waiting.empty());
+    CHECK(ran == 0);
 }
 } // namespace test_pipeline

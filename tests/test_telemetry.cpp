@@ -377,6 +377,48 @@ TEST_CASE("telemetry: a clock that fails while a bulkhead times a queue wait lea
     CHECK(slots.queued() == 0);
 }
 
+TEST_CASE("telemetry: a clock that fails as a call joins a bulkhead's queue ends that call and leaves the "
+          "bulkhead as it was",
+          "[telemetry][bulkhead]") {
+    // With a listener the call reads the clock as it finds no slot, to time its wait; with a queue
+    // timeout too, the reading arms its deadline. Either way the reading throws before the call is
+    // queued: it ends with the exception, and the bulkhead keeps no trace of it.
+    for (const bool timed : {false, true}) {
+        CAPTURE(timed);
+        rs::testing::simulation sim;
+        const failing_clock clock{sim.clock()};
+        rs::bulkhead_options o{
+            .max_concurrent_calls = 1, .queue_limit = 1, .telemetry = [](const rs::telemetry_event&) {}};
+        if (timed)
+            o.queue_timeout = 5s;
+        const rs::bulkhead slots{o, clock};
+        std::string first, second, third;
+        sim.spawn(call_caught(
+            slots,
+            [&]() -> rs::task<int> {
+                co_await sim.sleep_for(1s);
+                co_return 1;
+            },
+            first));
+        sim.run_until(sim.now() + 500ms);
+        *clock.failing = true;
+        sim.spawn(call_caught(
+            slots, []() -> rs::task<int> { co_return 2; }, second));
+        sim.run_until(sim.now() + 100ms);
+        CHECK(second == "clock: no reading");
+        CHECK(slots.in_flight() == 1);
+        CHECK(slots.queued() == 0);
+        *clock.failing = false;
+        sim.spawn(call_caught(
+            slots, []() -> rs::task<int> { co_return 3; }, third)); // queues, and gets the slot at 1 s
+        sim.run_all();
+        CHECK(first == "value");
+        CHECK(third == "value");
+        CHECK(slots.in_flight() == 0);
+        CHECK(slots.queued() == 0);
+    }
+}
+
 TEST_CASE("telemetry: the limiters report queue waits and rejections, each under its own name",
           "[telemetry][rate_limiter]") {
     rs::testing::simulation sim;

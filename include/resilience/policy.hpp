@@ -81,8 +81,10 @@
 ///    and `frame_wait<R>`, constructed from `(policy, call_state&, ctx, std::optional<outcome<R>>&
 ///    result)`, is the awaiter that waits, yielding `step::proceed` (admitted: the call goes on
 ///    inward in the pipeline's frame), `step::done` (refused: `result` says why) or `step::wait`
-///    (not decided yet: the pipeline awaits the same object again). The pipeline makes it in a
-///    block from the frame cache, only for a call that waits.
+///    (not decided yet: the pipeline awaits the same object again). Its `await_resume` may take
+///    the same four arguments as its constructor, so that it need not keep them. The pipeline makes
+///    it in a block from the frame cache, only for a call that waits, with room after it for a call
+///    it asks for more (`extra_bytes`, engine/protocol.hpp: a bulkhead's queue timeout).
 ///
 /// A call through `pipeline{p1, p2, ..., pn}` (nested pipelines flattened) runs in one frame:
 /// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. A policy that waits

@@ -38,6 +38,13 @@ concept fast_policy = detail::fast_policy<P>;
 template <class P>
 inline constexpr bool enter_may_wait = detail::enter_may_wait<P>;
 
+/// For a `frame_wait<R>` that asked for room after itself (`extra_bytes`, docs/pipeline.md): where
+/// that room begins, the first multiple of `alignof(std::max_align_t)` past the awaiter's end.
+template <class A>
+void* room_after(A* awaiter) noexcept {
+    return detail::room_after(awaiter);
+}
+
 // ---- time ----
 
 /// The time on `clock` for a policy admitting a call (in `enter` or `leave`): one reading shared by

@@ -287,12 +287,13 @@ public:
 
     /// The backoff before the next attempt, awaited in the pipeline's frame (in a block of the frame
     /// cache, taken only by a call that backs off): `step::proceed` when it has passed, `step::done`
-    /// when the caller stopped during it (the call ends with the last attempt's result).
+    /// when the caller stopped during it (the call ends with the last attempt's result). It keeps
+    /// only the sleep: `await_resume` is given the retry and the call's state.
     template <class R>
     class frame_wait {
     public:
         frame_wait(const retry& r, call_state& s, const context& ctx, std::optional<outcome<R>>&)
-            : retry_(&r), call_(&s), sleep_(r.clock_, r.after(s.previous), ctx.stop_token()) {}
+            : sleep_(r.clock_, r.after(s.previous), ctx.stop_token()) {}
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
 
@@ -301,15 +302,13 @@ public:
         auto await_suspend(std::coroutine_handle<Promise> h) {
             return sleep_.await_suspend(h);
         }
-        step await_resume() {
+        step await_resume(const retry& r, call_state& s, const context&, std::optional<outcome<R>>&) {
             sleep_.await_resume();
             // The next attempt's context is derived from the call's: the same stop, the same listener.
-            return retry_->start_attempt(*call_, kit::listener_for(retry_->options_.telemetry, call_->inner));
+            return r.start_attempt(s, kit::listener_for(r.options_.telemetry, s.inner));
         }
 
     private:
-        const retry* retry_;
-        call_state* call_;
         detail::frame_sleep<C> sleep_;
     };
 

@@ -244,62 +244,74 @@ public:
     /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
     /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
     /// in `result`. With a `queue_timeout` a timer on the loop withdraws the call at its deadline,
-    /// and with a telemetry listener the wait is timed: both are kept in a block of their own from
-    /// the frame cache, taken only then. Not movable: the queue's node is inside it. Holds the
-    /// bulkhead while it lives (taken at construction, given back at the end of its destructor: no
-    /// member of its own), so a call destroyed while it waits leaves the queue of a live one.
+    /// and with a telemetry listener the wait is timed: both are kept in room the pipeline makes
+    /// after it (`extra_bytes`), only then. It keeps no reference to the call: what it needs of it
+    /// is decided when it is made (the queue's first answer, the timer) or given to
+    /// `await_resume`. Not movable: the queue's node is inside it. Holds the bulkhead while it
+    /// lives (taken at construction, given back at the end of its destructor: no member of its
+    /// own), so a call destroyed while it waits leaves the queue of a live one.
     template <class R>
     class frame_wait {
+        // What only some waits need, in the room after the awaiter: the timer of a queue timeout and
+        // the loop it is armed on, and for a listener the time the call found no slot.
+        struct extras : detail::timer_node { // the timer itself: its `fire` finds the awaiter
+            event_loop* loop = nullptr;      // null: no timer armed
+            typename C::time_point queued_at{};
+        };
+
     public:
-        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>& result)
-            : call_(c), ctx_(ctx), result_(result), queue_(b.held(), ctx.stop_token()) {
+        /// Room for `extras`, for a call with a queue timeout or a listener.
+        static std::size_t extra_bytes(const bulkhead&, call_state& c, const context& ctx) noexcept {
+            const bulkhead_options& o = c.cfg->options; // the call's own, from `enter`
+            return o.queue_timeout || kit::listener_for(o.telemetry, ctx) ? sizeof(extras) : 0;
+        }
+        std::size_t extra_bytes() const noexcept { return queue_.spare ? sizeof(extras) : 0; }
+
+        /// Asks the queue at once; a call that must wait arms its queue timeout's timer.
+        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>&)
+            : queue_(b.held(), ctx.stop_token()) {
+            state& s = b.held();
             queue_.node().rank = c.cfg->rank_of(ctx);
-            detail::add_hold(b.held(), true);
+            if (extra_bytes(b, c, ctx) != 0) {
+                ::new (kit::room_after(this)) extras{};
+                queue_.spare = 1;
+            }
+            detail::add_hold(s, true);
+            try {
+                const bulkhead_options& o = c.cfg->options;
+                if (queue_.spare && kit::listener_for(o.telemetry, ctx))
+                    extra().queued_at = s.clock.now(); // as `run`: from the moment the call found no slot
+                if (!queue_.await_ready() && o.queue_timeout)
+                    arm(*o.queue_timeout); // only a call that must wait pays for the timer
+            } catch (...) {
+                queue_.leave();
+                detail::drop_hold(s, true);
+                throw;
+            }
         }
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
         ~frame_wait() {
             state& s = owner();
-            let_go();
+            disarm();
             queue_.leave(); // what its destructor would do, while the bulkhead is still held
             detail::drop_hold(s, true);
         }
 
-        bool await_ready() {
-            state& s = owner();
-            const bulkhead_options& o = call_.cfg->options; // the call's own, from `enter`
-            if (kit::listener_for(o.telemetry, ctx_))
-                extra().queued_at = s.clock.now(); // as `run`: from the moment the call found no slot
-            if (queue_.await_ready())
-                return true;
-            if (o.queue_timeout)
-                arm(*o.queue_timeout); // only a call that must wait pays for the timer
-            return false;
-        }
+        bool await_ready() noexcept { return queue_.node().state != detail::waiter_state::idle; }
         bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
-        step await_resume() {
+        step await_resume(const bulkhead&, call_state& c, const context& ctx,
+                          std::optional<outcome<R>>& result) {
             disarm();
             const detail::listener_ref listener =
-                extra_ ? kit::listener_for(call_.cfg->options.telemetry, ctx_) : nullptr;
-            return settle(owner(), *call_.cfg, ctx_, queue_.await_resume(), listener,
-                          listener ? &extra_->queued_at : nullptr, call_, result_);
+                queue_.spare ? kit::listener_for(c.cfg->options.telemetry, ctx) : nullptr;
+            return settle(owner(), *c.cfg, ctx, queue_.await_resume(), listener,
+                          listener ? &extra().queued_at : nullptr, c, result);
         }
 
     private:
-        // What only some waits need: the timer of a queue timeout and the loop it is armed on, and
-        // for a listener the time the call found no slot.
-        struct extras : detail::timer_node { // the timer itself: its `fire` casts back
-            frame_wait* self = nullptr;
-            event_loop* loop = nullptr; // null: no timer armed
-            typename C::time_point queued_at{};
-        };
-
         state& owner() const noexcept { return queue_.owner(); }
-        extras& extra() {
-            if (!extra_)
-                extra_ = ::new (detail::frame_cache::allocate(sizeof(extras))) extras{};
-            return *extra_;
-        }
+        extras& extra() noexcept { return *std::launder(static_cast<extras*>(kit::room_after(this))); }
 
         // The deadline: the clock's time now plus the queue timeout, on the loop the call runs
         // on (checked by `waits_in_frame`), where the timer fires and the call resumes.
@@ -309,9 +321,10 @@ public:
                 detail::add_saturating(s.clock.now(), timeout).time_since_epoch());
             extras& x = extra();
             x.when = deadline;
-            x.self = this;
             x.fire = [](detail::timer_node* n) {
-                auto* self = static_cast<extras*>(n)->self;
+                auto* const self = std::launder(
+                    reinterpret_cast<frame_wait*>(reinterpret_cast<unsigned char*>(static_cast<extras*>(n)) -
+                                                  detail::room_offset<frame_wait>));
                 self->owner().expire(self->queue_.node()); // nothing if the node left the queue already
             };
             event_loop* const here = event_loop::current();
@@ -320,22 +333,14 @@ public:
         }
         // On the timer's loop: the call resumes there, and its frame is destroyed there.
         void disarm() noexcept {
-            if (extra_ && extra_->loop && extra_->armed())
-                detail::loop_access::remove_timer(*extra_->loop, extra_);
-        }
-        void let_go() noexcept {
-            disarm();
-            if (extra_) {
-                std::destroy_at(extra_);
-                detail::frame_cache::deallocate(std::exchange(extra_, nullptr), sizeof(extras));
+            if (queue_.spare) {
+                extras& x = extra();
+                if (x.loop && x.armed())
+                    detail::loop_access::remove_timer(*x.loop, &x);
             }
         }
 
-        call_state& call_;
-        const context& ctx_;
-        std::optional<outcome<R>>& result_;
-        extras* extra_ = nullptr; // with a queue timeout or a listener, while the call waits
-        detail::queue_awaiter<bulkhead::state, true> queue_; // with its node
+        detail::queue_awaiter<bulkhead::state, true> queue_; // with its node; `spare`: room for `extras`
     };
 
     /// The waiting form: queues for a slot, then runs `next` holding it.

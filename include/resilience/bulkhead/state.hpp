@@ -21,8 +21,8 @@
 /// and nobody queued, one compare-and-swap, no lock, no allocation, no wait. A call that finds no
 /// slot waits in one of three ways, each kept for what the others would cost or could not do:
 /// 1. `bulkhead::frame_wait`, in the pipeline's own frame: the queue's node and, for a
-///    `queue_timeout` or a telemetry listener, a block from the frame cache with a timer armed on the
-///    loop the call runs on. No coroutine frame of its own. It serves a fixed limit (no `adapt`)
+///    `queue_timeout` or a telemetry listener, room after it in the same block with a timer armed
+///    on the loop the call runs on. No coroutine frame of its own. It serves a fixed limit (no `adapt`)
 ///    with no `queue_timeout`, or with one on a clock whose timers run on the caller's loop
 ///    (`timer_loop_here`: `steady_clock`, a simulation's clock).
 /// 2. `bulkhead::run` with a plain queue wait (`queue_awaiter`), in a frame of its own: the

@@ -459,6 +459,13 @@ struct driver {
     }
 
     static contexts_at contexts(const context& ctx, states& st) noexcept { return {&ctx, st.places.data()}; }
+    // How a wait for admission in this frame ended; out of line, so that the drive's body is as without it.
+    template <class Source>
+    RESILIENCE_DETAIL_NOINLINE static step admitted_how(typename admission::wait_in_frame& w,
+                                                        const Source& source, const context& ctx, states& st,
+                                                        std::optional<outcome_type>& r) {
+        return w.settle(stages_from(source), st, contexts(ctx, st), r);
+    }
     // The leaf's context: a function, so that no `contexts_at` is kept in the frame for the `co_await`.
     static const context& leaf_context(const context& ctx, states& st) noexcept {
         return contexts(ctx, st)[context_slot(size)];
@@ -509,8 +516,8 @@ struct driver {
                         typename admission::wait_in_frame admitted{st.k, stages_from(source), st,
                                                                    contexts(ctx, st), result};
                         do // `step::wait`: not decided yet, await it again
-                            st.s = co_await admitted;
-                        while (st.s == step::wait);
+                            co_await admitted;
+                        while ((st.s = admitted_how(admitted, source, ctx, st, result)) == step::wait);
                     }
                     drop_reading(cache);
                     co_await back;

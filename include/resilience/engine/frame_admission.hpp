@@ -127,51 +127,73 @@ struct frame_admission {
             },
             all_stages{});
     }
+    /// Whether stage J's awaiter asks for room past itself for some calls (`asks_for_room`).
+    template <std::size_t J>
+    static constexpr bool asks_room() {
+        if constexpr (admits_here<J>())
+            return asks_for_room<admission_at<J>, policy_at<J>, typename States::template type_at<J>>;
+        else
+            return false;
+    }
+
     /// Awaits stage `k`'s admission (out of line: the drive's common path stays small enough for
     /// the compiler to inline what it calls). The stage's awaiter is made in a block from the frame cache,
-    /// taken only by a call that waits (so a call that does not carries no room for it), with
-    /// the stage's index after it when more than one stage may wait here; it is destroyed with this
-    /// awaiter, also when the frame is destroyed while it waits. One pointer, as every byte of this
-    /// awaiter is in every call's frame.
+    /// taken only by a call that waits (so a call that does not carries no room for it), after the
+    /// stage's index when more than one stage may wait here, and with the room it asked for after
+    /// it; it is destroyed with this awaiter, also when the frame is destroyed while it waits. One
+    /// pointer, as every byte of this awaiter is in every call's frame. Awaiting it yields nothing:
+    /// `settle` then asks the stage's awaiter how the wait ended.
     struct wait_in_frame {
-        // The stage's index follows the awaiter, if it must be kept.
-        static constexpr std::size_t index_at =
-            (admission_bytes + alignof(std::size_t) - 1) / alignof(std::size_t) * alignof(std::size_t);
-        static constexpr std::size_t block = one_admits ? admission_bytes : index_at + sizeof(std::size_t);
+        // With more than one stage that may wait here, the block begins with the waiting stage's index.
+        static constexpr std::size_t awaiter_at = one_admits ? 0 : alignof(std::max_align_t);
         void* space;
 
         RESILIENCE_DETAIL_NOINLINE wait_in_frame(std::size_t stage, const Stages& stages, States& st,
                                                  const contexts_at& at, std::optional<outcome_type>& result)
-            : space(frame_cache::allocate(block)) {
+            : space(nullptr) {
             if constexpr (one_admits)
                 assert(stage == the_admitting);
-            else
-                ::new (static_cast<unsigned char*>(space) + index_at) std::size_t(stage);
-            try {
-                on_stage([&](auto j) {
-                    constexpr std::size_t J = decltype(j)::value;
-                    ::new (space) admission_at<J>(std::get<J>(stages), st.template get<J>(),
-                                                  at[States::context_slot(J)], result);
-                });
-            } catch (...) {
-                frame_cache::deallocate(space, block);
-                throw;
-            }
+            on_stage(stage, [&](auto j) {
+                constexpr std::size_t J = decltype(j)::value;
+                const policy_at<J>& p = std::get<J>(stages);
+                auto& s = st.template get<J>();
+                const context& c = at[States::context_slot(J)];
+                std::size_t room = 0;
+                if constexpr (asks_room<J>())
+                    room = admission_at<J>::extra_bytes(p, s, c);
+                const std::size_t bytes = block_bytes<J>(room);
+                space = frame_cache::allocate(bytes);
+                if constexpr (!one_admits)
+                    ::new (space) std::size_t(stage);
+                try {
+                    ::new (static_cast<unsigned char*>(space) + awaiter_at) admission_at<J>(p, s, c, result);
+                } catch (...) {
+                    frame_cache::deallocate(space, bytes);
+                    throw;
+                }
+            });
         }
         wait_in_frame(const wait_in_frame&) = delete;
         wait_in_frame& operator=(const wait_in_frame&) = delete;
         RESILIENCE_DETAIL_NOINLINE ~wait_in_frame() {
-            on_stage([&](auto j) { std::destroy_at(get<decltype(j)::value>()); });
-            frame_cache::deallocate(space, block);
+            on_stage(stage(), [&](auto j) {
+                constexpr std::size_t J = decltype(j)::value;
+                auto* const a = get<J>();
+                std::size_t room = 0;
+                if constexpr (asks_room<J>())
+                    room = a->extra_bytes();
+                std::destroy_at(a);
+                frame_cache::deallocate(space, block_bytes<J>(room));
+            });
         }
         RESILIENCE_DETAIL_NOINLINE bool await_ready() {
             bool ready = true;
-            on_stage([&](auto j) { ready = get<decltype(j)::value>()->await_ready(); });
+            on_stage(stage(), [&](auto j) { ready = get<decltype(j)::value>()->await_ready(); });
             return ready;
         }
         RESILIENCE_DETAIL_NOINLINE start_result await_suspend(std::coroutine_handle<> h) {
             start_result next = suspend_unless_done(false, h);
-            on_stage([&](auto j) {
+            on_stage(stage(), [&](auto j) {
                 auto& a = *get<decltype(j)::value>();
                 using result = decltype(a.await_suspend(h));
                 if constexpr (std::is_void_v<result>) {
@@ -185,33 +207,52 @@ struct frame_admission {
             });
             return next;
         }
-        RESILIENCE_DETAIL_NOINLINE step await_resume() {
+        void await_resume() const noexcept {}
+        /// How the wait ended, from the stage's awaiter: its `await_resume`, given what it was made
+        /// from when it takes that (so that it need not keep references to them).
+        RESILIENCE_DETAIL_NOINLINE step settle(const Stages& stages, States& st, const contexts_at& at,
+                                               std::optional<outcome_type>& result) {
             step s = step::done;
-            on_stage([&](auto j) { s = get<decltype(j)::value>()->await_resume(); });
+            on_stage(stage(), [&](auto j) {
+                constexpr std::size_t J = decltype(j)::value;
+                auto& a = *get<J>();
+                if constexpr (requires(const policy_at<J>& p, typename States::template type_at<J>& x,
+                                       const context& c) { a.await_resume(p, x, c, result); })
+                    s = a.await_resume(std::get<J>(stages), st.template get<J>(), at[States::context_slot(J)],
+                                       result);
+                else
+                    s = a.await_resume();
+            });
             return s;
         }
 
     private:
+        // The block's length for stage J's awaiter, with `room` bytes after it.
+        template <std::size_t J>
+        static constexpr std::size_t block_bytes(std::size_t room) noexcept {
+            return room == 0 ? awaiter_at + sizeof(admission_at<J>)
+                             : awaiter_at + room_offset<admission_at<J>> + room;
+        }
         std::size_t stage() const noexcept {
-            if constexpr (one_admits) {
+            if constexpr (one_admits)
                 return the_admitting;
-            } else {
-                unsigned char* const at = static_cast<unsigned char*>(space) + index_at;
-                return *std::launder(reinterpret_cast<std::size_t*>(at));
-            }
+            else
+                return *std::launder(static_cast<std::size_t*>(space));
         }
         template <std::size_t J>
         admission_at<J>* get() const noexcept {
-            return std::launder(static_cast<admission_at<J>*>(space));
+            return std::launder(
+                reinterpret_cast<admission_at<J>*>(static_cast<unsigned char*>(space) + awaiter_at));
         }
         // Calls `f(std::integral_constant<std::size_t, k>{})`: stage `k` admits here (`waits_in_frame`).
         template <class F>
-        void on_stage(F&& f) const {
+        static void on_stage(std::size_t k, F&& f) {
             if constexpr (one_admits) {
+                (void)k;
                 f(std::integral_constant<std::size_t, the_admitting>{});
             } else {
                 visit_stage<bool>(
-                    stage(),
+                    k,
                     [&](auto j) {
                         if constexpr (admits_here<decltype(j)::value>())
                             f(j);

@@ -75,6 +75,26 @@ concept goes_again_in_frame = requires(const P& p, S& s, const context& c, outco
                                      std::optional<outcome<R>>&>;
 };
 
+/// A `frame_wait<R>` that needs more room for some calls than for others (a bulkhead's queue
+/// timeout) asks for it: `static std::size_t extra_bytes(const P&, S&, const context&)`, asked
+/// before it is made (0: none), and `std::size_t extra_bytes() const`, the same answer, asked before
+/// it is destroyed. The pipeline makes it in a block that long enough, the room at `room_after(this)`.
+template <class A, class P, class S>
+concept asks_for_room = requires(const A& a, const P& p, S& s, const context& c) {
+    { A::extra_bytes(p, s, c) } -> std::same_as<std::size_t>;
+    { a.extra_bytes() } -> std::same_as<std::size_t>;
+};
+
+/// Where the room of an awaiter that asked for it begins: at the first multiple of
+/// `alignof(std::max_align_t)` past the awaiter's end, in the block the pipeline made it in.
+template <class A>
+inline constexpr std::size_t room_offset =
+    (sizeof(A) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
+template <class A>
+void* room_after(A* awaiter) noexcept {
+    return reinterpret_cast<unsigned char*>(awaiter) + room_offset<A>;
+}
+
 /// The state a stage keeps in the call's frame: its `call_state`, or an empty one for a policy of
 /// the waiting form.
 template <class P>

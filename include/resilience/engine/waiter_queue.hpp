@@ -465,6 +465,13 @@ private:
     bool suspended_ = false; ///< written under the owner's mutex before the node can be woken
     bool entered_ = false;   ///< the node went into the queue: others write its state from then on
     bool listed_ = false;    ///< on the token's list of callbacks, or running from it
+
+public:
+    /// A byte of the padding, the holder's to use (a bulkhead's `frame_wait` keeps there whether
+    /// it has room after it); this awaiter never reads it.
+    unsigned char spare = 0;
+
+private:
     Owner& owner_;
     std::conditional_t<OwnNode, node_type, node_type*> node_;
     // The token's stop state (null: it can never stop), referred to by the caller's token, which

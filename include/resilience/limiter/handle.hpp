@@ -165,9 +165,11 @@ public:
     /// with the permit spent, or `step::done` with the refusal (`rate_limited_error`) or the stop
     /// (`cancelled_error`) in `result`. The queue's node is in it; only the head, which watches
     /// the clock, runs a coroutine (`serve_turn`), so it answers `step::wait` (await it again)
-    /// when its turn comes. With a telemetry listener, the time the wait began is kept in a block
-    /// of its own from the frame cache, taken only then. Holds the limiter while it lives (taken
-    /// at construction, given back at the end of its destructor: no member of its own).
+    /// when its turn comes. It keeps no reference to the call: it decides what it can when it is
+    /// made (a stop, a permit now, the queue's first answer), and `await_resume` is given the rest.
+    /// With a telemetry listener, the time the wait began is kept in a block of its own from the
+    /// frame cache, taken only then. Holds the limiter while it lives (taken at construction,
+    /// given back at the end of its destructor: no member of its own).
     template <class R>
     class frame_wait {
         using shared = limiter_shared<C, Meter, Options>;
@@ -175,9 +177,17 @@ public:
     public:
         frame_wait(const limiter_handle& l, call_state&, const context& ctx,
                    std::optional<outcome<R>>& result)
-            : ctx_(ctx), result_(result), pin_(l.held().pin()), queue_(l.held(), ctx.stop_token()) {
+            : pin_(l.held().pin()), queue_(l.held(), ctx.stop_token()) {
             queue_.node().rank = l.held().rank_of(ctx);
             add_hold(l.held(), true);
+            try {
+                start(ctx, result);
+            } catch (...) {
+                forget_queued_at();
+                queue_.leave();
+                drop_hold(l.held(), true);
+                throw;
+            }
         }
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
@@ -190,35 +200,15 @@ public:
                 typename limiter_state<C, Meter>::turn_guard pass_on{&l, &queue_.node()};
                 (void)pass_on; // its destructor hands the turn on, if the node still has it
             }
-            if (queued_at_) {
-                std::destroy_at(queued_at_);
-                frame_cache::deallocate(queued_at_, sizeof(typename C::time_point));
-            }
+            forget_queued_at();
             queue_.leave(); // what its destructor would do, while the limiter is still held
             drop_hold(l, true);
         }
 
-        bool await_ready() {
+        bool await_ready() noexcept {
             switch (phase_) {
-            case phase::start:
-                if (ctx_.stop_requested()) {
-                    set_cancelled(result_, options().name);
-                    phase_ = phase::decided;
-                    answer_ = step::done;
-                    return true;
-                }
-                if (limiter().try_take_now(limiter().clock.now(), ctx_)) {
-                    phase_ = phase::decided;
-                    answer_ = step::proceed;
-                    return true;
-                }
-                if (listener_for(options().telemetry, ctx_)) { // as `run`: from when it found none
-                    const typename C::time_point now = limiter().clock.now();
-                    queued_at_ = ::new (frame_cache::allocate(sizeof(typename C::time_point)))
-                        typename C::time_point(now);
-                }
-                phase_ = phase::queue;
-                return queue_.await_ready();
+            case phase::queue:
+                return queue_.node().state != waiter_state::idle; // decided when it was made
             case phase::turn:
                 return false; // the head's coroutine runs next
             default:
@@ -230,7 +220,8 @@ public:
                 return std::move(turn_).operator co_await().await_suspend(h);
             return detail::suspend_unless_done(queue_.await_suspend(h), h);
         }
-        step await_resume() {
+        step await_resume(const limiter_handle&, call_state&, const context& ctx,
+                          std::optional<outcome<R>>& result) {
             waiter_state st;
             switch (phase_) {
             case phase::decided:
@@ -241,7 +232,7 @@ public:
                 // run (`queued`): it drives all the same, and `serve_turn` parks it.
                 if (st == waiter_state::turn || st == waiter_state::queued) {
                     phase_ = phase::turn;
-                    turn_ = limiter().serve_turn(queue_.node(), ctx_.stop_token());
+                    turn_ = limiter().serve_turn(queue_.node(), ctx.stop_token());
                     return step::wait;
                 }
                 break;
@@ -252,44 +243,68 @@ public:
             phase_ = phase::decided;
             shared& l = limiter();
             const detail::listener_ref listener =
-                queued_at_ ? listener_for(options().telemetry, ctx_) : nullptr;
+                queued_at_ ? listener_for(options().telemetry, ctx) : nullptr;
             if (st == waiter_state::granted) {
                 if (listener)
                     if (std::optional<failure> thrown = emit_caught(
                             listener, l.clock,
-                            waited_on(l, options(), ctx_, queued_at_, telemetry_kind::queue_wait))) {
-                        result_.emplace(std::move(*thrown)); // the permit stays spent
+                            waited_on(l, options(), ctx, queued_at_, telemetry_kind::queue_wait))) {
+                        result.emplace(std::move(*thrown)); // the permit stays spent
                         return answer_ = step::done;
                     }
                 // Stopped since its turn came (by the listener, or from another thread): runs
                 // nothing, and the permit stays spent.
-                if (ctx_.stop_requested()) {
-                    set_cancelled(result_, options().name);
+                if (ctx.stop_requested()) {
+                    set_cancelled(result, options().name);
                     return answer_ = step::done;
                 }
                 return answer_ = step::proceed;
             }
             if (st == waiter_state::stopped) {
-                set_cancelled(result_, options().name);
+                set_cancelled(result, options().name);
             } else {
-                result_.emplace(refuse_call(l, options(), ctx_, queued_at_, listener,
-                                            admission{st, queue_.node().retry_after}));
+                result.emplace(refuse_call(l, options(), ctx, queued_at_, listener,
+                                           admission{st, queue_.node().retry_after}));
             }
             return answer_ = step::done;
         }
 
     private:
-        enum class phase : unsigned char { start, queue, turn, decided };
+        enum class phase : unsigned char { queue, turn, decided };
 
         shared& limiter() const noexcept { return static_cast<shared&>(queue_.owner()); }
         const Options& options() const noexcept { return pin_->options; }
 
-        const context& ctx_;
-        std::optional<outcome<R>>& result_;
+        // A stopped caller or a permit now decide the call; otherwise it asks the queue.
+        void start(const context& ctx, std::optional<outcome<R>>& result) {
+            if (ctx.stop_requested()) {
+                set_cancelled(result, options().name);
+                phase_ = phase::decided;
+                return;
+            }
+            if (limiter().try_take_now(limiter().clock.now(), ctx)) {
+                phase_ = phase::decided;
+                answer_ = step::proceed;
+                return;
+            }
+            if (listener_for(options().telemetry, ctx)) { // as `run`: from when it found none
+                const typename C::time_point now = limiter().clock.now();
+                queued_at_ =
+                    ::new (frame_cache::allocate(sizeof(typename C::time_point))) typename C::time_point(now);
+            }
+            (void)queue_.await_ready(); // its answer is in the node's state
+        }
+        void forget_queued_at() noexcept {
+            if (queued_at_) {
+                std::destroy_at(queued_at_);
+                frame_cache::deallocate(std::exchange(queued_at_, nullptr), sizeof(typename C::time_point));
+            }
+        }
+
         pinned<typename shared::block> pin_; // the call's options: those in force when it started waiting
         typename C::time_point* queued_at_ = nullptr;        // with a listener: when the call found no permit
         queue_awaiter<limiter_state<C, Meter>, true> queue_; // with its node
-        phase phase_ = phase::start;
+        phase phase_ = phase::queue;
         step answer_ = step::done;
         task<waiter_state> turn_; // the head's: watches the clock
     };
@@ -306,9 +321,10 @@ public:
         step s;
         {
             frame_wait<next_value_t<Next>> waiting{*this, none, ctx, refused_call};
-            do // `step::wait`: the head's turn came, await it again
-                s = co_await waiting;
-            while (s == step::wait);
+            do { // `step::wait`: the head's turn came, await it again
+                co_await awaiting<frame_wait<next_value_t<Next>>>{waiting};
+                s = waiting.await_resume(*this, none, ctx, refused_call);
+            } while (s == step::wait);
         }
         if (s != step::proceed)
             co_return std::move(*refused_call);
@@ -348,6 +364,16 @@ protected:
     }
 
 private:
+    // Awaits a `frame_wait` outside a pipeline (in `run`): its `await_resume` takes the call, so the
+    // caller asks it once resumed.
+    template <class A>
+    struct awaiting {
+        A& wait;
+        bool await_ready() { return wait.await_ready(); }
+        auto await_suspend(std::coroutine_handle<> h) { return wait.await_suspend(h); }
+        void await_resume() const noexcept {}
+    };
+
     // The limiter is a copy in the frame: the take needs no handle of the caller's.
     static task<void> take_with(Derived self, stop_token token) {
         auto r = co_await self.take_outcome(std::move(token));
