@@ -873,12 +873,14 @@ TEST_CASE("pipeline: a stage that answers wait with nothing to go on in ends the
 }
 
 // A turnstile: calls wait for it to open in the pipeline's frame (`frame_wait`), or are refused when it
-// closes for good. `Room`: its awaiter keeps no reference to the call, takes what it needs in
-// `await_resume`, and asks for `room` bytes after itself, which it fills with the call's number and
-// checks on the way out; otherwise it keeps references and answers from `await_resume()`.
+// closes for good. `Room`: its awaiter is told the call in `await_resume` (it keeps a pointer to the
+// call's state and result only to check that they are the ones it was made with) and asks for `room`
+// bytes after itself, which it fills with the call's number and checks on the way out; otherwise it
+// answers from `await_resume()`, from the references it keeps. With `recheck`, an awaiter resumed at
+// the opening answers `step::wait` once, and is awaited again.
 struct turnstile_gate {
-    bool open = false, closed = false;
-    int made = 0, destroyed = 0, next_id = 0;
+    bool open = false, closed = false, recheck = false;
+    int made = 0, destroyed = 0, next_id = 0, resumed = 0;
     std::vector<std::coroutine_handle<>> waiting;
     std::vector<int> admitted;   // the ids of the calls whose awaiter let them in, in order
     std::vector<bool> room_kept; // whether each call's room held its number on the way out
@@ -923,13 +925,18 @@ public:
     public:
         frame_wait(const turnstile& t, call_state& c, const rs::context&,
                    std::optional<rs::outcome<R>>& result)
+        requires(!Room)
+            : gate_(*t.gate_), call_(&c), result_(&result), room_(0) {
+            ++gate_.made;
+        }
+        frame_wait(const turnstile& t, call_state& c, const rs::context&,
+                   std::optional<rs::outcome<R>>& result, void* room)
+        requires Room
             : gate_(*t.gate_), call_(&c), result_(&result), room_(t.room_) {
             ++gate_.made;
-            if constexpr (Room) {
-                if (room_ != 0)
-                    std::fill_n(static_cast<unsigned char*>(rs::kit::room_after(this)), room_,
-                                static_cast<unsigned char>(c.id + 1));
-            }
+            REQUIRE(room == (room_ == 0 ? nullptr : rs::kit::room_after(this)));
+            if (room)
+                std::fill_n(static_cast<unsigned char*>(room), room_, static_cast<unsigned char>(c.id + 1));
         }
         frame_wait(const frame_wait&) = delete;
         frame_wait& operator=(const frame_wait&) = delete;
@@ -975,6 +982,11 @@ public:
     private:
         rs::step answer(call_state& c, std::optional<rs::outcome<R>>& result) {
             handle_ = {};
+            ++gate_.resumed;
+            if (gate_.recheck && !rechecked_) {
+                rechecked_ = true;
+                return rs::step::wait; // awaited again: ready at once, the gate being open
+            }
             if (gate_.closed) {
                 result.emplace(rs::failure::make(std::runtime_error("turnstile closed")));
                 return rs::step::done;
@@ -988,6 +1000,7 @@ public:
         std::optional<rs::outcome<R>>* result_;
         std::size_t room_;
         std::coroutine_handle<> handle_{};
+        bool rechecked_ = false;
     };
 
 private:
@@ -1013,78 +1026,87 @@ TEST_CASE(
         g.open_now();
     };
     for (const std::size_t room : {std::size_t{0}, std::size_t{40}, std::size_t{200}}) {
-        CAPTURE(room);
-        ran = 0;
-        // Alone (one stage waits here), and beside another stage that waits here (the block then
-        // holds which one waits).
-        const auto g = std::make_shared<turnstile_gate>();
-        const auto other = std::make_shared<turnstile_gate>();
-        rs::pipeline alone{turnstile<true>{g, room}};
-        rs::pipeline two{turnstile<false>{other, 0}, turnstile<true>{g, room}};
-        std::optional<rs::outcome<int>> a, b, c;
-        const auto t0 = sim.now();
-        sim.spawn(call(alone, a));
-        sim.spawn(call(alone, b));
-        sim.spawn(call(two, c)); // waits at `other` first, then at `g`
-        sim.spawn(opens_at(5ms, *other));
-        sim.spawn(opens_at(7ms, *g));
-        sim.run_until(t0 + 6ms);
-        CHECK(ran == 0);
-        CHECK(g->waiting.size() == 3);
-        CHECK(other->waiting.empty()); // opened at 5 ms: the third call now waits at `g` too
-        sim.run_all();
-        REQUIRE(a.has_value());
-        REQUIRE(b.has_value());
-        REQUIRE(c.has_value());
-        const int opened = static_cast<int>((t0 + 7ms) / 1ms);
-        CHECK(a->value() == opened);
-        CHECK(b->value() == opened);
-        CHECK(c->value() == opened);
-        CHECK(ran == 3);
-        CHECK(g->admitted == std::vector<int>{0, 1, 2});
-        CHECK(g->room_kept == (room == 0 ? std::vector<bool>{} : std::vector<bool>{true, true, true}));
-        CHECK(g->made == 3);
-        CHECK(g->destroyed == 3);
-        CHECK(other->admitted == std::vector<int>{0});
+        for (const bool recheck : {false, true}) {
+            CAPTURE(room, recheck);
+            ran = 0;
+            // Alone (one stage waits here), and beside another stage that waits here (the block then
+            // holds which one waits).
+            const auto g = std::make_shared<turnstile_gate>();
+            const auto other = std::make_shared<turnstile_gate>();
+            g->recheck = recheck;
+            rs::pipeline alone{turnstile<true>{g, room}};
+            rs::pipeline two{turnstile<false>{other, 0}, turnstile<true>{g, room}};
+            std::optional<rs::outcome<int>> a, b, c;
+            const auto t0 = sim.now();
+            sim.spawn(call(alone, a));
+            sim.spawn(call(alone, b));
+            sim.spawn(call(two, c)); // waits at `other` first, then at `g`
+            sim.spawn(opens_at(5ms, *other));
+            sim.spawn(opens_at(7ms, *g));
+            sim.run_until(t0 + 6ms);
+            CHECK(ran == 0);
+            CHECK(g->waiting.size() == 3);
+            CHECK(other->waiting.empty()); // opened at 5 ms: the third call now waits at `g` too
+            sim.run_all();
+            REQUIRE(a.has_value());
+            REQUIRE(b.has_value());
+            REQUIRE(c.has_value());
+            const int opened = static_cast<int>((t0 + 7ms) / 1ms);
+            CHECK(a->value() == opened);
+            CHECK(b->value() == opened);
+            CHECK(c->value() == opened);
+            CHECK(ran == 3);
+            CHECK(g->admitted == std::vector<int>{0, 1, 2});
+            CHECK(g->resumed == (recheck ? 6 : 3));
+            CHECK(g->room_kept == std::vector<bool>(room == 0 ? 0 : g->resumed, true));
+            CHECK(g->made == 3);
+            CHECK(g->destroyed == 3);
+            CHECK(other->admitted == std::vector<int>{0});
+        }
     }
 }
 
 TEST_CASE("pipeline: a custom frame_wait refuses through the result it is given, and a torn-down loop "
           "destroys it where it waits",
           "[pipeline]") {
-    int ran = 0;
-    const auto action = [&ran]() -> rs::task<int> {
-        ++ran;
-        co_return 1;
+    const auto check = [](auto make_turnstile, bool room) {
+        CAPTURE(room);
+        int ran = 0;
+        const auto action = [&ran]() -> rs::task<int> {
+            ++ran;
+            co_return 1;
+        };
+        const auto call = [&](auto p, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
+            out.emplace(co_await p.execute_outcome(action));
+        };
+        const auto g = std::make_shared<turnstile_gate>();
+        std::optional<rs::outcome<int>> refused, never;
+        {
+            rs::testing::simulation sim;
+            const auto failures = std::make_shared<std::atomic<int>>(0);
+            rs::pipeline p{count_failures{failures}, make_turnstile(g)};
+            sim.spawn(call(p, refused));
+            sim.run_for(1ms);
+            CHECK(g->waiting.size() == 1);
+            g->close_for_good();
+            sim.run_for(1ms); // resumed off the loop: the call goes back to it
+            REQUIRE(refused.has_value());
+            REQUIRE(refused->has_failure());
+            CHECK_THROWS_WITH(std::rethrow_exception(refused->failure().exception()), "turnstile closed");
+            CHECK(failures->load() == 1); // the stage outside it left, and saw the refusal
+            CHECK(g->room_kept == std::vector<bool>(room ? 1 : 0, true));
+            g->closed = false;
+            sim.spawn(call(p, never));
+            sim.run_for(1ms);
+            CHECK(g->waiting.size() == 1);
+        } // the loop torn down with the second call waiting
+        CHECK(!never.has_value());
+        CHECK(g->made == 2);
+        CHECK(g->destroyed == 2);
+        CHECK(g->waiting.empty());
+        CHECK(ran == 0);
     };
-    const auto call = [&](auto p, std::optional<rs::outcome<int>>& out) -> rs::task<void> {
-        out.emplace(co_await p.execute_outcome(action));
-    };
-    const auto g = std::make_shared<turnstile_gate>();
-    std::optional<rs::outcome<int>> refused, never;
-    {
-        rs::testing::simulation sim;
-        const auto failures = std::make_shared<std::atomic<int>>(0);
-        rs::pipeline p{count_failures{failures}, turnstile<true>{g, 48}};
-        sim.spawn(call(p, refused));
-        sim.run_for(1ms);
-        CHECK(g->waiting.size() == 1);
-        g->close_for_good();
-        sim.run_for(1ms); // resumed off the loop: the call goes back to it
-        REQUIRE(refused.has_value());
-        REQUIRE(refused->has_failure());
-        CHECK_THROWS_WITH(std::rethrow_exception(refused->failure().exception()), "turnstile closed");
-        CHECK(failures->load() == 1); // the stage outside it left, and saw the refusal
-        CHECK(g->room_kept == std::vector<bool>{true});
-        g->closed = false;
-        sim.spawn(call(p, never));
-        sim.run_for(1ms);
-        CHECK(g->waiting.size() == 1);
-    } // the loop torn down with the second call waiting
-    CHECK(!never.has_value());
-    CHECK(g->made == 2);
-    CHECK(g->destroyed == 2);
-    CHECK(g->waiting.empty());
-    CHECK(ran == 0);
+    check([](std::shared_ptr<turnstile_gate> g) { return turnstile<true>{std::move(g), 48}; }, true);
+    check([](std::shared_ptr<turnstile_gate> g) { return turnstile<false>{std::move(g), 0}; }, false);
 }
 } // namespace test_pipeline

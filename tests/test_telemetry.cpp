@@ -380,17 +380,19 @@ TEST_CASE("telemetry: a clock that fails while a bulkhead times a queue wait lea
 TEST_CASE("telemetry: a clock that fails as a call joins a bulkhead's queue ends that call and leaves the "
           "bulkhead as it was",
           "[telemetry][bulkhead]") {
-    // With a listener the call reads the clock as it finds no slot, to time its wait; with a queue
-    // timeout too, the reading arms its deadline. Either way the reading throws before the call is
-    // queued: it ends with the exception, and the bulkhead keeps no trace of it.
+    // With a listener the call reads the clock as it finds no slot, to time its wait (before the
+    // queue's first answer); with a queue timeout it reads it to arm its deadline, once the queue said
+    // it must wait. Either reading throws before the call is queued: it ends with the exception, and
+    // the bulkhead keeps no trace of it.
     for (const bool timed : {false, true}) {
         CAPTURE(timed);
         rs::testing::simulation sim;
         const failing_clock clock{sim.clock()};
-        rs::bulkhead_options o{
-            .max_concurrent_calls = 1, .queue_limit = 1, .telemetry = [](const rs::telemetry_event&) {}};
+        rs::bulkhead_options o{.max_concurrent_calls = 1, .queue_limit = 1};
         if (timed)
             o.queue_timeout = 5s;
+        else
+            o.telemetry = [](const rs::telemetry_event&) {};
         const rs::bulkhead slots{o, clock};
         std::string first, second, third;
         sim.spawn(call_caught(

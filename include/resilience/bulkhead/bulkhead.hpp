@@ -258,6 +258,7 @@ public:
             event_loop* loop = nullptr;      // null: no timer armed
             typename C::time_point queued_at{};
         };
+        static_assert(std::is_trivially_destructible_v<extras>, "left in the room without a destructor");
 
     public:
         /// Room for `extras`, for a call with a queue timeout or a listener.
@@ -267,13 +268,17 @@ public:
         }
         std::size_t extra_bytes() const noexcept { return queue_.spare ? sizeof(extras) : 0; }
 
-        /// Asks the queue at once; a call that must wait arms its queue timeout's timer.
-        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>&)
+        /// Asks the queue at once; a call that must wait arms its queue timeout's timer. `room`: the
+        /// room `extra_bytes` asked for, at `kit::room_after(this)` (the pipeline's block), or null.
+        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>&,
+                   void* room)
             : queue_(b.held(), ctx.stop_token()) {
             state& s = b.held();
+            if ((room != nullptr) != (extra_bytes(b, c, ctx) != 0) || (room && room != kit::room_after(this)))
+                throw std::logic_error("resilience: bulkhead::frame_wait made without the room it asks for");
             queue_.node().rank = c.cfg->rank_of(ctx);
-            if (extra_bytes(b, c, ctx) != 0) {
-                ::new (kit::room_after(this)) extras{};
+            if (room) {
+                ::new (room) extras{};
                 queue_.spare = 1;
             }
             detail::add_hold(s, true);

@@ -104,7 +104,7 @@ struct frame_admission {
         return j;
     }
     // With one stage that waits here (a pipeline with one bulkhead or one limiter), which one is known;
-    // with more, the one that waits is kept after its awaiter.
+    // with more, the one that waits is kept at the start of its awaiter's block.
     static constexpr bool one_admits = count_admitting(all_stages{}) == 1;
     static constexpr std::size_t the_admitting = first_admitting(all_stages{});
     static_assert(largest_admission<true>(all_stages{}) <= alignof(std::max_align_t),
@@ -130,10 +130,19 @@ struct frame_admission {
     /// Whether stage J's awaiter asks for room past itself for some calls (`asks_for_room`).
     template <std::size_t J>
     static constexpr bool asks_room() {
-        if constexpr (admits_here<J>())
-            return asks_for_room<admission_at<J>, policy_at<J>, typename States::template type_at<J>>;
-        else
+        if constexpr (admits_here<J>()) {
+            using A = admission_at<J>;
+            using S = typename States::template type_at<J>;
+            constexpr bool asks = asks_for_room<A, policy_at<J>, S, value_type>;
+            static_assert(
+                asks || !means_room<A, policy_at<J>, S>,
+                "resilience: a frame_wait that asks for room needs `static std::size_t "
+                "extra_bytes(const P&, call_state&, const context&)`, `std::size_t extra_bytes() const "
+                "noexcept` and a constructor taking the room as a fifth argument (void*)");
+            return asks;
+        } else {
             return false;
+        }
     }
 
     /// Awaits stage `k`'s admission (out of line: the drive's common path stays small enough for
@@ -165,8 +174,13 @@ struct frame_admission {
                 space = frame_cache::allocate(bytes);
                 if constexpr (!one_admits)
                     ::new (space) std::size_t(stage);
+                unsigned char* const place = static_cast<unsigned char*>(space) + awaiter_at;
                 try {
-                    ::new (static_cast<unsigned char*>(space) + awaiter_at) admission_at<J>(p, s, c, result);
+                    if constexpr (asks_room<J>())
+                        ::new (place) admission_at<J>(
+                            p, s, c, result, room == 0 ? nullptr : place + room_offset<admission_at<J>>);
+                    else
+                        ::new (place) admission_at<J>(p, s, c, result);
                 } catch (...) {
                     frame_cache::deallocate(space, bytes);
                     throw;

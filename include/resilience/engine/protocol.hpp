@@ -55,14 +55,38 @@ concept fast_policy = requires { typename P::call_state; };
 template <class P>
 inline constexpr bool enter_may_wait = !requires { requires P::enter_never_waits; };
 
+/// A `frame_wait<R>` that needs more room for some calls than for others (a bulkhead's queue timeout
+/// or listener) asks for it: `static std::size_t extra_bytes(const P&, S&, const context&)`, asked
+/// before it is made (0: none), and `std::size_t extra_bytes() const noexcept`, the same answer,
+/// asked before it is destroyed. The pipeline makes it in a block long enough for both and gives
+/// it the room as a fifth argument to its constructor (null: none), at `room_after(this)`.
+template <class A, class P, class S, class R>
+concept asks_for_room = requires(const A& a, const P& p, S& s, const context& c) {
+    { A::extra_bytes(p, s, c) } -> std::convertible_to<std::size_t>;
+    { a.extra_bytes() } noexcept -> std::convertible_to<std::size_t>;
+    requires std::is_constructible_v<A, const P&, S&, const context&, std::optional<outcome<R>>&, void*>;
+};
+/// An awaiter that means to ask for room (it declares an `extra_bytes` of either kind) but does not
+/// have all of `asks_for_room`: refused, since it would be made without its room.
+template <class A, class P, class S>
+inline constexpr bool means_room = requires(A& a, const P& p, S& s, const context& c) {
+    A::extra_bytes(p, s, c);
+} || requires(A& a) { a.extra_bytes(); };
+
+/// How the pipeline makes a policy's `frame_wait<R>`: from (policy, call state, context, result), and
+/// the room it asked for.
+template <class A, class P, class S, class R>
+concept frame_wait_makeable =
+    std::is_constructible_v<A, const P&, S&, const context&, std::optional<outcome<R>>&> ||
+    asks_for_room<A, P, S, R>;
+
 /// A fast policy whose `enter` may wait and that can also wait for admission without a frame of
 /// its own: `waits_in_frame` and `frame_wait<R>` (see policy.hpp).
 template <class P, class S, class R>
 concept frame_waiting = requires(const P& p, const context& c) {
     { p.waits_in_frame(c) } -> std::same_as<bool>;
     typename P::template frame_wait<R>;
-    requires std::is_constructible_v<typename P::template frame_wait<R>, const P&, S&, const context&,
-                                     std::optional<outcome<R>>&>;
+    requires frame_wait_makeable<typename P::template frame_wait<R>, P, S, R>;
 };
 
 /// A fast policy whose `leave` may wait and that then decides in `again` whether the stages inside it
@@ -71,18 +95,7 @@ template <class P, class S, class R>
 concept goes_again_in_frame = requires(const P& p, S& s, const context& c, outcome<R>& r) {
     { p.again(s, c, r) } -> std::same_as<entry>;
     typename P::template frame_wait<R>;
-    requires std::is_constructible_v<typename P::template frame_wait<R>, const P&, S&, const context&,
-                                     std::optional<outcome<R>>&>;
-};
-
-/// A `frame_wait<R>` that needs more room for some calls than for others (a bulkhead's queue
-/// timeout) asks for it: `static std::size_t extra_bytes(const P&, S&, const context&)`, asked
-/// before it is made (0: none), and `std::size_t extra_bytes() const`, the same answer, asked before
-/// it is destroyed. The pipeline makes it in a block that long enough, the room at `room_after(this)`.
-template <class A, class P, class S>
-concept asks_for_room = requires(const A& a, const P& p, S& s, const context& c) {
-    { A::extra_bytes(p, s, c) } -> std::same_as<std::size_t>;
-    { a.extra_bytes() } -> std::same_as<std::size_t>;
+    requires frame_wait_makeable<typename P::template frame_wait<R>, P, S, R>;
 };
 
 /// Where the room of an awaiter that asked for it begins: at the first multiple of
@@ -93,6 +106,10 @@ inline constexpr std::size_t room_offset =
 template <class A>
 void* room_after(A* awaiter) noexcept {
     return reinterpret_cast<unsigned char*>(awaiter) + room_offset<A>;
+}
+template <class A>
+const void* room_after(const A* awaiter) noexcept {
+    return reinterpret_cast<const unsigned char*>(awaiter) + room_offset<A>;
 }
 
 /// The state a stage keeps in the call's frame: its `call_state`, or an empty one for a policy of
