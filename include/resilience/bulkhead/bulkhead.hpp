@@ -327,9 +327,7 @@ public:
             extras& x = extra();
             x.when = deadline;
             x.fire = [](detail::timer_node* n) {
-                auto* const self = std::launder(
-                    reinterpret_cast<frame_wait*>(reinterpret_cast<unsigned char*>(static_cast<extras*>(n)) -
-                                                  detail::room_offset<frame_wait>));
+                auto* const self = detail::awaiter_of_room<frame_wait>(static_cast<extras*>(n));
                 self->owner().expire(self->queue_.node()); // nothing if the node left the queue already
             };
             event_loop* const here = event_loop::current();

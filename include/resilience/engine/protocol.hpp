@@ -12,6 +12,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <new>
 #include <optional>
 #include <type_traits>
 
@@ -110,6 +111,12 @@ void* room_after(A* awaiter) noexcept {
 template <class A>
 const void* room_after(const A* awaiter) noexcept {
     return reinterpret_cast<const unsigned char*>(awaiter) + room_offset<A>;
+}
+/// The awaiter whose room begins at `room`: the inverse of `room_after` (a timer kept in the room
+/// finds its awaiter so).
+template <class A>
+A* awaiter_of_room(void* room) noexcept {
+    return std::launder(reinterpret_cast<A*>(static_cast<unsigned char*>(room) - room_offset<A>));
 }
 
 /// The state a stage keeps in the call's frame: its `call_state`, or an empty one for a policy of
