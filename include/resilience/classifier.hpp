@@ -314,6 +314,12 @@ inline std::string type_name(const std::type_info& t) {
 /// naming both types (options are not templates, so this cannot be checked at compile time).
 /// An exception it throws becomes the failure of the call that asked it.
 /// Copies share the callable, which must be callable as `const` and safe to call concurrently.
+namespace detail {
+/// `classifier::mismatch`'s failure, made once whatever the result type (impl/classifier.ipp).
+RESILIENCE_DECL failure classifier_mismatch(const std::type_info& classified, const std::type_info& returned,
+                                            const char* policy, const std::string& name);
+} // namespace detail
+
 class classifier {
 public:
     classifier() noexcept = default;
@@ -348,6 +354,10 @@ public:
     template <class R>
     [[nodiscard]] bool accepts() const noexcept {
         return value_type_ == nullptr || *value_type_ == typeid(R);
+    }
+    /// The same for an action returning the type `returned` names.
+    [[nodiscard]] bool accepts(const std::type_info& returned) const noexcept {
+        return value_type_ == nullptr || *value_type_ == returned;
     }
 
     /// True when `o` is a value nobody needs to ask about: no outcome classifier looks at it, and it
@@ -390,9 +400,12 @@ public:
     /// int" (`policy` is "retry", the name of the policy kind; `name` its `name` option, if any).
     template <class R>
     [[nodiscard]] failure mismatch(const char* policy = "retry", const std::string& name = {}) const {
-        return failure::make(std::invalid_argument(
-            detail::policy_label(policy, name) + ": should_handle classifies rs::outcome<" +
-            detail::type_name(*value_type_) + "> but the action returns " + detail::type_name(typeid(R))));
+        return detail::classifier_mismatch(*value_type_, typeid(R), policy, name);
+    }
+    /// The same for an action returning the type `returned` names.
+    [[nodiscard]] failure mismatch(const std::type_info& returned, const char* policy,
+                                   const std::string& name) const {
+        return detail::classifier_mismatch(*value_type_, returned, policy, name);
     }
 
 private:
@@ -401,3 +414,7 @@ private:
 };
 
 } // namespace resilience
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "impl/classifier.ipp"
+#endif

@@ -3,6 +3,7 @@
 /// `failure` (a held exception) and `outcome<T>` (a value or a failure).
 #pragma once
 
+#include "detail/config.hpp"
 #include "detail/inlining.hpp"
 #include "error.hpp"
 
@@ -363,11 +364,15 @@ private:
 
 namespace detail {
 
+/// A `cancelled_error` from the policy named `name`, as a failure. Not a template: made once, whatever
+/// the result type of the call it ends.
+RESILIENCE_DECL failure cancelled_failure(const std::string& name);
+
 /// Makes `result` a `cancelled_error` from the policy named `name`: a caller that stopped before a
 /// policy admitted its call. Out of line, so that the admissions that check for it stay small.
 template <class R>
 RESILIENCE_DETAIL_NOINLINE void set_cancelled(std::optional<outcome<R>>& result, const std::string& name) {
-    result.emplace(failure::make(cancelled_error{name}));
+    result.emplace(cancelled_failure(name));
 }
 
 /// `r` as an `outcome<T>`, for a policy that keeps or shares a `T` (a cache, a single flight) and runs
@@ -419,3 +424,7 @@ private:
 } // namespace detail
 
 } // namespace resilience
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "impl/outcome.ipp"
+#endif

@@ -169,7 +169,7 @@ class retry : public policy_base<retry<C, Random>> {
 public:
     retry() : retry(retry_options{}) {}
     /// Validates `options`: a bad value throws `std::invalid_argument` naming the field and value.
-    explicit retry(retry_options options, C clock = C{}, Random rng = Random{})
+    RESILIENCE_DETAIL_CONSTRUCTOR explicit retry(retry_options options, C clock = C{}, Random rng = Random{})
         : options_(std::move(options)), clock_(std::move(clock)), rng_(std::move(rng)) {
         const auto bad = [this](const std::string& what) {
             throw std::invalid_argument(detail::policy_label("retry", options_.name) + ": " + what);
@@ -266,10 +266,13 @@ public:
             result = outcome<R>{std::move(*thrown)};
             return step::done;
         }
+        // The stop is looked at again: the classifier may have stopped the caller.
+        if (!v.handle || ctx.stop_requested() || s.attempt() >= options_.max_attempts)
+            return step::done;
         std::optional<std::chrono::nanoseconds> wait;
         try {
-            wait = plan(result, v, s.attempt(), ctx, s.start,
-                        s.attempt() == 1 ? std::chrono::nanoseconds::zero() : s.previous);
+            wait = plan(result.has_failure() ? &result.error() : nullptr, detail::value_view::of(result), v,
+                        s, ctx);
         } catch (...) {
             result = outcome<R>{failure::current()};
             return step::done;
@@ -325,14 +328,17 @@ private:
     // A stopped caller, or an outcome classifier for another result type: refused before the first
     // attempt. Out of line, so that `enter` stays small enough to be inlined into the call's frame.
     template <class R>
-    // The classifier's type is asked first: it does not change, while a stop may arrive between the
-    // two checks, and a setup mistake must not pass for a cancellation.
     RESILIENCE_DETAIL_NOINLINE step refuse(std::optional<outcome<R>>& result) const {
-        if (!options_.should_handle.template accepts<R>()) {
-            result.emplace(options_.should_handle.template mismatch<R>("retry", options_.name));
-            return step::done;
-        }
-        return kit::cancel(result, options_.name);
+        result.emplace(refusal(typeid(R)));
+        return step::done;
+    }
+    // The refusal, made once whatever the result type (`returned`). The classifier's type is asked
+    // first: it does not change, while a stop may arrive between the two checks, and a setup mistake
+    // must not pass for a cancellation.
+    RESILIENCE_DETAIL_NOINLINE failure refusal(const std::type_info& returned) const {
+        if (!options_.should_handle.accepts(returned))
+            return options_.should_handle.mismatch(returned, "retry", options_.name);
+        return detail::cancelled_failure(options_.name);
     }
 
     // Out of line, so that `leave` stays small enough to be inlined into the call's frame.
@@ -367,18 +373,17 @@ private:
         }
     }
 
-    // The failure path: decides whether another attempt follows `result`, which the classifier
-    // judged `v`, and after what wait (nullopt: the loop ends with `result`). Tells the callbacks.
-    template <class T>
-    std::optional<std::chrono::nanoseconds> plan(const outcome<T>& result, const verdict& v, int attempt,
-                                                 const context& ctx, typename C::time_point start,
-                                                 std::chrono::nanoseconds previous) const {
-        // The stop is looked at again: the classifier may have stopped the caller.
-        if (!v.handle || ctx.stop_requested() || attempt >= options_.max_attempts)
-            return std::nullopt;
-
-        const failure* error = result.has_failure() ? &result.error() : nullptr;
-        const detail::value_view value = detail::value_view::of(result);
+    // The failure path, for an attempt the classifier judged `v` to be handled, with attempts left:
+    // decides whether another attempt follows, and after what wait (nullopt: the loop ends with the
+    // attempt's result). Tells the callbacks. Whatever the result type: the result as its failure
+    // (`error`, null for a value) and a view of its value.
+    RESILIENCE_DETAIL_NOINLINE std::optional<std::chrono::nanoseconds>
+    plan(const failure* error, const detail::value_view& value, const verdict& v, const call_state& s,
+         const context& ctx) const {
+        const int attempt = s.attempt();
+        const typename C::time_point start = s.start;
+        const std::chrono::nanoseconds previous =
+            attempt == 1 ? std::chrono::nanoseconds::zero() : s.previous;
 
         const std::chrono::nanoseconds wanted =
             v.delay ? *v.delay : options_.backoff.delay(attempt, rng_, error ? *error : failure{}, previous);

@@ -330,6 +330,22 @@ RESILIENCE_DETAIL_NOINLINE bool report(listener_ref l, const C& clock, telemetry
     return true;
 }
 
+/// `report_ended`'s part that does not depend on the result type: returns what the listener or the
+/// clock threw.
+template <class C>
+RESILIENCE_DETAIL_NOINLINE std::optional<failure>
+reported_ended(listener_ref l, const C& clock, typename C::time_point begun, telemetry_event& e) noexcept {
+    try {
+        const typename C::time_point now = clock.now();
+        e.duration = saturating_nanoseconds(now - begun);
+        e.at = since_epoch(now);
+        l(e);
+        return std::nullopt;
+    } catch (...) {
+        return failure::current();
+    }
+}
+
 /// Reports that `result` ended something that began at `begun` on `clock` (`duration` is its
 /// length, `at` its end); what the listener throws replaces `result`. False then.
 template <class C, class R>
@@ -339,16 +355,11 @@ RESILIENCE_DETAIL_NOINLINE bool report_ended(listener_ref l, const C& clock, typ
         return true;
     if (!e.error && result.has_failure())
         e.error = &result.error();
-    try {
-        const typename C::time_point now = clock.now();
-        e.duration = saturating_nanoseconds(now - begun);
-        e.at = since_epoch(now);
-        l(e);
-        return true;
-    } catch (...) {
-        result = outcome<R>{failure::current()};
+    if (std::optional<failure> thrown = reported_ended(l, clock, begun, e)) {
+        result = outcome<R>{std::move(*thrown)};
         return false;
     }
+    return true;
 }
 
 /// Reports the refusal `f` (as `e.error`) and returns it, or what the listener threw instead.

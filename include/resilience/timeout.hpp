@@ -198,7 +198,7 @@ public:
     /// 30 seconds, as Polly's default.
     timeout() : timeout(timeout_options{}) {}
     /// Validates `options`: a bad value throws `std::invalid_argument` naming the field and value.
-    explicit timeout(timeout_options options, C clock = C{})
+    RESILIENCE_DETAIL_CONSTRUCTOR explicit timeout(timeout_options options, C clock = C{})
         : options_(std::move(options)), clock_(std::move(clock)) {
         if (options_.timeout <= std::chrono::nanoseconds::zero())
             throw std::invalid_argument(detail::policy_label("timeout", options_.name) +
@@ -259,14 +259,26 @@ public:
         context inner;
     };
 
+    // Inlined, so that a call makes one call here, to `arm`, as when it was all one function.
     template <class R>
-    entry enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
+    RESILIENCE_DETAIL_ALWAYS_INLINE entry enter(call_state& s, const context& ctx,
+                                                std::optional<outcome<R>>& result) const {
         if constexpr (!detail::loop_timer_clock<C>) {
             return step::wait;
         } else {
             if (ctx.stop_requested()) [[unlikely]] {
                 return kit::cancel(result, options_.name);
             }
+            return arm(s, ctx);
+        }
+    }
+
+private:
+    // `enter` for a caller that has not stopped: arms the deadline's timer, whatever the result type.
+    RESILIENCE_DETAIL_NOINLINE entry arm(call_state& s, const context& ctx) const
+    requires detail::loop_timer_clock<C>
+    {
+        {
             event_loop* const loop = clock_.timer_loop();
             detail::home_loop* foreign = nullptr;
             if (!loop) {
@@ -295,6 +307,7 @@ public:
         }
     }
 
+public:
     template <class R>
     step leave(call_state& s, const context& ctx, outcome<R>& result) const {
         if (!s.timer.try_disarm_here())
@@ -351,29 +364,35 @@ private:
     Outcome finish(Outcome result, bool expired, const context& ctx) const {
         if (!expired || ctx.stop_requested())
             return result;
-        if (result.has_failure())
-            result = Outcome{failure::make(timeout_error{options_.name, result.error().exception()})};
-        if (options_.on_timeout && !tell(result, ctx))
-            return result;
-        detail::report(
-            kit::listener_for(options_.telemetry, ctx), clock_,
-            detail::event(telemetry_kind::timeout, "timeout", options_.name, ctx.attempt(), options_.timeout),
-            result);
+        if (std::optional<failure> f = expire(result.has_failure() ? &result.error() : nullptr, ctx))
+            result = Outcome{std::move(*f)};
         return result;
     }
 
-    // Calls `on_timeout`; what it throws replaces `result` (false then).
-    template <class Outcome>
-    bool tell(Outcome& result, const context& ctx) const noexcept {
-        try {
-            options_.on_timeout(timeout_event{options_.timeout, ctx.attempt(),
-                                              result.has_failure() ? &result.error() : nullptr, options_.name}
-                                    .with_properties(ctx.properties()));
-            return true;
-        } catch (...) {
-            result = Outcome{failure::current()};
-            return false;
+    // An attempt that ran past the deadline and ended with `error` (null: a value), whatever the
+    // result type: its failure becomes a `timeout_error`, then `on_timeout` and the listener are told;
+    // what either throws is the call's result instead. Returns the failure the result becomes, if any.
+    RESILIENCE_DETAIL_NOINLINE std::optional<failure> expire(const failure* error, const context& ctx) const {
+        std::optional<failure> replaced;
+        if (error)
+            replaced.emplace(failure::make(timeout_error{options_.name, error->exception()}));
+        const failure* const now = replaced ? &*replaced : error;
+        if (options_.on_timeout) {
+            try {
+                options_.on_timeout(
+                    timeout_event{options_.timeout, ctx.attempt(), now, options_.name}.with_properties(
+                        ctx.properties()));
+            } catch (...) {
+                return failure::current();
+            }
         }
+        if (const detail::listener_ref l = kit::listener_for(options_.telemetry, ctx)) {
+            telemetry_event e = detail::event(telemetry_kind::timeout, "timeout", options_.name,
+                                              ctx.attempt(), options_.timeout, now);
+            if (std::optional<failure> thrown = detail::emit_caught(l, clock_, std::move(e)))
+                return thrown;
+        }
+        return replaced;
     }
 
     // Sleeps until the deadline unless the attempt finishes first; at the deadline, stops it and

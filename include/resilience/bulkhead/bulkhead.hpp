@@ -107,7 +107,7 @@ public:
     bulkhead()
     requires std::default_initializable<C>
         : bulkhead(bulkhead_options{}) {}
-    explicit bulkhead(bulkhead_options options, C clock = C{})
+    RESILIENCE_DETAIL_CONSTRUCTOR explicit bulkhead(bulkhead_options options, C clock = C{})
         : handle(handle::make_state(validate(std::move(options)), std::move(clock))) {}
 
     /// Puts `options` in force for every copy, while calls run. They are checked as the
@@ -250,8 +250,9 @@ public:
     /// `await_resume`. Not movable: the queue's node is inside it. Holds the bulkhead while it
     /// lives (taken at construction, given back at the end of its destructor: no member of its
     /// own), so a call destroyed while it waits leaves the queue of a live one.
-    template <class R>
-    class frame_wait {
+    // The waiting form's awaiter, whatever the result type: `frame_wait<R>` adds only the result's
+    // type to its protocol, so that what it does is compiled once per bulkhead type.
+    class wait_in_queue {
         // What only some waits need, in the room after the awaiter: the timer of a queue timeout and
         // the loop it is armed on, and for a listener the time the call found no slot.
         struct extras : detail::timer_node { // the timer itself: its `fire` finds the awaiter
@@ -270,8 +271,7 @@ public:
 
         /// Asks the queue at once; a call that must wait arms its queue timeout's timer. `room`: the
         /// room `extra_bytes` asked for, at `kit::room_after(this)` (the pipeline's block), or null.
-        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>&,
-                   void* room)
+        wait_in_queue(const bulkhead& b, call_state& c, const context& ctx, void* room)
             : queue_(b.held(), ctx.stop_token()) {
             state& s = b.held();
             if ((room != nullptr) != (extra_bytes(b, c, ctx) != 0) || (room && room != kit::room_after(this)))
@@ -294,9 +294,9 @@ public:
                 throw;
             }
         }
-        frame_wait(const frame_wait&) = delete;
-        frame_wait& operator=(const frame_wait&) = delete;
-        ~frame_wait() {
+        wait_in_queue(const wait_in_queue&) = delete;
+        wait_in_queue& operator=(const wait_in_queue&) = delete;
+        ~wait_in_queue() {
             state& s = owner();
             disarm();
             queue_.leave(); // what its destructor would do, while the bulkhead is still held
@@ -305,13 +305,13 @@ public:
 
         bool await_ready() noexcept { return queue_.node().state != detail::waiter_state::idle; }
         bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
-        step await_resume(const bulkhead&, call_state& c, const context& ctx,
-                          std::optional<outcome<R>>& result) {
+        // How the wait ended: `step::done` with the refusal or the stop in `refusal`.
+        step resume(call_state& c, const context& ctx, std::optional<failure>& refusal) {
             disarm();
             const detail::listener_ref listener =
                 queue_.spare ? kit::listener_for(c.cfg->options.telemetry, ctx) : nullptr;
             return settle(owner(), *c.cfg, ctx, queue_.await_resume(), listener,
-                          listener ? &extra().queued_at : nullptr, c, result);
+                          listener ? &extra().queued_at : nullptr, c, refusal);
         }
 
     private:
@@ -327,7 +327,7 @@ public:
             extras& x = extra();
             x.when = deadline;
             x.fire = [](detail::timer_node* n) {
-                auto* const self = detail::awaiter_of_room<frame_wait>(static_cast<extras*>(n));
+                auto* const self = detail::awaiter_of_room<wait_in_queue>(static_cast<extras*>(n));
                 self->owner().expire(self->queue_.node()); // nothing if the node left the queue already
             };
             event_loop* const here = event_loop::current();
@@ -346,6 +346,25 @@ public:
         detail::queue_awaiter<bulkhead::state, true> queue_; // with its node; `spare`: room for `extras`
     };
 
+public:
+    /// Waits in the bulkhead's queue in the call's frame (see `wait_in_queue`).
+    template <class R>
+    class frame_wait : public wait_in_queue {
+    public:
+        using wait_in_queue::extra_bytes;
+        frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>&,
+                   void* room)
+            : wait_in_queue(b, c, ctx, room) {}
+        step await_resume(const bulkhead&, call_state& c, const context& ctx,
+                          std::optional<outcome<R>>& result) {
+            std::optional<failure> refusal;
+            const step how = this->resume(c, ctx, refusal);
+            if (refusal)
+                result.emplace(std::move(*refusal));
+            return how;
+        }
+    };
+
     /// The waiting form: queues for a slot, then runs `next` holding it.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
@@ -356,7 +375,7 @@ public:
         detail::pinned<config> pin = s.pin();
         const config& cfg = *pin; // the call's options, to its end (`held` keeps them, below)
         if (token.stop_requested() || (cfg.adaptive && !cfg.should_handle->template accepts<value_type>()))
-            co_return refused_before_admission<value_type>(cfg);
+            co_return refused_before_admission(cfg, typeid(value_type));
         detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
         detail::waiter node;
         node.rank = cfg.rank_of(ctx);
@@ -384,14 +403,15 @@ public:
                 if (admitted == waiter_state::idle)
                     admitted = co_await s.wait_bounded(node, token, *cfg.options.queue_timeout);
             }
-            if (settle(s, cfg, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, ended) ==
+            if (std::optional<failure> refusal;
+                settle(s, cfg, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, refusal) ==
                 step::done)
-                co_return std::move(*ended);
+                co_return std::move(*refusal);
         }
         if (token.stop_requested())
             co_return failure::make(cancelled_error{cfg.options.name});
-        if (cfg.adaptive && !admit(held, ctx, ended))
-            co_return std::move(*ended);
+        if (std::optional<failure> refusal; cfg.adaptive && !admit(held, ctx, refusal))
+            co_return std::move(*refusal);
         detail::next_outcome_t<Next> result = co_await next(ctx);
         leave(held, ctx, result);
         co_return result;
@@ -435,8 +455,7 @@ private:
 
     // Takes the ticket of a call that has just taken its slot. A clock that throws gives the slot
     // back and makes its exception the call's result (false).
-    template <class R>
-    bool admit(call_state& c, const context& ctx, std::optional<outcome<R>>& result) const {
+    bool admit(call_state& c, const context& ctx, std::optional<failure>& result) const {
         state& s = *c.held;
         try {
             c.ticket = s.admitted(*c.cfg, [&] { return kit::call_now(s.clock, ctx); });
@@ -448,26 +467,36 @@ private:
         }
     }
 
-    // A stopped caller, or an outcome classifier for another result type: refused before any slot.
-    template <class R>
-    // The classifier's type is asked first: it does not change, while a stop may arrive between
-    // two checks.
-    static failure refused_before_admission(const config& cfg) {
-        if (cfg.adaptive && !cfg.should_handle->template accepts<R>())
-            return cfg.should_handle->template mismatch<R>("bulkhead", cfg.options.name);
-        return failure::make(cancelled_error{cfg.options.name});
+    // A stopped caller, or an outcome classifier for another result type (`returned`): refused
+    // before any slot. The classifier's type is asked first: it does not change, while a stop may
+    // arrive between two checks.
+    static failure refused_before_admission(const config& cfg, const std::type_info& returned) {
+        if (cfg.adaptive && !cfg.should_handle->accepts(returned))
+            return cfg.should_handle->mismatch(returned, "bulkhead", cfg.options.name);
+        return detail::cancelled_failure(cfg.options.name);
     }
 
     // `enter` for every call but a plain one that found a free slot: pins the options in force.
+    // Made once per bulkhead type: the result type only says where a refusal goes.
     template <class R>
     RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& c, const context& ctx,
                                                  std::optional<outcome<R>>& result) const {
+        std::optional<failure> refusal;
+        const step how = enter_pinned(c, ctx, typeid(R), refusal);
+        if (refusal)
+            result.emplace(std::move(*refusal));
+        return how;
+    }
+    RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& c, const context& ctx,
+                                                 const std::type_info& returned,
+                                                 std::optional<failure>& result) const {
         state& s = this->held();
         const config* const cfg = c.cfg = s.pin().release();
         if (cfg->long_entry)
-            return enter_adaptive(c, ctx, result);
+            return enter_adaptive(c, ctx, returned, result);
         if (ctx.stop_requested()) [[unlikely]] {
-            return kit::cancel(result, cfg->options.name);
+            result.emplace(detail::cancelled_failure(cfg->options.name));
+            return step::done;
         }
         if (!s.try_acquire())
             return step::wait;
@@ -477,13 +506,12 @@ private:
 
     // `enter` with `adapt` or `priorities`: also checks the classifier's type and takes the call's
     // ticket (`adapt`), and admits the call by its class (`priorities`).
-    template <class R>
-    RESILIENCE_DETAIL_NOINLINE step enter_adaptive(call_state& c, const context& ctx,
-                                                   std::optional<outcome<R>>& result) const {
+    step enter_adaptive(call_state& c, const context& ctx, const std::type_info& returned,
+                        std::optional<failure>& result) const {
         state& s = this->held();
         const bool adaptive = c.cfg->adaptive;
-        if ((adaptive && !c.cfg->should_handle->template accepts<R>()) || ctx.stop_requested()) [[unlikely]] {
-            result.emplace(refused_before_admission<R>(*c.cfg));
+        if ((adaptive && !c.cfg->should_handle->accepts(returned)) || ctx.stop_requested()) [[unlikely]] {
+            result.emplace(refused_before_admission(*c.cfg, returned));
             return step::done;
         }
         if (c.cfg->priority.enabled() ? !s.try_acquire_as(c.cfg->priority, ctx) : !s.try_acquire())
@@ -510,10 +538,9 @@ private:
     // What a wait for a slot yields; every wait ends here (see bulkhead/state.hpp). Granted
     // and not stopped: the call holds the slot (`c.held`) and proceeds. Otherwise `result` says why:
     // a stop, or a refusal. `since`: when the call found no slot, for the listener (null without one).
-    template <class R>
     static step settle(state& s, const config& cfg, const context& ctx, detail::waiter_state admitted,
                        detail::listener_ref listener, const typename C::time_point* since, call_state& c,
-                       std::optional<outcome<R>>& result) {
+                       std::optional<failure>& result) {
         if (admitted == detail::waiter_state::granted) {
             if (!ctx.stop_requested()) {
                 // Held from here: given back by `leave`, or by the call state's destructor (also when
@@ -530,7 +557,8 @@ private:
                     }
                     if (ctx.stop_requested()) { // stopped by the listener: runs nothing
                         std::exchange(c.held, nullptr)->release();
-                        return kit::cancel(result, cfg.options.name);
+                        result.emplace(detail::cancelled_failure(cfg.options.name));
+                        return step::done;
                     }
                 }
                 return step::proceed;
@@ -539,7 +567,7 @@ private:
             admitted = detail::waiter_state::stopped;
         }
         if (admitted == detail::waiter_state::stopped)
-            detail::set_cancelled(result, cfg.options.name);
+            result.emplace(detail::cancelled_failure(cfg.options.name));
         else
             result.emplace(refuse(s, cfg, ctx, listener, since, s.reason_of(admitted)));
         return step::done;
@@ -612,5 +640,7 @@ bulkhead(bulkhead_options, C) -> bulkhead<C>;
 namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class bulkhead<steady_clock>;
 RESILIENCE_INSTANTIATE struct detail::bulkhead_state<steady_clock>;
+RESILIENCE_INSTANTIATE void detail::drop_hold(detail::bulkhead_state<steady_clock>&, bool) noexcept;
+RESILIENCE_INSTANTIATE void detail::delete_state(detail::bulkhead_state<steady_clock>*) noexcept;
 } // namespace resilience
 #endif

@@ -89,7 +89,7 @@ public:
     /// Polly's defaults: see `circuit_breaker_options`.
     circuit_breaker() : circuit_breaker(circuit_breaker_options{}) {}
     /// Validates `options` (`std::invalid_argument` naming the field and value). Starts no timer.
-    explicit circuit_breaker(circuit_breaker_options options, C clock = C{})
+    RESILIENCE_DETAIL_CONSTRUCTOR explicit circuit_breaker(circuit_breaker_options options, C clock = C{})
         : handle(make_core(detail::with_default_trip(std::move(options)), std::move(clock))) {}
 
     // ---- the policy protocol (see policy.hpp): admitting and recording never wait ----
@@ -189,16 +189,29 @@ public:
 
 private:
     // Every admission but a closed breaker's under plain options: the call pins the options in
-    // force, which it is judged under to its end (see `reconfigure`).
+    // force, which it is judged under to its end (see `reconfigure`). What depends on the result
+    // type is only where a refusal goes: the admission itself is made once per breaker type.
     template <class R>
     RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& s, const context& ctx,
                                                  std::optional<outcome<R>>& result,
                                                  detail::listener_ref sink) const {
+        std::optional<failure> refusal;
+        const step how = admit_pinned(s, ctx, sink, typeid(R), refusal);
+        if (how == step::done)
+            result.emplace(std::move(*refusal));
+        return how;
+    }
+
+    // `returned`: the action's result type, which the classifier must accept. A refusal is put in
+    // `refusal`, with `step::done`.
+    RESILIENCE_DETAIL_NOINLINE step admit_pinned(call_state& s, const context& ctx, detail::listener_ref sink,
+                                                 const std::type_info& returned,
+                                                 std::optional<failure>& refusal) const {
         detail::breaker_core<C>& core = this->held();
         s.options = core.pin();
         const config* const cfg = s.options.get();
-        if (ctx.stop_requested() || !cfg->options.should_handle.template accepts<R>()) {
-            result.emplace(refused_before_admission<R>(cfg->options));
+        if (ctx.stop_requested() || !cfg->options.should_handle.accepts(returned)) {
+            refusal.emplace(refused_before_admission(cfg->options, returned));
             return step::done;
         }
         // Closed, with no call to time: admitted at one load, nothing else to decide.
@@ -216,14 +229,15 @@ private:
                 // turned half-open, or from another thread): runs nothing, and its probe slot goes back.
                 if (ctx.stop_requested()) [[unlikely]] {
                     s.call.finish(core, detail::breaker_verdict::ignored, nullptr);
-                    return kit::cancel(result, cfg->options.name);
+                    refusal.emplace(detail::cancelled_failure(cfg->options.name));
+                    return step::done;
                 }
                 return step::proceed;
             }
-            result.emplace(refuse(ticket, ctx));
+            refusal.emplace(refuse(ticket, ctx));
         } catch (...) {
             // on_state_change or on_rejected threw (a probe slot is already given back), or the clock did
-            result.emplace(failure::current());
+            refusal.emplace(failure::current());
         }
         return step::done;
     }
@@ -231,11 +245,11 @@ private:
     // The refusals, out of the admission path.
     // When the caller stopped or the classifier is for another type. The type is asked first: it
     // does not change, while a stop may arrive between two checks.
-    template <class R>
-    static failure refused_before_admission(const circuit_breaker_options& o) {
-        if (!o.should_handle.template accepts<R>())
-            return o.should_handle.template mismatch<R>("circuit_breaker", o.name);
-        return failure::make(cancelled_error{o.name});
+    static failure refused_before_admission(const circuit_breaker_options& o,
+                                            const std::type_info& returned) {
+        if (!o.should_handle.accepts(returned))
+            return o.should_handle.mismatch(returned, "circuit_breaker", o.name);
+        return detail::cancelled_failure(o.name);
     }
     // Tells `on_rejected`, then the listener; what `on_rejected` throws propagates (the listener
     // hears nothing then), what the listener throws is returned instead of the refusal. Under the
@@ -305,5 +319,7 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class circuit_breaker<steady_clock>;
 RESILIENCE_INSTANTIATE class detail::breaker_core<steady_clock>;
+RESILIENCE_INSTANTIATE void detail::drop_hold(detail::breaker_core<steady_clock>&, bool) noexcept;
+RESILIENCE_INSTANTIATE void detail::delete_state(detail::breaker_core<steady_clock>*) noexcept;
 } // namespace resilience
 #endif

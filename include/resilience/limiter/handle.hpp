@@ -170,18 +170,17 @@ public:
     /// With a telemetry listener, the time the wait began is kept in a block of its own from the
     /// frame cache, taken only then. Holds the limiter while it lives (taken at construction,
     /// given back at the end of its destructor: no member of its own).
-    template <class R>
-    class frame_wait {
+    /// What `frame_wait<R>` does, whatever the result type `R`: compiled once per limiter type.
+    class wait_for_permit {
         using shared = limiter_shared<C, Meter, Options>;
 
     public:
-        frame_wait(const limiter_handle& l, call_state&, const context& ctx,
-                   std::optional<outcome<R>>& result)
+        wait_for_permit(const limiter_handle& l, const context& ctx)
             : pin_(l.held().pin()), queue_(l.held(), ctx.stop_token()) {
             queue_.node().rank = l.held().rank_of(ctx);
             add_hold(l.held(), true);
             try {
-                start(ctx, result);
+                start(ctx);
             } catch (...) {
                 forget_queued_at();
                 queue_.leave();
@@ -189,9 +188,9 @@ public:
                 throw;
             }
         }
-        frame_wait(const frame_wait&) = delete;
-        frame_wait& operator=(const frame_wait&) = delete;
-        ~frame_wait() {
+        wait_for_permit(const wait_for_permit&) = delete;
+        wait_for_permit& operator=(const wait_for_permit&) = delete;
+        ~wait_for_permit() {
             shared& l = limiter();
             // Ended (or destroyed) at its turn, before or while the head's coroutine ran: the turn
             // passes on all the same. The coroutine goes first; its own guard may do it.
@@ -220,8 +219,10 @@ public:
                 return std::move(turn_).operator co_await().await_suspend(h);
             return detail::suspend_unless_done(queue_.await_suspend(h), h);
         }
-        step await_resume(const limiter_handle&, call_state&, const context& ctx,
-                          std::optional<outcome<R>>& result) {
+        // Made by a caller that had stopped: decided at once, with `cancelled_error`.
+        bool stopped_at_start() const noexcept { return phase_ == phase::decided && answer_ == step::done; }
+        // `await_resume`, with a refusal or a stop put in `result`.
+        step resume(const context& ctx, std::optional<failure>& result) {
             waiter_state st;
             switch (phase_) {
             case phase::decided:
@@ -255,13 +256,13 @@ public:
                 // Stopped since its turn came (by the listener, or from another thread): runs
                 // nothing, and the permit stays spent.
                 if (ctx.stop_requested()) {
-                    set_cancelled(result, options().name);
+                    result.emplace(cancelled_failure(options().name));
                     return answer_ = step::done;
                 }
                 return answer_ = step::proceed;
             }
             if (st == waiter_state::stopped) {
-                set_cancelled(result, options().name);
+                result.emplace(cancelled_failure(options().name));
             } else {
                 result.emplace(refuse_call(l, options(), ctx, queued_at_, listener,
                                            admission{st, queue_.node().retry_after}));
@@ -269,17 +270,17 @@ public:
             return answer_ = step::done;
         }
 
+        const Options& options() const noexcept { return pin_->options; }
+
     private:
         enum class phase : unsigned char { queue, turn, decided };
 
         shared& limiter() const noexcept { return static_cast<shared&>(queue_.owner()); }
-        const Options& options() const noexcept { return pin_->options; }
 
         // A stopped caller or a permit now decide the call; otherwise it asks the queue.
-        void start(const context& ctx, std::optional<outcome<R>>& result) {
+        void start(const context& ctx) {
             if (ctx.stop_requested()) {
-                set_cancelled(result, options().name);
-                phase_ = phase::decided;
+                phase_ = phase::decided; // and `answer_` says done: `stopped_at_start`
                 return;
             }
             if (limiter().try_take_now(limiter().clock.now(), ctx)) {
@@ -307,6 +308,26 @@ public:
         phase phase_ = phase::queue;
         step answer_ = step::done;
         task<waiter_state> turn_; // the head's: watches the clock
+    };
+
+    /// The protocol's form of `wait_for_permit`, for a call whose result type is `R`.
+    template <class R>
+    class frame_wait : public wait_for_permit {
+    public:
+        frame_wait(const limiter_handle& l, call_state&, const context& ctx,
+                   std::optional<outcome<R>>& result)
+            : wait_for_permit(l, ctx) {
+            if (this->stopped_at_start())
+                set_cancelled(result, this->options().name);
+        }
+        step await_resume(const limiter_handle&, call_state&, const context& ctx,
+                          std::optional<outcome<R>>& result) {
+            std::optional<failure> refusal;
+            const step how = this->resume(ctx, refusal);
+            if (refusal)
+                result.emplace(std::move(*refusal));
+            return how;
+        }
     };
 
     /// Admits the call once it has a permit, spending exactly one; otherwise fails it (as a value)

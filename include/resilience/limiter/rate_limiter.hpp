@@ -57,7 +57,7 @@ public:
     /// The `policy` of its telemetry events.
     static constexpr std::string_view telemetry_policy = "rate_limiter";
 
-    explicit rate_limiter(rate_limiter_options options, C clock = C{})
+    RESILIENCE_DETAIL_CONSTRUCTOR explicit rate_limiter(rate_limiter_options options, C clock = C{})
         : base(meter_of(options), std::move(clock), options) {}
 
     /// Tokens in the bucket now (fractional while refilling), at most `token_limit`.
@@ -119,5 +119,12 @@ RESILIENCE_INSTANTIATE class rate_limiter<steady_clock>;
 RESILIENCE_INSTANTIATE class detail::limiter_handle<rate_limiter<steady_clock>, steady_clock,
                                                     detail::token_bucket, rate_limiter_options>;
 RESILIENCE_INSTANTIATE struct detail::limiter_state<steady_clock, detail::token_bucket>;
+RESILIENCE_INSTANTIATE struct detail::limiter_shared<steady_clock, detail::token_bucket,
+                                                     rate_limiter_options>;
+RESILIENCE_INSTANTIATE void
+detail::drop_hold(detail::limiter_shared<steady_clock, detail::token_bucket, rate_limiter_options>&,
+                  bool) noexcept;
+RESILIENCE_INSTANTIATE void detail::delete_state(
+    detail::limiter_shared<steady_clock, detail::token_bucket, rate_limiter_options>*) noexcept;
 } // namespace resilience
 #endif
