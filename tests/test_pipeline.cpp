@@ -877,7 +877,8 @@ TEST_CASE("pipeline: a stage that answers wait with nothing to go on in ends the
 // call's state and result only to check that they are the ones it was made with) and asks for `room`
 // bytes after itself, which it fills with the call's number and checks on the way out; otherwise it
 // answers from `await_resume()`, from the references it keeps. With `recheck`, an awaiter resumed at
-// the opening answers `step::wait` once, and is awaited again.
+// the opening answers `step::wait` once, and is awaited again. `Always`: it says that every call waits in
+// the frame (`always_waits_in_frame`), and its `run` does not compile.
 struct turnstile_gate {
     bool open = false, closed = false, recheck = false;
     int made = 0, destroyed = 0, next_id = 0, resumed = 0;
@@ -897,9 +898,10 @@ struct turnstile_gate {
     }
 };
 
-template <bool Room>
-class turnstile : public rs::policy_base<turnstile<Room>> {
+template <bool Room, bool Always = false>
+class turnstile : public rs::policy_base<turnstile<Room, Always>> {
 public:
+    static constexpr bool always_waits_in_frame = Always;
     turnstile(std::shared_ptr<turnstile_gate> g, std::size_t room) : gate_(std::move(g)), room_(room) {}
     struct call_state {
         int id = -1;
@@ -917,6 +919,8 @@ public:
     bool waits_in_frame(const rs::context&) const noexcept { return true; }
     template <class Next>
     rs::task<rs::next_outcome_t<Next>> run(Next, const rs::context&) const {
+        static_assert(!Always || sizeof(Next) == 0, "a pipeline compiled the run of a policy that always "
+                                                    "waits in its frame");
         throw std::logic_error("turnstile: every call waits in the pipeline's frame");
     }
 
@@ -1064,6 +1068,30 @@ TEST_CASE(
             CHECK(other->admitted == std::vector<int>{0});
         }
     }
+}
+
+TEST_CASE("pipeline: a policy that always waits in the call's frame has no run compiled for it",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    const auto g = std::make_shared<turnstile_gate>();
+    // Inside a retry and beside a bulkhead, as a rate limiter would be; its run would not compile.
+    rs::pipeline p{rs::retry{{}, sim.clock()}, rs::bulkhead{{.max_concurrent_calls = 1}, sim.clock()},
+                   turnstile<false, true>{g, 0}};
+    std::optional<rs::outcome<int>> out;
+    const auto action = [&sim]() -> rs::task<int> { co_return static_cast<int>(sim.now() / 1ms); };
+    const auto call = [&]() -> rs::task<void> { out.emplace(co_await p.execute_outcome(action)); };
+    const auto open_later = [&]() -> rs::task<void> {
+        co_await sim.sleep_for(3ms);
+        g->open_now();
+    };
+    const auto t0 = sim.now();
+    sim.spawn(call());
+    sim.spawn(open_later());
+    sim.run_all();
+    REQUIRE(out.has_value());
+    CHECK(out->value() == static_cast<int>((t0 + 3ms) / 1ms));
+    CHECK(g->made == 1);
+    CHECK(g->destroyed == 1);
 }
 
 TEST_CASE("pipeline: a custom frame_wait refuses through the result it is given, and a torn-down loop "

@@ -286,6 +286,12 @@ inline std::string type_name(const std::type_info& t) {
 
 } // namespace detail
 
+namespace detail {
+/// `classifier::mismatch`'s failure, made once whatever the result type (impl/classifier.ipp).
+RESILIENCE_DECL failure classifier_mismatch(const std::type_info& classified, const std::type_info& returned,
+                                            const char* policy, const std::string& name);
+} // namespace detail
+
 /// Says which outcomes a policy handles: the `should_handle` of `retry` (which outcomes to retry),
 /// `circuit_breaker` (which count as failures), `fallback` (which get the substitute) and `hedge`
 /// (which bring the next attempt forward). One object may be given to all four. Type-erased, so
@@ -314,12 +320,6 @@ inline std::string type_name(const std::type_info& t) {
 /// naming both types (options are not templates, so this cannot be checked at compile time).
 /// An exception it throws becomes the failure of the call that asked it.
 /// Copies share the callable, which must be callable as `const` and safe to call concurrently.
-namespace detail {
-/// `classifier::mismatch`'s failure, made once whatever the result type (impl/classifier.ipp).
-RESILIENCE_DECL failure classifier_mismatch(const std::type_info& classified, const std::type_info& returned,
-                                            const char* policy, const std::string& name);
-} // namespace detail
-
 class classifier {
 public:
     classifier() noexcept = default;

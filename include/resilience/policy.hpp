@@ -85,6 +85,8 @@
 ///    the same four arguments as its constructor, so that it need not keep them. The pipeline makes
 ///    it in a block from the frame cache, only for a call that waits, with room after it for a call
 ///    it asks for more (`extra_bytes`, engine/protocol.hpp: a bulkhead's queue timeout or listener).
+///    A policy whose `waits_in_frame` says true for every call may declare `static constexpr bool
+///    always_waits_in_frame = true;`, and a pipeline then never compiles its `run`.
 ///
 /// A call through `pipeline{p1, p2, ..., pn}` (nested pipelines flattened) runs in one frame:
 /// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. A policy that waits

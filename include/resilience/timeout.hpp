@@ -278,33 +278,30 @@ private:
     RESILIENCE_DETAIL_NOINLINE entry arm(call_state& s, const context& ctx) const
     requires detail::loop_timer_clock<C>
     {
-        {
-            event_loop* const loop = clock_.timer_loop();
-            detail::home_loop* foreign = nullptr;
-            if (!loop) {
-                // No loop timers after all: the timers of the call's home (an Asio call's), or
-                // else `run` watches beside the call.
-                foreign = detail::foreign_timer_home(clock_);
-                if (!foreign)
-                    return step::wait;
-            }
-            const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                detail::add_saturating(kit::call_now(clock_, ctx), options_.timeout).time_since_epoch());
-            std::construct_at(&s.stop, &ctx);
-            try {
-                if (loop)
-                    std::construct_at(&s.timer, loop, deadline, s.stop);
-                else
-                    std::construct_at(&s.timer, foreign, deadline, s.stop);
-            } catch (...) {
-                std::destroy_at(&s.stop);
-                throw;
-            }
-            // From here `made()`: the state's destructor destroys both.
-            detail::context_access::set_deadline(s.inner, ctx, &s.stop, deadline,
-                                                 detail::reading_key(clock_));
-            return entry::proceed_in(s.inner);
+        event_loop* const loop = clock_.timer_loop();
+        detail::home_loop* foreign = nullptr;
+        if (!loop) {
+            // No loop timers after all: the timers of the call's home (an Asio call's), or
+            // else `run` watches beside the call.
+            foreign = detail::foreign_timer_home(clock_);
+            if (!foreign)
+                return step::wait;
         }
+        const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            detail::add_saturating(kit::call_now(clock_, ctx), options_.timeout).time_since_epoch());
+        std::construct_at(&s.stop, &ctx);
+        try {
+            if (loop)
+                std::construct_at(&s.timer, loop, deadline, s.stop);
+            else
+                std::construct_at(&s.timer, foreign, deadline, s.stop);
+        } catch (...) {
+            std::destroy_at(&s.stop);
+            throw;
+        }
+        // From here `made()`: the state's destructor destroys both.
+        detail::context_access::set_deadline(s.inner, ctx, &s.stop, deadline, detail::reading_key(clock_));
+        return entry::proceed_in(s.inner);
     }
 
 public:

@@ -354,7 +354,9 @@ public:
         using wait_in_queue::extra_bytes;
         frame_wait(const bulkhead& b, call_state& c, const context& ctx, std::optional<outcome<R>>&,
                    void* room)
-            : wait_in_queue(b, c, ctx, room) {}
+            : wait_in_queue(b, c, ctx, room) {
+            static_assert(sizeof(frame_wait) == sizeof(wait_in_queue), "its room is found past the base");
+        }
         step await_resume(const bulkhead&, call_state& c, const context& ctx,
                           std::optional<outcome<R>>& result) {
             std::optional<failure> refusal;
@@ -381,7 +383,6 @@ public:
         node.rank = cfg.rank_of(ctx);
         call_state held; // the slot: given back by `leave`, or by its destructor if the call ends first
         held.cfg = pin.release();
-        std::optional<detail::next_outcome_t<Next>> ended; // before the action: a stop or a refusal
         if (cfg.priority.enabled() ? s.try_acquire_as(cfg.priority, ctx) : s.try_acquire()) {
             held.held = &s;
         } else {
@@ -640,7 +641,6 @@ bulkhead(bulkhead_options, C) -> bulkhead<C>;
 namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class bulkhead<steady_clock>;
 RESILIENCE_INSTANTIATE struct detail::bulkhead_state<steady_clock>;
-RESILIENCE_INSTANTIATE void detail::drop_hold(detail::bulkhead_state<steady_clock>&, bool) noexcept;
 RESILIENCE_INSTANTIATE void detail::delete_state(detail::bulkhead_state<steady_clock>*) noexcept;
 } // namespace resilience
 #endif

@@ -197,7 +197,7 @@ private:
                                                  detail::listener_ref sink) const {
         std::optional<failure> refusal;
         const step how = admit_pinned(s, ctx, sink, typeid(R), refusal);
-        if (how == step::done)
+        if (refusal)
             result.emplace(std::move(*refusal));
         return how;
     }
@@ -319,7 +319,6 @@ circuit_breaker(circuit_breaker_options, C) -> circuit_breaker<C>;
 namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class circuit_breaker<steady_clock>;
 RESILIENCE_INSTANTIATE class detail::breaker_core<steady_clock>;
-RESILIENCE_INSTANTIATE void detail::drop_hold(detail::breaker_core<steady_clock>&, bool) noexcept;
 RESILIENCE_INSTANTIATE void detail::delete_state(detail::breaker_core<steady_clock>*) noexcept;
 } // namespace resilience
 #endif

@@ -32,8 +32,20 @@
 #endif
 /// The policies on `steady_clock` are instantiated in the library.
 #define RESILIENCE_EXTERN_TEMPLATES 1
+/// A policy's constructor, made in the library for `steady_clock`: kept out of a user's file. g++
+/// compiles the body of a function of an `extern template` that it may clone for its constant
+/// arguments (`noinline` is not enough), so there it is `noipa`.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER) && !defined(__NVCOMPILER)
+#define RESILIENCE_DETAIL_CONSTRUCTOR [[gnu::noipa]]
+#elif defined(_MSC_VER) && !defined(__clang__)
+#define RESILIENCE_DETAIL_CONSTRUCTOR __declspec(noinline)
+#else
+#define RESILIENCE_DETAIL_CONSTRUCTOR [[gnu::noinline]]
+#endif
 #else
 #define RESILIENCE_DECL inline
 #define RESILIENCE_INCLUDE_DEFINITIONS 1
 #define RESILIENCE_EXTERN_TEMPLATES 0
+/// Header-only, a policy's constructor is compiled where it is used, as any other function.
+#define RESILIENCE_DETAIL_CONSTRUCTOR
 #endif

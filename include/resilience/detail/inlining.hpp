@@ -21,14 +21,3 @@
 #define RESILIENCE_DETAIL_ALWAYS_INLINE [[gnu::always_inline]] inline
 #endif
 #endif
-
-/// A policy's constructor: cold, and in the compiled mode made once in the library for `steady_clock`.
-/// g++ compiles the body of a function of an `extern template` it may clone for its constant
-/// arguments (`noinline` is not enough), so there it is `noipa`.
-#ifndef RESILIENCE_DETAIL_CONSTRUCTOR
-#if defined(__GNUC__) && !defined(__clang__)
-#define RESILIENCE_DETAIL_CONSTRUCTOR [[gnu::noipa]]
-#else
-#define RESILIENCE_DETAIL_CONSTRUCTOR RESILIENCE_DETAIL_NOINLINE
-#endif
-#endif

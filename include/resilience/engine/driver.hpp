@@ -415,10 +415,10 @@ struct driver {
             k,
             [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
-                if constexpr (enter_may_wait<policy_at<J>>)
+                if constexpr (enter_may_wait<policy_at<J>> && !always_waits_in_frame<policy_at<J>>)
                     return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), at[context_slot(J)]));
                 else
-                    return task<outcome_type>{}; // unreachable: its `enter` never waits
+                    return task<outcome_type>{}; // unreachable: it never waits, or only in the frame
             },
             all_stages{});
     }

@@ -70,7 +70,12 @@ struct frame_admission {
                 "again; its `enter` must never wait (static constexpr bool enter_never_waits = true;)");
             return true;
         } else if constexpr (fast_policy<policy_at<J>> && enter_may_wait<policy_at<J>>) {
-            return frame_waiting<policy_at<J>, typename States::template type_at<J>, value_type>;
+            constexpr bool can =
+                frame_waiting<policy_at<J>, typename States::template type_at<J>, value_type>;
+            static_assert(can || !always_waits_in_frame<policy_at<J>>,
+                          "resilience: a policy that says always_waits_in_frame needs waits_in_frame and a "
+                          "frame_wait<R> for this result type (see policy.hpp)");
+            return can;
         } else {
             return false;
         }
@@ -120,12 +125,22 @@ struct frame_admission {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (goes_again_here<J>())
                     return true;
+                else if constexpr (only_waits_here<J>())
+                    return true;
                 else if constexpr (admits_here<J>())
                     return std::get<J>(stages).waits_in_frame(at[States::context_slot(J)]);
                 else
                     return false;
             },
             all_stages{});
+    }
+    /// Whether stage J, when its `enter` waits, always waits here (never in its `run`).
+    template <std::size_t J>
+    static constexpr bool only_waits_here() {
+        if constexpr (goes_again_here<J>())
+            return false;
+        else
+            return admits_here<J>() && always_waits_in_frame<policy_at<J>>;
     }
     /// Whether stage J's awaiter asks for room past itself for some calls (`asks_for_room`).
     template <std::size_t J>

@@ -90,6 +90,12 @@ concept frame_waiting = requires(const P& p, const context& c) {
     requires frame_wait_makeable<typename P::template frame_wait<R>, P, S, R>;
 };
 
+/// A frame-waiting policy whose `waits_in_frame` says true for every call says so, with `static
+/// constexpr bool always_waits_in_frame = true;` (the rate limiters): a pipeline then never compiles its
+/// `run`, which only a caller of `run` itself (`any_policy`, a test) needs.
+template <class P>
+inline constexpr bool always_waits_in_frame = requires { requires P::always_waits_in_frame; };
+
 /// A fast policy whose `leave` may wait and that then decides in `again` whether the stages inside it
 /// go round again, waiting in the pipeline's frame in between (`frame_wait<R>`): a retry (see policy.hpp).
 template <class P, class S, class R>

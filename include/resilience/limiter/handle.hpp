@@ -161,6 +161,8 @@ public:
     /// Whether a call that found no permit waits for one in the pipeline's frame (`frame_wait`):
     /// always (`run` is for a limiter used inside a waiting-form policy).
     bool waits_in_frame(const context&) const noexcept { return true; }
+    /// So a pipeline never compiles `run` for it (engine/protocol.hpp).
+    static constexpr bool always_waits_in_frame = true;
     /// Waits for a permit without a frame of its own, by the rules of `run`: yields `step::proceed`
     /// with the permit spent, or `step::done` with the refusal (`rate_limited_error`) or the stop
     /// (`cancelled_error`) in `result`. The queue's node is in it; only the head, which watches

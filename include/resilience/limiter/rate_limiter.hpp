@@ -121,9 +121,6 @@ RESILIENCE_INSTANTIATE class detail::limiter_handle<rate_limiter<steady_clock>, 
 RESILIENCE_INSTANTIATE struct detail::limiter_state<steady_clock, detail::token_bucket>;
 RESILIENCE_INSTANTIATE struct detail::limiter_shared<steady_clock, detail::token_bucket,
                                                      rate_limiter_options>;
-RESILIENCE_INSTANTIATE void
-detail::drop_hold(detail::limiter_shared<steady_clock, detail::token_bucket, rate_limiter_options>&,
-                  bool) noexcept;
 RESILIENCE_INSTANTIATE void detail::delete_state(
     detail::limiter_shared<steady_clock, detail::token_bucket, rate_limiter_options>*) noexcept;
 } // namespace resilience
