@@ -348,6 +348,21 @@ TEST_CASE("policy kit: the hooks behave as the library's own policies' do", "[wr
         REQUIRE(bad);
         CHECK(bad->is<std::invalid_argument>());
     }
+    SECTION("settled moves a refusal into the result and keeps the step; cancel names the policy") {
+        std::optional<rs::outcome<int>> result;
+        std::optional<rs::failure> refusal;
+        CHECK(rs::kit::settled(rs::step::proceed, refusal, result) == rs::step::proceed);
+        CHECK(!result);
+        refusal.emplace(rs::failure::make(std::runtime_error("full")));
+        CHECK(rs::kit::settled(rs::step::done, refusal, result) == rs::step::done);
+        REQUIRE(result);
+        CHECK(result->error().is<std::runtime_error>());
+        std::optional<rs::outcome<int>> stopped;
+        CHECK(rs::kit::cancel(stopped, "db") == rs::step::done);
+        REQUIRE(stopped);
+        REQUIRE(stopped->error().is<rs::cancelled_error>());
+        CHECK(stopped->error().as<rs::cancelled_error>()->policy_name() == "db");
+    }
     SECTION("invoke_callback returns what the callback threw, and skips an empty one") {
         const std::function<void(int)> empty;
         CHECK(!rs::kit::invoke_callback(empty, 1));

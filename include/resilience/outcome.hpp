@@ -365,15 +365,8 @@ private:
 namespace detail {
 
 /// A `cancelled_error` from the policy named `name`, as a failure. Not a template: made once, whatever
-/// the result type of the call it ends.
+/// the result type of the call it ends (`kit::cancel` puts it in a call's result).
 RESILIENCE_DECL failure cancelled_failure(const std::string& name);
-
-/// Makes `result` a `cancelled_error` from the policy named `name`: a caller that stopped before a
-/// policy admitted its call. Out of line, so that the admissions that check for it stay small.
-template <class R>
-RESILIENCE_DETAIL_NOINLINE void set_cancelled(std::optional<outcome<R>>& result, const std::string& name) {
-    result.emplace(cancelled_failure(name));
-}
 
 /// `r` as an `outcome<T>`, for a policy that keeps or shares a `T` (a cache, a single flight) and runs
 /// an action producing anything convertible to it: a failure is kept, a value converted (a conversion

@@ -67,10 +67,11 @@ typename C::time_point after(const C& clock, std::chrono::nanoseconds d) {
 
 /// Ends the call in `enter` with `cancelled_error` made by the policy named `policy_name` (a caller
 /// that stopped before the policy admitted it); returns `step::done`. Check with
-/// `ctx.stop_requested()`, which makes no stop token.
+/// `ctx.stop_requested()`, which makes no stop token. Out of line, so that the admissions that check
+/// for a stop stay small.
 template <class R>
-step cancel(std::optional<outcome<R>>& result, const std::string& policy_name) {
-    detail::set_cancelled(result, policy_name);
+RESILIENCE_DETAIL_NOINLINE step cancel(std::optional<outcome<R>>& result, const std::string& policy_name) {
+    result.emplace(detail::cancelled_failure(policy_name));
     return step::done;
 }
 
@@ -81,6 +82,17 @@ template <class R>
 step refuse(std::optional<outcome<R>>& result, failure why) {
     result.emplace(std::move(why));
     return step::done;
+}
+
+/// For a policy whose admission or wait is written once for every result type (docs/writing_a_policy.md,
+/// rule 10: it answers the `step` and puts a refusal or a stop in `refusal`): moves that failure, if
+/// there is one, into the call's `result`, and returns `how`. The only part of such a policy made
+/// once per result type.
+template <class R>
+step settled(step how, std::optional<failure>& refusal, std::optional<outcome<R>>& result) {
+    if (refusal)
+        result.emplace(std::move(*refusal));
+    return how;
 }
 
 /// For a policy with a `classifier` option: empty when `c` can judge the outcomes of an action

@@ -360,10 +360,7 @@ public:
         step await_resume(const bulkhead&, call_state& c, const context& ctx,
                           std::optional<outcome<R>>& result) {
             std::optional<failure> refusal;
-            const step how = this->resume(c, ctx, refusal);
-            if (refusal)
-                result.emplace(std::move(*refusal));
-            return how;
+            return kit::settled(this->resume(c, ctx, refusal), refusal, result);
         }
     };
 
@@ -483,10 +480,7 @@ private:
     RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& c, const context& ctx,
                                                  std::optional<outcome<R>>& result) const {
         std::optional<failure> refusal;
-        const step how = enter_pinned(c, ctx, typeid(R), refusal);
-        if (refusal)
-            result.emplace(std::move(*refusal));
-        return how;
+        return kit::settled(enter_pinned(c, ctx, typeid(R), refusal), refusal, result);
     }
     RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& c, const context& ctx,
                                                  const std::type_info& returned,

@@ -196,10 +196,7 @@ private:
                                                  std::optional<outcome<R>>& result,
                                                  detail::listener_ref sink) const {
         std::optional<failure> refusal;
-        const step how = admit_pinned(s, ctx, sink, typeid(R), refusal);
-        if (refusal)
-            result.emplace(std::move(*refusal));
-        return how;
+        return kit::settled(admit_pinned(s, ctx, sink, typeid(R), refusal), refusal, result);
     }
 
     // `returned`: the action's result type, which the classifier must accept. A refusal is put in

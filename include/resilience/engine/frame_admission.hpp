@@ -125,7 +125,7 @@ struct frame_admission {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (goes_again_here<J>())
                     return true;
-                else if constexpr (only_waits_here<J>())
+                else if constexpr (admits_here<J>() && always_waits_in_frame<policy_at<J>>)
                     return true;
                 else if constexpr (admits_here<J>())
                     return std::get<J>(stages).waits_in_frame(at[States::context_slot(J)]);
@@ -133,14 +133,6 @@ struct frame_admission {
                     return false;
             },
             all_stages{});
-    }
-    /// Whether stage J, when its `enter` waits, always waits here (never in its `run`).
-    template <std::size_t J>
-    static constexpr bool only_waits_here() {
-        if constexpr (goes_again_here<J>())
-            return false;
-        else
-            return admits_here<J>() && always_waits_in_frame<policy_at<J>>;
     }
     /// Whether stage J's awaiter asks for room past itself for some calls (`asks_for_room`).
     template <std::size_t J>

@@ -19,6 +19,7 @@
 #include "../error.hpp"
 #include "../outcome.hpp"
 #include "../policy.hpp"
+#include "../policy_kit.hpp"
 #include "../priority.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
@@ -139,10 +140,8 @@ public:
     /// `frame_wait`.
     template <class R>
     step enter(call_state&, const context& ctx, std::optional<outcome<R>>& result) const {
-        if (ctx.stop_requested()) [[unlikely]] {
-            set_cancelled(result, name());
-            return step::done;
-        }
+        if (ctx.stop_requested()) [[unlikely]]
+            return kit::cancel(result, name());
         shared& s = this->held();
         if (s.ranks.load(std::memory_order_relaxed)) [[unlikely]]
             return enter_ranked(s, ctx);
@@ -320,15 +319,12 @@ public:
                    std::optional<outcome<R>>& result)
             : wait_for_permit(l, ctx) {
             if (this->stopped_at_start())
-                set_cancelled(result, this->options().name);
+                kit::cancel(result, this->options().name);
         }
         step await_resume(const limiter_handle&, call_state&, const context& ctx,
                           std::optional<outcome<R>>& result) {
             std::optional<failure> refusal;
-            const step how = this->resume(ctx, refusal);
-            if (refusal)
-                result.emplace(std::move(*refusal));
-            return how;
+            return kit::settled(this->resume(ctx, refusal), refusal, result);
         }
     };
 
