@@ -48,29 +48,7 @@ struct verdict {
 /// `throttled_error` (an adaptive throttle refuses on purpose, and each retry is one more request
 /// drawn against the same odds), and `std::logic_error` and everything derived from it (a bug or a bad argument fails the same
 /// way every time). Costs one rethrow for a failure the library did not make.
-inline bool is_transient(const failure& f) noexcept {
-    if (!f.has_exception())
-        return false;
-    if (f.code() == errc::cancelled || f.code() == errc::circuit_open || f.code() == errc::circuit_isolated ||
-        f.code() == errc::throttled)
-        return false;
-    if (f.code() != errc{})
-        return true; // the library's other failures (timeout, rejections) are transient: no rethrow needed
-    // By code, not by type: the policies' own errors are declared in their folders, above this layer.
-    const auto refused_on_purpose = [](std::error_code c) {
-        return c == errc::cancelled || c == errc::circuit_open || c == errc::circuit_isolated ||
-               c == errc::throttled;
-    };
-    try {
-        f.rethrow();
-    } catch (const error& e) {
-        return !refused_on_purpose(e.code());
-    } catch (const std::logic_error&) {
-        return false;
-    } catch (...) {
-        return true;
-    }
-}
+RESILIENCE_DECL bool is_transient(const failure& f) noexcept;
 
 /// Specialize as `true` for a type that has `has_value()` and `error()` but is not a result that
 /// may hold an error, to keep it out of `expected_like`.

@@ -101,11 +101,7 @@ public:
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
     /// being torn down): the timer leaves the loop's timers with it.
-    ~sleep_awaiter() {
-        stop_listening();
-        if (node().armed())
-            at_.remove(&node());
-    }
+    RESILIENCE_DECL ~sleep_awaiter();
 
     bool await_ready() const noexcept {
         if (token_.stop_requested())
@@ -114,40 +110,13 @@ public:
             return node().when <= l->now();
         return at_.foreign() && node().when <= std::chrono::steady_clock::now().time_since_epoch();
     }
-    void await_suspend(std::coroutine_handle<> h) {
-        if (!at_.loop() && !at_.foreign())
-            throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
-                                   "sync_wait, event_loop::run or testing::simulation, or start the call "
-                                   "with rs::asio::execute / rs::boost_asio::execute");
-        waiter_ = h;
-        node().fire = [](timer_node* n) {
-            auto* self = static_cast<sleep_awaiter*>(n);
-            if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
-                self->waiter_.resume();
-        };
-        at_.add(&node());
-        // Listed after the timer is armed: a token stopped meanwhile runs `on_stop` right here. The
-        // flag is set first, as nothing here may be touched once listed (a stop may end the sleep);
-        // `remove` is harmless on a node that `add` did not list.
-        if (stop_state* s = stop_access::state(token_); s && s->stop_possible()) {
-            listening_ = true;
-            s->add(this);
-        }
-    }
+    RESILIENCE_DECL void await_suspend(std::coroutine_handle<> h);
     void await_resume() noexcept { stop_listening(); }
 
 private:
     // Run by a stop request on the token, on the thread that asks: posting may allocate.
-    static void on_stop(stop_callback_node* n) noexcept {
-        auto* self = static_cast<sleep_awaiter*>(n);
-        if (!self->claimed_.exchange(true, std::memory_order_acq_rel))
-            self->at_.post(job{&sleep_awaiter::cancelled, self});
-    }
-    static void cancelled(void* p) {
-        auto* self = static_cast<sleep_awaiter*>(p);
-        self->at_.remove(&self->node());
-        self->waiter_.resume();
-    }
+    RESILIENCE_DECL static void on_stop(stop_callback_node* n) noexcept;
+    RESILIENCE_DECL static void cancelled(void* p);
     timer_node& node() noexcept { return *this; }
     const timer_node& node() const noexcept { return *this; }
     // Takes this awaiter off the token's list, waiting for an `on_stop` running on another thread. Never
@@ -385,3 +354,7 @@ struct coarse_steady_clock : steady_clock {
 static_assert(clock<coarse_steady_clock>);
 
 } // namespace resilience
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "impl/clock.ipp"
+#endif

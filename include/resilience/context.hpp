@@ -4,6 +4,7 @@
 /// caller told the call (its properties, properties.hpp).
 #pragma once
 
+#include "detail/config.hpp"
 #include "detail/frame_allocator.hpp"
 #include "detail/inlining.hpp"
 #include "properties.hpp"
@@ -118,7 +119,7 @@ private:
         stop_token token;
     };
     static_assert(alignof(made) > 1, "the low bit of a block's address holds the deadline's flag");
-    made* materialize() const;
+    RESILIENCE_DECL made* materialize() const;
     static constexpr std::uintptr_t expired_flag = 1; // the low bit: a block is aligned to more
     static made* block_of(std::uintptr_t word) noexcept {
         return reinterpret_cast<made*>(word & ~expired_flag);
@@ -423,38 +424,10 @@ inline lazy_stop::lazy_stop(const context* parent) noexcept
     }
 }
 
-inline lazy_stop::made* lazy_stop::materialize() const {
-    // The parent's token (its lazy stop's, which this may make first), if it can stop.
-    const stop_token* parent = nullptr;
-    if (parent_ & token_tag)
-        parent = token_of(parent_);
-    else if (parent_)
-        parent = &reinterpret_cast<const lazy_stop*>(parent_)->token();
-    void* space = frame_cache::allocate(sizeof(made));
-    made* m = nullptr;
-    try {
-        m = ::new (space) made{};
-    } catch (...) {
-        frame_cache::deallocate(space, sizeof(made));
-        throw;
-    }
-    if (parent && parent->stop_possible())
-        m->link.emplace(*parent, forward{&m->source}); // stops it at once if the parent has stopped
-    m->token = m->source.get_token();
-    std::uintptr_t seen = word_.load(std::memory_order_acquire);
-    for (;;) {
-        if (made* first = block_of(seen)) {
-            discard(m); // another thread asked at the same time, and published its block first
-            return first;
-        }
-        if (seen & expired_flag)
-            m->source.request_stop(); // the deadline has passed: published already stopped
-        if (word_.compare_exchange_weak(seen, reinterpret_cast<std::uintptr_t>(m) | seen,
-                                        std::memory_order_acq_rel, std::memory_order_acquire))
-            return m;
-    }
-}
-
 } // namespace detail
 
 } // namespace resilience
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "impl/context.ipp"
+#endif

@@ -5,6 +5,7 @@
 /// and `retry_after_error`. A policy's own exceptions are in its folder's `errors.hpp`.
 #pragma once
 
+#include "detail/config.hpp"
 #include "detail/error_category.hpp"
 #include "properties.hpp"
 
@@ -67,10 +68,7 @@ inline std::error_code make_error_code(errc e) noexcept {
 /// the start of `what()`: "payments: circuit open".
 class error : public std::system_error {
 public:
-    explicit error(errc e, std::string policy_name = {})
-        : std::system_error(policy_name.empty() ? std::system_error(make_error_code(e))
-                                                : std::system_error(make_error_code(e), policy_name)),
-          name_(std::move(policy_name)) {}
+    RESILIENCE_DECL explicit error(errc e, std::string policy_name = {});
     const std::string& policy_name() const noexcept { return name_; }
 
 private:
@@ -178,3 +176,7 @@ private:
 
 template <>
 struct std::is_error_code_enum<resilience::errc> : std::true_type {};
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "impl/error.ipp"
+#endif

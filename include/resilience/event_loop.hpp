@@ -211,15 +211,8 @@ private:
         start(n, h, drive_node::detached_bit);
     }
     // From a detached task's final suspension (it may have ended on another thread).
-    static void spawn_ended(home_loop* home, drive_node* n, std::exception_ptr failure) noexcept {
-        auto* const l = static_cast<event_loop*>(home);
-        if (failure)
-            l->record_failure(std::move(failure));
-        l->unlink(n);
-        n->handle.destroy();
-        delete static_cast<detached_node*>(n);
-        l->finished();
-    }
+    RESILIENCE_DECL static void spawn_ended(home_loop* home, drive_node* n,
+                                            std::exception_ptr failure) noexcept;
     // The first failure of a spawned coroutine is kept for `run` to rethrow.
     void record_failure(std::exception_ptr failure) noexcept {
         std::lock_guard lock(mutex_); // the coroutine may end on another thread

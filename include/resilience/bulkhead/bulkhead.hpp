@@ -636,5 +636,10 @@ namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class bulkhead<steady_clock>;
 RESILIENCE_INSTANTIATE struct detail::bulkhead_state<steady_clock>;
 RESILIENCE_INSTANTIATE void detail::delete_state(detail::bulkhead_state<steady_clock>*) noexcept;
+RESILIENCE_INSTANTIATE class detail::queue_awaiter<detail::bulkhead_state<steady_clock>, false>;
+RESILIENCE_INSTANTIATE class detail::queue_awaiter<detail::bulkhead_state<steady_clock>, true>;
+RESILIENCE_INSTANTIATE void detail::stop_waiter(detail::bulkhead_state<steady_clock>&, detail::waiter&);
+RESILIENCE_INSTANTIATE class detail::snapshot_cell<detail::bulkhead_config>;
+RESILIENCE_INSTANTIATE class detail::pinned<detail::bulkhead_config>;
 } // namespace resilience
 #endif

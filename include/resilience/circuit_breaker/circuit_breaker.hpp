@@ -317,5 +317,6 @@ namespace resilience::inline v0_2 {
 RESILIENCE_INSTANTIATE class circuit_breaker<steady_clock>;
 RESILIENCE_INSTANTIATE class detail::breaker_core<steady_clock>;
 RESILIENCE_INSTANTIATE void detail::delete_state(detail::breaker_core<steady_clock>*) noexcept;
+RESILIENCE_INSTANTIATE struct detail::breaker_plain<void>;
 } // namespace resilience
 #endif

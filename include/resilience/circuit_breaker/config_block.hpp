@@ -29,7 +29,7 @@ enum class breaker_verdict : std::uint8_t { success, failure, ignored };
 /// The options of a breaker with what the breaker derives from them: immutable once published (see
 /// `breaker_core::cell_`). A call that needs them after its admission pins the block it was admitted
 /// under, and a block replaced by a reconfiguration is freed once no call pins it. A call admitted
-/// under plain options (`plain`) pins nothing: it is judged under `breaker_plain_block`, which says
+/// under plain options (`plain`) pins nothing: it is judged under `breaker_plain<>::block`, which says
 /// the same as its own options for everything such a call reads after its admission (its sample
 /// and the sample's epoch it takes along in its admission).
 struct breaker_config : pinnable {
@@ -87,10 +87,18 @@ inline bool same_breaker_options(const circuit_breaker_options& a,
            a.should_handle.same_as(b.should_handle) && a.telemetry.same_as(b.telemetry);
 }
 
-/// What a plain call is judged under past its admission: the default classifier and no slow-call
-/// rule. Never freed; read only for those two, which read as the defaults even before it is
-/// initialised (zero-initialised, an empty classifier and no duration).
-inline const breaker_config breaker_plain_block{circuit_breaker_options{.failure_threshold = 1}, 0};
+/// What a plain call is judged under past its admission (`block`): the default classifier and no
+/// slow-call rule. Never freed; read only for those two, which read as the defaults even before it is
+/// initialised (zero-initialised, an empty classifier and no duration). A static member of a template,
+/// so that only a file that admits a call through a breaker makes it and runs its initialiser (in
+/// the compiled mode, only the library): an inline variable would be made, with the options'
+/// constructor and destructor, in every file that includes this header.
+template <class = void>
+struct breaker_plain {
+    static const breaker_config block;
+};
+template <class T>
+const breaker_config breaker_plain<T>::block{circuit_breaker_options{.failure_threshold = 1}, 0};
 
 /// Whether options `a` and `b` sample alike: neither samples, or both keep the same window (the
 /// same `calls`, or the same `window` and `segments`) and mark the same calls slow. What a sample

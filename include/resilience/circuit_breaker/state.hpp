@@ -107,7 +107,7 @@ public:
 
     /// Admits a call into `a` when the options in force are plain (`breaker_config::plain`, read
     /// with whether they sample and the sample's epoch in one load of `admit_word_`) and the breaker
-    /// is closed (one load of the word): the call is judged under `breaker_plain_block` and pins
+    /// is closed (one load of the word): the call is judged under `breaker_plain<>::block` and pins
     /// nothing. False changes nothing (the caller pins the options in force and goes on to
     /// `admit_under`).
     bool admit_plain(admission& a) const noexcept {
@@ -119,7 +119,7 @@ public:
             return false;
         a.admitted = true;
         a.generation = generation_of(w);
-        a.config = &breaker_plain_block;
+        a.config = &breaker_plain<>::block;
         a.sampled = (o & admit_sampled_bit) != 0;
         a.epoch = o >> 2;
         return true;

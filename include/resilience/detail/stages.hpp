@@ -5,6 +5,7 @@
 /// whose index it knows only at run time.
 #pragma once
 
+#include "config.hpp"
 #include "shared_handle.hpp"
 
 #include <concepts>
@@ -110,19 +111,7 @@ sleeper first_default_clock_sleeper(const Stages& stages, std::string* name = nu
 /// The message of the `std::logic_error` refusing a call that has nowhere to sleep (see
 /// `driver::nowhere_to_sleep`): which policy may sleep, why, and the ways to give the call
 /// somewhere to sleep.
-inline std::string nowhere_to_sleep_message(const sleeper& found, const std::string& name) {
-    std::string m = "resilience::";
-    m += found.kind;
-    if (!name.empty())
-        m += " (" + name + ")";
-    m += " may sleep on the default clock (";
-    m += found.why;
-    m += "), and this call has nowhere to sleep: no event loop runs on this thread and the call was not "
-         "started by rs::boost_asio::execute or rs::asio::execute. Run it under rs::sync_wait or an "
-         "rs::event_loop, start it with rs::boost_asio::execute (rs::asio::execute), or give the policy "
-         "a clock (rs::boost_asio::clock{executor})";
-    return m;
-}
+RESILIENCE_DECL std::string nowhere_to_sleep_message(const sleeper& found, const std::string& name);
 
 /// Calls `f(std::integral_constant<std::size_t, k>{})` for a stage index `k` known at run time:
 /// a fold over the indices, so each `f` is instantiated once, with no chain of instantiations.
@@ -134,3 +123,7 @@ R visit_stage(std::size_t k, F&& f, std::index_sequence<Js...>) {
 }
 
 } // namespace resilience::detail
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "../impl/stages.ipp"
+#endif

@@ -19,6 +19,17 @@ private:
     home_loop* previous_;
 };
 
+RESILIENCE_DECL void event_loop::spawn_ended(home_loop* home, drive_node* n,
+                                             std::exception_ptr failure) noexcept {
+    auto* const l = static_cast<event_loop*>(home);
+    if (failure)
+        l->record_failure(std::move(failure));
+    l->unlink(n);
+    n->handle.destroy();
+    delete static_cast<detached_node*>(n);
+    l->finished();
+}
+
 RESILIENCE_DECL event_loop::~event_loop() {
     drive_node* n = nullptr;
     {

@@ -123,5 +123,13 @@ RESILIENCE_INSTANTIATE struct detail::limiter_shared<steady_clock, detail::token
                                                      rate_limiter_options>;
 RESILIENCE_INSTANTIATE void detail::delete_state(
     detail::limiter_shared<steady_clock, detail::token_bucket, rate_limiter_options>*) noexcept;
+RESILIENCE_INSTANTIATE class detail::queue_awaiter<detail::limiter_state<steady_clock, detail::token_bucket>,
+                                                   false>;
+RESILIENCE_INSTANTIATE class detail::queue_awaiter<detail::limiter_state<steady_clock, detail::token_bucket>,
+                                                   true>;
+RESILIENCE_INSTANTIATE void detail::stop_waiter(detail::limiter_state<steady_clock, detail::token_bucket>&,
+                                                detail::waiter&);
+RESILIENCE_INSTANTIATE class detail::snapshot_cell<detail::limiter_options_block<rate_limiter_options>>;
+RESILIENCE_INSTANTIATE class detail::pinned<detail::limiter_options_block<rate_limiter_options>>;
 } // namespace resilience
 #endif
