@@ -101,7 +101,7 @@ public:
     }
     /// Reached armed only when the sleeping coroutine is destroyed without being resumed (its loop is
     /// being torn down): the timer leaves the loop's timers with it.
-    RESILIENCE_DECL ~sleep_awaiter();
+    RESILIENCE_DETAIL_NOINLINE RESILIENCE_DECL ~sleep_awaiter();
 
     bool await_ready() const noexcept {
         if (token_.stop_requested())
@@ -110,7 +110,7 @@ public:
             return node().when <= l->now();
         return at_.foreign() && node().when <= std::chrono::steady_clock::now().time_since_epoch();
     }
-    RESILIENCE_DECL void await_suspend(std::coroutine_handle<> h);
+    RESILIENCE_DETAIL_NOINLINE RESILIENCE_DECL void await_suspend(std::coroutine_handle<> h);
     void await_resume() noexcept { stop_listening(); }
 
 private:

@@ -89,7 +89,9 @@ inline bool same_breaker_options(const circuit_breaker_options& a,
 
 /// What a plain call is judged under past its admission (`block`): the default classifier and no
 /// slow-call rule. Never freed; read only for those two, which read as the defaults even before it is
-/// initialised (zero-initialised, an empty classifier and no duration). A static member of a template,
+/// initialised (zero-initialised, an empty classifier and no duration): the dynamic initialisation of
+/// a template's static member is unordered, so a call made during another file's static
+/// initialisation may be judged under it before it is made. A static member of a template,
 /// so that only a file that admits a call through a breaker makes it and runs its initialiser (in
 /// the compiled mode, only the library): an inline variable would be made, with the options'
 /// constructor and destructor, in every file that includes this header.

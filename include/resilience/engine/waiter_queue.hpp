@@ -340,14 +340,19 @@ class queue_awaiter : private stop_callback_node {
 public:
     using node_type = typename node_type_of<Owner>::type;
 
+    // The two constructors are templates so that an explicit instantiation of the class (the
+    // compiled mode's, bulkhead.hpp) leaves out the one its `OwnNode` rules out: clang 14 would
+    // instantiate it despite its constraint.
     /// Waits with `node`, which the caller keeps.
+    template <bool Own = OwnNode>
+    requires(!Own)
     queue_awaiter(Owner& owner, node_type& node, const stop_token& token) noexcept
-    requires(!OwnNode)
         : stop_callback_node(&on_stop), owner_(owner), node_(&node), token_(stop_access::state(token)) {}
     /// Waits with a node of its own (`node()`): 8 bytes less where the awaiter and its node live
     /// side by side (a pipeline's `frame_wait`).
+    template <bool Own = OwnNode>
+    requires Own
     queue_awaiter(Owner& owner, const stop_token& token) noexcept
-    requires OwnNode
         : stop_callback_node(&on_stop), owner_(owner), token_(stop_access::state(token)) {}
     queue_awaiter(const queue_awaiter&) = delete;
     queue_awaiter& operator=(const queue_awaiter&) = delete;

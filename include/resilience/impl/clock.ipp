@@ -7,13 +7,15 @@
 
 namespace resilience::inline v0_2::detail {
 
-RESILIENCE_DECL sleep_awaiter::~sleep_awaiter() {
+// Declared `inline` (header-only) and `noinline` in the class: the two keep clang from inlining a
+// sleep's start and end into every coroutine that sleeps, as it did not when they were defined there.
+sleep_awaiter::~sleep_awaiter() {
     stop_listening();
     if (node().armed())
         at_.remove(&node());
 }
 
-RESILIENCE_DECL void sleep_awaiter::await_suspend(std::coroutine_handle<> h) {
+void sleep_awaiter::await_suspend(std::coroutine_handle<> h) {
     if (!at_.loop() && !at_.foreign())
         throw std::logic_error("resilience: a sleep needs an event loop: run the coroutine under "
                                "sync_wait, event_loop::run or testing::simulation, or start the call "
