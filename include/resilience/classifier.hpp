@@ -331,7 +331,7 @@ public:
     /// Can this classifier judge the outcomes of an action returning `R`?
     template <class R>
     [[nodiscard]] bool accepts() const noexcept {
-        return value_type_ == nullptr || *value_type_ == typeid(R);
+        return accepts(typeid(R));
     }
     /// The same for an action returning the type `returned` names.
     [[nodiscard]] bool accepts(const std::type_info& returned) const noexcept {
@@ -390,6 +390,15 @@ private:
     std::shared_ptr<const detail::classifier_model> model_;
     const std::type_info* value_type_ = nullptr;
 };
+
+namespace detail {
+/// Why the policy named `policy` (`name`) refuses a call before admitting it: its classifier `c`
+/// judges another result type than the action's (`returned`), or else the caller stopped
+/// (`cancelled_error`). The type is asked first: it does not change, while a stop may arrive between
+/// two checks, and a setup mistake must not pass for a cancellation. `c` null: no classifier to ask.
+RESILIENCE_DECL failure refused_before_admission(const classifier* c, const std::type_info& returned,
+                                                 const char* policy, const std::string& name);
+} // namespace detail
 
 } // namespace resilience
 

@@ -329,16 +329,9 @@ private:
     // attempt. Out of line, so that `enter` stays small enough to be inlined into the call's frame.
     template <class R>
     RESILIENCE_DETAIL_NOINLINE step refuse(std::optional<outcome<R>>& result) const {
-        result.emplace(refusal(typeid(R)));
+        result.emplace(
+            detail::refused_before_admission(&options_.should_handle, typeid(R), "retry", options_.name));
         return step::done;
-    }
-    // The refusal, made once whatever the result type (`returned`). The classifier's type is asked
-    // first: it does not change, while a stop may arrive between the two checks, and a setup mistake
-    // must not pass for a cancellation.
-    RESILIENCE_DETAIL_NOINLINE failure refusal(const std::type_info& returned) const {
-        if (!options_.should_handle.accepts(returned))
-            return options_.should_handle.mismatch(returned, "retry", options_.name);
-        return detail::cancelled_failure(options_.name);
     }
 
     // Out of line, so that `leave` stays small enough to be inlined into the call's frame.

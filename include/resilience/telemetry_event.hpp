@@ -347,10 +347,11 @@ reported_ended(listener_ref l, const C& clock, typename C::time_point begun, tel
 }
 
 /// Reports that `result` ended something that began at `begun` on `clock` (`duration` is its
-/// length, `at` its end); what the listener throws replaces `result`. False then.
+/// length, `at` its end); what the listener throws replaces `result`. False then. Inline: the call out
+/// of line is `reported_ended`'s, made once whatever the result type.
 template <class C, class R>
-RESILIENCE_DETAIL_NOINLINE bool report_ended(listener_ref l, const C& clock, typename C::time_point begun,
-                                             telemetry_event e, outcome<R>& result) noexcept {
+bool report_ended(listener_ref l, const C& clock, typename C::time_point begun, telemetry_event e,
+                  outcome<R>& result) noexcept {
     if (!l)
         return true;
     if (!e.error && result.has_failure())

@@ -374,15 +374,11 @@ private:
         if (error)
             replaced.emplace(failure::make(timeout_error{options_.name, error->exception()}));
         const failure* const now = replaced ? &*replaced : error;
-        if (options_.on_timeout) {
-            try {
-                options_.on_timeout(
-                    timeout_event{options_.timeout, ctx.attempt(), now, options_.name}.with_properties(
-                        ctx.properties()));
-            } catch (...) {
-                return failure::current();
-            }
-        }
+        if (std::optional<failure> thrown = kit::invoke_callback(
+                options_.on_timeout,
+                timeout_event{options_.timeout, ctx.attempt(), now, options_.name}.with_properties(
+                    ctx.properties())))
+            return thrown;
         if (const detail::listener_ref l = kit::listener_for(options_.telemetry, ctx)) {
             telemetry_event e = detail::event(telemetry_kind::timeout, "timeout", options_.name,
                                               ctx.attempt(), options_.timeout, now);

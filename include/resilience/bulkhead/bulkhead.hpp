@@ -374,7 +374,8 @@ public:
         detail::pinned<config> pin = s.pin();
         const config& cfg = *pin; // the call's options, to its end (`held` keeps them, below)
         if (token.stop_requested() || (cfg.adaptive && !cfg.should_handle->template accepts<value_type>()))
-            co_return refused_before_admission(cfg, typeid(value_type));
+            co_return detail::refused_before_admission(cfg.should_handle, typeid(value_type), "bulkhead",
+                                                       cfg.options.name);
         detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
         detail::waiter node;
         node.rank = cfg.rank_of(ctx);
@@ -465,15 +466,6 @@ private:
         }
     }
 
-    // A stopped caller, or an outcome classifier for another result type (`returned`): refused
-    // before any slot. The classifier's type is asked first: it does not change, while a stop may
-    // arrive between two checks.
-    static failure refused_before_admission(const config& cfg, const std::type_info& returned) {
-        if (cfg.adaptive && !cfg.should_handle->accepts(returned))
-            return cfg.should_handle->mismatch(returned, "bulkhead", cfg.options.name);
-        return detail::cancelled_failure(cfg.options.name);
-    }
-
     // `enter` for every call but a plain one that found a free slot: pins the options in force.
     // Made once per bulkhead type: the result type only says where a refusal goes.
     template <class R>
@@ -506,7 +498,8 @@ private:
         state& s = this->held();
         const bool adaptive = c.cfg->adaptive;
         if ((adaptive && !c.cfg->should_handle->accepts(returned)) || ctx.stop_requested()) [[unlikely]] {
-            result.emplace(refused_before_admission(*c.cfg, returned));
+            result.emplace(detail::refused_before_admission(c.cfg->should_handle, returned, "bulkhead",
+                                                            c.cfg->options.name));
             return step::done;
         }
         if (c.cfg->priority.enabled() ? !s.try_acquire_as(c.cfg->priority, ctx) : !s.try_acquire())

@@ -190,11 +190,11 @@ public:
 private:
     // Every admission but a closed breaker's under plain options: the call pins the options in
     // force, which it is judged under to its end (see `reconfigure`). What depends on the result
-    // type is only where a refusal goes: the admission itself is made once per breaker type.
+    // type is only where a refusal goes: the admission itself is made once per breaker type, and
+    // this part is inline, so that a call makes one call out of line, to `admit_pinned`.
     template <class R>
-    RESILIENCE_DETAIL_NOINLINE step enter_pinned(call_state& s, const context& ctx,
-                                                 std::optional<outcome<R>>& result,
-                                                 detail::listener_ref sink) const {
+    step enter_pinned(call_state& s, const context& ctx, std::optional<outcome<R>>& result,
+                      detail::listener_ref sink) const {
         std::optional<failure> refusal;
         return kit::settled(admit_pinned(s, ctx, sink, typeid(R), refusal), refusal, result);
     }
@@ -208,7 +208,8 @@ private:
         s.options = core.pin();
         const config* const cfg = s.options.get();
         if (ctx.stop_requested() || !cfg->options.should_handle.accepts(returned)) {
-            refusal.emplace(refused_before_admission(cfg->options, returned));
+            refusal.emplace(detail::refused_before_admission(&cfg->options.should_handle, returned,
+                                                             "circuit_breaker", cfg->options.name));
             return step::done;
         }
         // Closed, with no call to time: admitted at one load, nothing else to decide.
@@ -240,14 +241,6 @@ private:
     }
 
     // The refusals, out of the admission path.
-    // When the caller stopped or the classifier is for another type. The type is asked first: it
-    // does not change, while a stop may arrive between two checks.
-    static failure refused_before_admission(const circuit_breaker_options& o,
-                                            const std::type_info& returned) {
-        if (!o.should_handle.accepts(returned))
-            return o.should_handle.mismatch(returned, "circuit_breaker", o.name);
-        return detail::cancelled_failure(o.name);
-    }
     // Tells `on_rejected`, then the listener; what `on_rejected` throws propagates (the listener
     // hears nothing then), what the listener throws is returned instead of the refusal. Under the
     // options the call came with.

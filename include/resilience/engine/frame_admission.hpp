@@ -125,8 +125,6 @@ struct frame_admission {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (goes_again_here<J>())
                     return true;
-                else if constexpr (admits_here<J>() && always_waits_in_frame<policy_at<J>>)
-                    return true;
                 else if constexpr (admits_here<J>())
                     return std::get<J>(stages).waits_in_frame(at[States::context_slot(J)]);
                 else

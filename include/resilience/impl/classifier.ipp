@@ -14,6 +14,13 @@ RESILIENCE_DECL failure classifier_mismatch(const std::type_info& classified, co
                               type_name(classified) + "> but the action returns " + type_name(returned)));
 }
 
+RESILIENCE_DECL failure refused_before_admission(const classifier* c, const std::type_info& returned,
+                                                 const char* policy, const std::string& name) {
+    if (c && !c->accepts(returned))
+        return c->mismatch(returned, policy, name);
+    return cancelled_failure(name);
+}
+
 } // namespace resilience::detail
 
 namespace resilience::inline v0_2 {
