@@ -7,6 +7,7 @@
 #pragma once
 
 #include "../context.hpp"
+#include "../detail/config.hpp"
 #include "../detail/inlining.hpp"
 #include "../detail/stages.hpp"
 #include "../error.hpp"
@@ -15,6 +16,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 namespace resilience::inline v0_2::detail {
@@ -22,21 +24,12 @@ namespace resilience::inline v0_2::detail {
 /// Whether a call its caller stopped ends with `cancelled_error` in place of `f` (see
 /// `call_edges::caller_stopped`): every failure but a cancellation already, and a `std::logic_error`: a
 /// setup mistake (a classifier for another result type) or a bug is reported as it is, stopped or not.
-inline bool stands_for_a_stop(const failure& f) noexcept {
-    if (f.code() != errc{})
-        return f.code() != errc::cancelled; // the library's own: no rethrow needed
-    if (!f.has_exception())
-        return true;
-    try {
-        f.rethrow();
-    } catch (const cancelled_error&) {
-        return false;
-    } catch (const std::logic_error&) {
-        return false;
-    } catch (...) {
-    }
-    return true;
-}
+RESILIENCE_DECL bool stands_for_a_stop(const failure& f) noexcept;
+
+/// What a call its caller stopped ends with in place of `f`: a `cancelled_error` from `name` when
+/// `f` stands for the stop, else nothing (the call keeps `f`). Not a template: made once, whatever the
+/// call's result type and policies.
+RESILIENCE_DECL std::optional<failure> stopped_call_failure(const failure& f, std::string_view name);
 
 /// The rules, for a call whose outcome is `Outcome` (`outcome<R>`).
 template <class Outcome>
@@ -49,13 +42,14 @@ struct call_edges {
             "resilience: a policy answered step::wait with nothing to go on in: a leave without resume or "
             "again, or an enter of a policy that declares enter_never_waits")));
     }
-    // The name a call's own `cancelled_error` carries: the outermost policy's.
+    // The name a call's own `cancelled_error` carries: the outermost policy's (valid to the end of the
+    // full expression that asks: some policies return their name by value).
     template <class S>
-    static std::string outermost_name(const S& stages) {
-        if constexpr (std::tuple_size_v<S> > 0 && requires { std::string{std::get<0>(stages).name()}; })
-            return std::string{std::get<0>(stages).name()};
+    static decltype(auto) outermost_name(const S& stages) {
+        if constexpr (std::tuple_size_v<S> > 0 && requires { std::string_view{std::get<0>(stages).name()}; })
+            return std::get<0>(stages).name();
         else
-            return {};
+            return std::string_view{};
     }
     /// A call its caller stopped ends with a value an attempt returned, or with `cancelled_error`:
     /// never with what a stopped attempt threw when asked to stop (an Asio `operation_aborted`, an
@@ -68,9 +62,10 @@ struct call_edges {
     template <class S>
     RESILIENCE_DETAIL_NOINLINE static void caller_stopped(const context& caller, Outcome& result,
                                                           const S& stages) {
-        if (!caller.stop_requested() || !stands_for_a_stop(result.error()))
+        if (!caller.stop_requested())
             return;
-        result = Outcome{failure::make(cancelled_error{outermost_name(stages)})};
+        if (std::optional<failure> stopped = stopped_call_failure(result.error(), outermost_name(stages)))
+            result = Outcome{std::move(*stopped)};
     }
 
     /// A call with nowhere to sleep (no event loop runs on this thread, and nothing that started
@@ -93,3 +88,7 @@ struct call_edges {
 };
 
 } // namespace resilience::detail
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "../impl/call_edges.ipp"
+#endif

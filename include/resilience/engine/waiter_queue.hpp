@@ -46,6 +46,7 @@
 /// say, and never take it.
 #pragma once
 
+#include "../detail/inlining.hpp"
 #include "../event_loop.hpp"
 #include "../stop_token.hpp"
 
@@ -360,11 +361,11 @@ public:
     /// resumed (its event loop was torn down): a still-queued node leaves the queue, so nobody
     /// wakes a dead frame. What was already granted to it goes back to an owner that takes grants
     /// back (`take_back_grant`); otherwise (a limiter's permit) it is spent, as the grant was.
-    ~queue_awaiter() { leave(); }
+    RESILIENCE_DETAIL_NOINLINE ~queue_awaiter() { leave(); }
 
     /// What the destructor does, done now (and not again): for an owner that must still hold its
     /// state while the waiter leaves its queue, and gives it up right after.
-    void leave() noexcept {
+    RESILIENCE_DETAIL_NOINLINE void leave() noexcept {
         // First: an awaiter that listed itself and then did not suspend (an owner's step threw in
         // `await_suspend`, or the head of a limiter left before it slept) is listed all the same.
         unlist();
@@ -387,7 +388,7 @@ public:
                 owner_.take_back_grant();
     }
 
-    bool await_ready() {
+    RESILIENCE_DETAIL_NOINLINE bool await_ready() {
         if (token_ && token_->stop_requested()) {
             node().state = waiter_state::stopped;
             return true;
@@ -397,7 +398,7 @@ public:
         return node().state != waiter_state::idle;
     }
 
-    bool await_suspend(std::coroutine_handle<> h) {
+    RESILIENCE_DETAIL_NOINLINE bool await_suspend(std::coroutine_handle<> h) {
         node().handle = h;
         node().loop = home_loop::current();
         // Registered before taking the mutex: a token stopped meanwhile runs the callback right
@@ -438,7 +439,7 @@ public:
             return *node_;
     }
 
-    waiter_state await_resume() noexcept {
+    RESILIENCE_DETAIL_NOINLINE waiter_state await_resume() noexcept {
         suspended_ = false;
         // Waits for a stop callback running on another thread, so it is done with the node.
         unlist();

@@ -12,6 +12,7 @@
 #include "../clock.hpp"
 #include "../context.hpp"
 #include "../detail/frame_allocator.hpp"
+#include "../detail/inlining.hpp"
 #include "../detail/shared_handle.hpp"
 #include "../detail/snapshot_cell.hpp"
 #include "../engine/default_clock.hpp"
@@ -176,7 +177,7 @@ public:
         using shared = limiter_shared<C, Meter, Options>;
 
     public:
-        wait_for_permit(const limiter_handle& l, const context& ctx)
+        RESILIENCE_DETAIL_NOINLINE wait_for_permit(const limiter_handle& l, const context& ctx)
             : pin_(l.held().pin()), queue_(l.held(), ctx.stop_token()) {
             queue_.node().rank = l.held().rank_of(ctx);
             add_hold(l.held(), true);
@@ -191,7 +192,7 @@ public:
         }
         wait_for_permit(const wait_for_permit&) = delete;
         wait_for_permit& operator=(const wait_for_permit&) = delete;
-        ~wait_for_permit() {
+        RESILIENCE_DETAIL_NOINLINE ~wait_for_permit() {
             shared& l = limiter();
             // Ended (or destroyed) at its turn, before or while the head's coroutine ran: the turn
             // passes on all the same. The coroutine goes first; its own guard may do it.
@@ -223,7 +224,7 @@ public:
         // Made by a caller that had stopped: decided at once, with `cancelled_error`.
         bool stopped_at_start() const noexcept { return phase_ == phase::decided && answer_ == step::done; }
         // `await_resume`, with a refusal or a stop put in `result`.
-        step resume(const context& ctx, std::optional<failure>& result) {
+        RESILIENCE_DETAIL_NOINLINE step resume(const context& ctx, std::optional<failure>& result) {
             waiter_state st;
             switch (phase_) {
             case phase::decided:

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: MIT
+// The definitions of engine/call_edges.hpp that do not depend on a user's type: included by the header
+// (header-only), or compiled once into resilience::compiled (detail/config.hpp).
+#pragma once
+
+#include "../engine/call_edges.hpp"
+
+namespace resilience::inline v0_2::detail {
+
+RESILIENCE_DECL bool stands_for_a_stop(const failure& f) noexcept {
+    if (f.code() != errc{})
+        return f.code() != errc::cancelled; // the library's own: no rethrow needed
+    if (!f.has_exception())
+        return true;
+    try {
+        f.rethrow();
+    } catch (const cancelled_error&) {
+        return false;
+    } catch (const std::logic_error&) {
+        return false;
+    } catch (...) {
+    }
+    return true;
+}
+
+RESILIENCE_DECL std::optional<failure> stopped_call_failure(const failure& f, std::string_view name) {
+    if (!stands_for_a_stop(f))
+        return std::nullopt;
+    return cancelled_failure(std::string{name});
+}
+
+} // namespace resilience::detail
