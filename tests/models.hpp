@@ -1183,6 +1183,37 @@ inline comparison check_sliding_window(chooser& pick) {
         [&](rs::testing::simulation& sim, const auto& p) { return run_limiter(sim, p, calls); });
 }
 
+// A bulkhead's scenario is also played through the ways its calls wait (bulkhead/state.hpp): on the
+// simulation's clock, whose timers run on the loop; the same with `adapt` pinned at the limit (min =
+// max), which must change nothing the model sees; and on a clock with no timers on the loop, whose
+// queue timeout a watchdog coroutine bounds (`wait_bounded`).
+enum class bulkhead_way { loop_clock, fixed_adapt, loopless_clock };
+
+inline bulkhead_way bulkhead_way_of(chooser& pick) {
+    return static_cast<bulkhead_way>(pick.between(0, 2));
+}
+inline const char* bulkhead_way_name(bulkhead_way w) {
+    switch (w) {
+    case bulkhead_way::loop_clock:
+        return "loop_clock";
+    case bulkhead_way::fixed_adapt:
+        return "fixed_adapt";
+    case bulkhead_way::loopless_clock:
+        return "loopless_clock";
+    }
+    return "?";
+}
+
+// The simulation's clock without its loop's timers: sleeps go through `sleep_until` alone.
+struct loopless_clock {
+    rs::testing::virtual_clock inner;
+    using duration = rs::testing::virtual_clock::duration;
+    using time_point = rs::testing::virtual_clock::time_point;
+    time_point now() const { return inner.now(); }
+    auto sleep_until(time_point tp, rs::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
+};
+static_assert(rs::clock<loopless_clock> && !rs::detail::loop_timer_clock<loopless_clock>);
+
 inline comparison check_bulkhead(chooser& pick) {
     const auto slots = static_cast<std::size_t>(pick.between(1, 4));
     const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
@@ -1200,23 +1231,40 @@ inline comparison check_bulkhead(chooser& pick) {
     }
 
     const route r = route_of(pick);
+    const bulkhead_way way = bulkhead_way_of(pick);
 
     std::ostringstream setup;
     setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
-          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none");
+          << " queue_timeout=" << (queue_timeout ? std::to_string(*queue_timeout) + "ns" : "none")
+          << " way=" << bulkhead_way_name(way);
+    const auto options = [&](rs::telemetry_listener listener) {
+        rs::bulkhead_options o{.max_concurrent_calls = slots,
+                               .queue_limit = queue_limit,
+                               .queue_timeout = as_duration(queue_timeout),
+                               .telemetry = std::move(listener)};
+        if (way == bulkhead_way::fixed_adapt)
+            o.adapt = rs::aimd{.min = slots, .max = slots};
+        return o;
+    };
+    const auto model = [&](std::vector<event>* heard) {
+        return model_bulkhead(slots, queue_limit, queue_timeout, calls, heard);
+    };
+    const auto play = [&](rs::testing::simulation& sim, const auto& p) {
+        return run_bulkhead(sim, p, calls);
+    };
+    if (way == bulkhead_way::loopless_clock)
+        return compare_routed<int>(
+            setup.str(), r, model,
+            [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+                return rs::bulkhead{options(std::move(listener)), loopless_clock{sim.clock()}};
+            },
+            play);
     return compare_routed<int>(
-        setup.str(), r,
-        [&](std::vector<event>* heard) {
-            return model_bulkhead(slots, queue_limit, queue_timeout, calls, heard);
-        },
+        setup.str(), r, model,
         [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
-            return rs::bulkhead{{.max_concurrent_calls = slots,
-                                 .queue_limit = queue_limit,
-                                 .queue_timeout = as_duration(queue_timeout),
-                                 .telemetry = std::move(listener)},
-                                sim.clock()};
+            return rs::bulkhead{options(std::move(listener)), sim.clock()};
         },
-        [&](rs::testing::simulation& sim, const auto& p) { return run_bulkhead(sim, p, calls); });
+        play);
 }
 
 // Reconfigurations of the limiters and the bulkhead: between one and three, at instants of their own
@@ -1406,6 +1454,7 @@ inline comparison check_bulkhead_reconfigured(chooser& pick) {
     std::vector<std::pair<ns, setting>> changes;
     for (const ns at : change_instants(pick, t + 400'000))
         changes.emplace_back(at, draw());
+    const bool loopless = pick.coin(33); // on a clock without loop timers (`bulkhead_way`)
 
     std::ostringstream setup;
     const auto describe = [&setup](const setting& s) {
@@ -1417,6 +1466,8 @@ inline comparison check_bulkhead_reconfigured(chooser& pick) {
         setup << "; at " << at << "ns ";
         describe(s);
     }
+    if (loopless)
+        setup << "; loopless clock";
     rs::telemetry_listener listener_kept;
     const auto options_of = [&listener_kept](const setting& s) {
         return rs::bulkhead_options{.max_concurrent_calls = s.slots,
@@ -1424,27 +1475,35 @@ inline comparison check_bulkhead_reconfigured(chooser& pick) {
                                     .queue_timeout = as_duration(s.queue_timeout),
                                     .telemetry = listener_kept};
     };
+    const auto model = [&](std::vector<event>* heard) {
+        std::vector<bulkhead_change> model_changes;
+        for (const auto& [at, s] : changes)
+            model_changes.push_back({at, s.slots, s.queue_limit, s.queue_timeout});
+        return model_bulkhead(first.slots, first.queue_limit, first.queue_timeout, calls, heard,
+                              model_changes);
+    };
+    // `handle`: the bulkhead, kept to be reconfigured; `clock_of(sim)`: its clock.
+    const auto compare_on = [&](auto& handle, auto clock_of) {
+        return compare_routed<int>(
+            setup.str(), r, model,
+            [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
+                listener_kept = std::move(listener);
+                handle.emplace(options_of(first), clock_of(sim));
+                return *handle;
+            },
+            [&](rs::testing::simulation& sim, const auto& p) {
+                std::vector<timed_action> acts;
+                for (const auto& [at, s] : changes)
+                    acts.push_back({at, [&, o = options_of(s)] { handle->reconfigure(o); }});
+                return run_bulkhead(sim, p, calls, acts);
+            });
+    };
+    if (loopless) {
+        std::optional<rs::bulkhead<loopless_clock>> handle;
+        return compare_on(handle, [](rs::testing::simulation& sim) { return loopless_clock{sim.clock()}; });
+    }
     std::optional<rs::bulkhead<rs::testing::virtual_clock>> handle;
-    return compare_routed<int>(
-        setup.str(), r,
-        [&](std::vector<event>* heard) {
-            std::vector<bulkhead_change> model_changes;
-            for (const auto& [at, s] : changes)
-                model_changes.push_back({at, s.slots, s.queue_limit, s.queue_timeout});
-            return model_bulkhead(first.slots, first.queue_limit, first.queue_timeout, calls, heard,
-                                  model_changes);
-        },
-        [&](rs::testing::simulation& sim, rs::telemetry_listener listener) {
-            listener_kept = std::move(listener);
-            handle.emplace(options_of(first), sim.clock());
-            return *handle;
-        },
-        [&](rs::testing::simulation& sim, const auto& p) {
-            std::vector<timed_action> acts;
-            for (const auto& [at, s] : changes)
-                acts.push_back({at, [&, o = options_of(s)] { handle->reconfigure(o); }});
-            return run_bulkhead(sim, p, calls, acts);
-        });
+    return compare_on(handle, [](rs::testing::simulation& sim) { return sim.clock(); });
 }
 
 inline comparison check_breaker(chooser& pick) {

@@ -86,7 +86,8 @@
 ///    it in a block from the frame cache, only for a call that waits, with room after it for a call
 ///    it asks for more (`extra_bytes`, engine/protocol.hpp: a bulkhead's queue timeout or listener).
 ///    A policy whose `waits_in_frame` says true for every call may declare `static constexpr bool
-///    always_waits_in_frame = true;`, and a pipeline then never compiles its `run`.
+///    always_waits_in_frame = true;`: a pipeline then never compiles its `run`, and it needs none
+///    of its own (`policy_base`'s, a pipeline of one, serves a caller outside a pipeline).
 ///
 /// A call through `pipeline{p1, p2, ..., pn}` (nested pipelines flattened) runs in one frame:
 /// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. A policy that waits
@@ -192,11 +193,12 @@ public:
     }
 
     /// The suspending form of the protocol, made from the fast one: runs `next` (the rest of a
-    /// pipeline) once under this policy. A policy whose `enter` may answer `step::wait` defines
-    /// its own `run`, which hides this one; one whose `enter` never does says so
-    /// (`static constexpr bool enter_never_waits = true;`). A policy that does neither does not
-    /// compile: this `run` enters the policy again, so an `enter` answering `step::wait` would
-    /// call it again, without end.
+    /// pipeline) once under this policy, as a pipeline of one. A policy whose `enter` may answer
+    /// `step::wait` either waits in that pipeline's frame (`always_waits_in_frame`: a bulkhead, a
+    /// rate limiter) or defines its own `run`, which hides this one; one whose `enter` never does
+    /// says so (`static constexpr bool enter_never_waits = true;`). A policy that does none of these
+    /// does not compile: this `run` would hand the wait back to the policy's `run`, itself, without
+    /// end.
     template <class Next>
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         // `&Derived::run<Next>` names this very member (a pointer to a member of policy_base) when
@@ -206,7 +208,8 @@ public:
                                     decltype(&policy_base::template run<Next>)>;
         };
         static_assert(
-            !(inherited && detail::fast_policy<Derived> && detail::enter_may_wait<Derived>),
+            !(inherited && detail::fast_policy<Derived> && detail::enter_may_wait<Derived> &&
+              !detail::always_waits_in_frame<Derived>),
             "resilience: a policy whose enter may answer step::wait needs a run(next, ctx) of its own, "
             "which the pipeline calls to handle the call when enter waits (policy_base's run would "
             "enter the policy again, without end). Define template <class Next> "

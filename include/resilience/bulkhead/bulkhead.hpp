@@ -16,6 +16,7 @@
 #include "../context.hpp"
 #include "../detail/config.hpp"
 #include "../detail/frame_allocator.hpp"
+#include "../detail/inlining.hpp"
 #include "../detail/shared_handle.hpp"
 #include "../detail/time.hpp"
 #include "../engine/default_clock.hpp"
@@ -230,22 +231,19 @@ public:
         return step::proceed;
     }
 
-    /// Whether a call that found no free slot waits for one in the pipeline's frame (`frame_wait`):
-    /// a bulkhead without `adapt` does, and with a `queue_timeout` when its clock arms timers on
-    /// the loop the call runs on (`steady_clock`, a simulation's clock); the others wait in `run`.
-    /// Decided by what any configuration so far had (`adapt`, a `queue_timeout`), so that it holds
-    /// for the block the call loaded in `enter`, whatever a reconfiguration published since.
-    bool waits_in_frame(const context&) const noexcept {
-        const state& s = this->held();
-        const unsigned char m = s.modes.load(std::memory_order_relaxed);
-        return (m & state::ever_adaptive) == 0 &&
-               ((m & state::ever_timed) == 0 || detail::timer_loop_here(s.clock));
-    }
-    /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it, or
-    /// `step::done` with the refusal (`bulkhead_rejected_error`) or the stop (`cancelled_error`)
-    /// in `result`. With a `queue_timeout` a timer on the loop withdraws the call at its deadline,
-    /// and with a telemetry listener the wait is timed: both are kept in room the pipeline makes
-    /// after it (`extra_bytes`), only then. It keeps no reference to the call: what it needs of it
+    /// Every call that finds no free slot waits for one in the pipeline's frame (`frame_wait`), with
+    /// or without `adapt`, whatever its clock; a bulkhead used alone or through an `any_policy` runs
+    /// the same way (`policy_base::run`: a pipeline of one).
+    static constexpr bool always_waits_in_frame = true;
+    bool waits_in_frame(const context&) const noexcept { return true; }
+    /// Queues for a slot in the pipeline's frame; yields `step::proceed` holding it (with `adapt`, its
+    /// ticket taken), or `step::done` with the refusal (`bulkhead_rejected_error`) or the stop
+    /// (`cancelled_error`) in `result`. With a `queue_timeout` the wait is bounded at its deadline:
+    /// by a timer on the loop the call runs on when the clock's timers are that loop's
+    /// (`steady_clock`, a simulation's clock), else by the state's `wait_bounded`, a watchdog
+    /// sleeping on the clock beside the queue wait (a coroutine this awaiter owns). With a telemetry
+    /// listener the wait is timed. The timer and the time are kept in room the pipeline makes after
+    /// the awaiter (`extra_bytes`), only then. It keeps no reference to the call: what it needs of it
     /// is decided when it is made (the queue's first answer, the timer) or given to
     /// `await_resume`. Not movable: the queue's node is inside it. Holds the bulkhead while it
     /// lives (taken at construction, given back at the end of its destructor: no member of its
@@ -253,11 +251,16 @@ public:
     // The waiting form's awaiter, whatever the result type: `frame_wait<R>` adds only the result's
     // type to its protocol, so that what it does is compiled once per bulkhead type.
     class wait_in_queue {
+        using watched_wait = task<detail::waiter_state>;
         // What only some waits need, in the room after the awaiter: the timer of a queue timeout and
-        // the loop it is armed on, and for a listener the time the call found no slot.
+        // the loop it is armed on, or the watched wait that bounds it instead (`wait_bounded`: made
+        // in `watched` and destroyed by the awaiter), and for a listener the time the call found no
+        // slot.
         struct extras : detail::timer_node { // the timer itself: its `fire` finds the awaiter
             event_loop* loop = nullptr;      // null: no timer armed
             typename C::time_point queued_at{};
+            bool watching = false; // `watched` holds a `watched_wait`
+            alignas(watched_wait) unsigned char watched[sizeof(watched_wait)];
         };
         static_assert(std::is_trivially_destructible_v<extras>, "left in the room without a destructor");
 
@@ -269,9 +272,11 @@ public:
         }
         std::size_t extra_bytes() const noexcept { return queue_.spare ? sizeof(extras) : 0; }
 
-        /// Asks the queue at once; a call that must wait arms its queue timeout's timer. `room`: the
-        /// room `extra_bytes` asked for, at `kit::room_after(this)` (the pipeline's block), or null.
-        wait_in_queue(const bulkhead& b, call_state& c, const context& ctx, void* room)
+        /// Asks the queue at once; a call that must wait bounds its wait by its queue timeout.
+        /// `room`: the room `extra_bytes` asked for, at `kit::room_after(this)` (the pipeline's
+        /// block), or null.
+        RESILIENCE_DETAIL_NOINLINE wait_in_queue(const bulkhead& b, call_state& c, const context& ctx,
+                                                 void* room)
             : queue_(b.held(), ctx.stop_token()) {
             state& s = b.held();
             if ((room != nullptr) != (extra_bytes(b, c, ctx) != 0) || (room && room != kit::room_after(this)))
@@ -285,9 +290,14 @@ public:
             try {
                 const bulkhead_options& o = c.cfg->options;
                 if (queue_.spare && kit::listener_for(o.telemetry, ctx))
-                    extra().queued_at = s.clock.now(); // as `run`: from the moment the call found no slot
-                if (!queue_.await_ready() && o.queue_timeout)
-                    arm(*o.queue_timeout); // only a call that must wait pays for the timer
+                    extra().queued_at = s.clock.now(); // from the moment the call found no slot
+                // Only a call that must wait pays for what bounds the wait.
+                if (!queue_.await_ready() && o.queue_timeout) {
+                    if (detail::timer_loop_here(s.clock))
+                        arm(*o.queue_timeout);
+                    else
+                        watch(s.wait_bounded(queue_.node(), ctx.stop_token(), *o.queue_timeout));
+                }
             } catch (...) {
                 queue_.leave();
                 detail::drop_hold(s, true);
@@ -296,22 +306,45 @@ public:
         }
         wait_in_queue(const wait_in_queue&) = delete;
         wait_in_queue& operator=(const wait_in_queue&) = delete;
-        ~wait_in_queue() {
+        RESILIENCE_DETAIL_NOINLINE ~wait_in_queue() {
             state& s = owner();
+            unwatch(); // a watched wait never resumed: its frame leaves the queue
             disarm();
             queue_.leave(); // what its destructor would do, while the bulkhead is still held
             detail::drop_hold(s, true);
         }
 
         bool await_ready() noexcept { return queue_.node().state != detail::waiter_state::idle; }
-        bool await_suspend(std::coroutine_handle<> h) { return queue_.await_suspend(h); }
-        // How the wait ended: `step::done` with the refusal or the stop in `refusal`.
-        step resume(call_state& c, const context& ctx, std::optional<failure>& refusal) {
+        detail::start_result await_suspend(std::coroutine_handle<> h) {
+            if (watched_wait* w = watched())
+                return std::move(*w).operator co_await().await_suspend(h);
+            return detail::suspend_unless_done(queue_.await_suspend(h), h);
+        }
+        // How the wait ended: `step::proceed` holding the slot (with `adapt`, its ticket taken), or
+        // `step::done` with the refusal or the stop in `refusal`.
+        RESILIENCE_DETAIL_NOINLINE step resume(call_state& c, const context& ctx,
+                                               std::optional<failure>& refusal) {
             disarm();
+            detail::waiter_state admitted;
+            if (watched_wait* w = watched()) {
+                try {
+                    admitted = std::move(*w).operator co_await().await_resume();
+                } catch (...) { // the clock could not sleep here; the wait kept no slot
+                    unwatch();
+                    refusal.emplace(failure::current());
+                    return step::done;
+                }
+                unwatch();
+            } else {
+                admitted = queue_.await_resume();
+            }
             const detail::listener_ref listener =
                 queue_.spare ? kit::listener_for(c.cfg->options.telemetry, ctx) : nullptr;
-            return settle(owner(), *c.cfg, ctx, queue_.await_resume(), listener,
-                          listener ? &extra().queued_at : nullptr, c, refusal);
+            const step s = settle(owner(), *c.cfg, ctx, admitted, listener,
+                                  listener ? &extra().queued_at : nullptr, c, refusal);
+            if (s == step::proceed && c.cfg->adaptive && !admit(c, ctx, refusal))
+                return step::done;
+            return s;
         }
 
     private:
@@ -319,7 +352,7 @@ public:
         extras& extra() noexcept { return *std::launder(static_cast<extras*>(kit::room_after(this))); }
 
         // The deadline: the clock's time now plus the queue timeout, on the loop the call runs
-        // on (checked by `waits_in_frame`), where the timer fires and the call resumes.
+        // on (`timer_loop_here`), where the timer fires and the call resumes.
         void arm(std::chrono::nanoseconds timeout) {
             state& s = owner();
             const auto deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -334,6 +367,23 @@ public:
             detail::loop_access::add_timer(*here, &x);
             x.loop = here;
         }
+        // The wait bounded by `wait_bounded`, kept in the room (which a queue timeout always has).
+        void watch(watched_wait w) noexcept {
+            extras& x = extra();
+            ::new (static_cast<void*>(x.watched)) watched_wait(std::move(w));
+            x.watching = true;
+        }
+        watched_wait* watched() noexcept {
+            if (!queue_.spare || !extra().watching)
+                return nullptr;
+            return std::launder(reinterpret_cast<watched_wait*>(extra().watched));
+        }
+        void unwatch() noexcept {
+            if (watched_wait* w = watched()) {
+                std::destroy_at(w);
+                extra().watching = false;
+            }
+        }
         // On the timer's loop: the call resumes there, and its frame is destroyed there.
         void disarm() noexcept {
             if (queue_.spare) {
@@ -343,7 +393,9 @@ public:
             }
         }
 
-        detail::queue_awaiter<bulkhead::state, true> queue_; // with its node; `spare`: room for `extras`
+        // With its node; `spare`: room for `extras`. A watched wait (`wait_bounded`) waits with
+        // this node, and `queue_` itself then never enters the queue.
+        detail::queue_awaiter<bulkhead::state, true> queue_;
     };
 
 public:
@@ -363,58 +415,6 @@ public:
             return kit::settled(this->resume(c, ctx, refusal), refusal, result);
         }
     };
-
-    /// The waiting form: queues for a slot, then runs `next` holding it.
-    template <class Next>
-    task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
-        using detail::waiter_state;
-        using value_type = detail::next_value_t<Next>;
-        const stop_token& token = ctx.stop_token();
-        state& s = this->held();
-        detail::pinned<config> pin = s.pin();
-        const config& cfg = *pin; // the call's options, to its end (`held` keeps them, below)
-        if (token.stop_requested() || (cfg.adaptive && !cfg.should_handle->template accepts<value_type>()))
-            co_return detail::refused_before_admission(cfg.should_handle, typeid(value_type), "bulkhead",
-                                                       cfg.options.name);
-        detail::state_hold<state> waiting; // taken by a call that waits: first, given back last
-        detail::waiter node;
-        node.rank = cfg.rank_of(ctx);
-        call_state held; // the slot: given back by `leave`, or by its destructor if the call ends first
-        held.cfg = pin.release();
-        if (cfg.priority.enabled() ? s.try_acquire_as(cfg.priority, ctx) : s.try_acquire()) {
-            held.held = &s;
-        } else {
-            waiting.take(s);
-            const detail::listener_ref listener = kit::listener_for(cfg.options.telemetry, ctx);
-            std::optional<typename C::time_point> queued_at; // for a listener, when the call found no slot
-            if (listener)
-                queued_at = s.clock.now();
-            waiter_state admitted;
-            if (!cfg.options.queue_timeout) {
-                admitted = co_await detail::queue_awaiter<state>{s, node, token};
-            } else {
-                // Decided under the lock first: only a call that must wait pays for the timer that
-                // bounds the wait.
-                {
-                    std::lock_guard lock(s.mutex);
-                    admitted = s.decide_locked(node);
-                }
-                if (admitted == waiter_state::idle)
-                    admitted = co_await s.wait_bounded(node, token, *cfg.options.queue_timeout);
-            }
-            if (std::optional<failure> refusal;
-                settle(s, cfg, ctx, admitted, listener, queued_at ? &*queued_at : nullptr, held, refusal) ==
-                step::done)
-                co_return std::move(*refusal);
-        }
-        if (token.stop_requested())
-            co_return failure::make(cancelled_error{cfg.options.name});
-        if (std::optional<failure> refusal; cfg.adaptive && !admit(held, ctx, refusal))
-            co_return std::move(*refusal);
-        detail::next_outcome_t<Next> result = co_await next(ctx);
-        leave(held, ctx, result);
-        co_return result;
-    }
 
 private:
     // `leave` for a call that pinned its options: records its sample (with `adapt`), gives the slot
@@ -454,7 +454,7 @@ private:
 
     // Takes the ticket of a call that has just taken its slot. A clock that throws gives the slot
     // back and makes its exception the call's result (false).
-    bool admit(call_state& c, const context& ctx, std::optional<failure>& result) const {
+    static bool admit(call_state& c, const context& ctx, std::optional<failure>& result) {
         state& s = *c.held;
         try {
             c.ticket = s.admitted(*c.cfg, [&] { return kit::call_now(s.clock, ctx); });

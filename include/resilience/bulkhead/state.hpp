@@ -6,7 +6,7 @@
 ///
 /// Locking: `bulkhead_state::mutex` guards `queue` (and its waiters' links and states, see
 /// engine/waiter_queue.hpp), `algorithm`, `displaced_` and the replacement of `cell`'s block (read
-/// as `cell.locked()` under it). It is the only lock that writes `limit`, `epoch`, `plain`, `modes`
+/// as `cell.locked()` under it). It is the only lock that writes `limit`, `epoch`, `plain`
 /// and `sample_word`, and that raises or lowers the `waiting` bit of `word`: those are atomics, read
 /// without it by the calls' fast paths (and the slot count below the bits changes by atomic steps
 /// without it while `waiting` is clear), as each says where it is declared. A function whose name
@@ -19,20 +19,18 @@
 ///
 /// How a call gets a slot. It first tries `try_acquire` (in `bulkhead::enter`): with a slot free
 /// and nobody queued, one compare-and-swap, no lock, no allocation, no wait. A call that finds no
-/// slot waits in one of three ways, each kept for what the others would cost or could not do:
-/// 1. `bulkhead::frame_wait`, in the pipeline's own frame: the queue's node and, for a
-///    `queue_timeout` or a telemetry listener, room after it in the same block with a timer armed
-///    on the loop the call runs on. No coroutine frame of its own. It serves a fixed limit (no `adapt`)
-///    with no `queue_timeout`, or with one on a clock whose timers run on the caller's loop
-///    (`timer_loop_here`: `steady_clock`, a simulation's clock).
-/// 2. `bulkhead::run` with a plain queue wait (`queue_awaiter`), in a frame of its own: the
-///    policy's waiting form, which the protocol requires for every call `frame_wait` does not
-///    serve (a call with `adapt`, whose admission after the wait also takes its ticket, see
-///    `admitted`) and which a caller outside a pipeline's driver (an `any_policy`) runs whole.
-/// 3. `bulkhead::run` with `wait_bounded`: a `queue_timeout` on a clock whose timers do not run on
-///    the caller's loop can only bound the wait with the clock's `sleep_until`, so a watchdog
-///    coroutine sleeps beside the queue wait and withdraws the waiter at the deadline.
-/// All three end in `bulkhead::settle`, which holds the one set of rules for what a wait yields: the
+/// slot waits in `bulkhead::frame_wait`, in the frame of the pipeline it runs in (a bulkhead used
+/// alone is a pipeline of one): the queue's node and, for a `queue_timeout` or a telemetry
+/// listener, room after it in the same block. No coroutine frame of its own, but for one case. A
+/// `queue_timeout` bounds the wait in one of two ways:
+/// 1. a timer armed on the loop the call runs on, when the clock's timers run on it
+///    (`timer_loop_here`: `steady_clock`, a simulation's clock);
+/// 2. `wait_bounded`, otherwise: a clock whose timers do not run on the caller's loop can only bound
+///    the wait with its `sleep_until`, so a watchdog coroutine sleeps beside the queue wait and
+///    withdraws the waiter at the deadline (the awaiter owns the coroutine).
+/// With `adapt`, a call admitted after waiting then takes its ticket (`admitted`), as one that
+/// found a free slot does in `enter`.
+/// Every wait ends in `bulkhead::settle`, which holds the one set of rules for what a wait yields: the
 /// slot, a stop (`cancelled_error`) or a refusal (`bulkhead_rejected_error`, told to `on_rejected`
 /// and the telemetry listener).
 #pragma once
@@ -145,7 +143,6 @@ struct bulkhead_state : shared_state {
         : limit(o.max_concurrent_calls), clock(std::move(c)), algorithm(o.adapt, o.max_concurrent_calls),
           cell(std::make_unique<config>(std::move(o))) {
         const config& first = *cell.locked();
-        modes.store(modes_of(first), std::memory_order_relaxed);
         plain.store(!first.long_entry, std::memory_order_relaxed);
         sample_word.store(first.sample_word(), std::memory_order_relaxed);
     }
@@ -176,11 +173,6 @@ struct bulkhead_state : shared_state {
         std::uint64_t epoch() const noexcept { return word & ~timed_bit; }
     };
 
-    /// The bits of `modes`, raised by the first block that needs them and never lowered: what
-    /// `bulkhead::waits_in_frame` decides by, for a call whose block was loaded before it asks.
-    static constexpr unsigned char ever_adaptive = 1; // some block had `adapt`
-    static constexpr unsigned char ever_timed = 2;    // some block had a `queue_timeout`
-
     // First: on the cache line of the state's count of holds (see `shared_state`).
     // The slot word: the slot count changes without the lock while `waiting` is clear; `waiting`
     // is raised and lowered under `mutex` only. Read without the lock by the fast paths.
@@ -191,8 +183,6 @@ struct bulkhead_state : shared_state {
     /// needs nothing of it (see `bulkhead::enter`). Stored under `mutex` with the block; read
     /// without it.
     std::atomic<bool> plain{true};
-    // Raised under `mutex`, before the block that needs them is published; read without it.
-    std::atomic<unsigned char> modes{0};
     C clock;
     limit_algorithm algorithm; // guarded by `mutex`
     mutable std::mutex mutex;
@@ -204,10 +194,6 @@ struct bulkhead_state : shared_state {
     // The block in force's `sample_word()`: stored under `mutex`, read without it by a call's end.
     std::atomic<std::uint64_t> sample_word{0};
 
-    static unsigned char modes_of(const config& c) noexcept {
-        return static_cast<unsigned char>((c.adaptive ? ever_adaptive : 0) |
-                                          (c.options.queue_timeout ? ever_timed : 0));
-    }
     /// Pins the block in force now, for a call starting.
     pinned<config> pin() noexcept { return cell.pin(); }
     /// A copy of the options in force.
@@ -224,7 +210,7 @@ struct bulkhead_state : shared_state {
     }
 
     /// Takes a slot if one is free and nobody waits, without waiting or locking. False: the
-    /// caller must take the waiting path (as `bulkhead::run` does), which decides again under
+    /// caller must take the waiting path (`bulkhead::frame_wait`), which decides again under
     /// the mutex. A slot taken is given back with `release` (or `finish`).
     [[nodiscard]] bool try_acquire() noexcept {
         std::uint64_t seen = word.load(std::memory_order_relaxed);
@@ -451,9 +437,6 @@ struct bulkhead_state : shared_state {
         waiter* woken = nullptr;
         {
             std::lock_guard lock(mutex);
-            // Raised before the block can be pinned (a bit raised for nothing only makes
-            // `waits_in_frame` take the longer way).
-            modes.fetch_or(modes_of(c), std::memory_order_relaxed);
             cell.replace(std::move(next)); // the only step that can throw: before any other change
             algorithm.reconfigure(c.options.adapt, c.options.max_concurrent_calls);
             plain.store(!c.long_entry, std::memory_order_release);
