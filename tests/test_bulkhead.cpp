@@ -809,48 +809,13 @@ TEST_CASE("bulkhead: copies are equal and hash alike, other bulkheads do not", "
     static_assert(noexcept(a.in_flight()));
 }
 
-TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down before it resumes comes back",
-          "[bulkhead]") {
-    const bool bounded = GENERATE(false, true); // with a queue timeout a timer bounds the wait
-    auto waiter_loop = std::make_unique<rs::testing::simulation>();
-    // The queue timeout's timer is armed on the waiter's loop, so on that loop's clock.
-    rs::bulkhead shared{{.max_concurrent_calls = 1,
-                         .queue_limit = 4,
-                         .queue_timeout = bounded ? std::optional<nanoseconds>{1h} : std::nullopt},
-                        waiter_loop->clock()};
-    std::coroutine_handle<> parked{};
-    struct park {
-        std::coroutine_handle<>* where;
-        bool await_ready() const noexcept { return false; }
-        void await_suspend(std::coroutine_handle<> h) const noexcept { *where = h; }
-        int await_resume() const noexcept { return 0; }
-    };
-    auto holds = [&parked]() -> rs::task<int> { co_return co_await park{&parked}; };
-    auto quick = []() -> rs::task<int> { co_return 1; };
-    rs::testing::simulation holder_loop;
-    holder_loop.spawn(shared.execute(holds)); // takes the only slot
-    holder_loop.run_for(1ms);
-    waiter_loop->spawn(shared.execute(quick)); // queues on the other loop
-    waiter_loop->run_for(1ms);
-    REQUIRE(shared.queued() == 1);
-    std::exchange(parked, {}).resume(); // the holder's action ends...
-    holder_loop.run_for(1ms);           // ...and its slot is handed to the waiter, posted to its loop
-    CHECK(shared.queued() == 0);
-    CHECK(shared.in_flight() == 1);
-    waiter_loop.reset(); // torn down before the waiter resumed
-    CHECK(shared.in_flight() == 0);
-    rs::testing::simulation again;
-    CHECK(again.run(shared.execute(quick)) == 1);
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // on_rejected: told of each refusal, before it is returned.
 
 namespace {
 
 // steady time from a simulation without its loop timers: a bulkhead's queue_timeout on it is
-// bounded by a watchdog that sleeps beside the queued call (the wait of bulkhead/state.hpp's
-// third way).
+// bounded by a watchdog that sleeps beside the queued call (`wait_bounded`, bulkhead/state.hpp).
 struct loopless_vclock {
     vclock inner;
     using duration = vclock::duration;
@@ -885,16 +850,17 @@ rs::task<void> arrive_and_hold(rs::testing::simulation& sim, const B& bh, ending
     ended[id] = {sim.now(), how == "failure" ? r.error().what() : how};
 }
 
-// The three ways a bulkhead makes a call wait (see bulkhead/state.hpp), each given the same
-// options but `adapt` and the clock: in the pipeline's frame, in `run` (`adapt`), and in `run` with a
-// watchdog (a clock without loop timers).
-enum class wait_way { frame, run, watchdog };
+// The three kinds of wait a bulkhead's call may make in the pipeline's frame (see bulkhead/state.hpp),
+// each given the same options but `adapt` and the clock: plain, with `adapt` (its ticket taken once
+// admitted), and with a watchdog bounding the queue timeout (a clock without loop timers). Until 0.2
+// the last two waited in a coroutine of the bulkhead's own (`run`).
+enum class wait_way { frame, adapt, watchdog };
 
 template <class F>
 void for_each_wait_way(rs::testing::simulation& sim, rs::bulkhead_options o, F&& scenario) {
-    const wait_way way = GENERATE(wait_way::frame, wait_way::run, wait_way::watchdog);
+    const wait_way way = GENERATE(wait_way::frame, wait_way::adapt, wait_way::watchdog);
     CAPTURE(static_cast<int>(way));
-    if (way == wait_way::run)
+    if (way == wait_way::adapt)
         o.adapt = rs::aimd{.min = o.max_concurrent_calls, .max = o.max_concurrent_calls};
     if (way == wait_way::watchdog)
         scenario(rs::bulkhead{std::move(o), loopless_vclock{sim.clock()}});
@@ -915,6 +881,49 @@ rs::bulkhead_options telling(told_log& log, rs::testing::simulation& sim, std::s
 }
 
 } // namespace
+
+TEST_CASE("bulkhead: a slot handed to a waiter whose event loop is torn down before it resumes comes back",
+          "[bulkhead]") {
+    // Unbounded; bounded by a timer on the waiter's loop; or bounded by a watchdog beside the wait (a
+    // clock without loop timers), whose queue wait is the one the slot is handed to.
+    const int way = GENERATE(0, 1, 2);
+    CAPTURE(way);
+    auto waiter_loop = std::make_unique<rs::testing::simulation>();
+    const rs::bulkhead_options o{.max_concurrent_calls = 1,
+                                 .queue_limit = 4,
+                                 .queue_timeout = way > 0 ? std::optional<nanoseconds>{1h} : std::nullopt};
+    std::coroutine_handle<> parked{};
+    struct park {
+        std::coroutine_handle<>* where;
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<> h) const noexcept { *where = h; }
+        int await_resume() const noexcept { return 0; }
+    };
+    auto holds = [&parked]() -> rs::task<int> { co_return co_await park{&parked}; };
+    auto quick = []() -> rs::task<int> { co_return 1; };
+    const auto scenario = [&](const auto& shared) {
+        rs::testing::simulation holder_loop;
+        holder_loop.spawn(shared.execute(holds)); // takes the only slot
+        holder_loop.run_for(1ms);
+        waiter_loop->spawn(shared.execute(quick)); // queues on the other loop
+        waiter_loop->run_for(1ms);
+        REQUIRE(shared.queued() == 1);
+        std::exchange(parked, {}).resume(); // the holder's action ends...
+        holder_loop.run_for(1ms);           // ...and its slot is handed to the waiter, posted to its loop
+        CHECK(shared.queued() == 0);
+        CHECK(shared.in_flight() == 1);
+        waiter_loop.reset(); // torn down before the waiter resumed: the slot comes back, once
+        CHECK(shared.in_flight() == 0);
+        rs::testing::simulation again;
+        CHECK(again.run(shared.execute(quick)) == 1);
+        CHECK(shared.in_flight() == 0);
+    };
+    // The queue timeout's timer is armed on the waiter's loop, so on that loop's clock.
+    if (way == 2)
+        scenario(rs::bulkhead{o, loopless_vclock{waiter_loop->clock()}});
+    else
+        scenario(rs::bulkhead{o, waiter_loop->clock()});
+}
 
 TEST_CASE("bulkhead: on_rejected is told once per refusal with its reason, and never for a call admitted",
           "[bulkhead]") {

@@ -5,9 +5,10 @@
 /// manages (`adapt`). Its options are in bulkhead/options.hpp, its refusal in bulkhead/errors.hpp;
 /// the slots, the queue and the ways a call waits are in bulkhead/state.hpp.
 ///
-/// Locking: no mutex of its own. `queued()` (which reads the queue) and `run` (which decides with
-/// `decide_locked` before a bounded wait) take the state's `mutex` themselves, for that step only;
-/// the rest of a call goes through `bulkhead_state`, which locks for itself (bulkhead/state.hpp).
+/// Locking: no mutex of its own. `queued()` (which reads the queue) and a watched wait's abandonment
+/// (`wait_in_queue::abandon_watch`, which reads its node) take the state's `mutex` themselves, for that
+/// step only; the rest of a call goes through `bulkhead_state`, which locks for itself
+/// (bulkhead/state.hpp).
 #pragma once
 
 #include "../classifier.hpp"
@@ -206,8 +207,8 @@ public:
         }
     };
 
-    /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait` or in
-    /// `run` (see `waits_in_frame`, and bulkhead/state.hpp for why there are both).
+    /// A free slot with nobody queued is taken at once; anything else waits in `frame_wait` (see
+    /// bulkhead/state.hpp).
     /// The call's options are the block in force now, kept to its end; a call under options with
     /// neither `adapt` nor `priorities` that takes a free slot needs none of them and pins none.
     template <class R>
@@ -253,16 +254,21 @@ public:
     class wait_in_queue {
         using watched_wait = task<detail::waiter_state>;
         // What only some waits need, in the room after the awaiter: the timer of a queue timeout and
-        // the loop it is armed on, or the watched wait that bounds it instead (`wait_bounded`: made
-        // in `watched` and destroyed by the awaiter), and for a listener the time the call found no
-        // slot.
+        // the loop it is armed on, or in the loop's place the watched wait that bounds it instead
+        // (`wait_bounded`: made in `watched` and destroyed by the awaiter, `queue_.spare` says which),
+        // and for a listener the time the call found no slot.
         struct extras : detail::timer_node { // the timer itself: its `fire` finds the awaiter
-            event_loop* loop = nullptr;      // null: no timer armed
+            union {
+                event_loop* loop = nullptr; // null: no timer armed
+                alignas(watched_wait) unsigned char watched[sizeof(watched_wait)];
+            };
             typename C::time_point queued_at{};
-            bool watching = false; // `watched` holds a `watched_wait`
-            alignas(watched_wait) unsigned char watched[sizeof(watched_wait)];
         };
         static_assert(std::is_trivially_destructible_v<extras>, "left in the room without a destructor");
+        static_assert(sizeof(watched_wait) <= sizeof(event_loop*), "the watched wait takes the loop's place");
+        // The bits of `queue_.spare` (a byte of the queue awaiter's padding, this awaiter's to use).
+        static constexpr unsigned char has_room = 1; // `extras` follows the awaiter
+        static constexpr unsigned char watching = 2; // `extras::watched` holds a `watched_wait`
 
     public:
         /// Room for `extras`, for a call with a queue timeout or a listener.
@@ -270,7 +276,7 @@ public:
             const bulkhead_options& o = c.cfg->options; // the call's own, from `enter`
             return o.queue_timeout || kit::listener_for(o.telemetry, ctx) ? sizeof(extras) : 0;
         }
-        std::size_t extra_bytes() const noexcept { return queue_.spare ? sizeof(extras) : 0; }
+        std::size_t extra_bytes() const noexcept { return (queue_.spare & has_room) ? sizeof(extras) : 0; }
 
         /// Asks the queue at once; a call that must wait bounds its wait by its queue timeout.
         /// `room`: the room `extra_bytes` asked for, at `kit::room_after(this)` (the pipeline's
@@ -284,12 +290,12 @@ public:
             queue_.node().rank = c.cfg->rank_of(ctx);
             if (room) {
                 ::new (room) extras{};
-                queue_.spare = 1;
+                queue_.spare = has_room;
             }
             detail::add_hold(s, true);
             try {
                 const bulkhead_options& o = c.cfg->options;
-                if (queue_.spare && kit::listener_for(o.telemetry, ctx))
+                if ((queue_.spare & has_room) && kit::listener_for(o.telemetry, ctx))
                     extra().queued_at = s.clock.now(); // from the moment the call found no slot
                 // Only a call that must wait pays for what bounds the wait.
                 if (!queue_.await_ready() && o.queue_timeout) {
@@ -308,7 +314,8 @@ public:
         wait_in_queue& operator=(const wait_in_queue&) = delete;
         RESILIENCE_DETAIL_NOINLINE ~wait_in_queue() {
             state& s = owner();
-            unwatch(); // a watched wait never resumed: its frame leaves the queue
+            if (watched())
+                abandon_watch();
             disarm();
             queue_.leave(); // what its destructor would do, while the bulkhead is still held
             detail::drop_hold(s, true);
@@ -327,19 +334,15 @@ public:
             disarm();
             detail::waiter_state admitted;
             if (watched_wait* w = watched()) {
-                try {
-                    admitted = std::move(*w).operator co_await().await_resume();
-                } catch (...) { // the clock could not sleep here; the wait kept no slot
-                    unwatch();
-                    refusal.emplace(failure::current());
-                    return step::done;
-                }
+                // What the clock threw (it cannot sleep here) goes on out of the call, as from the
+                // limiter's wait; the watched wait kept no slot, and the destructor ends it.
+                admitted = std::move(*w).operator co_await().await_resume();
                 unwatch();
             } else {
                 admitted = queue_.await_resume();
             }
             const detail::listener_ref listener =
-                queue_.spare ? kit::listener_for(c.cfg->options.telemetry, ctx) : nullptr;
+                (queue_.spare & has_room) ? kit::listener_for(c.cfg->options.telemetry, ctx) : nullptr;
             const step s = settle(owner(), *c.cfg, ctx, admitted, listener,
                                   listener ? &extra().queued_at : nullptr, c, refusal);
             if (s == step::proceed && c.cfg->adaptive && !admit(c, ctx, refusal))
@@ -371,30 +374,48 @@ public:
         void watch(watched_wait w) noexcept {
             extras& x = extra();
             ::new (static_cast<void*>(x.watched)) watched_wait(std::move(w));
-            x.watching = true;
+            queue_.spare |= watching;
         }
         watched_wait* watched() noexcept {
-            if (!queue_.spare || !extra().watching)
+            if ((queue_.spare & watching) == 0)
                 return nullptr;
             return std::launder(reinterpret_cast<watched_wait*>(extra().watched));
         }
         void unwatch() noexcept {
             if (watched_wait* w = watched()) {
                 std::destroy_at(w);
-                extra().watching = false;
+                extra().loop = nullptr; // no timer armed
+                queue_.spare &= static_cast<unsigned char>(~watching);
             }
+        }
+        // A watched wait destroyed before the call took what it yielded (its loop was torn down):
+        // its frames leave the queue, or give back a slot handed to them while they still waited
+        // (`queue_awaiter::leave`). A slot handed to a wait that had already ended, while the
+        // watchdog beside it was still being stopped, has nobody else to give it back.
+        void abandon_watch() noexcept {
+            unwatch();
+            state& s = owner();
+            bool unclaimed;
+            {
+                std::lock_guard lock(s.mutex);
+                unclaimed = queue_.node().state == detail::waiter_state::granted;
+                if (unclaimed)
+                    queue_.node().state = detail::waiter_state::stopped;
+            }
+            if (unclaimed)
+                s.release();
         }
         // On the timer's loop: the call resumes there, and its frame is destroyed there.
         void disarm() noexcept {
-            if (queue_.spare) {
+            if (queue_.spare == has_room) { // room, and no watched wait in the loop's place
                 extras& x = extra();
                 if (x.loop && x.armed())
                     detail::loop_access::remove_timer(*x.loop, &x);
             }
         }
 
-        // With its node; `spare`: room for `extras`. A watched wait (`wait_bounded`) waits with
-        // this node, and `queue_` itself then never enters the queue.
+        // With its node; `spare`: `has_room` and `watching`. A watched wait (`wait_bounded`) waits
+        // with this node, and `queue_` itself then never enters the queue.
         detail::queue_awaiter<bulkhead::state, true> queue_;
     };
 
@@ -586,32 +607,7 @@ private:
     static_assert(bulkhead_options::max_limit <= state::slot_mask, "every accepted limit fits the slot word");
 
     static bulkhead_options validate(bulkhead_options o) {
-        const std::string label = detail::policy_label("bulkhead", o.name);
-        // Checked first, so that a value beyond the slot word is named as such even where a check
-        // below would refuse the options too; the algorithm's bounds before the starting limit
-        // they must hold.
-        const auto within_word = [&label](const char* field, std::size_t v) {
-            if (v > bulkhead_options::max_limit)
-                throw std::invalid_argument(label + ": " + field + " must be at most " +
-                                            std::to_string(bulkhead_options::max_limit) + ", got " +
-                                            std::to_string(v));
-        };
-        std::visit(
-            [&](const auto& a) {
-                if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) {
-                    within_word("adapt.min", a.min);
-                    within_word("adapt.max", a.max);
-                }
-            },
-            o.adapt);
-        within_word("max_concurrent_calls", o.max_concurrent_calls);
-        if (o.max_concurrent_calls == 0)
-            throw std::invalid_argument(label + ": max_concurrent_calls must be positive, got 0");
-        if (o.queue_timeout && *o.queue_timeout <= std::chrono::nanoseconds::zero())
-            throw std::invalid_argument(label + ": queue_timeout must be positive, got " +
-                                        std::to_string(o.queue_timeout->count()) + "ns");
-        detail::validate_adaptive_limit(o.adapt, o.max_concurrent_calls, label);
-        detail::priority_table::validate(o.priorities, label + ": ");
+        detail::validate_bulkhead_options(o);
         return o;
     }
 };

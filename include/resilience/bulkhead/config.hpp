@@ -7,6 +7,7 @@
 
 #include "../classifier.hpp"
 #include "../context.hpp"
+#include "../detail/config.hpp"
 #include "../detail/snapshot_cell.hpp"
 #include "../priority.hpp"
 #include "adaptive_limit.hpp"
@@ -111,4 +112,12 @@ inline bool same_bulkhead_options(const bulkhead_options& a, const bulkhead_opti
     return true;
 }
 
+/// Throws `std::invalid_argument` naming the field and the value for the first thing wrong with `o`
+/// (a bulkhead's constructor and `reconfigure` check with it).
+RESILIENCE_DECL void validate_bulkhead_options(const bulkhead_options& o);
+
 } // namespace resilience::detail
+
+#if RESILIENCE_INCLUDE_DEFINITIONS
+#include "config.ipp"
+#endif

@@ -76,7 +76,7 @@ bool timer_loop_here(const C& clock) noexcept {
         try {
             return here && clock.timer_loop() == here;
         } catch (...) {
-            return false; // `run` reports what the clock thinks of this loop
+            return false; // the watched wait's sleep reports what the clock thinks of this loop
         }
     } else {
         return false;
@@ -468,8 +468,16 @@ struct bulkhead_state : shared_state {
             (void)ignored;
             co_return admitted;
         } catch (...) {
-            // Only the watchdog can throw (a clock that cannot sleep here): keep no slot.
-            if (node.state == waiter_state::granted)
+            // Only the watchdog can throw (a clock that cannot sleep here): keep no slot, and leave
+            // the node holding none.
+            bool granted;
+            {
+                std::lock_guard lock(mutex);
+                granted = node.state == waiter_state::granted;
+                if (granted)
+                    node.state = waiter_state::stopped;
+            }
+            if (granted)
                 release();
             throw;
         }

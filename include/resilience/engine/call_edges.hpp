@@ -26,10 +26,10 @@ namespace resilience::inline v0_2::detail {
 /// setup mistake (a classifier for another result type) or a bug is reported as it is, stopped or not.
 RESILIENCE_DECL bool stands_for_a_stop(const failure& f) noexcept;
 
-/// What a call its caller stopped ends with in place of `f`: a `cancelled_error` from `name` when
-/// `f` stands for the stop, else nothing (the call keeps `f`). Not a template: made once, whatever the
-/// call's result type and policies.
-RESILIENCE_DECL std::optional<failure> stopped_call_failure(const failure& f, std::string_view name);
+/// A `cancelled_error` from the policy named `name`, as a failure (`cancelled_failure`, for a name
+/// that is not a `std::string`). Not a template: made once, whatever the call's result type and
+/// policies.
+RESILIENCE_DECL failure cancelled_failure_named(std::string_view name);
 
 /// The rules, for a call whose outcome is `Outcome` (`outcome<R>`).
 template <class Outcome>
@@ -48,6 +48,8 @@ struct call_edges {
     static decltype(auto) outermost_name(const S& stages) {
         if constexpr (std::tuple_size_v<S> > 0 && requires { std::string_view{std::get<0>(stages).name()}; })
             return std::get<0>(stages).name();
+        else if constexpr (std::tuple_size_v<S> > 0 && requires { std::string{std::get<0>(stages).name()}; })
+            return std::string{std::get<0>(stages).name()};
         else
             return std::string_view{};
     }
@@ -62,10 +64,9 @@ struct call_edges {
     template <class S>
     RESILIENCE_DETAIL_NOINLINE static void caller_stopped(const context& caller, Outcome& result,
                                                           const S& stages) {
-        if (!caller.stop_requested())
+        if (!caller.stop_requested() || !stands_for_a_stop(result.error()))
             return;
-        if (std::optional<failure> stopped = stopped_call_failure(result.error(), outermost_name(stages)))
-            result = Outcome{std::move(*stopped)};
+        result = Outcome{cancelled_failure_named(outermost_name(stages))};
     }
 
     /// A call with nowhere to sleep (no event loop runs on this thread, and nothing that started

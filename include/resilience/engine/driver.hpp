@@ -271,13 +271,13 @@ struct driver {
     static constexpr std::uint64_t again_mask = again_stages(all_stages{});
     static constexpr bool any_goes_again = again_mask != 0;
 
-    // Whether stage J may have to wait in a frame of its own: its `run` (a policy of the waiting form,
-    // or one whose `enter` may wait and cannot always wait here) or its `resume` (a `leave` that may
-    // wait, but not to go round again here). A pipeline with none has no such frame to await.
+    // Whether stage J may wait in a frame of its own: its `run` (a waiting-form policy, or one whose `enter`
+    // may wait but not always here) or its `resume` (a `leave` that waits, not to go round again here).
     template <std::size_t J>
     static constexpr bool waits_in_a_frame_of_its_own() {
         using P = policy_at<J>;
-        if constexpr (!fast_policy<P> || enter_may_wait<P>)
+        if constexpr (!fast_policy<P> || (enter_may_wait<P> && !(always_waits_in_frame<P> &&
+                                                                 admission::template admits_here<J>())))
             return true;
         else if constexpr (admission::template goes_again_here<J>())
             return false;

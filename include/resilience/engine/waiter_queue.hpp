@@ -379,6 +379,9 @@ public:
             if (!owner_.queue.withdraw(node(), waiter_state::stopped) && node().state == waiter_state::turn)
                 turn_to = owner_.queue.leave_turn(node(), waiter_state::stopped);
             granted = node().state == waiter_state::granted;
+            if constexpr (requires { owner_.take_back_grant(); })
+                if (granted)
+                    node().state = waiter_state::stopped; // given back below: the node holds nothing
             waiter_left_locked(owner_);
         }
         if (turn_to)
@@ -474,7 +477,7 @@ private:
 
 public:
     /// A byte of the padding, the holder's to use (a bulkhead's `frame_wait` keeps there whether
-    /// it has room after it); this awaiter never reads it.
+    /// it has room after it, and what that room holds); this awaiter never reads it.
     unsigned char spare = 0;
 
 private:

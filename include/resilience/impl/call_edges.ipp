@@ -23,9 +23,7 @@ RESILIENCE_DECL bool stands_for_a_stop(const failure& f) noexcept {
     return true;
 }
 
-RESILIENCE_DECL std::optional<failure> stopped_call_failure(const failure& f, std::string_view name) {
-    if (!stands_for_a_stop(f))
-        return std::nullopt;
+RESILIENCE_DECL failure cancelled_failure_named(std::string_view name) {
     return cancelled_failure(std::string{name});
 }
 
