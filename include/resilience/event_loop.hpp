@@ -161,18 +161,7 @@ private:
     // declared as able to throw. The one place a wake-up is posted where nothing may throw is a
     // destructor (a call's frame destroyed while holding a bulkhead slot hands the slot to the next
     // waiter); there, running out of memory ends the program, as it does in any destructor.
-    void post(detail::job j) {
-        if (current_ == this) {
-            local_.push(j);
-            return;
-        }
-        // Notified under the lock: once the lock is released the loop may run the job, finish, and
-        // be destroyed, so nothing of the loop may be touched after that.
-        std::lock_guard lock(mutex_);
-        remote_.push_back(j);
-        remote_pending_.store(true, std::memory_order_release);
-        wake_.notify_one();
-    }
+    RESILIENCE_DECL void post(detail::job j);
     // Timers, the loop's own thread only. Arms `t`, which must not be armed, for `t->when`; it
     // fires (`t->fire(t)`) on this loop.
     void add_timer(detail::timer_node* t) { wheel_.insert(t); }

@@ -30,6 +30,19 @@ RESILIENCE_DECL void event_loop::spawn_ended(home_loop* home, drive_node* n,
     l->finished();
 }
 
+RESILIENCE_DECL void event_loop::post(detail::job j) {
+    if (current_ == this) {
+        local_.push(j);
+        return;
+    }
+    // Notified under the lock: once the lock is released the loop may run the job, finish, and be
+    // destroyed, so nothing of the loop may be touched after that.
+    std::lock_guard lock(mutex_);
+    remote_.push_back(j);
+    remote_pending_.store(true, std::memory_order_release);
+    wake_.notify_one();
+}
+
 RESILIENCE_DECL event_loop::~event_loop() {
     drive_node* n = nullptr;
     {
