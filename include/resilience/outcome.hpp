@@ -14,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
@@ -366,7 +367,7 @@ namespace detail {
 
 /// A `cancelled_error` from the policy named `name`, as a failure. Not a template: made once, whatever
 /// the result type of the call it ends (`kit::cancel` puts it in a call's result).
-RESILIENCE_DECL failure cancelled_failure(const std::string& name);
+RESILIENCE_DECL failure cancelled_failure(std::string_view name);
 
 /// `r` as an `outcome<T>`, for a policy that keeps or shares a `T` (a cache, a single flight) and runs
 /// an action producing anything convertible to it: a failure is kept, a value converted (a conversion

@@ -5,9 +5,8 @@
 /// manages (`adapt`). Its options are in bulkhead/options.hpp, its refusal in bulkhead/errors.hpp;
 /// the slots, the queue and the ways a call waits are in bulkhead/state.hpp.
 ///
-/// Locking: no mutex of its own. `queued()` (which reads the queue) and a watched wait's abandonment
-/// (`wait_in_queue::abandon_watch`, which reads its node) take the state's `mutex` themselves, for that
-/// step only; the rest of a call goes through `bulkhead_state`, which locks for itself
+/// Locking: no mutex of its own. `queued()` (which reads the queue) takes the state's `mutex` itself,
+/// for that step only; the rest of a call goes through `bulkhead_state`, which locks for itself
 /// (bulkhead/state.hpp).
 #pragma once
 
@@ -394,16 +393,7 @@ public:
         // watchdog beside it was still being stopped, has nobody else to give it back.
         void abandon_watch() noexcept {
             unwatch();
-            state& s = owner();
-            bool unclaimed;
-            {
-                std::lock_guard lock(s.mutex);
-                unclaimed = queue_.node().state == detail::waiter_state::granted;
-                if (unclaimed)
-                    queue_.node().state = detail::waiter_state::stopped;
-            }
-            if (unclaimed)
-                s.release();
+            owner().give_back_unclaimed(queue_.node());
         }
         // On the timer's loop: the call resumes there, and its frame is destroyed there.
         void disarm() noexcept {

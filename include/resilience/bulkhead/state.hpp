@@ -468,19 +468,24 @@ struct bulkhead_state : shared_state {
             (void)ignored;
             co_return admitted;
         } catch (...) {
-            // Only the watchdog can throw (a clock that cannot sleep here): keep no slot, and leave
-            // the node holding none.
-            bool granted;
-            {
-                std::lock_guard lock(mutex);
-                granted = node.state == waiter_state::granted;
-                if (granted)
-                    node.state = waiter_state::stopped;
-            }
-            if (granted)
-                release();
+            // Only the watchdog can throw (a clock that cannot sleep here): keep no slot.
+            give_back_unclaimed(node);
             throw;
         }
+    }
+
+    /// Gives back the slot handed to `node` when no call took it (the wait that got it ended, and
+    /// the call did not go on to settle it), and leaves the node holding none. Takes `mutex`.
+    void give_back_unclaimed(waiter& node) noexcept {
+        bool granted;
+        {
+            std::lock_guard lock(mutex);
+            granted = node.state == waiter_state::granted;
+            if (granted)
+                node.state = waiter_state::stopped;
+        }
+        if (granted)
+            release();
     }
 
 private:

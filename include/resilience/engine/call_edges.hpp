@@ -26,11 +26,6 @@ namespace resilience::inline v0_2::detail {
 /// setup mistake (a classifier for another result type) or a bug is reported as it is, stopped or not.
 RESILIENCE_DECL bool stands_for_a_stop(const failure& f) noexcept;
 
-/// A `cancelled_error` from the policy named `name`, as a failure (`cancelled_failure`, for a name
-/// that is not a `std::string`). Not a template: made once, whatever the call's result type and
-/// policies.
-RESILIENCE_DECL failure cancelled_failure_named(std::string_view name);
-
 /// The rules, for a call whose outcome is `Outcome` (`outcome<R>`).
 template <class Outcome>
 struct call_edges {
@@ -66,7 +61,7 @@ struct call_edges {
                                                           const S& stages) {
         if (!caller.stop_requested() || !stands_for_a_stop(result.error()))
             return;
-        result = Outcome{cancelled_failure_named(outermost_name(stages))};
+        result = Outcome{cancelled_failure(outermost_name(stages))};
     }
 
     /// A call with nowhere to sleep (no event loop runs on this thread, and nothing that started

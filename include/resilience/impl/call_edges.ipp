@@ -23,8 +23,4 @@ RESILIENCE_DECL bool stands_for_a_stop(const failure& f) noexcept {
     return true;
 }
 
-RESILIENCE_DECL failure cancelled_failure_named(std::string_view name) {
-    return cancelled_failure(std::string{name});
-}
-
 } // namespace resilience::detail

@@ -7,8 +7,8 @@
 
 namespace resilience::inline v0_2::detail {
 
-RESILIENCE_DECL failure cancelled_failure(const std::string& name) {
-    return failure::make(cancelled_error{name});
+RESILIENCE_DECL failure cancelled_failure(std::string_view name) {
+    return failure::make(cancelled_error{std::string{name}});
 }
 
 } // namespace resilience::detail
