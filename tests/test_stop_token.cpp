@@ -188,6 +188,7 @@ TEST_CASE("stop_token: callbacks added and removed on several threads while anot
         constexpr int per_thread = 200;
         std::vector<std::atomic<int>> runs(threads * per_thread);
         std::atomic<bool> start{false};
+        std::atomic<bool> requested{false}; // `request_stop` has returned: every callback it owes has run
         struct bump {
             std::atomic<int>* n;
             void operator()() const noexcept { n->fetch_add(1); }
@@ -208,11 +209,14 @@ TEST_CASE("stop_token: callbacks added and removed on several threads while anot
                     }
                     rs::stop_callback<bump> cb(source.get_token(), bump{&runs[static_cast<std::size_t>(id)]});
                 }
-                while (!source.stop_requested())
+                // Not `stop_requested()`: that is true as soon as the request begins, and a callback
+                // destroyed before the request reaches it is rightly never run.
+                while (!requested.load())
                     std::this_thread::yield();
             });
         start.store(true);
         source.request_stop();
+        requested.store(true);
         for (auto& w : workers)
             w.join();
         for (auto& r : runs)
