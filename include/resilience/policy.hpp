@@ -88,6 +88,9 @@
 ///    A policy whose `waits_in_frame` says true for every call may declare `static constexpr bool
 ///    always_waits_in_frame = true;`: a pipeline then never compiles its `run`, and it needs none
 ///    of its own (`policy_base`'s, a pipeline of one, serves a caller outside a pipeline).
+///    A policy whose `run` serves more than a pipeline needs once its `enter` has waited may name
+///    that part `run_waited(next, ctx)`, which the pipeline calls instead (the timeout: its watch
+///    beside the call; engine/protocol.hpp, `runs_waited`).
 ///
 /// A call through `pipeline{p1, p2, ..., pn}` (nested pipelines flattened) runs in one frame:
 /// `p1.enter`, ..., `pn.enter`, the action, `pn.leave`, ..., `p1.leave`. A policy that waits

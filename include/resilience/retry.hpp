@@ -262,30 +262,14 @@ public:
         const verdict v = judge_catching(result, ctx, thrown);
         if (listener && !report_attempt(listener, s.began(), s.attempt(), v.handle, result))
             return step::done; // the listener threw: that ends the call
-        if (thrown) {
-            result = outcome<R>{std::move(*thrown)};
-            return step::done;
+        if (!thrown) {
+            const entry e = decide(v, result.has_failure() ? &result.error() : nullptr,
+                                   detail::value_view::of(result), s, ctx, listener, thrown);
+            if (!thrown)
+                return e;
         }
-        // The stop is looked at again: the classifier may have stopped the caller.
-        if (!v.handle || ctx.stop_requested() || s.attempt() >= options_.max_attempts)
-            return step::done;
-        std::optional<std::chrono::nanoseconds> wait;
-        try {
-            wait = plan(result.has_failure() ? &result.error() : nullptr, detail::value_view::of(result), v,
-                        s, ctx);
-        } catch (...) {
-            result = outcome<R>{failure::current()};
-            return step::done;
-        }
-        if (!wait)
-            return step::done;
-        s.previous = *wait;
-        s.inner = detail::context_access::derive_attempt(ctx, s.attempt() + 1);
-        if (*wait > std::chrono::nanoseconds::zero())
-            return entry::wait_then_in(s.inner);
-        if (start_attempt(s, listener) == step::done)
-            return step::done;
-        return entry::proceed_in(s.inner);
+        result = outcome<R>{std::move(*thrown)};
+        return step::done;
     }
 
     /// The backoff before the next attempt, awaited in the pipeline's frame (in a block of the frame
@@ -316,6 +300,34 @@ public:
     };
 
 private:
+    // `again` once the attempt is judged `v` (and reported), whatever the result type: the result as its
+    // failure (`error`, null for a value) and a view of its value. What the backoff's planning throws
+    // goes into `thrown`: the call ends with it.
+    RESILIENCE_DETAIL_NOINLINE entry decide(const verdict& v, const failure* error,
+                                            const detail::value_view& value, call_state& s,
+                                            const context& ctx, const detail::listener_ref& listener,
+                                            std::optional<failure>& thrown) const {
+        // The stop is looked at again: the classifier may have stopped the caller.
+        if (!v.handle || ctx.stop_requested() || s.attempt() >= options_.max_attempts)
+            return step::done;
+        std::optional<std::chrono::nanoseconds> wait;
+        try {
+            wait = plan(error, value, v, s, ctx);
+        } catch (...) {
+            thrown.emplace(failure::current());
+            return step::done;
+        }
+        if (!wait)
+            return step::done;
+        s.previous = *wait;
+        s.inner = detail::context_access::derive_attempt(ctx, s.attempt() + 1);
+        if (*wait > std::chrono::nanoseconds::zero())
+            return entry::wait_then_in(s.inner);
+        if (start_attempt(s, listener) == step::done)
+            return step::done;
+        return entry::proceed_in(s.inner);
+    }
+
     // The next attempt (`s.inner`) starts now, unless the caller stopped (`step::done`); a listener
     // gets the time it began.
     step start_attempt(call_state& s, const detail::listener_ref& listener) const {

@@ -333,6 +333,14 @@ public:
             return run_beside(std::move(next), ctx);
     }
 
+    /// What a pipeline runs once `enter` has answered `step::wait` (see `detail::runs_waited`): there
+    /// was no timer to arm, so the watch beside the call, without `run`'s own drive for the case where
+    /// there is one.
+    template <class Next>
+    task<detail::next_outcome_t<Next>> run_waited(Next next, const context& ctx) const {
+        return run_beside(std::move(next), ctx);
+    }
+
 private:
     // The generic path. The attempt runs as a child coroutine; this coroutine waits in `watch`,
     // whose every wake-up is a sleep on the clock, and the clock resumes a sleeper where it slept
@@ -343,19 +351,33 @@ private:
         using result_type = detail::next_outcome_t<Next>;
         if (ctx.stop_requested())
             co_return failure::make(cancelled_error{options_.name});
-        const auto deadline = detail::add_saturating(clock_.now(), options_.timeout);
-        detail::pooled_stop_source attempt_stop;
-        detail::stop_link link{ctx.stop_token(), attempt_stop};
-        const context child = ctx.with_stop_token(attempt_stop.get_token())
-                                  .with_deadline(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                     deadline.time_since_epoch()),
-                                                 clock_);
-        detail::beside_join join;
-        auto attempt = detail::beside_attempt<result_type>::start(std::move(next), child, join);
-        bool expired = false;
-        co_await watch(deadline, join, attempt_stop, expired); // returns once the attempt has finished
-        co_return finish(attempt.result(), expired, ctx);
+        beside_watch w{*this, ctx};
+        auto attempt = detail::beside_attempt<result_type>::start(std::move(next), w.child, w.join);
+        co_await watch(w); // returns once the attempt has finished
+        co_return finish(attempt.result(), w.expired, ctx);
     }
+
+    // What the generic path keeps beside its attempt, whatever the result type (made out of line, once
+    // per clock): the deadline, the attempt's stop (linked to the caller's), its context, the join.
+    struct beside_watch {
+        RESILIENCE_DETAIL_NOINLINE beside_watch(const timeout& t, const context& ctx)
+            : deadline(detail::add_saturating(t.clock_.now(), t.options_.timeout)),
+              link(ctx.stop_token(), attempt_stop),
+              child(ctx.with_stop_token(attempt_stop.get_token())
+                        .with_deadline(
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()),
+                            t.clock_)) {}
+        RESILIENCE_DETAIL_NOINLINE ~beside_watch() {}
+        beside_watch(const beside_watch&) = delete;
+        beside_watch& operator=(const beside_watch&) = delete;
+
+        typename C::time_point deadline;
+        detail::pooled_stop_source attempt_stop;
+        detail::stop_link link;
+        context child;
+        detail::beside_join join;
+        bool expired = false;
+    };
 
     template <class Outcome>
     Outcome finish(Outcome result, bool expired, const context& ctx) const {
@@ -392,16 +414,15 @@ private:
     // sleeps on until it has finished. Returns only once the attempt has finished. A clock whose
     // sleep throws cannot time the attempt: the attempt is left to finish, waited for without the
     // clock, and the clock's exception is the call's.
-    task<void> watch(typename C::time_point deadline, detail::beside_join& join,
-                     detail::pooled_stop_source& attempt_stop, bool& expired) const {
+    RESILIENCE_DETAIL_CONSTRUCTOR task<void> watch(beside_watch& w) const {
         std::exception_ptr clock_failed;
-        const stop_token finished = join.done.get_token();
-        if (!join.finished()) {
+        const stop_token finished = w.join.done.get_token();
+        if (!w.join.finished()) {
             try {
-                co_await clock_.sleep_until(deadline, finished);
-                if (!join.finished()) {
-                    expired = true;
-                    attempt_stop.request_stop();
+                co_await clock_.sleep_until(w.deadline, finished);
+                if (!w.join.finished()) {
+                    w.expired = true;
+                    w.attempt_stop.request_stop();
                     co_await clock_.sleep_until(C::time_point::max(), finished);
                 }
             } catch (...) {
@@ -409,8 +430,8 @@ private:
             }
         }
         // The sleeps end early only once the attempt has finished; this is for a clock that threw.
-        if (!join.finished())
-            co_await detail::beside_join::last_resort{join};
+        if (!w.join.finished())
+            co_await detail::beside_join::last_resort{w.join};
         if (clock_failed)
             std::rethrow_exception(clock_failed);
     }

@@ -407,8 +407,7 @@ struct driver {
 
     // The waiting paths, out of the drive's body so that every drive of the pipeline (with and
     // without throwing, and the inner ones) shares one instance of each.
-
-    // Stage `k`'s `run`, for a stage whose `enter` waited: it handles the call from there inward.
+    // Stage `k`'s `run` (`run_after_wait`), for a stage whose `enter` waited: the call from there in.
     static task<outcome_type> run_stage(std::size_t k, const Stages& stages, contexts_at at,
                                         const Leaf& leaf) {
         return visit_stage<task<outcome_type>>(
@@ -416,7 +415,8 @@ struct driver {
             [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (enter_may_wait<policy_at<J>> && !always_waits_in_frame<policy_at<J>>)
-                    return uniform(std::get<J>(stages).run(next_after<J>(stages, leaf), at[context_slot(J)]));
+                    return uniform(run_after_wait(std::get<J>(stages), next_after<J>(stages, leaf),
+                                                  at[context_slot(J)]));
                 else
                     return task<outcome_type>{}; // unreachable: it never waits, or only in the frame
             },

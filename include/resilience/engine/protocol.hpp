@@ -96,6 +96,22 @@ concept frame_waiting = requires(const P& p, const context& c) {
 template <class P>
 inline constexpr bool always_waits_in_frame = requires { requires P::always_waits_in_frame; };
 
+/// A policy whose `enter` may wait can name, with `run_waited(next, ctx)`, what a pipeline runs once
+/// its `enter` has answered `step::wait`, when that is less than its `run`: the timeout's `run` also
+/// serves a caller of `run` itself on a clock that has loop timers, through a drive of its own, which a
+/// pipeline never takes there (its `enter` armed the timer instead of waiting).
+template <class P, class Next>
+concept runs_waited = requires(const P& p, Next n, const context& c) { p.run_waited(std::move(n), c); };
+
+/// What a pipeline runs for a stage whose `enter` waited: its `run_waited`, else its `run`.
+template <class P, class Next>
+auto run_after_wait(const P& p, Next next, const context& ctx) {
+    if constexpr (runs_waited<P, Next>)
+        return p.run_waited(std::move(next), ctx);
+    else
+        return p.run(std::move(next), ctx);
+}
+
 /// A fast policy whose `leave` may wait and that then decides in `again` whether the stages inside it
 /// go round again, waiting in the pipeline's frame in between (`frame_wait<R>`): a retry (see policy.hpp).
 template <class P, class S, class R>
