@@ -104,15 +104,20 @@ public:
             // Acquire: a block built again in place was revived by a release (`publish`), which this
             // must see whole if it pins it. The policy is destroyed only by the acquire-release
             // that takes the count to zero, after this pin.
-            const std::uint64_t before = b->pins.fetch_add(1, std::memory_order_acquire);
-            if (!(before & block::dead)) {
-                if (current_.load(std::memory_order_acquire) == b) [[likely]]
-                    return b;
-                unpin(b); // replaced since the load above, perhaps built again: start over
-                continue;
-            }
-            b->pins.fetch_sub(1, std::memory_order_relaxed); // replaced and dead: load the current one
+            if (pinned(b, b->pins.fetch_add(1, std::memory_order_acquire))) [[likely]]
+                return b;
         }
+    }
+    /// The rest of a pin on `b`, whose count was `before` when the pin added itself: true when `b` is
+    /// the current snapshot; else the pin is given back and `pin` starts over.
+    bool pinned(block* b, std::uint64_t before) noexcept {
+        if (!(before & block::dead) && current_.load(std::memory_order_acquire) == b) [[likely]]
+            return true;
+        // Replaced since the load (perhaps built again), or dead. Given back with `unpin`, not a bare
+        // decrement, in either case: a reload may have revived a dead block since, counting this pin
+        // in, and retired it again; this pin is then the snapshot's last, and destroys it.
+        unpin(b);
+        return false;
     }
 
     /// Gives back a pin (or the current snapshot's own count); the last one of a retired snapshot
@@ -140,7 +145,8 @@ public:
         {
             std::lock_guard lock(mutex_);
             block* fresh = blocks_;
-            // A free block (pins that come and go there only look and leave) is built in again.
+            // A free block is built in again (a pin passing there is counted in, and gives its count
+            // back with `unpin`).
             while (fresh && !(fresh->pins.load(std::memory_order_acquire) & block::free))
                 fresh = fresh->next;
             if (!fresh) {
