@@ -20,8 +20,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -331,6 +335,149 @@ TEST_CASE("reloadable: a pin that finds its block dead, built again and retired 
         CHECK(policy.current()->version == 3);
     }
     CHECK(live == 0); // the state went with the last handle: nothing held it
+}
+
+namespace {
+
+// The snapshots of each version alive now (copies included), for the scenarios below.
+std::map<int, int> versions_alive;
+struct versioned : rs::policy_base<versioned> {
+    int version;
+    explicit versioned(int v) : version(v) { ++versions_alive[version]; }
+    versioned(const versioned& o) : rs::policy_base<versioned>(), version(o.version) {
+        ++versions_alive[version];
+    }
+    versioned(versioned&& o) noexcept : rs::policy_base<versioned>(), version(o.version) {
+        ++versions_alive[version];
+    }
+    versioned& operator=(const versioned&) = delete;
+    ~versioned() { --versions_alive[version]; }
+    template <class Next>
+    rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const {
+        co_return co_await next(ctx);
+    }
+};
+
+// One scenario: three callers and a reloader take steps in an order drawn from `seed`, on the
+// state's own pin in its three steps (the load of the current block, the increment, the rest:
+// `pinned`), a call's end (`unpin`) and `reload`. After every step, a snapshot is alive only if it is
+// the current one, a call runs on it, or a pin passing its block holds it; a call runs on the
+// snapshot that was current at its pin, alive until it ends. At the end, with every call ended, only
+// the current snapshot is left; with the handle gone, none. Returns what failed, or an empty string.
+std::string play_pins(std::uint64_t seed) {
+    using state_type = rs::detail::reload_state<versioned>;
+    using block_type = state_type::block;
+    std::mt19937_64 rng{seed};
+    const auto draw = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
+    enum class phase { idle, loaded, added, running };
+    struct caller {
+        phase at = phase::idle;
+        block_type* block = nullptr;
+        std::uint64_t before = 0;
+        int version = -1; // the snapshot it runs on
+    };
+    std::string failed;
+    {
+        rs::reloadable<versioned> policy{versioned{0}};
+        auto& state =
+            *static_cast<state_type*>(const_cast<void*>(rs::detail::handle_access::address(policy)));
+        const auto current_block = [&] { // a load of the current block, as `pin` does first
+            block_type* const b = state.pin();
+            state.unpin(b);
+            return b;
+        };
+        int current = 0;
+        caller callers[3];
+        const auto check = [&](const std::string& step) {
+            for (const auto& [v, n] : versions_alive) {
+                if (n < 0 || n > 1)
+                    return failed = step + ": version " + std::to_string(v) + " alive " + std::to_string(n) +
+                                    " times";
+                if (n == 0 || v == current)
+                    continue;
+                bool held = false;
+                for (const caller& c : callers)
+                    held = held || (c.at == phase::running && c.version == v) ||
+                           (c.at == phase::added && c.block->policy.version == v &&
+                            !(c.block->pins.load() & block_type::dead));
+                if (!held)
+                    return failed = step + ": version " + std::to_string(v) + " alive, and nothing holds it";
+            }
+            if (versions_alive[current] != 1)
+                return failed = step + ": the current version " + std::to_string(current) + " is not alive";
+            for (const caller& c : callers)
+                if (c.at == phase::running && versions_alive[c.version] != 1)
+                    return failed =
+                               step + ": a call's version " + std::to_string(c.version) + " died under it";
+            return failed;
+        };
+        const auto step = [&](caller& c) {
+            switch (c.at) {
+            case phase::idle:
+                c.block = current_block();
+                c.at = phase::loaded;
+                break;
+            case phase::loaded:
+                c.before = c.block->pins.fetch_add(1, std::memory_order_acquire);
+                c.at = phase::added;
+                break;
+            case phase::added:
+                if (state.pinned(c.block, c.before)) {
+                    c.version = c.block->policy.version;
+                    if (c.version != current)
+                        failed = "a call pinned version " + std::to_string(c.version) + " where " +
+                                 std::to_string(current) + " is current";
+                    c.at = phase::running;
+                } else {
+                    c.at = phase::idle;
+                }
+                break;
+            case phase::running:
+                state.unpin(c.block);
+                c.at = phase::idle;
+                break;
+            }
+        };
+        for (int i = 0; i < 60 && failed.empty(); ++i) {
+            const int who = draw(4);
+            if (who == 3) {
+                policy.reload(versioned{++current});
+                check("reload to " + std::to_string(current));
+            } else {
+                step(callers[who]);
+                check("caller " + std::to_string(who));
+            }
+        }
+        for (caller& c : callers) // every call ends
+            while (failed.empty() && c.at != phase::idle)
+                step(c);
+        for (const auto& [v, n] : versions_alive)
+            if (failed.empty() && n != (v == current ? 1 : 0))
+                failed = "with every call ended, version " + std::to_string(v) + " alive " +
+                         std::to_string(n) + " times";
+    }
+    for (const auto& [v, n] : versions_alive)
+        if (failed.empty() && n != 0)
+            failed = "with the handle gone, version " + std::to_string(v) + " alive " + std::to_string(n) +
+                     " times";
+    versions_alive.clear();
+    return failed;
+}
+
+} // namespace
+
+TEST_CASE("reloadable: seeded scenarios of pins, backed-off pins, call ends and reloads leave alive exactly "
+          "the snapshots something holds",
+          "[reloadable][model]") {
+    int n = 5'000; // RESILIENCE_MODEL_SCENARIOS overrides, as for the other model tests (scripts/dev model N)
+    if (const char* v = std::getenv("RESILIENCE_MODEL_SCENARIOS"); v && std::atoi(v) > 0)
+        n = std::atoi(v);
+    for (int i = 0; i < n; ++i) {
+        const std::uint64_t seed = 0x5eed'0000ULL + static_cast<std::uint64_t>(i);
+        const std::string failed = play_pins(seed);
+        INFO("seed " << seed << ": " << failed);
+        REQUIRE(failed.empty());
+    }
 }
 
 } // namespace test_reloadable
