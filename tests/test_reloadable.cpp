@@ -398,8 +398,8 @@ std::string play_pins(std::uint64_t seed) {
                 bool held = false;
                 for (const caller& c : callers)
                     held = held || (c.at == phase::running && c.version == v) ||
-                           (c.at == phase::added && c.block->policy.version == v &&
-                            !(c.block->pins.load() & block_type::dead));
+                           (c.at == phase::added && !(c.block->pins.load() & block_type::dead) &&
+                            c.block->policy.version == v);
                 if (!held)
                     return failed = step + ": version " + std::to_string(v) + " alive, and nothing holds it";
             }

@@ -115,7 +115,8 @@ public:
             return true;
         // Replaced since the load (perhaps built again), or dead. Given back with `unpin`, not a bare
         // decrement, in either case: a reload may have revived a dead block since, counting this pin
-        // in, and retired it again; this pin is then the snapshot's last, and destroys it.
+        // in, and retired it again; this pin is then the snapshot's last, and destroys it. (That cannot
+        // delete the state: the handle the pin was taken through holds it.)
         unpin(b);
         return false;
     }

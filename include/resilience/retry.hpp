@@ -303,10 +303,9 @@ private:
     // `again` once the attempt is judged `v` (and reported), whatever the result type: the result as its
     // failure (`error`, null for a value) and a view of its value. What the backoff's planning throws
     // goes into `thrown`: the call ends with it.
-    RESILIENCE_DETAIL_NOINLINE entry decide(const verdict& v, const failure* error,
-                                            const detail::value_view& value, call_state& s,
-                                            const context& ctx, const detail::listener_ref& listener,
-                                            std::optional<failure>& thrown) const {
+    RESILIENCE_DETAIL_NOINLINE RESILIENCE_DETAIL_CONSTRUCTOR entry
+    decide(const verdict& v, const failure* error, const detail::value_view& value, call_state& s,
+           const context& ctx, const detail::listener_ref& listener, std::optional<failure>& thrown) const {
         // The stop is looked at again: the classifier may have stopped the caller.
         if (!v.handle || ctx.stop_requested() || s.attempt() >= options_.max_attempts)
             return step::done;

@@ -232,7 +232,7 @@ public:
     // ---- the policy protocol (see policy.hpp) ----
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
     // frame, and the attempt's stop token is made only if somebody asks for it. Any other clock
-    // waits beside the call with a sleeping coroutine (`run`).
+    // waits beside the call with a sleeping coroutine (`run_beside`: `run_waited` in a pipeline).
     static constexpr bool enter_never_waits =
         detail::loop_timer_clock<C> && !detail::timer_loop_may_be_null<C>;
     /// The attempt's stop and the timer that expires it are made together by `enter`, or not at
@@ -282,7 +282,7 @@ private:
         detail::home_loop* foreign = nullptr;
         if (!loop) {
             // No loop timers after all: the timers of the call's home (an Asio call's), or
-            // else `run` watches beside the call.
+            // else the pipeline watches beside the call (`run_waited`).
             foreign = detail::foreign_timer_home(clock_);
             if (!foreign)
                 return step::wait;
@@ -360,14 +360,15 @@ private:
     // What the generic path keeps beside its attempt, whatever the result type (made out of line, once
     // per clock): the deadline, the attempt's stop (linked to the caller's), its context, the join.
     struct beside_watch {
-        RESILIENCE_DETAIL_NOINLINE beside_watch(const timeout& t, const context& ctx)
+        RESILIENCE_DETAIL_NOINLINE RESILIENCE_DETAIL_CONSTRUCTOR beside_watch(const timeout& t,
+                                                                              const context& ctx)
             : deadline(detail::add_saturating(t.clock_.now(), t.options_.timeout)),
               link(ctx.stop_token(), attempt_stop),
               child(ctx.with_stop_token(attempt_stop.get_token())
                         .with_deadline(
                             std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()),
                             t.clock_)) {}
-        RESILIENCE_DETAIL_NOINLINE ~beside_watch() {}
+        RESILIENCE_DETAIL_NOINLINE RESILIENCE_DETAIL_CONSTRUCTOR ~beside_watch() {}
         beside_watch(const beside_watch&) = delete;
         beside_watch& operator=(const beside_watch&) = delete;
 

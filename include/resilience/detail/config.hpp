@@ -32,9 +32,10 @@
 #endif
 /// The policies on `steady_clock` are instantiated in the library.
 #define RESILIENCE_EXTERN_TEMPLATES 1
-/// A policy's constructor, made in the library for `steady_clock`: kept out of a user's file. g++
-/// compiles the body of a function of an `extern template` that it may clone for its constant
-/// arguments (`noinline` is not enough), so there it is `noipa`.
+/// A policy's constructor, or another out-of-line member that no result type changes (a timeout's
+/// watch beside the call, a retry's decision), made in the library for `steady_clock`: kept out of a
+/// user's file. g++ compiles the body of a function of an `extern template` that it may clone for its
+/// constant arguments (`noinline` is not enough), so there it is `noipa`.
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER) && !defined(__NVCOMPILER)
 #define RESILIENCE_DETAIL_CONSTRUCTOR [[gnu::noipa]]
 #elif defined(_MSC_VER) && !defined(__clang__)

@@ -15,6 +15,7 @@
 #include <new>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 namespace resilience::inline v0_2 {
 
@@ -105,11 +106,11 @@ concept runs_waited = requires(const P& p, Next n, const context& c) { p.run_wai
 
 /// What a pipeline runs for a stage whose `enter` waited: its `run_waited`, else its `run`.
 template <class P, class Next>
-auto run_after_wait(const P& p, Next next, const context& ctx) {
-    if constexpr (runs_waited<P, Next>)
-        return p.run_waited(std::move(next), ctx);
+auto run_after_wait(const P& p, Next&& next, const context& ctx) {
+    if constexpr (runs_waited<P, std::remove_cvref_t<Next>>)
+        return p.run_waited(std::forward<Next>(next), ctx);
     else
-        return p.run(std::move(next), ctx);
+        return p.run(std::forward<Next>(next), ctx);
 }
 
 /// A fast policy whose `leave` may wait and that then decides in `again` whether the stages inside it
