@@ -54,6 +54,12 @@ struct task_promise_base : recycled_frame {
     /// `detached_tag` (a frame, and a node, is aligned to more than 1).
     void* continuation_ = std::noop_coroutine().address();
 
+    /// What awaiting an empty task (default-constructed or moved from) throws; out of line, so that
+    /// every await keeps only the check.
+    [[noreturn]] RESILIENCE_DETAIL_NOINLINE static void awaited_empty() {
+        throw std::logic_error("resilience::task: awaiting an empty task");
+    }
+
 private:
     // Out of line, with all it does (the exception taken out of the promise among it): the common
     // end keeps no stack frame for it.
@@ -194,9 +200,11 @@ public:
                 handle.promise().continuation_ = awaiting.address();
                 return detail::start_inline(handle);
             }
-            T await_resume() {
-                if (!handle)
-                    throw std::logic_error("resilience::task: awaiting an empty task");
+            // Inlined wherever a task is awaited: a check and a move, whose call g++ would sometimes
+            // keep (5 instructions a call through a policy, bench/README.md).
+            RESILIENCE_DETAIL_ALWAYS_INLINE T await_resume() {
+                if (!handle) [[unlikely]]
+                    detail::task_promise_base::awaited_empty();
                 return handle.promise().take();
             }
         };
@@ -238,8 +246,8 @@ auto ended(task<T>&& t) noexcept {
     using awaiter = decltype(std::move(t).operator co_await());
     struct end_awaiter : awaiter {
         void await_resume() const {
-            if (!this->handle)
-                throw std::logic_error("resilience::task: awaiting an empty task");
+            if (!this->handle) [[unlikely]]
+                task_promise_base::awaited_empty();
             this->handle.promise().check();
         }
     };
