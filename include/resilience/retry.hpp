@@ -262,14 +262,12 @@ public:
         const verdict v = judge_catching(result, ctx, thrown);
         if (listener && !report_attempt(listener, s.began(), s.attempt(), v.handle, result))
             return step::done; // the listener threw: that ends the call
-        if (!thrown) {
-            const entry e = decide(v, result.has_failure() ? &result.error() : nullptr,
-                                   detail::value_view::of(result), s, ctx, listener, thrown);
-            if (!thrown)
-                return e;
-        }
-        result = outcome<R>{std::move(*thrown)};
-        return step::done;
+        const entry e = thrown ? entry{step::done}
+                               : decide(v, result.has_failure() ? &result.error() : nullptr,
+                                        detail::value_view::of(result), s, ctx, listener, thrown);
+        if (thrown) // by the classifier, or by the backoff's planning in `decide`
+            result = outcome<R>{std::move(*thrown)};
+        return e;
     }
 
     /// The backoff before the next attempt, awaited in the pipeline's frame (in a block of the frame

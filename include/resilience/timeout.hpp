@@ -350,7 +350,7 @@ private:
     task<detail::next_outcome_t<Next>> run_beside(Next next, const context& ctx) const {
         using result_type = detail::next_outcome_t<Next>;
         if (ctx.stop_requested())
-            co_return failure::make(cancelled_error{options_.name});
+            co_return detail::cancelled_failure(options_.name);
         beside_watch w{*this, ctx};
         auto attempt = detail::beside_attempt<result_type>::start(std::move(next), w.child, w.join);
         co_await watch(w); // returns once the attempt has finished
