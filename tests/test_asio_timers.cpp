@@ -111,14 +111,46 @@ TEST_CASE("asio timers: a deadline armed after a later one fires first", "[asio]
                 (void)co_await rsa::execute(short_timeout, sleeper{1h}, net::use_awaitable);
                 order.push_back("short: no timeout");
             } catch (const rs::timeout_error&) {
-                order.push_back(std::chrono::steady_clock::now() - started >= 20ms ? "short timed out"
-                                                                                   : "short: too early");
+                order.push_back(
+                    std::chrono::steady_clock::now() - started >= 20ms
+                        ? "short timed out"
+                        : "short: too early " +
+                              std::to_string((std::chrono::steady_clock::now() - started).count()));
             }
         },
         net::detached);
     io.run_for(30s);
     CHECK(order == std::vector<std::string>{"short timed out", "long 1"});
     CHECK(io.stopped());
+}
+
+TEST_CASE("asio timers: a timeout on coarse_steady_clock times out on the context's timers, and one "
+          "that did not fire leaves nothing armed",
+          "[asio][execute][timers]") {
+    // Its deadline is taken from a coarse reading, which may lag by a tick or two (docs/core.md): no
+    // check of how early it fired, only that it did, long before the action's hour.
+    net::io_context io{GENERATE(1, -1)};
+    rs::timeout<rs::coarse_steady_clock> short_timeout{20ms, rs::coarse_steady_clock{}};
+    rs::timeout<rs::coarse_steady_clock> long_timeout{1h, rs::coarse_steady_clock{}};
+    std::vector<std::string> order;
+    net::co_spawn(
+        io,
+        [&]() -> net::awaitable<void> {
+            try {
+                (void)co_await rsa::execute(short_timeout, sleeper{1h}, net::use_awaitable);
+                order.push_back("short: no timeout");
+            } catch (const rs::timeout_error&) {
+                order.push_back("short timed out");
+            }
+            order.push_back("long " + std::to_string(co_await rsa::execute(long_timeout, sleeper{5ms},
+                                                                           net::use_awaitable)));
+        },
+        net::detached);
+    const auto started = std::chrono::steady_clock::now();
+    io.run_for(30s);
+    CHECK(order == std::vector<std::string>{"short timed out", "long 1"});
+    CHECK(io.stopped()); // run returned: the hour-long deadline's timer was cancelled
+    CHECK(std::chrono::steady_clock::now() - started < 20s);
 }
 
 TEST_CASE("asio timers: retry backoffs sleep on the context's timers", "[asio][execute][timers]") {

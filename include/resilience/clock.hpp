@@ -308,21 +308,6 @@ struct steady_clock {
     }
 };
 
-namespace detail {
-/// The home whose timers a policy on clock `C` arms when `C` has no loop timers here: inside an Asio
-/// call, `steady_clock`'s (its time is the home's); null otherwise (the policy then waits beside
-/// the call by sleeping on the clock).
-template <class C>
-home_loop* foreign_timer_home(const C&) noexcept {
-    if constexpr (std::is_same_v<C, steady_clock>) {
-        home_loop* const h = home_loop::current();
-        return h && !h->is_event_loop() ? h : nullptr;
-    } else {
-        return nullptr;
-    }
-}
-} // namespace detail
-
 static_assert(clock<steady_clock>);
 
 /// `steady_clock` with a cheaper `now()`: on Linux the kernel's coarse monotonic clock
@@ -352,6 +337,28 @@ struct coarse_steady_clock : steady_clock {
 };
 
 static_assert(clock<coarse_steady_clock>);
+
+namespace detail {
+/// Whether clock `C`'s timers are those of an Asio call's home wherever `C` has no loop timers:
+/// `steady_clock`'s and `coarse_steady_clock`'s (whose time is `steady_clock`'s). For such a clock a
+/// policy always has a timer to arm, on the loop or on the home (`foreign_timer_home`).
+template <class C>
+inline constexpr bool home_timers_when_loopless =
+    std::is_same_v<C, steady_clock> || std::is_same_v<C, coarse_steady_clock>;
+
+/// The home whose timers a policy on clock `C` arms when `C` has no loop timers here: inside an Asio
+/// call, the home's, for a clock of `home_timers_when_loopless`; null otherwise (the policy then waits
+/// beside the call by sleeping on the clock).
+template <class C>
+home_loop* foreign_timer_home(const C&) noexcept {
+    if constexpr (home_timers_when_loopless<C>) {
+        home_loop* const h = home_loop::current();
+        return h && !h->is_event_loop() ? h : nullptr;
+    } else {
+        return nullptr;
+    }
+}
+} // namespace detail
 
 } // namespace resilience
 

@@ -231,10 +231,14 @@ public:
 
     // ---- the policy protocol (see policy.hpp) ----
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
-    // frame, and the attempt's stop token is made only if somebody asks for it. Any other clock
-    // waits beside the call with a sleeping coroutine (`run_beside`: `run_waited` in a pipeline).
+    // frame, and the attempt's stop token is made only if somebody asks for it; inside an Asio call,
+    // `steady_clock`'s timer is the call's home's. Any other clock waits beside the call with a
+    // sleeping coroutine (`run_beside`: `run_waited` in a pipeline), and so does one that only sometimes
+    // has loop timers (`any_clock`) when it has none. The pipeline compiles that watch only for a
+    // timeout whose `enter` may wait.
     static constexpr bool enter_never_waits =
-        detail::loop_timer_clock<C> && !detail::timer_loop_may_be_null<C>;
+        detail::loop_timer_clock<C> &&
+        (!detail::timer_loop_may_be_null<C> || detail::home_timers_when_loopless<C>);
     /// The attempt's stop and the timer that expires it are made together by `enter`, or not at
     /// all; `inner` then takes its token from `stop`, which says whether they were (rather than a
     /// flag beside each: every byte here is in every call's frame).
@@ -282,7 +286,8 @@ private:
         detail::home_loop* foreign = nullptr;
         if (!loop) {
             // No loop timers after all: the timers of the call's home (an Asio call's), or
-            // else the pipeline watches beside the call (`run_waited`).
+            // else the pipeline watches beside the call (`run_waited`). Never that for a clock of
+            // `home_timers_when_loopless`, whose `timer_loop()` is null only in such a call.
             foreign = detail::foreign_timer_home(clock_);
             if (!foreign)
                 return step::wait;
@@ -325,7 +330,7 @@ public:
     task<detail::next_outcome_t<Next>> run(Next next, const context& ctx) const {
         if constexpr (!detail::loop_timer_clock<C>)
             return run_beside(std::move(next), ctx);
-        else if constexpr (!detail::timer_loop_may_be_null<C>)
+        else if constexpr (enter_never_waits)
             return policy_base<timeout>::run(std::move(next), ctx);
         else if (clock_.timer_loop() || detail::foreign_timer_home(clock_))
             return policy_base<timeout>::run(std::move(next), ctx);
