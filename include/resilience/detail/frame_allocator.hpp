@@ -4,6 +4,8 @@
 /// frames of earlier calls instead of calling `malloc` each time.
 #pragma once
 
+#include "inlining.hpp"
+
 #include <cstddef>
 #include <new>
 #include <utility>
@@ -39,20 +41,15 @@ public:
         return ::operator new((c + 1) * granule);
     }
 
+    // The common case, small enough that g++ inlines it where a frame is freed (its size a constant
+    // there): the thread's cache is live and the class has room. Anything else goes out of line.
     static void deallocate(void* p, std::size_t n) noexcept {
         const std::size_t c = class_of(n);
-        if (c < classes && state_ != state::gone) {
-            if (state_ == state::fresh)
-                enrol();
-            if (lists_.count[c] < max_cached) {
-                auto* head = static_cast<node*>(p);
-                head->next = lists_.free[c];
-                lists_.free[c] = head;
-                ++lists_.count[c];
-                return;
-            }
+        if (c < classes && state_ == state::live && lists_.count[c] < max_cached) [[likely]] {
+            push(p, c);
+            return;
         }
-        ::operator delete(p);
+        deallocate_rarely(p, c);
     }
 
 private:
@@ -80,6 +77,25 @@ private:
         reaper(const reaper&) = delete;
         reaper& operator=(const reaper&) = delete;
     };
+    static void push(void* p, std::size_t c) noexcept {
+        auto* head = static_cast<node*>(p);
+        head->next = lists_.free[c];
+        lists_.free[c] = head;
+        ++lists_.count[c];
+    }
+    // The first frame cached on a thread (which registers the reaper), a full class, an exiting
+    // thread, a frame beyond the largest class.
+    RESILIENCE_DETAIL_NOINLINE static void deallocate_rarely(void* p, std::size_t c) noexcept {
+        if (c < classes && state_ != state::gone) {
+            if (state_ == state::fresh)
+                enrol();
+            if (lists_.count[c] < max_cached) {
+                push(p, c);
+                return;
+            }
+        }
+        ::operator delete(p);
+    }
     static void enrol() noexcept {
         thread_local reaper r;
         (void)r;
