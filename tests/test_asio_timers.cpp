@@ -127,6 +127,11 @@ TEST_CASE("asio timers: a deadline armed after a later one fires first", "[asio]
 TEST_CASE("asio timers: a timeout on coarse_steady_clock times out on the context's timers, and one "
           "that did not fire leaves nothing armed",
           "[asio][execute][timers]") {
+    // Both steady clocks always have a timer to arm (the loop's, or here the context's), so a pipeline
+    // compiles no watch beside the call for them; a clock that may have none keeps it.
+    static_assert(rs::timeout<rs::steady_clock>::enter_never_waits &&
+                  rs::timeout<rs::coarse_steady_clock>::enter_never_waits &&
+                  !rs::timeout<rs::any_clock>::enter_never_waits);
     // Its deadline is taken from a coarse reading, which may lag by a tick or two (docs/core.md): no
     // check of how early it fired, only that it did, long before the action's hour.
     net::io_context io{GENERATE(1, -1)};

@@ -111,8 +111,8 @@ private:
 ///   large for the inline buffer of the sleep is allocated.
 /// - `timer_loop()` is the held clock's (see `detail::loop_timer_clock`), so a timeout keeps its
 ///   timer fast path; it is null when the held clock sleeps by other means (Asio's clock, a clock
-///   of your own), which `rs::timeout` does not handle yet: it refuses the call with
-///   `std::logic_error`.
+///   of your own), and inside an Asio call, where `rs::timeout` then watches the call with a
+///   coroutine sleeping on the clock beside it (docs/timeout.md, "Cost").
 /// - Copies hold copies of the clock (in place when it fits in three pointers, as every clock of
 ///   this library does). Thread-safe as the held clock is: every call is a const call on it.
 ///

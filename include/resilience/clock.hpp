@@ -263,8 +263,9 @@ private:
 /// executor. Sleeping outside both, or inside a virtual-time loop, is a usage error reported as
 /// `std::logic_error`. Stateless and copyable.
 struct steady_clock {
-    /// Inside an Asio call there are no loop timers (`timer_loop()` is null): a policy then waits by
-    /// sleeping, on the call's executor (see `detail::loop_timer_clock`).
+    /// Inside an Asio call there are no loop timers (`timer_loop()` is null): a policy then sleeps on
+    /// the call's executor, and a timeout arms a timer of that call's home (`foreign_timer_home`;
+    /// see `detail::loop_timer_clock`).
     static constexpr bool timer_loop_may_be_null = true;
     using duration = std::chrono::steady_clock::duration;
     using time_point = std::chrono::steady_clock::time_point;

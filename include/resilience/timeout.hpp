@@ -232,7 +232,7 @@ public:
     // ---- the policy protocol (see policy.hpp) ----
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
     // frame, and the attempt's stop token is made only if somebody asks for it; inside an Asio call,
-    // `steady_clock`'s timer is the call's home's. Any other clock waits beside the call with a
+    // the timer of `steady_clock` and `coarse_steady_clock` is the call's home's. Any other clock waits beside the call with a
     // sleeping coroutine (`run_beside`: `run_waited` in a pipeline), and so does one that only sometimes
     // has loop timers (`any_clock`) when it has none. The pipeline compiles that watch only for a
     // timeout whose `enter` may wait.
