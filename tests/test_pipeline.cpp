@@ -836,6 +836,60 @@ private:
     bool in_enter_;
 };
 
+namespace {
+// A clock on a simulation whose sleeps cannot be had: `sleep_until` throws, as that of a clock whose
+// timers are gone would. It has no loop timers: a timeout on it watches the call beside it.
+struct broken_sleep_clock {
+    using duration = rs::testing::virtual_clock::duration;
+    using time_point = rs::testing::virtual_clock::time_point;
+    rs::testing::virtual_clock inner;
+    bool broken = true;
+    time_point now() const noexcept { return inner.now(); }
+    auto sleep_until(time_point tp, resilience::stop_token token) const {
+        if (broken)
+            throw std::runtime_error("no timers left");
+        return inner.sleep_until(tp, std::move(token));
+    }
+};
+static_assert(rs::clock<broken_sleep_clock> && !rs::detail::loop_timer_clock<broken_sleep_clock>);
+
+bool ended_with_the_clocks_error(const rs::outcome<int>& r) {
+    const auto* e = r.has_failure() ? r.error().as<std::runtime_error>() : nullptr;
+    return e && std::string(e->what()) == "no timers left";
+}
+} // namespace
+
+TEST_CASE("pipeline: a clock whose sleep throws ends the call with that exception, returned by "
+          "execute_outcome and thrown by execute, and the stages outside still leave",
+          "[pipeline][retry][timeout]") {
+    rs::testing::simulation sim;
+    const broken_sleep_clock clock{sim.clock()};
+    const auto failures = std::make_shared<std::atomic<int>>(0);
+    SECTION("a retry's backoff, slept in the call's frame") {
+        rs::pipeline p{
+            count_failures{failures},
+            rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{1s, rs::jitter::none}}, clock}};
+        rs::testing::scripted_action flaky{sim.clock(), rs::testing::script<int>{.failures = 1, .value = 7}};
+        CHECK(ended_with_the_clocks_error(sim.run(p.execute_outcome(flaky))));
+        CHECK(flaky.calls() == 1); // no second attempt without its backoff
+        CHECK(failures->load() == 1);
+        rs::testing::scripted_action again{sim.clock(), rs::testing::script<int>{.failures = 1, .value = 7}};
+        CHECK_THROWS_WITH(sim.run(p.execute(again)), "no timers left");
+        CHECK(failures->load() == 2);
+    }
+    SECTION("a timeout's watch beside the call, in a frame of its own") {
+        rs::pipeline p{count_failures{failures}, rs::timeout{1s, clock}};
+        rs::testing::scripted_action slow{sim.clock(),
+                                          rs::testing::script<int>{.latency = 200ms, .value = 5}};
+        CHECK(ended_with_the_clocks_error(sim.run(p.execute_outcome(slow))));
+        CHECK(sim.now() == 200ms); // the attempt, which the timeout could not time, was waited for
+        CHECK(failures->load() == 1);
+        CHECK_THROWS_WITH(sim.run(p.execute(slow)), "no timers left");
+        CHECK(failures->load() == 2);
+    }
+    CHECK(sim.loop().timers() == 0);
+}
+
 TEST_CASE("pipeline: a stage that answers wait with nothing to go on in ends the call with a logic_error",
           "[pipeline]") {
     rs::testing::simulation sim;

@@ -2,8 +2,8 @@
 /// \file engine/call_edges.hpp
 /// The rules the driver applies at a whole call's edges, once, so that no policy has to: a call with
 /// nowhere to sleep is refused before its first stage enters, a call its caller stopped ends with a
-/// value or with `cancelled_error`, and a stage that waits with nothing to go on in ends it with a
-/// `std::logic_error`.
+/// value or with `cancelled_error`, a stage that waits with nothing to go on in ends it with a
+/// `std::logic_error`, and a wait that throws ends it with what it threw, as a failure.
 #pragma once
 
 #include "../context.hpp"
@@ -36,6 +36,12 @@ struct call_edges {
         result.emplace(failure::make(std::logic_error(
             "resilience: a policy answered step::wait with nothing to go on in: a leave without resume or "
             "again, or an enter of a policy that declares enter_never_waits")));
+    }
+    // A wait of the call let an exception out (a clock whose sleep threw, in a stage's frame or in the
+    // call's): the call goes on outward with it as its failure, so that `execute_outcome` returns it
+    // and the stages outside still leave. Called in a handler.
+    RESILIENCE_DETAIL_NOINLINE static void threw(std::optional<Outcome>& result) noexcept {
+        result.emplace(failure::current());
     }
     // The name a call's own `cancelled_error` carries: the outermost policy's (valid to the end of the
     // full expression that asks: some policies return their name by value).

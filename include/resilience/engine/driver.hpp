@@ -383,7 +383,13 @@ struct driver {
         decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
             return a.await_suspend(h);
         }
-        void await_resume() { result->emplace(a.await_resume()); }
+        void await_resume() {
+            try {
+                result->emplace(a.await_resume());
+            } catch (...) { // a stage's own frame let it out (a clock whose sleep threw): the call's failure
+                call_edges<outcome_type>::threw(*result);
+            }
+        }
     };
     using leaf_awaiter = decltype(std::declval<Leaf&>()(std::declval<const context&>()));
     // The leaf of a call is the action's awaiter (`guarded_call`); the leaf of an inner drive, the
@@ -392,18 +398,6 @@ struct driver {
     static constexpr bool leaf_is_awaiter = requires(leaf_awaiter& a) { a.await_ready(); };
     static constexpr bool leaf_is_task = std::is_same_v<leaf_awaiter, task<outcome_type>>;
     using task_awaiter = decltype(std::declval<task<outcome_type>>().operator co_await());
-
-    template <class Awaitable>
-    static task<outcome_type> as_task(Awaitable a) {
-        co_return co_await std::move(a);
-    }
-    template <class Awaitable>
-    static task<outcome_type> uniform(Awaitable&& a) {
-        if constexpr (std::is_same_v<std::remove_cvref_t<Awaitable>, task<outcome_type>>)
-            return std::forward<Awaitable>(a);
-        else
-            return as_task(std::forward<Awaitable>(a));
-    }
 
     // The waiting paths, out of the drive's body so that every drive of the pipeline (with and
     // without throwing, and the inner ones) shares one instance of each.
@@ -415,8 +409,8 @@ struct driver {
             [&](auto j) -> task<outcome_type> {
                 constexpr std::size_t J = decltype(j)::value;
                 if constexpr (enter_may_wait<policy_at<J>> && !always_waits_in_frame<policy_at<J>>)
-                    return uniform(run_after_wait(std::get<J>(stages), next_after<J>(stages, leaf),
-                                                  at[context_slot(J)]));
+                    return as_stage_task<outcome_type>(run_after_wait(
+                        std::get<J>(stages), next_after<J>(stages, leaf), at[context_slot(J)]));
                 else
                     return task<outcome_type>{}; // unreachable: it never waits, or only in the frame
             },
@@ -512,12 +506,15 @@ struct driver {
                 while (st.s == step::wait && admission::stage_waits_in_frame(
                                                  st.k, stages_from(source), contexts(ctx, st))) [[unlikely]] {
                     drop_reading(cache);
-                    {
+                    try {
                         typename admission::wait_in_frame admitted{st.k, stages_from(source), st,
                                                                    contexts(ctx, st), result};
                         do // `step::wait`: not decided yet, await it again
                             co_await admitted;
                         while ((st.s = admitted_how(admitted, source, ctx, st, result)) == step::wait);
+                    } catch (...) { // the wait itself failed (a clock whose sleep threw): the call ends so
+                        st.s = step::done;
+                        call_edges<outcome_type>::threw(result);
                     }
                     drop_reading(cache);
                     co_await back;

@@ -7,6 +7,7 @@
 
 #include "../context.hpp"
 #include "../outcome.hpp"
+#include "../task.hpp"
 
 #include <cassert>
 #include <chrono>
@@ -111,6 +112,20 @@ auto run_after_wait(const P& p, Next&& next, const context& ctx) {
         return p.run_waited(std::forward<Next>(next), ctx);
     else
         return p.run(std::forward<Next>(next), ctx);
+}
+
+/// What `run_after_wait` gave, as the `task<Outcome>` a pipeline awaits: itself when it is one, else
+/// a task that awaits it.
+template <class Outcome, class Awaitable>
+task<Outcome> awaiting_task(Awaitable a) {
+    co_return co_await std::move(a);
+}
+template <class Outcome, class Awaitable>
+task<Outcome> as_stage_task(Awaitable&& a) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<Awaitable>, task<Outcome>>)
+        return std::forward<Awaitable>(a);
+    else
+        return awaiting_task<Outcome>(std::forward<Awaitable>(a));
 }
 
 /// A fast policy whose `leave` may wait and that then decides in `again` whether the stages inside it
