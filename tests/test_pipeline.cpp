@@ -4,6 +4,7 @@
 
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
+#include <resilience/hedge.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/policy_kit.hpp>
 #include <resilience/rate_limiter.hpp>
@@ -853,6 +854,14 @@ struct broken_sleep_clock {
 };
 static_assert(rs::clock<broken_sleep_clock> && !rs::detail::loop_timer_clock<broken_sleep_clock>);
 
+// Calls `act` through `policy` at `at` on `clock`'s simulation, keeping the outcome in `out`.
+template <class P, class A>
+rs::task<void> call_at(rs::testing::virtual_clock clock, std::chrono::milliseconds at, const P& policy, A act,
+                       std::optional<rs::outcome<int>>& out) {
+    co_await clock.sleep_until(rs::testing::virtual_clock::time_point{at}, resilience::stop_token{});
+    out.emplace(co_await policy.execute_outcome(std::move(act)));
+}
+
 bool ended_with_the_clocks_error(const rs::outcome<int>& r) {
     const auto* e = r.has_failure() ? r.error().as<std::runtime_error>() : nullptr;
     return e && std::string(e->what()) == "no timers left";
@@ -861,7 +870,7 @@ bool ended_with_the_clocks_error(const rs::outcome<int>& r) {
 
 TEST_CASE("pipeline: a clock whose sleep throws ends the call with that exception, returned by "
           "execute_outcome and thrown by execute, and the stages outside still leave",
-          "[pipeline][retry][timeout]") {
+          "[pipeline][retry][timeout][hedge][bulkhead][rate_limiter]") {
     rs::testing::simulation sim;
     const broken_sleep_clock clock{sim.clock()};
     const auto failures = std::make_shared<std::atomic<int>>(0);
@@ -886,6 +895,51 @@ TEST_CASE("pipeline: a clock whose sleep throws ends the call with that exceptio
         CHECK(failures->load() == 1);
         CHECK_THROWS_WITH(sim.run(p.execute(slow)), "no timers left");
         CHECK(failures->load() == 2);
+    }
+    SECTION("a hedge's delay before its second attempt") {
+        rs::pipeline p{count_failures{failures}, rs::hedge{{.max_attempts = 2, .delay = 50ms}, clock}};
+        rs::testing::scripted_action slow{sim.clock(),
+                                          rs::testing::script<int>{.latency = 200ms, .value = 5}};
+        CHECK(ended_with_the_clocks_error(sim.run(p.execute_outcome(slow))));
+        CHECK(slow.calls() == 1); // the first attempt, stopped; no second
+        CHECK(sim.now() < 200ms);
+        CHECK(failures->load() == 1);
+    }
+    SECTION("a bulkhead's queue timeout, watched beside a call queued in the call's frame") {
+        rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1s}, clock};
+        rs::pipeline p{count_failures{failures}, bh};
+        rs::testing::scripted_action holder{sim.clock(),
+                                            rs::testing::script<int>{.latency = 100ms, .value = 1}};
+        rs::testing::scripted_action queued{sim.clock(), rs::testing::script<int>{.value = 2}};
+        std::optional<rs::outcome<int>> first, second;
+        sim.spawn(call_at(sim.clock(), 0ms, p, holder, first));
+        sim.spawn(call_at(sim.clock(), 10ms, p, queued, second));
+        sim.run_all();
+        REQUIRE(second.has_value());
+        CHECK(ended_with_the_clocks_error(*second));
+        CHECK(queued.calls() == 0); // it never had a slot
+        REQUIRE(first.has_value());
+        CHECK(first->value() == 1);
+        CHECK(failures->load() == 1);
+        CHECK(bh.in_flight() == 0);
+        CHECK(bh.queued() == 0);
+    }
+    SECTION("a rate limiter's wait for a token, in the call's frame") {
+        rs::rate_limiter lim{{.token_limit = 1, .tokens_per_second = 1, .queue_limit = 1}, clock};
+        rs::pipeline p{count_failures{failures}, lim};
+        rs::testing::scripted_action quick{sim.clock(), rs::testing::script<int>{.value = 1}};
+        rs::testing::scripted_action waiting{sim.clock(), rs::testing::script<int>{.value = 2}};
+        std::optional<rs::outcome<int>> first, second;
+        sim.spawn(call_at(sim.clock(), 0ms, p, quick, first));
+        sim.spawn(call_at(sim.clock(), 10ms, p, waiting, second));
+        sim.run_all();
+        REQUIRE(first.has_value());
+        CHECK(first->value() == 1);
+        REQUIRE(second.has_value());
+        CHECK(ended_with_the_clocks_error(*second));
+        CHECK(waiting.calls() == 0); // it never had a token
+        CHECK(failures->load() == 1);
+        CHECK(lim.queued() == 0);
     }
     CHECK(sim.loop().timers() == 0);
 }
