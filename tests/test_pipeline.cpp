@@ -866,6 +866,24 @@ bool ended_with_the_clocks_error(const rs::outcome<int>& r) {
     const auto* e = r.has_failure() ? r.error().as<std::runtime_error>() : nullptr;
     return e && std::string(e->what()) == "no timers left";
 }
+
+// Through `policy`, a call at 0 ms that is admitted and holds what it took (a slot, a token) for
+// `holds`, then one at 10 ms that must wait for it on a broken clock: the first ends with its value,
+// the second with the clock's error, without running.
+template <class P>
+void second_fails_waiting(rs::testing::simulation& sim, const P& policy, std::chrono::milliseconds holds) {
+    rs::testing::scripted_action first{sim.clock(), rs::testing::script<int>{.latency = holds, .value = 1}};
+    rs::testing::scripted_action second{sim.clock(), rs::testing::script<int>{.value = 2}};
+    std::optional<rs::outcome<int>> got_first, got_second;
+    sim.spawn(call_at(sim.clock(), 0ms, policy, first, got_first));
+    sim.spawn(call_at(sim.clock(), 10ms, policy, second, got_second));
+    sim.run_all();
+    REQUIRE(got_first.has_value());
+    CHECK(got_first->value() == 1);
+    REQUIRE(got_second.has_value());
+    CHECK(ended_with_the_clocks_error(*got_second));
+    CHECK(second.calls() == 0); // it never got what it waited for
+}
 } // namespace
 
 TEST_CASE("pipeline: a clock whose sleep throws ends the call with that exception, returned by "
@@ -907,37 +925,14 @@ TEST_CASE("pipeline: a clock whose sleep throws ends the call with that exceptio
     }
     SECTION("a bulkhead's queue timeout, watched beside a call queued in the call's frame") {
         rs::bulkhead bh{{.max_concurrent_calls = 1, .queue_limit = 1, .queue_timeout = 1s}, clock};
-        rs::pipeline p{count_failures{failures}, bh};
-        rs::testing::scripted_action holder{sim.clock(),
-                                            rs::testing::script<int>{.latency = 100ms, .value = 1}};
-        rs::testing::scripted_action queued{sim.clock(), rs::testing::script<int>{.value = 2}};
-        std::optional<rs::outcome<int>> first, second;
-        sim.spawn(call_at(sim.clock(), 0ms, p, holder, first));
-        sim.spawn(call_at(sim.clock(), 10ms, p, queued, second));
-        sim.run_all();
-        REQUIRE(second.has_value());
-        CHECK(ended_with_the_clocks_error(*second));
-        CHECK(queued.calls() == 0); // it never had a slot
-        REQUIRE(first.has_value());
-        CHECK(first->value() == 1);
+        second_fails_waiting(sim, rs::pipeline{count_failures{failures}, bh}, 100ms);
         CHECK(failures->load() == 1);
         CHECK(bh.in_flight() == 0);
         CHECK(bh.queued() == 0);
     }
     SECTION("a rate limiter's wait for a token, in the call's frame") {
         rs::rate_limiter lim{{.token_limit = 1, .tokens_per_second = 1, .queue_limit = 1}, clock};
-        rs::pipeline p{count_failures{failures}, lim};
-        rs::testing::scripted_action quick{sim.clock(), rs::testing::script<int>{.value = 1}};
-        rs::testing::scripted_action waiting{sim.clock(), rs::testing::script<int>{.value = 2}};
-        std::optional<rs::outcome<int>> first, second;
-        sim.spawn(call_at(sim.clock(), 0ms, p, quick, first));
-        sim.spawn(call_at(sim.clock(), 10ms, p, waiting, second));
-        sim.run_all();
-        REQUIRE(first.has_value());
-        CHECK(first->value() == 1);
-        REQUIRE(second.has_value());
-        CHECK(ended_with_the_clocks_error(*second));
-        CHECK(waiting.calls() == 0); // it never had a token
+        second_fails_waiting(sim, rs::pipeline{count_failures{failures}, lim}, 0ms);
         CHECK(failures->load() == 1);
         CHECK(lim.queued() == 0);
     }

@@ -110,9 +110,9 @@ private:
 ///   behaviour, same exceptions. It costs no allocation for the library's clocks; an awaiter too
 ///   large for the inline buffer of the sleep is allocated.
 /// - `timer_loop()` is the held clock's (see `detail::loop_timer_clock`), so a timeout keeps its
-///   timer fast path; it is null when the held clock sleeps by other means (Asio's clock, a clock
-///   of your own), and inside an Asio call, where `rs::timeout` then watches the call with a
-///   coroutine sleeping on the clock beside it (docs/timeout.md, "Cost").
+///   timer fast path. It is null when the held clock sleeps by other means (Asio's clock, a clock
+///   of your own), and inside an Asio call; `rs::timeout` then watches the call with a coroutine
+///   sleeping on the clock beside it (docs/timeout.md, "Cost").
 /// - Copies hold copies of the clock (in place when it fits in three pointers, as every clock of
 ///   this library does). Thread-safe as the held clock is: every call is a const call on it.
 ///

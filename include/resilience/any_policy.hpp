@@ -118,18 +118,10 @@ private:
         template <class Q>
         explicit model(Q&& q) : policy(std::forward<Q>(q)) {}
         task<outcome<T>> run(detail::erased_next<T> next, const context& ctx) const override {
-            using result = decltype(policy.run(std::move(next), ctx));
-            if constexpr (std::is_same_v<result, task<outcome<T>>>)
-                return policy.run(std::move(next), ctx);
-            else
-                return as_task(policy.run(std::move(next), ctx));
+            return detail::as_stage_task<outcome<T>>(policy.run(std::move(next), ctx));
         }
         detail::sleeper may_sleep_on_default_clock() const noexcept override {
             return detail::default_clock_sleeper(policy);
-        }
-        template <class Awaitable>
-        static task<outcome<T>> as_task(Awaitable a) {
-            co_return co_await std::move(a);
         }
         P policy;
     };

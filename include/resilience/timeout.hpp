@@ -232,10 +232,10 @@ public:
     // ---- the policy protocol (see policy.hpp) ----
     // On a clock whose timers are an event loop's, the deadline is a timer armed in the call's own
     // frame, and the attempt's stop token is made only if somebody asks for it; inside an Asio call,
-    // the timer of `steady_clock` and `coarse_steady_clock` is the call's home's. Any other clock waits beside the call with a
-    // sleeping coroutine (`run_beside`: `run_waited` in a pipeline), and so does one that only sometimes
-    // has loop timers (`any_clock`) when it has none. The pipeline compiles that watch only for a
-    // timeout whose `enter` may wait.
+    // the timer of `steady_clock` and `coarse_steady_clock` is the call's home's. Any other clock
+    // waits beside the call with a sleeping coroutine (`run_beside`: `run_waited` in a pipeline), and
+    // so does one that only sometimes has loop timers (`any_clock`) when it has none. A pipeline
+    // compiles that watch only for a timeout whose `enter` may wait.
     static constexpr bool enter_never_waits =
         detail::loop_timer_clock<C> &&
         (!detail::timer_loop_may_be_null<C> || detail::home_timers_when_loopless<C>);

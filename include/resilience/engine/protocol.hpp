@@ -114,8 +114,8 @@ auto run_after_wait(const P& p, Next&& next, const context& ctx) {
         return p.run(std::forward<Next>(next), ctx);
 }
 
-/// What `run_after_wait` gave, as the `task<Outcome>` a pipeline awaits: itself when it is one, else
-/// a task that awaits it.
+/// What a policy's `run` (or `run_after_wait`) gave, as the `task<Outcome>` a pipeline or an
+/// `any_policy` awaits: itself when it is one, else a task that awaits it.
 template <class Outcome, class Awaitable>
 task<Outcome> awaiting_task(Awaitable a) {
     co_return co_await std::move(a);
