@@ -43,6 +43,11 @@ struct call_edges {
     RESILIENCE_DETAIL_NOINLINE static void threw(std::optional<Outcome>& result) noexcept {
         result.emplace(failure::current());
     }
+    // A stage's `leave` or `again` let an exception out, against the protocol: it replaces the call's
+    // outcome, and the stages outside go on leaving with it. Called in a handler.
+    RESILIENCE_DETAIL_NOINLINE static void threw_in(Outcome& result) noexcept {
+        result = Outcome{failure::current()};
+    }
     // The name a call's own `cancelled_error` carries: the outermost policy's (valid to the end of the
     // full expression that asks: some policies return their name by value).
     template <class S>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /// \file engine/driver.hpp
 /// The driver: runs one call through a pipeline's stages (or one policy) in one coroutine frame, by
-/// the protocol described in policy.hpp, and `run_action`, which `policy_base::execute` calls.
+/// the protocol described in policy.hpp (`run_action`, engine/run_action.hpp, starts it).
 #pragma once
 
 #include "../concepts.hpp"
@@ -176,10 +176,29 @@ struct driver {
     }
 
     // Stage J's `enter` (a stage of the waiting form always waits). True when it proceeded;
-    // otherwise `s` says how it stopped and `st.k` is J.
+    // otherwise `s` says how it stopped and `st.k` is J. One that throws refuses the call with what
+    // it threw (`call_edges::threw`), and the stages outside it leave, as after any refusal.
     template <std::size_t J>
     RESILIENCE_DETAIL_ALWAYS_INLINE static bool entered(const Stages& stages, states& st, contexts_at at,
                                                         std::optional<outcome_type>& result, step& s) {
+        if constexpr (enter_nothrow<policy_at<J>, outcome_type>) {
+            enter_stage<J>(stages, st, at, result, s);
+        } else {
+            try {
+                enter_stage<J>(stages, st, at, result, s);
+            } catch (...) {
+                call_edges<outcome_type>::threw(result);
+                s = step::done;
+            }
+        }
+        if (s == step::proceed)
+            return true;
+        st.k = J;
+        return false;
+    }
+    template <std::size_t J>
+    RESILIENCE_DETAIL_ALWAYS_INLINE static void enter_stage(const Stages& stages, states& st, contexts_at at,
+                                                            std::optional<outcome_type>& result, step& s) {
         constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
         if constexpr (inside != here)
             at.place(inside) = &at[here];
@@ -200,10 +219,6 @@ struct driver {
         } else {
             s = step::wait;
         }
-        if (s == step::proceed)
-            return true;
-        st.k = J;
-        return false;
     }
     // Enters the stages from `from` inward; stops at the first that does not proceed, leaving
     // how in `st.s` and its index in `st.k` (`size` when all did).
@@ -217,14 +232,25 @@ struct driver {
     }
 
     // Stage J's `leave`: true when the call goes on outward; false when the stage must wait, its
-    // `resume` coming next, and then `w` is J.
+    // `resume` coming next, and then `w` is J. One that throws, against the protocol, goes on outward
+    // with what it threw as the call's outcome.
     // Inlined (as `entered`): g++ would otherwise call the outermost stage's out of line, through a
     // copy of `at`, on every call (+28 instructions for five policies).
     template <std::size_t J>
     RESILIENCE_DETAIL_ALWAYS_INLINE static bool left(const Stages& stages, states& st, contexts_at at,
                                                      outcome_type& result, stage_index& w) {
         if constexpr (fast_policy<policy_at<J>>) {
-            if (std::get<J>(stages).leave(state<J>(st), at[context_slot(J)], result) == step::wait) {
+            step s = step::proceed;
+            if constexpr (leave_nothrow<policy_at<J>, outcome_type>) {
+                s = std::get<J>(stages).leave(state<J>(st), at[context_slot(J)], result);
+            } else {
+                try {
+                    s = std::get<J>(stages).leave(state<J>(st), at[context_slot(J)], result);
+                } catch (...) {
+                    call_edges<outcome_type>::threw_in(result);
+                }
+            }
+            if (s == step::wait) {
                 w = J;
                 return false;
             }
@@ -304,7 +330,12 @@ struct driver {
                 if constexpr (admission::template goes_again_here<J>()) {
                     constexpr std::size_t here = context_slot(J), inside = context_slot(J + 1);
                     st.template destroy_range<J + 1>();
-                    const entry e = std::get<J>(stages).again(state<J>(st), at[here], result);
+                    entry e = step::done;
+                    try {
+                        e = std::get<J>(stages).again(state<J>(st), at[here], result);
+                    } catch (...) { // against the protocol: the call ends with what it threw
+                        call_edges<outcome_type>::threw_in(result);
+                    }
                     if constexpr (inside != here) {
                         if (e.what != step::done)
                             at.place(inside) = e.inner ? e.inner : &at[here];
@@ -603,45 +634,5 @@ struct driver {
             co_return std::move(*result);
     }
 };
-
-template <class S>
-inline constexpr bool is_policy_ref = false;
-template <class P>
-inline constexpr bool is_policy_ref<policy_ref<P>> = true;
-
-// Inlined into `execute`: out of line, g++ passes the stored action through one more frame
-// (callgrind, pipeline_of_five: 1,481 instructions per call inlined, 1,500 not).
-template <bool Throw, class Source, class Action>
-RESILIENCE_DETAIL_ALWAYS_INLINE auto run_valid_action(Source source, Action&& action, context ctx) {
-    using A = std::remove_cvref_t<Action>;
-    using policy_type = std::remove_cvref_t<decltype(source.get())>;
-    using stages = stages_t<policy_type>;
-    using drv = driver<stages, guarded<A>>;
-    // The task is lazy: the caller's policy is read now, not when the task starts. A handle is
-    // copied into the call, which then needs nothing of the caller's. A pipeline keeps its stages:
-    // the call refers to them, in the pipeline it needs while it may be resumed; so does a
-    // stateless policy's call, to the policy.
-    if constexpr (is_policy_ref<Source> && copied_into_calls<policy_type>)
-        return drv::template drive<Throw>(policy_owned<policy_type>{source.get()},
-                                          owned_action<A>{std::move(action)}, std::move(ctx),
-                                          typename drv::whole_call{});
-    else if constexpr (is_policy_ref<Source> && !keeps_stages<policy_type>)
-        return drv::template drive<Throw>(stages_ref<stages>{stages_of(source.get())},
-                                          owned_action<A>{std::move(action)}, std::move(ctx),
-                                          typename drv::whole_call{});
-    else
-        return drv::template drive<Throw>(std::move(source), owned_action<A>{std::move(action)},
-                                          std::move(ctx), typename drv::whole_call{});
-}
-
-template <bool Throw, class Source, class A>
-auto run_action(Source source, A action, context ctx) {
-    if constexpr (!checked_action<A>::valid) {
-        return refuse_action<Throw, A>();
-    } else {
-        // A small action shares one call body with every other of its result type (`erased_action`).
-        return run_valid_action<Throw>(std::move(source), stored_action(std::move(action)), std::move(ctx));
-    }
-}
 
 } // namespace resilience::detail

@@ -92,6 +92,36 @@ concept frame_waiting = requires(const P& p, const context& c) {
     requires frame_wait_makeable<typename P::template frame_wait<R>, P, S, R>;
 };
 
+/// Whether a policy's `enter` (either form) is declared `noexcept` for result type `O` (true for the
+/// waiting form, which has none): the pipeline catches what any other `enter` throws (a clock whose
+/// reading threw, a policy's own defect) and refuses the call with it, as a failure; a `noexcept`
+/// one costs no handler.
+template <class P, class O>
+inline constexpr bool enter_nothrow = [] {
+    if constexpr (!fast_policy<P>) {
+        return true;
+    } else {
+        using S = typename P::call_state;
+        if constexpr (requires(const P& p, S& s, const context& c, std::optional<O>& r) { p.enter(s, c, r); })
+            return requires(const P& p, S& s, const context& c, std::optional<O>& r) {
+                { p.enter(s, c, r) } noexcept;
+            };
+        else
+            return requires(const P& p, S& s, const context& c, const context*& in, std::optional<O>& r) {
+                { p.enter(s, c, in, r) } noexcept;
+            };
+    }
+}();
+
+/// Whether a fast policy's `leave` is declared `noexcept` for result type `O` (see `enter_nothrow`):
+/// one that is not, and throws against the protocol's rule, has its exception made the call's
+/// outcome, and the stages outside it leave with that.
+template <class P, class O>
+inline constexpr bool leave_nothrow =
+    requires(const P& p, typename P::call_state& s, const context& c, O& r) {
+        { p.leave(s, c, r) } noexcept;
+    };
+
 /// A frame-waiting policy whose `waits_in_frame` says true for every call says so, with `static
 /// constexpr bool always_waits_in_frame = true;` (the rate limiters): a pipeline then never compiles its
 /// `run`, which only a caller of `run` itself (`any_policy`, a test) needs.
