@@ -6,9 +6,13 @@
 #include "catch.hpp"
 
 #include <resilience/bulkhead.hpp>
+#include <resilience/circuit_breaker.hpp>
+#include <resilience/hedge.hpp>
 #include <resilience/pipeline.hpp>
 #include <resilience/policy_kit.hpp>
 #include <resilience/rate_limiter.hpp>
+#include <resilience/retry.hpp>
+#include <resilience/retry_budget.hpp>
 #include <resilience/sliding_window_limiter.hpp>
 #include <resilience/testing/simulation.hpp>
 #include <resilience/timeout.hpp>
@@ -20,10 +24,10 @@
 #include <string>
 #include <vector>
 
+namespace test_stage_throws {
+
 namespace rs = resilience;
 using namespace std::chrono_literals;
-
-namespace {
 
 // A virtual clock with loop timers whose reading throws once `broken` is set.
 struct breaking_clock {
@@ -62,7 +66,15 @@ public:
         : name_(std::move(name)), log_(&log), where_(where) {}
 
     static constexpr bool enter_never_waits = true;
-    struct call_state {};
+    // Counts how many were made and destroyed, to show each is destroyed once.
+    struct call_state {
+        call_state() noexcept { ++made; }
+        ~call_state() { ++destroyed; }
+        call_state(const call_state&) = delete;
+        call_state& operator=(const call_state&) = delete;
+    };
+    static inline int made = 0;
+    static inline int destroyed = 0;
 
     template <class R>
     rs::step enter(call_state&, const rs::context&, std::optional<rs::outcome<R>>&) const {
@@ -98,8 +110,12 @@ private:
     throws_in where_;
 };
 static_assert(rs::policy<probe>);
-
-} // namespace
+// Which functions the pipeline guards: those not declared noexcept.
+static_assert(!rs::detail::enter_nothrow<probe, rs::outcome<int>>);
+static_assert(!rs::detail::leave_nothrow<probe, rs::outcome<int>>);
+static_assert(
+    rs::detail::leave_nothrow<rs::hedge<>, rs::outcome<int>>); // leave(..., const outcome&) noexcept
+static_assert(rs::detail::leave_nothrow<rs::rate_limiter<>, rs::outcome<int>>);
 
 TEST_CASE("stage throws: a clock whose reading throws ends the call with that exception, and the stages "
           "outside leave with it",
@@ -156,6 +172,61 @@ TEST_CASE("stage throws: an enter that throws refuses the call with what it thre
     CHECK(slots.in_flight() == 0);
 }
 
+TEST_CASE("stage throws: an enter that throws is the call's failure to the stages outside: a breaker counts "
+          "it, a retry retries it, and each attempt's state is destroyed once",
+          "[pipeline][retry][circuit_breaker]") {
+    rs::testing::simulation sim;
+    journal log;
+    const auto action = []() -> rs::task<int> { co_return 1; };
+    SECTION("a breaker outside opens on it") {
+        const rs::circuit_breaker breaker{{.failure_threshold = 2}, sim.clock()};
+        const rs::pipeline p{breaker, probe{"b", log, throws_in::enter}};
+        CHECK(what_of(sim.run(p.execute_outcome(action))) == "b's enter threw");
+        CHECK(breaker.state() == rs::circuit_state::closed);
+        CHECK(what_of(sim.run(p.execute_outcome(action))) == "b's enter threw");
+        CHECK(breaker.state() == rs::circuit_state::open);
+    }
+    SECTION("a retry outside makes its attempts, each with a state of its own") {
+        probe::made = probe::destroyed = 0;
+        const rs::pipeline p{
+            rs::retry{{.max_attempts = 3, .backoff = rs::constant_backoff{0ms}}, sim.clock()},
+            probe{"b", log, throws_in::enter}};
+        CHECK(what_of(sim.run(p.execute_outcome(action))) == "b's enter threw");
+        CHECK(log == journal{"b enter", "b enter", "b enter"}); // three attempts, no leave
+        CHECK(probe::made == 3);
+        CHECK(probe::destroyed == 3);
+    }
+}
+
+TEST_CASE("stage throws: a retry whose clock throws as it notes the call's start counts no call against its "
+          "budget",
+          "[retry][retry_budget][clock]") {
+    rs::testing::simulation sim;
+    const breaking_clock clock{sim.clock()};
+    const rs::retry_budget budget{{.ratio = 0.5, .capacity = 10}};
+    const rs::retry retry{{.max_elapsed = 1s, .budget = budget}, clock};
+    const auto action = []() -> rs::task<int> { co_return 1; };
+    CHECK(sim.run(retry.execute(action)) == 1);
+    CHECK(budget.calls() == 1);
+    *clock.broken = true;
+    CHECK(what_of(sim.run(retry.execute_outcome(action))) == "clock broke");
+    CHECK(budget.calls() == 1);
+}
+
+TEST_CASE("stage throws: a clock whose reading throws spends no token of a rate limiter",
+          "[rate_limiter][clock]") {
+    rs::testing::simulation sim;
+    const breaking_clock clock{sim.clock()};
+    const rs::rate_limiter limiter{{.token_limit = 2, .tokens_per_second = 1}, clock};
+    const auto action = []() -> rs::task<int> { co_return 1; };
+    CHECK(sim.run(limiter.execute(action)) == 1);
+    *clock.broken = true;
+    CHECK(what_of(sim.run(limiter.execute_outcome(action))) == "clock broke");
+    *clock.broken = false;
+    CHECK(sim.run(limiter.execute(action)) == 1); // the second token, still there
+    CHECK(sim.now() == 0ms);
+}
+
 TEST_CASE("stage throws: a leave or an again that throws makes what it threw the call's outcome, and the "
           "stages outside leave with it",
           "[pipeline]") {
@@ -178,3 +249,5 @@ TEST_CASE("stage throws: a leave or an again that throws makes what it threw the
         CHECK(slots.in_flight() == 0);
     }
 }
+
+} // namespace test_stage_throws

@@ -224,12 +224,13 @@ public:
     entry enter(call_state& s, const context& ctx, std::optional<outcome<R>>& result) const {
         if (ctx.stop_requested() || !options_.should_handle.template accepts<R>()) [[unlikely]]
             return refuse(result);
-        if (options_.budget)
-            options_.budget->record_call();
-        // Only max_elapsed and a listener (the first attempt's length) need the start.
+        // Only max_elapsed and a listener (the first attempt's length) need the start. Read before the
+        // budget counts the call: a clock that throws refuses it (see engine/driver.hpp, `entered`).
         if (options_.max_elapsed > std::chrono::nanoseconds::zero() ||
             kit::listener_for(options_.telemetry, ctx))
             s.start = kit::call_now(clock_, ctx);
+        if (options_.budget)
+            options_.budget->record_call();
         if (ctx.attempt() != 1) {
             s.inner = detail::context_access::derive_attempt(ctx, 1);
             return entry::proceed_in(s.inner);

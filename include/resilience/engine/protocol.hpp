@@ -92,17 +92,21 @@ concept frame_waiting = requires(const P& p, const context& c) {
     requires frame_wait_makeable<typename P::template frame_wait<R>, P, S, R>;
 };
 
-/// Whether a policy's `enter` (either form) is declared `noexcept` for result type `O` (true for the
-/// waiting form, which has none): the pipeline catches what any other `enter` throws (a clock whose
-/// reading threw, a policy's own defect) and refuses the call with it, as a failure; a `noexcept`
-/// one costs no handler.
+/// Whether a policy's `enter` (either form) is declared `noexcept` for result type `O`, and its
+/// `call_state` made without throwing (true for the waiting form, which has neither): the pipeline
+/// catches what any other makes or `enter` throws (a clock whose reading threw, a policy's own
+/// defect) and refuses the call with it, as a failure; a `noexcept` one costs no handler.
 template <class P, class O>
 inline constexpr bool enter_nothrow = [] {
     if constexpr (!fast_policy<P>) {
         return true;
     } else {
         using S = typename P::call_state;
-        if constexpr (requires(const P& p, S& s, const context& c, std::optional<O>& r) { p.enter(s, c, r); })
+        if constexpr (!std::is_nothrow_default_constructible_v<S>)
+            return false;
+        else if constexpr (requires(const P& p, S& s, const context& c, std::optional<O>& r) {
+                               p.enter(s, c, r);
+                           })
             return requires(const P& p, S& s, const context& c, std::optional<O>& r) {
                 { p.enter(s, c, r) } noexcept;
             };
