@@ -110,6 +110,44 @@ private:
     throws_in where_;
 };
 static_assert(rs::policy<probe>);
+// A policy of the waiting form whose `run` is no coroutine, and throws before it makes its task.
+class throws_before_its_task : public rs::policy_base<throws_before_its_task> {
+public:
+    template <class Next>
+    rs::task<rs::next_outcome_t<Next>> run(Next, const rs::context&) const {
+        throw std::runtime_error("run threw");
+    }
+};
+static_assert(rs::policy<throws_before_its_task>);
+
+// A fast policy whose `enter` waits, and whose `waits_in_frame` (asked where it waits) throws.
+class asked_where_it_waits_throws : public rs::policy_base<asked_where_it_waits_throws> {
+public:
+    struct call_state {};
+    template <class R>
+    rs::step enter(call_state&, const rs::context&, std::optional<rs::outcome<R>>&) const {
+        return rs::step::wait;
+    }
+    template <class R>
+    rs::step leave(call_state&, const rs::context&, rs::outcome<R>&) const noexcept {
+        return rs::step::proceed;
+    }
+    bool waits_in_frame(const rs::context&) const { throw std::runtime_error("waits_in_frame threw"); }
+    template <class R>
+    struct frame_wait { // never made: the pipeline asks where to wait first
+        frame_wait(const asked_where_it_waits_throws&, call_state&, const rs::context&,
+                   std::optional<rs::outcome<R>>&) {}
+        bool await_ready() const noexcept { return true; }
+        void await_suspend(std::coroutine_handle<>) const noexcept {}
+        rs::step await_resume() const noexcept { return rs::step::proceed; }
+    };
+    template <class Next>
+    rs::task<rs::next_outcome_t<Next>> run(Next next, const rs::context& ctx) const {
+        co_return co_await next(ctx);
+    }
+};
+static_assert(rs::policy<asked_where_it_waits_throws>);
+
 // Which functions the pipeline guards: those not declared noexcept.
 static_assert(!rs::detail::enter_nothrow<probe, rs::outcome<int>>);
 static_assert(!rs::detail::leave_nothrow<probe, rs::outcome<int>>);
@@ -170,6 +208,34 @@ TEST_CASE("stage throws: an enter that throws refuses the call with what it thre
     CHECK_THROWS_WITH(sim.run(p.execute(action)), "b's enter threw");
     CHECK(ran == 0);
     CHECK(slots.in_flight() == 0);
+}
+
+TEST_CASE("stage throws: a run that is no coroutine and throws before its task, or a waits_in_frame that "
+          "throws, refuses the call with what it threw: the stages outside leave, the ones inside never run",
+          "[pipeline]") {
+    rs::testing::simulation sim;
+    journal log;
+    const rs::bulkhead slots{{.max_concurrent_calls = 1}, sim.clock()};
+    int ran = 0;
+    const auto action = [&ran]() -> rs::task<int> {
+        ++ran;
+        co_return 1;
+    };
+    const auto refuses = [&](const auto& throwing, const std::string& thrown) {
+        log.clear();
+        const rs::pipeline p{slots, probe{"a", log}, throwing, probe{"c", log}};
+        CHECK(what_of(sim.run(p.execute_outcome(action))) == thrown);
+        CHECK(log == journal{"a enter", "a leave: " + thrown});
+        CHECK_THROWS_WITH(sim.run(p.execute(action)), thrown);
+        CHECK(ran == 0);
+        CHECK(slots.in_flight() == 0);
+    };
+    SECTION("run") {
+        refuses(throws_before_its_task{}, "run threw");
+    }
+    SECTION("waits_in_frame") {
+        refuses(asked_where_it_waits_throws{}, "waits_in_frame threw");
+    }
 }
 
 TEST_CASE("stage throws: an enter that throws is the call's failure to the stages outside: a breaker counts "

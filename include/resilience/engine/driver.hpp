@@ -534,8 +534,9 @@ struct driver {
             if constexpr (admission::any_waits_in_frame) {
                 // A stage that waits for admission here (or before going round again): once
                 // admitted, the call goes on inward from the stage after it, still in this frame.
-                while (st.s == step::wait && admission::stage_waits_in_frame(
-                                                 st.k, stages_from(source), contexts(ctx, st))) [[unlikely]] {
+                while (st.s == step::wait && admission::stage_waits_in_frame(st.k, stages_from(source),
+                                                                             contexts(ctx, st), st.s, result))
+                    [[unlikely]] {
                     drop_reading(cache);
                     try {
                         typename admission::wait_in_frame admitted{st.k, stages_from(source), st,
@@ -588,23 +589,29 @@ struct driver {
                 any_stage_frame) { // a stage that waits in a frame of its own: its `run` or `resume`
                 if (st.k != none) [[unlikely]] {
                     task<outcome_type> waiting;
+                    bool threw = false; // a `run` or `resume` that is no coroutine threw before its task
                     do {
-                        if (st.running)
-                            waiting =
-                                admission::any_waits_in_frame
-                                    ? run_stage_out_of_line(st.k, stages_from(source), contexts(ctx, st),
-                                                            holder.leaf())
-                                    : run_stage(st.k, stages_from(source), contexts(ctx, st), holder.leaf());
-                        else
-                            waiting = resume_stage(st.k, stages_from(source), st, contexts(ctx, st),
-                                                   holder.leaf(), *result);
+                        try {
+                            if (st.running)
+                                waiting = admission::any_waits_in_frame
+                                              ? run_stage_out_of_line(st.k, stages_from(source),
+                                                                      contexts(ctx, st), holder.leaf())
+                                              : run_stage(st.k, stages_from(source), contexts(ctx, st),
+                                                          holder.leaf());
+                            else
+                                waiting = resume_stage(st.k, stages_from(source), st, contexts(ctx, st),
+                                                       holder.leaf(), *result);
+                        } catch (...) {
+                            call_edges<outcome_type>::threw(result);
+                            threw = true;
+                        }
                         st.running = false;
                         if (waiting.valid()) [[likely]] {
                             co_await emplacing<task_awaiter>{waiting, result};
                             drop_reading(cache);
                             co_await back;
                             waiting = task<outcome_type>{}; // done: its frame is freed, on the call's loop
-                        } else { // a stage answered `step::wait` with nothing to go on in
+                        } else if (!std::exchange(threw, false)) { // a `step::wait` with nothing to go on in
                             call_edges<outcome_type>::no_way_on(result);
                         }
                         if (leave_outward(from, stages_from(source), st, contexts(ctx, st), result))

@@ -117,20 +117,29 @@ struct frame_admission {
 
     /// Whether stage `k`, whose `enter` waited, waits for admission here rather than in its `run`;
     /// always, for a stage whose `again` waits.
+    /// A `waits_in_frame` that throws refuses the call with what it threw: false, `s` is
+    /// `step::done` and `result` holds it.
     RESILIENCE_DETAIL_NOINLINE static bool stage_waits_in_frame(std::size_t k, const Stages& stages,
-                                                                const contexts_at& at) {
-        return visit_stage<bool>(
-            k,
-            [&](auto j) {
-                constexpr std::size_t J = decltype(j)::value;
-                if constexpr (goes_again_here<J>())
-                    return true;
-                else if constexpr (admits_here<J>())
-                    return std::get<J>(stages).waits_in_frame(at[States::context_slot(J)]);
-                else
-                    return false;
-            },
-            all_stages{});
+                                                                const contexts_at& at, step& s,
+                                                                std::optional<Outcome>& result) {
+        try {
+            return visit_stage<bool>(
+                k,
+                [&](auto j) {
+                    constexpr std::size_t J = decltype(j)::value;
+                    if constexpr (goes_again_here<J>())
+                        return true;
+                    else if constexpr (admits_here<J>())
+                        return std::get<J>(stages).waits_in_frame(at[States::context_slot(J)]);
+                    else
+                        return false;
+                },
+                all_stages{});
+        } catch (...) {
+            result.emplace(failure::current());
+            s = step::done;
+            return false;
+        }
     }
     /// Whether stage J's awaiter asks for room past itself for some calls (`asks_for_room`).
     template <std::size_t J>
