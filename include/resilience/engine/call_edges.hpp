@@ -3,7 +3,7 @@
 /// The rules the driver applies at a whole call's edges, once, so that no policy has to: a call with
 /// nowhere to sleep is refused before its first stage enters, a call its caller stopped ends with a
 /// value or with `cancelled_error`, a stage that waits with nothing to go on in ends it with a
-/// `std::logic_error`, and a wait that throws ends it with what it threw, as a failure.
+/// `std::logic_error`, and a wait or a stage that throws ends it with what it threw, as a failure.
 #pragma once
 
 #include "../context.hpp"
@@ -38,14 +38,15 @@ struct call_edges {
             "again, or an enter of a policy that declares enter_never_waits")));
     }
     // A wait of the call let an exception out (a clock whose sleep threw, in a stage's frame or in the
-    // call's): the call goes on outward with it as its failure, so that `execute_outcome` returns it
-    // and the stages outside still leave. Called in a handler.
+    // call's), or a stage's `enter`, `waits_in_frame` or `run` did: the call goes on outward with it as
+    // its failure, so that `execute_outcome` returns it and the stages outside still leave. Called in a
+    // handler.
     RESILIENCE_DETAIL_NOINLINE static void threw(std::optional<Outcome>& result) noexcept {
         result.emplace(failure::current());
     }
-    // A stage's `leave` or `again` let an exception out, against the protocol: it replaces the call's
-    // outcome, and the stages outside go on leaving with it. Called in a handler.
-    RESILIENCE_DETAIL_NOINLINE static void threw_in(Outcome& result) noexcept {
+    // The same for a call that already has an outcome: a stage's `leave` or `again` let an exception
+    // out, against the protocol; it replaces the outcome, and the stages outside go on leaving with it.
+    RESILIENCE_DETAIL_NOINLINE static void threw(Outcome& result) noexcept {
         result = Outcome{failure::current()};
     }
     // The name a call's own `cancelled_error` carries: the outermost policy's (valid to the end of the

@@ -247,7 +247,7 @@ struct driver {
                 try {
                     s = std::get<J>(stages).leave(state<J>(st), at[context_slot(J)], result);
                 } catch (...) {
-                    call_edges<outcome_type>::threw_in(result);
+                    call_edges<outcome_type>::threw(result);
                 }
             }
             if (s == step::wait) {
@@ -334,7 +334,7 @@ struct driver {
                     try {
                         e = std::get<J>(stages).again(state<J>(st), at[here], result);
                     } catch (...) { // against the protocol: the call ends with what it threw
-                        call_edges<outcome_type>::threw_in(result);
+                        call_edges<outcome_type>::threw(result);
                     }
                     if constexpr (inside != here) {
                         if (e.what != step::done)

@@ -13,6 +13,7 @@
 #include "../detail/inlining.hpp"
 #include "../detail/stages.hpp"
 #include "../outcome.hpp"
+#include "call_edges.hpp"
 #include "protocol.hpp"
 
 #include <algorithm>
@@ -136,7 +137,7 @@ struct frame_admission {
                 },
                 all_stages{});
         } catch (...) {
-            result.emplace(failure::current());
+            call_edges<Outcome>::threw(result);
             s = step::done;
             return false;
         }
