@@ -60,6 +60,7 @@ LAYERS = [
         "hedge.hpp", "hedge/",
         "retry_budget.hpp", "retry_budget/",
         "single_flight.hpp", "single_flight/",
+        "balancer.hpp", "balancer/",
     ]),
     (4, "composition", [
         "pipeline.hpp", "any_policy.hpp", "telemetry.hpp", "standard.hpp", "registry.hpp",

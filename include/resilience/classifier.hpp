@@ -46,7 +46,8 @@ struct verdict {
 /// help or the caller gave up. Not transient: `cancelled_error`, `circuit_open_error` and
 /// `circuit_isolated_error` (the breaker refuses on purpose; retrying would only spin against it),
 /// `throttled_error` (an adaptive throttle refuses on purpose, and each retry is one more request
-/// drawn against the same odds), and `std::logic_error` and everything derived from it (a bug or a bad argument fails the same
+/// drawn against the same odds), `no_endpoint_error` (a balancer's set is empty: a retry would find it
+/// so again), and `std::logic_error` and everything derived from it (a bug or a bad argument fails the same
 /// way every time). Costs one rethrow for a failure the library did not make.
 RESILIENCE_DECL bool is_transient(const failure& f) noexcept;
 

@@ -45,9 +45,28 @@ const void* reading_key(const C& c) noexcept {
 /// timeout, a limiter and a slow-call breaker reads the clock once. Valid only until the call
 /// first suspends: the pipeline clears it then, so a later reading is a fresh one. Keyed by clock
 /// type (two clocks of one type are taken to agree, as every clock of this library does).
+struct time_cache;
+
+/// A word a stage keeps for the whole call, across a retry's rounds and a hedge's attempts (a
+/// balancer's endpoints tried so far): in the frame of the call's outermost drive, for a pipeline
+/// that has a stage asking for one (`uses_call_scratch`), and reached from every context of the call
+/// through its `time_cache`. The first stage to claim it (`claim`) owns it; another finds it taken.
+struct call_scratch {
+    std::atomic<const void*> owner{nullptr};
+    std::atomic<std::uint64_t> bits{0};
+    /// The scratch for `stage`, or null when another stage has it.
+    call_scratch* claim(const void* stage) noexcept {
+        const void* none = nullptr;
+        if (owner.compare_exchange_strong(none, stage, std::memory_order_relaxed) || none == stage)
+            return this;
+        return nullptr;
+    }
+};
+
 struct time_cache {
     const void* clock = nullptr; // which clock type read `at`; null: nothing cached
     std::chrono::nanoseconds at{};
+    call_scratch* scratch = nullptr; // the call's, if its pipeline has one (not cleared with the reading)
     void clear() noexcept { clock = nullptr; }
 };
 
@@ -162,7 +181,7 @@ public:
     context(const context& other)
         : token_(other.stop_token()), telemetry_(other.telemetry_), props_(other.props_),
           attempt_(other.attempt_), deadline_(other.deadline_), deadline_clock_(other.deadline_clock_) {
-        detail::property_node::add_ref(props_);
+        props_ = detail::property_node::share(props_);
     }
     // Moves keep a derived context's references: only the library holds derived contexts by
     // value (users see them as `const context&`), and it moves them only into place.
@@ -372,6 +391,13 @@ struct context_access {
     }
     /// Points `c` (a call's own context, in its frame) at the call's shared clock reading.
     static void attach(context& c, time_cache* cache) noexcept { c.time_ = cache; }
+    /// A child whose properties are `props` (a list that ends with the parent's: a stage's own
+    /// property, in its state, before them), for the stages and the action inside the stage.
+    static context derive_with_properties(const context& parent, const property_node* props) noexcept {
+        context c(context::derived_tag{}, parent);
+        c.props_ = props;
+        return c;
+    }
     static context derive_attempt(const context& parent, int attempt) noexcept {
         context c(context::derived_tag{}, parent);
         c.attempt_ = attempt;
@@ -407,6 +433,8 @@ struct context_access {
         c.deadline_clock_ = clock;
     }
     static time_cache* cache(const context& c) noexcept { return c.time_; }
+    /// The call's scratch word (`call_scratch`), or null when its pipeline keeps none.
+    static call_scratch* scratch(const context& c) noexcept { return c.time_ ? c.time_->scratch : nullptr; }
     /// The listener of the `telemetry` stage around the call, or null (see telemetry.hpp).
     static const telemetry_listener* telemetry(const context& c) noexcept { return c.telemetry_; }
     static void set_telemetry(context& c, const telemetry_listener* l) noexcept { c.telemetry_ = l; }

@@ -32,6 +32,7 @@ enum class errc {
     budget_exhausted,  ///< a retry budget had no token left
     circuit_isolated,  ///< a circuit breaker isolated by hand refused the call (until `reset()`)
     throttled,         ///< an adaptive throttle refused the call locally, without sending it
+    no_endpoint,       ///< a balancer had no endpoint to pick
 };
 
 template <>
@@ -43,8 +44,9 @@ struct detail::errc_text<errc> {
         "circuit open",     "bulkhead rejected the call",
         "rate limited",     "retry budget exhausted",
         "circuit isolated", "throttled",
+        "no endpoint",
     };
-    static_assert(std::size(messages) == static_cast<std::size_t>(errc::throttled), "a message per errc");
+    static_assert(std::size(messages) == static_cast<std::size_t>(errc::no_endpoint), "a message per errc");
     static constexpr const char* unknown = "unknown resilience error";
     static std::errc standard(errc e) noexcept {
         return e == errc::timeout     ? std::errc::timed_out

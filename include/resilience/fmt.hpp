@@ -237,6 +237,13 @@ inline std::string describe_event(const telemetry_event& e) {
     case telemetry_kind::cache_miss:
         text += "no usable entry, called";
         break;
+    case telemetry_kind::endpoint_ejected:
+        text += fmt::format("{} ejected for {} ({})", e.endpoint.empty() ? "an endpoint" : e.endpoint,
+                            format_duration(e.duration), e.note);
+        break;
+    case telemetry_kind::endpoint_returned:
+        text += fmt::format("{} back", e.endpoint.empty() ? "an endpoint" : e.endpoint);
+        break;
     case telemetry_kind::stale_served:
         text += fmt::format("answered from an entry {} past its freshness ({})", format_duration(e.duration),
                             e.note);

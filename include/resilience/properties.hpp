@@ -53,10 +53,23 @@ struct property_node {
     void (*destroy)(const property_node*) noexcept;
     std::string_view (*text)(const property_node*) noexcept; // the value as text, or empty
     const void* value;                                       // the typed node's value
+    // Null for a node of the heap. For a node kept in a call's frame (`borrowed_property_node`, a
+    // balancer's endpoint), which only the contexts the library derives inside the call refer to:
+    // makes an owned copy, for a context copied out of the call (`share`).
+    const property_node* (*clone)(const property_node*) = nullptr;
 
     static void add_ref(const property_node* n) noexcept {
         if (n)
             n->refs.fetch_add(1, std::memory_order_relaxed);
+    }
+    /// The list a copied context holds, from `n`: `n` with one more reference, or, when `n` is
+    /// borrowed from a call's frame, owned copies of the borrowed nodes (always the first ones) before
+    /// the rest of the list. Throws only `std::bad_alloc`, for a borrowed node.
+    static const property_node* share(const property_node* n) {
+        if (n && n->clone) [[unlikely]]
+            return n->clone(n);
+        add_ref(n);
+        return n;
     }
     /// Drops a reference; the last one destroys the node and drops its reference on the next (in a
     /// loop: a list may be long).
@@ -102,11 +115,36 @@ struct typed_property_node final : property_node {
         delete static_cast<const typed_property_node*>(n);
     }
     static std::string_view text_of(const property_node* n) noexcept {
-        const T& v = static_cast<const typed_property_node*>(n)->held;
+        const T& v = *static_cast<const T*>(n->value);
         if constexpr (std::is_convertible_v<const T&, std::string_view>)
             return std::string_view(v);
         else
             return {};
+    }
+};
+
+/// A property whose value lives elsewhere for as long as the node does, the node itself in a call's
+/// frame: what a stage sets for the stages and the action inside it, at no allocation (a balancer's
+/// endpoint). Only contexts the library derives inside the call point at it; a context copied from
+/// one of them gets an owned copy (`property_node::share`), so a copy may outlive the call.
+template <class T>
+struct borrowed_property_node final : property_node {
+    borrowed_property_node(const property_key<T>& k, const property_node* older, const T& v) noexcept
+        : property_node{&k, k.name(), older, {1}, &keep, &typed_property_node<T>::text_of, &v, &clone_node} {}
+    borrowed_property_node(const borrowed_property_node&) = delete;
+    borrowed_property_node& operator=(const borrowed_property_node&) = delete;
+
+private:
+    static void keep(const property_node*) noexcept {} // never released: nothing owns a reference to it
+    static const property_node* clone_node(const property_node* n) {
+        const property_node* rest = share(n->next);
+        try {
+            return new typed_property_node<T>(*static_cast<const property_key<T>*>(n->key), rest,
+                                              *static_cast<const T*>(n->value));
+        } catch (...) {
+            release(rest);
+            throw;
+        }
     }
 };
 

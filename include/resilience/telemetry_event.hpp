@@ -111,6 +111,8 @@ enum class telemetry_kind : unsigned char {
     cache_hit,        ///< a cache answered with a fresh entry, without calling
     cache_miss,       ///< a cache found no usable entry and called (or joined the call in flight)
     stale_served, ///< a cache answered with an expired entry; `note` says why ("stale_while_revalidate", "stale_if_error")
+    endpoint_ejected,  ///< a balancer ejected `endpoint`; `note` says why, `duration` for how long
+    endpoint_returned, ///< a balancer's ejection of `endpoint` is over
 };
 
 /// "attempt", "retry", ...: a static string, for logs and metric labels.
@@ -144,6 +146,10 @@ constexpr const char* to_string(telemetry_kind k) noexcept {
         return "cache_miss";
     case telemetry_kind::stale_served:
         return "stale_served";
+    case telemetry_kind::endpoint_ejected:
+        return "endpoint_ejected";
+    case telemetry_kind::endpoint_returned:
+        return "endpoint_returned";
     }
     return "unknown";
 }
@@ -175,8 +181,11 @@ struct telemetry_event {
     /// For a bulkhead's or a limiter's `rejection`: why.
     rejection_reason reason = rejection_reason::no_capacity;
     /// For `backend_lost` and `backend_restored`: what the policy does without its store (a static
-    /// string); empty otherwise.
+    /// string); for `endpoint_ejected`, why ("consecutive_failures", "success_rate"); empty otherwise.
     std::string_view note{};
+    /// For `endpoint_ejected` and `endpoint_returned`: the endpoint, when its type converts to a
+    /// `std::string_view` (a host name, an address); empty otherwise.
+    std::string_view endpoint{};
     /// When, on the reporting policy's clock: time since its epoch (virtual time in a simulation).
     std::chrono::nanoseconds at{};
     /// The properties of the call the event is about (properties.hpp: a request id, a tenant), as its

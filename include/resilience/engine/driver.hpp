@@ -59,6 +59,7 @@ struct driver {
     };
     template <std::size_t J>
     using state_type = typename state_of<policy_at<J>>::type;
+    static constexpr bool uses_call_scratch = any_stage_uses_call_scratch<Stages>;
     static_assert(size <= 64, "resilience::pipeline: at most 64 stages");
 
     /// A stage's index where the drive keeps one (`k`): 32 bits, so that it shares a word of the frame
@@ -118,6 +119,8 @@ struct driver {
         stage_index k = size; // the stage that must wait, or `none` when the call is over
         // The contexts of the slots after the call's own (`contexts_at`), which the frame holds already.
         [[no_unique_address]] slot_places<context_places - 1> places;
+        // The call's scratch word, for a pipeline with a stage that asks for one (none: no room).
+        [[no_unique_address]] scratch_place<uses_call_scratch> scratch;
 
         // What frame_admission.hpp asks of the states.
         template <std::size_t J>
@@ -514,8 +517,9 @@ struct driver {
         // back` takes the call back to the loop it was made on (null: outside any loop) when the wait
         // ended on another thread. Awaited by name, it takes one place in the frame, not one a wait.
         resume_on_loop back{home_loop::current()};
-        context_access::attach(ctx, &cache);
         states st;
+        attach_scratch(cache, ctx, st.scratch);
+        context_access::attach(ctx, &cache);
         if constexpr (!std::is_same_v<From, whole_call>) {
             if (context_slot(from) != 0) // a drive from further in: its own context in its stage's slot
                 contexts(ctx, st).place(context_slot(from)) = &ctx;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <new>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -248,6 +249,35 @@ typename C::time_point call_now(const C& clock, const context& ctx) {
         return t;
     } else {
         return clock.now();
+    }
+}
+
+/// Whether stage `P` keeps a word for the whole call (`static constexpr bool uses_call_scratch = true;`,
+/// a balancer's endpoints tried): the call's outermost drive then keeps one in its frame.
+template <class P>
+inline constexpr bool stage_uses_call_scratch = requires { requires P::uses_call_scratch; };
+
+template <class Stages, class = std::make_index_sequence<std::tuple_size_v<Stages>>>
+inline constexpr bool any_stage_uses_call_scratch = false;
+template <class Stages, std::size_t... Js>
+inline constexpr bool any_stage_uses_call_scratch<Stages, std::index_sequence<Js...>> =
+    (false || ... || stage_uses_call_scratch<std::remove_cvref_t<std::tuple_element_t<Js, Stages>>>);
+
+/// A drive's room for the call's scratch word (`call_scratch`, context.hpp): none unless a stage uses it.
+template <bool Used>
+struct scratch_place {
+    call_scratch word;
+};
+template <>
+struct scratch_place<false> {};
+
+/// Points `cache`, a drive's, at the call's scratch word: the one of the drive `ctx` comes from (a
+/// hedge's attempt, a stage's `run`), else `own`, when this drive is the call's outermost.
+template <bool Used>
+void attach_scratch(time_cache& cache, const context& ctx, scratch_place<Used>& own) noexcept {
+    if constexpr (Used) {
+        call_scratch* const outer = context_access::scratch(ctx);
+        cache.scratch = outer ? outer : &own.word;
     }
 }
 

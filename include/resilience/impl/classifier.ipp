@@ -29,14 +29,14 @@ RESILIENCE_DECL bool is_transient(const failure& f) noexcept {
     if (!f.has_exception())
         return false;
     if (f.code() == errc::cancelled || f.code() == errc::circuit_open || f.code() == errc::circuit_isolated ||
-        f.code() == errc::throttled)
+        f.code() == errc::throttled || f.code() == errc::no_endpoint)
         return false;
     if (f.code() != errc{})
         return true; // the library's other failures (timeout, rejections) are transient: no rethrow needed
     // By code, not by type: the policies' own errors are declared in their folders, above this layer.
     const auto refused_on_purpose = [](std::error_code c) {
         return c == errc::cancelled || c == errc::circuit_open || c == errc::circuit_isolated ||
-               c == errc::throttled;
+               c == errc::throttled || c == errc::no_endpoint;
     };
     try {
         f.rethrow();

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+/// \file balancer/pick.hpp
+/// `detail::pick_endpoint`: one pick of a balancer, over the block in force, without a lock and
+/// without an allocation.
+///
+/// Which endpoints may be picked: those not ejected (all of them in panic: fewer than
+/// `panic_threshold_percent` of the set left), and among those the ones the call has not tried, when
+/// any is left. Among them the pick is uniform (random), in turn (round robin), or the less loaded of
+/// two drawn uniformly (least loaded). An endpoint in slow start is drawn with the probability of its
+/// weight: a draw it loses is drawn again (at most `redraws` times, then kept), so its share of the
+/// draws grows with its weight.
+#pragma once
+
+#include "../random.hpp"
+#include "options.hpp"
+#include "state.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace resilience::inline v0_2::detail {
+
+template <class E>
+class endpoint_filter {
+public:
+    endpoint_filter(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid,
+                    bool any_ejected) noexcept
+        : b_(b), now_(now) {
+        const std::size_t n = b.endpoints.size();
+        if (any_ejected && b.options.outlier_ejection) {
+            std::size_t out = 0;
+            for (const endpoint_entry<E>* e : b.endpoints)
+                out += is_out(*e) ? 1 : 0;
+            const double healthy = static_cast<double>(n - out) * 100.0;
+            use_ejection_ = out > 0 && healthy >= b.options.outlier_ejection->panic_threshold_percent *
+                                                      static_cast<double>(n);
+            if (out == n) // a threshold of zero, every endpoint out: all of them
+                use_ejection_ = false;
+        }
+        avoid_ = avoid;
+        if (avoid_ != 0) {
+            count_ = count();
+            if (count_ == 0) // every endpoint that may be picked was tried: any of them
+                avoid_ = 0;
+        }
+        if (avoid_ == 0)
+            count_ = use_ejection_ ? count() : n;
+    }
+    /// How many may be picked.
+    std::size_t size() const noexcept { return count_; }
+    /// The `k`-th of them (`k < size()`).
+    endpoint_entry<E>* at(std::size_t k) const noexcept {
+        if (!use_ejection_ && avoid_ == 0)
+            return b_.endpoints[k];
+        for (endpoint_entry<E>* e : b_.endpoints)
+            if (may_pick(*e) && k-- == 0)
+                return e;
+        return nullptr; // unreachable
+    }
+
+private:
+    bool is_out(const endpoint_entry<E>& e) const noexcept {
+        return e.ejected_until.load(std::memory_order_relaxed) > now_;
+    }
+    bool may_pick(const endpoint_entry<E>& e) const noexcept {
+        return !(use_ejection_ && is_out(e)) && !((avoid_ >> (e.id % 64)) & 1);
+    }
+    std::size_t count() const noexcept {
+        std::size_t m = 0;
+        for (const endpoint_entry<E>* e : b_.endpoints)
+            m += may_pick(*e) ? 1 : 0;
+        return m;
+    }
+
+    const balancer_block<E>& b_;
+    std::int64_t now_;
+    std::uint64_t avoid_ = 0;
+    bool use_ejection_ = false;
+    std::size_t count_ = 0;
+};
+
+/// The load `least_loaded` compares: the decayed latency times the calls in flight plus one.
+template <class E>
+double endpoint_load(const endpoint_entry<E>& e, std::int64_t now, double tau) noexcept {
+    return decayed_estimate(e, now, tau) *
+           static_cast<double>(e.in_flight.load(std::memory_order_relaxed) + 1);
+}
+
+/// The endpoint for one attempt, or null when the set is empty. `avoid`: the call's endpoints tried
+/// (bits `id % 64`); `turn`: round robin's counter.
+template <class E, class Random>
+endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid,
+                                 Random& rng, std::atomic<std::uint64_t>& turn,
+                                 const std::atomic<std::uint32_t>& ejected) {
+    const endpoint_filter<E> may(b, now, avoid, ejected.load(std::memory_order_relaxed) > 0);
+    const std::size_t m = may.size();
+    if (m == 0)
+        return nullptr;
+    const balancer_options& o = b.options;
+    constexpr int redraws = 16;
+    const bool ramps = o.slow_start_window.count() > 0;
+    // Kept with the probability of its slow-start weight.
+    const auto keep = [&](const endpoint_entry<E>* e) {
+        if (!ramps)
+            return true;
+        const double w = slow_start_weight(*e, now, o);
+        return w >= 1.0 || unit_random(rng) < w;
+    };
+    const auto draw = [&](std::size_t below) { return static_cast<std::size_t>(rng() % below); };
+    switch (o.pick) {
+    case balance_pick::round_robin: {
+        endpoint_entry<E>* e = nullptr;
+        for (int i = 0; i <= redraws; ++i) {
+            e = may.at(static_cast<std::size_t>(turn.fetch_add(1, std::memory_order_relaxed) % m));
+            if (keep(e))
+                break;
+        }
+        return e;
+    }
+    case balance_pick::random: {
+        endpoint_entry<E>* e = nullptr;
+        for (int i = 0; i <= redraws; ++i)
+            if (keep(e = may.at(draw(m))))
+                break;
+        return e;
+    }
+    case balance_pick::least_loaded:
+        break;
+    }
+    if (m == 1)
+        return may.at(0);
+    std::size_t a = 0, c = 0;
+    for (int i = 0; i <= redraws; ++i)
+        if (keep(may.at(a = draw(m))))
+            break;
+    for (int i = 0; i <= redraws; ++i) {
+        c = draw(m - 1);
+        c += c >= a ? 1 : 0;
+        if (keep(may.at(c)))
+            break;
+    }
+    endpoint_entry<E>* first = may.at(a);
+    endpoint_entry<E>* second = may.at(c);
+    const double tau = static_cast<double>(o.decay_time.count());
+    return endpoint_load(*second, now, tau) < endpoint_load(*first, now, tau) ? second : first;
+}
+
+} // namespace resilience::detail

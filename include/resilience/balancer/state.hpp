@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: MIT
+/// \file balancer/state.hpp
+/// What the copies of a `balancer` share: its endpoints (`endpoint_entry`), the block of options and
+/// endpoints in force (`balancer_block`, replaced whole by a change of either), and the picking,
+/// the latency estimates and the outlier ejection over them (`balancer_state`).
+///
+/// Locking: `balancer_state::changing` guards the membership, the options, and every ejection and
+/// return (`times_ejected`, `ejected`, `next_evaluation`'s advance, the interval counts' reset); it is
+/// taken only to change them, never by a pick on its own. An entry's `estimating` orders the updates
+/// of its latency estimate. Everything a pick reads is atomic, read without a lock.
+#pragma once
+
+#include "../detail/shared_handle.hpp"
+#include "../detail/snapshot_cell.hpp"
+#include "../properties.hpp"
+#include "options.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace resilience::inline v0_2 {
+
+/// The key under which a balancer of endpoints of type `E` puts the endpoint it picked on the
+/// context of the attempt (`ctx.property(rs::endpoint_key<E>)`; `rs::endpoint<E>(ctx)` reads it).
+template <class E>
+inline constexpr property_key<E> endpoint_key{"endpoint"};
+
+namespace detail {
+
+inline constexpr std::int64_t never = std::numeric_limits<std::int64_t>::min();
+
+/// One endpoint and what the balancer knows of it; shared by every block that lists it (a reference
+/// each), so that it outlives the calls made to it after it leaves the set.
+template <class E>
+struct endpoint_entry {
+    endpoint_entry(E v, std::uint32_t n, std::int64_t ramp, double latency)
+        : value(std::move(v)), id(n), estimate(latency), ramp_from(ramp) {
+        if constexpr (std::is_convertible_v<const E&, std::string_view>)
+            text = std::string(std::string_view(value));
+    }
+    const E value;
+    const std::uint32_t id; // its bit in a call's endpoints tried (`id % 64`)
+    std::string text;       // the endpoint as text, for events: when `E` converts to a string_view
+    std::atomic<std::uint32_t> refs{1}; // the blocks listing it
+
+    // ---- the load (picks read these without a lock) ----
+    std::atomic<std::int32_t> in_flight{0};
+    std::atomic<double> estimate;           // peak-EWMA latency, in nanoseconds
+    std::atomic<std::int64_t> stamp{never}; // when `estimate` was last updated
+    std::mutex estimating;                  // orders the updates of `estimate` and `stamp`
+
+    // ---- ejection ----
+    std::atomic<std::int64_t> ejected_until{never};    // picked again from then on
+    std::atomic<std::int64_t> ramp_from;               // slow start began then (`never`: none)
+    std::atomic<std::int32_t> consecutive{0};          // failures since the last success
+    std::atomic<std::uint32_t> calls{0}, successes{0}; // ended in the current interval
+    int times_ejected = 0;                             // under `changing`
+    bool ejected = false;                              // under `changing`: ejected, its return not yet seen
+
+    static void add_ref(endpoint_entry* e) noexcept { e->refs.fetch_add(1, std::memory_order_relaxed); }
+    static void drop(endpoint_entry* e) noexcept {
+        if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+            delete e;
+    }
+};
+
+/// The options and the endpoints in force, published together: a call pins the block it was admitted
+/// under and keeps its options and its endpoint to its end.
+template <class E>
+struct balancer_block : pinnable {
+    balancer_block(balancer_options o, std::vector<endpoint_entry<E>*> e) noexcept
+        : options(std::move(o)), endpoints(std::move(e)) {}
+    ~balancer_block() {
+        for (endpoint_entry<E>* e : endpoints)
+            endpoint_entry<E>::drop(e);
+    }
+    const balancer_options options;
+    const std::vector<endpoint_entry<E>*> endpoints;
+};
+
+/// The latency `e` is taken to have at `now`: its estimate, decayed toward zero since it was last
+/// updated (so an endpoint that was slow once is tried again). The decay is skipped within a 64th of
+/// `tau` of the update, where it would change the estimate by less than 2%.
+template <class E>
+double decayed_estimate(const endpoint_entry<E>& e, std::int64_t now, double tau) noexcept {
+    const double est = e.estimate.load(std::memory_order_relaxed);
+    const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
+    const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
+    return age * 64.0 <= tau ? est : est * std::exp(-age / tau);
+}
+
+/// Records a latency sample (nanoseconds) ended at `now`: a sample above the estimate replaces it (the
+/// peak); one below moves it toward the sample by the weight the time since the last update gives.
+template <class E>
+void record_latency(endpoint_entry<E>& e, std::int64_t now, double sample, double tau) {
+    std::lock_guard lock(e.estimating);
+    const double est = e.estimate.load(std::memory_order_relaxed);
+    const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
+    double next = sample;
+    if (sample < est) {
+        const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
+        const double keep = std::exp(-age / tau);
+        next = est * keep + sample * (1.0 - keep);
+    }
+    e.estimate.store(next, std::memory_order_relaxed);
+    e.stamp.store(now > stamp ? now : stamp, std::memory_order_relaxed);
+}
+
+/// The share of its fair share `e` takes at `now` (slow start), in (0, 1].
+template <class E>
+double slow_start_weight(const endpoint_entry<E>& e, std::int64_t now, const balancer_options& o) noexcept {
+    if (o.slow_start_window.count() <= 0)
+        return 1.0;
+    const std::int64_t from = e.ramp_from.load(std::memory_order_relaxed);
+    if (from == never || now >= from + o.slow_start_window.count())
+        return 1.0;
+    const double ramp =
+        now <= from ? 0.0
+                    : static_cast<double>(now - from) / static_cast<double>(o.slow_start_window.count());
+    return std::max(o.slow_start_min_weight, ramp);
+}
+
+/// What the copies of a `balancer` share.
+template <class E, class C, class Random>
+struct balancer_state : shared_state {
+    using entry = endpoint_entry<E>;
+    using block = balancer_block<E>;
+
+    balancer_state(balancer_options o, std::vector<E> endpoints, C c, Random r)
+        : clock(std::move(c)), rng(std::move(r)), epoch(clock.now().time_since_epoch().count()),
+          cell(first_block(std::move(o), std::move(endpoints))) {
+        const balancer_options& in_force = cell.locked()->options;
+        next_evaluation.store(in_force.outlier_ejection ? epoch + in_force.outlier_ejection->interval.count()
+                                                        : never,
+                              std::memory_order_relaxed);
+    }
+
+    std::unique_ptr<block> first_block(balancer_options o, std::vector<E> endpoints) {
+        std::vector<entry*> list;
+        list.reserve(endpoints.size());
+        try {
+            for (E& v : endpoints)
+                list.push_back(new entry(std::move(v), next_id++, never, initial(o)));
+            return std::make_unique<block>(std::move(o), std::move(list));
+        } catch (...) {
+            for (entry* e : list)
+                entry::drop(e);
+            throw;
+        }
+    }
+    static double initial(const balancer_options& o) noexcept {
+        return static_cast<double>(o.initial_latency.count());
+    }
+
+    // ---- membership and options (under `changing`) ----
+
+    /// Puts in force a block of `o` over `list` (entries it takes a reference of), and recounts the
+    /// ejected endpoints among them.
+    void publish_locked(balancer_options o, std::vector<entry*> list) {
+        for (entry* e : list)
+            entry::add_ref(e);
+        auto next = std::make_unique<block>(std::move(o), std::move(list));
+        std::uint32_t out = 0;
+        for (const entry* e : next->endpoints)
+            out += e->ejected ? 1 : 0;
+        cell.replace(std::move(next));
+        ejected_count.store(out, std::memory_order_relaxed);
+    }
+    entry* make_entry(E v, const balancer_options& o, std::int64_t now) {
+        return new entry(std::move(v), next_id++, o.slow_start_window.count() > 0 ? now : never, initial(o));
+    }
+
+    // ---- ejection (under `changing`) ----
+
+    /// Ejects `e` at `now` for `why`, unless it is out already or the set has its share out; returns
+    /// how long the ejection lasts (zero: not ejected).
+    std::chrono::nanoseconds eject_locked(entry& e, const block& b, std::int64_t now,
+                                          const outlier_ejection_options& x) {
+        if (e.ejected)
+            return {};
+        std::size_t out = 0;
+        for (const entry* o : b.endpoints)
+            out += o->ejected ? 1 : 0;
+        if (out > 0 && static_cast<double>(out) * 100.0 >=
+                           x.max_ejection_percent * static_cast<double>(b.endpoints.size()))
+            return {};
+        ++e.times_ejected;
+        const auto most = std::max(x.max_ejection_time, x.base_ejection_time);
+        const auto d = x.base_ejection_time.count() > most.count() / e.times_ejected
+                           ? most
+                           : x.base_ejection_time * e.times_ejected;
+        e.ejected = true;
+        e.ejected_until.store(now + d.count(), std::memory_order_relaxed);
+        e.consecutive.store(0, std::memory_order_relaxed);
+        ejected_count.fetch_add(1, std::memory_order_relaxed);
+        return d;
+    }
+
+    /// The endpoints of `b` whose ejection is over at `now`: back, through slow start from the instant
+    /// their ejection ended. Calls `heard(e)` for each.
+    template <class Heard>
+    void settle_returns_locked(const block& b, std::int64_t now, Heard&& heard) {
+        for (entry* e : b.endpoints) {
+            const std::int64_t until = e->ejected_until.load(std::memory_order_relaxed);
+            if (e->ejected && until <= now) {
+                e->ejected = false;
+                e->consecutive.store(0, std::memory_order_relaxed);
+                if (b.options.slow_start_window.count() > 0)
+                    e->ramp_from.store(until, std::memory_order_relaxed);
+                ejected_count.fetch_sub(1, std::memory_order_relaxed);
+                heard(*e);
+            }
+        }
+    }
+
+    /// The success-rate comparison of the intervals that ended by `now` (the first of them over the
+    /// calls since the last comparison, the others over none), and one ejection forgiven per interval
+    /// to the endpoints that stayed in. Calls `heard(e, d)` for each ejection.
+    template <class Heard>
+    void evaluate_locked(const block& b, std::int64_t now, Heard&& heard) {
+        const outlier_ejection_options& x = *b.options.outlier_ejection;
+        const std::int64_t at = next_evaluation.load(std::memory_order_relaxed);
+        if (at == never || now < at)
+            return;
+        const std::int64_t step = x.interval.count();
+        const std::int64_t passed = (now - at) / step + 1;
+        next_evaluation.store(at + passed * step, std::memory_order_relaxed);
+        double sum = 0.0, squares = 0.0;
+        std::size_t hosts = 0;
+        rates.clear();
+        for (entry* e : b.endpoints) {
+            const std::uint32_t calls = e->calls.exchange(0, std::memory_order_relaxed);
+            const std::uint32_t ok = e->successes.exchange(0, std::memory_order_relaxed);
+            double rate = -1.0;
+            if (calls > 0 && calls >= static_cast<std::uint32_t>(x.success_rate_request_volume)) {
+                rate = static_cast<double>(std::min(ok, calls)) / static_cast<double>(calls);
+                sum += rate;
+                squares += rate * rate;
+                ++hosts;
+            }
+            rates.push_back(rate);
+            if (!e->ejected)
+                e->times_ejected = static_cast<int>(std::max<std::int64_t>(0, e->times_ejected - passed));
+        }
+        if (x.success_rate_stdev_factor <= 0.0 || hosts == 0 ||
+            hosts < static_cast<std::size_t>(x.success_rate_minimum_hosts))
+            return;
+        const double mean = sum / static_cast<double>(hosts);
+        const double variance = std::max(0.0, squares / static_cast<double>(hosts) - mean * mean);
+        const double floor = mean - x.success_rate_stdev_factor * std::sqrt(variance);
+        for (std::size_t i = 0; i < b.endpoints.size(); ++i) {
+            if (rates[i] >= 0.0 && rates[i] < floor) {
+                const std::chrono::nanoseconds d = eject_locked(*b.endpoints[i], b, now, x);
+                if (d.count() > 0)
+                    heard(*b.endpoints[i], d);
+            }
+        }
+    }
+
+    const C clock;
+    mutable Random rng;
+    std::uint32_t next_id = 0; // under `changing` (and in the constructor)
+    const std::int64_t epoch;  // intervals are counted from here
+    snapshot_cell<block> cell;
+    std::mutex changing;
+    std::atomic<std::int64_t> next_evaluation{never}; // the end of the current interval
+    std::atomic<std::uint32_t> ejected_count{0};      // entries of the set in force marked `ejected`
+    std::atomic<std::uint64_t> turn{0};               // round robin's
+    std::vector<double> rates;                        // under `changing`: `evaluate_locked`'s
+};
+
+} // namespace detail
+} // namespace resilience
