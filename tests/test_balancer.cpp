@@ -380,6 +380,34 @@ TEST_CASE("success rate: at an interval's end, an endpoint below mean - k sigma 
     CHECK(lb.is_ejected("h5"));
 }
 
+TEST_CASE("a lease picks for a call made by hand, counts it in flight, and reports how it went") {
+    rs::testing::simulation sim;
+    rs::balancer_options o{.pick = rs::balance_pick::round_robin};
+    o.outlier_ejection->max_ejection_percent = 50;
+    lb_t lb{{"a", "b"}, o, sim.clock(), rs::seeded_random{1}};
+    {
+        auto l = lb.pick();
+        REQUIRE(l);
+        CHECK(l.endpoint() == "a");
+        CHECK(lb.in_flight("a") == 1);
+        auto moved = std::move(l);
+        CHECK(lb.in_flight("a") == 1);
+    } // dropped: a cancelled call
+    CHECK(lb.in_flight("a") == 0);
+    for (int i = 0; i < 10; ++i) {
+        auto l = lb.pick();
+        sim.run_for(1ms);
+        if (l.endpoint() == "b")
+            l.failed();
+        else
+            l.succeeded();
+    }
+    CHECK(lb.is_ejected("b")); // its fifth failure in a row
+    CHECK_FALSE(lb.is_ejected("a"));
+    lb_t empty{{}, {}, sim.clock(), rs::seeded_random{1}};
+    CHECK_FALSE(empty.pick());
+}
+
 TEST_CASE("bad options are refused, naming the field and the value, and reconfigure keeps the old ones") {
     rs::testing::simulation sim;
     const auto refuses = [&](rs::balancer_options o, const std::string& field) {

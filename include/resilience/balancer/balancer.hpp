@@ -42,6 +42,25 @@ const E& endpoint(const context& ctx) {
     throw std::logic_error("resilience::endpoint: no balancer of this endpoint type around the action");
 }
 
+namespace detail {
+/// What bench/balancer.cpp times on its own: the pick a call makes once it holds the set in force
+/// (every call pins it, as it holds its options, for its whole length).
+struct balancer_access {
+    template <class B>
+    static auto pin(const B& lb) noexcept {
+        return lb.held().cell.pin();
+    }
+    /// A pick at the clock's time, counted in flight and given back: null when the set is empty.
+    template <class B, class Block>
+    static const void* pick_once(const B& lb, const Block& b) {
+        auto* const e = lb.take(b, B::ticks(lb.held().clock.now()), 0, context{});
+        if (e)
+            e->in_flight.fetch_sub(1, std::memory_order_relaxed);
+        return e;
+    }
+};
+} // namespace detail
+
 /// Picks one endpoint of a set for each attempt of a call, and puts it on the attempt's context
 /// (`rs::endpoint<E>(ctx)`, or `lb.bind(f)` for an action that takes it as its first argument).
 ///
@@ -73,6 +92,7 @@ class balancer : public policy_base<balancer<E, C, Random>>,
     using handle = detail::shared_handle<balancer, state>;
     using ep = detail::endpoint_entry<E>;
     using block = detail::balancer_block<E>;
+    enum class ended : unsigned char { succeeded, failed, cancelled };
 
 public:
     using endpoint_type = E;
@@ -233,17 +253,12 @@ public:
         if (std::optional<failure> bad = kit::mismatch<R>(o->should_handle, "balancer", o->name)) [[unlikely]]
             return kit::refuse(result, std::move(*bad));
         const std::int64_t now = ticks(kit::call_now(s.clock, ctx));
-        if (s.ejected_count.load(std::memory_order_relaxed) > 0 ||
-            now >= s.next_evaluation.load(std::memory_order_relaxed)) [[unlikely]]
-            housekeep(*c.held, now, ctx);
         detail::call_scratch* tried = o->avoid_tried ? detail::context_access::scratch(ctx) : nullptr;
         if (tried)
             tried = tried->claim(&s);
-        const std::uint64_t avoid = tried ? tried->bits.load(std::memory_order_relaxed) : 0;
-        ep* e = detail::pick_endpoint(*c.held, now, avoid, s.rng, s.turn, s.ejected_count);
+        ep* const e = take(*c.held, now, tried ? tried->bits.load(std::memory_order_relaxed) : 0, ctx);
         if (!e) [[unlikely]]
             return kit::refuse(result, failure::make(no_endpoint_error{o->name}));
-        e->in_flight.fetch_add(1, std::memory_order_relaxed);
         c.at = e;
         c.begun = now;
         if (tried)
@@ -257,30 +272,106 @@ public:
     step leave(call_state& c, const context& ctx, outcome<R>& result) const {
         if (!c.at)
             return step::proceed;
-        const state& s = held();
-        const balancer_options& o = c.held->options;
+        const std::int64_t now = ticks(kit::call_now(held().clock, ctx));
+        const ended how = result.has_failure() && is_cancellation(result.error()) ? ended::cancelled
+                          : failed_outcome(c.held->options, result, c.inner)      ? ended::failed
+                                                                                  : ended::succeeded;
         ep& e = *c.at;
-        const std::int64_t now = ticks(kit::call_now(s.clock, ctx));
-        const double took = static_cast<double>(now > c.begun ? now - c.begun : 0);
-        const double tau = static_cast<double>(o.decay_time.count());
-        if (result.has_failure() && is_cancellation(result.error())) {
-            // Neither a success nor a failure: only what it shows of the latency, a lower bound.
-            if (took > detail::decayed_estimate(e, now, tau))
-                detail::record_latency(e, now, took, tau);
-            c.give_back();
-            return step::proceed;
-        }
-        const bool failed = failed_outcome(o, result, c.inner);
-        const double penalty = static_cast<double>(o.failure_penalty.count());
-        detail::record_latency(e, now, failed && penalty > took ? penalty : took, tau);
         c.give_back();
-        if (o.outlier_ejection)
-            judge(*c.held, e, failed, now, ctx);
+        finish(*c.held, e, c.begun, now, how, ctx);
         return step::proceed;
     }
 
+    /// One endpoint for a call made outside a pipeline (a request sent by hand, a connection taken
+    /// from a pool), picked as an attempt's is and counted in flight until the lease ends. Say how the
+    /// call went with `succeeded()` or `failed()`: its latency and its outcome count as an attempt's. A
+    /// lease dropped without either only ends the call in flight: nothing is learnt from it.
+    /// Holds the balancer (a copy of the handle) and the endpoint.
+    class lease {
+    public:
+        lease() noexcept = default;
+        lease(lease&& o) noexcept
+            : lb_(std::move(o.lb_)), held_(std::move(o.held_)), at_(std::exchange(o.at_, nullptr)),
+              begun_(o.begun_) {}
+        lease& operator=(lease&& o) noexcept {
+            if (this != &o) {
+                end(ended::cancelled);
+                lb_ = std::move(o.lb_);
+                held_ = std::move(o.held_);
+                at_ = std::exchange(o.at_, nullptr);
+                begun_ = o.begun_;
+            }
+            return *this;
+        }
+        ~lease() { end(ended::cancelled); }
+        /// False when the set was empty: no endpoint.
+        explicit operator bool() const noexcept { return at_ != nullptr; }
+        /// The endpoint. Precondition: not empty.
+        const E& endpoint() const noexcept { return at_->value; }
+        void succeeded() { end(ended::succeeded); }
+        void failed() { end(ended::failed); }
+
+    private:
+        friend class balancer;
+        void end(ended how) {
+            if (ep* const e = std::exchange(at_, nullptr)) {
+                e->in_flight.fetch_sub(1, std::memory_order_relaxed);
+                if (how != ended::cancelled)
+                    lb_->finish(*held_, *e, begun_, ticks(lb_->held().clock.now()), how, context{});
+            }
+        }
+        std::optional<balancer> lb_;
+        detail::pinned<block> held_;
+        ep* at_ = nullptr;
+        std::int64_t begun_ = 0;
+    };
+
+    /// Picks an endpoint for a call the caller makes itself (see `lease`).
+    [[nodiscard]] lease pick() const {
+        lease l;
+        l.held_ = held().cell.pin();
+        l.begun_ = ticks(held().clock.now());
+        if ((l.at_ = take(*l.held_, l.begun_, 0, context{})))
+            l.lb_.emplace(*this);
+        return l;
+    }
+
 private:
+    friend struct detail::balancer_access;
     state& held() const noexcept { return handle::held(); }
+
+    // Picks for a call at `now`, avoiding the endpoints whose bits are in `avoid`, and counts it in
+    // flight; null when the set is empty.
+    ep* take(const block& b, std::int64_t now, std::uint64_t avoid, const context& ctx) const {
+        state& s = held();
+        if (s.ejected_count.load(std::memory_order_relaxed) > 0 ||
+            now >= s.next_evaluation.load(std::memory_order_relaxed)) [[unlikely]]
+            housekeep(b, now, ctx);
+        ep* const e = detail::pick_endpoint(b, now, avoid, s.rng, s.turn, s.ejected_count);
+        if (e)
+            e->in_flight.fetch_add(1, std::memory_order_relaxed);
+        return e;
+    }
+
+    // Counts a call's end on `e` (no longer in flight): its latency (a failure's at least the penalty;
+    // a cancellation's only when it raises the estimate, as a lower bound), and, for ejection, whether
+    // it failed.
+    void finish(const block& b, ep& e, std::int64_t begun, std::int64_t now, ended how,
+                const context& ctx) const {
+        const balancer_options& o = b.options;
+        const double took = static_cast<double>(now > begun ? now - begun : 0);
+        const double tau = static_cast<double>(o.decay_time.count());
+        if (how == ended::cancelled) {
+            if (took > detail::decayed_estimate(e, now, tau))
+                detail::record_latency(e, now, took, tau);
+            return;
+        }
+        const double penalty = static_cast<double>(o.failure_penalty.count());
+        const bool failed = how == ended::failed;
+        detail::record_latency(e, now, failed && penalty > took ? penalty : took, tau);
+        if (o.outlier_ejection)
+            judge(b, e, failed, now, ctx);
+    }
 
     template <class TimePoint>
     static std::int64_t ticks(TimePoint t) noexcept {

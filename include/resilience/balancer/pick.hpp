@@ -11,6 +11,7 @@
 /// draws grows with its weight.
 #pragma once
 
+#include "../detail/inlining.hpp"
 #include "../random.hpp"
 #include "options.hpp"
 #include "state.hpp"
@@ -82,7 +83,8 @@ private:
 
 /// The load `least_loaded` compares: the decayed latency times the calls in flight plus one.
 template <class E>
-double endpoint_load(const endpoint_entry<E>& e, std::int64_t now, double tau) noexcept {
+RESILIENCE_DETAIL_ALWAYS_INLINE double endpoint_load(const endpoint_entry<E>& e, std::int64_t now,
+                                                     double tau) noexcept {
     return decayed_estimate(e, now, tau) *
            static_cast<double>(e.in_flight.load(std::memory_order_relaxed) + 1);
 }
@@ -93,7 +95,21 @@ template <class E, class Random>
 endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid,
                                  Random& rng, std::atomic<std::uint64_t>& turn,
                                  const std::atomic<std::uint32_t>& ejected) {
-    const endpoint_filter<E> may(b, now, avoid, ejected.load(std::memory_order_relaxed) > 0);
+    const bool any_ejected = ejected.load(std::memory_order_relaxed) > 0;
+    if (!any_ejected && avoid == 0 && b.options.slow_start_window.count() <= 0 &&
+        b.options.pick == balance_pick::least_loaded && b.endpoints.size() >= 2) {
+        // The common case, every endpoint eligible at full weight: two of them by index.
+        const std::uint64_t bits = rng();
+        const std::size_t n = b.endpoints.size();
+        const std::size_t a = static_cast<std::size_t>(((bits >> 32) * n) >> 32);
+        std::size_t c = static_cast<std::size_t>(((bits & 0xffff'ffffu) * (n - 1)) >> 32);
+        c += c >= a ? 1 : 0;
+        endpoint_entry<E>* const first = b.endpoints[a];
+        endpoint_entry<E>* const second = b.endpoints[c];
+        const double tau = static_cast<double>(b.options.decay_time.count());
+        return endpoint_load(*second, now, tau) < endpoint_load(*first, now, tau) ? second : first;
+    }
+    const endpoint_filter<E> may(b, now, avoid, any_ejected);
     const std::size_t m = may.size();
     if (m == 0)
         return nullptr;
@@ -107,7 +123,14 @@ endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, s
         const double w = slow_start_weight(*e, now, o);
         return w >= 1.0 || unit_random(rng) < w;
     };
-    const auto draw = [&](std::size_t below) { return static_cast<std::size_t>(rng() % below); };
+    // Uniform in [0, below) from 32 random bits, by a multiply rather than a division (Lemire's
+    // reduction): a division costs as much as the rest of a pick. Its bias, below / 2^32, is nil here.
+    const auto reduce = [](std::uint64_t bits32, std::size_t below) {
+        return static_cast<std::size_t>((bits32 * static_cast<std::uint64_t>(below)) >> 32);
+    };
+    const auto draw = [&](std::size_t below) {
+        return reduce(static_cast<std::uint64_t>(rng()) >> 32, below);
+    };
     switch (o.pick) {
     case balance_pick::round_robin: {
         endpoint_entry<E>* e = nullptr;
@@ -130,15 +153,18 @@ endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, s
     }
     if (m == 1)
         return may.at(0);
-    std::size_t a = 0, c = 0;
-    for (int i = 0; i <= redraws; ++i)
-        if (keep(may.at(a = draw(m))))
-            break;
-    for (int i = 0; i <= redraws; ++i) {
-        c = draw(m - 1);
-        c += c >= a ? 1 : 0;
-        if (keep(may.at(c)))
-            break;
+    // The two from one draw of 64 bits, the second among the others; drawn again in slow start.
+    const std::uint64_t bits = rng();
+    std::size_t a = reduce(bits >> 32, m);
+    std::size_t c = reduce(bits & 0xffff'ffffu, m - 1);
+    c += c >= a ? 1 : 0;
+    if (ramps) {
+        for (int i = 0; i < redraws && !keep(may.at(a)); ++i)
+            a = draw(m);
+        for (int i = 0; i < redraws && !keep(may.at(c)); ++i) {
+            c = draw(m - 1);
+            c += c >= a ? 1 : 0;
+        }
     }
     endpoint_entry<E>* first = may.at(a);
     endpoint_entry<E>* second = may.at(c);

@@ -10,6 +10,7 @@
 /// of its latency estimate. Everything a pick reads is atomic, read without a lock.
 #pragma once
 
+#include "../detail/inlining.hpp"
 #include "../detail/shared_handle.hpp"
 #include "../detail/snapshot_cell.hpp"
 #include "../properties.hpp"
@@ -94,7 +95,8 @@ struct balancer_block : pinnable {
 /// updated (so an endpoint that was slow once is tried again). The decay is skipped within a 64th of
 /// `tau` of the update, where it would change the estimate by less than 2%.
 template <class E>
-double decayed_estimate(const endpoint_entry<E>& e, std::int64_t now, double tau) noexcept {
+RESILIENCE_DETAIL_ALWAYS_INLINE double decayed_estimate(const endpoint_entry<E>& e, std::int64_t now,
+                                                        double tau) noexcept {
     const double est = e.estimate.load(std::memory_order_relaxed);
     const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
     const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
