@@ -131,10 +131,12 @@ struct balancer_options {
     std::chrono::nanoseconds decay_time = std::chrono::seconds{10};
     /// `least_loaded`: the latency an endpoint is taken to have before its first call ends. Positive.
     std::chrono::nanoseconds initial_latency = std::chrono::milliseconds{30};
-    /// `least_loaded`: a failure counts as taking at least this long, so an endpoint that fails fast
-    /// does not look like the fastest one and draw the calls. Zero: a failure counts as what it took.
-    /// Not negative.
-    std::chrono::nanoseconds failure_penalty = std::chrono::seconds{1};
+    /// `least_loaded`: a failure (as `should_handle` judges) counts as taking at least this long, so
+    /// that an endpoint failing fast does not look like the fastest one and draw the calls. Zero (the
+    /// default, as tower and Finagle count it): a failure counts as what it took. A penalty also gives
+    /// up the calls such an endpoint still answers (examples/replicas.cpp: the fleet needs them), and
+    /// an endpoint that fails every call is ejected anyway. Not negative.
+    std::chrono::nanoseconds failure_penalty{};
     /// A retry or a hedge's extra attempt of one call goes to an endpoint the call has not tried yet
     /// when one that may be picked is left (Envoy's `previous_hosts` predicate).
     bool avoid_tried = true;
