@@ -31,6 +31,7 @@
 /// | `resilience_circuit_consecutive_failures` | gauge | policy, name | a watched breaker |
 /// | `resilience_bulkhead_in_flight`, `_queued`, `_limit` | gauge | policy, name | a watched bulkhead |
 /// | `resilience_limiter_tokens`, `resilience_limiter_queued` | gauge | policy, name | a watched rate_limiter or sliding_window_limiter |
+/// | `resilience_balancer_endpoints`, `_ejected`, `_healthy` | gauge | policy, name | a watched balancer |
 ///
 /// Every series carries `policy` (the policy kind: `retry`, `circuit_breaker`, `bulkhead`, ...) and
 /// `name` (its `name` option, or the name it is watched under). `outcome` is `success` (the attempt or
@@ -65,6 +66,7 @@
 /// named `_locked`.
 #pragma once
 
+#include "balancer.hpp"
 #include "bulkhead.hpp"
 #include "circuit_breaker.hpp"
 #include "clock.hpp"
@@ -540,6 +542,26 @@ public:
     template <clock C>
     void watch(const sliding_window_limiter<C>& limiter, std::string name = {}) {
         watch_limiter("sliding_window_limiter", limiter, std::move(name));
+    }
+
+    /// Watches a balancer: `<prefix>_balancer_endpoints`, `_ejected` and `_healthy` (the endpoints in
+    /// the set, those ejected now, the others), labelled `policy="balancer"` and `name`.
+    template <class E, clock C, random_source R>
+    void watch(const balancer<E, C, R>& lb, std::string name = {}) {
+        if (name.empty())
+            name = lb.name();
+        const detail::watcher* st = watcher_.get();
+        watcher_->watch("balancer", name, [st, lb, name](std::vector<::prometheus::MetricFamily>& out) {
+            const std::size_t all = lb.size(), out_now = lb.ejected();
+            auto one = [&](std::string_view suffix, std::string_view help, std::size_t v) {
+                detail::watcher::add_gauge(st->gauge_family(out, suffix, help), "balancer", name, {},
+                                           static_cast<double>(v));
+            };
+            one("balancer_endpoints", "Endpoints in a watched balancer's set now", all);
+            one("balancer_ejected", "Endpoints of a watched balancer ejected now", out_now);
+            one("balancer_healthy", "Endpoints of a watched balancer not ejected now",
+                all > out_now ? all - out_now : 0);
+        });
     }
 
 private:

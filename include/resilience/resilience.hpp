@@ -10,6 +10,7 @@
 #include "async_generator.hpp"
 #include "async_scope.hpp"
 #include "backoff.hpp"
+#include "balancer.hpp"
 #include "bulkhead.hpp"
 #include "cache.hpp"
 #include "chaos.hpp"

@@ -161,7 +161,7 @@ struct telemetry_event {
     telemetry_kind kind{};
     /// Which policy: "retry", "circuit_breaker", "timeout", "bulkhead", "rate_limiter",
     /// "sliding_window_limiter", "adaptive_throttle", "retry_budget", "hedge", "fallback", "telemetry",
-    /// "redis_rate_limiter" or "redis_bulkhead".
+    /// "redis_rate_limiter", "redis_bulkhead", "cache" or "balancer".
     std::string_view policy{};
     /// The reporting policy's `name` option (for a budget: the retry's or hedge's); may be empty.
     std::string_view name{};

@@ -254,6 +254,33 @@ TEST_CASE("prometheus: a watched bulkhead's gauges, its rejections by reason and
     CHECK_NOTHROW(m.watch(slots, "slots-again"));
 }
 
+TEST_CASE("prometheus: a watched balancer's endpoint gauges follow its ejections, which are counted",
+          "[prometheus]") {
+    rs::testing::simulation sim;
+    rs::prometheus::metrics m;
+    rs::balancer_options o{
+        .name = "replicas", .pick = rs::balance_pick::round_robin, .telemetry = m.listener()};
+    o.outlier_ejection->consecutive_failures = 1;
+    o.outlier_ejection->max_ejection_percent = 50;
+    const rs::balancer<std::string, rs::testing::virtual_clock> lb{{"a", "b"}, o, sim.clock()};
+    m.watch(lb);
+    const labels who{{"policy", "balancer"}, {"name", "replicas"}};
+    CHECK(gauge(m, "resilience_balancer_endpoints", who) == 2);
+    CHECK(gauge(m, "resilience_balancer_ejected", who) == 0);
+    CHECK(gauge(m, "resilience_balancer_healthy", who) == 2);
+    const auto r = sim.run(lb.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("down"); }));
+    CHECK(r.has_failure());
+    CHECK(gauge(m, "resilience_balancer_ejected", who) == 1);
+    CHECK(gauge(m, "resilience_balancer_healthy", who) == 1);
+    CHECK(counter(m, "resilience_events_total",
+                  {{"policy", "balancer"}, {"name", "replicas"}, {"event", "endpoint_ejected"}}) == 1);
+    sim.run_until(30s);
+    CHECK(sim.run(lb.execute([]() -> rs::task<int> { co_return 1; })) == 1); // sees the return
+    CHECK(gauge(m, "resilience_balancer_ejected", who) == 0);
+    CHECK(counter(m, "resilience_events_total",
+                  {{"policy", "balancer"}, {"name", "replicas"}, {"event", "endpoint_returned"}}) == 1);
+}
+
 TEST_CASE("prometheus: a watched breaker's state gauge follows the clock, and its refusals are counted",
           "[prometheus]") {
     rs::testing::simulation sim;

@@ -162,6 +162,17 @@ public:
 
     // ---- what it knows ----
 
+    /// Its `name` option.
+    [[nodiscard]] std::string name() const {
+        std::lock_guard lock(held().changing);
+        return held().cell.locked()->options.name;
+    }
+    /// The endpoints in the set.
+    [[nodiscard]] std::size_t size() const {
+        std::lock_guard lock(held().changing);
+        return held().cell.locked()->endpoints.size();
+    }
+
     /// The endpoints ejected now (out of the set in force).
     [[nodiscard]] std::size_t ejected() const {
         std::lock_guard lock(held().changing);
