@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -299,6 +300,26 @@ TEST_CASE("consecutive failures eject at the failure that makes the run, for bas
     CHECK(heard[1] ==
           std::pair<std::chrono::nanoseconds, std::string>{39001ms, std::string("bad returned 1 0")});
     CHECK(std::count(seen.begin(), seen.end(), "bad") + std::count(seen.begin(), seen.end(), "good") == 1);
+}
+
+TEST_CASE("the ejection callback may call the balancer back: it is told with no lock held") {
+    rs::testing::simulation sim;
+    rs::balancer_options o{.pick = rs::balance_pick::round_robin};
+    o.outlier_ejection->consecutive_failures = 1;
+    o.outlier_ejection->max_ejection_percent = 50;
+    o.outlier_ejection->base_ejection_time = 1s;
+    std::vector<std::string> told;
+    std::optional<lb_t> lb;
+    o.on_ejection = [&](const rs::ejection_event& e) {
+        const std::string h(e.endpoint());
+        told.push_back(h + (lb->is_ejected(h) ? " out " : " in ") + std::to_string(lb->ejected()));
+    };
+    lb.emplace(std::vector<std::string>{"a", "b"}, o, sim.clock(), rs::seeded_random{1});
+    std::vector<std::string> seen;
+    sim.run(call(sim, *lb, *lb, seen, 1ms, true)); // a fails: out for 1 s
+    sim.run_until(2s);
+    sim.run(call(sim, *lb, *lb, seen, 1ms, false)); // sees a's return
+    CHECK(told == std::vector<std::string>{"a out 1", "a in 0"});
 }
 
 TEST_CASE("no more than max_ejection_percent of the set is ejected at once, but always one") {

@@ -397,6 +397,18 @@ private:
             .handle;
     }
 
+    // An ejection or a return, told once the lock is released (a callback may call back in): what it
+    // says of the endpoint is copied, since the set may change as soon as the lock is released.
+    struct notice {
+        std::string endpoint;
+        ejection_event::cause why;
+        int times;
+        std::chrono::nanoseconds duration;
+    };
+    static notice noticed(const ep& e, ejection_event::cause why, std::chrono::nanoseconds d) {
+        return {e.text, why, e.times_ejected, d};
+    }
+
     // Counts the call's end for the endpoint's ejection: a run of failures ejects it at once.
     void judge(const block& b, ep& e, bool failed, std::int64_t now, const context& ctx) const {
         const outlier_ejection_options& x = *b.options.outlier_ejection;
@@ -406,13 +418,18 @@ private:
             e.consecutive.store(0, std::memory_order_relaxed);
         } else if (const int run = e.consecutive.fetch_add(1, std::memory_order_relaxed) + 1;
                    x.consecutive_failures > 0 && run >= x.consecutive_failures) {
-            state& s = held();
-            std::lock_guard lock(s.changing);
-            if (contains(*s.cell.locked(), e)) {
-                const std::chrono::nanoseconds d = s.eject_locked(e, *s.cell.locked(), now, x);
-                if (d.count() > 0)
-                    tell(b.options, e, ejection_event::cause::consecutive_failures, d, now, ctx);
+            std::optional<notice> heard;
+            {
+                state& s = held();
+                std::lock_guard lock(s.changing);
+                if (contains(*s.cell.locked(), e)) {
+                    const std::chrono::nanoseconds d = s.eject_locked(e, *s.cell.locked(), now, x);
+                    if (d.count() > 0)
+                        heard.emplace(noticed(e, ejection_event::cause::consecutive_failures, d));
+                }
             }
+            if (heard)
+                tell(b.options, *heard, ctx);
         }
         if (now >= held().next_evaluation.load(std::memory_order_relaxed)) [[unlikely]]
             housekeep(b, now, ctx);
@@ -422,34 +439,37 @@ private:
         return std::find(b.endpoints.begin(), b.endpoints.end(), &e) != b.endpoints.end();
     }
 
-    // Returns the endpoints whose ejection is over, and compares success rates at an interval's end.
-    RESILIENCE_DETAIL_NOINLINE void housekeep(const block&, std::int64_t now, const context& ctx) const {
-        state& s = held();
-        std::lock_guard lock(s.changing);
-        const block& b = *s.cell.locked();
-        s.settle_returns_locked(
-            b, now, [&](ep& e) { tell(b.options, e, ejection_event::cause::returned, {}, now, ctx); });
-        if (b.options.outlier_ejection)
-            s.evaluate_locked(b, now, [&](ep& e, std::chrono::nanoseconds d) {
-                tell(b.options, e, ejection_event::cause::success_rate, d, now, ctx);
-            });
+    // Returns the endpoints whose ejection is over, and compares success rates at an interval's end;
+    // told under the options of `mine`, the block the call holds.
+    RESILIENCE_DETAIL_NOINLINE void housekeep(const block& mine, std::int64_t now, const context& ctx) const {
+        std::vector<notice> heard;
+        {
+            state& s = held();
+            std::lock_guard lock(s.changing);
+            const block& b = *s.cell.locked();
+            s.settle_returns_locked(
+                b, now, [&](ep& e) { heard.push_back(noticed(e, ejection_event::cause::returned, {})); });
+            if (b.options.outlier_ejection)
+                s.evaluate_locked(b, now, [&](ep& e, std::chrono::nanoseconds d) {
+                    heard.push_back(noticed(e, ejection_event::cause::success_rate, d));
+                });
+        }
+        for (const notice& n : heard)
+            tell(mine.options, n, ctx);
     }
 
     // The callback and the listener hear an ejection or a return; what they throw is dropped.
-    void tell(const balancer_options& o, const ep& e, ejection_event::cause why, std::chrono::nanoseconds d,
-              std::int64_t now, const context& ctx) const {
-        (void)now;
+    void tell(const balancer_options& o, const notice& n, const context& ctx) const {
         if (o.on_ejection)
             (void)kit::invoke_callback(o.on_ejection,
-                                       ejection_event{o.name, e.text, why, e.times_ejected, d});
+                                       ejection_event{o.name, n.endpoint, n.why, n.times, n.duration});
         if (const kit::listener l = kit::listener_for(o.telemetry, ctx)) {
+            const bool back = n.why == ejection_event::cause::returned;
             telemetry_event ev =
-                kit::event(why == ejection_event::cause::returned ? telemetry_kind::endpoint_returned
-                                                                  : telemetry_kind::endpoint_ejected,
-                           "balancer", o.name, ctx.attempt(), d);
-            ev.note = why == ejection_event::cause::returned ? std::string_view{}
-                                                             : std::string_view{to_string(why)};
-            ev.endpoint = e.text;
+                kit::event(back ? telemetry_kind::endpoint_returned : telemetry_kind::endpoint_ejected,
+                           "balancer", o.name, ctx.attempt(), n.duration);
+            ev.note = back ? std::string_view{} : std::string_view{to_string(n.why)};
+            ev.endpoint = n.endpoint;
             (void)kit::emit(l, held().clock, ev);
         }
     }
