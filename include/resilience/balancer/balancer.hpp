@@ -53,7 +53,7 @@ struct balancer_access {
     /// A pick at the clock's time, counted in flight and given back: null when the set is empty.
     template <class B, class Block>
     static const void* pick_once(const B& lb, const Block& b) {
-        auto* const e = lb.take(b, B::ticks(lb.held().clock.now()), 0, context{});
+        auto* const e = lb.take(b, B::ticks(lb.held().clock.now()), 0, nullptr);
         if (e)
             e->in_flight.fetch_sub(1, std::memory_order_relaxed);
         return e;
@@ -267,7 +267,7 @@ public:
         detail::call_scratch* tried = o->avoid_tried ? detail::context_access::scratch(ctx) : nullptr;
         if (tried)
             tried = tried->claim(&s);
-        ep* const e = take(*c.held, now, tried ? tried->bits.load(std::memory_order_relaxed) : 0, ctx);
+        ep* const e = take(*c.held, now, tried ? tried->bits.load(std::memory_order_relaxed) : 0, &ctx);
         if (!e) [[unlikely]]
             return kit::refuse(result, failure::make(no_endpoint_error{o->name}));
         c.at = e;
@@ -342,7 +342,7 @@ public:
         lease l;
         l.held_ = held().cell.pin();
         l.begun_ = ticks(held().clock.now());
-        if ((l.at_ = take(*l.held_, l.begun_, 0, context{})))
+        if ((l.at_ = take(*l.held_, l.begun_, 0, nullptr)))
             l.lb_.emplace(*this);
         return l;
     }
@@ -352,12 +352,12 @@ private:
     state& held() const noexcept { return handle::held(); }
 
     // Picks for a call at `now`, avoiding the endpoints whose bits are in `avoid`, and counts it in
-    // flight; null when the set is empty.
-    ep* take(const block& b, std::int64_t now, std::uint64_t avoid, const context& ctx) const {
+    // flight; null when the set is empty. `ctx`: the call's, for what is told meanwhile (null: none).
+    ep* take(const block& b, std::int64_t now, std::uint64_t avoid, const context* ctx) const {
         state& s = held();
         if (s.ejected_count.load(std::memory_order_relaxed) > 0 ||
             now >= s.next_evaluation.load(std::memory_order_relaxed)) [[unlikely]]
-            housekeep(b, now, ctx);
+            housekeep(b, now, ctx ? *ctx : context{});
         ep* const e = detail::pick_endpoint(b, now, avoid, s.rng, s.turn, s.ejected_count);
         if (e)
             e->in_flight.fetch_add(1, std::memory_order_relaxed);

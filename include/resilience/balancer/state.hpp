@@ -99,8 +99,10 @@ RESILIENCE_DETAIL_ALWAYS_INLINE double decayed_estimate(const endpoint_entry<E>&
                                                         double tau) noexcept {
     const double est = e.estimate.load(std::memory_order_relaxed);
     const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
-    const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
-    return age * 64.0 <= tau ? est : est * std::exp(-age / tau);
+    // `stamp` is `never` (the smallest value) before the first update: no decay then either.
+    if (now <= stamp || stamp == never || static_cast<double>(now - stamp) * 64.0 <= tau) [[likely]]
+        return est;
+    return est * std::exp(-static_cast<double>(now - stamp) / tau);
 }
 
 /// Records a latency sample (nanoseconds) ended at `now`: a sample above the estimate replaces it (the
