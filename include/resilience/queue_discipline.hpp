@@ -108,20 +108,20 @@ public:
             reset();
             return false;
         }
-        if (!standing_) {
-            standing_ = true;
+        if (overloaded_from_ == not_standing) {
             const auto max = std::chrono::nanoseconds::max();
             overloaded_from_ = now > max - r.interval ? max : now + r.interval;
         }
         return now >= overloaded_from_;
     }
     /// The class's queue emptied (or the rule changed): nothing stands.
-    void reset() noexcept { standing_ = false; }
+    void reset() noexcept { overloaded_from_ = not_standing; }
 
 private:
-    // When the standing queue, if it stays, becomes overloaded; meaningless while none stands.
-    std::chrono::nanoseconds overloaded_from_{};
-    bool standing_ = false;
+    // No instant plus a positive interval comes to it.
+    static constexpr std::chrono::nanoseconds not_standing = std::chrono::nanoseconds::min();
+    // When the standing queue, if it stays, becomes overloaded; `not_standing` while none stands.
+    std::chrono::nanoseconds overloaded_from_ = not_standing;
 };
 
 /// How long `w` has waited at `now` (nanoseconds since the clock's epoch), if its waiting call keeps
