@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: MIT
+// What the tests of priority classes share (test_priorities.cpp, test_queue_discipline.cpp): calls made
+// with a class on virtual time and a journal of how they went; and the reference model of a bulkhead
+// with priorities and a queue discipline, with the seeded scenarios that compare it with the policy.
+#pragma once
+
+#include "catch.hpp"
+#include "models.hpp"
+#include "support.hpp"
+
+#include <resilience/any_policy.hpp>
+#include <resilience/bulkhead.hpp>
+#include <resilience/priority.hpp>
+#include <resilience/queue_discipline.hpp>
+#include <resilience/rate_limiter.hpp>
+#include <resilience/stop_token.hpp>
+#include <resilience/testing/simulation.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace resilience_ranked {
+
+namespace rs = resilience;
+namespace rm = resilience_models;
+using std::chrono::nanoseconds;
+
+// ---------------------------------------------------------------------------------------------------------
+// Calls with a class, and their journal
+
+// The context of a call of class `cls` (none: the property unset), stopped by `stop`.
+inline rs::context with_class(std::optional<int> cls, resilience::stop_token stop = {}) {
+    rs::context ctx{std::move(stop)};
+    if (cls)
+        ctx.set_property(rs::priority, *cls);
+    return ctx;
+}
+
+// How a call ended, in one line: "value", "rejected queue_full", "limited no_capacity 100000000ns",
+// "cancelled".
+inline std::string how(const rs::outcome<int>& r) {
+    if (r.has_value())
+        return "value";
+    if (auto* e = r.error().as<rs::bulkhead_rejected_error>())
+        return "rejected " + rm::reason_name(e->reason());
+    if (auto* e = r.error().as<rs::rate_limited_error>())
+        return "limited " + rm::reason_name(e->reason()) + " " + std::to_string(e->retry_after().count()) +
+               "ns";
+    if (rs::is_cancellation(r.error()))
+        return "cancelled";
+    return "failure";
+}
+
+struct call {
+    int id = 0;
+    nanoseconds arrive{};
+    std::optional<int> cls{};
+    nanoseconds hold{};
+    bool fail = false;
+    resilience::stop_token stop{};
+};
+
+// When each call's action started (in order) and when and how each call ended.
+struct journal {
+    std::vector<std::pair<int, nanoseconds>> started;
+    std::map<int, std::pair<nanoseconds, std::string>> ended;
+
+    std::vector<int> start_order() const { return resilience_tests::ids_of(started); }
+    nanoseconds started_at(int id) const { return resilience_tests::instant_of(started, id); }
+};
+
+// Arrives at `c.arrive`, runs an action holding what it was admitted to for `c.hold`, and writes
+// down when the action started and how the call ended.
+template <class Policy>
+rs::task<void> client(rs::testing::simulation& sim, const Policy& p, journal& j, call c) {
+    if (c.arrive > sim.now())
+        co_await sim.sleep_for(c.arrive - sim.now());
+    // Named, then passed as an lvalue (docs/core.md#compiler-notes).
+    auto action = [&sim, &j, c](resilience::stop_token st) -> rs::task<int> {
+        j.started.emplace_back(c.id, sim.now());
+        if (c.hold > nanoseconds::zero())
+            co_await sim.sleep_for(c.hold, st);
+        if (c.fail)
+            throw std::runtime_error("boom");
+        co_return c.id;
+    };
+    auto r = co_await p.execute_outcome(action, with_class(c.cls, c.stop));
+    j.ended[c.id] = {sim.now(), how(r)};
+}
+
+template <class Policy>
+void spawn_all(rs::testing::simulation& sim, const Policy& p, journal& j, const std::vector<call>& calls) {
+    for (const call& c : calls)
+        sim.spawn(client(sim, p, j, c));
+}
+
+using ended = std::pair<nanoseconds, std::string>;
+
+// ---------------------------------------------------------------------------------------------------------
+// The reference model of a bulkhead with priorities (written from priority.hpp; see test_priorities.cpp)
+// and a queue discipline (written from docs/bulkhead.md; see test_queue_discipline.cpp), and the runner
+// that plays the same calls through the policy
+
+struct ranked_call {
+    rm::ns arrive = 1;
+    rm::ns hold = 0; // bulkhead: how long the action runs once admitted
+    std::optional<rm::ns> stop_at{};
+    std::optional<int> cls{}; // the `rs::priority` property; none: unset
+};
+
+struct class_setup {
+    int classes = 1;
+    std::vector<int> quarters; // the share reserved for each class, in quarters (empty: none)
+    int default_class = 0;
+
+    rs::priority_classes options() const {
+        rs::priority_classes p{.classes = static_cast<std::size_t>(classes), .default_class = default_class};
+        for (int q : quarters)
+            p.reserved.push_back(q / 4.0);
+        return p;
+    }
+    int class_of(const ranked_call& c) const {
+        if (!c.cls)
+            return default_class;
+        return std::clamp(*c.cls, 0, classes - 1);
+    }
+    // What a call of class k leaves for the classes above.
+    rm::ns keep(int k, rm::ns limit) const {
+        rm::ns q = 0;
+        for (std::size_t j = static_cast<std::size_t>(k) + 1; j < quarters.size(); ++j)
+            q += quarters[j];
+        return limit * q / 4;
+    }
+    std::string text() const {
+        std::ostringstream out;
+        out << "classes=" << classes << " reserved(quarters)={";
+        for (int q : quarters)
+            out << q << ",";
+        out << "} default_class=" << default_class;
+        return out.str();
+    }
+};
+
+inline class_setup classes_of(rm::chooser& pick) {
+    class_setup s;
+    s.classes = static_cast<int>(pick.between(1, 3));
+    s.default_class = static_cast<int>(pick.between(0, s.classes - 1));
+    if (pick.coin(70)) {
+        int left = 3; // the shares add up to less than 1
+        s.quarters.push_back(0);
+        for (int k = 1; k < s.classes; ++k) {
+            const int q = static_cast<int>(pick.between(0, left));
+            s.quarters.push_back(q);
+            left -= q;
+        }
+    }
+    return s;
+}
+
+// How densely `ranked_calls` draws a bulkhead's calls (with `holds`): at most `calls` of them, up to
+// `gap` µs apart, each holding its slot up to `hold` µs.
+struct density {
+    std::int64_t calls = 14;
+    rm::ns gap = 200, hold = 400;
+};
+
+inline std::vector<ranked_call> ranked_calls(rm::chooser& pick, const class_setup& s, bool holds,
+                                             density d = {}) {
+    std::vector<ranked_call> calls(static_cast<std::size_t>(pick.between(1, d.calls)));
+    const rm::ns unit = holds || pick.coin(50) ? 1'000 : 1'000'000;
+    rm::ns t = 0;
+    for (auto& c : calls) {
+        if (pick.coin(70))
+            t += pick.between(0, holds ? d.gap : 400) * unit;
+        c.arrive = t + 1;
+        if (holds)
+            c.hold = pick.between(1, d.hold) * 1'000;
+        if (pick.coin(15))
+            c.stop_at = c.arrive + pick.between(0, 300) * unit + 249;
+        if (!pick.coin(20))
+            c.cls = static_cast<int>(pick.between(-1, s.classes));
+    }
+    return calls;
+}
+
+struct model_waiter {
+    int call;
+    int rank;
+    rm::ns deadline;
+    rm::ns arrived = 0; // for a queue discipline
+};
+
+// Queues `w` behind every waiter of its class or above.
+inline void insert_ranked(std::vector<model_waiter>& queue, model_waiter w) {
+    auto at =
+        std::find_if(queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank < w.rank; });
+    queue.insert(at, w);
+}
+
+inline bool any_from(const std::vector<model_waiter>& queue, int rank) {
+    return std::any_of(queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank >= rank; });
+}
+
+// A bulkhead's queue discipline, as the model applies it (docs/bulkhead.md, "Queue disciplines").
+struct model_discipline {
+    int kind = 0; // 0 fifo, 1 codel, 2 adaptive lifo
+    rm::ns target = 0, interval = 0;
+
+    rs::queue_discipline options() const {
+        if (kind == 1)
+            return rs::codel{.target = nanoseconds{target}, .interval = nanoseconds{interval}};
+        if (kind == 2)
+            return rs::adaptive_lifo{.target = nanoseconds{target}, .interval = nanoseconds{interval}};
+        return rs::fifo{};
+    }
+    std::string text() const {
+        if (kind == 0)
+            return "discipline=fifo";
+        return std::string(kind == 1 ? "discipline=codel" : "discipline=adaptive_lifo") +
+               " target=" + std::to_string(target) + "ns interval=" + std::to_string(interval) + "ns";
+    }
+};
+
+// A freed slot goes to the front waiter when its class may take it. Under a discipline, each such
+// hand-over samples the wait of the oldest waiter of that class: at most the target ends a standing
+// queue; above it, the class's queue stands from the first such sample and is overloaded from that
+// instant plus the interval. While overloaded and no lower class waits, the class's waiters that
+// waited more than the target are shed; adaptive LIFO then serves the newest of the class. A class
+// shed whole passes the slot on; a class that empties, however, stands no more.
+inline std::vector<rm::event> model_ranked_bulkhead(rm::ns slots, std::size_t queue_limit,
+                                                    std::optional<rm::ns> queue_timeout,
+                                                    const class_setup& cs,
+                                                    const std::vector<ranked_call>& calls,
+                                                    const model_discipline& d = {}) {
+    std::vector<rm::event> out;
+    std::vector<model_waiter> queue;
+    std::vector<std::optional<rm::ns>> overloaded_from(
+        static_cast<std::size_t>(cs.classes));   // none: not standing
+    std::vector<std::pair<rm::ns, int>> running; // (ends at, call), in admission order
+    rm::ns busy = 0;
+    const rm::ns forever = INT64_MAX;
+    const auto cap = [&](int rank) { return slots - cs.keep(rank, slots); };
+    const auto count = [&](int rank) {
+        return static_cast<std::size_t>(std::count_if(
+            queue.begin(), queue.end(), [rank](const model_waiter& w) { return w.rank == rank; }));
+    };
+    const auto leave = [&](std::vector<model_waiter>::iterator it) {
+        const int k = it->rank;
+        auto next = queue.erase(it);
+        if (count(k) == 0)
+            overloaded_from[static_cast<std::size_t>(k)].reset();
+        return next;
+    };
+    const auto admit = [&](int id, rm::ns now) {
+        ++busy;
+        out.push_back({id, now, "admitted"});
+        running.emplace_back(now + calls[static_cast<std::size_t>(id)].hold, id);
+    };
+    const auto hand_over = [&](rm::ns now) {
+        while (!queue.empty() && busy < cap(queue.front().rank)) {
+            const int k = queue.front().rank;
+            bool overloaded = false;
+            if (d.kind != 0) {
+                std::optional<rm::ns>& from = overloaded_from[static_cast<std::size_t>(k)];
+                if (now - queue.front().arrived <= d.target)
+                    from.reset();
+                else {
+                    if (!from)
+                        from = now + d.interval;
+                    overloaded = now >= *from;
+                }
+            }
+            if (overloaded && count(k) == queue.size())
+                while (!queue.empty() && now - queue.front().arrived > d.target) {
+                    out.push_back({queue.front().call, now, "bulkhead_rejected", -1, "shed"});
+                    leave(queue.begin());
+                }
+            if (count(k) == 0)
+                continue;
+            auto pick = queue.begin();
+            if (overloaded && d.kind == 2)
+                pick += static_cast<std::ptrdiff_t>(count(k) - 1); // the class is the front of the queue
+            const int id = pick->call;
+            leave(pick);
+            admit(id, now);
+            return;
+        }
+    };
+    const rm::call_instants instants = rm::instants_of(calls);
+    std::size_t a = 0, s = 0;
+    for (;;) {
+        rm::ns now = forever;
+        if (a < instants.arrivals.size())
+            now = std::min(now, instants.arrivals[a].first);
+        if (s < instants.stops.size())
+            now = std::min(now, instants.stops[s].first);
+        for (auto& r : running)
+            now = std::min(now, r.first);
+        for (auto& w : queue)
+            now = std::min(now, w.deadline);
+        if (now == forever)
+            break;
+        for (; a < instants.arrivals.size() && instants.arrivals[a].first == now; ++a) {
+            const int id = instants.arrivals[a].second;
+            const int k = cs.class_of(calls[static_cast<std::size_t>(id)]);
+            const model_waiter w{id, k, queue_timeout ? now + *queue_timeout : forever, now};
+            if (!any_from(queue, k) && busy < cap(k)) {
+                admit(id, now);
+            } else if (queue.size() >= queue_limit) {
+                if (!queue.empty() && queue.back().rank < k) {
+                    out.push_back({queue.back().call, now, "bulkhead_rejected", -1, "queue_full"});
+                    leave(queue.end() - 1);
+                    insert_ranked(queue, w);
+                } else {
+                    out.push_back(
+                        {id, now, "bulkhead_rejected", -1, queue_limit == 0 ? "no_capacity" : "queue_full"});
+                }
+            } else {
+                insert_ranked(queue, w);
+            }
+        }
+        for (; s < instants.stops.size() && instants.stops[s].first == now; ++s) {
+            const int id = instants.stops[s].second;
+            auto it = std::find_if(queue.begin(), queue.end(),
+                                   [id](const model_waiter& w) { return w.call == id; });
+            if (it != queue.end()) {
+                out.push_back({id, now, "cancelled"});
+                leave(it);
+            }
+        }
+        for (std::size_t i = 0; i < running.size();) {
+            if (running[i].first != now) {
+                ++i;
+                continue;
+            }
+            out.push_back({running[i].second, now, "value"});
+            running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+            --busy;
+            hand_over(now);
+        }
+        for (auto it = queue.begin(); it != queue.end();) {
+            if (it->deadline == now) {
+                out.push_back({it->call, now, "bulkhead_rejected", -1, "queue_timeout"});
+                it = leave(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    return out;
+}
+
+// Plays `calls` through `policy` (on `sim`'s clock), writing down when each action started and how
+// each call ended.
+template <class Policy>
+std::vector<rm::event> run_ranked(rs::testing::simulation& sim, const Policy& policy,
+                                  const std::vector<ranked_call>& calls) {
+    return rm::run_calls(
+        sim, calls,
+        [&](std::vector<rm::event>& out, int id, const ranked_call& c,
+            resilience::stop_token stop) -> rs::task<void> {
+            auto action = [&out, &sim, id, hold = c.hold]() -> rs::task<int> {
+                out.push_back({id, sim.now().count(), "admitted"});
+                if (hold > 0)
+                    co_await sim.sleep_for(nanoseconds{hold}); // ignores stop: it holds its slot
+                co_return id;
+            };
+            const auto r = co_await policy.execute_outcome(std::move(action), with_class(c.cls, stop));
+            const rm::ns now = sim.now().count();
+            if (r.has_value())
+                out.push_back({id, now, "value"});
+            else if (auto* full = r.error().template as<rs::bulkhead_rejected_error>())
+                out.push_back({id, now, "bulkhead_rejected", -1, rm::reason_name(full->reason())});
+            else if (auto* limited = r.error().template as<rs::rate_limited_error>())
+                out.push_back({id, now, "rate_limited", limited->retry_after().count(),
+                               rm::reason_name(limited->reason())});
+            else if (rs::is_cancellation(r.error()))
+                out.push_back({id, now, "cancelled"});
+            else
+                out.push_back({id, now, "unexpected failure"});
+        });
+}
+
+// The model's trace against the policy's, called directly or through `any_policy` (its `run`).
+template <class Model, class Make>
+rm::comparison compare(std::string setup, rm::chooser& pick, Model model, Make make,
+                       const std::vector<ranked_call>& calls) {
+    const bool through_any = pick.coin(30);
+    rm::comparison c;
+    c.setup = std::move(setup) + (through_any ? " route=any_policy" : " route=direct");
+    c.expected = rm::sorted(model());
+    rs::testing::simulation sim;
+    const auto policy = make(sim);
+    c.actual = rm::sorted(through_any ? run_ranked(sim, rs::any_policy<int>{policy}, calls)
+                                      : run_ranked(sim, policy, calls));
+    return c;
+}
+
+inline std::string timeout_text(std::optional<rm::ns> t) {
+    return t ? std::to_string(*t) + "ns" : "none";
+}
+
+} // namespace resilience_ranked
