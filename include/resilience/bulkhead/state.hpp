@@ -5,16 +5,17 @@
 /// pins is bulkhead/config.hpp's; the algorithm is bulkhead/adaptive_limit.hpp's.
 ///
 /// Locking: `bulkhead_state::mutex` guards `queue` (and its waiters' links and states, see
-/// engine/waiter_queue.hpp), `algorithm`, `displaced_` and the replacement of `cell`'s block (read
-/// as `cell.locked()` under it). It is the only lock that writes `limit`, `epoch`, `plain`
-/// and `sample_word`, and that raises or lowers the `waiting` bit of `word`: those are atomics, read
-/// without it by the calls' fast paths (and the slot count below the bits changes by atomic steps
-/// without it while `waiting` is clear), as each says where it is declared. A function whose name
-/// ends in `_locked` is called with `mutex` held and never takes it (`decide_locked`,
-/// `enqueue_locked`, `take_deferred_locked`, `waiter_left_locked`, `cap_locked`, `take_locked`,
-/// `limited_locked`, `release_locked`, `grant_locked`); every other function that touches what it
-/// guards takes it itself (`options`, `finish`, `release_to_waiter`, `expire`, `reason_of`,
-/// `reconfigure`; the queue's awaiter, engine/waiter_queue.hpp). The constructor and the
+/// engine/waiter_queue.hpp), `algorithm`, `displaced_`, `shed_`, `standing_` and the replacement of
+/// `cell`'s block (read as `cell.locked()` under it). It is the only lock that writes `limit`,
+/// `epoch`, `plain` and `sample_word`, and that raises or lowers the `waiting` bit of `word`: those
+/// are atomics, read without it by the calls' fast paths (and the slot count below the bits changes
+/// by atomic steps without it while `waiting` is clear), as each says where it is declared. A
+/// function whose name ends in `_locked` is called with `mutex` held and never takes it
+/// (`decide_locked`, `enqueue_locked`, `take_deferred_locked`, `waiter_left_locked`, `cap_locked`,
+/// `take_locked`, `limited_locked`, `release_locked`, `grant_locked`, `next_locked`,
+/// `next_disciplined_locked`); every other function that touches what it guards takes it itself
+/// (`options`, `finish`, `release_to_waiter`, `expire`, `reason_of`, `reconfigure`; the queue's
+/// awaiter, engine/waiter_queue.hpp). The constructor and the
 /// destructor touch them unlocked: no other thread can reach the state then.
 ///
 /// How a call gets a slot. It first tries `try_acquire` (in `bulkhead::enter`): with a slot free
