@@ -166,11 +166,11 @@ inline class_setup classes_of(rm::chooser& pick) {
     return s;
 }
 
-// How densely `ranked_calls` draws a bulkhead's calls (with `holds`): at most `calls` of them, up to
-// `gap` µs apart, each holding its slot up to `hold` µs.
+// How densely `ranked_calls` draws calls: at most `calls` of them, up to `gap` units apart (0: 200 µs
+// for a bulkhead's, 400 µs or ms for a limiter's), each holding its slot (with `holds`) up to `hold` µs.
 struct density {
     std::int64_t calls = 14;
-    rm::ns gap = 200, hold = 400;
+    rm::ns gap = 0, hold = 400;
 };
 
 inline std::vector<ranked_call> ranked_calls(rm::chooser& pick, const class_setup& s, bool holds,
@@ -180,7 +180,7 @@ inline std::vector<ranked_call> ranked_calls(rm::chooser& pick, const class_setu
     rm::ns t = 0;
     for (auto& c : calls) {
         if (pick.coin(70))
-            t += pick.between(0, holds ? d.gap : 400) * unit;
+            t += pick.between(0, d.gap != 0 ? d.gap : holds ? 200 : 400) * unit;
         c.arrive = t + 1;
         if (holds)
             c.hold = pick.between(1, d.hold) * 1'000;
@@ -230,12 +230,52 @@ struct model_discipline {
     }
 };
 
-// A freed slot goes to the front waiter when its class may take it. Under a discipline, each such
-// hand-over samples the wait of the oldest waiter of that class: at most the target ends a standing
-// queue; above it, the class's queue stands from the first such sample and is overloaded from that
-// instant plus the interval. While overloaded and no lower class waits, the class's waiters that
-// waited more than the target are shed; adaptive LIFO then serves the newest of the class. A class
-// shed whole passes the slot on; a class that empties, however, stands no more.
+// A hand-over under `d` at `now` to the class of the front waiter (a slot freed, a permit due): it
+// samples the wait of the oldest waiter of that class: at most the target ends a standing queue; above
+// it, the class's queue stands from the first such sample and is overloaded from that instant plus the
+// interval. While overloaded and no lower class waits, the class's waiters that waited more than the
+// target are taken out onto `shed`. Returns the waiter to serve, taken out (adaptive LIFO's newest
+// while overloaded, else the oldest), or nothing when the class was shed whole. A class that empties
+// stands no more (`standing`, one per class: when it is overloaded from; none while it does not stand).
+inline std::optional<model_waiter> model_hand_over(std::vector<model_waiter>& queue,
+                                                   std::vector<std::optional<rm::ns>>& standing,
+                                                   const model_discipline& d, rm::ns now,
+                                                   std::vector<model_waiter>& shed) {
+    const int k = queue.front().rank;
+    const auto count = [&] {
+        return static_cast<std::size_t>(
+            std::count_if(queue.begin(), queue.end(), [k](const model_waiter& w) { return w.rank == k; }));
+    };
+    std::optional<rm::ns>& from = standing[static_cast<std::size_t>(k)];
+    bool overloaded = false;
+    if (d.kind != 0) {
+        if (now - queue.front().arrived <= d.target) {
+            from.reset();
+        } else {
+            if (!from)
+                from = now + d.interval;
+            overloaded = now >= *from;
+        }
+    }
+    if (overloaded && count() == queue.size())
+        while (!queue.empty() && now - queue.front().arrived > d.target) {
+            shed.push_back(queue.front());
+            queue.erase(queue.begin());
+        }
+    std::optional<model_waiter> served;
+    if (const std::size_t n = count(); n != 0) {
+        // The class is the front of the queue.
+        const auto at = queue.begin() + static_cast<std::ptrdiff_t>(overloaded && d.kind == 2 ? n - 1 : 0);
+        served = *at;
+        queue.erase(at);
+    }
+    if (count() == 0)
+        from.reset();
+    return served;
+}
+
+// A freed slot goes to the front waiter when its class may take it, by `model_hand_over` under a
+// discipline; a class shed whole passes the slot on.
 inline std::vector<rm::event> model_ranked_bulkhead(rm::ns slots, std::size_t queue_limit,
                                                     std::optional<rm::ns> queue_timeout,
                                                     const class_setup& cs,
@@ -267,32 +307,14 @@ inline std::vector<rm::event> model_ranked_bulkhead(rm::ns slots, std::size_t qu
     };
     const auto hand_over = [&](rm::ns now) {
         while (!queue.empty() && busy < cap(queue.front().rank)) {
-            const int k = queue.front().rank;
-            bool overloaded = false;
-            if (d.kind != 0) {
-                std::optional<rm::ns>& from = overloaded_from[static_cast<std::size_t>(k)];
-                if (now - queue.front().arrived <= d.target)
-                    from.reset();
-                else {
-                    if (!from)
-                        from = now + d.interval;
-                    overloaded = now >= *from;
-                }
+            std::vector<model_waiter> shed;
+            const std::optional<model_waiter> served = model_hand_over(queue, overloaded_from, d, now, shed);
+            for (const model_waiter& w : shed)
+                out.push_back({w.call, now, "bulkhead_rejected", -1, "shed"});
+            if (served) {
+                admit(served->call, now);
+                return;
             }
-            if (overloaded && count(k) == queue.size())
-                while (!queue.empty() && now - queue.front().arrived > d.target) {
-                    out.push_back({queue.front().call, now, "bulkhead_rejected", -1, "shed"});
-                    leave(queue.begin());
-                }
-            if (count(k) == 0)
-                continue;
-            auto pick = queue.begin();
-            if (overloaded && d.kind == 2)
-                pick += static_cast<std::ptrdiff_t>(count(k) - 1); // the class is the front of the queue
-            const int id = pick->call;
-            leave(pick);
-            admit(id, now);
-            return;
         }
     };
     const rm::call_instants instants = rm::instants_of(calls);
@@ -355,6 +377,126 @@ inline std::vector<rm::event> model_ranked_bulkhead(rm::ns slots, std::size_t qu
                 ++it;
             }
         }
+    }
+    return out;
+}
+
+// The limiters' model; `Meter` is tests/models.hpp's, `limit` what the shares are of. The limiter's
+// front waiter takes its permit as soon as its class may (at `available_at(now, keep)`); the deadlines
+// of the waiters behind it are watched too. Under a discipline, the permit due is handed over by
+// `model_hand_over`; a waiter shed is told when a permit would be there for it behind the waiters of
+// its class and above still queued.
+template <class Meter>
+std::vector<rm::event> model_ranked_limiter(Meter meter, rm::ns limit, std::size_t queue_limit,
+                                            std::optional<rm::ns> queue_timeout, const class_setup& cs,
+                                            const std::vector<ranked_call>& calls,
+                                            const model_discipline& d = {}) {
+    std::vector<rm::event> out;
+    std::vector<model_waiter> queue;
+    std::vector<std::optional<rm::ns>> standing(static_cast<std::size_t>(cs.classes));
+    // Takes out the waiter at `it`; a class that empties stands no more.
+    const auto erase = [&](std::vector<model_waiter>::iterator it) {
+        const int k = it->rank;
+        queue.erase(it);
+        if (!std::any_of(queue.begin(), queue.end(), [k](const model_waiter& w) { return w.rank == k; }))
+            standing[static_cast<std::size_t>(k)].reset();
+    };
+    const rm::ns forever = INT64_MAX;
+    const auto keep = [&](int rank) { return static_cast<std::size_t>(cs.keep(rank, limit)); };
+    const auto take = [&](rm::ns now, int rank) {
+        return meter.available_at(now, keep(rank)) <= now && meter.try_take(now);
+    };
+    const auto admitted = [&](int id, rm::ns now) {
+        out.push_back({id, now, "admitted"});
+        out.push_back({id, now, "value"});
+    };
+    const auto refused = [&](int id, rm::ns now, std::size_t ahead, int rank, const char* why) {
+        out.push_back({id, now, "rate_limited", meter.available_at(now, ahead + keep(rank)) - now, why});
+    };
+    // Serves the front waiter at `now` until it must wait; returns when it wants to look again.
+    const auto serve = [&](rm::ns now) -> rm::ns {
+        while (!queue.empty()) {
+            const model_waiter head = queue.front();
+            if (d.kind != 0 && meter.available_at(now, keep(head.rank)) <= now) {
+                std::vector<model_waiter> shed;
+                if (const std::optional<model_waiter> served =
+                        model_hand_over(queue, standing, d, now, shed)) {
+                    meter.try_take(now);
+                    admitted(served->call, now);
+                }
+                const auto ahead = static_cast<std::size_t>(std::count_if(
+                    queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank >= head.rank; }));
+                for (const model_waiter& w : shed)
+                    refused(w.call, now, ahead, w.rank, "shed");
+                continue;
+            }
+            if (take(now, head.rank)) {
+                admitted(head.call, now);
+                erase(queue.begin());
+                continue;
+            }
+            if (now >= head.deadline) {
+                refused(head.call, now, 0, head.rank, "queue_timeout");
+                erase(queue.begin());
+                continue;
+            }
+            rm::ns wake = std::min(head.deadline, meter.available_at(now, keep(head.rank)));
+            if (any_from(queue, 1)) {
+                for (std::size_t i = 1; i < queue.size();) {
+                    if (queue[i].deadline <= now) {
+                        refused(queue[i].call, now, i, queue[i].rank, "queue_timeout");
+                        erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+                    } else {
+                        wake = std::min(wake, queue[i].deadline);
+                        ++i;
+                    }
+                }
+            }
+            return wake;
+        }
+        return forever;
+    };
+    const rm::call_instants instants = rm::instants_of(calls);
+    std::size_t a = 0, s = 0;
+    rm::ns wake = forever;
+    for (;;) {
+        rm::ns now = wake;
+        if (a < instants.arrivals.size())
+            now = std::min(now, instants.arrivals[a].first);
+        if (s < instants.stops.size())
+            now = std::min(now, instants.stops[s].first);
+        if (now == forever)
+            break;
+        for (; a < instants.arrivals.size() && instants.arrivals[a].first == now; ++a) {
+            const int id = instants.arrivals[a].second;
+            const int k = cs.class_of(calls[static_cast<std::size_t>(id)]);
+            const model_waiter w{id, k, queue_timeout ? now + *queue_timeout : forever, now};
+            if (!any_from(queue, k) && take(now, k)) {
+                admitted(id, now);
+            } else if (queue.size() >= queue_limit) {
+                if (!queue.empty() && queue.back().rank < k) {
+                    refused(queue.back().call, now, queue.size() - 1, queue.back().rank, "queue_full");
+                    erase(queue.end() - 1);
+                    insert_ranked(queue, w);
+                } else {
+                    const auto ahead = static_cast<std::size_t>(std::count_if(
+                        queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank >= k; }));
+                    refused(id, now, ahead, k, queue_limit == 0 ? "no_capacity" : "queue_full");
+                }
+            } else {
+                insert_ranked(queue, w);
+            }
+        }
+        for (; s < instants.stops.size() && instants.stops[s].first == now; ++s) {
+            const int id = instants.stops[s].second;
+            auto it = std::find_if(queue.begin(), queue.end(),
+                                   [id](const model_waiter& w) { return w.call == id; });
+            if (it != queue.end()) {
+                out.push_back({id, now, "cancelled"});
+                erase(it);
+            }
+        }
+        wake = serve(now);
     }
     return out;
 }

@@ -14,6 +14,8 @@
 #include <resilience/event_loop.hpp>
 #include <resilience/priority.hpp>
 #include <resilience/queue_discipline.hpp>
+#include <resilience/rate_limiter.hpp>
+#include <resilience/sliding_window_limiter.hpp>
 #include <resilience/stop_token.hpp>
 #include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
@@ -303,6 +305,22 @@ TEST_CASE("queue discipline: invalid options are refused naming the field and th
     }
     CHECK_NOTHROW(rs::bulkhead{{.queue_discipline = rs::codel{.target = 1ns, .interval = 1ns}}});
     CHECK_NOTHROW(rs::bulkhead{{.queue_discipline = rs::adaptive_lifo{}}});
+    const rs::rate_limiter limiter{{.name = "db", .token_limit = 1, .tokens_per_second = 1}};
+    for (const bad& b : cases) {
+        INFO(b.message);
+        CHECK(invalid_argument_message([&] {
+                  rs::rate_limiter{
+                      {.name = "db", .token_limit = 1, .tokens_per_second = 1, .queue_discipline = b.d}};
+              }) == std::string{"resilience::rate_limiter (db): "} + b.message);
+        CHECK(invalid_argument_message([&] {
+                  rs::sliding_window_limiter{{.permit_limit = 1, .window = 1s, .queue_discipline = b.d}};
+              }) == std::string{"resilience::sliding_window_limiter: "} + b.message);
+        CHECK(invalid_argument_message([&] {
+                  limiter.reconfigure(
+                      {.name = "db", .token_limit = 1, .tokens_per_second = 1, .queue_discipline = b.d});
+              }) == std::string{"resilience::rate_limiter (db): "} + b.message);
+        CHECK(std::holds_alternative<rs::fifo>(limiter.options().queue_discipline));
+    }
 }
 
 TEST_CASE("queue discipline: a waiter whose caller stops leaves at that instant under every discipline",
@@ -359,6 +377,89 @@ TEST_CASE("queue discipline: reconfigure puts a discipline in force for the next
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// The limiters: a token (a permit) due is handed over as a bulkhead's slot is
+
+namespace {
+
+// A bucket of one token, one more every 10 ms: call 0 takes it at 0 ms, calls 1 to 12 queue at 2 to
+// 24 ms, calls 101 to 104 at 61 to 64 ms. Target 20 ms, interval 50 ms: at 10 and 20 ms the head has
+// waited 8 and 16 ms; at 30 ms call 3 (24 ms) starts a standing queue, overloaded from 80 ms.
+std::vector<call> bucket_calls() {
+    std::vector<call> calls;
+    for (int i = 0; i <= 12; ++i)
+        calls.push_back({.id = i, .arrive = std::chrono::milliseconds{2 * i}});
+    for (int i = 1; i <= 4; ++i)
+        calls.push_back({.id = 100 + i, .arrive = std::chrono::milliseconds{60 + i}});
+    return calls;
+}
+
+rs::rate_limiter<rs::testing::virtual_clock> one_token(rs::testing::simulation& sim, rs::queue_discipline d) {
+    return rs::rate_limiter{{.token_limit = 1,
+                             .tokens_per_second = 100,
+                             .queue_limit = rs::unbounded_queue,
+                             .queue_discipline = d},
+                            sim.clock()};
+}
+
+} // namespace
+
+TEST_CASE("queue discipline: a rate limiter under codel sheds its late waiters at the instant a token is due "
+          "once its queue has stood for an interval",
+          "[queue_discipline]") {
+    rs::testing::simulation sim;
+    const auto rl = one_token(sim, rs::codel{.target = 20ms, .interval = 50ms});
+    journal j;
+    spawn_all(sim, rl, j, bucket_calls());
+    sim.run_all();
+    for (int i = 0; i <= 7; ++i)
+        CHECK(j.ended[i] == ended{nanoseconds{10ms * i}, "value"});
+    // At 80 ms the head (call 8) has waited 64 ms: calls 8 to 12 are shed, told that a token would be
+    // there for them behind the three still queued at 120 ms; call 101 (19 ms) takes the token.
+    for (int i = 8; i <= 12; ++i)
+        CHECK(j.ended[i] == ended{80ms, "limited shed 40000000ns"});
+    CHECK(j.ended[101] == ended{80ms, "value"});
+    // At 90 ms the queue still stands (call 102: 28 ms): all three are shed; the token stays there.
+    for (int i = 102; i <= 104; ++i)
+        CHECK(j.ended[i] == ended{90ms, "limited shed 0ns"});
+    CHECK(rl.queued() == 0);
+}
+
+TEST_CASE("queue discipline: a rate limiter under adaptive lifo gives the token to the newest waiter while "
+          "overloaded",
+          "[queue_discipline]") {
+    rs::testing::simulation sim;
+    const auto rl = one_token(sim, rs::adaptive_lifo{.target = 20ms, .interval = 50ms});
+    journal j;
+    spawn_all(sim, rl, j, bucket_calls());
+    sim.run_all();
+    for (int i = 0; i <= 7; ++i) // in arrival order until overloaded
+        CHECK(j.ended[i] == ended{nanoseconds{10ms * i}, "value"});
+    for (int i = 8; i <= 12; ++i)
+        CHECK(j.ended[i] == ended{80ms, "limited shed 40000000ns"});
+    CHECK(j.ended[104] == ended{80ms, "value"});
+    for (int i = 101; i <= 103; ++i)
+        CHECK(j.ended[i] == ended{90ms, "limited shed 0ns"});
+}
+
+TEST_CASE("queue discipline: a sliding window limiter sheds as the rate limiter does", "[queue_discipline]") {
+    // One permit per 10 ms window (in one segment): a permit comes back 10 ms after it was taken.
+    rs::testing::simulation sim;
+    const rs::sliding_window_limiter sw{{.permit_limit = 1,
+                                         .window = 10ms,
+                                         .segments = 1,
+                                         .queue_limit = rs::unbounded_queue,
+                                         .queue_discipline = rs::codel{.target = 20ms, .interval = 50ms}},
+                                        sim.clock()};
+    journal j;
+    spawn_all(sim, sw, j, bucket_calls());
+    sim.run_all();
+    for (int i = 8; i <= 12; ++i)
+        CHECK(j.ended[i].second.rfind("limited shed", 0) == 0);
+    CHECK(j.ended[8].first == 80ms);
+    CHECK(j.ended[101] == ended{80ms, "value"});
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // The reference model on seeded random scenarios
 //
 // tests/ranked_models.hpp's model of a bulkhead with priorities, which applies the discipline at each
@@ -406,7 +507,90 @@ rm::comparison check_disciplined_bulkhead(rm::chooser& pick) {
         calls);
 }
 
+// A discipline for a limiter's scenario, whose calls are microseconds or milliseconds apart.
+model_discipline discipline_of(rm::chooser& pick) {
+    const rm::ns unit = pick.coin(50) ? 1'000 : 1'000'000;
+    return {.kind = static_cast<int>(pick.between(0, 2)),
+            .target = pick.between(1, 40) * unit,
+            .interval = pick.between(1, 150) * unit};
+}
+
+rm::comparison check_disciplined_token_bucket(rm::chooser& pick) {
+    static constexpr rm::ns rates[] = {10, 20, 50, 100, 200, 1000, 10'000, 100'000};
+    const class_setup cs = classes_of(pick);
+    const rm::ns tokens = pick.between(1, 8); // with reserves in quarters, up to 8 makes `keep` common
+    const rm::ns rate = pick.pick(rates);
+    const std::size_t queue_limit =
+        pick.coin(30) ? rs::unbounded_queue : static_cast<std::size_t>(pick.between(0, 10));
+    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
+    const model_discipline d = discipline_of(pick);
+    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false, {.calls = 24, .gap = 20});
+    std::ostringstream setup;
+    setup << "token_limit=" << tokens << " tokens_per_second=" << rate << " queue_limit=" << queue_limit
+          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text() << " " << d.text();
+    return compare(
+        setup.str(), pick,
+        [&] {
+            return model_ranked_limiter(rm::token_bucket_meter{tokens, 1'000'000'000 / rate}, tokens,
+                                        queue_limit, queue_timeout, cs, calls, d);
+        },
+        [&](rs::testing::simulation& sim) {
+            return rs::rate_limiter{{.token_limit = static_cast<std::size_t>(tokens),
+                                     .tokens_per_second = static_cast<double>(rate),
+                                     .queue_limit = queue_limit,
+                                     .queue_timeout = rm::as_duration(queue_timeout),
+                                     .priorities = cs.options(),
+                                     .queue_discipline = d.options()},
+                                    sim.clock()};
+        },
+        calls);
+}
+
+rm::comparison check_disciplined_sliding_window(rm::chooser& pick) {
+    static constexpr rm::ns windows[] = {100'000'000, 10'000'000, 999'999, 3'000'000, 7'000};
+    const class_setup cs = classes_of(pick);
+    const rm::ns permits = pick.between(1, 8);
+    const rm::ns window = pick.pick(windows);
+    const rm::ns segments = pick.between(1, 7);
+    const std::size_t queue_limit =
+        pick.coin(30) ? rs::unbounded_queue : static_cast<std::size_t>(pick.between(0, 10));
+    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
+    const model_discipline d = discipline_of(pick);
+    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false, {.calls = 24, .gap = 20});
+    std::ostringstream setup;
+    setup << "permit_limit=" << permits << " window=" << window << "ns segments=" << segments
+          << " queue_limit=" << queue_limit << " queue_timeout=" << timeout_text(queue_timeout) << " "
+          << cs.text() << " " << d.text();
+    return compare(
+        setup.str(), pick,
+        [&] {
+            return model_ranked_limiter(rm::sliding_window_meter{permits, window, segments}, permits,
+                                        queue_limit, queue_timeout, cs, calls, d);
+        },
+        [&](rs::testing::simulation& sim) {
+            return rs::sliding_window_limiter{{.permit_limit = static_cast<std::size_t>(permits),
+                                               .window = nanoseconds{window},
+                                               .segments = static_cast<std::size_t>(segments),
+                                               .queue_limit = queue_limit,
+                                               .queue_timeout = rm::as_duration(queue_timeout),
+                                               .priorities = cs.options(),
+                                               .queue_discipline = d.options()},
+                                              sim.clock()};
+        },
+        calls);
+}
+
 } // namespace
+
+TEST_CASE("model: a token bucket with a queue discipline admits, sheds and refuses as its model",
+          "[queue_discipline][model]") {
+    rm::run_scenarios(1500, check_disciplined_token_bucket);
+}
+
+TEST_CASE("model: a sliding window with a queue discipline admits, sheds and refuses as its model",
+          "[queue_discipline][model]") {
+    rm::run_scenarios(1500, check_disciplined_sliding_window);
+}
 
 TEST_CASE("model: a bulkhead with a queue discipline admits, sheds, serves and refuses as its model",
           "[queue_discipline][model]") {

@@ -82,14 +82,14 @@ struct discipline_rule {
 };
 
 /// Throws `std::invalid_argument` naming the field and the value for the first thing wrong with `d`;
-/// `label` starts the message (the policy and its name).
-inline void validate_queue_discipline(const queue_discipline& d, const std::string& label) {
+/// `who` starts the message (the policy and its name, then ": ").
+inline void validate_queue_discipline(const queue_discipline& d, const std::string& who) {
     const discipline_rule r = discipline_rule::of(d);
     if (!r.on)
         return;
-    const auto positive = [&label](const char* field, std::chrono::nanoseconds v) {
+    const auto positive = [&who](const char* field, std::chrono::nanoseconds v) {
         if (v <= std::chrono::nanoseconds::zero())
-            throw std::invalid_argument(label + ": queue_discipline." + field + " must be positive, got " +
+            throw std::invalid_argument(who + "queue_discipline." + field + " must be positive, got " +
                                         std::to_string(v.count()) + "ns");
     };
     positive("target", r.target);
@@ -127,7 +127,8 @@ private:
 /// How long `w` has waited at `now` (nanoseconds since the clock's epoch), if its waiting call keeps
 /// the instant it queued (a `TimePoint`, `w.since_offset` bytes past the node); else nothing.
 template <class TimePoint>
-std::optional<std::chrono::nanoseconds> waited(const waiter& w, std::chrono::nanoseconds now) noexcept {
+std::optional<std::chrono::nanoseconds> waited_beside(const waiter& w,
+                                                      std::chrono::nanoseconds now) noexcept {
     if (w.since_offset == 0)
         return std::nullopt;
     const auto* since = std::launder(
@@ -136,24 +137,27 @@ std::optional<std::chrono::nanoseconds> waited(const waiter& w, std::chrono::nan
 }
 
 /// One hand-over, under `rule` at `now`, to the class of `queue`'s front waiter (the highest class
-/// waiting), with the owner's lock held. The sample is that class's oldest waiter's wait; while the
-/// class is overloaded, its waiters that waited more than the target are taken out, marked `shed`
-/// and pushed onto `shed` (linked through `waiter::next`, to be woken once the lock is released),
-/// unless a waiter of a lower class is queued (a higher class is never shed before a lower one);
-/// then adaptive LIFO takes the newest, CoDel the oldest. Returns the waiter taken out to serve, or
-/// null when the class was shed whole. A class left empty stands no more. A waiter that keeps no
-/// instant (queued under `fifo`, before a reconfiguration) is neither a sample nor shed.
-template <class TimePoint>
+/// waiting), with the owner's lock held; `waited(w)` is how long `w` has waited then, if it is known.
+/// The sample is that class's oldest waiter's wait; while the class is overloaded, its waiters that
+/// waited more than the target are taken out, marked `shed` and pushed onto `shed` (linked through
+/// `waiter::next`), unless a waiter of a lower class is queued (a higher class is never shed before
+/// a lower one); then adaptive LIFO takes the newest, CoDel the oldest. Returns the waiter taken out
+/// to serve, or null when the class was shed whole. A class left empty stands no more. A waiter
+/// whose wait is not known (queued under `fifo`, before a reconfiguration) is neither a sample nor
+/// shed. The caller marks the one served, and wakes the ones shed once the lock is released (unless
+/// `driving`: they see it themselves).
+template <class Waited>
 waiter* serve_class(waiter_queue& queue, standing_queue (&standing)[waiter_ranks],
-                    const discipline_rule& rule, std::chrono::nanoseconds now, waiter*& shed) noexcept {
+                    const discipline_rule& rule, std::chrono::nanoseconds now, waiter*& shed,
+                    Waited waited) noexcept {
     const std::size_t k = queue.front()->rank;
-    const std::optional<std::chrono::nanoseconds> oldest = waited<TimePoint>(*queue.front(), now);
+    const std::optional<std::chrono::nanoseconds> oldest = waited(*queue.front());
     const bool overloaded = oldest && standing[k].sample(*oldest, now, rule);
     if (overloaded && queue.size() == queue.count_of(k)) {
         // In arrival order: the class's waiters from the first that waited the target or less
         // arrived later, and stay.
         for (waiter* w = queue.front(); w;) {
-            const std::optional<std::chrono::nanoseconds> wait = waited<TimePoint>(*w, now);
+            const std::optional<std::chrono::nanoseconds> wait = waited(*w);
             if (!wait || *wait <= rule.target)
                 break;
             waiter* const after = w->next;
@@ -171,6 +175,14 @@ waiter* serve_class(waiter_queue& queue, standing_queue (&standing)[waiter_ranks
     if (queue.count_of(k) == 0)
         standing[k].reset();
     return next;
+}
+
+/// Resets the standing of every class with nobody queued: a class whose queue emptied, however,
+/// stands no more. With the owner's lock held.
+inline void reset_idle_classes(const waiter_queue& queue, standing_queue (&standing)[waiter_ranks]) noexcept {
+    for (std::size_t r = 0; r < waiter_ranks; ++r)
+        if (queue.count_of(r) == 0)
+            standing[r].reset();
 }
 
 } // namespace detail

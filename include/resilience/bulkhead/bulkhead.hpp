@@ -296,7 +296,7 @@ public:
                 const bulkhead_options& o = c.cfg->options;
                 if ((queue_.spare & has_room) && stamped(*c.cfg, ctx)) {
                     extra().queued_at = s.clock.now(); // from the moment the call found no slot
-                    // Found from the node by the queue discipline (queue_discipline.hpp's `waited`).
+                    // Found from the node by the queue discipline (queue_discipline.hpp's `waited_beside`).
                     queue_.node().since_offset =
                         static_cast<std::uint16_t>(reinterpret_cast<unsigned char*>(&extra().queued_at) -
                                                    reinterpret_cast<unsigned char*>(&queue_.node()));

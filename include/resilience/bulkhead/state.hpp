@@ -397,10 +397,8 @@ struct bulkhead_state : shared_state {
     void waiter_left_locked() noexcept {
         if (queue.empty())
             word.fetch_and(~waiting, std::memory_order_relaxed);
-        if (cell.locked()->discipline.on) // a class whose queue emptied stands no more
-            for (std::size_t r = 0; r < waiter_ranks; ++r)
-                if (queue.count_of(r) == 0)
-                    standing_[r].reset();
+        if (cell.locked()->discipline.on)
+            reset_idle_classes(queue, standing_);
     }
 
     // `mutex` held. The slots a waiter of class `rank` may fill: the limit, less with priorities
@@ -590,7 +588,10 @@ private:
                     return queue.pop_front();
                 }
             }
-            if (waiter* next = serve_class<typename C::time_point>(queue, standing_, rule, *now, shed_))
+            const auto waited = [t = *now](const waiter& w) {
+                return waited_beside<typename C::time_point>(w, t);
+            };
+            if (waiter* next = serve_class(queue, standing_, rule, *now, shed_, waited))
                 return next;
         }
         return nullptr;

@@ -132,7 +132,12 @@ static_assert(sizeof(waiter) == 4 * sizeof(void*) + 8, "the flags and `since_off
 /// A waiter with the notes a rate limiter keeps on it. A limiter's queue holds only these (its state's
 /// `node_type`, which `queue_awaiter` takes), so the limiter may treat any waiter of its queue as one.
 struct timed_waiter : waiter {
-    std::chrono::nanoseconds retry_after{}; ///< the owner's note on a refusal
+    union {
+        /// The owner's note on a refusal, written once the waiter is out of the queue.
+        std::chrono::nanoseconds retry_after{};
+        /// The owner's note while it is queued: the instant it queued (for a queue discipline).
+        std::chrono::nanoseconds queued_at;
+    };
     /// The owner's note, set when queued: when the wait runs out (with a queue timeout).
     std::chrono::nanoseconds deadline = std::chrono::nanoseconds::max();
 };
