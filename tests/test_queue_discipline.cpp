@@ -602,9 +602,10 @@ TEST_CASE("model: a bulkhead with a queue discipline admits, sheds, serves and r
 
 namespace {
 
+template <class Refusal>
 struct shared_counts {
     std::atomic<int> running{0}, peak{0}, shed{0};
-    resilience_tests::call_tally<rs::bulkhead_rejected_error> calls;
+    resilience_tests::call_tally<Refusal> calls;
     explicit shared_counts(std::size_t n) : calls(n) {}
 };
 
@@ -613,9 +614,10 @@ rs::task<void> stop_soon(resilience::stop_source src) {
     co_await resilience_tests::stop_after_yields(src, 2);
 }
 
-// A call whose action yields to its loop a few times while it holds its slot, so that queues form
-// and stand; every third one is of class 1, and every seventh one's caller stops it soon.
-rs::task<void> threaded_call(const rs::bulkhead<>& bh, shared_counts& c, std::size_t id) {
+// A call whose action yields to its loop a few times while it runs, so that a bulkhead's queue forms
+// and stands; every third one is of class 1, and every seventh one's caller stops it soon.
+template <class Policy, class Refusal>
+rs::task<void> threaded_call(const Policy& p, shared_counts<Refusal>& c, std::size_t id) {
     auto action = [&c, id]() -> rs::task<int> {
         int seen = c.peak.load();
         const int now = ++c.running;
@@ -629,53 +631,75 @@ rs::task<void> threaded_call(const rs::bulkhead<>& bh, shared_counts& c, std::si
     resilience::stop_source src;
     if (id % 7 == 0)
         rs::event_loop::current()->spawn(stop_soon(src));
-    auto r = co_await bh.execute_outcome(std::move(action),
-                                         with_class(static_cast<int>(id % 3 == 0), src.get_token()));
+    auto r = co_await p.execute_outcome(std::move(action),
+                                        with_class(static_cast<int>(id % 3 == 0), src.get_token()));
     if (!r.has_value())
-        if (auto* e = r.error().as<rs::bulkhead_rejected_error>();
-            e && e->reason() == rs::rejection_reason::shed)
+        if (auto* e = r.error().template as<Refusal>(); e && e->reason() == rs::rejection_reason::shed)
             ++c.shed;
     c.calls.record(id, r);
 }
 
 // Makes `calls` calls one after another, numbered from `first`.
-rs::task<void> chain_of_calls(const rs::bulkhead<>& bh, shared_counts& c, std::size_t first,
+template <class Policy, class Refusal>
+rs::task<void> chain_of_calls(const Policy& p, shared_counts<Refusal>& c, std::size_t first,
                               std::size_t calls) {
     for (std::size_t i = 0; i < calls; ++i)
-        co_await threaded_call(bh, c, first + i);
+        co_await threaded_call(p, c, first + i);
 }
+
+// Sixteen chains of calls on each of four loops (up to 64 calls at once, so that a queue of 64 stands
+// but is rarely full), run on four threads; every call ends once, and the policy is left idle.
+template <class Policy, class Refusal>
+void run_on_four_threads(const Policy& p, shared_counts<Refusal>& c, std::size_t chain_length) {
+    constexpr std::size_t loops = 4, chains = 16;
+    const std::size_t per_loop = chains * chain_length;
+    rs::event_loop l0, l1, l2, l3;
+    rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
+    for (std::size_t l = 0; l < loops; ++l)
+        for (std::size_t k = 0; k < chains; ++k)
+            all[l]->spawn(chain_of_calls(p, c, l * per_loop + k * chain_length, chain_length));
+    resilience_tests::run_on_threads(l0, l1, l2, l3);
+    CHECK(c.running.load() == 0);
+    CHECK(c.calls.failed == 0);
+    CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(loops * per_loop));
+    REQUIRE(c.calls.completions.exactly_once() == loops * per_loop);
+    CHECK(p.queued() == 0);
+    SUCCEED(c.shed.load() << " shed, " << c.calls.refused.load() << " refused in all");
+}
+
+const rs::queue_discipline threaded_disciplines[] = {rs::codel{.target = 1us, .interval = 20us},
+                                                     rs::adaptive_lifo{.target = 1us, .interval = 20us}};
 
 } // namespace
 
 TEST_CASE("queue discipline: a bulkhead shedding by codel or adaptive lifo, shared by loops on four threads, "
           "never runs more than its limit, and every call ends once",
           "[queue_discipline][concurrency]") {
-    const rs::queue_discipline d =
-        GENERATE(rs::queue_discipline{rs::codel{.target = 1us, .interval = 20us}},
-                 rs::queue_discipline{rs::adaptive_lifo{.target = 1us, .interval = 20us}});
+    const rs::queue_discipline d = threaded_disciplines[GENERATE(0, 1)];
     const std::size_t classes = GENERATE(std::size_t{0}, std::size_t{2});
-    // Sixteen chains of calls per loop: up to 64 calls at once, so that the queue stands but is rarely full.
-    constexpr std::size_t loops = 4, chains = 16, chain_length = resilience_tests::stress_rounds(200),
-                          per_loop = chains * chain_length;
     const rs::bulkhead<> bh{{.max_concurrent_calls = 3,
                              .queue_limit = 64,
                              .priorities = {.classes = classes},
                              .queue_discipline = d}};
-    shared_counts c{loops * per_loop};
-    rs::event_loop l0, l1, l2, l3;
-    rs::event_loop* all[loops] = {&l0, &l1, &l2, &l3};
-    for (std::size_t l = 0; l < loops; ++l)
-        for (std::size_t k = 0; k < chains; ++k)
-            all[l]->spawn(chain_of_calls(bh, c, l * per_loop + k * chain_length, chain_length));
-    resilience_tests::run_on_threads(l0, l1, l2, l3);
+    shared_counts<rs::bulkhead_rejected_error> c{4 * 16 * resilience_tests::stress_rounds(200)};
+    run_on_four_threads(bh, c, resilience_tests::stress_rounds(200));
     CHECK(c.peak.load() <= 3);
-    CHECK(c.running.load() == 0);
-    CHECK(c.calls.failed == 0);
-    CHECK(c.calls.values + c.calls.refused + c.calls.cancelled == static_cast<int>(loops * per_loop));
-    REQUIRE(c.calls.completions.exactly_once() == loops * per_loop);
     CHECK(bh.in_flight() == 0);
-    CHECK(bh.queued() == 0);
-    SUCCEED(c.shed.load() << " shed, " << c.calls.refused.load() << " refused in all");
+}
+
+TEST_CASE("queue discipline: a rate limiter shedding by codel or adaptive lifo, shared by loops on four "
+          "threads, ends every call once",
+          "[queue_discipline][concurrency]") {
+    const rs::queue_discipline d = threaded_disciplines[GENERATE(0, 1)];
+    const std::size_t classes = GENERATE(std::size_t{0}, std::size_t{2});
+    // A token every 5 µs: the heads sleep on the steady clock, often past the target.
+    const rs::rate_limiter<> rl{{.token_limit = 2,
+                                 .tokens_per_second = 200'000,
+                                 .queue_limit = 64,
+                                 .priorities = {.classes = classes},
+                                 .queue_discipline = d}};
+    shared_counts<rs::rate_limited_error> c{4 * 16 * resilience_tests::stress_rounds(100)};
+    run_on_four_threads(rl, c, resilience_tests::stress_rounds(100));
 }
 
 } // namespace test_queue_discipline
