@@ -4,13 +4,14 @@
 /// counts the permits (`token_bucket`, `window_counter`).
 ///
 /// Locking: `limiter_state::mutex` guards the queue (`queue`, `deferred_`, `alarm`), `queue_timeout`,
-/// `latest`, the priorities' blocks (`rank_blocks`), and the meter while the mutex side holds it (from a
-/// `meter_lease`, made and ended with the mutex held, to the end of the last wait); `queue_limit` and
-/// `ranks` are atomics written only under it. A member function whose name ends in `_locked` is called
-/// with `mutex` held and never takes it (the waiter queue's protocol, `decide_locked` and the rest, is
-/// called so by `queue_awaiter` and `stop_waiter`); every other function that touches a guarded member
-/// takes it itself. Read without it, as said where each is declared: `ranks` (the fast path),
-/// `queue_limit` (a refusal's reason), and a `lock_free_meter`'s own word (`try_take_shared`).
+/// the queue discipline (`discipline`, `standing`), `latest`, the priorities' blocks (`rank_blocks`),
+/// and the meter while the mutex side holds it (from a `meter_lease`, made and ended with the mutex
+/// held, to the end of the last wait); `queue_limit` and `ranks` are atomics written only under it. A
+/// member function whose name ends in `_locked` is called with `mutex` held and never takes it (the
+/// waiter queue's protocol, `decide_locked` and the rest, is called so by `queue_awaiter` and
+/// `stop_waiter`); every other function that touches a guarded member takes it itself. Read without
+/// it, as said where each is declared: `ranks` (the fast path), `queue_limit` (a refusal's reason),
+/// and a `lock_free_meter`'s own word (`try_take_shared`).
 #pragma once
 
 #include "../clock.hpp"
@@ -117,6 +118,12 @@ concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
 /// the deadlines of the waiters behind it, which no longer come after its own: it sleeps until the
 /// earliest, and refuses (`expired`) those whose deadline has come. Without priorities every waiter
 /// is of class 0 and all this reduces to the arrival-order queue above.
+///
+/// With a queue discipline (`discipline`, queue_discipline.hpp), the instant a permit is due for the
+/// head is a hand-over (limiter/discipline.hpp's `hand_over_locked`): the discipline may shed waiters of
+/// the head's class, the head among them, and give the permit to another waiter than the head, which
+/// then keeps its turn and looks again at once. Each waiter notes the instant it queued (`queued_at`),
+/// the time its admission's decision read, in the same locked step.
 ///
 /// A reconfiguration (`reconfigure`) changes the meter and the queue options under the mutex,
 /// the meter held. Waiters stay queued, with their deadlines; the head, which may be asleep until
