@@ -13,7 +13,9 @@
 #include <resilience/priority.hpp>
 #include <resilience/queue_discipline.hpp>
 #include <resilience/rate_limiter.hpp>
+#include <resilience/sliding_window_limiter.hpp>
 #include <resilience/stop_token.hpp>
+#include <resilience/telemetry.hpp>
 #include <resilience/testing/simulation.hpp>
 
 #include <algorithm>
@@ -549,6 +551,135 @@ rm::comparison compare(std::string setup, rm::chooser& pick, Model model, Make m
 
 inline std::string timeout_text(std::optional<rm::ns> t) {
     return t ? std::to_string(*t) + "ns" : "none";
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Seeded scenarios of the bulkhead and the limiters with priorities (test_priorities.cpp) and, when
+// `disciplined`, with a queue discipline too (test_queue_discipline.cpp): then denser, so that queues
+// stand (for a bulkhead up to 24 calls up to 40 µs apart, each holding its slot up to 100 µs; targets and
+// intervals whole microseconds, or milliseconds for a limiter whose calls are), with longer queues and
+// larger limits (which make the reserves' `keep` common). Without a discipline the draws are those the
+// priorities' scenarios always made.
+
+// A discipline for a scenario whose calls are `unit` apart (and hold their slot a few `unit`s).
+inline model_discipline discipline_of(rm::chooser& pick, rm::ns unit) {
+    return {.kind = static_cast<int>(pick.between(0, 2)),
+            .target = pick.between(1, 40) * unit,
+            .interval = pick.between(1, 150) * unit};
+}
+
+inline rm::comparison check_ranked_bulkhead(rm::chooser& pick, bool disciplined = false) {
+    const class_setup cs = classes_of(pick);
+    const rm::ns slots = pick.between(1, disciplined ? 4 : 6);
+    const std::size_t queue_limit = disciplined && pick.coin(20)
+                                        ? rs::unbounded_queue
+                                        : static_cast<std::size_t>(pick.between(0, disciplined ? 8 : 4));
+    std::optional<rm::ns>
+        queue_timeout; // assigned, not made by ?: (g++ 12 -O2 sees it as maybe uninitialized)
+    if (pick.coin(disciplined ? 30 : 40))
+        queue_timeout = pick.between(0, 300) * 1'000 + 500;
+    const model_discipline d = disciplined ? discipline_of(pick, 1'000) : model_discipline{};
+    // A listener times every wait, so that under fifo too every waiter keeps the instant it queued.
+    const bool listener = disciplined && pick.coin(30);
+    const std::vector<ranked_call> calls =
+        ranked_calls(pick, cs, true, disciplined ? density{.calls = 24, .gap = 40, .hold = 100} : density{});
+    std::ostringstream setup;
+    setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
+          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text();
+    if (disciplined)
+        setup << " " << d.text() << " listener=" << listener;
+    std::vector<rm::event> heard;
+    return compare(
+        setup.str(), pick,
+        [&] { return model_ranked_bulkhead(slots, queue_limit, queue_timeout, cs, calls, d); },
+        [&](rs::testing::simulation& sim) {
+            return rs::bulkhead{{.max_concurrent_calls = static_cast<std::size_t>(slots),
+                                 .queue_limit = queue_limit,
+                                 .queue_timeout = rm::as_duration(queue_timeout),
+                                 .priorities = cs.options(),
+                                 .queue_discipline = d.options(),
+                                 .telemetry = listener ? rm::recorder(heard) : rs::telemetry_listener{}},
+                                sim.clock()};
+        },
+        calls);
+}
+
+// The queue options of a limiter's scenario, and its calls.
+struct limiter_queue {
+    std::size_t queue_limit = 0;
+    std::optional<rm::ns> queue_timeout{};
+    model_discipline discipline{};
+    std::vector<ranked_call> calls{};
+
+    limiter_queue(rm::chooser& pick, const class_setup& cs, bool disciplined)
+        : queue_limit(disciplined && pick.coin(30)
+                          ? rs::unbounded_queue
+                          : static_cast<std::size_t>(pick.between(0, disciplined ? 10 : 4))),
+          queue_timeout(rm::queue_timeout_of(pick)) {
+        if (disciplined)
+            discipline = discipline_of(pick, pick.coin(50) ? 1'000 : 1'000'000);
+        calls = ranked_calls(pick, cs, false, disciplined ? density{.calls = 24, .gap = 20} : density{});
+    }
+    std::string text(const class_setup& cs) const {
+        return "queue_limit=" + std::to_string(queue_limit) +
+               " queue_timeout=" + timeout_text(queue_timeout) + " " + cs.text() +
+               (discipline.kind != 0 ? " " + discipline.text() : "");
+    }
+};
+
+inline rm::comparison check_ranked_token_bucket(rm::chooser& pick, bool disciplined = false) {
+    static constexpr rm::ns rates[] = {1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 1000, 1'000'000};
+    const class_setup cs = classes_of(pick);
+    const rm::ns tokens = pick.between(1, disciplined ? 8 : 6);
+    const rm::ns rate = pick.pick(rates);
+    const limiter_queue q{pick, cs, disciplined};
+    return compare(
+        "token_limit=" + std::to_string(tokens) + " tokens_per_second=" + std::to_string(rate) + " " +
+            q.text(cs),
+        pick,
+        [&] {
+            return model_ranked_limiter(rm::token_bucket_meter{tokens, 1'000'000'000 / rate}, tokens,
+                                        q.queue_limit, q.queue_timeout, cs, q.calls, q.discipline);
+        },
+        [&](rs::testing::simulation& sim) {
+            return rs::rate_limiter{{.token_limit = static_cast<std::size_t>(tokens),
+                                     .tokens_per_second = static_cast<double>(rate),
+                                     .queue_limit = q.queue_limit,
+                                     .queue_timeout = rm::as_duration(q.queue_timeout),
+                                     .priorities = cs.options(),
+                                     .queue_discipline = q.discipline.options()},
+                                    sim.clock()};
+        },
+        q.calls);
+}
+
+inline rm::comparison check_ranked_sliding_window(rm::chooser& pick, bool disciplined = false) {
+    static constexpr rm::ns windows[] = {1'000'000'000, 100'000'000, 999'999'999,
+                                         1'000'000'007, 3'000'000,   7'000};
+    const class_setup cs = classes_of(pick);
+    const rm::ns permits = pick.between(1, disciplined ? 8 : 6);
+    const rm::ns window = pick.pick(windows);
+    const rm::ns segments = pick.between(1, 7);
+    const limiter_queue q{pick, cs, disciplined};
+    return compare(
+        "permit_limit=" + std::to_string(permits) + " window=" + std::to_string(window) +
+            "ns segments=" + std::to_string(segments) + " " + q.text(cs),
+        pick,
+        [&] {
+            return model_ranked_limiter(rm::sliding_window_meter{permits, window, segments}, permits,
+                                        q.queue_limit, q.queue_timeout, cs, q.calls, q.discipline);
+        },
+        [&](rs::testing::simulation& sim) {
+            return rs::sliding_window_limiter{{.permit_limit = static_cast<std::size_t>(permits),
+                                               .window = nanoseconds{window},
+                                               .segments = static_cast<std::size_t>(segments),
+                                               .queue_limit = q.queue_limit,
+                                               .queue_timeout = rm::as_duration(q.queue_timeout),
+                                               .priorities = cs.options(),
+                                               .queue_discipline = q.discipline.options()},
+                                              sim.clock()};
+        },
+        q.calls);
 }
 
 } // namespace resilience_ranked

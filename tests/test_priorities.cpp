@@ -597,7 +597,7 @@ TEST_CASE("priorities: reconfigure puts priorities in force for the next admissi
 // ---------------------------------------------------------------------------------------------------------
 // Reference models on seeded random scenarios
 //
-// The models, written from priority.hpp: a call of class k takes a slot (a permit) when nobody of
+// The models (tests/ranked_models.hpp), written from priority.hpp: a call of class k takes a slot (a permit) when nobody of
 // class k or above waits and, after it, the classes above keep floor(limit * their shares); else it
 // queues, highest class first, in arrival order within a class; a newcomer that finds the queue full
 // displaces the last waiter of the lowest class if that class is below its own, else is refused. A
@@ -607,108 +607,19 @@ TEST_CASE("priorities: reconfigure puts priorities in force for the next admissi
 // Instants keep to the grids of tests/models.hpp (arrivals at 1, stops at 250, deadlines at 501 mod
 // 1000 ns).
 
-namespace {
-
-rm::comparison check_ranked_bulkhead(rm::chooser& pick) {
-    const class_setup cs = classes_of(pick);
-    const rm::ns slots = pick.between(1, 6);
-    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
-    std::optional<rm::ns>
-        queue_timeout; // assigned, not made by ?: (g++ 12 -O2 sees it as maybe uninitialized)
-    if (pick.coin(40))
-        queue_timeout = pick.between(0, 300) * 1'000 + 500;
-    const std::vector<ranked_call> calls = ranked_calls(pick, cs, true);
-    std::ostringstream setup;
-    setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
-          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text();
-    return compare(
-        setup.str(), pick,
-        [&] { return model_ranked_bulkhead(slots, queue_limit, queue_timeout, cs, calls); },
-        [&](rs::testing::simulation& sim) {
-            return rs::bulkhead{{.max_concurrent_calls = static_cast<std::size_t>(slots),
-                                 .queue_limit = queue_limit,
-                                 .queue_timeout = rm::as_duration(queue_timeout),
-                                 .priorities = cs.options()},
-                                sim.clock()};
-        },
-        calls);
-}
-
-rm::comparison check_ranked_token_bucket(rm::chooser& pick) {
-    static constexpr rm::ns rates[] = {1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 1000, 1'000'000};
-    const class_setup cs = classes_of(pick);
-    const rm::ns tokens = pick.between(1, 6);
-    const rm::ns rate = pick.pick(rates);
-    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
-    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
-    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false);
-    std::ostringstream setup;
-    setup << "token_limit=" << tokens << " tokens_per_second=" << rate << " queue_limit=" << queue_limit
-          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text();
-    return compare(
-        setup.str(), pick,
-        [&] {
-            return model_ranked_limiter(rm::token_bucket_meter{tokens, 1'000'000'000 / rate}, tokens,
-                                        queue_limit, queue_timeout, cs, calls);
-        },
-        [&](rs::testing::simulation& sim) {
-            return rs::rate_limiter{{.token_limit = static_cast<std::size_t>(tokens),
-                                     .tokens_per_second = static_cast<double>(rate),
-                                     .queue_limit = queue_limit,
-                                     .queue_timeout = rm::as_duration(queue_timeout),
-                                     .priorities = cs.options()},
-                                    sim.clock()};
-        },
-        calls);
-}
-
-rm::comparison check_ranked_sliding_window(rm::chooser& pick) {
-    static constexpr rm::ns windows[] = {1'000'000'000, 100'000'000, 999'999'999,
-                                         1'000'000'007, 3'000'000,   7'000};
-    const class_setup cs = classes_of(pick);
-    const rm::ns permits = pick.between(1, 6);
-    const rm::ns window = pick.pick(windows);
-    const rm::ns segments = pick.between(1, 7);
-    const auto queue_limit = static_cast<std::size_t>(pick.between(0, 4));
-    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
-    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false);
-    std::ostringstream setup;
-    setup << "permit_limit=" << permits << " window=" << window << "ns segments=" << segments
-          << " queue_limit=" << queue_limit << " queue_timeout=" << timeout_text(queue_timeout) << " "
-          << cs.text();
-    return compare(
-        setup.str(), pick,
-        [&] {
-            return model_ranked_limiter(rm::sliding_window_meter{permits, window, segments}, permits,
-                                        queue_limit, queue_timeout, cs, calls);
-        },
-        [&](rs::testing::simulation& sim) {
-            return rs::sliding_window_limiter{{.permit_limit = static_cast<std::size_t>(permits),
-                                               .window = nanoseconds{window},
-                                               .segments = static_cast<std::size_t>(segments),
-                                               .queue_limit = queue_limit,
-                                               .queue_timeout = rm::as_duration(queue_timeout),
-                                               .priorities = cs.options()},
-                                              sim.clock()};
-        },
-        calls);
-}
-
-} // namespace
-
 TEST_CASE("model: a bulkhead with priorities admits, queues, displaces and refuses as its model",
           "[priorities][model]") {
-    rm::run_scenarios(400, check_ranked_bulkhead);
+    rm::run_scenarios(400, [](rm::chooser& pick) { return check_ranked_bulkhead(pick); });
 }
 
 TEST_CASE("model: a token bucket with priorities admits, queues, displaces and refuses as its model",
           "[priorities][model]") {
-    rm::run_scenarios(400, check_ranked_token_bucket);
+    rm::run_scenarios(400, [](rm::chooser& pick) { return check_ranked_token_bucket(pick); });
 }
 
 TEST_CASE("model: a sliding window with priorities admits, queues, displaces and refuses as its model",
           "[priorities][model]") {
-    rm::run_scenarios(400, check_ranked_sliding_window);
+    rm::run_scenarios(400, [](rm::chooser& pick) { return check_ranked_sliding_window(pick); });
 }
 
 // ---------------------------------------------------------------------------------------------------------

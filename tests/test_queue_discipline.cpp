@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Tests of the bulkhead's queue disciplines (queue_discipline.hpp): FIFO unchanged, CoDel shedding at
-// the instants its rule gives, adaptive LIFO's order, priorities, the `shed` refusal, invalid options,
-// stops and reconfiguration; and the bulkhead against a reference model on seeded random scenarios.
+// Tests of the queue disciplines (queue_discipline.hpp) of the bulkhead and the limiters: FIFO unchanged,
+// CoDel shedding at the instants its rule gives, adaptive LIFO's order, priorities, the `shed` refusal,
+// invalid options, stops and reconfiguration; the policies against their reference models on seeded
+// random scenarios; and the shared state hit from four threads.
 
 #include "catch.hpp"
 #include "model_scenarios.hpp"
@@ -46,14 +47,15 @@ namespace {
 
 // One slot, held by call 0 from 0 to 200 ms, then by each waiter for 10 ms; calls 1 to 20 queue at
 // 1 ms to 20 ms. The first hand-over, at 200 ms, finds the oldest waiter 199 ms old: the queue
-// stands from then, and is overloaded from 300 ms. `more` joins them.
+// stands from then, and is overloaded from 300 ms. `later` join them: (id, arrival), each holding the
+// slot 10 ms too.
 void standing_queue(rs::testing::simulation& sim, const rs::bulkhead<rs::testing::virtual_clock>& bh,
-                    journal& j, const std::vector<call>& more = {}) {
+                    journal& j, const std::vector<std::pair<int, nanoseconds>>& later = {}) {
     sim.spawn(client(sim, bh, j, {.id = 0, .hold = 200ms}));
     for (int i = 1; i <= 20; ++i)
         sim.spawn(client(sim, bh, j, {.id = i, .arrive = std::chrono::milliseconds{i}, .hold = 10ms}));
-    for (const call& c : more)
-        sim.spawn(client(sim, bh, j, c));
+    for (const auto& [id, at] : later)
+        sim.spawn(client(sim, bh, j, {.id = id, .arrive = at, .hold = 10ms}));
 }
 
 rs::bulkhead<rs::testing::virtual_clock> one_slot(rs::testing::simulation& sim, rs::queue_discipline d,
@@ -90,7 +92,7 @@ TEST_CASE("queue discipline: codel sheds the late waiters exactly once the queue
     const auto bh = one_slot(sim, rs::codel{}); // 5 ms, 100 ms
     journal j;
     // Call 21 arrives at 296 ms: 4 ms old at 300 ms, within the target.
-    standing_queue(sim, bh, j, {{.id = 21, .arrive = 296ms, .hold = 10ms}});
+    standing_queue(sim, bh, j, {{21, 296ms}});
     sim.run_until(299ms);
     CHECK(bh.queued() == 11); // 10 served from 200 ms, each past the target: the queue stands, unshed
     for (int i = 1; i <= 9; ++i)
@@ -112,12 +114,7 @@ TEST_CASE("queue discipline: codel stops shedding once the oldest waiter's wait 
     // At 310 ms call 22 is the oldest, 4 ms old: nothing stands. At 320 ms call 23 (13 ms) starts a
     // new standing queue, which would shed only from 420 ms: 23 to 25 are served however long they
     // waited.
-    standing_queue(sim, bh, j,
-                   {{.id = 21, .arrive = 296ms, .hold = 10ms},
-                    {.id = 22, .arrive = 306ms, .hold = 10ms},
-                    {.id = 23, .arrive = 307ms, .hold = 10ms},
-                    {.id = 24, .arrive = 308ms, .hold = 10ms},
-                    {.id = 25, .arrive = 309ms, .hold = 10ms}});
+    standing_queue(sim, bh, j, {{21, 296ms}, {22, 306ms}, {23, 307ms}, {24, 308ms}, {25, 309ms}});
     sim.run_all();
     for (int i = 11; i <= 20; ++i)
         CHECK(j.ended[i] == ended{300ms, "rejected shed"});
@@ -132,15 +129,15 @@ TEST_CASE("queue discipline: adaptive lifo serves in arrival order until the que
     const auto bh = one_slot(sim, rs::adaptive_lifo{});
     journal j;
     standing_queue(sim, bh, j,
-                   {{.id = 21, .arrive = 296ms, .hold = 10ms},
-                    {.id = 22, .arrive = 297ms, .hold = 10ms},
-                    {.id = 23, .arrive = 298ms, .hold = 10ms},
-                    {.id = 24, .arrive = 305ms, .hold = 10ms},
-                    {.id = 25, .arrive = 308ms, .hold = 10ms},
+                   {{21, 296ms},
+                    {22, 297ms},
+                    {23, 298ms},
+                    {24, 305ms},
+                    {25, 308ms},
                     // After the queue emptied at 320 ms: nothing stands, arrival order again.
-                    {.id = 26, .arrive = 400ms, .hold = 10ms},
-                    {.id = 27, .arrive = 401ms, .hold = 10ms},
-                    {.id = 28, .arrive = 402ms, .hold = 10ms}});
+                    {26, 400ms},
+                    {27, 401ms},
+                    {28, 402ms}});
     sim.run_all();
     // Until 300 ms the queue stands but has not stood for an interval: arrival order.
     for (int i = 1; i <= 10; ++i)
@@ -460,141 +457,25 @@ TEST_CASE("queue discipline: a sliding window limiter sheds as the rate limiter 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The reference model on seeded random scenarios
+// The reference models on seeded random scenarios
 //
-// tests/ranked_models.hpp's model of a bulkhead with priorities, which applies the discipline at each
-// hand-over as docs/bulkhead.md says. The scenarios are denser than the priorities' ones, so that
-// queues stand: up to 24 calls, up to 40 µs apart, each holding its slot for up to 100 µs, with
-// targets up to 40 µs and intervals up to 150 µs. Instants keep to the grids of tests/models.hpp
-// (arrivals at 1, stops at 250, deadlines at 501 mod 1000 ns); holds, targets and intervals are whole
-// microseconds, so a wait can equal the target exactly.
-
-namespace {
-
-rm::comparison check_disciplined_bulkhead(rm::chooser& pick) {
-    const class_setup cs = classes_of(pick);
-    const rm::ns slots = pick.between(1, 4);
-    const std::size_t queue_limit =
-        pick.coin(20) ? rs::unbounded_queue : static_cast<std::size_t>(pick.between(0, 8));
-    std::optional<rm::ns>
-        queue_timeout; // assigned, not made by ?: (g++ 12 -O2 sees it as maybe uninitialized)
-    if (pick.coin(30))
-        queue_timeout = pick.between(0, 300) * 1'000 + 500;
-    const model_discipline d{.kind = static_cast<int>(pick.between(0, 2)),
-                             .target = pick.between(1, 40) * 1'000,
-                             .interval = pick.between(1, 150) * 1'000};
-    // A listener times every wait, so under fifo too every waiter keeps the instant it queued.
-    const bool listener = pick.coin(30);
-    const std::vector<ranked_call> calls =
-        ranked_calls(pick, cs, true, {.calls = 24, .gap = 40, .hold = 100});
-    std::ostringstream setup;
-    setup << "max_concurrent_calls=" << slots << " queue_limit=" << queue_limit
-          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text() << " " << d.text()
-          << " listener=" << listener;
-    std::vector<rm::event> heard;
-    return compare(
-        setup.str(), pick,
-        [&] { return model_ranked_bulkhead(slots, queue_limit, queue_timeout, cs, calls, d); },
-        [&](rs::testing::simulation& sim) {
-            return rs::bulkhead{{.max_concurrent_calls = static_cast<std::size_t>(slots),
-                                 .queue_limit = queue_limit,
-                                 .queue_timeout = rm::as_duration(queue_timeout),
-                                 .priorities = cs.options(),
-                                 .queue_discipline = d.options(),
-                                 .telemetry = listener ? rm::recorder(heard) : rs::telemetry_listener{}},
-                                sim.clock()};
-        },
-        calls);
-}
-
-// A discipline for a limiter's scenario, whose calls are microseconds or milliseconds apart.
-model_discipline discipline_of(rm::chooser& pick) {
-    const rm::ns unit = pick.coin(50) ? 1'000 : 1'000'000;
-    return {.kind = static_cast<int>(pick.between(0, 2)),
-            .target = pick.between(1, 40) * unit,
-            .interval = pick.between(1, 150) * unit};
-}
-
-rm::comparison check_disciplined_token_bucket(rm::chooser& pick) {
-    static constexpr rm::ns rates[] = {10, 20, 50, 100, 200, 1000, 10'000, 100'000};
-    const class_setup cs = classes_of(pick);
-    const rm::ns tokens = pick.between(1, 8); // with reserves in quarters, up to 8 makes `keep` common
-    const rm::ns rate = pick.pick(rates);
-    const std::size_t queue_limit =
-        pick.coin(30) ? rs::unbounded_queue : static_cast<std::size_t>(pick.between(0, 10));
-    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
-    const model_discipline d = discipline_of(pick);
-    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false, {.calls = 24, .gap = 20});
-    std::ostringstream setup;
-    setup << "token_limit=" << tokens << " tokens_per_second=" << rate << " queue_limit=" << queue_limit
-          << " queue_timeout=" << timeout_text(queue_timeout) << " " << cs.text() << " " << d.text();
-    return compare(
-        setup.str(), pick,
-        [&] {
-            return model_ranked_limiter(rm::token_bucket_meter{tokens, 1'000'000'000 / rate}, tokens,
-                                        queue_limit, queue_timeout, cs, calls, d);
-        },
-        [&](rs::testing::simulation& sim) {
-            return rs::rate_limiter{{.token_limit = static_cast<std::size_t>(tokens),
-                                     .tokens_per_second = static_cast<double>(rate),
-                                     .queue_limit = queue_limit,
-                                     .queue_timeout = rm::as_duration(queue_timeout),
-                                     .priorities = cs.options(),
-                                     .queue_discipline = d.options()},
-                                    sim.clock()};
-        },
-        calls);
-}
-
-rm::comparison check_disciplined_sliding_window(rm::chooser& pick) {
-    static constexpr rm::ns windows[] = {100'000'000, 10'000'000, 999'999, 3'000'000, 7'000};
-    const class_setup cs = classes_of(pick);
-    const rm::ns permits = pick.between(1, 8);
-    const rm::ns window = pick.pick(windows);
-    const rm::ns segments = pick.between(1, 7);
-    const std::size_t queue_limit =
-        pick.coin(30) ? rs::unbounded_queue : static_cast<std::size_t>(pick.between(0, 10));
-    const std::optional<rm::ns> queue_timeout = rm::queue_timeout_of(pick);
-    const model_discipline d = discipline_of(pick);
-    const std::vector<ranked_call> calls = ranked_calls(pick, cs, false, {.calls = 24, .gap = 20});
-    std::ostringstream setup;
-    setup << "permit_limit=" << permits << " window=" << window << "ns segments=" << segments
-          << " queue_limit=" << queue_limit << " queue_timeout=" << timeout_text(queue_timeout) << " "
-          << cs.text() << " " << d.text();
-    return compare(
-        setup.str(), pick,
-        [&] {
-            return model_ranked_limiter(rm::sliding_window_meter{permits, window, segments}, permits,
-                                        queue_limit, queue_timeout, cs, calls, d);
-        },
-        [&](rs::testing::simulation& sim) {
-            return rs::sliding_window_limiter{{.permit_limit = static_cast<std::size_t>(permits),
-                                               .window = nanoseconds{window},
-                                               .segments = static_cast<std::size_t>(segments),
-                                               .queue_limit = queue_limit,
-                                               .queue_timeout = rm::as_duration(queue_timeout),
-                                               .priorities = cs.options(),
-                                               .queue_discipline = d.options()},
-                                              sim.clock()};
-        },
-        calls);
-}
-
-} // namespace
+// tests/ranked_models.hpp's models of the bulkhead and the limiters with priorities, which apply the
+// discipline at each hand-over as docs/bulkhead.md and docs/rate_limiter.md say, on denser scenarios
+// than the priorities' ones, so that queues stand.
 
 TEST_CASE("model: a token bucket with a queue discipline admits, sheds and refuses as its model",
           "[queue_discipline][model]") {
-    rm::run_scenarios(1500, check_disciplined_token_bucket);
+    rm::run_scenarios(1500, [](rm::chooser& pick) { return check_ranked_token_bucket(pick, true); });
 }
 
 TEST_CASE("model: a sliding window with a queue discipline admits, sheds and refuses as its model",
           "[queue_discipline][model]") {
-    rm::run_scenarios(1500, check_disciplined_sliding_window);
+    rm::run_scenarios(1500, [](rm::chooser& pick) { return check_ranked_sliding_window(pick, true); });
 }
 
 TEST_CASE("model: a bulkhead with a queue discipline admits, sheds, serves and refuses as its model",
           "[queue_discipline][model]") {
-    rm::run_scenarios(600, check_disciplined_bulkhead);
+    rm::run_scenarios(600, [](rm::chooser& pick) { return check_ranked_bulkhead(pick, true); });
 }
 
 // ---------------------------------------------------------------------------------------------------------
