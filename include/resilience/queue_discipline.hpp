@@ -3,8 +3,9 @@
 /// Queue disciplines: which waiter a freed slot goes to, and which waiters are shed, when a queue
 /// stands. `rs::fifo` (arrival order, the default), `rs::codel` (arrival order, shedding the waiters
 /// that have waited too long once the queue has stood for an interval) and `rs::adaptive_lifo`
-/// (CoDel's shedding, and newest first while the queue stands). The bulkhead takes one as its
-/// `queue_discipline` option; docs/bulkhead.md has the rules and an example.
+/// (CoDel's shedding, and newest first while the queue stands). The bulkhead and the limiters take
+/// one as their `queue_discipline` option; docs/bulkhead.md has the rules and an example, and
+/// docs/rate_limiter.md what they are for a limiter.
 ///
 ///     rs::bulkhead db{{.max_concurrent_calls = 16, .queue_limit = 256,
 ///                      .queue_discipline = rs::codel{.target = 5ms, .interval = 100ms}}};
@@ -33,10 +34,10 @@ struct fifo {};
 /// waits stay above `target` for a whole `interval`, only adds delay, and its oldest waiters are
 /// shed. Served in arrival order. The exact rules are `detail::standing_queue`'s and
 /// docs/bulkhead.md's:
-/// - each time a slot is handed to a class, the wait of that class's oldest waiter so far is the
-///   sample: at most `target` ends the standing (and any shedding); above it, the queue is standing
-///   from then on, and overloaded once it has stood for `interval` (every sample since above
-///   `target`, the class's queue never empty);
+/// - each time a slot (a limiter's token or permit) is handed to a class, the wait of that class's
+///   oldest waiter is the sample: at most `target` ends the standing (and any shedding); above it,
+///   the queue is standing from then on, and overloaded once it has stood for `interval` (every
+///   sample since above `target`, the class's queue never empty);
 /// - while overloaded, each hand-over first sheds the class's waiters that have waited more than
 ///   `target` (refused with `rejection_reason::shed`), then serves the oldest left.
 /// Defaults as folly's and the paper's: 5 ms and 100 ms.
