@@ -11,6 +11,7 @@
 #include <resilience/bulkhead.hpp>
 #include <resilience/circuit_breaker.hpp>
 #include <resilience/hedge.hpp>
+#include <resilience/queue_discipline.hpp>
 #include <resilience/rate_limiter.hpp>
 #include <resilience/retry.hpp>
 #include <resilience/retry_budget.hpp>
@@ -25,6 +26,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 namespace rs = resilience;
 using namespace std::chrono_literals;
@@ -210,8 +213,29 @@ int bulkhead_options(const std::uint8_t* data, std::size_t size) {
         rs::testing::simulation sim;
         const std::size_t slots = in.size();
         const std::size_t queue = in.size();
-        const rs::bulkhead b{
-            {.max_concurrent_calls = slots, .queue_limit = queue, .queue_timeout = maybe(in)}, sim.clock()};
+        const std::optional<std::chrono::nanoseconds> timeout = maybe(in);
+        rs::queue_discipline discipline = rs::fifo{};
+        if (in.flag()) {
+            const auto target = in.duration();
+            const auto interval = in.duration();
+            if (in.flag())
+                discipline = rs::codel{.target = target, .interval = interval};
+            else
+                discipline = rs::adaptive_lifo{.target = target, .interval = interval};
+        }
+        const rs::bulkhead b{{.max_concurrent_calls = slots,
+                              .queue_limit = queue,
+                              .queue_timeout = timeout,
+                              .queue_discipline = discipline},
+                             sim.clock()};
+        std::visit(
+            [](const auto& d) {
+                if constexpr (!std::is_same_v<std::decay_t<decltype(d)>, rs::fifo>)
+                    require(
+                        d.target > 0ns && d.interval > 0ns,
+                        "a bulkhead accepted a queue discipline whose target or interval is not positive");
+            },
+            b.options().queue_discipline);
         one_call(sim, b, true);
         for (int i = 0; i < 3; ++i)
             // Parameters, not captures: the closure is gone once spawn returns.

@@ -45,6 +45,7 @@ LAYERS = [
     ]),
     (2, "protocol", [
         "policy.hpp", "policy_kit.hpp", "classifier.hpp", "backoff.hpp", "telemetry_event.hpp", "priority.hpp",
+        "queue_discipline.hpp",
         "detail/label.hpp", "engine/action.hpp", "engine/driver.hpp", "engine/run_action.hpp", "engine/protocol.hpp",
         "detail/stages.hpp", "engine/frame_admission.hpp", "engine/frame_sleep.hpp", "engine/call_edges.hpp",
     ]),

@@ -453,6 +453,8 @@ inline std::string reason_name(rs::rejection_reason r) {
         return "queue_full";
     case rs::rejection_reason::queue_timeout:
         return "queue_timeout";
+    case rs::rejection_reason::shed:
+        return "shed";
     case rs::rejection_reason::circuit_open:
     case rs::rejection_reason::circuit_isolated:
     case rs::rejection_reason::throttled:

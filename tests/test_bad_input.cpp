@@ -328,6 +328,55 @@ TEST_CASE("bad input: bulkhead options", "[bad_input][bulkhead]") {
     CHECK(r.has_value());
 }
 
+TEST_CASE("bad input: queue disciplines", "[bad_input][bulkhead][rate_limiter]") {
+    rs::testing::simulation sim;
+    const auto bulkhead = [&](rs::queue_discipline d) {
+        return rs::bulkhead{{.max_concurrent_calls = 1, .queue_limit = smax, .queue_discipline = d},
+                            sim.clock()};
+    };
+    const auto limiter = [&](rs::queue_discipline d) {
+        return rs::rate_limiter{
+            {.token_limit = 1, .tokens_per_second = 1000, .queue_limit = smax, .queue_discipline = d},
+            sim.clock()};
+    };
+    for (nanoseconds v : {0ns, -1ns, nmin}) {
+        for (const rs::queue_discipline d : {rs::queue_discipline{rs::codel{.target = v}},
+                                             rs::queue_discipline{rs::adaptive_lifo{.target = v}}}) {
+            refused("queue_discipline.target", std::to_string(v.count()), [&] { bulkhead(d); });
+            refused("queue_discipline.target", std::to_string(v.count()), [&] { limiter(d); });
+        }
+        refused("queue_discipline.interval", std::to_string(v.count()),
+                [&] { bulkhead(rs::codel{.interval = v}); });
+        refused("queue_discipline.interval", std::to_string(v.count()),
+                [&] { limiter(rs::adaptive_lifo{.interval = v}); });
+    }
+    // The extremes: an interval that overflows the clock when added (the queue is then never
+    // overloaded), a target nothing waits past, and the shortest of both (a queue sheds as soon as
+    // it has stood for a nanosecond). Each waits in a standing queue behind a call holding the slot.
+    for (const rs::queue_discipline d :
+         {rs::queue_discipline{rs::codel{.target = 1ns, .interval = nmax}},
+          rs::queue_discipline{rs::adaptive_lifo{.target = nmax, .interval = 1ns}},
+          rs::queue_discipline{rs::codel{.target = 1ns, .interval = 1ns}}}) {
+        const auto b = bulkhead(d);
+        behaves(sim, b);
+        const auto l = limiter(d);
+        behaves(sim, l);
+        for (int i = 0; i < 4; ++i) {
+            sim.spawn([](const rs::bulkhead<rs::testing::virtual_clock>& p,
+                         rs::testing::simulation& s) -> rs::task<void> {
+                (void)co_await p.execute_outcome([&s] { return quick(s); });
+            }(b, sim));
+            sim.spawn([](const rs::rate_limiter<rs::testing::virtual_clock>& p,
+                         rs::testing::simulation& s) -> rs::task<void> {
+                (void)co_await p.execute_outcome([&s] { return quick(s); });
+            }(l, sim));
+        }
+        sim.run_all();
+        CHECK(b.queued() == 0);
+        CHECK(l.queued() == 0);
+    }
+}
+
 // The largest limit a bulkhead's slot word holds: its two top bits are the `waiting` and `retired`
 // flags (bulkhead/state.hpp).
 constexpr std::size_t largest_bulkhead_limit = (std::size_t{1} << 62) - 1;

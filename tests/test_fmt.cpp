@@ -18,6 +18,7 @@ TEST_CASE("fmt: codes, states, reasons and kinds print as their names", "[fmt]")
     CHECK(fmt::format("{}", rs::errc::circuit_open) == "circuit open");
     CHECK(fmt::format("{}", rs::circuit_state::half_open) == "half_open");
     CHECK(fmt::format("{}", rs::rejection_reason::queue_timeout) == "queue_timeout");
+    CHECK(fmt::format("{}", rs::rejection_reason::shed) == "shed");
     CHECK(fmt::format("{}", rs::hedge_reason::failure) == "failure");
     CHECK(fmt::format("{}", rs::telemetry_kind::state_change) == "state_change");
     CHECK(fmt::format("[{:>8}]", rs::circuit_state::open) == "[    open]");
@@ -30,6 +31,8 @@ TEST_CASE("fmt: errors print what a caller acts on: how long to wait and why", "
     CHECK(fmt::format("{}", rs::throttled_error{"payments", 0.5}) == "payments: throttled");
     CHECK(fmt::format("{}", rs::bulkhead_rejected_error{"db", rs::rejection_reason::queue_full}) ==
           "db: bulkhead rejected the call (queue_full)");
+    CHECK(fmt::format("{}", rs::rate_limited_error{"api", 0ms, rs::rejection_reason::shed}) ==
+          "api: rate limited (retry after 0ns) (shed)");
     CHECK(fmt::format("{}", rs::rate_limited_error{"", 250ms, rs::rejection_reason::no_capacity}) ==
           "rate limited (retry after 250ms) (no_capacity)");
     CHECK(fmt::format("{}", rs::timeout_error{}) == "timed out");

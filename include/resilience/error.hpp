@@ -114,8 +114,9 @@ private:
 };
 
 /// Why a policy refused a call without running it (`reason()` of its error, `rejection_event`).
-/// The bulkhead's and the limiters' three need different answers from the caller: more capacity, a
-/// longer queue, or a longer `queue_timeout`.
+/// The bulkhead's and the limiters' first three need different answers from the caller: more
+/// capacity, a longer queue, or a longer `queue_timeout`; `shed` says the dependency is overloaded
+/// (its queue stands), so waiting longer would not help.
 enum class rejection_reason : unsigned char {
     no_capacity,      ///< nothing free and waiting not allowed (`queue_limit` 0)
     queue_full,       ///< nothing free and `queue_limit` calls already waiting
@@ -123,6 +124,7 @@ enum class rejection_reason : unsigned char {
     circuit_open,     ///< a circuit breaker is open, or half-open with every probe taken
     circuit_isolated, ///< a circuit breaker is held open by hand (`isolate()`)
     throttled,        ///< an adaptive throttle drew a local refusal
+    shed,             ///< a queue discipline (CoDel, adaptive LIFO) dropped the waiter: the queue stood
 };
 
 /// "no_capacity", "queue_full", ...: a static string, for logs and metric labels.
@@ -140,6 +142,8 @@ constexpr const char* to_string(rejection_reason r) noexcept {
         return "circuit_isolated";
     case rejection_reason::throttled:
         return "throttled";
+    case rejection_reason::shed:
+        return "shed";
     }
     return "unknown";
 }

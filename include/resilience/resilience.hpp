@@ -28,6 +28,7 @@
 #include "policy.hpp"
 #include "policy_kit.hpp"
 #include "priority.hpp"
+#include "queue_discipline.hpp"
 #include "random.hpp"
 #include "rate_limiter.hpp"
 #include "registry.hpp"

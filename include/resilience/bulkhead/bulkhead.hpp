@@ -242,11 +242,11 @@ public:
     /// by a timer on the loop the call runs on when the clock's timers are that loop's
     /// (`steady_clock`, a simulation's clock), else by the state's `wait_bounded`, a watchdog
     /// sleeping on the clock beside the queue wait (a coroutine this awaiter owns). With a telemetry
-    /// listener the wait is timed. The timer and the time are kept in room the pipeline makes after
-    /// the awaiter (`extra_bytes`), only then. It keeps no reference to the call: what it needs of it
-    /// is decided when it is made (the queue's first answer, the timer) or given to
-    /// `await_resume`. Not movable: the queue's node is inside it. Holds the bulkhead while it
-    /// lives (taken at construction, given back at the end of its destructor: no member of its
+    /// listener or a queue discipline the wait is timed. The timer and the time are kept in room the
+    /// pipeline makes after the awaiter (`extra_bytes`), only then. It keeps no reference to the
+    /// call: what it needs of it is decided when it is made (the queue's first answer, the timer) or
+    /// given to `await_resume`. Not movable: the queue's node is inside it. Holds the bulkhead while
+    /// it lives (taken at construction, given back at the end of its destructor: no member of its
     /// own), so a call destroyed while it waits leaves the queue of a live one.
     // The waiting form's awaiter, whatever the result type: `frame_wait<R>` adds only the result's
     // type to its protocol, so that what it does is compiled once per bulkhead type.
@@ -255,7 +255,7 @@ public:
         // What only some waits need, in the room after the awaiter: the timer of a queue timeout and
         // the loop it is armed on, or in the loop's place the watched wait that bounds it instead
         // (`wait_bounded`: made in `watched` and destroyed by the awaiter, `queue_.spare` says which),
-        // and for a listener the time the call found no slot.
+        // and for a listener or a queue discipline the time the call found no slot.
         struct extras : detail::timer_node { // the timer itself: its `fire` finds the awaiter
             union {
                 event_loop* loop = nullptr; // null: no timer armed
@@ -270,10 +270,10 @@ public:
         static constexpr unsigned char watching = 2; // `extras::watched` holds a `watched_wait`
 
     public:
-        /// Room for `extras`, for a call with a queue timeout or a listener.
+        /// Room for `extras`, for a call with a queue timeout, a listener or a queue discipline.
         static std::size_t extra_bytes(const bulkhead&, call_state& c, const context& ctx) noexcept {
             const bulkhead_options& o = c.cfg->options; // the call's own, from `enter`
-            return o.queue_timeout || kit::listener_for(o.telemetry, ctx) ? sizeof(extras) : 0;
+            return o.queue_timeout || stamped(*c.cfg, ctx) ? sizeof(extras) : 0;
         }
         std::size_t extra_bytes() const noexcept { return (queue_.spare & has_room) ? sizeof(extras) : 0; }
 
@@ -294,8 +294,13 @@ public:
             detail::add_hold(s, true);
             try {
                 const bulkhead_options& o = c.cfg->options;
-                if ((queue_.spare & has_room) && kit::listener_for(o.telemetry, ctx))
+                if ((queue_.spare & has_room) && stamped(*c.cfg, ctx)) {
                     extra().queued_at = s.clock.now(); // from the moment the call found no slot
+                    // Found from the node by the queue discipline (queue_discipline.hpp's `waited_beside`).
+                    queue_.node().since_offset =
+                        static_cast<std::uint16_t>(reinterpret_cast<unsigned char*>(&extra().queued_at) -
+                                                   reinterpret_cast<unsigned char*>(&queue_.node()));
+                }
                 // Only a call that must wait pays for what bounds the wait.
                 if (!queue_.await_ready() && o.queue_timeout) {
                     if (detail::timer_loop_here(s.clock))
@@ -350,6 +355,11 @@ public:
         }
 
     private:
+        // Whether the call keeps the instant it found no slot: for its listener, or for the queue
+        // discipline of its options.
+        static bool stamped(const config& cfg, const context& ctx) noexcept {
+            return cfg.discipline.on || kit::listener_for(cfg.options.telemetry, ctx);
+        }
         state& owner() const noexcept { return queue_.owner(); }
         extras& extra() noexcept { return *std::launder(static_cast<extras*>(kit::room_after(this))); }
 

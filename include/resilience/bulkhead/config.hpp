@@ -10,6 +10,7 @@
 #include "../detail/config.hpp"
 #include "../detail/snapshot_cell.hpp"
 #include "../priority.hpp"
+#include "../queue_discipline.hpp"
 #include "adaptive_limit.hpp"
 #include "options.hpp"
 
@@ -29,13 +30,14 @@ struct bulkhead_config : pinnable {
     explicit bulkhead_config(bulkhead_options o)
         : options(std::move(o)), should_handle(limit_classifier(options.adapt)),
           adaptive(should_handle != nullptr), times_calls(needs_latency(options.adapt)),
-          priority(options.priorities) {}
+          priority(options.priorities), discipline(discipline_rule::of(options.queue_discipline)) {}
 
     const bulkhead_options options;
     const classifier* const should_handle; // the algorithm's, in `options`; null without `adapt`
     const bool adaptive;
     const bool times_calls;        // the algorithm needs each call's latency: its admission reads the clock
     const priority_table priority; // `options.priorities`, as admission uses it
+    const discipline_rule discipline; // `options.queue_discipline`, as the queue applies it
     /// `adapt` or `priorities`: `bulkhead::enter` takes the longer way (one test on its fast path).
     const bool long_entry = adaptive || priority.enabled();
 
@@ -94,8 +96,9 @@ inline bool same_bulkhead_options(const bulkhead_options& a, const bulkhead_opti
         a.max_concurrent_calls != b.max_concurrent_calls || a.queue_limit != b.queue_limit ||
         a.queue_timeout != b.queue_timeout || a.priorities.classes != b.priorities.classes ||
         a.priorities.reserved != b.priorities.reserved ||
-        a.priorities.default_class != b.priorities.default_class || !a.telemetry.same_as(b.telemetry) ||
-        a.adapt.index() != b.adapt.index())
+        a.priorities.default_class != b.priorities.default_class ||
+        discipline_rule::of(a.queue_discipline) != discipline_rule::of(b.queue_discipline) ||
+        !a.telemetry.same_as(b.telemetry) || a.adapt.index() != b.adapt.index())
         return false;
     if (const aimd* x = std::get_if<aimd>(&a.adapt)) {
         const aimd& y = std::get<aimd>(b.adapt);

@@ -41,6 +41,7 @@ RESILIENCE_DECL void validate_bulkhead_options(const bulkhead_options& o) {
                                     std::to_string(o.queue_timeout->count()) + "ns");
     detail::validate_adaptive_limit(o.adapt, o.max_concurrent_calls, label);
     detail::priority_table::validate(o.priorities, label + ": ");
+    detail::validate_queue_discipline(o.queue_discipline, label + ": ");
 }
 
 } // namespace resilience::detail

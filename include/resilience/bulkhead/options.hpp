@@ -7,6 +7,7 @@
 
 #include "../error.hpp"
 #include "../priority.hpp"
+#include "../queue_discipline.hpp"
 #include "../telemetry_event.hpp"
 #include "adaptive_limit.hpp"
 
@@ -54,7 +55,13 @@ struct bulkhead_options {
     /// the shares are of the limit wherever it has moved. Empty (the default): every call alike,
     /// in arrival order, at no cost.
     priority_classes priorities{};
-    /// Called when the bulkhead refuses a call (`no_capacity`, `queue_full`, `queue_timeout`: the
+    /// Which waiter a freed slot goes to, and which waiters are shed while the queue stands
+    /// (queue_discipline.hpp): `rs::fifo{}` (the default: arrival order, none shed), `rs::codel{...}`
+    /// or `rs::adaptive_lifo{...}`, each with a `target` wait (5 ms) and an `interval` (100 ms),
+    /// both positive. A waiter shed is refused with `rejection_reason::shed`. With `priorities`, it
+    /// applies within each class, and no waiter is shed while one of a lower class waits.
+    resilience::queue_discipline queue_discipline{};
+    /// Called when the bulkhead refuses a call (`no_capacity`, `queue_full`, `queue_timeout`, `shed`: the
     /// event's `reason()`), before the refusal is returned and before the telemetry listener hears
     /// it; never for a call admitted. Runs on the refused call's coroutine; must not block.
     std::function<void(const rejection_event&)> on_rejected{};

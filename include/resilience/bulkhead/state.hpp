@@ -5,23 +5,25 @@
 /// pins is bulkhead/config.hpp's; the algorithm is bulkhead/adaptive_limit.hpp's.
 ///
 /// Locking: `bulkhead_state::mutex` guards `queue` (and its waiters' links and states, see
-/// engine/waiter_queue.hpp), `algorithm`, `displaced_` and the replacement of `cell`'s block (read
-/// as `cell.locked()` under it). It is the only lock that writes `limit`, `epoch`, `plain`
-/// and `sample_word`, and that raises or lowers the `waiting` bit of `word`: those are atomics, read
-/// without it by the calls' fast paths (and the slot count below the bits changes by atomic steps
-/// without it while `waiting` is clear), as each says where it is declared. A function whose name
-/// ends in `_locked` is called with `mutex` held and never takes it (`decide_locked`,
-/// `enqueue_locked`, `take_deferred_locked`, `waiter_left_locked`, `cap_locked`, `take_locked`,
-/// `limited_locked`, `release_locked`, `grant_locked`); every other function that touches what it
-/// guards takes it itself (`options`, `finish`, `release_to_waiter`, `expire`, `reason_of`,
-/// `reconfigure`; the queue's awaiter, engine/waiter_queue.hpp). The constructor and the
+/// engine/waiter_queue.hpp), `algorithm`, `displaced_`, `shed_`, `standing_` and the replacement of
+/// `cell`'s block (read as `cell.locked()` under it). It is the only lock that writes `limit`,
+/// `epoch`, `plain` and `sample_word`, and that raises or lowers the `waiting` bit of `word`: those
+/// are atomics, read without it by the calls' fast paths (and the slot count below the bits changes
+/// by atomic steps without it while `waiting` is clear), as each says where it is declared. A
+/// function whose name ends in `_locked` is called with `mutex` held and never takes it
+/// (`decide_locked`, `enqueue_locked`, `take_deferred_locked`, `waiter_left_locked`, `cap_locked`,
+/// `take_locked`, `limited_locked`, `release_locked`, `grant_locked`, `next_locked`,
+/// `next_disciplined_locked`); every other function that touches what it guards takes it itself
+/// (`options`, `finish`, `release_to_waiter`, `expire`, `reason_of`, `reconfigure`; the queue's
+/// awaiter, engine/waiter_queue.hpp). The constructor and the
 /// destructor touch them unlocked: no other thread can reach the state then.
 ///
 /// How a call gets a slot. It first tries `try_acquire` (in `bulkhead::enter`): with a slot free
 /// and nobody queued, one compare-and-swap, no lock, no allocation, no wait. A call that finds no
 /// slot waits in `bulkhead::frame_wait`, in the frame of the pipeline it runs in (a bulkhead used
-/// alone is a pipeline of one): the queue's node and, for a `queue_timeout` or a telemetry
-/// listener, room after it in the same block. No coroutine frame of its own, but for one case. A
+/// alone is a pipeline of one): the queue's node and, for a `queue_timeout`, a telemetry listener
+/// or a queue discipline, room after it in the same block. No coroutine frame of its own, but for
+/// one case. A
 /// `queue_timeout` bounds the wait in one of two ways:
 /// 1. a timer armed on the loop the call runs on, when the clock's timers run on it
 ///    (`timer_loop_here`: `steady_clock`, a simulation's clock);
@@ -30,6 +32,10 @@
 ///    withdraws the waiter at the deadline (the awaiter owns the coroutine).
 /// With `adapt`, a call admitted after waiting then takes its ticket (`admitted`), as one that
 /// found a free slot does in `enter`.
+/// Under a queue discipline (`codel`, `adaptive_lifo`), a waiting call keeps in that room the
+/// instant it found no slot, and its node says where (`waiter::since_offset`); each hand-over of a
+/// slot (`next_locked`) reads the clock once and applies the discipline (queue_discipline.hpp's
+/// `serve_class`): the waiters it sheds end as refusals, woken with the mutex released.
 /// Every wait ends in `bulkhead::settle`, which holds the one set of rules for what a wait yields: the
 /// slot, a stop (`cancelled_error`) or a refusal (`bulkhead_rejected_error`, told to `on_rejected`
 /// and the telemetry listener).
@@ -45,6 +51,7 @@
 #include "../error.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
+#include "../queue_discipline.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../when_all.hpp"
@@ -61,6 +68,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -188,6 +196,11 @@ struct bulkhead_state : shared_state {
     mutable std::mutex mutex;
     waiter_queue queue;           // guarded by `mutex`
     waiter* displaced_ = nullptr; // refused by `enqueue_locked`, to wake unlocked; guarded by `mutex`
+    /// Waiters the queue discipline shed, linked through `waiter::next`, to wake once `mutex` is
+    /// released; guarded by `mutex`.
+    waiter* shed_ = nullptr;
+    /// Whether each class's queue stands (queue_discipline.hpp); guarded by `mutex`.
+    standing_queue standing_[waiter_ranks];
     /// The block in force: replaced under `mutex` (and read there as `cell.locked()`), pinned
     /// without it by the calls that need it (detail/snapshot_cell.hpp).
     snapshot_cell<config> cell;
@@ -299,6 +312,7 @@ struct bulkhead_state : shared_state {
             return;
         }
         waiter* woken = nullptr;
+        waiter* shed = nullptr;
         bool last = false;
         {
             std::lock_guard lock(mutex);
@@ -313,11 +327,13 @@ struct bulkhead_state : shared_state {
             woken = release_locked(&last);
             woken = grant_locked(woken);
             waiter_left_locked();
+            shed = std::exchange(shed_, nullptr);
         }
         if (last) [[unlikely]] { // a retired state's last slot: nobody waits, nothing to wake
             delete_state(this);
             return;
         }
+        wake_chain(shed);
         wake_chain(woken);
     }
 
@@ -325,16 +341,19 @@ struct bulkhead_state : shared_state {
     // taken while nobody waits stays small enough to inline.
     void release_to_waiter() {
         waiter* woken = nullptr;
+        waiter* shed = nullptr;
         bool last = false;
         {
             std::lock_guard lock(mutex);
             woken = release_locked(&last);
             waiter_left_locked();
+            shed = std::exchange(shed_, nullptr);
         }
-        if (last) [[unlikely]] {
+        if (last) [[unlikely]] { // a retired state's last slot: nobody waits, nothing to wake
             delete_state(this);
             return;
         }
+        wake_chain(shed);
         wake_chain(woken);
     }
 
@@ -364,6 +383,8 @@ struct bulkhead_state : shared_state {
                 queue.erase(*out);
                 out->state = waiter_state::rejected;
                 displaced_ = out;
+                if (queue.count_of(out->rank) == 0)
+                    standing_[out->rank].reset();
             }
         }
         queue.push_back(w);
@@ -376,6 +397,8 @@ struct bulkhead_state : shared_state {
     void waiter_left_locked() noexcept {
         if (queue.empty())
             word.fetch_and(~waiting, std::memory_order_relaxed);
+        if (cell.locked()->discipline.on)
+            reset_idle_classes(queue, standing_);
     }
 
     // `mutex` held. The slots a waiter of class `rank` may fill: the limit, less with priorities
@@ -416,6 +439,8 @@ struct bulkhead_state : shared_state {
     rejection_reason reason_of(waiter_state refused) const noexcept {
         if (refused == waiter_state::expired)
             return rejection_reason::queue_timeout;
+        if (refused == waiter_state::shed)
+            return rejection_reason::shed;
         std::lock_guard lock(mutex);
         return cell.locked()->options.queue_limit == 0 ? rejection_reason::no_capacity
                                                        : rejection_reason::queue_full;
@@ -435,9 +460,15 @@ struct bulkhead_state : shared_state {
         auto next = std::make_unique<config>(std::move(o));
         const config& c = *next;
         waiter* woken = nullptr;
+        waiter* shed = nullptr;
         {
             std::lock_guard lock(mutex);
+            // Another discipline measures afresh: what stood under the old rule says nothing.
+            const bool restart = cell.locked()->discipline != c.discipline;
             cell.replace(std::move(next)); // the only step that can throw: before any other change
+            if (restart)
+                for (standing_queue& q : standing_)
+                    q.reset();
             algorithm.reconfigure(c.options.adapt, c.options.max_concurrent_calls);
             plain.store(!c.long_entry, std::memory_order_release);
             sample_word.store(c.sample_word(), std::memory_order_release);
@@ -449,7 +480,9 @@ struct bulkhead_state : shared_state {
             }
             woken = grant_locked(nullptr);
             waiter_left_locked();
+            shed = std::exchange(shed_, nullptr);
         }
+        wake_chain(shed);
         wake_chain(woken);
     }
 
@@ -504,9 +537,7 @@ private:
     // (the slot changes hands, the count is kept), else to nobody. Returns the waiter to wake;
     // `*last` says the slot was a retired state's last (it must then be deleted, once unlocked).
     waiter* release_locked(bool* last) noexcept {
-        const std::uint64_t taken = word.load(std::memory_order_relaxed) & slot_mask;
-        if (!queue.empty() && taken - 1 < cap_locked(queue.front()->rank)) {
-            waiter* next = queue.pop_front();
+        if (waiter* next = next_locked((word.load(std::memory_order_relaxed) & slot_mask) - 1)) {
             next->state = waiter_state::granted;
             next->next = nullptr;
             return next;
@@ -519,9 +550,7 @@ private:
     // the chain `woken` (linked through `waiter::next`, which a granted waiter no longer uses).
     waiter* grant_locked(waiter* woken) noexcept {
         waiter* tail = woken;
-        while (!queue.empty() &&
-               (word.load(std::memory_order_relaxed) & slot_mask) < cap_locked(queue.front()->rank)) {
-            waiter* next = queue.pop_front();
+        while (waiter* next = next_locked(word.load(std::memory_order_relaxed) & slot_mask)) {
             next->state = waiter_state::granted;
             next->next = nullptr;
             word.fetch_add(1, std::memory_order_relaxed);
@@ -532,6 +561,40 @@ private:
             tail = next;
         }
         return woken;
+    }
+
+    // `mutex` held. Takes out of the queue the waiter a slot goes to while `taken` others are
+    // held, or null when nobody waits or the front waiter's cap holds it back. In arrival order
+    // unless a queue discipline is in force.
+    waiter* next_locked(std::uint64_t taken) noexcept {
+        const config& in_force = *cell.locked();
+        if (in_force.discipline.on) [[unlikely]]
+            return next_disciplined_locked(taken, in_force.discipline);
+        if (!queue.empty() && taken < cap_locked(queue.front()->rank))
+            return queue.pop_front();
+        return nullptr;
+    }
+
+    // `next_locked` under CoDel or adaptive LIFO: one hand-over to the front waiter's class at a
+    // time (`serve_class`), on to the next class when it shed the whole of one. A clock that
+    // throws sheds nobody.
+    waiter* next_disciplined_locked(std::uint64_t taken, const discipline_rule& rule) noexcept {
+        std::optional<std::chrono::nanoseconds> now;
+        while (!queue.empty() && taken < cap_locked(queue.front()->rank)) {
+            if (!now) {
+                try {
+                    now = saturating_nanoseconds(clock.now().time_since_epoch());
+                } catch (...) {
+                    return queue.pop_front();
+                }
+            }
+            const auto waited = [t = *now](const waiter& w) {
+                return waited_beside<typename C::time_point>(w, t);
+            };
+            if (waiter* next = serve_class(queue, standing_, rule, *now, shed_, waited))
+                return next;
+        }
+        return nullptr;
     }
 
     task<waiter_state> wait_in_queue(waiter& node, const stop_token& token, pooled_stop_source& done) {

@@ -54,6 +54,7 @@
 #include <concepts>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,7 @@ enum class waiter_state : unsigned char {
     rejected, ///< refused without waiting (no queue place, or waiting not allowed)
     stopped,  ///< its caller stopped waiting first; out of the queue, got nothing
     expired,  ///< its queue timeout ran out first; out of the queue, got nothing
+    shed,     ///< its owner's queue discipline dropped it (queue_discipline.hpp); out of the queue
 };
 
 /// One waiting caller: an intrusive list node living in the waiting coroutine's frame. The owner's
@@ -96,6 +98,11 @@ struct waiter {
     /// Its own coroutine runs (or sleeps, the head of a limiter), and checks `state` under the
     /// owner's mutex before it waits: not to be woken (see the file comment).
     bool driving = false;
+    /// Where, counted in bytes from the node, the waiting call keeps the instant it queued, for an
+    /// owner whose queue discipline needs it (a bulkhead's, beside its awaiter); 0: it keeps none.
+    /// In the node's padding, so a queue without a discipline pays nothing for it. Written before
+    /// the node enters the queue and never after.
+    std::uint16_t since_offset = 0;
 
     /// Resumes the waiter on its own loop, or inline when it had none. Call it without the
     /// owner's mutex held (an inline resume may re-enter the owner), and touch the node no more:
@@ -120,10 +127,17 @@ struct waiter {
     }
 };
 
+static_assert(sizeof(waiter) == 4 * sizeof(void*) + 8, "the flags and `since_offset` stay in the padding");
+
 /// A waiter with the notes a rate limiter keeps on it. A limiter's queue holds only these (its state's
 /// `node_type`, which `queue_awaiter` takes), so the limiter may treat any waiter of its queue as one.
 struct timed_waiter : waiter {
-    std::chrono::nanoseconds retry_after{}; ///< the owner's note on a refusal
+    union {
+        /// The owner's note on a refusal, written once the waiter is out of the queue.
+        std::chrono::nanoseconds retry_after{};
+        /// The owner's note while it is queued: the instant it queued (for a queue discipline).
+        std::chrono::nanoseconds queued_at;
+    };
     /// The owner's note, set when queued: when the wait runs out (with a queue timeout).
     std::chrono::nanoseconds deadline = std::chrono::nanoseconds::max();
 };
@@ -205,6 +219,10 @@ public:
             n += counts_[r];
         return n;
     }
+    /// How many waiters have rank `r`.
+    std::size_t count_of(std::size_t r) const noexcept { return counts_[r]; }
+    /// The last to arrive of rank `r`, or null.
+    waiter* last_of(std::size_t r) const noexcept { return tails_[r]; }
     /// Whether a waiter of rank `r` or higher is queued.
     bool any_from(std::size_t r) const noexcept {
         for (; r < waiter_ranks; ++r)

@@ -22,6 +22,7 @@
 #include "../policy.hpp"
 #include "../policy_kit.hpp"
 #include "../priority.hpp"
+#include "../queue_discipline.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
 #include "../telemetry_event.hpp"
@@ -56,7 +57,9 @@ bool same_limiter_options(const Options& a, const Options& b) noexcept {
     if (a.on_rejected || b.on_rejected || a.name != b.name || a.queue_limit != b.queue_limit ||
         a.queue_timeout != b.queue_timeout || a.priorities.classes != b.priorities.classes ||
         a.priorities.reserved != b.priorities.reserved ||
-        a.priorities.default_class != b.priorities.default_class || !a.telemetry.same_as(b.telemetry))
+        a.priorities.default_class != b.priorities.default_class ||
+        discipline_rule::of(a.queue_discipline) != discipline_rule::of(b.queue_discipline) ||
+        !a.telemetry.same_as(b.telemetry))
         return false;
     if constexpr (requires { a.token_limit; })
         return a.token_limit == b.token_limit && a.tokens_per_second == b.tokens_per_second;
@@ -73,7 +76,8 @@ struct limiter_shared : limiter_state<C, Meter> {
     using block = limiter_options_block<Options>;
 
     limiter_shared(Meter m, C c, Options o)
-        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout),
+        : limiter_state<C, Meter>(std::move(m), std::move(c), o.queue_limit, o.queue_timeout,
+                                  discipline_rule::of(o.queue_discipline)),
           cell(std::make_unique<block>(Options(o))) {
         this->publish_priorities_locked(this->prepare_priorities_locked(o.priorities, limit_of(o)));
     }
@@ -99,7 +103,7 @@ struct limiter_shared : limiter_state<C, Meter> {
                 cell.replace(std::move(next)); // cannot throw now; `in_force` is the block in force
                 this->publish_priorities_locked(std::move(next_ranks));
             },
-            in_force.queue_limit, in_force.queue_timeout);
+            in_force.queue_limit, in_force.queue_timeout, discipline_rule::of(in_force.queue_discipline));
     }
 
     /// The limit the shares of `priorities` are of: `token_limit` or `permit_limit`.
@@ -440,7 +444,9 @@ private:
     // The reason follows the `queue_limit` in force when the call was refused.
     static rate_limited_error refusal_of(const shared& s, const Options& o, const admission& a) {
         rejection_reason why = rejection_reason::queue_timeout;
-        if (a.state == waiter_state::rejected)
+        if (a.state == waiter_state::shed)
+            why = rejection_reason::shed;
+        else if (a.state == waiter_state::rejected)
             why = s.queue_limit.load(std::memory_order_relaxed) == 0 ? rejection_reason::no_capacity
                                                                      : rejection_reason::queue_full;
         return rate_limited_error{o.name, a.retry_after, why};

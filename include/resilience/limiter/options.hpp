@@ -2,16 +2,18 @@
 /// \file limiter/options.hpp
 /// The options of `rate_limiter` and `sliding_window_limiter`, and their checks.
 ///
-/// The two share their queue's fields (`queue_limit`, `queue_timeout`, `priorities`, `on_rejected`,
-/// `telemetry`), documented once, on `rate_limiter_options`. Each struct still declares them itself:
-/// users write `{.token_limit = 10, .tokens_per_second = 5, .queue_limit = 100}`, and a designated
-/// initializer names only a struct's own members, not those of a base or of a member struct.
+/// The two share their queue's fields (`queue_limit`, `queue_timeout`, `priorities`,
+/// `queue_discipline`, `on_rejected`, `telemetry`), documented once, on `rate_limiter_options`. Each
+/// struct still declares them itself: users write `{.token_limit = 10, .tokens_per_second = 5,
+/// .queue_limit = 100}`, and a designated initializer names only a struct's own members, not those
+/// of a base or of a member struct.
 #pragma once
 
 #include "../detail/label.hpp"
 #include "../detail/time.hpp"
 #include "../error.hpp"
 #include "../priority.hpp"
+#include "../queue_discipline.hpp"
 #include "../telemetry_event.hpp"
 
 #include <chrono>
@@ -61,6 +63,12 @@ struct rate_limiter_options {
     /// newcomer of a higher class. A call's class is its `rs::priority` property; `take` is of the
     /// `default_class`. Empty (the default): every call alike, in arrival order, at no cost.
     priority_classes priorities{};
+    /// Which waiter a token due goes to, and which waiters are shed while the queue stands
+    /// (queue_discipline.hpp): `rs::fifo{}` (the default: arrival order, none shed), `rs::codel{...}`
+    /// or `rs::adaptive_lifo{...}`, each with a `target` wait (5 ms) and an `interval` (100 ms), both
+    /// positive. A waiter shed is refused with `rejection_reason::shed`. With `priorities`, it applies
+    /// within each class, and no waiter is shed while one of a lower class waits.
+    resilience::queue_discipline queue_discipline{};
     /// Called when the limiter refuses a call, before the refusal is returned, with its `reason()`
     /// and `retry_after()`. Not called for `take`, which returns its refusal to its own caller.
     /// Runs on the caller's coroutine, without any lock held; must not block.
@@ -94,6 +102,8 @@ struct sliding_window_limiter_options {
     std::optional<std::chrono::nanoseconds> queue_timeout{};
     /// As `rate_limiter_options::priorities`, the shares being of `permit_limit`.
     priority_classes priorities{};
+    /// As `rate_limiter_options::queue_discipline`, for a permit.
+    resilience::queue_discipline queue_discipline{};
     /// As `rate_limiter_options::on_rejected`.
     std::function<void(const rejection_event&)> on_rejected{};
     /// As `rate_limiter_options::telemetry`.
@@ -113,6 +123,8 @@ void validate_queue_options(const Options& o, const std::string& who) {
                                     std::to_string(o.queue_timeout->count()) + "ns");
     if constexpr (requires { o.priorities; }) // the limits shared through Redis have none
         priority_table::validate(o.priorities, who);
+    if constexpr (requires { o.queue_discipline; }) // nor a queue discipline
+        validate_queue_discipline(o.queue_discipline, who);
 }
 
 /// Throws `std::invalid_argument` naming the limiter, the field and the value unless `o` is valid.

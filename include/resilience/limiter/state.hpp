@@ -4,13 +4,14 @@
 /// counts the permits (`token_bucket`, `window_counter`).
 ///
 /// Locking: `limiter_state::mutex` guards the queue (`queue`, `deferred_`, `alarm`), `queue_timeout`,
-/// `latest`, the priorities' blocks (`rank_blocks`), and the meter while the mutex side holds it (from a
-/// `meter_lease`, made and ended with the mutex held, to the end of the last wait); `queue_limit` and
-/// `ranks` are atomics written only under it. A member function whose name ends in `_locked` is called
-/// with `mutex` held and never takes it (the waiter queue's protocol, `decide_locked` and the rest, is
-/// called so by `queue_awaiter` and `stop_waiter`); every other function that touches a guarded member
-/// takes it itself. Read without it, as said where each is declared: `ranks` (the fast path),
-/// `queue_limit` (a refusal's reason), and a `lock_free_meter`'s own word (`try_take_shared`).
+/// the queue discipline (`discipline`, `standing`), `latest`, the priorities' blocks (`rank_blocks`),
+/// and the meter while the mutex side holds it (from a `meter_lease`, made and ended with the mutex
+/// held, to the end of the last wait); `queue_limit` and `ranks` are atomics written only under it. A
+/// member function whose name ends in `_locked` is called with `mutex` held and never takes it (the
+/// waiter queue's protocol, `decide_locked` and the rest, is called so by `queue_awaiter` and
+/// `stop_waiter`); every other function that touches a guarded member takes it itself. Read without
+/// it, as said where each is declared: `ranks` (the fast path), `queue_limit` (a refusal's reason),
+/// and a `lock_free_meter`'s own word (`try_take_shared`).
 #pragma once
 
 #include "../clock.hpp"
@@ -21,8 +22,10 @@
 #include "../engine/waiter_queue.hpp"
 #include "../event_loop.hpp"
 #include "../priority.hpp"
+#include "../queue_discipline.hpp"
 #include "../stop_token.hpp"
 #include "../task.hpp"
+#include "discipline.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -116,6 +119,12 @@ concept lock_free_meter = requires(M& m, std::chrono::nanoseconds now) {
 /// earliest, and refuses (`expired`) those whose deadline has come. Without priorities every waiter
 /// is of class 0 and all this reduces to the arrival-order queue above.
 ///
+/// With a queue discipline (`discipline`, queue_discipline.hpp), the instant a permit is due for the
+/// head is a hand-over (limiter/discipline.hpp's `hand_over_locked`): the discipline may shed waiters of
+/// the head's class, the head among them, and give the permit to another waiter than the head, which
+/// then keeps its turn and looks again at once. Each waiter notes the instant it queued (`queued_at`),
+/// the time its admission's decision read, in the same locked step.
+///
 /// A reconfiguration (`reconfigure`) changes the meter and the queue options under the mutex,
 /// the meter held. Waiters stay queued, with their deadlines; the head, which may be asleep until
 /// a due time the old meter computed, is woken through its alarm (`head_alarm`) to time its permit
@@ -126,9 +135,10 @@ struct limiter_state : shared_state {
     using node_type = timed_waiter;
 
     limiter_state(Meter m, C c, std::size_t queue_limit_,
-                  std::optional<std::chrono::nanoseconds> queue_timeout_ = std::nullopt)
+                  std::optional<std::chrono::nanoseconds> queue_timeout_ = std::nullopt,
+                  discipline_rule discipline_ = {})
         : meter(std::move(m)), clock(std::move(c)), origin(clock.now()), queue_limit(queue_limit_),
-          queue_timeout(queue_timeout_) {}
+          queue_timeout(queue_timeout_), discipline(discipline_) {}
 #ifndef NDEBUG
     ~limiter_state() { assert(queue.empty()); } // a waiting call holds the limiter
 #endif
@@ -138,6 +148,8 @@ struct limiter_state : shared_state {
     const typename C::time_point origin;
     std::atomic<std::size_t> queue_limit; // written under `mutex`; read without it (relaxed) by refusals
     std::optional<std::chrono::nanoseconds> queue_timeout; // guarded by `mutex`
+    discipline_rule discipline;                            // guarded by `mutex`
+    standing_queue standing[waiter_ranks]; // whether each class's queue stands; guarded by `mutex`
     std::mutex mutex;
     waiter_queue queue;
 
@@ -196,6 +208,10 @@ struct limiter_state : shared_state {
         return !(meter.available_at(now, keep) > static_cast<double>(now.count())) && meter.try_take(now);
     }
 
+    /// How long from `now` until a permit would be there for a caller with `ahead` before it.
+    std::chrono::nanoseconds wait_for_locked(std::chrono::nanoseconds now, std::size_t ahead) {
+        return ceil_ns(meter.available_at(now, ahead)) - now;
+    }
     std::chrono::nanoseconds since_origin(typename C::time_point t) const {
         const auto e = std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin);
         return std::max(e, std::chrono::nanoseconds::zero());
@@ -227,6 +243,8 @@ struct limiter_state : shared_state {
         if constexpr (lock_free_meter<Meter>)
             if (queue.empty())
                 meter.unhold();
+        if (discipline.on)
+            reset_idle_classes(queue, standing);
     }
 
     // ---- the waiter_queue protocol; `mutex` held ----
@@ -253,6 +271,7 @@ struct limiter_state : shared_state {
     // mutex is released (`take_deferred_locked`).
     waiter_state enqueue_locked(timed_waiter& w) {
         meter_lease lease{*this};
+        w.queued_at = latest; // the time `decide_locked` used, in this same locked step
         if (queue_timeout) {
             const auto now = elapsed_locked();
             w.deadline = *queue_timeout < std::chrono::nanoseconds::max() - now
@@ -424,7 +443,8 @@ struct limiter_state : shared_state {
     /// sleeping head is woken to time its permit again.
     template <class Change>
     void reconfigure(Change&& change, std::size_t new_queue_limit,
-                     std::optional<std::chrono::nanoseconds> new_queue_timeout) {
+                     std::optional<std::chrono::nanoseconds> new_queue_timeout,
+                     discipline_rule new_discipline) {
         std::optional<stop_source> wake;
         {
             std::lock_guard lock(mutex);
@@ -432,6 +452,9 @@ struct limiter_state : shared_state {
             change(meter, elapsed_locked());
             queue_limit.store(new_queue_limit, std::memory_order_relaxed);
             queue_timeout = new_queue_timeout;
+            if (std::exchange(discipline, new_discipline) != new_discipline)
+                for (standing_queue& q : standing) // another rule measures afresh
+                    q.reset();
             if (alarm) {
                 wake.emplace(*alarm);
                 alarm = nullptr;
@@ -450,7 +473,8 @@ struct limiter_state : shared_state {
             waiter* next = nullptr;
             waiter_state st = waiter_state::turn;
             head_alarm turn_alarm{*this, token};
-            waiter* refused = nullptr; // others whose deadline came, chained through `next`
+            waiter* refused = nullptr; // others moved on (a deadline, the discipline), chained through `next`
+            bool again = false;        // the discipline served another: look again at once
             {
                 std::lock_guard lock(mutex);
                 meter_lease lease{*this};
@@ -473,7 +497,11 @@ struct limiter_state : shared_state {
                 } else {
                     const auto now = elapsed_locked();
                     const std::size_t keep = keep_locked(node.rank);
-                    if (take_keeping_locked(now, keep)) {
+                    if (discipline.on &&
+                        !(meter.available_at(now, keep) > static_cast<double>(now.count()))) {
+                        st = hand_over_locked(*this, node, now, keep, next, refused);
+                        again = st == waiter_state::turn;
+                    } else if (take_keeping_locked(now, keep)) {
                         next = queue.leave_turn(node, waiter_state::granted);
                         st = waiter_state::granted;
                     } else {
@@ -506,6 +534,8 @@ struct limiter_state : shared_state {
             if (next)
                 next->wake();
             wake_chain(refused);
+            if (again)
+                continue;
             if (st == waiter_state::queued) {
                 co_await park{*this, node}; // until it is moved on: its turn, a stop, a refusal
                 continue;
