@@ -208,6 +208,22 @@ inline void insert_ranked(std::vector<model_waiter>& queue, model_waiter w) {
     queue.insert(at, w);
 }
 
+/// The callers that stop at `now` (from `instants.stops[s]` on): each one still queued is told
+/// "cancelled" and taken out with `gone(it)`.
+template <class Gone>
+void stops_at(rm::ns now, const rm::call_instants& instants, std::size_t& s, std::vector<model_waiter>& queue,
+              std::vector<rm::event>& out, const Gone& gone) {
+    for (; s < instants.stops.size() && instants.stops[s].first == now; ++s) {
+        const int id = instants.stops[s].second;
+        auto it =
+            std::find_if(queue.begin(), queue.end(), [id](const model_waiter& w) { return w.call == id; });
+        if (it != queue.end()) {
+            out.push_back({id, now, "cancelled"});
+            gone(it);
+        }
+    }
+}
+
 inline bool any_from(const std::vector<model_waiter>& queue, int rank) {
     return std::any_of(queue.begin(), queue.end(), [&](const model_waiter& q) { return q.rank >= rank; });
 }
@@ -352,15 +368,7 @@ inline std::vector<rm::event> model_ranked_bulkhead(rm::ns slots, std::size_t qu
                 insert_ranked(queue, w);
             }
         }
-        for (; s < instants.stops.size() && instants.stops[s].first == now; ++s) {
-            const int id = instants.stops[s].second;
-            auto it = std::find_if(queue.begin(), queue.end(),
-                                   [id](const model_waiter& w) { return w.call == id; });
-            if (it != queue.end()) {
-                out.push_back({id, now, "cancelled"});
-                leave(it);
-            }
-        }
+        stops_at(now, instants, s, queue, out, leave);
         for (std::size_t i = 0; i < running.size();) {
             if (running[i].first != now) {
                 ++i;
@@ -489,15 +497,7 @@ std::vector<rm::event> model_ranked_limiter(Meter meter, rm::ns limit, std::size
                 insert_ranked(queue, w);
             }
         }
-        for (; s < instants.stops.size() && instants.stops[s].first == now; ++s) {
-            const int id = instants.stops[s].second;
-            auto it = std::find_if(queue.begin(), queue.end(),
-                                   [id](const model_waiter& w) { return w.call == id; });
-            if (it != queue.end()) {
-                out.push_back({id, now, "cancelled"});
-                erase(it);
-            }
-        }
+        stops_at(now, instants, s, queue, out, erase);
         wake = serve(now);
     }
     return out;
