@@ -14,6 +14,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -427,6 +428,90 @@ TEST_CASE("a lease picks for a call made by hand, counts it in flight, and repor
     CHECK_FALSE(lb.is_ejected("a"));
     lb_t empty{{}, {}, sim.clock(), rs::seeded_random{1}};
     CHECK_FALSE(empty.pick());
+}
+
+TEST_CASE("a generator of 32 bits picks as uniformly as one of 64") {
+    rs::testing::simulation sim;
+    constexpr int n = 10, picks = 20'000;
+    rs::balancer<std::string, vclock, std::mt19937> lb{
+        hosts(n), no_ejection({.pick = rs::balance_pick::random}), sim.clock(), std::mt19937{7}};
+    std::map<std::string, int> got;
+    for (int i = 0; i < picks; ++i)
+        ++got[sim.run(
+            lb.execute(lb.bind([](const std::string& h) -> rs::task<std::string> { co_return h; })))];
+    REQUIRE(got.size() == n);
+    const double p = 1.0 / n, sigma = std::sqrt(picks * p * (1 - p));
+    for (const auto& [h, count] : got)
+        CHECK(std::abs(count - picks * p) <= 4 * sigma);
+}
+
+TEST_CASE("a retry avoids the endpoint tried however often the set was changed") {
+    rs::testing::simulation sim;
+    lb_t lb{{"a", "b"}, no_ejection({.pick = rs::balance_pick::random}), sim.clock(), rs::seeded_random{3}};
+    for (int i = 0; i < 63; ++i) // the second endpoint replaced 63 times: numbers are reused, not spent
+        lb.set_endpoints({"a", "n" + std::to_string(i)});
+    rs::pipeline p{rs::retry<vclock>{{.max_attempts = 2, .backoff = rs::constant_backoff{0ms}}, sim.clock()},
+                   lb};
+    for (int i = 0; i < 20; ++i) {
+        std::vector<std::string> seen;
+        sim.run(call(sim, p, lb, seen, 1ms, true));
+        REQUIRE(seen.size() == 2);
+        CHECK(seen[0] != seen[1]);
+    }
+}
+
+TEST_CASE("a classifier that throws ends the call with what it threw, counted neither way") {
+    rs::testing::simulation sim;
+    rs::balancer_options o{
+        .should_handle = [](const rs::failure&) -> bool { throw std::logic_error("judge"); }};
+    o.outlier_ejection->consecutive_failures = 1;
+    lb_t lb{{"a"}, o, sim.clock(), rs::seeded_random{1}};
+    auto r = sim.run(lb.execute_outcome([]() -> rs::task<int> { throw std::runtime_error("down"); }));
+    REQUIRE(r.has_failure());
+    CHECK_THROWS_WITH(r.error().rethrow(), "judge");
+    CHECK_FALSE(lb.is_ejected("a"));
+}
+
+TEST_CASE("ejections of any length, and intervals of any length, are exact and never wrap") {
+    rs::testing::simulation sim;
+    rs::balancer_options o{.pick = rs::balance_pick::round_robin};
+    o.outlier_ejection->consecutive_failures = 1;
+    o.outlier_ejection->max_ejection_percent = 50;
+    o.outlier_ejection->base_ejection_time = std::chrono::nanoseconds::max(); // for good
+    o.outlier_ejection->max_ejection_time = std::chrono::nanoseconds::max();
+    o.outlier_ejection->interval = std::chrono::nanoseconds::max(); // never compared
+    o.slow_start_window = std::chrono::nanoseconds::max();
+    lb_t lb{{"a", "b"}, o, sim.clock(), rs::seeded_random{1}};
+    std::vector<std::string> seen;
+    sim.run(call(sim, lb, lb, seen, 1ms, true)); // a: out for good
+    sim.run_until(std::chrono::hours(24 * 365));
+    seen.clear();
+    for (int i = 0; i < 4; ++i)
+        sim.run(call(sim, lb, lb, seen, 1ms, false));
+    CHECK(lb.is_ejected("a"));
+    CHECK(seen == std::vector<std::string>(4, "b"));
+}
+
+TEST_CASE("an endpoint ejected stays out to the end of its time when ejection is turned off") {
+    rs::testing::simulation sim;
+    rs::balancer_options o{.pick = rs::balance_pick::round_robin};
+    o.outlier_ejection->consecutive_failures = 1;
+    o.outlier_ejection->max_ejection_percent = 50;
+    lb_t lb{{"a", "b"}, o, sim.clock(), rs::seeded_random{1}};
+    std::vector<std::string> seen;
+    sim.run(call(sim, lb, lb, seen, 1ms, true)); // a: out for 30 s
+    lb.reconfigure(no_ejection({.pick = rs::balance_pick::round_robin}));
+    seen.clear();
+    for (int i = 0; i < 4; ++i)
+        sim.run(call(sim, lb, lb, seen, 1ms, true)); // b fails too: no ejection now
+    CHECK(seen == std::vector<std::string>(4, "b"));
+    CHECK(lb.is_ejected("a"));
+    CHECK_FALSE(lb.is_ejected("b"));
+    sim.run_until(30001ms);
+    seen.clear();
+    for (int i = 0; i < 4; ++i)
+        sim.run(call(sim, lb, lb, seen, 1ms, false));
+    CHECK(std::count(seen.begin(), seen.end(), "a") == 2);
 }
 
 TEST_CASE("bad options are refused, naming the field and the value, and reconfigure keeps the old ones") {

@@ -49,19 +49,21 @@ struct model {
     int out_count() const {
         return static_cast<int>(std::count_if(e.begin(), e.end(), [](const endpoint& p) { return p.out; }));
     }
-    void eject(std::size_t i, ns now, const char* why) {
+    // Whether it ejected `i`.
+    bool eject(std::size_t i, ns now, const char* why) {
         if (e[i].out)
-            return;
+            return false;
         const int out = out_count();
         if (out > 0 && out * 100.0 >= x.max_ejection_percent * static_cast<double>(e.size()))
-            return;
+            return false;
         ++e[i].times;
         const ns longest = std::max(x.max_ejection_time.count(), x.base_ejection_time.count());
-        const ns d = std::min(longest, x.base_ejection_time.count() * e[i].times);
+        const ns d = std::min<ns>(longest, x.base_ejection_time.count() * e[i].times);
         e[i].out = true;
         e[i].until = now + d;
         e[i].consecutive = 0;
         heard.push_back({static_cast<int>(i), now, why, d, std::to_string(e[i].times)});
+        return true;
     }
     // What the first call at `now` sees before it picks: returns, then an interval's end.
     void before_pick(ns now) {
@@ -113,7 +115,8 @@ struct model {
             ++e[i].successes;
             e[i].consecutive = 0;
         } else if (++e[i].consecutive >= x.consecutive_failures && x.consecutive_failures > 0) {
-            eject(i, now, "consecutive_failures");
+            if (!eject(i, now, "consecutive_failures"))
+                e[i].consecutive = 0; // a run that ejects nobody ends, as in Envoy
         }
     }
 };

@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <string>
@@ -86,6 +87,24 @@ TEST_CASE("a balancer shared by four loops while its set and options change", "[
     CHECK(strangers.load() == 0);
     for (const std::string& h : lb.endpoints())
         CHECK(lb.in_flight(h) == 0);
+}
+
+TEST_CASE("endpoints added and removed from two threads at once are all kept or all gone", "[threads]") {
+    rs::balancer<std::string> lb{{"base"}};
+    const auto adder = [&](char tag) {
+        for (int i = 0; i < 50; ++i)
+            lb.add(std::string(1, tag) + std::to_string(i));
+        for (int i = 0; i < 50; i += 2)
+            CHECK(lb.remove(std::string(1, tag) + std::to_string(i)));
+    };
+    std::thread a(adder, 'a'), b(adder, 'b');
+    a.join();
+    b.join();
+    const std::vector<std::string> all = lb.endpoints();
+    CHECK(all.size() == 51);
+    for (char tag : {'a', 'b'})
+        for (int i = 1; i < 50; i += 2)
+            CHECK(std::count(all.begin(), all.end(), std::string(1, tag) + std::to_string(i)) == 1);
 }
 
 } // namespace test_balancer_threads

@@ -109,54 +109,28 @@ public:
     /// The endpoints in force, in order.
     [[nodiscard]] std::vector<E> endpoints() const {
         std::lock_guard lock(held().changing);
-        std::vector<E> out;
-        for (const ep* e : held().cell.locked()->endpoints)
-            out.push_back(e->value);
-        return out;
+        return endpoints_locked();
     }
     /// Replaces the set: an endpoint equal to one in force keeps its state (its latency, its
     /// ejection); a new one starts afresh, through slow start; one left out gets no new call.
     void set_endpoints(std::vector<E> next) const {
-        state& s = held();
-        std::lock_guard lock(s.changing);
-        const block& b = *s.cell.locked();
-        const std::int64_t now = ticks(s.clock.now());
-        std::vector<ep*> list;
-        std::vector<ep*> made;
-        list.reserve(next.size());
-        try {
-            for (E& v : next) {
-                ep* kept = nullptr;
-                for (ep* e : b.endpoints)
-                    if (e->value == v && std::find(list.begin(), list.end(), e) == list.end())
-                        kept = e;
-                if (!kept) {
-                    kept = s.make_entry(std::move(v), b.options, now);
-                    made.push_back(kept);
-                }
-                list.push_back(kept);
-            }
-            s.publish_locked(b.options, list);
-        } catch (...) {
-            for (ep* e : made)
-                ep::drop(e);
-            throw;
-        }
-        for (ep* e : made) // the block holds them now
-            ep::drop(e);
+        std::lock_guard lock(held().changing);
+        replace_locked(std::move(next));
     }
     /// Adds `e` at the end of the set (through slow start).
     void add(E e) const {
-        std::vector<E> next = endpoints();
+        std::lock_guard lock(held().changing);
+        std::vector<E> next = endpoints_locked();
         next.push_back(std::move(e));
-        set_endpoints(std::move(next));
+        replace_locked(std::move(next));
     }
     /// Removes the endpoints equal to `e`; false when there was none.
     bool remove(const E& e) const {
-        std::vector<E> next = endpoints();
+        std::lock_guard lock(held().changing);
+        std::vector<E> next = endpoints_locked();
         const auto n = std::erase(next, e);
         if (n > 0)
-            set_endpoints(std::move(next));
+            replace_locked(std::move(next));
         return n > 0;
     }
 
@@ -216,10 +190,11 @@ public:
         const block& b = *s.cell.locked();
         const bool had = b.options.outlier_ejection.has_value();
         if (!options.outlier_ejection)
-            s.next_evaluation.store(detail::never, std::memory_order_relaxed);
+            s.next_evaluation.store(detail::no_time, std::memory_order_relaxed);
         else if (!had)
-            s.next_evaluation.store(ticks(s.clock.now()) + options.outlier_ejection->interval.count(),
-                                    std::memory_order_relaxed);
+            s.next_evaluation.store(
+                detail::plus(ticks(s.clock.now()), options.outlier_ejection->interval.count()),
+                std::memory_order_relaxed);
         s.publish_locked(std::move(options), b.endpoints);
     }
 
@@ -284,9 +259,14 @@ public:
         if (!c.at)
             return step::proceed;
         const std::int64_t now = ticks(kit::call_now(held().clock, ctx));
-        const ended how = result.has_failure() && is_cancellation(result.error()) ? ended::cancelled
-                          : failed_outcome(c.held->options, result, c.inner)      ? ended::failed
-                                                                                  : ended::succeeded;
+        ended how = ended::cancelled;
+        if (!(result.has_failure() && is_cancellation(result.error()))) {
+            try {
+                how = failed_outcome(c.held->options, result, c.inner) ? ended::failed : ended::succeeded;
+            } catch (...) { // the classifier threw: the call ends with that, counted neither way
+                result = outcome<R>{failure::current()};
+            }
+        }
         ep& e = *c.at;
         c.give_back();
         finish(*c.held, e, c.begun, now, how, ctx);
@@ -351,11 +331,49 @@ private:
     friend struct detail::balancer_access;
     state& held() const noexcept { return handle::held(); }
 
+    std::vector<E> endpoints_locked() const {
+        std::vector<E> out;
+        for (const ep* e : held().cell.locked()->endpoints)
+            out.push_back(e->value);
+        return out;
+    }
+    // `set_endpoints` under `changing`: the endpoints kept first (each once), then numbers for the new.
+    void replace_locked(std::vector<E> next) const {
+        state& s = held();
+        const block& b = *s.cell.locked();
+        const std::int64_t now = ticks(s.clock.now());
+        std::vector<ep*> list(next.size(), nullptr);
+        std::uint64_t used = 0;
+        for (std::size_t i = 0; i < next.size(); ++i)
+            for (ep* e : b.endpoints)
+                if (e->value == next[i] && std::find(list.begin(), list.end(), e) == list.end()) {
+                    list[i] = e;
+                    used |= e->id < 64 ? std::uint64_t{1} << e->id : 0;
+                    break;
+                }
+        std::vector<ep*> made;
+        made.reserve(next.size());
+        try {
+            for (std::size_t i = 0; i < next.size(); ++i)
+                if (!list[i]) {
+                    list[i] = s.make_entry(std::move(next[i]), s.number_locked(used), b.options, now);
+                    made.push_back(list[i]);
+                }
+            s.publish_locked(b.options, list);
+        } catch (...) {
+            for (ep* e : made)
+                ep::drop(e);
+            throw;
+        }
+        for (ep* e : made) // the block holds them now
+            ep::drop(e);
+    }
+
     // Picks for a call at `now`, avoiding the endpoints whose bits are in `avoid`, and counts it in
     // flight; null when the set is empty. `ctx`: the call's, for what is told meanwhile (null: none).
     ep* take(const block& b, std::int64_t now, std::uint64_t avoid, const context* ctx) const {
         state& s = held();
-        if (s.ejected_count.load(std::memory_order_relaxed) > 0 ||
+        if (now >= s.next_return.load(std::memory_order_relaxed) ||
             now >= s.next_evaluation.load(std::memory_order_relaxed)) [[unlikely]]
             housekeep(b, now, ctx ? *ctx : context{});
         ep* const e = detail::pick_endpoint(b, now, avoid, s.rng, s.turn, s.ejected_count);
@@ -426,6 +444,8 @@ private:
                     const std::chrono::nanoseconds d = s.eject_locked(e, *s.cell.locked(), now, x);
                     if (d.count() > 0)
                         heard.emplace(noticed(e, ejection_event::cause::consecutive_failures, d));
+                    else // out already, or too many out: a new run starts, as in Envoy
+                        e.consecutive.store(0, std::memory_order_relaxed);
                 }
             }
             if (heard)

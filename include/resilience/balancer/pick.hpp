@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace resilience::inline v0_2::detail {
 
@@ -29,13 +31,15 @@ public:
                     bool any_ejected) noexcept
         : b_(b), now_(now) {
         const std::size_t n = b.endpoints.size();
-        if (any_ejected && b.options.outlier_ejection) {
+        if (any_ejected) { // ejections run to their end, even when ejection has since been turned off
             std::size_t out = 0;
             for (const endpoint_entry<E>* e : b.endpoints)
                 out += is_out(*e) ? 1 : 0;
             const double healthy = static_cast<double>(n - out) * 100.0;
-            use_ejection_ = out > 0 && healthy >= b.options.outlier_ejection->panic_threshold_percent *
-                                                      static_cast<double>(n);
+            const double panic = b.options.outlier_ejection
+                                     ? b.options.outlier_ejection->panic_threshold_percent
+                                     : outlier_ejection_options{}.panic_threshold_percent;
+            use_ejection_ = out > 0 && healthy >= panic * static_cast<double>(n);
             if (out == n) // a threshold of zero, every endpoint out: all of them
                 use_ejection_ = false;
         }
@@ -50,14 +54,20 @@ public:
     }
     /// How many may be picked.
     std::size_t size() const noexcept { return count_; }
-    /// The `k`-th of them (`k < size()`).
+    /// The `k`-th of them (`k < size()`). Never null: an endpoint ejected on another thread since they
+    /// were counted leaves fewer, and then the last one that may be picked is taken (or the `k`-th of
+    /// all, when none is left).
     endpoint_entry<E>* at(std::size_t k) const noexcept {
         if (!use_ejection_ && avoid_ == 0)
             return b_.endpoints[k];
+        endpoint_entry<E>* last = nullptr;
         for (endpoint_entry<E>* e : b_.endpoints)
-            if (may_pick(*e) && k-- == 0)
-                return e;
-        return nullptr; // unreachable
+            if (may_pick(*e)) {
+                if (k-- == 0)
+                    return e;
+                last = e;
+            }
+        return last ? last : b_.endpoints[k % b_.endpoints.size()];
     }
 
 private:
@@ -81,12 +91,31 @@ private:
     std::size_t count_ = 0;
 };
 
+/// 64 uniform random bits from `rng`, whatever its range: the generator's own word when it gives 64
+/// bits, else two draws of 32 (through `unit_random`, which respects `min()` and `max()`).
+template <class Random>
+RESILIENCE_DETAIL_ALWAYS_INLINE std::uint64_t random_bits(Random& rng) {
+    using R = std::remove_cvref_t<Random>;
+    if constexpr (R::min() == 0 && R::max() == std::numeric_limits<std::uint64_t>::max()) {
+        return static_cast<std::uint64_t>(rng());
+    } else {
+        const auto half = [&] { return static_cast<std::uint64_t>(unit_random(rng) * 0x1p32); };
+        const std::uint64_t high = half();
+        return high << 32 | half();
+    }
+}
+
 /// The load `least_loaded` compares: the decayed latency times the calls in flight plus one.
 template <class E>
 RESILIENCE_DETAIL_ALWAYS_INLINE double endpoint_load(const endpoint_entry<E>& e, std::int64_t now,
                                                      double tau) noexcept {
-    return decayed_estimate(e, now, tau) *
-           static_cast<double>(e.in_flight.load(std::memory_order_relaxed) + 1);
+    const double est = decayed_estimate(e, now, tau);
+    const std::int32_t busy = e.in_flight.load(std::memory_order_relaxed);
+    // No latency known yet calls are running (as Finagle's PeakEwma): the most loaded of all, rather
+    // than the least, which would hand it every call until one of them ends.
+    if (est <= 0.0 && busy > 0) [[unlikely]]
+        return std::numeric_limits<double>::max();
+    return est * static_cast<double>(busy + 1);
 }
 
 /// The endpoint for one attempt, or null when the set is empty. `avoid`: the call's endpoints tried
@@ -99,7 +128,7 @@ endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, s
     if (!any_ejected && avoid == 0 && b.options.slow_start_window.count() <= 0 &&
         b.options.pick == balance_pick::least_loaded && b.endpoints.size() >= 2) {
         // The common case, every endpoint eligible at full weight: two of them by index.
-        const std::uint64_t bits = rng();
+        const std::uint64_t bits = random_bits(rng);
         const std::size_t n = b.endpoints.size();
         const std::size_t a = static_cast<std::size_t>(((bits >> 32) * n) >> 32);
         std::size_t c = static_cast<std::size_t>(((bits & 0xffff'ffffu) * (n - 1)) >> 32);
@@ -128,9 +157,7 @@ endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, s
     const auto reduce = [](std::uint64_t bits32, std::size_t below) {
         return static_cast<std::size_t>((bits32 * static_cast<std::uint64_t>(below)) >> 32);
     };
-    const auto draw = [&](std::size_t below) {
-        return reduce(static_cast<std::uint64_t>(rng()) >> 32, below);
-    };
+    const auto draw = [&](std::size_t below) { return reduce(random_bits(rng) >> 32, below); };
     switch (o.pick) {
     case balance_pick::round_robin: {
         endpoint_entry<E>* e = nullptr;
@@ -154,18 +181,18 @@ endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, s
     if (m == 1)
         return may.at(0);
     // The two from one draw of 64 bits, the second among the others; drawn again in slow start.
-    const std::uint64_t bits = rng();
+    const std::uint64_t bits = random_bits(rng);
     std::size_t a = reduce(bits >> 32, m);
-    std::size_t c = reduce(bits & 0xffff'ffffu, m - 1);
-    c += c >= a ? 1 : 0;
-    if (ramps) {
+    if (ramps) // the first settled before the second is drawn among the others
         for (int i = 0; i < redraws && !keep(may.at(a)); ++i)
             a = draw(m);
+    std::size_t c = reduce(bits & 0xffff'ffffu, m - 1);
+    c += c >= a ? 1 : 0;
+    if (ramps)
         for (int i = 0; i < redraws && !keep(may.at(c)); ++i) {
             c = draw(m - 1);
             c += c >= a ? 1 : 0;
         }
-    }
     endpoint_entry<E>* first = may.at(a);
     endpoint_entry<E>* second = may.at(c);
     const double tau = static_cast<double>(o.decay_time.count());

@@ -5,9 +5,10 @@
 /// the latency estimates and the outlier ejection over them (`balancer_state`).
 ///
 /// Locking: `balancer_state::changing` guards the membership, the options, and every ejection and
-/// return (`times_ejected`, `ejected`, `next_evaluation`'s advance, the interval counts' reset); it is
-/// taken only to change them, never by a pick on its own. An entry's `estimating` orders the updates
-/// of its latency estimate. Everything a pick reads is atomic, read without a lock.
+/// return (`times_ejected`, `ejected`, `next_evaluation`'s and `next_return`'s updates, the interval
+/// counts' reset); a call takes it only when an interval has ended or an ejection's time is over (the
+/// first call at or after those instants), and at the failure that ejects. An entry's `estimating`
+/// orders the updates of its latency estimate. Everything a pick reads is atomic, read without a lock.
 #pragma once
 
 #include "../detail/inlining.hpp"
@@ -40,7 +41,19 @@ inline constexpr property_key<E> endpoint_key{"endpoint"};
 
 namespace detail {
 
+/// No instant yet: before every time (a stamp, a slow start, an ejection's end that never was).
 inline constexpr std::int64_t never = std::numeric_limits<std::int64_t>::min();
+/// No instant to come: after every time (no interval to end, no ejection to end).
+inline constexpr std::int64_t no_time = std::numeric_limits<std::int64_t>::max();
+
+/// `a + b`, saturating: an ejection of `nanoseconds::max()` ends at no time, rather than wrapping.
+inline std::int64_t plus(std::int64_t a, std::int64_t b) noexcept {
+    if (b > 0 && a > no_time - b)
+        return no_time;
+    if (b < 0 && a < never - b)
+        return never;
+    return a + b;
+}
 
 /// One endpoint and what the balancer knows of it; shared by every block that lists it (a reference
 /// each), so that it outlives the calls made to it after it leaves the set.
@@ -128,7 +141,7 @@ double slow_start_weight(const endpoint_entry<E>& e, std::int64_t now, const bal
     if (o.slow_start_window.count() <= 0)
         return 1.0;
     const std::int64_t from = e.ramp_from.load(std::memory_order_relaxed);
-    if (from == never || now >= from + o.slow_start_window.count())
+    if (from == never || now >= plus(from, o.slow_start_window.count()))
         return 1.0;
     const double ramp =
         now <= from ? 0.0
@@ -143,12 +156,13 @@ struct balancer_state : shared_state {
     using block = balancer_block<E>;
 
     balancer_state(balancer_options o, std::vector<E> endpoints, C c, Random r)
-        : clock(std::move(c)), rng(std::move(r)), epoch(clock.now().time_since_epoch().count()),
+        : clock(std::move(c)), rng(std::move(r)),
+          epoch(std::chrono::duration_cast<std::chrono::nanoseconds>(clock.now().time_since_epoch()).count()),
           cell(first_block(std::move(o), std::move(endpoints))) {
         const balancer_options& in_force = cell.locked()->options;
-        next_evaluation.store(in_force.outlier_ejection ? epoch + in_force.outlier_ejection->interval.count()
-                                                        : never,
-                              std::memory_order_relaxed);
+        next_evaluation.store(
+            in_force.outlier_ejection ? plus(epoch, in_force.outlier_ejection->interval.count()) : no_time,
+            std::memory_order_relaxed);
     }
 
     std::unique_ptr<block> first_block(balancer_options o, std::vector<E> endpoints) {
@@ -173,17 +187,38 @@ struct balancer_state : shared_state {
     /// Puts in force a block of `o` over `list` (entries it takes a reference of), and recounts the
     /// ejected endpoints among them.
     void publish_locked(balancer_options o, std::vector<entry*> list) {
-        for (entry* e : list)
-            entry::add_ref(e);
         auto next = std::make_unique<block>(std::move(o), std::move(list));
+        for (entry* e : next->endpoints) // from here the block gives them back, whatever happens
+            entry::add_ref(e);
         std::uint32_t out = 0;
         for (const entry* e : next->endpoints)
             out += e->ejected ? 1 : 0;
         cell.replace(std::move(next));
         ejected_count.store(out, std::memory_order_relaxed);
+        next_return.store(earliest_return_locked(*cell.locked()), std::memory_order_relaxed);
     }
-    entry* make_entry(E v, const balancer_options& o, std::int64_t now) {
-        return new entry(std::move(v), next_id++, o.slow_start_window.count() > 0 ? now : never, initial(o));
+    /// A number for a new endpoint: the smallest below 64 not in `used` (the numbers of the endpoints it
+    /// joins, one bit each), which it then marks, so that a call's endpoints tried (a bit a number) stay
+    /// apart however often the set changes; past 64 endpoints, a number of its own.
+    std::uint32_t number_locked(std::uint64_t& used) {
+        if (~used == 0)
+            return std::max<std::uint32_t>(64, next_id++);
+        std::uint32_t id = 0;
+        while ((used >> id) & 1)
+            ++id;
+        used |= std::uint64_t{1} << id;
+        return id;
+    }
+    entry* make_entry(E v, std::uint32_t id, const balancer_options& o, std::int64_t now) {
+        return new entry(std::move(v), id, o.slow_start_window.count() > 0 ? now : never, initial(o));
+    }
+    /// The earliest end of an ejection in `b` (`no_time`: none ejected).
+    static std::int64_t earliest_return_locked(const block& b) noexcept {
+        std::int64_t at = no_time;
+        for (const entry* e : b.endpoints)
+            if (e->ejected)
+                at = std::min<std::int64_t>(at, e->ejected_until.load(std::memory_order_relaxed));
+        return at;
     }
 
     // ---- ejection (under `changing`) ----
@@ -206,9 +241,12 @@ struct balancer_state : shared_state {
                            ? most
                            : x.base_ejection_time * e.times_ejected;
         e.ejected = true;
-        e.ejected_until.store(now + d.count(), std::memory_order_relaxed);
+        const std::int64_t until = plus(now, d.count());
+        e.ejected_until.store(until, std::memory_order_relaxed);
         e.consecutive.store(0, std::memory_order_relaxed);
         ejected_count.fetch_add(1, std::memory_order_relaxed);
+        if (until < next_return.load(std::memory_order_relaxed))
+            next_return.store(until, std::memory_order_relaxed);
         return d;
     }
 
@@ -223,10 +261,18 @@ struct balancer_state : shared_state {
                 e->consecutive.store(0, std::memory_order_relaxed);
                 if (b.options.slow_start_window.count() > 0)
                     e->ramp_from.store(until, std::memory_order_relaxed);
+                // Back as a new endpoint is taken to be: what it showed before (a timeout, a peak long
+                // since decayed to nothing) says nothing of it now.
+                {
+                    std::lock_guard estimate(e->estimating);
+                    e->estimate.store(initial(b.options), std::memory_order_relaxed);
+                    e->stamp.store(until, std::memory_order_relaxed);
+                }
                 ejected_count.fetch_sub(1, std::memory_order_relaxed);
                 heard(*e);
             }
         }
+        next_return.store(earliest_return_locked(b), std::memory_order_relaxed);
     }
 
     /// The success-rate comparison of the intervals that ended by `now` (the first of them over the
@@ -236,11 +282,11 @@ struct balancer_state : shared_state {
     void evaluate_locked(const block& b, std::int64_t now, Heard&& heard) {
         const outlier_ejection_options& x = *b.options.outlier_ejection;
         const std::int64_t at = next_evaluation.load(std::memory_order_relaxed);
-        if (at == never || now < at)
+        if (at == no_time || now < at)
             return;
         const std::int64_t step = x.interval.count();
         const std::int64_t passed = (now - at) / step + 1;
-        next_evaluation.store(at + passed * step, std::memory_order_relaxed);
+        next_evaluation.store(plus(at, passed * step), std::memory_order_relaxed);
         double sum = 0.0, squares = 0.0;
         std::size_t hosts = 0;
         rates.clear();
@@ -279,10 +325,11 @@ struct balancer_state : shared_state {
     const std::int64_t epoch;  // intervals are counted from here
     snapshot_cell<block> cell;
     std::mutex changing;
-    std::atomic<std::int64_t> next_evaluation{never}; // the end of the current interval
-    std::atomic<std::uint32_t> ejected_count{0};      // entries of the set in force marked `ejected`
-    std::atomic<std::uint64_t> turn{0};               // round robin's
-    std::vector<double> rates;                        // under `changing`: `evaluate_locked`'s
+    std::atomic<std::int64_t> next_evaluation{no_time}; // the end of the current interval (none: no_time)
+    std::atomic<std::int64_t> next_return{no_time};     // the earliest end of an ejection (none: no_time)
+    std::atomic<std::uint32_t> ejected_count{0};        // entries of the set in force marked `ejected`
+    std::atomic<std::uint64_t> turn{0};                 // round robin's
+    std::vector<double> rates;                          // under `changing`: `evaluate_locked`'s
 };
 
 } // namespace detail
