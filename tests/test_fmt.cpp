@@ -86,6 +86,23 @@ TEST_CASE("fmt: a telemetry event prints as one line with its instant, policy, n
                                     .at = 30ms};
     CHECK(fmt::format("{}", unavailable) ==
           "[30ms] retry attempt: attempt 1 returned a handled value after 30ms");
+    rs::telemetry_event ejected{.kind = rs::telemetry_kind::endpoint_ejected,
+                                .policy = "balancer",
+                                .name = "replicas",
+                                .attempt = 1,
+                                .duration = 30s,
+                                .note = "consecutive_failures",
+                                .endpoint = "10.0.0.7:80",
+                                .at = 9s};
+    CHECK(fmt::format("{}", ejected) ==
+          "[9s] balancer(replicas) endpoint_ejected: 10.0.0.7:80 ejected for 30s (consecutive_failures)");
+    rs::telemetry_event back{.kind = rs::telemetry_kind::endpoint_returned,
+                             .policy = "balancer",
+                             .name = "replicas",
+                             .endpoint = "10.0.0.7:80",
+                             .at = 39s};
+    CHECK(fmt::format("{}", back) == "[39s] balancer(replicas) endpoint_returned: 10.0.0.7:80 back");
+    CHECK(fmt::format("{}", rs::errc::no_endpoint) == "no endpoint");
 }
 
 } // namespace test_fmt
