@@ -195,6 +195,7 @@ public:
             s.next_evaluation.store(
                 detail::plus(ticks(s.clock.now()), options.outlier_ejection->interval.count()),
                 std::memory_order_relaxed);
+        s.refresh_due();
         s.publish_locked(std::move(options), b.endpoints);
     }
 
@@ -373,8 +374,7 @@ private:
     // flight; null when the set is empty. `ctx`: the call's, for what is told meanwhile (null: none).
     ep* take(const block& b, std::int64_t now, std::uint64_t avoid, const context* ctx) const {
         state& s = held();
-        if (now >= s.next_return.load(std::memory_order_relaxed) ||
-            now >= s.next_evaluation.load(std::memory_order_relaxed)) [[unlikely]]
+        if (now >= s.due.load(std::memory_order_relaxed)) [[unlikely]]
             housekeep(b, now, ctx ? *ctx : context{});
         ep* const e = detail::pick_endpoint(b, now, avoid, s.rng, s.turn, s.ejected_count);
         if (e)
@@ -391,7 +391,7 @@ private:
         const double took = static_cast<double>(now > begun ? now - begun : 0);
         const double tau = static_cast<double>(o.decay_time.count());
         if (how == ended::cancelled) {
-            if (took > detail::decayed_estimate(e, now, tau))
+            if (took > detail::decayed_estimate(e, now, o.decay_time.count()))
                 detail::record_latency(e, now, took, tau);
             return;
         }
@@ -451,7 +451,7 @@ private:
             if (heard)
                 tell(b.options, *heard, ctx);
         }
-        if (now >= held().next_evaluation.load(std::memory_order_relaxed)) [[unlikely]]
+        if (now >= held().due.load(std::memory_order_relaxed)) [[unlikely]]
             housekeep(b, now, ctx);
     }
 

@@ -108,8 +108,8 @@ RESILIENCE_DETAIL_ALWAYS_INLINE std::uint64_t random_bits(Random& rng) {
 /// The load `least_loaded` compares: the decayed latency times the calls in flight plus one.
 template <class E>
 RESILIENCE_DETAIL_ALWAYS_INLINE double endpoint_load(const endpoint_entry<E>& e, std::int64_t now,
-                                                     double tau) noexcept {
-    const double est = decayed_estimate(e, now, tau);
+                                                     std::int64_t decay) noexcept {
+    const double est = decayed_estimate(e, now, decay);
     const std::int32_t busy = e.in_flight.load(std::memory_order_relaxed);
     // No latency known yet calls are running (as Finagle's PeakEwma): the most loaded of all, rather
     // than the least, which would hand it every call until one of them ends.
@@ -135,8 +135,8 @@ endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, s
         c += c >= a ? 1 : 0;
         endpoint_entry<E>* const first = b.endpoints[a];
         endpoint_entry<E>* const second = b.endpoints[c];
-        const double tau = static_cast<double>(b.options.decay_time.count());
-        return endpoint_load(*second, now, tau) < endpoint_load(*first, now, tau) ? second : first;
+        const std::int64_t decay = b.options.decay_time.count();
+        return endpoint_load(*second, now, decay) < endpoint_load(*first, now, decay) ? second : first;
     }
     const endpoint_filter<E> may(b, now, avoid, any_ejected);
     const std::size_t m = may.size();
@@ -195,8 +195,8 @@ endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, s
         }
     endpoint_entry<E>* first = may.at(a);
     endpoint_entry<E>* second = may.at(c);
-    const double tau = static_cast<double>(o.decay_time.count());
-    return endpoint_load(*second, now, tau) < endpoint_load(*first, now, tau) ? second : first;
+    const std::int64_t decay = o.decay_time.count();
+    return endpoint_load(*second, now, decay) < endpoint_load(*first, now, decay) ? second : first;
 }
 
 } // namespace resilience::detail

@@ -104,18 +104,19 @@ struct balancer_block : pinnable {
     const std::vector<endpoint_entry<E>*> endpoints;
 };
 
-/// The latency `e` is taken to have at `now`: its estimate, decayed toward zero since it was last
-/// updated (so an endpoint that was slow once is tried again). The decay is skipped within a 64th of
-/// `tau` of the update, where it would change the estimate by less than 2%.
+/// The latency `e` is taken to have at `now`: its estimate, decayed toward zero with the time constant
+/// `decay` (nanoseconds) since it was last updated (so an endpoint that was slow once is tried again).
+/// The decay is skipped within a 64th of `decay` of the update, where it would change the estimate by
+/// less than 2%: a pick's common case, in integers.
 template <class E>
 RESILIENCE_DETAIL_ALWAYS_INLINE double decayed_estimate(const endpoint_entry<E>& e, std::int64_t now,
-                                                        double tau) noexcept {
+                                                        std::int64_t decay) noexcept {
     const double est = e.estimate.load(std::memory_order_relaxed);
     const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
     // `stamp` is `never` (the smallest value) before the first update: no decay then either.
-    if (now <= stamp || stamp == never || static_cast<double>(now - stamp) * 64.0 <= tau) [[likely]]
+    if (stamp == never || now - stamp <= (decay >> 6)) [[likely]]
         return est;
-    return est * std::exp(-static_cast<double>(now - stamp) / tau);
+    return est * std::exp(-static_cast<double>(now - stamp) / static_cast<double>(decay));
 }
 
 /// Records a latency sample (nanoseconds) ended at `now`: a sample above the estimate replaces it (the
@@ -163,6 +164,7 @@ struct balancer_state : shared_state {
         next_evaluation.store(
             in_force.outlier_ejection ? plus(epoch, in_force.outlier_ejection->interval.count()) : no_time,
             std::memory_order_relaxed);
+        refresh_due();
     }
 
     std::unique_ptr<block> first_block(balancer_options o, std::vector<E> endpoints) {
@@ -196,6 +198,7 @@ struct balancer_state : shared_state {
         cell.replace(std::move(next));
         ejected_count.store(out, std::memory_order_relaxed);
         next_return.store(earliest_return_locked(*cell.locked()), std::memory_order_relaxed);
+        refresh_due();
     }
     /// A number for a new endpoint: the smallest below 64 not in `used` (the numbers of the endpoints it
     /// joins, one bit each), which it then marks, so that a call's endpoints tried (a bit a number) stay
@@ -247,6 +250,7 @@ struct balancer_state : shared_state {
         ejected_count.fetch_add(1, std::memory_order_relaxed);
         if (until < next_return.load(std::memory_order_relaxed))
             next_return.store(until, std::memory_order_relaxed);
+        refresh_due();
         return d;
     }
 
@@ -273,6 +277,7 @@ struct balancer_state : shared_state {
             }
         }
         next_return.store(earliest_return_locked(b), std::memory_order_relaxed);
+        refresh_due();
     }
 
     /// The success-rate comparison of the intervals that ended by `now` (the first of them over the
@@ -287,6 +292,7 @@ struct balancer_state : shared_state {
         const std::int64_t step = x.interval.count();
         const std::int64_t passed = (now - at) / step + 1;
         next_evaluation.store(plus(at, passed * step), std::memory_order_relaxed);
+        refresh_due();
         double sum = 0.0, squares = 0.0;
         std::size_t hosts = 0;
         rates.clear();
@@ -327,9 +333,16 @@ struct balancer_state : shared_state {
     std::mutex changing;
     std::atomic<std::int64_t> next_evaluation{no_time}; // the end of the current interval (none: no_time)
     std::atomic<std::int64_t> next_return{no_time};     // the earliest end of an ejection (none: no_time)
-    std::atomic<std::uint32_t> ejected_count{0};        // entries of the set in force marked `ejected`
-    std::atomic<std::uint64_t> turn{0};                 // round robin's
-    std::vector<double> rates;                          // under `changing`: `evaluate_locked`'s
+    // The earlier of the two: a pick compares its time with this one word (`refresh_due` keeps it).
+    std::atomic<std::int64_t> due{no_time};
+    void refresh_due() noexcept {
+        due.store(std::min(next_evaluation.load(std::memory_order_relaxed),
+                           next_return.load(std::memory_order_relaxed)),
+                  std::memory_order_relaxed);
+    }
+    std::atomic<std::uint32_t> ejected_count{0}; // entries of the set in force marked `ejected`
+    std::atomic<std::uint64_t> turn{0};          // round robin's
+    std::vector<double> rates;                   // under `changing`: `evaluate_locked`'s
 };
 
 } // namespace detail
