@@ -342,9 +342,10 @@ TEST_CASE("queue discipline: a waiter whose caller stops leaves at that instant 
     }
 }
 
-TEST_CASE("queue discipline: reconfigure puts a discipline in force for the next hand-over; waiters queued "
-          "before it are served in their order",
-          "[queue_discipline]") {
+TEST_CASE(
+    "queue discipline: reconfigure puts a discipline in force for the next hand-over, and waiters queued "
+    "before it are served in their order",
+    "[queue_discipline]") {
     rs::testing::simulation sim;
     rs::bulkhead bh = one_slot(sim, rs::fifo{});
     journal j;
