@@ -7,8 +7,9 @@
 /// Locking: `balancer_state::changing` guards the membership, the options, and every ejection and
 /// return (`times_ejected`, `ejected`, `next_evaluation`'s and `next_return`'s updates, the interval
 /// counts' reset); a call takes it only when an interval has ended or an ejection's time is over (the
-/// first call at or after those instants), and at the failure that ejects. An entry's `estimating`
-/// orders the updates of its latency estimate. Everything a pick reads is atomic, read without a lock.
+/// first call at or after those instants), and at the failure that ejects. An entry's latency estimate
+/// is updated by compare-and-swap (`record_latency`). Everything a pick reads is atomic, read without a
+/// lock.
 #pragma once
 
 #include "../detail/inlining.hpp"
@@ -73,7 +74,6 @@ struct endpoint_entry {
     std::atomic<std::int32_t> in_flight{0};
     std::atomic<double> estimate;           // peak-EWMA latency, in nanoseconds
     std::atomic<std::int64_t> stamp{never}; // when `estimate` was last updated
-    std::mutex estimating;                  // orders the updates of `estimate` and `stamp`
 
     // ---- ejection ----
     std::atomic<std::int64_t> ejected_until{never};    // picked again from then on
@@ -121,19 +121,23 @@ RESILIENCE_DETAIL_ALWAYS_INLINE double decayed_estimate(const endpoint_entry<E>&
 
 /// Records a latency sample (nanoseconds) ended at `now`: a sample above the estimate replaces it (the
 /// peak); one below moves it toward the sample by the weight the time since the last update gives.
+/// Lock-free: the estimate is replaced by compare-and-swap, so that calls ending at once on several
+/// threads each count (a peak is never overwritten by a lower sample computed from an older estimate);
+/// the stamp only moves forward. A stamp read beside another call's estimate is off by that call's
+/// instant at most, which changes the weight by as little.
 template <class E>
-void record_latency(endpoint_entry<E>& e, std::int64_t now, double sample, double tau) {
-    std::lock_guard lock(e.estimating);
-    const double est = e.estimate.load(std::memory_order_relaxed);
+void record_latency(endpoint_entry<E>& e, std::int64_t now, double sample, double tau) noexcept {
     const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
-    double next = sample;
-    if (sample < est) {
-        const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
-        const double keep = std::exp(-age / tau);
-        next = est * keep + sample * (1.0 - keep);
+    const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
+    const double keep = age == 0.0 ? 1.0 : std::exp(-age / tau);
+    double est = e.estimate.load(std::memory_order_relaxed);
+    double next;
+    do // from the estimate as it is now: a failed exchange reloads it
+        next = sample < est ? est * keep + sample * (1.0 - keep) : sample;
+    while (!e.estimate.compare_exchange_weak(est, next, std::memory_order_relaxed));
+    std::int64_t seen = stamp;
+    while (seen < now && !e.stamp.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
     }
-    e.estimate.store(next, std::memory_order_relaxed);
-    e.stamp.store(now > stamp ? now : stamp, std::memory_order_relaxed);
 }
 
 /// The share of its fair share `e` takes at `now` (slow start), in (0, 1].
@@ -267,11 +271,8 @@ struct balancer_state : shared_state {
                     e->ramp_from.store(until, std::memory_order_relaxed);
                 // Back as a new endpoint is taken to be: what it showed before (a timeout, a peak long
                 // since decayed to nothing) says nothing of it now.
-                {
-                    std::lock_guard estimate(e->estimating);
-                    e->estimate.store(initial(b.options), std::memory_order_relaxed);
-                    e->stamp.store(until, std::memory_order_relaxed);
-                }
+                e->estimate.store(initial(b.options), std::memory_order_relaxed);
+                e->stamp.store(until, std::memory_order_relaxed);
                 ejected_count.fetch_sub(1, std::memory_order_relaxed);
                 heard(*e);
             }
