@@ -3,6 +3,8 @@
 /// Random sources for jitter: a fast per-thread default and a seeded, copyable one for replay.
 #pragma once
 
+#include "detail/inlining.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -22,7 +24,7 @@ public:
     explicit constexpr seeded_random(std::uint64_t seed = 0) noexcept : state_(seed) {}
     static constexpr result_type min() noexcept { return 0; }
     static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
-    constexpr result_type operator()() noexcept {
+    RESILIENCE_DETAIL_ALWAYS_INLINE constexpr result_type operator()() noexcept {
         std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -40,11 +42,23 @@ struct thread_random {
     using result_type = std::uint64_t;
     static constexpr result_type min() noexcept { return 0; }
     static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
-    result_type operator()() const noexcept { return generator()(); }
+    RESILIENCE_DETAIL_ALWAYS_INLINE result_type operator()() const noexcept {
+        ahead& a = generator();
+        const result_type r = a.next;
+        a.next = a.source();
+        return r;
+    }
 
 private:
-    static seeded_random& generator() noexcept {
-        thread_local seeded_random g{seed()};
+    // The word to return next, drawn one call ahead: a caller's work on the word it gets does not
+    // wait on the generator's arithmetic, which then runs beside it.
+    struct ahead {
+        explicit ahead(std::uint64_t s) noexcept : source(s), next(source()) {}
+        seeded_random source;
+        std::uint64_t next;
+    };
+    RESILIENCE_DETAIL_ALWAYS_INLINE static ahead& generator() noexcept {
+        thread_local ahead g{seed()};
         return g;
     }
     static std::uint64_t seed() noexcept {

@@ -50,9 +50,10 @@ struct balancer_access {
     static auto pin(const B& lb) noexcept {
         return lb.held().cell.pin();
     }
-    /// A pick at the clock's time, counted in flight and given back: null when the set is empty.
+    /// A pick at the clock's time, counted in flight and given back: null when the set is empty. Inline
+    /// in the caller, as a pick is in a call's admission.
     template <class B, class Block>
-    static const void* pick_once(const B& lb, const Block& b) {
+    RESILIENCE_DETAIL_ALWAYS_INLINE static const void* pick_once(const B& lb, const Block& b) {
         auto* const e = lb.take(b, B::ticks(lb.held().clock.now()), 0, nullptr);
         if (e)
             e->in_flight.fetch_sub(1, std::memory_order_relaxed);
@@ -372,14 +373,27 @@ private:
 
     // Picks for a call at `now`, avoiding the endpoints whose bits are in `avoid`, and counts it in
     // flight; null when the set is empty. `ctx`: the call's, for what is told meanwhile (null: none).
-    ep* take(const block& b, std::int64_t now, std::uint64_t avoid, const context* ctx) const {
+    RESILIENCE_DETAIL_ALWAYS_INLINE ep* take(const block& b, std::int64_t now, std::uint64_t avoid,
+                                             const context* ctx) const {
         state& s = held();
-        if (now >= s.due.load(std::memory_order_relaxed)) [[unlikely]]
-            housekeep(b, now, ctx ? *ctx : context{});
-        ep* const e = detail::pick_endpoint(b, now, avoid, s.rng, s.turn, s.ejected_count);
+        ep* e;
+        if (now < s.due.load(std::memory_order_relaxed) && detail::plain_pick(b, avoid, s.ejected_count))
+            [[likely]]
+            e = detail::pick_two(b, now, s.rng);
+        else
+            e = take_otherwise(b, now, avoid, ctx);
         if (e)
             e->in_flight.fetch_add(1, std::memory_order_relaxed);
         return e;
+    }
+    // `take`'s other cases, out of line (so that its common case keeps a small frame): housekeeping
+    // due, an endpoint ejected or ramping up or tried, a pick other than `least_loaded`.
+    RESILIENCE_DETAIL_NOINLINE ep* take_otherwise(const block& b, std::int64_t now, std::uint64_t avoid,
+                                                  const context* ctx) const {
+        state& s = held();
+        if (now >= s.due.load(std::memory_order_relaxed))
+            housekeep(b, now, ctx ? *ctx : context{});
+        return detail::pick_endpoint(b, now, avoid, s.rng, s.turn, s.ejected_count);
     }
 
     // Counts a call's end on `e` (no longer in flight): its latency (a failure's at least the penalty;
@@ -388,14 +402,14 @@ private:
     void finish(const block& b, ep& e, std::int64_t begun, std::int64_t now, ended how,
                 const context& ctx) const {
         const balancer_options& o = b.options;
-        const double took = static_cast<double>(now > begun ? now - begun : 0);
+        const std::int64_t took = now > begun ? now - begun : 0;
         const double tau = static_cast<double>(o.decay_time.count());
         if (how == ended::cancelled) {
             if (took > detail::decayed_estimate(e, now, o.decay_time.count()))
                 detail::record_latency(e, now, took, tau);
             return;
         }
-        const double penalty = static_cast<double>(o.failure_penalty.count());
+        const std::int64_t penalty = o.failure_penalty.count();
         const bool failed = how == ended::failed;
         detail::record_latency(e, now, failed && penalty > took ? penalty : took, tau);
         if (o.outlier_ejection)

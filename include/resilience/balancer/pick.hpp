@@ -105,39 +105,58 @@ RESILIENCE_DETAIL_ALWAYS_INLINE std::uint64_t random_bits(Random& rng) {
     }
 }
 
-/// The load `least_loaded` compares: the decayed latency times the calls in flight plus one.
+/// The load `least_loaded` compares: the decayed latency times the calls in flight plus one, in
+/// integers (a multiply and a compare: a pick waits on the latency of this arithmetic).
 template <class E>
-RESILIENCE_DETAIL_ALWAYS_INLINE double endpoint_load(const endpoint_entry<E>& e, std::int64_t now,
-                                                     std::int64_t decay) noexcept {
-    const double est = decayed_estimate(e, now, decay);
+RESILIENCE_DETAIL_ALWAYS_INLINE std::int64_t endpoint_load(const endpoint_entry<E>& e, std::int64_t now,
+                                                           std::int64_t decay) noexcept {
+    const std::int64_t est = decayed_estimate(e, now, decay);
     const std::int32_t busy = e.in_flight.load(std::memory_order_relaxed);
     // No latency known yet calls are running (as Finagle's PeakEwma): the most loaded of all, rather
     // than the least, which would hand it every call until one of them ends.
-    if (est <= 0.0 && busy > 0) [[unlikely]]
-        return std::numeric_limits<double>::max();
-    return est * static_cast<double>(busy + 1);
+    if (est <= 0 && busy > 0) [[unlikely]]
+        return std::numeric_limits<std::int64_t>::max();
+    const std::int64_t calls = std::int64_t{static_cast<std::uint32_t>(busy)} + 1;
+    // A branch rather than a `min`: predicted, it keeps the count's compare off the path the pick waits on.
+    if (calls > max_counted_in_flight) [[unlikely]]
+        return est * max_counted_in_flight;
+    return est * calls;
+}
+
+/// Whether a pick is the common case: `least_loaded` among two or more endpoints, none ejected, none
+/// ramping up, none tried by the call. `pick_two` then picks.
+template <class E>
+RESILIENCE_DETAIL_ALWAYS_INLINE bool plain_pick(const balancer_block<E>& b, std::uint64_t avoid,
+                                                const std::atomic<std::uint32_t>& ejected) noexcept {
+    return ejected.load(std::memory_order_relaxed) == 0 && avoid == 0 &&
+           b.options.slow_start_window.count() <= 0 && b.options.pick == balance_pick::least_loaded &&
+           b.endpoints.size() >= 2;
+}
+
+/// The common case's pick (see `plain_pick`): the less loaded of two endpoints drawn by index.
+template <class E, class Random>
+RESILIENCE_DETAIL_ALWAYS_INLINE endpoint_entry<E>* pick_two(const balancer_block<E>& b, std::int64_t now,
+                                                            Random& rng) {
+    const std::uint64_t bits = random_bits(rng);
+    const std::size_t n = b.endpoints.size();
+    const std::size_t a = static_cast<std::size_t>(((bits >> 32) * n) >> 32);
+    std::size_t c = static_cast<std::size_t>(((bits & 0xffff'ffffu) * (n - 1)) >> 32);
+    c += c >= a ? 1 : 0;
+    endpoint_entry<E>* const first = b.endpoints[a];
+    endpoint_entry<E>* const second = b.endpoints[c];
+    const std::int64_t decay = b.options.decay_time.count();
+    return endpoint_load(*second, now, decay) < endpoint_load(*first, now, decay) ? second : first;
 }
 
 /// The endpoint for one attempt, or null when the set is empty. `avoid`: the call's endpoints tried
 /// (bits `id % 64`); `turn`: round robin's counter.
 template <class E, class Random>
-endpoint_entry<E>* pick_endpoint(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid,
-                                 Random& rng, std::atomic<std::uint64_t>& turn,
-                                 const std::atomic<std::uint32_t>& ejected) {
+RESILIENCE_DETAIL_ALWAYS_INLINE endpoint_entry<E>*
+pick_endpoint(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid, Random& rng,
+              std::atomic<std::uint64_t>& turn, const std::atomic<std::uint32_t>& ejected) {
+    if (plain_pick(b, avoid, ejected))
+        return pick_two(b, now, rng);
     const bool any_ejected = ejected.load(std::memory_order_relaxed) > 0;
-    if (!any_ejected && avoid == 0 && b.options.slow_start_window.count() <= 0 &&
-        b.options.pick == balance_pick::least_loaded && b.endpoints.size() >= 2) {
-        // The common case, every endpoint eligible at full weight: two of them by index.
-        const std::uint64_t bits = random_bits(rng);
-        const std::size_t n = b.endpoints.size();
-        const std::size_t a = static_cast<std::size_t>(((bits >> 32) * n) >> 32);
-        std::size_t c = static_cast<std::size_t>(((bits & 0xffff'ffffu) * (n - 1)) >> 32);
-        c += c >= a ? 1 : 0;
-        endpoint_entry<E>* const first = b.endpoints[a];
-        endpoint_entry<E>* const second = b.endpoints[c];
-        const std::int64_t decay = b.options.decay_time.count();
-        return endpoint_load(*second, now, decay) < endpoint_load(*first, now, decay) ? second : first;
-    }
     const endpoint_filter<E> may(b, now, avoid, any_ejected);
     const std::size_t m = may.size();
     if (m == 0)

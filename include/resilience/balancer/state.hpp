@@ -60,7 +60,7 @@ inline std::int64_t plus(std::int64_t a, std::int64_t b) noexcept {
 /// each), so that it outlives the calls made to it after it leaves the set.
 template <class E>
 struct endpoint_entry {
-    endpoint_entry(E v, std::uint32_t n, std::int64_t ramp, double latency)
+    endpoint_entry(E v, std::uint32_t n, std::int64_t ramp, std::int64_t latency)
         : value(std::move(v)), id(n), estimate(latency), ramp_from(ramp) {
         if constexpr (std::is_convertible_v<const E&, std::string_view>)
             text = std::string(std::string_view(value));
@@ -72,7 +72,7 @@ struct endpoint_entry {
 
     // ---- the load (picks read these without a lock) ----
     std::atomic<std::int32_t> in_flight{0};
-    std::atomic<double> estimate;           // peak-EWMA latency, in nanoseconds
+    std::atomic<std::int64_t> estimate;     // peak-EWMA latency, whole nanoseconds (`max_estimate` at most)
     std::atomic<std::int64_t> stamp{never}; // when `estimate` was last updated
 
     // ---- ejection ----
@@ -104,36 +104,47 @@ struct balancer_block : pinnable {
     const std::vector<endpoint_entry<E>*> endpoints;
 };
 
+/// The largest latency estimate kept, in nanoseconds (about 18 minutes): a longer sample counts as
+/// this long. With at most `max_counted_in_flight` calls in flight counted (more count as that many), an
+/// endpoint's load, the product of the two, fits in 63 bits.
+inline constexpr std::int64_t max_estimate = std::int64_t{1} << 40;
+inline constexpr std::int64_t max_counted_in_flight = std::int64_t{1} << 22;
+
 /// The latency `e` is taken to have at `now`: its estimate, decayed toward zero with the time constant
 /// `decay` (nanoseconds) since it was last updated (so an endpoint that was slow once is tried again).
 /// The decay is skipped within a 64th of `decay` of the update, where it would change the estimate by
 /// less than 2%: a pick's common case, in integers.
 template <class E>
-RESILIENCE_DETAIL_ALWAYS_INLINE double decayed_estimate(const endpoint_entry<E>& e, std::int64_t now,
-                                                        std::int64_t decay) noexcept {
-    const double est = e.estimate.load(std::memory_order_relaxed);
+RESILIENCE_DETAIL_ALWAYS_INLINE std::int64_t decayed_estimate(const endpoint_entry<E>& e, std::int64_t now,
+                                                              std::int64_t decay) noexcept {
+    const std::int64_t est = e.estimate.load(std::memory_order_relaxed);
     const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
     // `stamp` is `never` (the smallest value) before the first update: no decay then either.
     if (stamp == never || now - stamp <= (decay >> 6)) [[likely]]
         return est;
-    return est * std::exp(-static_cast<double>(now - stamp) / static_cast<double>(decay));
+    return static_cast<std::int64_t>(
+        static_cast<double>(est) * std::exp(-static_cast<double>(now - stamp) / static_cast<double>(decay)));
 }
 
-/// Records a latency sample (nanoseconds) ended at `now`: a sample above the estimate replaces it (the
-/// peak); one below moves it toward the sample by the weight the time since the last update gives.
-/// Lock-free: the estimate is replaced by compare-and-swap, so that calls ending at once on several
-/// threads each count (a peak is never overwritten by a lower sample computed from an older estimate);
-/// the stamp only moves forward. A stamp read beside another call's estimate is off by that call's
-/// instant at most, which changes the weight by as little.
+/// Records a latency sample (nanoseconds, up to `max_estimate`) ended at `now`: a sample above the
+/// estimate replaces it (the peak); one below moves it toward the sample by the weight the time since
+/// the last update gives, to the nearest nanosecond. Lock-free: the estimate is replaced by
+/// compare-and-swap, so that calls ending at once on several threads each count (a peak is never
+/// overwritten by a lower sample computed from an older estimate); the stamp only moves forward. A
+/// stamp read beside another call's estimate is off by that call's instant at most, which changes the
+/// weight by as little.
 template <class E>
-void record_latency(endpoint_entry<E>& e, std::int64_t now, double sample, double tau) noexcept {
+void record_latency(endpoint_entry<E>& e, std::int64_t now, std::int64_t sample, double tau) noexcept {
+    sample = std::clamp<std::int64_t>(sample, 0, max_estimate);
     const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
     const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
     const double keep = age == 0.0 ? 1.0 : std::exp(-age / tau);
-    double est = e.estimate.load(std::memory_order_relaxed);
-    double next;
+    std::int64_t est = e.estimate.load(std::memory_order_relaxed);
+    std::int64_t next;
     do // from the estimate as it is now: a failed exchange reloads it
-        next = sample < est ? est * keep + sample * (1.0 - keep) : sample;
+        next = sample < est ? static_cast<std::int64_t>(static_cast<double>(est) * keep +
+                                                        static_cast<double>(sample) * (1.0 - keep) + 0.5)
+                            : sample;
     while (!e.estimate.compare_exchange_weak(est, next, std::memory_order_relaxed));
     std::int64_t seen = stamp;
     while (seen < now && !e.stamp.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
@@ -184,8 +195,8 @@ struct balancer_state : shared_state {
             throw;
         }
     }
-    static double initial(const balancer_options& o) noexcept {
-        return static_cast<double>(o.initial_latency.count());
+    static std::int64_t initial(const balancer_options& o) noexcept {
+        return std::min<std::int64_t>(o.initial_latency.count(), max_estimate);
     }
 
     // ---- membership and options (under `changing`) ----
