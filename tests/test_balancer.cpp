@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
@@ -220,6 +221,40 @@ TEST_CASE("least loaded counts the calls in flight: a busy endpoint loses to an 
     CHECK(most_apart <= 1);
     CHECK(lb.in_flight("h0") + lb.in_flight("h1") == 40);
     sim.run_all();
+}
+
+TEST_CASE("an estimate raised by one slow call comes back down to the latency, however often calls end") {
+    // Ten calls of 10 us always in flight, one ending and one starting every microsecond, under a 10 ms
+    // decay_time: each end moves an estimate by a ten-thousandth of its gap to the sample, steps that an
+    // estimate kept in whole nanoseconds would round away, leaving h0 stuck above its latency after its
+    // one slow call and short of its half of the calls.
+    rs::testing::simulation sim;
+    lb_t lb{hosts(2), no_ejection({.decay_time = 10ms, .initial_latency = 10us}), sim.clock(),
+            rs::seeded_random{3}};
+    {
+        auto slow = lb.pick();
+        while (slow.endpoint() != "h0")
+            slow = lb.pick();
+        sim.run_for(1ms);
+        slow.succeeded(); // h0's estimate: 1 ms
+    }
+    std::deque<decltype(lb.pick())> running;
+    for (int i = 0; i < 150'000; ++i) { // 150 ms, fifteen decay times
+        if (running.size() == 10) {
+            running.front().succeeded();
+            running.pop_front();
+        }
+        running.push_back(lb.pick());
+        sim.run_for(1us);
+    }
+    running.clear(); // dropped: cancelled calls, shorter than the estimates, which they leave as they are
+    // Nothing in flight: the estimates alone decide, and h0's is back to h1's (the 1 ms gap decayed to
+    // under a nanosecond), so the two tie and each is the first drawn half the time.
+    int to_h0 = 0;
+    const int picks = 1000;
+    for (int i = 0; i < picks; ++i)
+        to_h0 += lb.pick().endpoint() == "h0" ? 1 : 0;
+    CHECK(std::abs(to_h0 - picks / 2) <= 3 * 16); // 3 sigma of 1000 fair draws
 }
 
 TEST_CASE("slow start: an endpoint added takes a share that grows with its weight over the window") {

@@ -405,7 +405,7 @@ private:
         const std::int64_t took = now > begun ? now - begun : 0;
         const double tau = static_cast<double>(o.decay_time.count());
         if (how == ended::cancelled) {
-            if (took > detail::decayed_estimate(e, now, o.decay_time.count()))
+            if (detail::to_estimate(took) > detail::decayed_estimate(e, now, o.decay_time.count()))
                 detail::record_latency(e, now, took, tau);
             return;
         }

@@ -127,8 +127,8 @@ struct balancer_options {
     balance_pick pick = balance_pick::least_loaded;
     /// `least_loaded`: how fast a latency estimate forgets. A call slower than the estimate raises it
     /// at once (the "peak"); a faster one, and time without calls, lower it with this time constant.
-    /// Positive. An estimate is kept in whole nanoseconds, up to 2^40 (about 18 minutes): a longer
-    /// call, penalty or `initial_latency` counts as that long.
+    /// Positive. An estimate lies between 1 ns and 2^40 ns (about 18 minutes): a shorter or longer
+    /// call, penalty or `initial_latency` counts as the nearer bound.
     std::chrono::nanoseconds decay_time = std::chrono::seconds{10};
     /// `least_loaded`: the latency an endpoint is taken to have before its first call ends. Positive.
     std::chrono::nanoseconds initial_latency = std::chrono::milliseconds{30};

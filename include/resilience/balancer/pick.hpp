@@ -105,22 +105,19 @@ RESILIENCE_DETAIL_ALWAYS_INLINE std::uint64_t random_bits(Random& rng) {
     }
 }
 
-/// The load `least_loaded` compares: the decayed latency times the calls in flight plus one, in
+/// The load `least_loaded` compares: the decayed latency in whole nanoseconds (at least 1, so a busy
+/// endpoint's load grows with its calls: none draws every call) times the calls in flight plus one, in
 /// integers (a multiply and a compare: a pick waits on the latency of this arithmetic).
 template <class E>
 RESILIENCE_DETAIL_ALWAYS_INLINE std::int64_t endpoint_load(const endpoint_entry<E>& e, std::int64_t now,
                                                            std::int64_t decay) noexcept {
-    const std::int64_t est = decayed_estimate(e, now, decay);
-    const std::int32_t busy = e.in_flight.load(std::memory_order_relaxed);
-    // No latency known yet calls are running (as Finagle's PeakEwma): the most loaded of all, rather
-    // than the least, which would hand it every call until one of them ends.
-    if (est <= 0 && busy > 0) [[unlikely]]
-        return std::numeric_limits<std::int64_t>::max();
-    const std::int64_t calls = std::int64_t{static_cast<std::uint32_t>(busy)} + 1;
+    const std::int64_t ns = decayed_estimate(e, now, decay) >> estimate_bits;
+    const std::int64_t calls =
+        std::int64_t{static_cast<std::uint32_t>(e.in_flight.load(std::memory_order_relaxed))} + 1;
     // A branch rather than a `min`: predicted, it keeps the count's compare off the path the pick waits on.
     if (calls > max_counted_in_flight) [[unlikely]]
-        return est * max_counted_in_flight;
-    return est * calls;
+        return ns * max_counted_in_flight;
+    return ns * calls;
 }
 
 /// Whether a pick is the common case: `least_loaded` among two or more endpoints, none ejected, none

@@ -72,7 +72,7 @@ struct endpoint_entry {
 
     // ---- the load (picks read these without a lock) ----
     std::atomic<std::int32_t> in_flight{0};
-    std::atomic<std::int64_t> estimate;     // peak-EWMA latency, whole nanoseconds (`max_estimate` at most)
+    std::atomic<std::int64_t> estimate;     // peak-EWMA latency, fixed point (see `estimate_bits`)
     std::atomic<std::int64_t> stamp{never}; // when `estimate` was last updated
 
     // ---- ejection ----
@@ -104,16 +104,28 @@ struct balancer_block : pinnable {
     const std::vector<endpoint_entry<E>*> endpoints;
 };
 
-/// The largest latency estimate kept, in nanoseconds (about 18 minutes): a longer sample counts as
-/// this long. With at most `max_counted_in_flight` calls in flight counted (more count as that many), an
-/// endpoint's load, the product of the two, fits in 63 bits.
-inline constexpr std::int64_t max_estimate = std::int64_t{1} << 40;
+/// Latency estimates are kept in fixed point, in 2^-16 of a nanosecond (`estimate_bits` fraction bits):
+/// an estimate moves toward a faster sample by (estimate - sample) x (time since its last update) /
+/// `decay_time`, which for calls ending every microsecond under a 10 s `decay_time` is a few millionths of
+/// the gap, and whole nanoseconds would round those steps to nothing and leave the estimate stuck above
+/// the endpoint's latency. An estimate is at least 1 ns and at most `max_estimate_ns` (2^40 ns, about 18
+/// minutes): a longer sample counts as that long, a shorter one (zero, on a coarse or virtual clock) as
+/// 1 ns, so that a busy endpoint's load always grows with its calls in flight. With at most
+/// `max_counted_in_flight` calls counted (more count as that many), a load, whole nanoseconds times
+/// calls, fits in 63 bits.
+inline constexpr int estimate_bits = 16;
+inline constexpr std::int64_t max_estimate_ns = std::int64_t{1} << 40;
 inline constexpr std::int64_t max_counted_in_flight = std::int64_t{1} << 22;
 
-/// The latency `e` is taken to have at `now`: its estimate, decayed toward zero with the time constant
-/// `decay` (nanoseconds) since it was last updated (so an endpoint that was slow once is tried again).
-/// The decay is skipped within a 64th of `decay` of the update, where it would change the estimate by
-/// less than 2%: a pick's common case, in integers.
+/// `ns` nanoseconds as an estimate (fixed point), within [1 ns, `max_estimate_ns`].
+constexpr std::int64_t to_estimate(std::int64_t ns) noexcept {
+    return std::clamp<std::int64_t>(ns, 1, max_estimate_ns) << estimate_bits;
+}
+
+/// The latency `e` is taken to have at `now` (fixed point, see `estimate_bits`): its estimate, decayed
+/// toward 1 ns with the time constant `decay` (nanoseconds) since it was last updated (so an endpoint
+/// that was slow once is tried again). The decay is skipped within a 64th of `decay` of the update,
+/// where it would change the estimate by less than 2%: a pick's common case, in integers.
 template <class E>
 RESILIENCE_DETAIL_ALWAYS_INLINE std::int64_t decayed_estimate(const endpoint_entry<E>& e, std::int64_t now,
                                                               std::int64_t decay) noexcept {
@@ -122,26 +134,26 @@ RESILIENCE_DETAIL_ALWAYS_INLINE std::int64_t decayed_estimate(const endpoint_ent
     // `stamp` is `never` (the smallest value) before the first update: no decay then either.
     if (stamp == never || now - stamp <= (decay >> 6)) [[likely]]
         return est;
-    return static_cast<std::int64_t>(
-        static_cast<double>(est) * std::exp(-static_cast<double>(now - stamp) / static_cast<double>(decay)));
+    const double decayed =
+        static_cast<double>(est) * std::exp(-static_cast<double>(now - stamp) / static_cast<double>(decay));
+    return std::max(std::int64_t{1} << estimate_bits, static_cast<std::int64_t>(decayed));
 }
 
-/// Records a latency sample (nanoseconds, up to `max_estimate`) ended at `now`: a sample above the
-/// estimate replaces it (the peak); one below moves it toward the sample by the weight the time since
-/// the last update gives, to the nearest nanosecond. Lock-free: the estimate is replaced by
-/// compare-and-swap, so that calls ending at once on several threads each count (a peak is never
-/// overwritten by a lower sample computed from an older estimate); the stamp only moves forward. A
-/// stamp read beside another call's estimate is off by that call's instant at most, which changes the
-/// weight by as little.
+/// Records a latency sample of `took` nanoseconds ended at `now`: a sample above the estimate replaces
+/// it (the peak); one below moves it toward the sample by the weight the time since the last update
+/// gives. Lock-free: the estimate is replaced by compare-and-swap, so that calls ending at once on
+/// several threads each count (a peak is never overwritten by a lower sample computed from an older
+/// estimate); the stamp only moves forward. A stamp read beside another call's estimate is off by that
+/// call's instant at most, which changes the weight by as little.
 template <class E>
-void record_latency(endpoint_entry<E>& e, std::int64_t now, std::int64_t sample, double tau) noexcept {
-    sample = std::clamp<std::int64_t>(sample, 0, max_estimate);
+void record_latency(endpoint_entry<E>& e, std::int64_t now, std::int64_t took, double tau) noexcept {
+    const std::int64_t sample = to_estimate(took);
     const std::int64_t stamp = e.stamp.load(std::memory_order_relaxed);
     const double age = stamp == never || now <= stamp ? 0.0 : static_cast<double>(now - stamp);
     const double keep = age == 0.0 ? 1.0 : std::exp(-age / tau);
     std::int64_t est = e.estimate.load(std::memory_order_relaxed);
     std::int64_t next;
-    do // from the estimate as it is now: a failed exchange reloads it
+    do // from the estimate as it is now: a failed exchange reloads it (the result lies between the two)
         next = sample < est ? static_cast<std::int64_t>(static_cast<double>(est) * keep +
                                                         static_cast<double>(sample) * (1.0 - keep) + 0.5)
                             : sample;
@@ -196,7 +208,7 @@ struct balancer_state : shared_state {
         }
     }
     static std::int64_t initial(const balancer_options& o) noexcept {
-        return std::min<std::int64_t>(o.initial_latency.count(), max_estimate);
+        return to_estimate(o.initial_latency.count());
     }
 
     // ---- membership and options (under `changing`) ----
