@@ -22,7 +22,11 @@ std::vector<std::string> ten() {
 
 // Every row's step is inlined in its loop, as the compiler does by itself for the clock row's: a call
 // to the step, with its registers saved and restored, is the harness's and not the measured operation's.
+#if defined(__GNUC__)
 #define BENCH_STEP [&]() __attribute__((always_inline))
+#else
+#define BENCH_STEP [&]()
+#endif
 
 // Runs `step` once per iteration, after a warm-up one, with the allocations per iteration reported.
 template <class Step>
