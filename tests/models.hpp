@@ -14,6 +14,8 @@
 // and before anything the policy scheduled.
 #pragma once
 
+#include "loopless_clock.hpp"
+
 #include <resilience/adaptive_throttle.hpp>
 #include <resilience/any_policy.hpp>
 #include <resilience/bulkhead.hpp>
@@ -1206,15 +1208,7 @@ inline const char* bulkhead_way_name(bulkhead_way w) {
     return "?";
 }
 
-// The simulation's clock without its loop's timers: sleeps go through `sleep_until` alone.
-struct loopless_clock {
-    rs::testing::virtual_clock inner;
-    using duration = rs::testing::virtual_clock::duration;
-    using time_point = rs::testing::virtual_clock::time_point;
-    time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, rs::stop_token st) const { return inner.sleep_until(tp, std::move(st)); }
-};
-static_assert(rs::clock<loopless_clock> && !rs::detail::loop_timer_clock<loopless_clock>);
+using resilience_tests::loopless_clock;
 
 inline comparison check_bulkhead(chooser& pick) {
     const auto slots = static_cast<std::size_t>(pick.between(1, 4));

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "alloc_counter.hpp"
 #include "catch.hpp"
+#include "loopless_clock.hpp"
 
 #include <resilience/any_clock.hpp>
 #include <resilience/bulkhead.hpp>
@@ -44,17 +45,7 @@ namespace {
 
 const rs::constant_backoff exact_200ms{200ms, rs::jitter::none};
 
-// The clock concept and nothing more: no loop timers to hand out.
-struct loopless_clock {
-    rs::testing::virtual_clock inner;
-    using duration = nanoseconds;
-    using time_point = rs::testing::virtual_clock::time_point;
-    time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, resilience::stop_token st) const {
-        return inner.sleep_until(tp, std::move(st));
-    }
-};
-static_assert(rs::clock<loopless_clock> && !rs::detail::loop_timer_clock<loopless_clock>);
+using resilience_tests::loopless_clock; // no loop timers to hand out
 
 // Ticks in whole milliseconds, on virtual time: coarser than any_clock's nanoseconds.
 struct millisecond_clock {

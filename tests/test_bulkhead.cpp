@@ -2,6 +2,7 @@
 // Tests of resilience::bulkhead: slots, the FIFO queue, queue timeout, stops, release, threads.
 
 #include "catch.hpp"
+#include "loopless_clock.hpp"
 #include "support.hpp"
 
 #include <resilience/bulkhead.hpp>
@@ -814,18 +815,9 @@ TEST_CASE("bulkhead: copies are equal and hash alike, other bulkheads do not", "
 
 namespace {
 
-// steady time from a simulation without its loop timers: a bulkhead's queue_timeout on it is
-// bounded by a watchdog that sleeps beside the queued call (`wait_bounded`, bulkhead/state.hpp).
-struct loopless_vclock {
-    vclock inner;
-    using duration = vclock::duration;
-    using time_point = vclock::time_point;
-    time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, resilience::stop_token st) const {
-        return inner.sleep_until(tp, std::move(st));
-    }
-};
-static_assert(rs::clock<loopless_vclock> && !rs::detail::loop_timer_clock<loopless_vclock>);
+// A bulkhead's queue_timeout on a clock without loop timers is bounded by a watchdog that sleeps
+// beside the queued call (`wait_bounded`, bulkhead/state.hpp).
+using loopless_vclock = resilience_tests::loopless_clock;
 
 // What on_rejected was told: (instant, policy name, reason), in order.
 struct told_log {
