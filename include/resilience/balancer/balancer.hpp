@@ -379,7 +379,7 @@ private:
         ep* e;
         if (now < s.due.load(std::memory_order_relaxed) && detail::plain_pick(b, avoid, s.ejected_count))
             [[likely]]
-            e = detail::pick_two(b, now, s.rng);
+            e = detail::pick_plain(b, now, s.rng, s.turn);
         else
             e = take_otherwise(b, now, avoid, ctx);
         if (e)
@@ -387,7 +387,7 @@ private:
         return e;
     }
     // `take`'s other cases, out of line (so that its common case keeps a small frame): housekeeping
-    // due, an endpoint ejected or ramping up or tried, a pick other than `least_loaded`.
+    // due, an endpoint ejected or ramping up or tried, fewer than two endpoints.
     RESILIENCE_DETAIL_NOINLINE ep* take_otherwise(const block& b, std::int64_t now, std::uint64_t avoid,
                                                   const context* ctx) const {
         state& s = held();

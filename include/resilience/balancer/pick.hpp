@@ -120,24 +120,42 @@ RESILIENCE_DETAIL_ALWAYS_INLINE std::int64_t endpoint_load(const endpoint_entry<
     return ns * calls;
 }
 
-/// Whether a pick is the common case: `least_loaded` among two or more endpoints, none ejected, none
-/// ramping up, none tried by the call. `pick_two` then picks.
+/// Whether a pick is the common case: two or more endpoints, none ejected, none ramping up, none tried
+/// by the call. `pick_plain` then picks.
 template <class E>
 RESILIENCE_DETAIL_ALWAYS_INLINE bool plain_pick(const balancer_block<E>& b, std::uint64_t avoid,
                                                 const std::atomic<std::uint32_t>& ejected) noexcept {
     return ejected.load(std::memory_order_relaxed) == 0 && avoid == 0 &&
-           b.options.slow_start_window.count() <= 0 && b.options.pick == balance_pick::least_loaded &&
-           b.endpoints.size() >= 2;
+           b.options.slow_start_window.count() <= 0 && b.endpoints.size() >= 2;
 }
 
-/// The common case's pick (see `plain_pick`): the less loaded of two endpoints drawn by index.
+/// The turn's endpoint among `n`: in 32 bits, a division several times cheaper than in 64 (the turn's
+/// wrap, once in 2^32 picks, gives one endpoint two turns in a row).
+inline std::size_t turn_of(std::atomic<std::uint64_t>& turn, std::size_t n) noexcept {
+    const auto t = static_cast<std::uint32_t>(turn.fetch_add(1, std::memory_order_relaxed));
+    return t % static_cast<std::uint32_t>(n);
+}
+
+/// Uniform in [0, below) from 32 random bits, by a multiply rather than a division (Lemire's
+/// reduction): a division costs as much as the rest of a pick. Its bias, below / 2^32, is nil here.
+inline std::size_t reduce(std::uint64_t bits32, std::size_t below) noexcept {
+    return static_cast<std::size_t>((bits32 * static_cast<std::uint64_t>(below)) >> 32);
+}
+
+/// The common case's pick (see `plain_pick`), by index among all the endpoints: for `least_loaded` the
+/// less loaded of two drawn, else the turn's or one drawn. The same picks as `pick_endpoint`'s for the
+/// same draws.
 template <class E, class Random>
-RESILIENCE_DETAIL_ALWAYS_INLINE endpoint_entry<E>* pick_two(const balancer_block<E>& b, std::int64_t now,
-                                                            Random& rng) {
-    const std::uint64_t bits = random_bits(rng);
+RESILIENCE_DETAIL_ALWAYS_INLINE endpoint_entry<E>* pick_plain(const balancer_block<E>& b, std::int64_t now,
+                                                              Random& rng, std::atomic<std::uint64_t>& turn) {
     const std::size_t n = b.endpoints.size();
-    const std::size_t a = static_cast<std::size_t>(((bits >> 32) * n) >> 32);
-    std::size_t c = static_cast<std::size_t>(((bits & 0xffff'ffffu) * (n - 1)) >> 32);
+    if (b.options.pick == balance_pick::round_robin) [[unlikely]]
+        return b.endpoints[turn_of(turn, n)];
+    const std::uint64_t bits = random_bits(rng);
+    const std::size_t a = reduce(bits >> 32, n);
+    if (b.options.pick == balance_pick::random) [[unlikely]]
+        return b.endpoints[a];
+    std::size_t c = reduce(bits & 0xffff'ffffu, n - 1);
     c += c >= a ? 1 : 0;
     endpoint_entry<E>* const first = b.endpoints[a];
     endpoint_entry<E>* const second = b.endpoints[c];
@@ -152,7 +170,7 @@ RESILIENCE_DETAIL_ALWAYS_INLINE endpoint_entry<E>*
 pick_endpoint(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid, Random& rng,
               std::atomic<std::uint64_t>& turn, const std::atomic<std::uint32_t>& ejected) {
     if (plain_pick(b, avoid, ejected))
-        return pick_two(b, now, rng);
+        return pick_plain(b, now, rng, turn);
     const bool any_ejected = ejected.load(std::memory_order_relaxed) > 0;
     const endpoint_filter<E> may(b, now, avoid, any_ejected);
     const std::size_t m = may.size();
@@ -168,17 +186,12 @@ pick_endpoint(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid,
         const double w = slow_start_weight(*e, now, o);
         return w >= 1.0 || unit_random(rng) < w;
     };
-    // Uniform in [0, below) from 32 random bits, by a multiply rather than a division (Lemire's
-    // reduction): a division costs as much as the rest of a pick. Its bias, below / 2^32, is nil here.
-    const auto reduce = [](std::uint64_t bits32, std::size_t below) {
-        return static_cast<std::size_t>((bits32 * static_cast<std::uint64_t>(below)) >> 32);
-    };
     const auto draw = [&](std::size_t below) { return reduce(random_bits(rng) >> 32, below); };
     switch (o.pick) {
     case balance_pick::round_robin: {
         endpoint_entry<E>* e = nullptr;
         for (int i = 0; i <= redraws; ++i) {
-            e = may.at(static_cast<std::size_t>(turn.fetch_add(1, std::memory_order_relaxed) % m));
+            e = may.at(turn_of(turn, m));
             if (keep(e))
                 break;
         }
