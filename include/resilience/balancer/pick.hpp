@@ -130,7 +130,8 @@ RESILIENCE_DETAIL_ALWAYS_INLINE bool plain_pick(const balancer_block<E>& b, std:
 }
 
 /// The turn's endpoint among `n`: in 32 bits, a division several times cheaper than in 64 (the turn's
-/// wrap, once in 2^32 picks, gives one endpoint two turns in a row).
+/// wrap, once in 2^32 picks, restarts the cycle at the first endpoint: each endpoint gains or loses at
+/// most one turn).
 inline std::size_t turn_of(std::atomic<std::uint64_t>& turn, std::size_t n) noexcept {
     const auto t = static_cast<std::uint32_t>(turn.fetch_add(1, std::memory_order_relaxed));
     return t % static_cast<std::uint32_t>(n);
