@@ -143,6 +143,21 @@ inline std::size_t reduce(std::uint64_t bits32, std::size_t below) noexcept {
     return static_cast<std::size_t>((bits32 * static_cast<std::uint64_t>(below)) >> 32);
 }
 
+/// The second of two distinct indices below `n` (at least 2), from 32 random bits, `a` being the first.
+RESILIENCE_DETAIL_ALWAYS_INLINE std::size_t other_than(std::size_t a, std::uint64_t bits32,
+                                                       std::size_t n) noexcept {
+    const std::size_t c = reduce(bits32, n - 1);
+    return c + (c >= a ? 1 : 0);
+}
+
+/// Of two endpoints, the less loaded at `now` (the first on a tie).
+template <class E>
+RESILIENCE_DETAIL_ALWAYS_INLINE endpoint_entry<E>* less_loaded(endpoint_entry<E>* first,
+                                                               endpoint_entry<E>* second, std::int64_t now,
+                                                               std::int64_t decay) noexcept {
+    return endpoint_load(*second, now, decay) < endpoint_load(*first, now, decay) ? second : first;
+}
+
 /// The common case's pick (see `plain_pick`), by index among all the endpoints: for `least_loaded` the
 /// less loaded of two drawn, else the turn's or one drawn. The same picks as `pick_endpoint`'s for the
 /// same draws.
@@ -156,12 +171,8 @@ RESILIENCE_DETAIL_ALWAYS_INLINE endpoint_entry<E>* pick_plain(const balancer_blo
     const std::size_t a = reduce(bits >> 32, n);
     if (b.options.pick == balance_pick::random) [[unlikely]]
         return b.endpoints[a];
-    std::size_t c = reduce(bits & 0xffff'ffffu, n - 1);
-    c += c >= a ? 1 : 0;
-    endpoint_entry<E>* const first = b.endpoints[a];
-    endpoint_entry<E>* const second = b.endpoints[c];
-    const std::int64_t decay = b.options.decay_time.count();
-    return endpoint_load(*second, now, decay) < endpoint_load(*first, now, decay) ? second : first;
+    return less_loaded(b.endpoints[a], b.endpoints[other_than(a, bits & 0xffff'ffffu, n)], now,
+                       b.options.decay_time.count());
 }
 
 /// The endpoint for one attempt, or null when the set is empty. `avoid`: the call's endpoints tried
@@ -216,17 +227,11 @@ pick_endpoint(const balancer_block<E>& b, std::int64_t now, std::uint64_t avoid,
     if (ramps) // the first settled before the second is drawn among the others
         for (int i = 0; i < redraws && !keep(may.at(a)); ++i)
             a = draw(m);
-    std::size_t c = reduce(bits & 0xffff'ffffu, m - 1);
-    c += c >= a ? 1 : 0;
+    std::size_t c = other_than(a, bits & 0xffff'ffffu, m);
     if (ramps)
-        for (int i = 0; i < redraws && !keep(may.at(c)); ++i) {
-            c = draw(m - 1);
-            c += c >= a ? 1 : 0;
-        }
-    endpoint_entry<E>* first = may.at(a);
-    endpoint_entry<E>* second = may.at(c);
-    const std::int64_t decay = o.decay_time.count();
-    return endpoint_load(*second, now, decay) < endpoint_load(*first, now, decay) ? second : first;
+        for (int i = 0; i < redraws && !keep(may.at(c)); ++i)
+            c = other_than(a, random_bits(rng) >> 32, m);
+    return less_loaded(may.at(a), may.at(c), now, o.decay_time.count());
 }
 
 } // namespace resilience::detail
