@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "alloc_counter.hpp"
 #include "catch.hpp"
+#include "loopless_clock.hpp"
 #include "support.hpp"
 
 #include <resilience/any_clock.hpp>
@@ -604,16 +605,7 @@ TEST_CASE("hedge: options are validated at construction, naming the field and th
 namespace {
 // A clock with only what the `clock` concept asks for, so the hedge takes its generic path
 // (sleepers beside the attempts) instead of arming a loop timer directly.
-struct minimal_clock {
-    rs::testing::virtual_clock inner;
-    using duration = rs::testing::virtual_clock::duration;
-    using time_point = rs::testing::virtual_clock::time_point;
-    time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, resilience::stop_token st) const {
-        return inner.sleep_until(tp, std::move(st));
-    }
-};
-static_assert(rs::clock<minimal_clock> && !rs::detail::loop_timer_clock<minimal_clock>);
+using minimal_clock = resilience_tests::loopless_clock;
 } // namespace
 
 TEST_CASE("hedge: with any clock, the same instants", "[hedge]") {

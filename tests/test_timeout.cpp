@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "catch.hpp"
+#include "loopless_clock.hpp"
 #include "support.hpp"
 
 #include <resilience/pipeline.hpp>
@@ -166,16 +167,7 @@ TEST_CASE("timeout: default-constructed it allows 30 s, and its name is carried 
 namespace {
 // A clock with only what the `clock` concept asks for, so the timeout takes its generic path
 // (a sleeping coroutine beside the attempt) instead of arming a loop timer directly.
-struct minimal_clock {
-    rs::testing::virtual_clock inner;
-    using duration = rs::testing::virtual_clock::duration;
-    using time_point = rs::testing::virtual_clock::time_point;
-    time_point now() const { return inner.now(); }
-    auto sleep_until(time_point tp, resilience::stop_token st) const {
-        return inner.sleep_until(tp, std::move(st));
-    }
-};
-static_assert(rs::clock<minimal_clock> && !rs::detail::loop_timer_clock<minimal_clock>);
+using minimal_clock = resilience_tests::loopless_clock;
 } // namespace
 
 TEST_CASE("timeout: with any clock, fires at the deadline and reports failures at their instant",
